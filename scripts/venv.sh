@@ -1,0 +1,19 @@
+# Sourced by scripts/main.sh and scripts/test.sh: create or reuse ./.venv with spdnn installed.
+# Everything comes from PyPI, the MPI implementation included (the mpich wheel).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SPDNN_VENV:-$ROOT/.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "[setup] creating virtual environment $VENV"
+    python3 -m venv "$VENV"
+fi
+stamp="$VENV/.spdnn-installed"
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+    echo "[setup] installing spdnn and its dependencies (numpy, scipy, mpi4py, mpich, kahypar, pytest...)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]"
+    touch "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"
+# One thread per rank: set before numpy loads in any child process.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" \
+       MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"

@@ -1,0 +1,168 @@
+"""The network bundle: one ``.npz`` file, format ``spdnn-network/1`` (see README, "File formats").
+
+Keys: ``format``, ``n_layers``, ``meta`` (JSON string) and for k = 1..L ``W{k}_indptr``,
+``W{k}_indices``, ``W{k}_data``, ``W{k}_shape`` (= [n_k, n_{k-1}]) and ``b{k}``. An ``.npz`` is
+a zip of ``.npy`` members, so one layer is read without reading the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .atomic import atomic_path
+from .errors import InputError
+from .network import Layer, Network, fingerprint_of, validate_meta
+
+NETWORK_FORMAT = "spdnn-network/1"
+
+
+class NpzReader:
+    """Lazy, pickle-free access to an ``.npz`` file that turns every failure into InputError."""
+
+    def __init__(self, path: str | os.PathLike, kind: str) -> None:
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise InputError(self.path, "no such file")
+        try:
+            self._npz = np.load(self.path, allow_pickle=False)
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+            raise InputError(self.path, f"not a readable {kind} .npz file ({exc})") from None
+        if not hasattr(self._npz, "files"):
+            raise InputError(self.path, f"not a {kind} .npz file (a bare .npy array)")
+        self.keys = set(self._npz.files)
+
+    def get(self, key: str) -> np.ndarray:
+        if key not in self.keys:
+            raise InputError(self.path, f"missing key '{key}'")
+        try:
+            return self._npz[key]
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+            raise InputError(self.path, f"key '{key}' is corrupt ({exc})") from None
+
+    def text(self, key: str) -> str:
+        value = self.get(key)
+        if value.shape != () or value.dtype.kind != "U":
+            raise InputError(self.path, f"key '{key}' must be a string")
+        return str(value)
+
+    def integer(self, key: str) -> int:
+        value = self.get(key)
+        if value.size != 1 or not np.issubdtype(value.dtype, np.integer):
+            raise InputError(self.path, f"key '{key}' must be one integer")
+        return int(value.reshape(-1)[0])
+
+    def close(self) -> None:
+        self._npz.close()
+
+
+class NetworkBundle:
+    """Reader of a network bundle; ``layer(k)`` loads and validates layer k alone."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._npz = NpzReader(path, "network")
+        self.path = self._npz.path
+        fmt = self._npz.text("format")
+        if fmt != NETWORK_FORMAT:
+            raise InputError(self.path,
+                             f"unknown format version '{fmt}' (expected {NETWORK_FORMAT})")
+        self.n_layers = self._npz.integer("n_layers")
+        if self.n_layers < 1:
+            raise InputError(self.path, f"n_layers is {self.n_layers}, expected at least 1")
+        try:
+            meta = json.loads(self._npz.text("meta"))
+        except json.JSONDecodeError as exc:
+            raise InputError(self.path, f"meta is not valid JSON ({exc})") from None
+        if not isinstance(meta, dict):
+            raise InputError(self.path, "meta must be a JSON object")
+        validate_meta(meta, self.path)
+        self.meta: dict[str, Any] = meta
+        shapes = []
+        for k in range(1, self.n_layers + 1):
+            shape = self._npz.get(f"W{k}_shape")
+            if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer):
+                raise InputError(self.path, f"W{k}_shape must be two integers")
+            shapes.append((int(shape[0]), int(shape[1])))
+        for k in range(1, self.n_layers):
+            if shapes[k][1] != shapes[k - 1][0]:
+                raise InputError(
+                    self.path,
+                    f"layer {k + 1} has {shapes[k][1]} inputs but layer {k} has "
+                    f"{shapes[k - 1][0]} outputs: shapes do not chain",
+                )
+        self.shapes = tuple(shapes)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return (self.shapes[0][1], *(s[0] for s in self.shapes))
+
+    def pattern(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """indptr and indices of layer k (1-based), without the values."""
+        return self._npz.get(f"W{k}_indptr"), self._npz.get(f"W{k}_indices")
+
+    def layer(self, k: int, dtype: Any = None) -> Layer:
+        if not 1 <= k <= self.n_layers:
+            raise IndexError(k)
+        indptr, indices = self.pattern(k)
+        data = self._npz.get(f"W{k}_data")
+        bias = self._npz.get(f"b{k}")
+        return Layer.from_arrays(indptr, indices, data, self.shapes[k - 1], bias, self.path,
+                                 f"layer {k}", dtype)
+
+    def layers(self, dtype: Any = None) -> Iterator[Layer]:
+        for k in range(1, self.n_layers + 1):
+            yield self.layer(k, dtype)
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.sizes, (self.pattern(k) for k in range(1, self.n_layers + 1)))
+
+    def network(self, dtype: Any = None) -> Network:
+        extra = {k: v for k, v in self.meta.items()
+                 if k not in ("activation", "cap", "output_activation")}
+        return Network(
+            tuple(self.layers(dtype)),
+            activation=self.meta["activation"],
+            cap=None if self.meta["cap"] is None else float(self.meta["cap"]),
+            output_activation=self.meta["output_activation"],
+            extra=extra,
+        )
+
+    def close(self) -> None:
+        self._npz.close()
+
+    def __enter__(self) -> NetworkBundle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_network(path: str | os.PathLike, dtype: Any = None) -> Network:
+    """Load and validate a whole network bundle."""
+    with NetworkBundle(path) as bundle:
+        return bundle.network(dtype)
+
+
+def save_network(network: Network, path: str | os.PathLike) -> None:
+    """Write a network bundle atomically (temporary name, then rename)."""
+    network.validate(os.fspath(path))
+    arrays: dict[str, np.ndarray] = {
+        "format": np.array(NETWORK_FORMAT),
+        "n_layers": np.array(network.n_layers, dtype=np.int64),
+        "meta": np.array(json.dumps(network.meta(), sort_keys=True)),
+    }
+    for k, layer in enumerate(network.layers, start=1):
+        w = layer.weight
+        arrays[f"W{k}_indptr"] = w.indptr
+        arrays[f"W{k}_indices"] = w.indices
+        arrays[f"W{k}_data"] = w.data
+        arrays[f"W{k}_shape"] = np.array(w.shape, dtype=np.int64)
+        arrays[f"b{k}"] = layer.bias
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)

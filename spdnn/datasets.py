@@ -1,0 +1,129 @@
+"""Training data: ``digits`` (embedded), ``npz:FILE`` and ``mnist:DIR``.
+
+Samples are rows (samples x features) here; the engines transpose batches into the column
+convention. Labels are integers in [0, C).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bundle import NpzReader
+from .errors import InputError
+from .formats import read_idx
+from .network import as_dtype
+
+DIGITS_PATH = Path(__file__).resolve().parent.parent / "data" / "digits.csv.gz"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+
+    @property
+    def n_features(self) -> int:
+        return int(self.x_train.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        ys = [self.y_train] + ([self.y_test] if self.y_test is not None else [])
+        return int(max(int(y.max(initial=0)) for y in ys)) + 1
+
+
+def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any) -> tuple:
+    if x.ndim != 2:
+        raise InputError(source, f"x_{split} must be 2-D (samples x features), has shape {x.shape}")
+    if y.ndim != 1 or len(y) != len(x):
+        raise InputError(source, f"y_{split} must hold one label per row of x_{split}")
+    if not np.issubdtype(y.dtype, np.integer):
+        if not np.issubdtype(y.dtype, np.floating) or np.any(y != np.round(y)):
+            raise InputError(source, f"y_{split} must hold integer labels")
+    if len(y) and int(y.min()) < 0:
+        raise InputError(source, f"y_{split} has a negative label")
+    if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
+        raise InputError(source, f"x_{split} must hold finite numbers")
+    return x.astype(as_dtype(dtype), copy=False), y.astype(np.int64)
+
+
+def load_npz(path: str | os.PathLike, dtype: Any = "float32") -> Dataset:
+    npz = NpzReader(path, "training data")
+    source = npz.path
+    x, y = _check_xy(source, npz.get("x_train"), npz.get("y_train"), "train", dtype)
+    x_test = y_test = None
+    if "x_test" in npz.keys or "y_test" in npz.keys:
+        x_test, y_test = _check_xy(source, npz.get("x_test"), npz.get("y_test"), "test", dtype)
+        if x_test.shape[1] != x.shape[1]:
+            raise InputError(source, "x_test and x_train have different feature counts")
+    npz.close()
+    return Dataset(Path(source).name, x, y, x_test, y_test)
+
+
+def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
+    """MNIST from its IDX files (``train-images-idx3-ubyte[.gz]`` etc.), pixels scaled to [0, 1]."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(d, "no such directory")
+
+    def find(stem: str) -> Path:
+        for name in (stem, stem + ".gz"):
+            if (d / name).is_file():
+                return d / name
+        raise InputError(d / stem, "no such file (nor .gz)")
+
+    def images(stem: str) -> np.ndarray:
+        f = find(stem)
+        a = read_idx(f)
+        if a.ndim != 3 or a.dtype != np.uint8:
+            raise InputError(f, "expected a 3-D uint8 image array")
+        return (a.reshape(len(a), -1).astype(as_dtype(dtype)) / 255).astype(as_dtype(dtype))
+
+    def labels(stem: str, n: int) -> np.ndarray:
+        f = find(stem)
+        a = read_idx(f)
+        if a.ndim != 1 or len(a) != n:
+            raise InputError(f, f"expected {n} labels, found shape {a.shape}")
+        return a.astype(np.int64)
+
+    x = images("train-images-idx3-ubyte")
+    y = labels("train-labels-idx1-ubyte", len(x))
+    xt = images("t10k-images-idx3-ubyte")
+    yt = labels("t10k-labels-idx1-ubyte", len(xt))
+    return Dataset("mnist", x, y, xt, yt)
+
+
+def load_digits(dtype: Any = "float32") -> Dataset:
+    """The UCI/scikit-learn handwritten digits (1,797 8x8 images) shipped in ``data/``.
+
+    Pixels are scaled to [0, 1]; a fixed seeded permutation puts 1,437 samples in the
+    training split and 360 in the test split.
+    """
+    with gzip.open(DIGITS_PATH, "rt") as fh:
+        table = np.loadtxt(fh, delimiter=",")
+    x = (table[:, :-1] / 16.0).astype(as_dtype(dtype))
+    y = table[:, -1].astype(np.int64)
+    order = np.random.default_rng(20260101).permutation(len(x))
+    n_test = 360
+    train, test = order[:-n_test], order[-n_test:]
+    return Dataset("digits", x[train], y[train], x[test], y[test])
+
+
+def load_dataset(spec: str, dtype: Any = "float32") -> Dataset:
+    """``digits``, ``npz:FILE`` or ``mnist:DIR``."""
+    if spec == "digits":
+        return load_digits(dtype)
+    kind, _, arg = spec.partition(":")
+    if kind == "npz" and arg:
+        return load_npz(arg, dtype)
+    if kind == "mnist" and arg:
+        return load_mnist(arg, dtype)
+    raise InputError(spec, "unknown data source (use digits, npz:FILE or mnist:DIR)")

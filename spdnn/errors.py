@@ -1,0 +1,22 @@
+"""User-facing errors: one line on stderr, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import os
+
+
+class SpdnnError(Exception):
+    """An error caused by the user's input or environment, reported as one line."""
+
+    exit_code = 2
+
+
+class InputError(SpdnnError):
+    """A problem with an input file, naming the file and, where there is one, the line."""
+
+    def __init__(self, path: str | os.PathLike, problem: str, line: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.problem = problem
+        self.line = line
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")

@@ -1,0 +1,349 @@
+"""Readers and writers for the field's file formats (README, "File formats").
+
+- Graph Challenge: ``n{N}-l{k}.tsv`` weight files (1-based ``row<TAB>col<TAB>value``, W(i,j) is the
+  edge from input i to output j, so transposed into spdnn's rows-are-outputs convention), input
+  images as TSV triples or Matrix Market, category files with one 1-based index per line.
+- Matrix Market coordinate files (real, integer or pattern; general).
+- MNIST IDX files, gzipped or not.
+
+Every reader reports a malformed file as InputError naming the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .atomic import atomic_path, write_text
+from .errors import InputError
+from .network import Layer, Network, as_dtype
+
+# --------------------------------------------------------------------------- text tables
+
+
+def _read_text(path: str | os.PathLike) -> str:
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise InputError(p, "no such file")
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return raw.decode("ascii")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(p, f"cannot read as text ({exc})") from None
+
+
+def _parse_rows(
+    path: str, lines: Sequence[str], first_line: int, ncols: Sequence[int]
+) -> np.ndarray:
+    """Parse whitespace-separated numeric rows; ``first_line`` is the 1-based number of lines[0].
+
+    Blank lines are skipped. Errors name the first line with a wrong field count or a
+    non-numeric field.
+    """
+    fields = [ln.split() for ln in lines]
+    widths = [len(f) for f in fields if f]
+    if not widths:
+        return np.zeros((0, ncols[0]))
+    width = widths[0]
+    for offset, f in enumerate(fields):
+        if f and (len(f) != width or len(f) not in ncols):
+            want = " or ".join(str(c) for c in ncols)
+            raise InputError(path, f"expected {want} fields, found {len(f)}", first_line + offset)
+    try:
+        return np.array([x for f in fields for x in f], dtype=np.float64).reshape(-1, width)
+    except ValueError:
+        for offset, f in enumerate(fields):
+            for x in f:
+                try:
+                    float(x)
+                except ValueError:
+                    raise InputError(path, f"non-numeric field '{x}'",
+                                     first_line + offset) from None
+        raise
+
+
+def _locate(path: str, lines: Sequence[str], first_line: int, entry: int) -> int:
+    """1-based line number of the ``entry``-th non-blank line."""
+    seen = -1
+    for offset, ln in enumerate(lines):
+        if ln.strip():
+            seen += 1
+            if seen == entry:
+                return first_line + offset
+    return first_line + len(lines)
+
+
+def _check_indices(
+    path: str, lines: Sequence[str], first_line: int, values: np.ndarray, upper: int | None,
+    what: str,
+) -> np.ndarray:
+    """Check 1-based integer indices in [1, upper]; return them 0-based as int64."""
+    bad_int = values != np.floor(values)
+    if np.any(bad_int):
+        e = int(np.argmax(bad_int))
+        raise InputError(path, f"{what} {values[e]:g} is not an integer",
+                         _locate(path, lines, first_line, e))
+    low = values < 1
+    if np.any(low):
+        e = int(np.argmax(low))
+        raise InputError(path, f"{what} {int(values[e])} is not a 1-based index (must be >= 1)",
+                         _locate(path, lines, first_line, e))
+    if upper is not None:
+        high = values > upper
+        if np.any(high):
+            e = int(np.argmax(high))
+            raise InputError(path, f"{what} {int(values[e])} out of range [1, {upper}]",
+                             _locate(path, lines, first_line, e))
+    return values.astype(np.int64) - 1
+
+
+# --------------------------------------------------------------------------- triples / TSV
+
+
+def read_triples(
+    path: str | os.PathLike, shape: tuple[int | None, int | None] = (None, None)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """Read 1-based ``row col value`` lines; return 0-based rows, cols, values and the shape.
+
+    A dimension given as None is taken from the largest index present.
+    """
+    p = os.fspath(path)
+    lines = _read_text(p).splitlines()
+    table = _parse_rows(p, lines, 1, (3,))
+    rows = _check_indices(p, lines, 1, table[:, 0], shape[0], "row index")
+    cols = _check_indices(p, lines, 1, table[:, 1], shape[1], "column index")
+    vals = table[:, 2]
+    if not np.all(np.isfinite(vals)):
+        e = int(np.argmax(~np.isfinite(vals)))
+        raise InputError(p, "non-finite value", _locate(p, lines, 1, e))
+    n_rows = shape[0] if shape[0] is not None else int(rows.max(initial=-1)) + 1
+    n_cols = shape[1] if shape[1] is not None else int(cols.max(initial=-1)) + 1
+    return rows, cols, vals, (n_rows, n_cols)
+
+
+def write_triples(path: str | os.PathLike, matrix: sp.spmatrix) -> None:
+    coo = sp.coo_matrix(matrix)
+    order = np.lexsort((coo.col, coo.row))
+    lines = [f"{r + 1}\t{c + 1}\t{v:.17g}" for r, c, v in
+             zip(coo.row[order], coo.col[order], coo.data[order])]
+    write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+
+
+def _coo_to_csr(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+                shape: tuple[int, int]) -> sp.csr_matrix:
+    key = rows * shape[1] + cols
+    if len(np.unique(key)) != len(key):
+        raise InputError(path, "duplicate entry for the same (row, column)")
+    m = sp.csr_matrix((vals, (rows, cols)), shape=shape)
+    m.sort_indices()
+    return m
+
+
+# --------------------------------------------------------------------------- Matrix Market
+
+_MM_HEADER = re.compile(r"%%MatrixMarket\s+matrix\s+(\w+)\s+(\w+)\s+(\w+)", re.IGNORECASE)
+
+
+def read_mtx(path: str | os.PathLike) -> sp.csr_matrix:
+    """Read a Matrix Market coordinate file (real/integer/pattern, general) as float64 CSR."""
+    p = os.fspath(path)
+    lines = _read_text(p).splitlines()
+    if not lines:
+        raise InputError(p, "empty file, expected a %%MatrixMarket header", 1)
+    m = _MM_HEADER.match(lines[0])
+    if not m:
+        raise InputError(p, "missing '%%MatrixMarket matrix ...' header", 1)
+    layout, field, symmetry = (g.lower() for g in m.groups())
+    if layout != "coordinate" or field not in ("real", "integer", "pattern", "double"):
+        raise InputError(p, f"unsupported Matrix Market type '{layout} {field}'", 1)
+    if symmetry != "general":
+        raise InputError(p, f"unsupported Matrix Market symmetry '{symmetry}'", 1)
+    i = 1
+    while i < len(lines) and (lines[i].startswith("%") or not lines[i].strip()):
+        i += 1
+    if i == len(lines):
+        raise InputError(p, "truncated: no size line", i)
+    size = lines[i].split()
+    if len(size) != 3 or not all(s.isdigit() for s in size):
+        raise InputError(p, "size line must be 'rows cols entries'", i + 1)
+    n_rows, n_cols, nnz = (int(s) for s in size)
+    data_lines = [ln for ln in lines[i + 1:] if not ln.startswith("%")]
+    width = 2 if field == "pattern" else 3
+    table = _parse_rows(p, data_lines, i + 2, (width,))
+    if len(table) != nnz:
+        problem = "truncated" if len(table) < nnz else "too many entries"
+        raise InputError(p, f"{problem}: size line says {nnz} entries, found {len(table)}")
+    rows = _check_indices(p, data_lines, i + 2, table[:, 0], n_rows, "row index")
+    cols = _check_indices(p, data_lines, i + 2, table[:, 1], n_cols, "column index")
+    vals = np.ones(nnz) if field == "pattern" else table[:, 2]
+    if not np.all(np.isfinite(vals)):
+        e = int(np.argmax(~np.isfinite(vals)))
+        raise InputError(p, "non-finite value", _locate(p, data_lines, i + 2, e))
+    return _coo_to_csr(p, rows, cols, vals, (n_rows, n_cols))
+
+
+def write_mtx(path: str | os.PathLike, matrix: sp.spmatrix, comment: str = "") -> None:
+    coo = sp.coo_matrix(matrix)
+    order = np.lexsort((coo.col, coo.row))
+    head = ["%%MatrixMarket matrix coordinate real general"]
+    head += [f"% {c}" for c in comment.splitlines()]
+    head.append(f"{coo.shape[0]} {coo.shape[1]} {coo.nnz}")
+    body = [f"{r + 1} {c + 1} {v:.17g}" for r, c, v in
+            zip(coo.row[order], coo.col[order], coo.data[order])]
+    write_text(path, "\n".join(head + body) + "\n")
+
+
+# --------------------------------------------------------------------------- inputs, categories
+
+
+def read_sparse_matrix(path: str | os.PathLike,
+                       n_cols: int | None = None) -> sp.csr_matrix:
+    """Read TSV triples (``.tsv``/``.txt``) or Matrix Market (``.mtx``) as CSR."""
+    p = os.fspath(path)
+    if p.endswith((".mtx", ".mtx.gz")):
+        m = read_mtx(p)
+        if n_cols is not None and m.shape[1] != n_cols:
+            raise InputError(p, f"has {m.shape[1]} columns, expected {n_cols}")
+        return m
+    rows, cols, vals, shape = read_triples(p, (None, n_cols))
+    return _coo_to_csr(p, rows, cols, vals, shape)
+
+
+def read_inputs(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
+    """Graph Challenge input images: samples x features (TSV triples or Matrix Market)."""
+    return read_sparse_matrix(path, n_features)
+
+
+def read_categories(path: str | os.PathLike) -> np.ndarray:
+    """1-based category indices: one per line (TSV) or an n x 1 Matrix Market pattern."""
+    p = os.fspath(path)
+    if p.endswith((".mtx", ".mtx.gz")):
+        m = read_mtx(p)
+        if m.shape[1] != 1:
+            raise InputError(p, f"a category file has one column, this one has {m.shape[1]}")
+        return np.sort(m.tocoo().row.astype(np.int64) + 1)
+    lines = _read_text(p).splitlines()
+    table = _parse_rows(p, lines, 1, (1,))
+    cats = _check_indices(p, lines, 1, table[:, 0], None, "category") + 1
+    return np.sort(cats)
+
+
+def write_categories(path: str | os.PathLike, categories: np.ndarray) -> None:
+    write_text(path, "".join(f"{int(c)}\n" for c in categories))
+
+
+# --------------------------------------------------------------------------- Graph Challenge
+
+_GC_NAME = re.compile(r"n(\d+)-l(\d+)\.tsv$")
+
+
+def graphchallenge_files(directory: str | os.PathLike) -> tuple[int, list[Path]]:
+    """The neuron count N and the layer files n{N}-l1.tsv .. n{N}-lL.tsv of a directory."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(d, "no such directory")
+    found: dict[int, dict[int, Path]] = {}
+    for f in d.iterdir():
+        m = _GC_NAME.match(f.name)
+        if m:
+            found.setdefault(int(m.group(1)), {})[int(m.group(2))] = f
+    if not found:
+        raise InputError(d, "no Graph Challenge layer files n{N}-l{k}.tsv")
+    if len(found) > 1:
+        raise InputError(d, f"layer files for several neuron counts: {sorted(found)}")
+    n, files = next(iter(found.items()))
+    count = max(files)
+    missing = [k for k in range(1, count + 1) if k not in files]
+    if missing:
+        raise InputError(d, f"missing layer file n{n}-l{missing[0]}.tsv")
+    return n, [files[k] for k in range(1, count + 1)]
+
+
+def read_graphchallenge(
+    directory: str | os.PathLike,
+    bias: float,
+    cap: float | None,
+    n_layers: int | None = None,
+    dtype: str = "float32",
+    progress: Callable[[int, int], None] | None = None,
+) -> Network:
+    """A Graph Challenge network directory as a Network (weights transposed on the way in)."""
+    n, files = graphchallenge_files(directory)
+    if n_layers is not None:
+        if n_layers > len(files):
+            raise InputError(directory, f"asked for {n_layers} layers, found {len(files)}")
+        files = files[:n_layers]
+    dt = as_dtype(dtype)
+    layers = []
+    for k, f in enumerate(files, start=1):
+        rows, cols, vals, _ = read_triples(f, (n, n))
+        # TSV row = input neuron, column = output neuron; spdnn's rows are outputs.
+        w = _coo_to_csr(os.fspath(f), cols, rows, vals, (n, n)).astype(dt)
+        layers.append(Layer(w, np.full(n, bias, dtype=dt)))
+        if progress:
+            progress(k, len(files))
+    return Network(tuple(layers), cap=cap, output_activation="relu",
+                   extra={"source": "graphchallenge"}).validate(os.fspath(directory))
+
+
+def write_graphchallenge(network: Network, directory: str | os.PathLike) -> None:
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    n = network.sizes[0]
+    if any(s != n for s in network.sizes):
+        raise InputError(d, "the Graph Challenge format needs square layers of equal size")
+    for k, layer in enumerate(network.layers, start=1):
+        write_triples(d / f"n{n}-l{k}.tsv", layer.weight.T)
+
+
+# --------------------------------------------------------------------------- MNIST IDX
+
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read an IDX file (gzipped or not): magic 0x0000TTDD, D big-endian sizes, then the data."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise InputError(p, "no such file")
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise InputError(p, f"cannot read ({exc})") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+        raise InputError(p, "not an IDX file (bad magic number)")
+    ndim = raw[3]
+    if ndim < 1 or len(raw) < 4 + 4 * ndim:
+        raise InputError(p, "truncated IDX header")
+    dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", ndim, 4))
+    dtype = np.dtype(_IDX_TYPES[raw[2]])
+    need = int(np.prod(dims)) * dtype.itemsize
+    body = raw[4 + 4 * ndim:]
+    if len(body) < need:
+        raise InputError(p, f"truncated: header promises {need} data bytes, found {len(body)}")
+    if len(body) > need:
+        raise InputError(p, f"{len(body) - need} bytes of trailing data after the IDX payload")
+    return np.frombuffer(body, dtype, int(np.prod(dims))).reshape(dims)
+
+
+def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
+    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09}
+    arr = np.ascontiguousarray(array)
+    if arr.dtype not in codes:
+        raise ValueError("write_idx supports uint8 and int8 arrays")
+    head = bytes([0, 0, codes[arr.dtype], arr.ndim]) + np.array(arr.shape, ">u4").tobytes()
+    with atomic_path(path) as tmp:
+        data = head + arr.tobytes()
+        tmp.write_bytes(gzip.compress(data) if os.fspath(path).endswith(".gz") else data)

@@ -1,0 +1,196 @@
+"""Network generators: RadiX-Net (Graph Challenge style), random fixed fan-in, magnitude pruning.
+
+Every generator takes a ``seed``; the same seed gives the same network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .bundle import NpzReader
+from .errors import InputError
+from .network import Layer, Network, as_dtype
+
+RADIX_SIZES = (1024, 4096, 16384, 65536)
+RADIX_BLOCK = 16  # kron(ones(16, 16), .): each neuron feeds 16 copies of its group
+
+
+def _rng(seed: int | np.random.Generator | None) -> np.random.Generator:
+    """Normalise a seed argument (one place for every generator)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.default_rng(0 if seed is None else seed)
+
+
+def radixnet_base(n: int, p: int) -> sp.csr_matrix:
+    """kron(ones(16,16), I + S^p) / 16 with S the (n/16)-cyclic shift, S[i, i+1] = 1."""
+    m = n // RADIX_BLOCK
+    eye = sp.identity(m, format="csr")
+    shift = sp.csr_matrix((np.ones(m), (np.arange(m), (np.arange(m) + p) % m)), shape=(m, m))
+    w = sp.kron(np.ones((RADIX_BLOCK, RADIX_BLOCK)), eye + shift, format="csr") / RADIX_BLOCK
+    w.sort_indices()
+    return w
+
+
+def radixnet(
+    n: int,
+    n_layers: int,
+    seed: int | None = 0,
+    bias: float = -0.3,
+    cap: float | None = 32.0,
+    dtype: Any = "float32",
+) -> Network:
+    """Graph-Challenge-style RadiX-Net: N neurons per layer, 32 nonzeros per row and column.
+
+    The first log2(N/16) layers are kron(ones(16,16), I + S^p)/16, p = 1, 2, 4, ..., N/32
+    (for N = 1024: exactly the official layers 1-6). Layer l beyond them is base layer
+    ((l-1) mod cycle)+1 with independent random row and column permutations.
+    """
+    if n not in RADIX_SIZES:
+        raise ValueError(f"radixnet size must be one of {RADIX_SIZES}, not {n}")
+    if n_layers < 1:
+        raise ValueError("radixnet needs at least one layer")
+    dt = as_dtype(dtype)
+    m = n // RADIX_BLOCK
+    cycle = int(np.log2(m))
+    bases = [radixnet_base(n, 2**j) for j in range(cycle)]
+    rng = _rng(seed)
+    layers = []
+    for layer in range(n_layers):
+        w = bases[layer % cycle]
+        if layer >= cycle:
+            rows, cols = rng.permutation(n), rng.permutation(n)
+            w = w[rows][:, cols]
+            w.sort_indices()
+        layers.append(Layer(w.astype(dt), np.full(n, bias, dtype=dt)))
+    return Network(tuple(layers), cap=cap, output_activation="relu",
+                   extra={"generator": "radixnet", "seed": seed})
+
+
+def fixed_fan_in(n_out: int, n_in: int, fan_in: int, rng: np.random.Generator,
+                 dtype: Any = "float32") -> sp.csr_matrix:
+    """n_out x n_in CSR with exactly min(fan_in, n_in) distinct random columns per row.
+
+    Values are He-initialised for ReLU: N(0, 2 / fan_in).
+    """
+    k = min(fan_in, n_in)
+    cols = np.empty((n_out, k), dtype=np.int64)
+    for i in range(n_out):
+        cols[i] = rng.choice(n_in, k, replace=False)
+    cols.sort(axis=1)
+    vals = rng.standard_normal(n_out * k) * np.sqrt(2.0 / k)
+    indptr = np.arange(0, n_out * k + 1, k)
+    return sp.csr_matrix((vals.astype(as_dtype(dtype)), cols.ravel(), indptr), shape=(n_out, n_in))
+
+
+def dense_head(n_classes: int, n_in: int, rng: np.random.Generator,
+               dtype: Any = "float32") -> Layer:
+    """A fully connected classifier layer (stored as CSR), PyTorch-style uniform init."""
+    bound = 1.0 / np.sqrt(n_in)
+    w = rng.uniform(-bound, bound, size=(n_classes, n_in)).astype(as_dtype(dtype))
+    return Layer(sp.csr_matrix(w), np.zeros(n_classes, dtype=as_dtype(dtype)))
+
+
+def random_network(
+    sizes: Sequence[int],
+    fan_in: int,
+    seed: int | None = 0,
+    n_classes: int | None = None,
+    cap: float | None = None,
+    dtype: Any = "float32",
+) -> Network:
+    """Random fixed fan-in layers n_0 -> n_1 -> ... -> n_L, optionally topped by a dense head.
+
+    Without a head the last layer is linear (a regression/MSE output).
+    """
+    if len(sizes) < 2 or any(s < 1 for s in sizes):
+        raise ValueError("random network needs at least two positive layer sizes")
+    if fan_in < 1:
+        raise ValueError("fan-in must be at least 1")
+    rng = _rng(seed)
+    dt = as_dtype(dtype)
+    layers = [Layer(fixed_fan_in(n_out, n_in, fan_in, rng, dt), np.zeros(n_out, dtype=dt))
+              for n_in, n_out in zip(sizes[:-1], sizes[1:])]
+    if n_classes:
+        layers.append(dense_head(n_classes, sizes[-1], rng, dt))
+    return Network(tuple(layers), cap=cap, output_activation="linear",
+                   extra={"generator": "random", "fan_in": fan_in, "seed": seed})
+
+
+def prune_dense(weights: Sequence[np.ndarray], biases: Sequence[np.ndarray | None],
+                density: float, prune_last: bool = True) -> list[Layer]:
+    """Magnitude pruning: keep the round(density * size) largest |w| of each layer (at least one
+    per row so no neuron is cut off); ``prune_last=False`` keeps the last layer dense."""
+    if not 0 < density <= 1:
+        raise ValueError("density must be in (0, 1]")
+    layers = []
+    for k, (w, b) in enumerate(zip(weights, biases), start=1):
+        w = np.asarray(w, dtype=np.float64)
+        keep = np.ones(w.shape, dtype=bool)
+        if prune_last or k < len(weights):
+            n_keep = max(1, int(round(density * w.size)))
+            flat = np.abs(w).ravel()
+            # Stable order: ties go to the earlier entry.
+            order = np.argsort(-flat, kind="stable")[:n_keep]
+            keep = np.zeros(w.size, dtype=bool)
+            keep[order] = True
+            keep = keep.reshape(w.shape)
+            keep[np.arange(w.shape[0]), np.argmax(np.abs(w), axis=1)] = True
+        # Built from the mask so that a selected entry equal to zero stays in the pattern.
+        r, c = np.nonzero(keep)
+        m = sp.csr_matrix((w[r, c], (r, c)), shape=w.shape)
+        m.sort_indices()
+        bias = np.zeros(w.shape[0]) if b is None else np.asarray(b, dtype=np.float64)
+        layers.append(Layer(m, bias))
+    return layers
+
+
+def prune_file(path: str | os.PathLike, density: float, seed: int | None = 0,
+               n_classes: int | None = None, dtype: Any = "float32") -> Network:
+    """Prune dense weights from ``.npz`` (keys W1..WL, optional b1..bL, n_k x n_{k-1}) or a
+    single ``.npy`` matrix (one layer)."""
+    p = os.fspath(path)
+    weights: list[np.ndarray] = []
+    biases: list[np.ndarray | None] = []
+    if p.endswith(".npy"):
+        try:
+            w = np.load(p, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(p, f"cannot read .npy ({exc})") from None
+        weights, biases = [w], [None]
+    else:
+        npz = NpzReader(p, "dense weights")
+        k = 1
+        while f"W{k}" in npz.keys:
+            weights.append(npz.get(f"W{k}"))
+            biases.append(npz.get(f"b{k}") if f"b{k}" in npz.keys else None)
+            k += 1
+        if not weights:
+            raise InputError(p, "no dense weights (expected keys W1, W2, ...)")
+    for k, (w, b) in enumerate(zip(weights, biases), start=1):
+        if w.ndim != 2 or not np.issubdtype(w.dtype, np.number) or not np.all(np.isfinite(w)):
+            raise InputError(p, f"W{k} must be a finite 2-D numeric array")
+        if b is not None and b.shape != (w.shape[0],):
+            raise InputError(p, f"b{k} has shape {b.shape}, expected ({w.shape[0]},)")
+        if k > 1 and w.shape[1] != weights[k - 2].shape[0]:
+            raise InputError(p, f"W{k} has {w.shape[1]} inputs but W{k - 1} has "
+                                f"{weights[k - 2].shape[0]} outputs: shapes do not chain")
+    dt = as_dtype(dtype)
+    layers = [Layer(lay.weight.astype(dt), lay.bias.astype(dt))
+              for lay in prune_dense(weights, biases, density)]
+    if n_classes:
+        layers.append(dense_head(n_classes, layers[-1].n_out, _rng(seed), dt))
+    return Network(tuple(layers), output_activation="linear",
+                   extra={"generator": "prune", "density": density})
+
+
+def add_head(network: Network, n_classes: int, seed: int | None = 0) -> Network:
+    """Top a network with a dense classifier head; the output becomes linear."""
+    head = dense_head(n_classes, network.sizes[-1], _rng(seed), network.dtype)
+    return Network((*network.layers, head), network.activation, network.cap, "linear",
+                   {**network.extra, "head": n_classes})

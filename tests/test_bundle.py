@@ -1,0 +1,114 @@
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from spdnn.bundle import NETWORK_FORMAT, NetworkBundle, load_network, save_network
+from spdnn.errors import InputError
+from tests.helpers import small_network
+
+
+def _equal(a, b):
+    assert a.sizes == b.sizes and a.meta() == b.meta()
+    for la, lb in zip(a.layers, b.layers):
+        assert (la.weight != lb.weight).nnz == 0
+        np.testing.assert_array_equal(la.weight.indices, lb.weight.indices)
+        np.testing.assert_array_equal(la.bias, lb.bias)
+        assert la.weight.dtype == lb.weight.dtype
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_round_trip_is_lossless(tmp_path, dtype):
+    net = small_network(cap=32.0, output_activation="relu").astype(dtype)
+    save_network(net, tmp_path / "net.npz")
+    back = load_network(tmp_path / "net.npz")
+    _equal(net, back)
+    assert back.fingerprint() == net.fingerprint()
+    assert list(tmp_path.iterdir()) == [tmp_path / "net.npz"]  # no temporary left behind
+
+
+def test_keys_follow_the_documented_format(tmp_path):
+    net = small_network()
+    save_network(net, tmp_path / "net.npz")
+    with np.load(tmp_path / "net.npz", allow_pickle=False) as z:
+        assert str(z["format"]) == NETWORK_FORMAT
+        assert int(z["n_layers"]) == 3
+        meta = json.loads(str(z["meta"]))
+        assert meta["activation"] == "relu" and meta["cap"] is None
+        assert meta["output_activation"] == "linear"
+        assert z["W2_shape"].tolist() == [7, 9]
+        assert set(z.files) >= {"W1_indptr", "W1_indices", "W1_data", "b1", "b3"}
+
+
+def test_one_layer_is_read_alone(tmp_path):
+    net = small_network()
+    save_network(net, tmp_path / "net.npz")
+    with NetworkBundle(tmp_path / "net.npz") as bundle:
+        assert bundle.sizes == net.sizes
+        assert bundle.fingerprint() == net.fingerprint()
+        layer = bundle.layer(2)
+        np.testing.assert_array_equal(layer.weight.toarray(), net.layers[1].weight.toarray())
+
+
+def _rewrite(src, dst, **changes):
+    with np.load(src, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    for k, v in changes.items():
+        if v is None:
+            arrays.pop(k)
+        else:
+            arrays[k] = v
+    np.savez(dst, **arrays)
+
+
+@pytest.mark.parametrize(
+    "changes, problem",
+    [
+        ({"format": np.array("spdnn-network/9")}, "unknown format version 'spdnn-network/9'"),
+        ({"W2_data": None}, "missing key 'W2_data'"),
+        ({"W1_data": np.full(36, np.nan)}, "layer 1: non-finite value"),
+        ({"W2_shape": np.array([7, 8])}, "shapes do not chain"),
+        ({"meta": np.array("{not json")}, "meta is not valid JSON"),
+        ({"meta": np.array('{"activation": "relu", "cap": null, "output_activation": "x"}')},
+         "output_activation"),
+    ],
+)
+def test_bad_bundles(tmp_path, changes, problem):
+    save_network(small_network(), tmp_path / "good.npz")
+    _rewrite(tmp_path / "good.npz", tmp_path / "bad.npz", **changes)
+    with pytest.raises(InputError, match=problem) as err:
+        load_network(tmp_path / "bad.npz")
+    assert str(tmp_path / "bad.npz") in str(err.value)
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        load_network(tmp_path / "nope.npz")
+    (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 this is not a zip")
+    with pytest.raises(InputError, match="not a readable network"):
+        load_network(tmp_path / "junk.npz")
+    save_network(small_network(), tmp_path / "net.npz")
+    raw = (tmp_path / "net.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(InputError):
+        load_network(tmp_path / "cut.npz")
+
+
+def test_failed_save_leaves_no_file(tmp_path):
+    net = small_network()
+    net.layers[0].weight.data[0] = np.nan
+    with pytest.raises(InputError):
+        save_network(net, tmp_path / "net.npz")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(InputError, match="does not exist"):
+        save_network(small_network(), tmp_path / "no" / "net.npz")
+
+
+def test_pickled_arrays_are_refused(tmp_path):
+    save_network(small_network(), tmp_path / "good.npz")
+    _rewrite(tmp_path / "good.npz", tmp_path / "bad.npz",
+             meta=np.array([{"activation": "relu"}], dtype=object))
+    with pytest.raises(InputError):
+        load_network(tmp_path / "bad.npz")
+    assert zipfile.is_zipfile(tmp_path / "bad.npz")

@@ -1,0 +1,155 @@
+import json
+
+import numpy as np
+import pytest
+
+from spdnn.bundle import load_network, save_network
+from spdnn.formats import write_idx
+from tests.helpers import assert_one_line_error, run_spdnn, small_network
+
+
+def test_help_has_an_example():
+    proc = run_spdnn("--help")
+    assert proc.returncode == 0 and "examples:" in proc.stdout and "spdnn train" in proc.stdout
+
+
+def test_generate_train_save_infer(tmp_path):
+    assert run_spdnn("generate", "random", "--sizes", "64,64,64", "--fan-in", "8", "--head",
+                     "10", "-o", tmp_path / "net.npz").returncode == 0
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data", "digits",
+                     "--epochs", "2", "--batch-size", "32", "--save", tmp_path / "t.npz",
+                     "--metrics-out", tmp_path / "m.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "epoch   2" in proc.stdout
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert len(metrics["epochs"]) == 2 and metrics["epochs"][1]["test_accuracy"] > 0.5
+    assert load_network(tmp_path / "t.npz").fingerprint() == \
+        load_network(tmp_path / "net.npz").fingerprint()
+    proc = run_spdnn("infer", "--network", tmp_path / "t.npz", "--inputs", "digits")
+    assert proc.returncode == 0 and "accuracy" in proc.stdout
+
+
+def test_train_on_npz_and_mnist_idx(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (40, 4, 4), dtype=np.uint8)
+    y = (x.reshape(40, -1).mean(axis=1) > 127).astype(np.uint8)
+    for split, n in (("train", 30), ("t10k", 10)):
+        write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", x[:n] if split == "train" else x[30:])
+        write_idx(tmp_path / f"{split}-labels-idx1-ubyte", y[:n] if split == "train" else y[30:])
+    save_network(small_network((16, 8, 2)), tmp_path / "net.npz")
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data", f"mnist:{tmp_path}",
+                     "--epochs", "1", "--batch-size", "8")
+    assert proc.returncode == 0, proc.stderr
+    np.savez(tmp_path / "d.npz", x_train=x.reshape(40, -1) / 255.0, y_train=y)
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data",
+                     f"npz:{tmp_path / 'd.npz'}", "--epochs", "1", "--dtype", "float64")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_convert_round_trips_through_mtx_and_graphchallenge(tmp_path):
+    assert run_spdnn("generate", "radixnet", "--neurons", "1024", "--layers", "3",
+                     "-o", tmp_path / "rx.npz").returncode == 0
+    assert run_spdnn("convert", "network", tmp_path / "rx.npz", "--to", "graphchallenge",
+                     "-o", tmp_path / "gc").returncode == 0
+    proc = run_spdnn("convert", "graphchallenge", tmp_path / "gc", "--bias", "-0.3", "--cap",
+                     "32", "-o", tmp_path / "back.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert run_spdnn("convert", "network", tmp_path / "rx.npz", "--to", "mtx",
+                     "-o", tmp_path / "mtx").returncode == 0
+    files = [tmp_path / "mtx" / f"layer{k}.mtx" for k in (1, 2, 3)]
+    proc = run_spdnn("convert", "mtx", *files, "--bias", "-0.3", "--cap", "32",
+                     "--output-activation", "relu", "-o", tmp_path / "back2.npz")
+    assert proc.returncode == 0, proc.stderr
+    a, b, c = (load_network(tmp_path / n) for n in ("rx.npz", "back.npz", "back2.npz"))
+    for other in (b, c):
+        assert other.meta()["cap"] == 32 and other.output_activation == "relu"
+        for la, lb in zip(a.layers, other.layers):
+            assert (la.weight != lb.weight).nnz == 0
+            np.testing.assert_array_equal(la.bias, lb.bias)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_bad_tsv_in_a_graphchallenge_directory(tmp_path):
+    (tmp_path / "gc").mkdir()
+    (tmp_path / "gc" / "n4-l1.tsv").write_text("1\t1\t1\n2\tabc\t1\n")
+    proc = run_spdnn("convert", "graphchallenge", tmp_path / "gc", "-o", tmp_path / "o.npz")
+    assert_one_line_error(proc, "n4-l1.tsv:2", "non-numeric field 'abc'")
+    assert not (tmp_path / "o.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1\n", "truncated"),
+        ("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1 1\n", ":3: expected 3"),
+        ("%%MatrixMarket matrix coordinate real general\n2 2 1\n0 1 1\n", ":3: row index 0"),
+    ],
+)
+def test_bad_mtx_layer(tmp_path, content, fragment):
+    (tmp_path / "l1.mtx").write_text(content)
+    proc = run_spdnn("convert", "mtx", tmp_path / "l1.mtx", "-o", tmp_path / "o.npz")
+    assert_one_line_error(proc, "l1.mtx", fragment)
+    assert list(tmp_path.iterdir()) == [tmp_path / "l1.mtx"]
+
+
+def test_layers_that_do_not_chain(tmp_path):
+    for name, shape in (("a.mtx", "3 2 1"), ("b.mtx", "2 4 1")):
+        (tmp_path / name).write_text(
+            f"%%MatrixMarket matrix coordinate real general\n{shape}\n1 1 1\n")
+    proc = run_spdnn("convert", "mtx", tmp_path / "a.mtx", tmp_path / "b.mtx",
+                     "-o", tmp_path / "o.npz")
+    assert_one_line_error(proc, "shapes do not chain")
+
+
+def test_nan_weights_and_unknown_version(tmp_path):
+    net = small_network()
+    save_network(net, tmp_path / "net.npz")
+    with np.load(tmp_path / "net.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["W1_data"] = arrays["W1_data"].copy()
+    arrays["W1_data"][3] = np.inf
+    np.savez(tmp_path / "inf.npz", **arrays)
+    proc = run_spdnn("infer", "--network", tmp_path / "inf.npz", "--inputs", "digits")
+    assert_one_line_error(proc, "inf.npz", "non-finite")
+    arrays["W1_data"][3] = 0.5
+    arrays["format"] = np.array("spdnn-network/2")
+    np.savez(tmp_path / "v2.npz", **arrays)
+    proc = run_spdnn("train", "--network", tmp_path / "v2.npz")
+    assert_one_line_error(proc, "v2.npz", "unknown format version")
+
+
+def test_missing_files_and_feature_mismatch(tmp_path):
+    proc = run_spdnn("train", "--network", tmp_path / "missing.npz")
+    assert_one_line_error(proc, "missing.npz", "no such file")
+    save_network(small_network(), tmp_path / "net.npz")
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data", "digits")
+    assert_one_line_error(proc, "digits", "64 features", "12 neurons")
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data",
+                     f"mnist:{tmp_path}")
+    assert_one_line_error(proc, "train-images-idx3-ubyte", "no such file")
+
+
+def test_truncated_idx(tmp_path):
+    write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((4, 2, 2), dtype=np.uint8))
+    raw = (tmp_path / "train-images-idx3-ubyte").read_bytes()
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(raw[:-1])
+    save_network(small_network((4, 3, 2)), tmp_path / "net.npz")
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data", f"mnist:{tmp_path}")
+    assert_one_line_error(proc, "train-images-idx3-ubyte", "truncated")
+
+
+def test_graph_challenge_cli(graphchallenge_dir, tmp_path):
+    proc = run_spdnn("convert", "graphchallenge", graphchallenge_dir / "neuron1024", "--layers",
+                     "120", "--bias", "-0.3", "--cap", "32", "-o", tmp_path / "gc.npz")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_spdnn("infer", "--network", tmp_path / "gc.npz", "--inputs",
+                     graphchallenge_dir / "sparse-images-1024_subset.mtx", "--truth",
+                     graphchallenge_dir / "neuron1024-l120-categories_subset.mtx",
+                     "--categories-out", tmp_path / "cats.tsv")
+    assert proc.returncode == 0, proc.stderr
+    assert "categories match the truth file" in proc.stdout
+    assert (tmp_path / "cats.tsv").read_text().split() == [
+        "287", "295", "386", "427", "428", "529", "571", "666", "757", "943", "945", "1031",
+        "1097", "1098", "1177", "1184", "1190", "1194", "1200"]

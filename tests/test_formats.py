@@ -1,0 +1,160 @@
+import gzip
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spdnn.errors import InputError
+from spdnn.formats import (
+    read_categories,
+    read_graphchallenge,
+    read_idx,
+    read_inputs,
+    read_mtx,
+    read_triples,
+    write_categories,
+    write_graphchallenge,
+    write_idx,
+    write_mtx,
+    write_triples,
+)
+from spdnn.generate import radixnet
+
+
+def _random_sparse(shape=(7, 5), density=0.4, seed=0):
+    m = sp.random(*shape, density=density, random_state=seed, format="csr")
+    m.data = np.random.default_rng(seed).standard_normal(m.nnz)  # full float64 precision
+    return m
+
+
+def test_mtx_round_trip_is_exact(tmp_path):
+    m = _random_sparse()
+    write_mtx(tmp_path / "m.mtx", m, "a comment")
+    back = read_mtx(tmp_path / "m.mtx")
+    assert back.shape == m.shape and (back != m).nnz == 0
+
+
+def test_mtx_pattern_and_comments(tmp_path):
+    (tmp_path / "p.mtx").write_text(
+        "%%MatrixMarket matrix coordinate pattern general\n% c\n%%GraphBLAS type bool\n"
+        "3 2 2\n1 1\n3 2\n")
+    assert read_mtx(tmp_path / "p.mtx").toarray().tolist() == [[1, 0], [0, 0], [0, 1]]
+
+
+def test_triples_round_trip(tmp_path):
+    m = _random_sparse((6, 9), seed=3)
+    write_triples(tmp_path / "m.tsv", m)
+    r, c, v, shape = read_triples(tmp_path / "m.tsv", (6, 9))
+    assert (sp.csr_matrix((v, (r, c)), shape=shape) != m).nnz == 0
+
+
+def test_graphchallenge_round_trip_transposes(tmp_path):
+    net = radixnet(1024, 7, seed=5)
+    write_graphchallenge(net, tmp_path)
+    first = (tmp_path / "n1024-l1.tsv").read_text().splitlines()[0].split("\t")
+    # TSV row = input neuron, column = output neuron: entry (i, j) is W[j, i].
+    i, j = int(first[0]) - 1, int(first[1]) - 1
+    assert net.layers[0].weight[j, i] == pytest.approx(float(first[2]))
+    back = read_graphchallenge(tmp_path, bias=-0.3, cap=32)
+    assert back.sizes == net.sizes and back.fingerprint() == net.fingerprint()
+    for a, b in zip(net.layers, back.layers):
+        assert (a.weight != b.weight).nnz == 0
+    assert back.output_activation == "relu" and back.cap == 32
+    assert len(read_graphchallenge(tmp_path, -0.3, 32, n_layers=3).layers) == 3
+
+
+def test_categories_round_trip(tmp_path):
+    write_categories(tmp_path / "c.tsv", np.array([3, 10, 7]))
+    assert read_categories(tmp_path / "c.tsv").tolist() == [3, 7, 10]
+    (tmp_path / "c.mtx").write_text(
+        "%%MatrixMarket matrix coordinate pattern general\n9 1 2\n4 1\n2 1\n")
+    assert read_categories(tmp_path / "c.mtx").tolist() == [2, 4]
+
+
+def test_inputs_tsv_and_mtx_agree(tmp_path):
+    m = _random_sparse((5, 8), seed=4)
+    write_triples(tmp_path / "x.tsv", m)
+    write_mtx(tmp_path / "x.mtx", m)
+    a, b = read_inputs(tmp_path / "x.tsv", 8), read_inputs(tmp_path / "x.mtx", 8)
+    assert (a != b).nnz == 0
+    with pytest.raises(InputError, match="has 8 columns, expected 9"):
+        read_inputs(tmp_path / "x.mtx", 9)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_idx_round_trip(tmp_path, gz):
+    a = np.random.default_rng(0).integers(0, 256, size=(4, 3, 2), dtype=np.uint8)
+    f = tmp_path / ("a.idx.gz" if gz else "a.idx")
+    write_idx(f, a)
+    np.testing.assert_array_equal(read_idx(f), a)
+
+
+# ------------------------------------------------------------------- bad input, by line
+
+
+@pytest.mark.parametrize(
+    "text, problem, line",
+    [
+        ("1\t1\t0.5\n2\t2\n", "expected 3 fields, found 2", 2),
+        ("1\t1\t0.5\n2\tx\t1\n", "non-numeric field 'x'", 2),
+        ("1\t1\t0.5\n0\t2\t1\n", "row index 0 is not a 1-based index (must be >= 1)", 2),
+        ("1\t1\t0.5\n\n3\t9\t1\n", "column index 9 out of range [1, 4]", 3),
+        ("1\t1.5\t0.5\n", "column index 1.5 is not an integer", 1),
+        ("1\t1\tnan\n", "non-finite value", 1),
+    ],
+)
+def test_bad_tsv(tmp_path, text, problem, line):
+    f = tmp_path / "w.tsv"
+    f.write_text(text)
+    with pytest.raises(InputError) as err:
+        read_triples(f, (4, 4))
+    assert str(err.value) == f"{f}:{line}: {problem}"
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("1 1 1\n", ":1: missing '%%MatrixMarket matrix ...' header"),
+        ("%%MatrixMarket matrix array real general\n2 2\n", "unsupported Matrix Market type"),
+        ("%%MatrixMarket matrix coordinate real symmetric\n", "unsupported Matrix Market symmetry"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1\n2 2 2\n",
+         "truncated: size line says 3 entries, found 2"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 1\n4 1 1\n",
+         ":3: row index 4 out of range [1, 3]"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1\n1 1 2\n",
+         "duplicate entry"),
+        ("%%MatrixMarket matrix coordinate real general\n3 x 2\n", ":2: size line must be"),
+    ],
+)
+def test_bad_mtx(tmp_path, text, problem):
+    f = tmp_path / "m.mtx"
+    f.write_text(text)
+    with pytest.raises(InputError, match=None) as err:
+        read_mtx(f)
+    assert str(err.value).startswith(str(f)) and problem in str(err.value)
+
+
+def test_bad_idx(tmp_path):
+    a = np.zeros((3, 2, 2), dtype=np.uint8)
+    write_idx(tmp_path / "a.idx", a)
+    raw = (tmp_path / "a.idx").read_bytes()
+    (tmp_path / "cut.idx.gz").write_bytes(gzip.compress(raw[:-3]))
+    with pytest.raises(InputError, match="truncated: header promises 12 data bytes, found 9"):
+        read_idx(tmp_path / "cut.idx.gz")
+    (tmp_path / "magic.idx").write_bytes(b"\x01\x02" + raw[2:])
+    with pytest.raises(InputError, match="bad magic number"):
+        read_idx(tmp_path / "magic.idx")
+    with pytest.raises(InputError, match="no such file"):
+        read_idx(tmp_path / "missing.idx")
+
+
+def test_graphchallenge_directory_problems(tmp_path):
+    with pytest.raises(InputError, match="no Graph Challenge layer files"):
+        read_graphchallenge(tmp_path, -0.3, 32)
+    (tmp_path / "n4-l1.tsv").write_text("1\t1\t1\n")
+    (tmp_path / "n4-l3.tsv").write_text("1\t1\t1\n")
+    with pytest.raises(InputError, match="missing layer file n4-l2.tsv"):
+        read_graphchallenge(tmp_path, -0.3, 32)
+    (tmp_path / "n4-l2.tsv").write_text("1\t5\t1\n")
+    with pytest.raises(InputError, match=r"n4-l2.tsv:1: column index 5 out of range"):
+        read_graphchallenge(tmp_path, -0.3, 32)
