@@ -1,0 +1,17 @@
+"""spdnn-partition: one hypergraph over the neurons of all layers, partitioned with KaHyPar under
+a per-layer balance constraint, written as a plan file (spdnn.plan)."""
+
+from .hypergraph import Hypergraph, build_hypergraph, km1, read_partition, write_hmetis
+from .methods import BASELINES, METHODS, baseline_owners, partition_network
+
+__all__ = [
+    "BASELINES",
+    "METHODS",
+    "Hypergraph",
+    "baseline_owners",
+    "build_hypergraph",
+    "km1",
+    "partition_network",
+    "read_partition",
+    "write_hmetis",
+]

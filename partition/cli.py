@@ -1,0 +1,230 @@
+"""The ``spdnn-partition`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from spdnn import _threads  # noqa: F401  (pins BLAS threads before numpy loads)
+from spdnn.errors import SpdnnError
+
+EXAMPLES = """\
+examples:
+  spdnn-partition net.npz -P 8 -o plan.npz                 # hypergraph method, KaHyPar
+  spdnn-partition net.npz -P 8 -o plan.npz --compare       # ... and the baselines beside it
+  spdnn-partition net.npz -P 4 -o block.npz --method block
+  spdnn-partition stats net.npz plan.npz                   # the statistics table of a plan
+  spdnn-partition export net.npz -o net.hgr                # hMETIS hypergraph for other tools
+  spdnn-partition import net.npz net.hgr.part.8 -P 8 -o plan.npz
+"""
+
+
+def _parser_partition() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="spdnn-partition",
+        description="Assign every neuron of every layer to one of P ranks, minimising the "
+                    "communication volume with every layer balanced; writes a plan file. "
+                    "Other forms: 'spdnn-partition stats|export|import ...'.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("network", help="network bundle (.npz)")
+    p.add_argument("-P", "--nparts", type=int, required=True, help="number of ranks")
+    p.add_argument("-o", "--output", required=True, help="plan file to write (.npz)")
+    p.add_argument("--method", default="hypergraph",
+                   choices=["hypergraph", "block", "cyclic", "random"])
+    p.add_argument("--epsilon", type=float, default=0.03,
+                   help="per-layer imbalance allowed (default 0.03)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="kahypar", choices=["kahypar", "mtkahypar"])
+    p.add_argument("--compare", action="store_true", help="print the baselines beside the plan")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def _parser_stats() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spdnn-partition stats",
+                                description="Print the statistics of a plan.")
+    p.add_argument("network")
+    p.add_argument("plan")
+    p.add_argument("--compare", action="store_true", help="add the baselines")
+    return p
+
+
+def _parser_export() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spdnn-partition export",
+                                description="Write the network's hypergraph in hMETIS format.")
+    p.add_argument("network")
+    p.add_argument("-o", "--output", required=True)
+    return p
+
+
+def _parser_import() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spdnn-partition import",
+                                description="Turn a partition file (one block per line, hMETIS "
+                                            "convention, vertices numbered layer after layer) "
+                                            "into a plan.")
+    p.add_argument("network")
+    p.add_argument("partition")
+    p.add_argument("-P", "--nparts", type=int, required=True)
+    p.add_argument("-o", "--output", required=True)
+    return p
+
+
+def _load(path: str):  # noqa: ANN202
+    from spdnn.bundle import NetworkBundle
+    from spdnn.plan import network_patterns
+
+    bundle = NetworkBundle(path)
+    return bundle, network_patterns(bundle)
+
+
+def _check_nparts(nparts: int, sizes: Sequence[int]) -> None:
+    if nparts < 1:
+        raise SpdnnError(f"-P must be at least 1, not {nparts}")
+    small = [k for k, n in enumerate(sizes) if n < nparts]
+    if small:
+        print(f"note: P={nparts} exceeds the neuron count of layer(s) "
+              f"{', '.join(map(str, small[:5]))}: some ranks own no neuron there (allowed)",
+              file=sys.stderr)
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def format_stats(stats, sizes: Sequence[int]) -> str:  # noqa: ANN001
+    rows = [["layer", "neurons", "forward", "backward", "rank pairs", "imbalance"]]
+    for k in range(1, len(sizes)):
+        rows.append([str(k), f"{sizes[k]:,}", f"{stats.forward[k - 1]:,}",
+                     f"{stats.backward[k - 1]:,}", str(stats.pairs[k - 1]),
+                     f"{100 * stats.imbalance[k - 1]:.2f}%"])
+    rows.append(["total", f"{sum(sizes):,}", f"{stats.forward_total:,}",
+                 f"{stats.backward_total:,}", str(sum(stats.pairs)),
+                 f"{100 * stats.max_imbalance:.2f}% max"])
+    s = stats.summary()
+    return (_table(rows) + f"\nvolume {stats.volume:,} rows per minibatch (x batch size x item "
+            f"size bytes); per rank sent max {s['max_sent']:,} mean {s['mean_sent']:,.0f}, "
+            f"received max {s['max_received']:,} mean {s['mean_received']:,.0f}")
+
+
+def format_compare(named: dict, ref: str) -> str:
+    rows = [["plan", "volume", "forward", "vs " + ref, "max sent/rank", "max imbalance"]]
+    base = named[ref].volume
+    for name, st in named.items():
+        rows.append([name, f"{st.volume:,}", f"{st.forward_total:,}",
+                     f"{base / max(st.volume, 1):.2f}x less" if name != ref else "1.00x",
+                     f"{max(st.sent):,}", f"{100 * st.max_imbalance:.2f}%"])
+    return _table(rows)
+
+
+def _compare(patterns, owners, nparts: int, name: str, seed: int) -> str:  # noqa: ANN001
+    from spdnn.plan import plan_statistics
+
+    from .methods import BASELINES, baseline_owners
+
+    named = {name: plan_statistics(patterns, owners, nparts)}
+    for b in BASELINES:
+        if b != name:
+            named[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed),
+                                       nparts)
+    return format_compare(named, "block" if name != "block" else name)
+
+
+def cmd_partition(argv: Sequence[str]) -> None:
+    from spdnn.plan import plan_statistics, save_plan
+
+    from .methods import partition_network
+
+    args = _parser_partition().parse_args(argv)
+    if not 0 < args.epsilon < 1:
+        raise SpdnnError(f"--epsilon must be in (0, 1), not {args.epsilon}")
+    bundle, patterns = _load(args.network)
+    _check_nparts(args.nparts, bundle.sizes)
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    plan = partition_network(patterns, args.nparts, args.method, args.epsilon, args.seed,
+                             args.backend, bundle.fingerprint(), log)
+    save_plan(plan, args.output)
+    stats = plan_statistics(patterns, plan.owners, args.nparts)
+    print(f"wrote {args.output}: P={args.nparts}, method {args.method}, volume {stats.volume:,} "
+          f"rows ({stats.forward_total:,} forward), max imbalance "
+          f"{100 * stats.max_imbalance:.2f}%, {plan.meta['partition_seconds']:.1f} s")
+    if args.compare:
+        print(_compare(patterns, plan.owners, args.nparts, args.method, args.seed))
+
+
+def cmd_stats(argv: Sequence[str]) -> None:
+    from spdnn.plan import load_plan, plan_statistics
+
+    args = _parser_stats().parse_args(argv)
+    bundle, patterns = _load(args.network)
+    plan = load_plan(args.plan)
+    plan.check_for(bundle.sizes, bundle.fingerprint(), args.plan)
+    stats = plan_statistics(patterns, plan.owners, plan.nparts)
+    print(f"plan {args.plan}: P={plan.nparts}, method {plan.meta.get('method', '?')}")
+    print(format_stats(stats, bundle.sizes))
+    if args.compare:
+        print(_compare(patterns, plan.owners, plan.nparts, plan.meta.get("method", "plan"),
+                       int(plan.meta.get("seed", 0) or 0)))
+
+
+def cmd_export(argv: Sequence[str]) -> None:
+    from .hypergraph import build_hypergraph, write_hmetis
+
+    args = _parser_export().parse_args(argv)
+    _, patterns = _load(args.network)
+    hg = build_hypergraph(patterns)
+    write_hmetis(hg, args.output)
+    print(f"wrote {args.output}: {hg.n_nets:,} nets, {hg.n_vertices:,} vertices (layer k's "
+          f"neuron i is vertex offset_k + i + 1, offsets {hg.offsets[:-1].tolist()[:6]}...)")
+
+
+def cmd_import(argv: Sequence[str]) -> None:
+    from spdnn.plan import Plan, plan_statistics, save_plan
+
+    from .hypergraph import build_hypergraph, read_partition
+
+    args = _parser_import().parse_args(argv)
+    bundle, patterns = _load(args.network)
+    _check_nparts(args.nparts, bundle.sizes)
+    hg = build_hypergraph(patterns)
+    parts = read_partition(args.partition, hg.n_vertices, args.nparts)
+    owners = hg.split(parts)
+    stats = plan_statistics(patterns, owners, args.nparts)
+    plan = Plan(args.nparts, tuple(owners), {
+        "method": "imported", "source": args.partition, "fingerprint": bundle.fingerprint(),
+        "epsilon": None, "seed": None, "backend": None, "partition_seconds": 0.0,
+        "stats": stats.summary()})
+    save_plan(plan, args.output)
+    print(f"wrote {args.output}: volume {stats.volume:,} rows, max imbalance "
+          f"{100 * stats.max_imbalance:.2f}%")
+
+
+SUBCOMMANDS = {"stats": cmd_stats, "export": cmd_export, "import": cmd_import}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = SUBCOMMANDS.get(argv[0]) if argv else None
+    try:
+        if command:
+            command(argv[1:])
+        else:
+            cmd_partition(argv)
+    except SpdnnError as exc:
+        print(f"spdnn-partition: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("spdnn-partition: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Partitioning methods: the baselines (block, cyclic, random) and ``hypergraph``.
+
+``hypergraph`` builds candidates — layer-by-layer KaHyPar runs with the previous layer's vertices
+fixed, and the three baselines — refines each under the per-layer balance constraint
+(partition/refine.py) and keeps the one with the least volume, so it is never worse than any
+baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from spdnn.errors import SpdnnError
+from spdnn.plan import Pattern, Plan, plan_statistics
+
+from .backends import Problem, solve
+from .hypergraph import Hypergraph, build_hypergraph, contract, km1
+from .refine import BalanceError, Refiner
+
+METHODS = ("hypergraph", "block", "cyclic", "random")
+BASELINES = ("block", "cyclic", "random")
+
+Log = Callable[[str], None]
+
+
+def normalize_seed(seed: int | None) -> int:
+    """One place for seed handling: None means 0; KaHyPar takes a C int."""
+    if seed is None:
+        return 0
+    if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**31:
+        raise SpdnnError(f"seed must be an integer in [0, 2^31), not {seed!r}")
+    return int(seed)
+
+
+def _weights(patterns: Sequence[Pattern]) -> list[np.ndarray]:
+    n0 = patterns[0][2][1]
+    return [np.ones(n0, dtype=np.int64)] + [np.diff(p[0]).astype(np.int64) for p in patterns]
+
+
+def _split_by_weight(weights: np.ndarray, nparts: int) -> np.ndarray:
+    """Contiguous ranges with balanced weight: item i goes to floor(P * prefix_mid / total)."""
+    total = weights.sum()
+    if total == 0:
+        return (np.arange(len(weights)) * nparts // max(len(weights), 1)).astype(np.int32)
+    mid = np.cumsum(weights) - weights / 2
+    return np.minimum((mid * nparts / total).astype(np.int64), nparts - 1).astype(np.int32)
+
+
+def baseline_owners(method: str, patterns: Sequence[Pattern], nparts: int,
+                    seed: int = 0) -> list[np.ndarray]:
+    """block: contiguous weight-balanced ranges; cyclic: neuron n to rank n mod P;
+    random: a seeded permutation cut into weight-balanced ranges."""
+    weights = _weights(patterns)
+    rng = np.random.default_rng(seed)
+    owners = []
+    for w in weights:
+        if method == "block":
+            owners.append(_split_by_weight(w, nparts))
+        elif method == "cyclic":
+            owners.append((np.arange(len(w)) % nparts).astype(np.int32))
+        elif method == "random":
+            perm = rng.permutation(len(w))
+            o = np.empty(len(w), dtype=np.int32)
+            o[perm] = _split_by_weight(w[perm], nparts)
+            owners.append(o)
+        else:
+            raise SpdnnError(f"unknown method '{method}'")
+    return owners
+
+
+def identical_row_clusters(patterns: Sequence[Pattern], nparts: int) -> np.ndarray:
+    """Cluster id of every vertex: neurons of a layer k >= 1 whose rows of W_k have the same
+    pattern (the same inputs: RadiX-Net's groups) share a cluster, cut into chunks no heavier
+    than a rank's share of the layer. Input neurons stay single."""
+    rng = np.random.default_rng(12345)
+    clusters = [np.arange(patterns[0][2][1], dtype=np.int64)]
+    next_id = len(clusters[0])
+    for indptr, indices, shape in patterns:
+        if shape[0] < 4 * nparts:  # too few rows to balance whole groups: keep them single
+            clusters.append(next_id + np.arange(shape[0], dtype=np.int64))
+            next_id += shape[0]
+            continue
+        keys = []
+        for _ in range(2):  # two independent 64-bit hashes of each row's column set
+            r = rng.integers(0, 2**63, size=shape[1], dtype=np.uint64)
+            cs = np.concatenate([[np.uint64(0)], np.cumsum(r[indices], dtype=np.uint64)])
+            keys.append(cs[indptr[1:]] - cs[indptr[:-1]])
+        length = np.diff(indptr)
+        _, group = np.unique(np.stack([keys[0], keys[1], length.astype(np.uint64)], axis=1),
+                             axis=0, return_inverse=True)
+        group = group.reshape(-1)
+        share = max(1.0, length.sum() / nparts)
+        per_chunk = np.maximum(1, (share // np.maximum(length, 1)).astype(np.int64))
+        order = np.argsort(group, kind="stable")
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(group[order])) + 1])
+        rank_in_group = np.arange(len(order)) - np.repeat(starts, np.diff(
+            np.concatenate([starts, [len(order)]])))
+        chunk = np.empty(len(order), dtype=np.int64)
+        chunk[order] = rank_in_group // per_chunk[order]
+        _, local = np.unique(group * (len(order) + 1) + chunk, return_inverse=True)
+        clusters.append(next_id + local.reshape(-1))
+        next_id += int(local.max()) + 1 if len(local) else 0
+    return np.concatenate(clusters)
+
+
+def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backend: str,
+                   log: Log | None = None) -> np.ndarray:
+    """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1)."""
+    parts = np.full(hg.n_vertices, -1, dtype=np.int64)
+    net_layer = hg.net_layer
+    n_layers = hg.n_layers
+    t0 = time.perf_counter()
+    for k in range(1, n_layers + 1):
+        lo, mid, hi = hg.offsets[k - 1], hg.offsets[k], hg.offsets[k + 1]
+        nets = np.flatnonzero(net_layer == k - 1)
+        starts, stops = hg.net_indptr[nets], hg.net_indptr[nets + 1]
+        sizes = stops - starts
+        keep = sizes >= 2
+        nets, starts, sizes = nets[keep], starts[keep], sizes[keep]
+        pin_idx = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + \
+            np.arange(int(sizes.sum()))
+        pins = hg.net_pins[pin_idx] - lo
+        indptr = np.concatenate([[0], np.cumsum(sizes)])
+        vw = hg.vertex_weights[lo:hi].copy()
+        # Layer k-1 is fixed (or, for k = 1, the work-free input layer): weight 1, the least
+        # KaHyPar accepts, so that it barely moves the balance of layer k.
+        vw[: mid - lo] = 1
+        fixed = None
+        if k > 1:
+            fixed = np.full(hi - lo, -1, dtype=np.int32)
+            fixed[: mid - lo] = parts[lo:mid]
+        if len(nets) == 0:
+            block = np.arange(hi - lo) % nparts
+        else:
+            block = solve(Problem(int(hi - lo), indptr.astype(np.int64), pins.astype(np.int64),
+                                  np.maximum(vw, 1), hg.net_weights[nets], nparts, epsilon,
+                                  seed + k, fixed), backend)
+        parts[lo:hi] = np.where(parts[lo:hi] >= 0, parts[lo:hi], block)
+        if log:
+            log(f"layer {k}/{n_layers}: {backend} done ({time.perf_counter() - t0:.1f} s)")
+    return parts
+
+
+def partition_network(
+    patterns: Sequence[Pattern],
+    nparts: int,
+    method: str = "hypergraph",
+    epsilon: float = 0.03,
+    seed: int | None = 0,
+    backend: str = "kahypar",
+    fingerprint: str | None = None,
+    log: Log | None = None,
+) -> Plan:
+    """Assign every neuron of every layer to a rank; the Plan carries its statistics."""
+    seed = normalize_seed(seed)
+    if nparts < 1:
+        raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
+    if not 0 < epsilon < 1:
+        raise SpdnnError(f"epsilon must be in (0, 1), not {epsilon}")
+    if method not in METHODS:
+        raise SpdnnError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
+    t0 = time.perf_counter()
+    candidates: dict[str, Any] = {}
+    if nparts == 1:
+        owners = [np.zeros(len(w), dtype=np.int32) for w in _weights(patterns)]
+        chosen = method
+    elif method in BASELINES:
+        owners = baseline_owners(method, patterns, nparts, seed)
+        chosen = method
+    else:
+        hg = build_hypergraph(patterns)
+        if log:
+            log(f"hypergraph: {hg.n_vertices:,} vertices, {hg.n_nets:,} nets, "
+                f"{len(hg.net_pins):,} pins")
+        starts = {b: np.concatenate(baseline_owners(b, patterns, nparts, seed))
+                  for b in BASELINES}
+        starts[backend] = layer_by_layer(hg, nparts, epsilon, seed, backend, log)
+        coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
+        if coarse.n_vertices < hg.n_vertices:
+            if log:
+                log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices")
+            cparts = layer_by_layer(coarse, nparts, epsilon, seed, backend, log)
+            fine_limits = Refiner(hg, starts["block"], nparts, epsilon).limits
+            try:
+                cparts = Refiner(coarse, cparts, nparts, epsilon, limits=fine_limits,
+                                 max_swap_layer=2048).run()
+                starts[f"{backend}-groups"] = cparts[coarse_of]
+            except BalanceError as exc:  # groups too coarse to balance: skip this candidate
+                if log:
+                    log(f"groups candidate skipped ({exc})")
+        best_parts, best_cost = None, None
+        for name, start in starts.items():
+            before = km1(hg, start)
+            refiner = Refiner(hg, start, nparts, epsilon)
+            parts = refiner.run()
+            cost = refiner.objective()
+            candidates[name] = {"start": before, "refined": cost}
+            if log:
+                log(f"candidate {name}: volume {before:,} -> {cost:,} rows after refinement")
+            if best_cost is None or cost < best_cost:
+                best_parts, best_cost, chosen = parts, cost, name
+        owners = hg.split(best_parts)
+    stats = plan_statistics(patterns, owners, nparts)
+    meta = {
+        "method": method,
+        "chosen_start": chosen,
+        "epsilon": epsilon,
+        "seed": seed,
+        "backend": backend if method == "hypergraph" else None,
+        "fingerprint": fingerprint,
+        "partition_seconds": time.perf_counter() - t0,
+        "candidates": candidates,
+        "stats": stats.summary(),
+    }
+    return Plan(nparts, tuple(owners), meta)

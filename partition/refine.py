@@ -1,0 +1,251 @@
+"""Local search on connectivity-1 under a per-layer balance constraint.
+
+KaHyPar and Mt-KaHyPar balance the total weight only; here every layer k has its own limit
+(1 + epsilon) * avg_k + max row weight_k (layer 0 carries no work and has none). The search moves
+one layer's vertices at a time to the block with the best km1 gain, and swaps pairs of vertices
+where a block is full. Moves applied in one batch never share a net, so every applied gain is
+exact and the objective never increases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from .hypergraph import Hypergraph
+
+
+class BalanceError(RuntimeError):
+    """A layer cannot be balanced by single moves (e.g. clusters too coarse)."""
+
+
+class Refiner:
+    """Per-layer-balanced km1 local search; ``max_swap_layer`` > 0 enables the all-pairs swap
+    search (quadratic in the layer size: meant for coarse hypergraphs) on layers up to that
+    many vertices."""
+
+    def __init__(self, hg: Hypergraph, parts: np.ndarray, nparts: int, epsilon: float,
+                 limits: np.ndarray | None = None, max_swap_layer: int = 0) -> None:
+        self.max_swap_layer = max_swap_layer
+        self.hg, self.nparts = hg, nparts
+        self.parts = parts.astype(np.int64).copy()
+        self.inc: sp.csr_matrix = hg.incidence()
+        self.inc.data = hg.net_weights[self.inc.indices].astype(np.float64)
+        net = np.repeat(np.arange(hg.n_nets), np.diff(hg.net_indptr))
+        self.phi = np.zeros((hg.n_nets, nparts), dtype=np.int32)
+        np.add.at(self.phi, (net, self.parts[hg.net_pins]), 1)
+        n_layers = len(hg.offsets) - 1
+        self.loads = np.zeros((n_layers, nparts), dtype=np.int64)
+        self.limits = np.full(n_layers, np.inf)
+        for k in range(n_layers):
+            lo, hi = hg.offsets[k], hg.offsets[k + 1]
+            w = hg.vertex_weights[lo:hi]
+            self.loads[k] = np.bincount(self.parts[lo:hi], weights=w, minlength=nparts)
+            if w.sum() > 0:
+                self.limits[k] = (1 + epsilon) * w.sum() / nparts + w.max()
+        if limits is not None:  # a coarse hypergraph must respect the fine graph's limits
+            self.limits = np.minimum(self.limits, limits)
+
+    # ------------------------------------------------------------------ primitives
+
+    def _nets(self, v: int) -> np.ndarray:
+        return self.inc.indices[self.inc.indptr[v]:self.inc.indptr[v + 1]]
+
+    def gains(self, lo: int, hi: int) -> np.ndarray:
+        """gain[v - lo, b]: km1 decrease if vertex v moves to block b (-inf for its own block)."""
+        sub = self.inc[lo:hi]
+        own = self.parts[lo:hi]
+        entry_owner = np.repeat(own, np.diff(sub.indptr))
+        alone = self.phi[sub.indices, entry_owner] == 1
+        removed = np.bincount(np.repeat(np.arange(hi - lo), np.diff(sub.indptr)),
+                              weights=sub.data * alone, minlength=hi - lo)
+        cols, inverse = np.unique(sub.indices, return_inverse=True)
+        compact = sp.csr_matrix((sub.data, inverse, sub.indptr), shape=(hi - lo, len(cols)))
+        added = compact @ (self.phi[cols] == 0).astype(np.float64)
+        gain = removed[:, None] - added
+        gain[np.arange(hi - lo), own] = -np.inf
+        return gain
+
+    def move(self, v: int, b: int, layer: int) -> None:
+        a = int(self.parts[v])
+        nets = self._nets(v)
+        self.phi[nets, a] -= 1
+        self.phi[nets, b] += 1
+        w = self.hg.vertex_weights[v]
+        self.loads[layer, a] -= w
+        self.loads[layer, b] += w
+        self.parts[v] = b
+
+    def fits(self, layer: int, block: int, extra: float) -> bool:
+        return self.loads[layer, block] + extra <= self.limits[layer] + 1e-9
+
+    # ------------------------------------------------------------------ balance repair
+
+    def rebalance(self, layer: int) -> None:
+        """Move the cheapest vertices out of over-full blocks of one layer."""
+        lo, hi = int(self.hg.offsets[layer]), int(self.hg.offsets[layer + 1])
+        w = self.hg.vertex_weights[lo:hi]
+        while True:
+            over = np.flatnonzero(self.loads[layer] > self.limits[layer] + 1e-9)
+            if len(over) == 0:
+                return
+            gain = self.gains(lo, hi)
+            room = self.limits[layer] - self.loads[layer]
+            for a in over:
+                members = np.flatnonzero(self.parts[lo:hi] == a)
+                g = gain[members].copy()
+                g[w[members][:, None] > room[None, :]] = -np.inf
+                flat = int(np.argmax(g))
+                i, b = divmod(flat, self.nparts)
+                if not np.isfinite(g[i, b]):
+                    raise BalanceError(f"cannot balance layer {layer}: no block has room")
+                self.move(lo + int(members[i]), b, layer)
+                break  # gains changed: recompute
+
+    # ------------------------------------------------------------------ local search
+
+    def improve_layer(self, layer: int) -> int:
+        """One batch of exact-gain moves and swaps on one layer; returns the km1 decrease."""
+        lo, hi = int(self.hg.offsets[layer]), int(self.hg.offsets[layer + 1])
+        gain = self.gains(lo, hi)
+        best = gain.max(axis=1)
+        cand = np.flatnonzero(best > 0)
+        if len(cand) == 0:
+            return 0
+        cand = cand[np.argsort(-best[cand], kind="stable")]
+        locked = np.zeros(self.hg.n_nets, dtype=bool)
+        w = self.hg.vertex_weights
+        total = 0
+        blocked: list[tuple[int, int, float]] = []
+        for i in cand:
+            v = lo + int(i)
+            nets = self._nets(v)
+            if locked[nets].any():
+                continue
+            row = gain[i]
+            order = np.argsort(-row, kind="stable")
+            moved = False
+            for b in order:
+                if row[b] <= 0:
+                    break
+                if self.fits(layer, int(b), w[v]):
+                    self.move(v, int(b), layer)
+                    locked[nets] = True
+                    total += int(row[b])
+                    moved = True
+                    break
+            if not moved:
+                blocked.append((int(i), int(order[0]), float(row[order[0]])))
+        total += self._swaps(layer, lo, hi, gain, blocked, locked)
+        return total
+
+    def _swaps(self, layer: int, lo: int, hi: int, gain: np.ndarray,
+               blocked: list[tuple[int, int, float]], locked: np.ndarray) -> int:
+        """Pair a blocked move a -> b with the best move b -> a whose nets are untouched."""
+        w = self.hg.vertex_weights
+        total = 0
+        for i, b, g in blocked:
+            v = lo + i
+            nets_v = self._nets(v)
+            if locked[nets_v].any():
+                continue
+            a = int(self.parts[v])
+            members = np.flatnonzero(self.parts[lo:hi] == b)
+            if len(members) == 0:
+                continue
+            partner_gain = gain[members, a]
+            for j in members[np.argsort(-partner_gain, kind="stable")][:16]:
+                if g + gain[j, a] <= 0:
+                    break
+                u = lo + int(j)
+                nets_u = self._nets(u)
+                if locked[nets_u].any() or np.intersect1d(nets_u, nets_v).size:
+                    continue
+                if not (self.fits(layer, a, w[u] - w[v]) and self.fits(layer, b, w[v] - w[u])):
+                    continue
+                self.move(v, b, layer)
+                self.move(u, a, layer)
+                locked[nets_v] = True
+                locked[nets_u] = True
+                total += int(g + gain[j, a])
+                break
+        return total
+
+    def swap_layer(self, layer: int) -> int:
+        """Best-first exact pair swaps between blocks of one layer (all pairs evaluated).
+
+        Swap gain = G[v, b] + G[u, a] - (for every net e holding both v in a and u in b:
+        w_e ([phi(e,a) = 1] + [phi(e,b) = 1])), since a swap leaves such a net's counts
+        unchanged while the single-move gains assumed each vertex moved alone.
+        """
+        lo, hi = int(self.hg.offsets[layer]), int(self.hg.offsets[layer + 1])
+        n = hi - lo
+        gain = self.gains(lo, hi)
+        own = self.parts[lo:hi]
+        sub = self.inc[lo:hi]
+        binary = sub.copy()
+        binary.data = np.ones_like(binary.data)
+        entry_owner = np.repeat(own, np.diff(sub.indptr))
+        alone = sub.copy()
+        alone.data = sub.data * (self.phi[sub.indices, entry_owner] == 1)
+        alone.eliminate_zeros()
+        correction = (alone @ binary.T + binary @ alone.T).toarray()
+        swap = gain[:, own]  # swap[v, u] = G[v, part u]
+        swap = swap + swap.T - correction
+        swap[own[:, None] == own[None, :]] = -np.inf
+        np.fill_diagonal(swap, -np.inf)
+        w = self.hg.vertex_weights[lo:hi]
+        locked = np.zeros(self.hg.n_nets, dtype=bool)
+        used = np.zeros(n, dtype=bool)
+        total = 0
+        flat = np.argsort(-swap, axis=None, kind="stable")
+        for f in flat[: 4 * n]:
+            v, u = divmod(int(f), n)
+            g = swap[v, u]
+            if g <= 0:
+                break
+            if v > u or used[v] or used[u]:
+                continue
+            nets_v, nets_u = self._nets(lo + v), self._nets(lo + u)
+            if locked[nets_v].any() or locked[nets_u].any():
+                continue
+            a, b = int(own[v]), int(own[u])
+            if not (self.fits(layer, a, w[u] - w[v]) and self.fits(layer, b, w[v] - w[u])):
+                continue
+            self.move(lo + v, b, layer)
+            self.move(lo + u, a, layer)
+            locked[nets_v] = True
+            locked[nets_u] = True
+            used[v] = used[u] = True
+            total += int(g)
+        return total
+
+    def run(self, max_passes: int = 8, min_gain: float = 0.001,
+            progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """Sweep all layers until a pass gains less than ``min_gain`` of the objective."""
+        n_layers = len(self.hg.offsets) - 1
+        for k in range(n_layers):
+            self.rebalance(k)
+        for sweep in range(max_passes):
+            gained = 0
+            for k in range(n_layers):
+                while True:
+                    g = self.improve_layer(k)
+                    n = self.hg.offsets[k + 1] - self.hg.offsets[k]
+                    if n <= self.max_swap_layer and np.isfinite(self.limits[k]):
+                        g += self.swap_layer(k)
+                    gained += g
+                    if g == 0:
+                        break
+            if progress:
+                progress(sweep + 1, gained)
+            if gained <= min_gain * max(self.objective(), 1):
+                break
+        return self.parts
+
+    def objective(self) -> int:
+        lam = (self.phi > 0).sum(axis=1)
+        return int(np.sum((lam - 1).clip(min=0) * self.hg.net_weights))
+

@@ -1,0 +1,179 @@
+import numpy as np
+import pytest
+
+from partition.hypergraph import build_hypergraph, km1, read_partition, write_hmetis
+from partition.methods import BASELINES, baseline_owners, partition_network
+from spdnn.bundle import save_network
+from spdnn.errors import InputError, SpdnnError
+from spdnn.generate import radixnet, random_network
+from spdnn.plan import balance_limit, load_plan, network_patterns, plan_statistics
+from tests.helpers import assert_one_line_error, run_spdnn, small_network
+
+NETWORKS = {
+    "random": lambda: random_network([40, 48, 48, 10], 6, seed=3),
+    "uneven": lambda: small_network((30, 41, 23, 7), fan_in=9, seed=4),
+    "radixnet": lambda: radixnet(1024, 8, seed=1),
+}
+
+
+def _balanced(patterns, owners, nparts, epsilon):
+    for k, (indptr, _, _) in enumerate(patterns, start=1):
+        loads = np.bincount(owners[k], weights=np.diff(indptr), minlength=nparts)
+        assert loads.max() <= balance_limit(indptr, nparts, epsilon) + 1e-9, f"layer {k}"
+
+
+def test_km1_of_the_hypergraph_is_the_plan_volume():
+    net = small_network((15, 11, 9, 6), fan_in=5)
+    patterns = network_patterns(net)
+    hg = build_hypergraph(patterns)
+    assert hg.n_vertices == sum(net.sizes)
+    assert hg.vertex_weights[:15].sum() == 0 and hg.vertex_weights.sum() == net.nnz
+    rng = np.random.default_rng(0)
+    for nparts in (2, 3, 5):
+        parts = rng.integers(0, nparts, hg.n_vertices)
+        stats = plan_statistics(patterns, hg.split(parts), nparts)
+        assert km1(hg, parts) == stats.volume
+
+
+@pytest.mark.parametrize("name", sorted(NETWORKS))
+@pytest.mark.parametrize("nparts", [2, 3, 5])
+def test_every_method_is_balanced_in_range_and_hypergraph_beats_baselines(name, nparts):
+    net = NETWORKS[name]()
+    patterns = network_patterns(net)
+    volumes = {}
+    for method in ("hypergraph", *BASELINES):
+        plan = partition_network(patterns, nparts, method, 0.03, seed=1,
+                                 fingerprint=net.fingerprint())
+        assert plan.sizes == net.sizes
+        for o in plan.owners:
+            assert o.dtype == np.int32 and o.min() >= 0 and o.max() < nparts
+        _balanced(patterns, plan.owners, nparts, 0.03)
+        volumes[method] = plan_statistics(patterns, plan.owners, nparts).volume
+        assert plan.meta["stats"]["volume"] == volumes[method]
+    assert volumes["hypergraph"] <= min(volumes[b] for b in BASELINES), volumes
+
+
+def test_radixnet_hypergraph_plan_is_much_better_than_block():
+    net = radixnet(1024, 8, seed=0)
+    patterns = network_patterns(net)
+    hyper = partition_network(patterns, 8, seed=0)
+    block = plan_statistics(patterns, baseline_owners("block", patterns, 8), 8)
+    assert hyper.meta["stats"]["volume"] * 5 < block.volume
+
+
+def test_same_seed_same_plan():
+    net = random_network([30, 40, 40, 5], 5, seed=2)
+    patterns = network_patterns(net)
+    a = partition_network(patterns, 3, seed=7)
+    b = partition_network(patterns, 3, seed=7)
+    for x, y in zip(a.owners, b.owners):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_p_equal_one_and_more_ranks_than_neurons():
+    net = random_network([6, 4, 3], 2, seed=0)
+    patterns = network_patterns(net)
+    one = partition_network(patterns, 1)
+    assert all(not o.any() for o in one.owners) and one.meta["stats"]["volume"] == 0
+    many = partition_network(patterns, 5, seed=0)  # layer 2 has 3 neurons: 2 ranks own none
+    assert many.owners[2].max() < 5
+    _balanced(patterns, many.owners, 5, 0.03)
+
+
+def test_argument_validation():
+    patterns = network_patterns(small_network())
+    with pytest.raises(SpdnnError, match="at least 1"):
+        partition_network(patterns, 0)
+    with pytest.raises(SpdnnError, match="epsilon"):
+        partition_network(patterns, 2, epsilon=1.5)
+    with pytest.raises(SpdnnError, match="seed"):
+        partition_network(patterns, 2, seed=-1)
+
+
+def test_hmetis_export_and_partition_import(tmp_path):
+    net = small_network((8, 6, 4), fan_in=3)
+    hg = build_hypergraph(network_patterns(net))
+    write_hmetis(hg, tmp_path / "g.hgr")
+    lines = (tmp_path / "g.hgr").read_text().splitlines()
+    assert lines[0] == f"{hg.n_nets} {hg.n_vertices} 11"
+    first = [int(x) for x in lines[1].split()]
+    assert first[0] == 1 and first[1] == 1  # net of input neuron 0: weight 1, pin 1 first
+    assert len(lines) == 1 + hg.n_nets + hg.n_vertices
+    parts = np.arange(hg.n_vertices) % 3
+    (tmp_path / "g.part").write_text("".join(f"{p}\n" for p in parts))
+    np.testing.assert_array_equal(read_partition(tmp_path / "g.part", hg.n_vertices, 3), parts)
+    (tmp_path / "bad.part").write_text("0\n7\n")
+    with pytest.raises(InputError, match=r"bad.part:2: block id 7 out of range \[0, 3\)"):
+        read_partition(tmp_path / "bad.part", hg.n_vertices, 3)
+
+
+def test_cli_partition_stats_compare(tmp_path):
+    save_network(random_network([20, 24, 24, 4], 4, seed=0), tmp_path / "net.npz")
+    proc = run_spdnn(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "plan.npz", "--compare",
+                     module="partition")
+    assert proc.returncode == 0, proc.stderr
+    assert "hypergraph" in proc.stdout and "cyclic" in proc.stdout
+    plan = load_plan(tmp_path / "plan.npz")
+    assert plan.nparts == 3 and plan.meta["method"] == "hypergraph"
+    assert plan.meta["partition_seconds"] > 0 and "fingerprint" in plan.meta
+    proc = run_spdnn("stats", tmp_path / "net.npz", tmp_path / "plan.npz", module="partition")
+    assert proc.returncode == 0 and "imbalance" in proc.stdout and "total" in proc.stdout
+    proc = run_spdnn("export", tmp_path / "net.npz", "-o", tmp_path / "g.hgr", module="partition")
+    assert proc.returncode == 0, proc.stderr
+    n = sum((20, 24, 24, 4))
+    (tmp_path / "g.part").write_text("1\n" * n)
+    proc = run_spdnn("import", tmp_path / "net.npz", tmp_path / "g.part", "-P", "2", "-o",
+                     tmp_path / "imported.npz", module="partition")
+    assert proc.returncode == 0, proc.stderr
+    assert load_plan(tmp_path / "imported.npz").owners[1].tolist() == [1] * 24
+
+
+def test_cli_bad_input(tmp_path):
+    save_network(random_network([20, 24, 4], 4, seed=0), tmp_path / "net.npz")
+    save_network(random_network([20, 24, 4], 4, seed=1), tmp_path / "other.npz")
+    net = tmp_path / "net.npz"
+    assert_one_line_error(run_spdnn(net, "-P", "0", "-o", tmp_path / "p.npz",
+                                    module="partition"), "-P must be at least 1")
+    assert_one_line_error(run_spdnn(net, "-P", "2", "--epsilon", "1.2", "-o",
+                                    tmp_path / "p.npz", module="partition"), "epsilon")
+    assert not (tmp_path / "p.npz").exists()
+    assert run_spdnn(net, "-P", "2", "-o", tmp_path / "p.npz", "--method", "cyclic",
+                     module="partition").returncode == 0
+    proc = run_spdnn("stats", tmp_path / "other.npz", tmp_path / "p.npz", module="partition")
+    assert_one_line_error(proc, "p.npz", "plan was made for network")
+    proc = run_spdnn(tmp_path / "missing.npz", "-P", "2", "-o", tmp_path / "q.npz",
+                     module="partition")
+    assert_one_line_error(proc, "missing.npz", "no such file")
+
+
+def test_a_kahypar_crash_becomes_an_error(tmp_path, monkeypatch):
+    from partition import backends
+
+    # A minimal INI makes KaHyPar 1.3.7 end its process (DESIGN.md section 3).
+    (tmp_path / "minimal.ini").write_text("mode=direct\nobjective=km1\n")
+    monkeypatch.setattr(backends, "KAHYPAR_INI", tmp_path / "minimal.ini")
+    hg = build_hypergraph(network_patterns(small_network()))
+    problem = backends.Problem(hg.n_vertices, hg.net_indptr, hg.net_pins,
+                               np.maximum(hg.vertex_weights, 1), hg.net_weights, 2, 0.03, 0)
+    with pytest.raises(SpdnnError, match="KaHyPar failed .* k=2"):
+        backends.solve(problem, "kahypar", timeout=60)
+
+
+def test_backend_input_is_validated_before_c():
+    from partition import backends
+
+    bad = backends.Problem(3, np.array([0, 1]), np.array([0]), np.ones(3, dtype=np.int64),
+                           np.ones(1, dtype=np.int64), 2, 0.03, 0)
+    with pytest.raises(SpdnnError, match="fewer than 2 pins"):
+        backends.solve(bad)
+
+
+def test_mtkahypar_backend():
+    pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
+    net = NETWORKS["random"]()
+    patterns = network_patterns(net)
+    plan = partition_network(patterns, 3, backend="mtkahypar", seed=1)
+    _balanced(patterns, plan.owners, 3, 0.03)
+    baseline = min(plan_statistics(patterns, baseline_owners(b, patterns, 3, 1), 3).volume
+                   for b in BASELINES)
+    assert plan.meta["stats"]["volume"] <= baseline and plan.meta["backend"] == "mtkahypar"

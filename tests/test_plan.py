@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+
+from spdnn.errors import InputError
+from spdnn.plan import Plan, load_plan, network_patterns, plan_statistics, save_plan
+from tests.helpers import small_network
+
+
+def brute_force(net, owners, nparts):
+    """Volume, per-rank traffic, pairs and imbalance from the definitions, with plain loops."""
+    fwd, bwd, pairs, imb = [], [], [], []
+    sent, recv = [0] * nparts, [0] * nparts
+    for k, layer in enumerate(net.layers, start=1):
+        dense = layer.weight.toarray()
+        volume, pair_set = 0, set()
+        for j in range(layer.n_in):
+            src = int(owners[k - 1][j])
+            users = {int(owners[k][i]) for i in range(layer.n_out) if dense[i, j] != 0}
+            for p in users - {src}:
+                volume += 1
+                pair_set.add((src, p))
+                sent[src] += 1
+                recv[p] += 1
+                if k > 1:
+                    sent[p] += 1
+                    recv[src] += 1
+        fwd.append(volume)
+        bwd.append(volume if k > 1 else 0)
+        pairs.append(len(pair_set))
+        loads = [0] * nparts
+        for i in range(layer.n_out):
+            loads[int(owners[k][i])] += int(np.count_nonzero(dense[i]))
+        imb.append(max(loads) / (sum(loads) / nparts) - 1)
+    return fwd, bwd, pairs, imb, sent, recv
+
+
+@pytest.mark.parametrize("nparts", [1, 2, 3, 5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_statistics_equal_brute_force(nparts, seed):
+    net = small_network((15, 11, 9, 6), fan_in=5, seed=seed)
+    rng = np.random.default_rng(seed)
+    owners = [rng.integers(0, nparts, n).astype(np.int32) for n in net.sizes]
+    stats = plan_statistics(network_patterns(net), owners, nparts)
+    fwd, bwd, pairs, imb, sent, recv = brute_force(net, owners, nparts)
+    assert list(stats.forward) == fwd and list(stats.backward) == bwd
+    assert list(stats.pairs) == pairs
+    np.testing.assert_allclose(stats.imbalance, imb, rtol=1e-12)
+    assert list(stats.sent) == sent and list(stats.received) == recv
+    assert stats.volume == sum(fwd) + sum(bwd) == sum(sent) == sum(recv)
+    if nparts == 1:
+        assert stats.volume == 0
+
+
+def test_plan_file_round_trip_and_checks(tmp_path):
+    net = small_network()
+    owners = tuple(np.arange(n, dtype=np.int32) % 3 for n in net.sizes)
+    plan = Plan(3, owners, {"method": "cyclic", "fingerprint": net.fingerprint()})
+    save_plan(plan, tmp_path / "plan.npz")
+    back = load_plan(tmp_path / "plan.npz")
+    assert back.nparts == 3 and back.meta == plan.meta
+    for a, b in zip(owners, back.owners):
+        np.testing.assert_array_equal(a, b)
+        assert b.dtype == np.int32
+    back.check_for(net.sizes, net.fingerprint())
+    with pytest.raises(InputError, match="plan was made for network"):
+        back.check_for(net.sizes, small_network(seed=5).fingerprint(), "plan.npz")
+    with pytest.raises(InputError, match="plan is for layer sizes"):
+        back.check_for((12, 9, 7, 5), net.fingerprint(), "plan.npz")
+    np.testing.assert_array_equal(back.rows_of(1, 1), [1, 4, 7])
+
+
+def test_bad_plan_files(tmp_path):
+    net = small_network()
+    owners = tuple(np.zeros(n, dtype=np.int32) for n in net.sizes)
+    save_plan(Plan(2, owners, {}), tmp_path / "ok.npz")
+    with np.load(tmp_path / "ok.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez(tmp_path / "v9.npz", **{**arrays, "format": np.array("spdnn-plan/9")})
+    with pytest.raises(InputError, match="unknown format version 'spdnn-plan/9'"):
+        load_plan(tmp_path / "v9.npz")
+    np.savez(tmp_path / "range.npz", **{**arrays, "owner2": np.full(7, 2, dtype=np.int32)})
+    with pytest.raises(InputError, match=r"owner2 has ranks outside \[0, 2\)"):
+        load_plan(tmp_path / "range.npz")
+    with pytest.raises(InputError, match="no such file"):
+        load_plan(tmp_path / "none.npz")
