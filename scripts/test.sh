@@ -26,8 +26,8 @@ step() {
 }
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
-step "serial tests" timeout 1200 "${PYTEST[@]}" tests
-for n in 2 3; do
+step "serial tests" timeout 1200 "${PYTEST[@]}" -m "not mpi" tests
+for n in 1 2 3; do
     step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 timeout 960 \
         mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi tests
 done

@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Minibatch SGD (torch.optim.SGD semantics).",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_argument("--network", required=True, help="network bundle (.npz)")
+    tr.add_argument("--plan", help="plan from spdnn-partition (required with more than 1 rank)")
     tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
     tr.add_argument("--epochs", type=_positive_int, default=10)
     tr.add_argument("--batch-size", type=_positive_int, default=64)
@@ -111,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-steps", type=_positive_int, help="stop after this many SGD steps")
     tr.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     tr.add_argument("--save", help="write the trained network as one bundle")
+    tr.add_argument("--checkpoint-dir", help="write checkpoints here (every N steps, and at the "
+                                             "end)")
+    tr.add_argument("--checkpoint-every", type=_positive_int, help="steps between checkpoints")
+    tr.add_argument("--resume", help="continue from this checkpoint directory (any P and plan)")
     tr.add_argument("--metrics-out", help="write per-epoch metrics as JSON")
 
     # infer ------------------------------------------------------------------
@@ -119,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "inference on input images (TSV or Matrix Market).",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     inf.add_argument("--network", required=True)
+    inf.add_argument("--plan", help="plan from spdnn-partition (required with more than 1 rank)")
     inf.add_argument("--inputs", required=True,
                      help="digits | npz:FILE | mnist:DIR (test split), or an images .tsv/.mtx")
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
@@ -218,88 +224,169 @@ def cmd_generate(args: argparse.Namespace) -> None:
           f"fingerprint {net.fingerprint()}")
 
 
-def cmd_train(args: argparse.Namespace) -> None:
-    from .bundle import load_network, save_network
-    from .datasets import load_dataset
-    from .reference import SGDConfig, train
-
-    net = load_network(args.network, args.dtype)
-    data = load_dataset(args.data, args.dtype)
-    if data.n_features != net.sizes[0]:
-        raise InputError(args.data, f"data has {data.n_features} features but the network's "
-                                    f"layer 0 has {net.sizes[0]} neurons")
-    if data.n_classes > net.sizes[-1]:
-        raise InputError(args.data, f"data has {data.n_classes} classes but the network has "
-                                    f"{net.sizes[-1]} outputs")
-    if args.save:
-        _check_output(args.save)
-    print(f"training {_short(net.sizes)} ({net.nnz:,} weights) on {data.name}: "
-          f"{len(data.x_train):,} samples, batch {args.batch_size}, lr {args.lr}, "
-          f"momentum {args.momentum}, weight decay {args.weight_decay}", flush=True)
-
-    def report(r):  # noqa: ANN001
+def _epoch_printer(rank: int):  # noqa: ANN202
+    def report(r) -> None:  # noqa: ANN001
+        if rank != 0:
+            return
         test = f", test accuracy {r.test_accuracy:.4f}" if r.test_accuracy is not None else ""
         print(f"epoch {r.epoch:3d}: loss {r.loss:.4f}, train accuracy {r.train_accuracy:.4f}"
-              f"{test}, {r.samples_per_second:,.0f} samples/s", flush=True)
+              f"{test}, {r.samples_per_second:,.0f} samples/s, {r.megabytes_sent:,.1f} MB "
+              "exchanged", flush=True)
+    return report
 
-    trained, reports = train(
-        net, data, args.epochs, args.batch_size,
-        SGDConfig(args.lr, args.momentum, args.weight_decay),
-        seed=args.seed, shuffle=not args.no_shuffle, loss=args.loss, max_steps=args.max_steps,
-        on_epoch=report,
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .comm import run_collectively
+
+    return run_collectively(lambda comm: _train(comm, args))
+
+
+def _train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from .datasets import load_dataset
+    from .progress import Progress
+    from .reference import SGDConfig
+    from .runtime import (
+        TrainConfig,
+        accounting,
+        format_accounting,
+        load_checkpoint,
+        open_network,
+        report_dict,
+        save_trained,
+        train,
+        write_json,
     )
+
+    if args.checkpoint_every and not args.checkpoint_dir:
+        raise SpdnnError("--checkpoint-every needs --checkpoint-dir")
+    for out in (args.save, args.metrics_out):
+        if out:
+            comm.check(lambda out=out: _check_output(out))
+    bundle, plan, dnet = open_network(comm, args.network, args.plan, args.dtype)
+    data = comm.check(lambda: load_dataset(args.data, args.dtype))
+
+    def check_data() -> None:
+        if data.n_features != bundle.sizes[0]:
+            raise InputError(args.data, f"data has {data.n_features} features but the "
+                                        f"network's layer 0 has {bundle.sizes[0]} neurons")
+        if data.n_classes > bundle.sizes[-1]:
+            raise InputError(args.data, f"data has {data.n_classes} classes but the network "
+                                        f"has {bundle.sizes[-1]} outputs")
+
+    comm.check(check_data)
+    position, momentum = None, None
+    if args.resume:
+        position, momentum = comm.check(lambda: load_checkpoint(comm, dnet, args.resume))
+    cfg = TrainConfig(args.epochs, args.batch_size,
+                      SGDConfig(args.lr, args.momentum, args.weight_decay), args.seed,
+                      not args.no_shuffle, args.loss, args.max_steps, args.checkpoint_dir,
+                      args.checkpoint_every)
+    if comm.rank == 0:
+        resumed = f", resumed at step {position.step}" if position else ""
+        print(f"training {_short(bundle.sizes)} ({_nnz(bundle):,} weights) on {data.name} "
+              f"with {comm.size} rank(s), plan "
+              f"{plan.meta.get('method', '?')}: {len(data.x_train):,} samples, batch "
+              f"{args.batch_size}, lr {args.lr}, momentum {args.momentum}, weight decay "
+              f"{args.weight_decay}{resumed}", flush=True)
+    bar = Progress("  steps", 1, enabled=comm.rank == 0, log_lines=False)
+
+    def on_step(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done)
+        if done == total:
+            bar.close()
+
+    reports = train(comm, dnet, data, cfg, position, momentum, _epoch_printer(comm.rank),
+                    on_step)
+    acc = accounting(comm, dnet, bundle)
+    if comm.rank == 0:
+        print(format_accounting(acc), flush=True)
     if args.save:
-        save_network(trained, args.save)
-        print(f"saved {args.save}")
-    _write_json(args.metrics_out, {"epochs": [r.__dict__ for r in reports], "ranks": 1})
+        save_trained(comm, dnet, args.save, {"trained_by": "spdnn train", "data": data.name})
+        if comm.rank == 0:
+            print(f"saved {args.save}")
+    write_json(comm, args.metrics_out, {"ranks": comm.size, "epochs": [report_dict(r) for r
+                                                                       in reports],
+                                        "traffic": acc, "plan": plan.meta.get("method")})
+    return 0
 
 
-def cmd_infer(args: argparse.Namespace) -> None:
+def _nnz(bundle) -> int:  # noqa: ANN001
+    return sum(len(bundle.pattern(k)[1]) for k in range(1, bundle.n_layers + 1))
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from .comm import run_collectively
+
+    return run_collectively(lambda comm: _infer(comm, args))
+
+
+def _infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     import time
 
     import numpy as np
 
-    from .bundle import load_network
     from .datasets import load_dataset
     from .formats import read_categories, read_inputs, write_categories
-    from .reference import accuracy, challenge_infer
+    from .runtime import (
+        accounting,
+        challenge_infer,
+        evaluate,
+        format_accounting,
+        local_inputs,
+        open_network,
+        write_json,
+    )
 
-    net = load_network(args.network, args.dtype)
+    for out in (args.categories_out, args.metrics_out):
+        if out:
+            comm.check(lambda out=out: _check_output(out))
+    bundle, plan, dnet = open_network(comm, args.network, args.plan, args.dtype)
     spec = args.inputs
     if spec == "digits" or spec.startswith(("npz:", "mnist:")):
-        data = load_dataset(spec, args.dtype)
+        data = comm.check(lambda: load_dataset(spec, args.dtype))
         x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
                                                                             data.y_train)
-        if x.shape[1] != net.sizes[0]:
-            raise InputError(spec, f"data has {x.shape[1]} features but the network's layer 0 "
-                                   f"has {net.sizes[0]} neurons")
+        x_local = comm.check(lambda: local_inputs(dnet, x, spec))
         t0 = time.perf_counter()
-        acc = accuracy(net, x, y)
-        seconds = time.perf_counter() - t0
-        print(f"accuracy {acc:.4f} on {len(y):,} samples ({len(y) / seconds:,.0f} samples/s)")
-        _write_json(args.metrics_out, {"accuracy": acc, "samples": len(y), "seconds": seconds})
-        return
-    truth = read_categories(args.truth) if args.truth else None
-    if args.categories_out:
-        _check_output(args.categories_out)
-    images = read_inputs(spec, net.sizes[0])
-    result = challenge_infer(net, images)
-    print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs; "
-          f"inference {result.seconds:.3f} s, rate {result.rate:.4g} edges/s")
-    if args.categories_out:
-        write_categories(args.categories_out, result.categories)
+        acc = evaluate(dnet, x_local, y)
+        seconds = comm.max_scalar(time.perf_counter() - t0)
+        traffic = accounting(comm, dnet, bundle)
+        if comm.rank == 0:
+            print(f"accuracy {acc:.4f} on {len(y):,} samples with {comm.size} rank(s) "
+                  f"({len(y) / seconds:,.0f} samples/s)")
+            print(format_accounting(traffic))
+        write_json(comm, args.metrics_out, {"accuracy": acc, "samples": len(y),
+                                            "seconds": seconds, "ranks": comm.size,
+                                            "traffic": traffic})
+        return 0
+    truth = comm.check(lambda: read_categories(args.truth)) if args.truth else None
+    images = comm.check(lambda: read_inputs(spec, bundle.sizes[0]))
+    result = challenge_infer(comm, dnet, images, _nnz(bundle))
+    traffic = accounting(comm, dnet, bundle)
     metrics = {"categories": len(result.categories), "inputs": result.n_inputs,
-               "seconds": result.seconds, "rate": result.rate}
+               "seconds": result.seconds, "rate": result.rate, "ranks": comm.size,
+               "traffic": traffic}
+    if comm.rank == 0:
+        print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
+              f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "
+              f"{result.rate:.4g} edges/s")
+        print(format_accounting(traffic))
+    if args.categories_out:
+        comm.check(lambda: write_categories(args.categories_out, result.categories)
+                   if comm.rank == 0 else None)
     if truth is not None:
         match = bool(np.array_equal(truth, result.categories))
-        print("categories match the truth file" if match else
-              f"categories DIFFER from the truth file ({len(truth)} expected)")
         metrics["truth_match"] = match
-        _write_json(args.metrics_out, metrics)
+        if comm.rank == 0:
+            print("categories match the truth file" if match else
+                  f"categories DIFFER from the truth file ({len(truth)} expected)")
+        write_json(comm, args.metrics_out, metrics)
         if not match:
-            raise SpdnnError(f"{args.truth}: categories do not match")
-        return
-    _write_json(args.metrics_out, metrics)
+            comm.agree(f"{args.truth}: categories do not match")
+        return 0
+    write_json(comm, args.metrics_out, metrics)
+    return 0
 
 
 COMMANDS = {"convert": cmd_convert, "generate": cmd_generate, "train": cmd_train,
@@ -309,7 +396,7 @@ COMMANDS = {"convert": cmd_convert, "generate": cmd_generate, "train": cmd_train
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        COMMANDS[args.command](args)
+        return COMMANDS[args.command](args) or 0
     except SpdnnError as exc:
         print(f"spdnn: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -319,7 +406,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         print("spdnn: error: out of memory", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

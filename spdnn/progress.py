@@ -9,10 +9,12 @@ import time
 class Progress:
     """``Progress("read", total)``; call ``update(done)``; ``close()`` ends the line."""
 
-    def __init__(self, label: str, total: int, enabled: bool = True) -> None:
+    def __init__(self, label: str, total: int, enabled: bool = True,
+                 log_lines: bool = True) -> None:
         self.label, self.total = label, max(total, 1)
-        self.enabled = enabled
         self.tty = sys.stderr.isatty()
+        # In a log (not a terminal) a bar is noise unless asked for as sparse lines.
+        self.enabled = enabled and (self.tty or log_lines)
         self.t0 = time.perf_counter()
         self._last_tenth = -1
 

@@ -1,0 +1,130 @@
+"""Partition quality and time: hypergraph plans against the block, cyclic and random baselines.
+
+    python scripts/bench_partition.py [--quick] [--out docs/BENCHMARKS.md]
+
+Networks: the Graph Challenge 1024 network from ../shared/data (first 24 layers; all 120 at P=8),
+a generated RadiX-Net 4096 network, an MNIST MLP pruned to 10% by magnitude (trained dense by
+the serial engine for one epoch; needs ../shared/data/mnist) and a random fixed fan-in network.
+Volumes are rows per minibatch (forward + backward); ratios are measured in the same run.
+Networks whose data is absent are listed as skipped. The table replaces the section between
+the BENCH_PARTITION markers in the output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import spdnn._threads  # noqa: F401
+from partition.methods import BASELINES, baseline_owners, partition_network
+from spdnn.formats import read_graphchallenge
+from spdnn.generate import prune_dense, radixnet, random_network
+from spdnn.network import Layer, Network
+from spdnn.plan import network_patterns, plan_statistics
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def mnist_pruned() -> Network | None:
+    from spdnn.datasets import load_mnist
+    from spdnn.reference import SGDConfig, train
+
+    if not (SHARED / "mnist").is_dir():
+        return None
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    sizes = [784, 512, 512, 10]
+    layers = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w = rng.uniform(-1, 1, (n_out, n_in)) / np.sqrt(n_in)
+        layers.append(Layer(sp.csr_matrix(w.astype(np.float32)), np.zeros(n_out, np.float32)))
+    dense = Network(tuple(layers))
+    trained, _ = train(dense, load_mnist(SHARED / "mnist"), 1, 128, SGDConfig(0.05, 0.9))
+    pruned = prune_dense([lay.weight.toarray() for lay in trained.layers],
+                         [lay.bias for lay in trained.layers], density=0.1)
+    return Network(tuple(pruned))
+
+
+def networks(quick: bool) -> list[tuple[str, Network | None, str]]:
+    out: list[tuple[str, Network | None, str]] = []
+    gc = SHARED / "graphchallenge" / "neuron1024"
+    gc_net = read_graphchallenge(gc, -0.3, 32) if gc.is_dir() else None
+    out.append(("Graph Challenge 1024, 24 layers",
+                None if gc_net is None else Network(gc_net.layers[:24]), "../shared absent"))
+    out.append(("RadiX-Net 4096, 12 layers (generated, seed 0)",
+                radixnet(4096, 12, seed=0), ""))
+    out.append(("MNIST MLP 784-512-512-10 pruned to 10%",
+                None if quick else mnist_pruned(), "../shared/data/mnist absent or --quick"))
+    out.append(("random fan-in 32, 4096-4096-4096-4096", random_network(
+        [4096] * 4, 32, seed=0), ""))
+    if not quick:
+        out.append(("Graph Challenge 1024, all 120 layers (P = 8 only)", gc_net,
+                    "../shared absent"))
+    return out
+
+
+def bench(name: str, net: Network, parts: list[int]) -> list[str]:
+    patterns = network_patterns(net)
+    rows = []
+    for nparts in parts:
+        t0 = time.perf_counter()
+        plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0)
+        seconds = time.perf_counter() - t0
+        st = {"hypergraph": plan_statistics(patterns, plan.owners, nparts)}
+        for b in BASELINES:
+            st[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, 0), nparts)
+        h = st["hypergraph"]
+        cells = [name, str(nparts)] + [f"{st[m].volume:,} ({st[m].forward_total:,})"
+                                       for m in ("hypergraph", *BASELINES)]
+        cells += [f"{st['block'].volume / h.volume:.1f}x" if h.volume else "-",
+                  f"{st['cyclic'].volume / h.volume:.2f}x" if h.volume else "-",
+                  f"{max(h.sent):,}", f"{100 * h.max_imbalance:.2f}%", f"{seconds:.1f}",
+                  plan.meta["chosen_start"]]
+        row = "| " + " | ".join(cells) + " |"
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small P set, no MNIST, no 120 layers")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "BENCHMARKS.md"))
+    args = ap.parse_args()
+    header = ("| network | P | hypergraph volume (forward) | block | cyclic | random | "
+              "block / hypergraph | cyclic / hypergraph | max sent per rank | "
+              "max layer imbalance | partition s | best start |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(header)
+    rows: list[str] = []
+    skipped = []
+    for name, net, why in networks(args.quick):
+        if net is None:
+            skipped.append(f"- {name}: skipped ({why})")
+            continue
+        parts = [8] if "120" in name else ([2, 8] if args.quick else [2, 4, 8, 16, 32, 64])
+        rows += bench(name, net, parts)
+    cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
+    section = (f"<!-- BENCH_PARTITION -->\nCommand: `{cmd}` (one run, {time.strftime('%Y-%m-%d')}"
+               ", epsilon 0.03, seed 0, KaHyPar backend).\n\n" + header + "\n" + "\n".join(rows)
+               + ("\n\n" + "\n".join(skipped) if skipped else "") + "\n<!-- /BENCH_PARTITION -->")
+    out = Path(args.out)
+    text = out.read_text() if out.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"<!-- BENCH_PARTITION -->.*<!-- /BENCH_PARTITION -->", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        text += "\n## Partitioning\n\n" + section + "\n"
+    out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

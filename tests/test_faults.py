@@ -1,0 +1,164 @@
+"""Whole-job behaviour under mpiexec: bad input, a rank that raises, a rank killed, NaN loss."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from partition.methods import partition_network
+from spdnn.bundle import load_network, save_network
+from spdnn.generate import random_network
+from spdnn.plan import network_patterns, save_plan
+from tests.helpers import ROOT
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec beside "
+                                                             f"{sys.executable}")
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "MPIEXEC_TIMEOUT": "120"}
+
+
+def mpirun(n: int, *args: str, timeout: float = 180, module: str = "spdnn"):
+    return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, "-m", module,
+                           *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=ENV)
+
+
+@pytest.fixture
+def digits_net(tmp_path):
+    net = random_network([64, 32, 32], 8, seed=0, n_classes=10, dtype="float64")
+    save_network(net, tmp_path / "net.npz")
+    for p in (2, 3):
+        save_plan(partition_network(network_patterns(net), p, "cyclic",
+                                    fingerprint=net.fingerprint()), tmp_path / f"plan{p}.npz")
+    return tmp_path
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if "error:" in ln]
+
+
+def test_plan_for_another_p_fails_fast_with_one_line(digits_net):
+    t0 = time.monotonic()
+    proc = mpirun(2, "train", "--network", digits_net / "net.npz", "--plan",
+                  digits_net / "plan3.npz", "--epochs", "1")
+    assert proc.returncode != 0
+    assert time.monotonic() - t0 < 60
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and "plan is for P=3 ranks but this job has 2" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_plan_and_wrong_features(digits_net, tmp_path):
+    proc = mpirun(2, "train", "--network", digits_net / "net.npz", "--epochs", "1")
+    assert proc.returncode != 0 and "--plan is required with 2 ranks" in proc.stderr
+    other = random_network([10, 8, 4], 3, seed=0)
+    save_network(other, tmp_path / "other.npz")
+    save_plan(partition_network(network_patterns(other), 2, "block",
+                                fingerprint=other.fingerprint()), tmp_path / "other-plan.npz")
+    proc = mpirun(2, "train", "--network", tmp_path / "other.npz", "--plan",
+                  tmp_path / "other-plan.npz", "--data", "digits")
+    assert proc.returncode != 0
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and "64 features" in lines[0] and "10 neurons" in lines[0]
+
+
+def test_an_exception_on_one_rank_aborts_the_job(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text(textwrap.dedent("""
+        from spdnn.comm import run_collectively
+
+        def main(comm):
+            if comm.rank == 1:
+                raise RuntimeError("boom on rank 1")
+            comm.barrier()  # rank 0 would wait here forever
+            return 0
+
+        raise SystemExit(run_collectively(main))
+    """))
+    t0 = time.monotonic()
+    proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120, env=ENV)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 60
+    assert "boom on rank 1" in proc.stderr and "aborting all 2 ranks" in proc.stderr
+
+
+def _rank_pids(marker: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [c.decode(errors="replace") for c in cmd]
+        if any(marker in c for c in text) and text and text[0] == sys.executable:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_killed_rank_ends_the_job_and_resume_matches_uninterrupted(digits_net):
+    ckpt = digits_net / "ckpt-killed"
+    common = ["--network", digits_net / "net.npz", "--plan", digits_net / "plan2.npz",
+              "--data", "digits", "--epochs", "30", "--batch-size", "32", "--lr", "0.05",
+              "--momentum", "0.9", "--weight-decay", "1e-4", "--dtype", "float64"]
+    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, "-m", "spdnn", "train",
+                            *map(str, common), "--checkpoint-dir", str(ckpt),
+                            "--checkpoint-every", "15"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + 120
+    while not (ckpt / "manifest.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (ckpt / "manifest.json").exists(), "no checkpoint appeared"
+    time.sleep(0.3)
+    pids = _rank_pids(str(ckpt))
+    assert len(pids) == 2, pids
+    os.kill(pids[1], signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        pytest.fail("the job did not end after a rank was killed")
+    assert job.returncode != 0 and time.monotonic() - t0 < 30
+    step = json.loads((ckpt / "manifest.json").read_text())["step"]
+    assert 0 < step < 30 * 45, step
+
+    # Resume on 3 ranks with another plan; compare with an uninterrupted 2-rank run.
+    resumed = mpirun(3, "train", *[c if c != digits_net / "plan2.npz" else
+                                   digits_net / "plan3.npz" for c in common],
+                     "--resume", ckpt, "--save", digits_net / "resumed.npz")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed at step {step}" in resumed.stdout
+    whole = mpirun(2, "train", *common, "--save", digits_net / "whole.npz")
+    assert whole.returncode == 0, whole.stderr
+    a, b = load_network(digits_net / "resumed.npz"), load_network(digits_net / "whole.npz")
+    for la, lb in zip(a.layers, b.layers):
+        np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=1e-10)
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(digits_net):
+    ckpt = digits_net / "ckpt-nan"
+    proc = mpirun(2, "train", "--network", digits_net / "net.npz", "--plan",
+                  digits_net / "plan2.npz", "--epochs", "5", "--lr", "1e6", "--momentum", "0.9",
+                  "--checkpoint-dir", ckpt, "--checkpoint-every", "1", "--save",
+                  digits_net / "never.npz")
+    assert proc.returncode == 2, proc.stderr
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and "non-finite loss" in lines[0] and str(ckpt) in lines[0]
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    assert manifest["step"] >= 1
+    assert not (digits_net / "never.npz").exists()
+    # The kept checkpoint is loadable and finite.
+    with np.load(ckpt / manifest["files"][0]) as z:
+        assert np.all(np.isfinite(z["w1"]))
