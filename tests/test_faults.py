@@ -162,3 +162,24 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(digits_net):
     # The kept checkpoint is loadable and finite.
     with np.load(ckpt / manifest["files"][0]) as z:
         assert np.all(np.isfinite(z["w1"]))
+
+
+def test_missing_or_corrupt_checkpoint(digits_net):
+    ckpt = digits_net / "ckpt-ok"
+    base = ["--network", digits_net / "net.npz", "--plan", digits_net / "plan2.npz",
+            "--epochs", "1", "--batch-size", "64"]
+    assert mpirun(2, "train", *base, "--checkpoint-dir", ckpt).returncode == 0
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    proc = mpirun(2, "train", *base, "--resume", digits_net / "nowhere")
+    lines = _error_lines(proc.stderr)
+    assert proc.returncode != 0 and len(lines) == 1 and "no checkpoint manifest" in lines[0]
+    rank1 = ckpt / manifest["files"][1]
+    raw = rank1.read_bytes()
+    rank1.write_bytes(raw[: len(raw) // 3])
+    proc = mpirun(2, "train", *base, "--resume", ckpt)
+    lines = _error_lines(proc.stderr)
+    assert proc.returncode != 0 and len(lines) == 1 and manifest["files"][1] in lines[0]
+    (ckpt / "manifest.json").write_text("{ not json")
+    proc = mpirun(2, "train", *base, "--resume", ckpt)
+    lines = _error_lines(proc.stderr)
+    assert proc.returncode != 0 and len(lines) == 1 and "corrupt checkpoint manifest" in lines[0]
