@@ -222,6 +222,36 @@ class Refiner:
             total += int(g)
         return total
 
+    def assign_layer(self, layer: int) -> int:
+        """Re-assign a whole layer at once by a linear assignment (vertices -> rank slots),
+        each vertex's cost taken with every other vertex fixed. Only for layers whose vertices
+        weigh the same (RadiX-Net groups); kept only if the exact objective decreases."""
+        from scipy.optimize import linear_sum_assignment
+
+        lo, hi = int(self.hg.offsets[layer]), int(self.hg.offsets[layer + 1])
+        w = self.hg.vertex_weights[lo:hi]
+        if hi - lo < 2 or w.min() != w.max() or not np.isfinite(self.limits[layer]):
+            return 0
+        slots = int((self.limits[layer] + 1e-9) // w[0])
+        if slots * self.nparts < hi - lo:
+            return 0
+        gain = self.gains(lo, hi)
+        own = self.parts[lo:hi].copy()
+        gain[np.arange(hi - lo), own] = 0
+        cost = -gain  # + removed(v), a constant per row
+        rows, cols = linear_sum_assignment(np.repeat(cost, slots, axis=1))
+        target = cols // slots
+        before = self.objective()
+        changed = np.flatnonzero(target[rows] != own[rows])
+        for i in changed:
+            self.move(lo + int(rows[i]), int(target[rows[i]]), layer)
+        after = self.objective()
+        if after < before:
+            return before - after
+        for i in changed:  # worse: undo
+            self.move(lo + int(rows[i]), int(own[rows[i]]), layer)
+        return 0
+
     def run(self, max_passes: int = 8, min_gain: float = 0.001,
             progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Sweep all layers until a pass gains less than ``min_gain`` of the objective."""
@@ -235,6 +265,7 @@ class Refiner:
                     g = self.improve_layer(k)
                     n = self.hg.offsets[k + 1] - self.hg.offsets[k]
                     if n <= self.max_swap_layer and np.isfinite(self.limits[k]):
+                        g += self.assign_layer(k)
                         g += self.swap_layer(k)
                     gained += g
                     if g == 0:
