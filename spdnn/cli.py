@@ -243,16 +243,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     from .datasets import load_dataset
+    from .kernels import backend as kernels_backend
     from .progress import Progress
     from .reference import SGDConfig
     from .runtime import (
         TrainConfig,
         accounting,
         format_accounting,
+        format_timing,
         load_checkpoint,
         open_network,
         report_dict,
         save_trained,
+        timing,
         train,
         write_json,
     )
@@ -299,15 +302,19 @@ def _train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     reports = train(comm, dnet, data, cfg, position, momentum, _epoch_printer(comm.rank),
                     on_step)
     acc = accounting(comm, dnet, bundle)
+    tm = timing(comm, dnet)
     if comm.rank == 0:
         print(format_accounting(acc), flush=True)
+        print(format_timing(tm), flush=True)
     if args.save:
         save_trained(comm, dnet, args.save, {"trained_by": "spdnn train", "data": data.name})
         if comm.rank == 0:
             print(f"saved {args.save}")
     write_json(comm, args.metrics_out, {"ranks": comm.size, "epochs": [report_dict(r) for r
                                                                        in reports],
-                                        "traffic": acc, "plan": plan.meta.get("method")})
+                                        "traffic": acc, "timing": tm,
+                                        "plan": plan.meta.get("method"),
+                                        "kernels": kernels_backend()})
     return 0
 
 
@@ -335,6 +342,7 @@ def _infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         format_accounting,
         local_inputs,
         open_network,
+        timing,
         write_json,
     )
 
@@ -366,7 +374,7 @@ def _infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     traffic = accounting(comm, dnet, bundle)
     metrics = {"categories": len(result.categories), "inputs": result.n_inputs,
                "seconds": result.seconds, "rate": result.rate, "ranks": comm.size,
-               "traffic": traffic}
+               "traffic": traffic, "timing": timing(comm, dnet)}
     if comm.rank == 0:
         print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
               f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "

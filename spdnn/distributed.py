@@ -9,6 +9,7 @@ The weight gradient needs no communication. Math: DESIGN.md section 2, as in spd
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,36 @@ def _submatrix(w: sp.csr_matrix, rows: np.ndarray, col_lo: int, col_hi: int
     return m, gather
 
 
+class Timers:
+    """Seconds per layer (column k-1) in compute, in packing/posting messages, and waiting
+    for them; row 0 forward, row 1 backward."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.compute = np.zeros((2, n_layers))
+        self.comm = np.zeros((2, n_layers))
+        self.wait = np.zeros((2, n_layers))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: {"forward": getattr(self, name)[0].tolist(),
+                       "backward": getattr(self, name)[1].tolist()}
+                for name in ("compute", "comm", "wait")}
+
+
+class Workspace:
+    """Arrays of one batch size: X buffers (owned + ghost rows) and Z of every layer, the
+    gradients and the backward partial sums. Allocated once, reused every step."""
+
+    def __init__(self, dnet: DistributedNetwork, batch: int) -> None:
+        dt = dnet.dtype
+        self.xbufs = [np.zeros((lay.n_owned_prev + lay.exchange.n_ghost, batch), dt)
+                      for lay in dnet.layers]
+        self.zs = [np.zeros((len(lay.rows), batch), dt) for lay in dnet.layers]
+        self.grad_w = [np.zeros(lay.weight.nnz, dt) for lay in dnet.layers]
+        self.grad_b = [np.zeros(len(lay.rows), dt) for lay in dnet.layers]
+        self.ghost = [np.zeros((lay.exchange.n_ghost, batch), dt) for lay in dnet.layers]
+        self.partial = [np.zeros((lay.n_owned_prev, batch), dt) for lay in dnet.layers]
+
+
 class DistributedNetwork:
     """This rank's part of a network under a plan."""
 
@@ -85,6 +116,8 @@ class DistributedNetwork:
         self.sizes = sizes
         self.input_rows = plan.rows_of(comm.rank, 0)
         self.traffic = Traffic.zeros(len(layers))
+        self.timers = Timers(len(layers))
+        self._workspaces: dict[int, Workspace] = {}
 
     @property
     def n_layers(self) -> int:
@@ -137,38 +170,52 @@ class DistributedNetwork:
 
     # ------------------------------------------------------------------ passes
 
-    def forward_layer(self, i: int, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Layer i+1: expand ghosts of X_i while interior rows are computed. ``top`` is this
-        rank's rows of X_i. Returns the X_i buffer (owned + ghost rows) and Z_{i+1}."""
-        layer = self.layers[i]
-        batch = top.shape[1]
-        xbuf = np.empty((layer.n_owned_prev + layer.exchange.n_ghost, batch), self.dtype)
-        xbuf[: layer.n_owned_prev] = top
-        reqs = layer.exchange.start_expand(xbuf)
-        self.traffic.count_forward(i, layer.exchange.rows_sent, batch, xbuf.itemsize)
-        z = np.empty((len(layer.rows), batch), self.dtype)
-        if len(layer.interior):
-            z[layer.interior] = layer.view("interior") @ xbuf[: layer.n_owned_prev]
-        wait(reqs)
-        if len(layer.boundary):
-            z[layer.boundary] = layer.view("boundary") @ xbuf
-        z += layer.bias[:, None]
-        return xbuf, z
+    def workspace(self, batch: int) -> Workspace:
+        """Preallocated per-layer arrays for one batch size, reused across steps."""
+        ws = self._workspaces.get(batch)
+        if ws is None:
+            ws = self._workspaces[batch] = Workspace(self, batch)
+        return ws
 
-    def forward(self, x0: np.ndarray, keep: bool = True
-                ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """x0: this rank's input rows (n_owned_0 x B). Returns the X buffers of every layer and
-        the owned pre-activations Z_k (only the last Z, and no buffers, if not ``keep``)."""
-        buffers, zs = [], []
-        top = x0
+    def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
+                      next_top: np.ndarray | None) -> None:
+        """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled; the ghost rows
+        arrive while the interior rows are computed. Z_{i+1} goes to ``z`` and, when
+        ``next_top`` is given, h(Z_{i+1}) to it in the same kernel."""
+        layer = self.layers[i]
+        t = self.timers
+        t0 = time.perf_counter()
+        reqs = layer.exchange.start_expand(xbuf)
+        self.traffic.count_forward(i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize)
+        t1 = time.perf_counter()
+        self._rows(layer, "interior", layer.interior, xbuf[: layer.n_owned_prev], z, next_top)
+        t2 = time.perf_counter()
+        wait(reqs)
+        t3 = time.perf_counter()
+        self._rows(layer, "boundary", layer.boundary, xbuf, z, next_top)
+        t4 = time.perf_counter()
+        t.comm[0, i] += t1 - t0
+        t.compute[0, i] += (t2 - t1) + (t4 - t3)
+        t.wait[0, i] += t3 - t2
+
+    def _rows(self, layer: LocalLayer, part: str, rows: np.ndarray, x: np.ndarray,
+              z: np.ndarray, next_top: np.ndarray | None) -> None:
+        if not len(rows):
+            return
+        if next_top is None:
+            kernels.spmm(layer.view(part), x, layer.bias, z, rows)
+        else:
+            kernels.spmm_act(layer.view(part), x, layer.bias, self.cap, z, next_top, rows)
+
+    def forward(self, x0: np.ndarray) -> Workspace:
+        """x0: this rank's input rows (n_owned_0 x B). Fills the workspace of this batch size
+        (the X buffers of every layer and the owned pre-activations Z_k) and returns it."""
+        ws = self.workspace(x0.shape[1])
+        ws.xbufs[0][: self.layers[0].n_owned_prev] = x0
         for i in range(self.n_layers):
-            xbuf, z = self.forward_layer(i, top)
-            if keep:
-                buffers.append(xbuf)
-                zs.append(z)
-            if i + 1 < self.n_layers:
-                top = activate(z.copy() if keep else z, self.cap)
-        return buffers, (zs if keep else [z])
+            nxt = ws.xbufs[i + 1][: len(self.layers[i].rows)] if i + 1 < self.n_layers else None
+            self.forward_layer(i, ws.xbufs[i], ws.zs[i], nxt)
+        return ws
 
     def output(self, z_last: np.ndarray) -> np.ndarray:
         if self.output_activation == "linear":
@@ -216,31 +263,42 @@ class DistributedNetwork:
             return value, diff * (2.0 / n)
         raise ValueError(f"unknown loss {loss!r}")
 
-    def backward(self, buffers: list[np.ndarray], zs: list[np.ndarray], y: np.ndarray,
-                 loss: str) -> tuple[float, int, list[np.ndarray], list[np.ndarray]]:
-        """Loss, correct predictions and this rank's gradients (W data and bias per layer)."""
-        out = self.output(zs[-1])
+    def backward(self, ws: Workspace, y: np.ndarray, loss: str
+                 ) -> tuple[float, int, list[np.ndarray], list[np.ndarray]]:
+        """Loss, correct predictions and this rank's gradients (W data and bias per layer),
+        after ``forward`` filled ``ws``."""
+        t = self.timers
+        out = self.output(ws.zs[-1])
         value, grad = self.loss_and_gradient(out, y, loss)
         correct = int(np.sum(self.predict_classes(out) == y))
         delta = grad if self.output_activation == "linear" else \
-            grad * activation_slope(zs[-1], self.cap)
-        gw: list[np.ndarray] = [np.empty(0)] * self.n_layers
-        gb: list[np.ndarray] = [np.empty(0)] * self.n_layers
+            grad * activation_slope(ws.zs[-1], self.cap)
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
-            gw[i] = kernels.sddmm(layer.weight, delta, buffers[i], rows=layer.entry_rows)
-            gb[i] = delta.sum(axis=1)
+            t0 = time.perf_counter()
+            kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
+                          rows=layer.entry_rows)
+            np.sum(delta, axis=1, out=ws.grad_b[i])
             if i == 0:
+                t.compute[1, i] += time.perf_counter() - t0
                 break
             ex = layer.exchange
-            ghost_part = kernels.spmm_t(layer.view("ghost_cols"), delta)
-            reqs, recv = ex.start_fold(np.ascontiguousarray(ghost_part, dtype=self.dtype))
+            ghost = kernels.spmm_t(layer.view("ghost_cols"), delta, ws.ghost[i])
+            t1 = time.perf_counter()
+            reqs, recv = ex.start_fold(ghost)
             self.traffic.count_backward(i, ex.n_ghost, delta.shape[1], delta.itemsize)
-            g = np.ascontiguousarray(kernels.spmm_t(layer.view("owned_cols"), delta),
-                                     dtype=self.dtype)
+            t2 = time.perf_counter()
+            g = kernels.spmm_t(layer.view("owned_cols"), delta, ws.partial[i])
+            t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g)
-            delta = g * activation_slope(zs[i - 1], self.cap)
-        return value, correct, gw, gb
+            t4 = time.perf_counter()
+            np.multiply(g, activation_slope(ws.zs[i - 1], self.cap), out=g)
+            delta = g
+            t5 = time.perf_counter()
+            t.compute[1, i] += (t1 - t0) + (t3 - t2) + (t5 - t4)
+            t.comm[1, i] += t2 - t1
+            t.wait[1, i] += t4 - t3
+        return value, correct, ws.grad_w, ws.grad_b
 
     def parameters(self) -> list[np.ndarray]:
         out: list[np.ndarray] = []

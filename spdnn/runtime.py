@@ -24,7 +24,7 @@ from .distributed import DistributedNetwork
 from .errors import InputError, SpdnnError
 from .network import Layer, Network
 from .plan import Plan, load_plan, plan_statistics
-from .reference import SGD, SGDConfig, activate, batch_order, batches
+from .reference import SGD, SGDConfig, batch_order, batches
 
 CHECKPOINT_FORMAT = "spdnn-checkpoint/1"
 
@@ -111,8 +111,8 @@ def evaluate(dnet: DistributedNetwork, x_local: np.ndarray, y: np.ndarray,
     correct = 0
     for start in range(0, len(y), batch_size):
         x0 = np.ascontiguousarray(x_local[start:start + batch_size].T)
-        _, zs = dnet.forward(x0, keep=False)
-        pred = dnet.predict_classes(dnet.output(zs[-1]))
+        ws = dnet.forward(x0)
+        pred = dnet.predict_classes(dnet.output(ws.zs[-1]))
         correct += int(np.sum(pred == y[start:start + batch_size]))
     return correct / len(y) if len(y) else float("nan")
 
@@ -138,8 +138,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             if b < pos.batch:
                 continue  # resumed mid-epoch: these batches were done before
             x0 = np.ascontiguousarray(x_local[idx].T)
-            buffers, zs = dnet.forward(x0)
-            value, ok, gw, gb = dnet.backward(buffers, zs, data.y_train[idx], cfg.loss)
+            ws = dnet.forward(x0)
+            value, ok, gw, gb = dnet.backward(ws, data.y_train[idx], cfg.loss)
             if not np.isfinite(value):
                 kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
                         if cfg.checkpoint_dir else "")
@@ -223,6 +223,24 @@ def format_accounting(acc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def timing(comm: Communicator, dnet: DistributedNetwork) -> dict[str, Any]:
+    """Per-layer seconds in compute, message packing/posting and waiting, max over ranks."""
+    t = dnet.timers
+    return {name: {"forward": comm.allreduce_max(getattr(t, name)[0].copy()).tolist(),
+                   "backward": comm.allreduce_max(getattr(t, name)[1].copy()).tolist()}
+            for name in ("compute", "comm", "wait")}
+
+
+def format_timing(tm: dict[str, Any]) -> str:
+    lines = ["layer  forward compute/post/wait (s)   backward compute/post/wait (s)"]
+    for k in range(len(tm["compute"]["forward"])):
+        f = [tm[n]["forward"][k] for n in ("compute", "comm", "wait")]
+        b = [tm[n]["backward"][k] for n in ("compute", "comm", "wait")]
+        lines.append(f"{k + 1:5d}  {f[0]:9.3f} {f[1]:7.3f} {f[2]:7.3f}     "
+                     f"{b[0]:9.3f} {b[1]:7.3f} {b[2]:7.3f}")
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- inference
 
 
@@ -240,24 +258,35 @@ class ChallengeRun:
 
 def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr_matrix,
                     edges: int) -> ChallengeRun:
-    """Graph Challenge inference; dead samples are dropped on every rank alike."""
-    x = np.ascontiguousarray(images[:, dnet.input_rows].T.toarray(), dtype=dnet.dtype)
-    ids = np.arange(images.shape[0])
-    can_drop = comm.max_scalar(max((float(lay.bias.max(initial=0)) for lay in dnet.layers),
+    """Graph Challenge inference (hidden activation and cap on every layer); samples whose
+    activation column died are dropped on every rank alike (when no bias is positive, a zero
+    column stays zero)."""
+    batch = images.shape[0]
+    layers = dnet.layers
+    xbuf = np.zeros((layers[0].n_owned_prev + layers[0].exchange.n_ghost, batch), dnet.dtype)
+    xbuf[: layers[0].n_owned_prev] = images[:, dnet.input_rows].T.toarray()
+    ids = np.arange(batch)
+    can_drop = comm.max_scalar(max((float(lay.bias.max(initial=0)) for lay in layers),
                                    default=0.0)) <= 0
     comm.barrier()
     t0 = time.perf_counter()
-    for i in range(dnet.n_layers):
-        _, z = dnet.forward_layer(i, x)
-        x = activate(z, dnet.cap)
+    for i, layer in enumerate(layers):
+        n = len(layer.rows)
+        ghosts = layers[i + 1].exchange.n_ghost if i + 1 < len(layers) else 0
+        nxt = np.empty((n + ghosts, xbuf.shape[1]), dnet.dtype)
+        z = np.empty((n, xbuf.shape[1]), dnet.dtype)
+        dnet.forward_layer(i, xbuf, z, nxt[:n])
+        xbuf = nxt
         if can_drop:
-            alive = comm.allreduce_max(np.any(x != 0, axis=0).astype(np.int32)) > 0
+            alive = comm.allreduce_max(np.any(xbuf[:n] != 0, axis=0).astype(np.int32)) > 0
             if not alive.all():
-                x = np.ascontiguousarray(x[:, alive])
-                ids = ids[alive]
+                compact = np.empty((xbuf.shape[0], int(alive.sum())), dnet.dtype)
+                compact[:n] = xbuf[:n, alive]
+                xbuf, ids = compact, ids[alive]
     seconds = comm.max_scalar(time.perf_counter() - t0)
-    final = comm.allreduce_max(np.any(x != 0, axis=0).astype(np.int32)) > 0
-    return ChallengeRun(np.sort(ids[final] + 1), seconds, images.shape[0], edges)
+    n = len(layers[-1].rows)
+    final = comm.allreduce_max(np.any(xbuf[:n] != 0, axis=0).astype(np.int32)) > 0
+    return ChallengeRun(np.sort(ids[final] + 1), seconds, batch, edges)
 
 
 # --------------------------------------------------------------------------- save
