@@ -58,6 +58,12 @@ def _nb():  # noqa: ANN202
     return _numba_kernels
 
 
+def warm_up() -> None:
+    """Load (or compile) the active backend's kernels now, outside any timed loop."""
+    if backend() == "numba":
+        _nb().warm_up()
+
+
 def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
     """The row index of every stored entry of a CSR matrix."""
     return np.repeat(np.arange(w.shape[0], dtype=w.indices.dtype), np.diff(w.indptr))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from . import kernels
 from .atomic import atomic_path, write_text
 from .bundle import NetworkBundle, NpzReader, save_network
 from .comm import AgreedError, Communicator
@@ -58,6 +59,7 @@ def open_network(comm: Communicator, network: str, plan_path: str | None,
 
     plan = comm.check(get_plan)
     dnet = comm.check(lambda: DistributedNetwork.load(bundle, plan, comm, dtype))
+    kernels.warm_up()
     return bundle, plan, dnet
 
 
