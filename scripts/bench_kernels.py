@@ -48,6 +48,26 @@ def torch_ops(w, x, d):  # noqa: ANN001, ANN201
     return ops, torch.__version__
 
 
+def candidates(w, x, d, b, out, outt, outs) -> dict:  # noqa: ANN001
+    """The timed callables of one problem size."""
+    coo = w.tocoo()
+
+    def with_backend(name, fn):  # noqa: ANN001, ANN202
+        def run():  # noqa: ANN202
+            kernels.set_backend(name)
+            return fn()
+        return run
+
+    fns = {}
+    for be in ("scipy", "numba"):
+        fns[f"spmm/{be}"] = with_backend(be, lambda: kernels.spmm(w, x, b, out))
+        fns[f"spmm_t/{be}"] = with_backend(be, lambda: kernels.spmm_t(w, d, outt))
+        fns[f"sddmm/{be}"] = with_backend(be, lambda: kernels.sddmm(w, d, x, outs))
+    if w.shape[0] * w.shape[1] * 4 <= 2**31:
+        fns["sddmm/dense-then-sample"] = lambda: (d @ x.T)[coo.row, coo.col]
+    return fns
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384])
@@ -67,21 +87,7 @@ def main() -> int:
         b = np.zeros(n, np.float32)
         out, outt, outs = (np.empty((n, args.batch), np.float32),
                            np.empty((n, args.batch), np.float32), np.empty(w.nnz, np.float32))
-        coo = w.tocoo()
-
-        def with_backend(name, fn):  # noqa: ANN001, ANN202
-            def run():  # noqa: ANN202
-                kernels.set_backend(name)
-                return fn()
-            return run
-
-        fns = {}
-        for be in ("scipy", "numba"):
-            fns[f"spmm/{be}"] = with_backend(be, lambda: kernels.spmm(w, x, b, out))
-            fns[f"spmm_t/{be}"] = with_backend(be, lambda: kernels.spmm_t(w, d, outt))
-            fns[f"sddmm/{be}"] = with_backend(be, lambda: kernels.sddmm(w, d, x, outs))
-        if n * n * 4 <= 2**31:
-            fns["sddmm/dense-then-sample"] = lambda: (d @ x.T)[coo.row, coo.col]
+        fns = candidates(w, x, d, b, out, outt, outs)
         t = torch_ops(w, x, d)
         if t:
             ops, torch_version = t
