@@ -145,6 +145,38 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backe
     return parts
 
 
+def majority(coarse_of: np.ndarray, parts: np.ndarray, n_coarse: int, nparts: int
+             ) -> np.ndarray:
+    """Each coarse vertex takes the block most of its fine vertices are in."""
+    counts = np.bincount(coarse_of * nparts + parts, minlength=n_coarse * nparts)
+    return counts.reshape(n_coarse, nparts).argmax(axis=1)
+
+
+def group_candidates(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray,
+                     fine_starts: dict[str, np.ndarray], nparts: int, epsilon: float, seed: int,
+                     backend: str, n_runs: int, log: Log | None) -> dict[str, np.ndarray]:
+    """Starts that keep groups of identical rows whole: layer-by-layer runs on the coarse
+    hypergraph (``n_runs`` seeds) and the fine starts projected by majority, each refined on
+    the coarse hypergraph under the fine per-layer limits, then projected back."""
+    fine_limits = Refiner(hg, fine_starts["block"], nparts, epsilon).limits
+    coarse_starts = {f"{backend}-groups-{r}": layer_by_layer(coarse, nparts, epsilon,
+                                                            seed + 7919 * r, backend, log)
+                     for r in range(n_runs)}
+    for name in ("cyclic", backend):
+        coarse_starts[f"{name}-groups"] = majority(coarse_of, fine_starts[name],
+                                                   coarse.n_vertices, nparts)
+    out = {}
+    for name, cparts in coarse_starts.items():
+        try:
+            refiner = Refiner(coarse, cparts, nparts, epsilon, limits=fine_limits,
+                              max_swap_layer=2048)
+            out[name] = refiner.run()[coarse_of]
+        except BalanceError as exc:  # groups too coarse to balance: skip this candidate
+            if log:
+                log(f"candidate {name} skipped ({exc})")
+    return out
+
+
 def partition_network(
     patterns: Sequence[Pattern],
     nparts: int,
@@ -154,6 +186,7 @@ def partition_network(
     backend: str = "kahypar",
     fingerprint: str | None = None,
     log: Log | None = None,
+    group_starts: int = 3,
 ) -> Plan:
     """Assign every neuron of every layer to a rank; the Plan carries its statistics."""
     seed = normalize_seed(seed)
@@ -183,15 +216,8 @@ def partition_network(
         if coarse.n_vertices < hg.n_vertices:
             if log:
                 log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices")
-            cparts = layer_by_layer(coarse, nparts, epsilon, seed, backend, log)
-            fine_limits = Refiner(hg, starts["block"], nparts, epsilon).limits
-            try:
-                cparts = Refiner(coarse, cparts, nparts, epsilon, limits=fine_limits,
-                                 max_swap_layer=2048).run()
-                starts[f"{backend}-groups"] = cparts[coarse_of]
-            except BalanceError as exc:  # groups too coarse to balance: skip this candidate
-                if log:
-                    log(f"groups candidate skipped ({exc})")
+            starts.update(group_candidates(hg, coarse, coarse_of, starts, nparts, epsilon,
+                                           seed, backend, group_starts, log))
         best_parts, best_cost = None, None
         for name, start in starts.items():
             before = km1(hg, start)
