@@ -8,9 +8,11 @@ import numpy as np
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def spmm_rows(indptr, indices, data, x, bias, out, out_rows, cap, activate, act_out):
+def spmm_rows(indptr, indices, data, x, bias, out, out_rows, cap, activate, act_out, alive):
     """out[out_rows[i]] = W[i] x + bias[out_rows[i]]; with ``activate`` also
-    act_out[out_rows[i]] = min(max(., 0), cap) (cap < 0: no cap)."""
+    act_out[out_rows[i]] = min(max(., 0), cap) (cap < 0: no cap), and alive[b] = 1 for every
+    column b with a nonzero activation (when ``alive`` is not empty)."""
+    track = len(alive) > 0
     n_rows = len(indptr) - 1
     batch = x.shape[1]
     for i in nb.prange(n_rows):
@@ -44,6 +46,8 @@ def spmm_rows(indptr, indices, data, x, bias, out, out_rows, cap, activate, act_
                 if cap >= 0 and z > cap:
                     z = cap
                 a[b] = z
+                if track and z != 0:
+                    alive[b] = 1
 
 
 @nb.njit(cache=True, nogil=True)
@@ -98,6 +102,8 @@ def warm_up() -> None:
         x = np.ones((1, 2), dt)
         out = np.empty((1, 2), dt)
         spmm_rows(indptr, indices, data, x, np.zeros(1, dt), out, np.zeros(1, np.int64),
-                  -1.0, True, out)
+                  -1.0, True, out, np.zeros(0, np.int32))
+        spmm_rows(indptr, indices, data, x, np.zeros(1, dt), out, np.zeros(1, np.int64),
+                  -1.0, True, out, np.zeros(2, np.int32))
         spmm_t(indptr, indices, data, x, out)
         sddmm(indptr, indices, x, x, np.empty(1, dt))

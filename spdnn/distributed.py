@@ -178,34 +178,37 @@ class DistributedNetwork:
         return ws
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
-                      next_top: np.ndarray | None) -> None:
+                      next_top: np.ndarray | None, alive: np.ndarray | None = None) -> None:
         """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled; the ghost rows
         arrive while the interior rows are computed. Z_{i+1} goes to ``z`` and, when
-        ``next_top`` is given, h(Z_{i+1}) to it in the same kernel."""
+        ``next_top`` is given, h(Z_{i+1}) to it in the same kernel (and, with ``alive``,
+        a 1 for every column with a nonzero activation)."""
         layer = self.layers[i]
         t = self.timers
         t0 = time.perf_counter()
         reqs = layer.exchange.start_expand(xbuf)
         self.traffic.count_forward(i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize)
         t1 = time.perf_counter()
-        self._rows(layer, "interior", layer.interior, xbuf[: layer.n_owned_prev], z, next_top)
+        self._rows(layer, "interior", layer.interior, xbuf[: layer.n_owned_prev], z, next_top,
+                   alive)
         t2 = time.perf_counter()
         wait(reqs)
         t3 = time.perf_counter()
-        self._rows(layer, "boundary", layer.boundary, xbuf, z, next_top)
+        self._rows(layer, "boundary", layer.boundary, xbuf, z, next_top, alive)
         t4 = time.perf_counter()
         t.comm[0, i] += t1 - t0
         t.compute[0, i] += (t2 - t1) + (t4 - t3)
         t.wait[0, i] += t3 - t2
 
     def _rows(self, layer: LocalLayer, part: str, rows: np.ndarray, x: np.ndarray,
-              z: np.ndarray, next_top: np.ndarray | None) -> None:
+              z: np.ndarray, next_top: np.ndarray | None, alive: np.ndarray | None) -> None:
         if not len(rows):
             return
         if next_top is None:
             kernels.spmm(layer.view(part), x, layer.bias, z, rows)
         else:
-            kernels.spmm_act(layer.view(part), x, layer.bias, self.cap, z, next_top, rows)
+            kernels.spmm_act(layer.view(part), x, layer.bias, self.cap, z, next_top, rows,
+                             alive)
 
     def forward(self, x0: np.ndarray) -> Workspace:
         """x0: this rank's input rows (n_owned_0 x B). Fills the workspace of this batch size

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
 BACKENDS = ("scipy", "numba")
+_NO_ALIVE = np.zeros(0, dtype=np.int32)
 _state = {"backend": None}
 
 
@@ -83,7 +84,8 @@ def spmm(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None = None,
     if backend() == "numba" and w.nnz:
         rows = np.arange(w.shape[0]) if out_rows is None else out_rows
         b = _zeros_bias(w, x, bias, out_rows, out)
-        _nb().spmm_rows(w.indptr, w.indices, w.data, x, b, out, rows, -1.0, False, out)
+        _nb().spmm_rows(w.indptr, w.indices, w.data, x, b, out, rows, -1.0, False, out,
+                        _NO_ALIVE)
         return out
     z = w @ x
     rows = slice(None) if out_rows is None else out_rows
@@ -94,12 +96,15 @@ def spmm(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None = None,
 
 
 def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray, cap: float | None,
-             out_z: np.ndarray, out_x: np.ndarray, out_rows: np.ndarray | None = None) -> None:
-    """Z rows into out_z and h(Z) rows into out_x (fused in the numba backend)."""
+             out_z: np.ndarray, out_x: np.ndarray, out_rows: np.ndarray | None = None,
+             alive: np.ndarray | None = None) -> None:
+    """Z rows into out_z and h(Z) rows into out_x (fused in the numba backend); ``alive``
+    (int32 per column), if given, is set to 1 where a written h(Z) row is nonzero."""
     if backend() == "numba" and w.nnz:
         rows = np.arange(w.shape[0]) if out_rows is None else out_rows
         _nb().spmm_rows(w.indptr, w.indices, w.data, x, bias, out_z, rows,
-                        -1.0 if cap is None else float(cap), True, out_x)
+                        -1.0 if cap is None else float(cap), True, out_x,
+                        _NO_ALIVE if alive is None else alive)
         return
     spmm(w, x, bias, out_z, out_rows)
     rows = slice(None) if out_rows is None else out_rows
@@ -107,6 +112,8 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray, cap: float | Non
     if cap is not None:
         np.minimum(h, cap, out=h)
     out_x[rows] = h
+    if alive is not None and h.size:
+        alive |= np.any(h != 0, axis=0)
 
 
 def spmm_t(w: sp.csr_matrix, d: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

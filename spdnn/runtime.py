@@ -277,14 +277,19 @@ def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr
         ghosts = layers[i + 1].exchange.n_ghost if i + 1 < len(layers) else 0
         nxt = np.empty((n + ghosts, xbuf.shape[1]), dnet.dtype)
         z = np.empty((n, xbuf.shape[1]), dnet.dtype)
-        dnet.forward_layer(i, xbuf, z, nxt[:n])
+        flags = np.zeros(xbuf.shape[1], dtype=np.int32)
+        dnet.forward_layer(i, xbuf, z, nxt[:n], flags if can_drop else None)
         xbuf = nxt
         if can_drop:
-            alive = comm.allreduce_max(np.any(xbuf[:n] != 0, axis=0).astype(np.int32)) > 0
-            if not alive.all():
-                compact = np.empty((xbuf.shape[0], int(alive.sum())), dnet.dtype)
-                compact[:n] = xbuf[:n, alive]
-                xbuf, ids = compact, ids[alive]
+            alive = (comm.allreduce_max(flags) if comm.size > 1 else flags) > 0
+            kept = int(alive.sum())
+            # Dead columns stay zero, so they can ride along until enough died that a copy
+            # pays for itself.
+            if kept <= 0.75 * len(alive):
+                keep = np.flatnonzero(alive)
+                compact = np.empty((xbuf.shape[0], kept), dnet.dtype)
+                np.take(xbuf[:n], keep, axis=1, out=compact[:n])
+                xbuf, ids = compact, ids[keep]
     seconds = comm.max_scalar(time.perf_counter() - t0)
     n = len(layers[-1].rows)
     final = comm.allreduce_max(np.any(xbuf[:n] != 0, axis=0).astype(np.int32)) > 0
