@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import resource
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from partition.methods import BASELINES, baseline_owners, partition_network
 from spdnn.formats import read_graphchallenge
 from spdnn.generate import prune_dense, radixnet, random_network
 from spdnn.network import Layer, Network
-from spdnn.plan import network_patterns, plan_statistics
+from spdnn.plan import balance_limit, network_patterns, plan_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
@@ -81,11 +82,17 @@ def bench(name: str, net: Network, parts: list[int]) -> list[str]:
         for b in BASELINES:
             st[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, 0), nparts)
         h = st["hypergraph"]
+        balanced = all(
+            np.bincount(plan.owners[k], weights=np.diff(p[0]), minlength=nparts).max()
+            <= balance_limit(p[0], nparts, 0.03) + 1e-9 for k, p in enumerate(patterns, 1))
+        peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1e6
         cells = [name, str(nparts)] + [f"{st[m].volume:,} ({st[m].forward_total:,})"
                                        for m in ("hypergraph", *BASELINES)]
         cells += [f"{st['block'].volume / h.volume:.1f}x" if h.volume else "-",
                   f"{st['cyclic'].volume / h.volume:.2f}x" if h.volume else "-",
-                  f"{max(h.sent):,}", f"{100 * h.max_imbalance:.2f}%", f"{seconds:.1f}",
+                  f"{max(h.sent):,}", f"{100 * h.max_imbalance:.2f}%",
+                  "yes" if balanced else "NO", f"{seconds:.1f}", f"{peak:.1f}",
                   plan.meta["chosen_start"]]
         row = "| " + " | ".join(cells) + " |"
         print(row, flush=True)
@@ -100,8 +107,9 @@ def main() -> int:
     args = ap.parse_args()
     header = ("| network | P | hypergraph volume (forward) | block | cyclic | random | "
               "block / hypergraph | cyclic / hypergraph | max sent per rank | "
-              "max layer imbalance | partition s | best start |\n"
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              "max layer imbalance | every layer within limit | partition s | peak RSS GB | "
+              "best start |\n"
+              "|" + " --- |" * 14)
     print(header)
     rows: list[str] = []
     skipped = []

@@ -27,18 +27,24 @@ from .network import Layer, Network, as_dtype
 # --------------------------------------------------------------------------- text tables
 
 
-def _read_text(path: str | os.PathLike) -> str:
+def _read_bytes(path: str | os.PathLike) -> bytes:
+    """A file's bytes, gunzipped when it starts with the gzip magic."""
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise InputError(p, "no such file")
     try:
         with open(p, "rb") as fh:
             raw = fh.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        return raw.decode("ascii")
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise InputError(p, f"cannot read as text ({exc})") from None
+        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise InputError(p, f"cannot read ({exc})") from None
+
+
+def _read_text(path: str | os.PathLike) -> str:
+    try:
+        return _read_bytes(path).decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not a text file ({exc})") from None
 
 
 def _parse_rows(
@@ -313,15 +319,7 @@ _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read an IDX file (gzipped or not): magic 0x0000TTDD, D big-endian sizes, then the data."""
     p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise InputError(p, "no such file")
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
-        raise InputError(p, f"cannot read ({exc})") from None
+    raw = _read_bytes(p)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
         raise InputError(p, "not an IDX file (bad magic number)")
     ndim = raw[3]
