@@ -137,7 +137,8 @@ class SGDConfig:
 
 @dataclass
 class SGD:
-    """torch.optim.SGD on a flat list of parameter arrays (updated in place)."""
+    """torch.optim.SGD on a flat list of parameter arrays, updated in place with one scratch
+    array per parameter (no allocation per step)."""
 
     config: SGDConfig
     params: list[np.ndarray]
@@ -146,20 +147,28 @@ class SGD:
     def __post_init__(self) -> None:
         if not self.buffers:
             self.buffers = [None] * len(self.params)
+        self._scratch = [np.empty_like(p) for p in self.params]
 
     def step(self, grads: list[np.ndarray]) -> None:
         c = self.config
         for i, (p, g) in enumerate(zip(self.params, grads)):
-            d = g + c.weight_decay * p if c.weight_decay else g.copy()
+            d = self._scratch[i]
+            if c.weight_decay:
+                np.multiply(p, c.weight_decay, out=d)
+                d += g
+            else:
+                np.copyto(d, g)
             if c.momentum:
                 buf = self.buffers[i]
                 if buf is None:
-                    self.buffers[i] = buf = d.copy()
+                    self.buffers[i] = d.copy()  # torch: the first buffer is the gradient
                 else:
                     buf *= c.momentum
                     buf += d
-                d = buf
-            p -= (c.lr * d).astype(p.dtype, copy=False)
+                np.multiply(self.buffers[i], c.lr, out=d)
+            else:
+                d *= c.lr
+            p -= d
 
 
 def parameters(net: Network) -> list[np.ndarray]:

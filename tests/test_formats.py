@@ -158,3 +158,22 @@ def test_graphchallenge_directory_problems(tmp_path):
     (tmp_path / "n4-l2.tsv").write_text("1\t5\t1\n")
     with pytest.raises(InputError, match=r"n4-l2.tsv:1: column index 5 out of range"):
         read_graphchallenge(tmp_path, -0.3, 32)
+
+
+def test_training_npz_round_trip_and_errors(tmp_path):
+    from spdnn.datasets import load_npz
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((6, 4)), np.array([0, 2, 1, 1, 0, 2])
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=y, x_test=x[:2], y_test=y[:2])
+    data = load_npz(tmp_path / "d.npz", "float64")
+    np.testing.assert_array_equal(data.x_train, x)
+    np.testing.assert_array_equal(data.y_train, y)
+    np.testing.assert_array_equal(data.x_test, x[:2])
+    assert data.n_features == 4 and data.n_classes == 3
+    np.savez(tmp_path / "bad.npz", x_train=x, y_train=y[:5])
+    with pytest.raises(InputError, match="one label per row"):
+        load_npz(tmp_path / "bad.npz")
+    np.savez(tmp_path / "nan.npz", x_train=np.full((2, 2), np.nan), y_train=[0, 1])
+    with pytest.raises(InputError, match="finite"):
+        load_npz(tmp_path / "nan.npz")
