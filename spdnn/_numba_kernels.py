@@ -8,19 +8,19 @@ import numpy as np
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def spmm_rows(indptr, indices, data, x, bias, out, out_rows, cap, activate, act_out, alive):
-    """out[out_rows[i]] = W[i] x + bias[out_rows[i]]; with ``activate`` also
-    act_out[out_rows[i]] = min(max(., 0), cap) (cap < 0: no cap), and alive[b] = 1 for every
-    column b with a nonzero activation (when ``alive`` is not empty)."""
+def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, accumulate, cap, activate, act_out,
+              alive):
+    """For rows i in [r0, r1): out[i] = W[i] x + (out[i] if ``accumulate`` else bias[i]);
+    with ``activate`` also act_out[i] = min(max(out[i], 0), cap) (cap < 0: no cap) and
+    alive[b] = 1 for every column b with a nonzero activation (when ``alive`` is not empty)."""
     track = len(alive) > 0
-    n_rows = len(indptr) - 1
     batch = x.shape[1]
-    for i in nb.prange(n_rows):
-        r = out_rows[i]
-        acc = out[r]
-        b0 = bias[r]
-        for b in range(batch):
-            acc[b] = b0
+    for i in nb.prange(r0, r1):
+        acc = out[i]
+        if not accumulate:
+            b0 = bias[i]
+            for b in range(batch):
+                acc[b] = b0
         start, stop = indptr[i], indptr[i + 1]
         e = start
         # Four nonzeros per sweep over the batch: a quarter of the accumulator traffic.
@@ -38,7 +38,7 @@ def spmm_rows(indptr, indices, data, x, bias, out, out_rows, cap, activate, act_
                 acc[b] += v * xr[b]
             e += 1
         if activate:
-            a = act_out[r]
+            a = act_out[i]
             for b in range(batch):
                 z = acc[b]
                 if z < 0:
@@ -51,11 +51,10 @@ def spmm_rows(indptr, indices, data, x, bias, out, out_rows, cap, activate, act_
 
 
 @nb.njit(cache=True, nogil=True)
-def spmm_t(indptr, indices, data, d, out):
-    """out = W^T d (out zeroed here); a scatter over rows, so it stays single-threaded."""
-    out[:] = 0
+def spmm_t(indptr, indices, data, d, out, r0, r1):
+    """out += W[r0:r1]^T d[r0:r1]; a scatter over rows, so it stays single-threaded."""
     batch = d.shape[1]
-    for i in range(len(indptr) - 1):
+    for i in range(r0, r1):
         di = d[i]
         for e in range(indptr[i], indptr[i + 1]):
             v = data[e]
@@ -101,9 +100,8 @@ def warm_up() -> None:
         data = np.ones(1, dt)
         x = np.ones((1, 2), dt)
         out = np.empty((1, 2), dt)
-        spmm_rows(indptr, indices, data, x, np.zeros(1, dt), out, np.zeros(1, np.int64),
-                  -1.0, True, out, np.zeros(0, np.int32))
-        spmm_rows(indptr, indices, data, x, np.zeros(1, dt), out, np.zeros(1, np.int64),
-                  -1.0, True, out, np.zeros(2, np.int32))
-        spmm_t(indptr, indices, data, x, out)
+        for alive in (np.zeros(0, np.int32), np.zeros(2, np.int32)):
+            spmm_rows(indptr, indices, data, x, np.zeros(1, dt), out, 0, 1, False, -1.0, True,
+                      out, alive)
+        spmm_t(indptr, indices, data, x, out, 0, 1)
         sddmm(indptr, indices, x, x, np.empty(1, dt))

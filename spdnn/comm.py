@@ -267,6 +267,12 @@ def wait(reqs: list[MPI.Request]) -> None:
     MPI.Request.Waitall(reqs)
 
 
+def progress(reqs: list[MPI.Request]) -> None:
+    """Let MPI move pending messages (large ones advance only inside MPI calls)."""
+    if reqs:
+        MPI.Request.Testall(reqs)
+
+
 def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm | None = None,
                      prog: str = "spdnn") -> int:
     """Run an entry point on every rank.

@@ -2,7 +2,7 @@
 
 Rank p owns rows R_p^k of every layer (the plan). Its local W_k holds those rows with columns
 renumbered into its X_{k-1} buffer: owned rows of layer k-1 first (ascending global index), then
-ghost rows grouped by owner. Forward: expand ghosts while interior rows (no ghost column) are
+ghost rows grouped by owner. Forward: expand ghosts while the owned-column part of every row is
 computed. Backward: fold ghost partial sums to their owners while the owned part is computed.
 The weight gradient needs no communication. Math: DESIGN.md section 2, as in spdnn.reference.
 """
@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from . import kernels
 from .bundle import NetworkBundle
-from .comm import Communicator, Exchange, Traffic, wait
+from .comm import Communicator, Exchange, Traffic, progress, wait
 from .plan import Plan
 from .reference import activate, activation_slope
 
@@ -32,8 +32,6 @@ class LocalLayer:
     bias: np.ndarray
     exchange: Exchange
     entry_rows: np.ndarray  # row of every stored entry (for the SDDMM)
-    interior: np.ndarray  # local rows that use owned columns only
-    boundary: np.ndarray
     _views: dict[str, tuple[sp.csr_matrix, np.ndarray]]  # derived matrices + data gather maps
 
     @property
@@ -71,6 +69,16 @@ def _submatrix(w: sp.csr_matrix, rows: np.ndarray, col_lo: int, col_hi: int
                                                                   minlength=len(rows)))])),
                       shape=(len(rows), col_hi - col_lo))
     return m, gather
+
+
+# Row chunks of the local products that overlap a message exchange; between chunks the
+# messages are progressed (MPI moves large messages only inside MPI calls).
+OVERLAP_CHUNKS = 8
+
+
+def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
+    bounds = np.linspace(0, n, max(1, min(parts, n)) + 1).astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class Timers:
@@ -150,20 +158,13 @@ class DistributedNetwork:
             w.sort_indices()
             exchange = Exchange.build(comm, k, owned_prev, owner_prev, ghosts)
             n_own = len(owned_prev)
-            row_max = np.full(len(rows), -1, dtype=np.int64)
-            nonempty = np.diff(w.indptr) > 0
-            row_max[nonempty] = w.indices[w.indptr[1:][nonempty] - 1]  # sorted: last is max
-            interior = np.flatnonzero(row_max < n_own)
-            boundary = np.flatnonzero(row_max >= n_own)
             all_rows = np.arange(len(rows))
             views = {
-                "interior": _submatrix(w, interior, 0, n_own),
-                "boundary": _submatrix(w, boundary, 0, len(buffer_rows)),
                 "owned_cols": _submatrix(w, all_rows, 0, n_own),
                 "ghost_cols": _submatrix(w, all_rows, n_own, len(buffer_rows)),
             }
             layers.append(LocalLayer(k, rows, buffer_rows, w, bias, exchange,
-                                     kernels.row_of_entries(w), interior, boundary, views))
+                                     kernels.row_of_entries(w), views))
         meta = {"activation": bundle.meta["activation"], "cap": bundle.meta["cap"],
                 "output_activation": bundle.meta["output_activation"]}
         return DistributedNetwork(comm, plan, layers, meta, np.dtype(dt), bundle.sizes)
@@ -179,36 +180,30 @@ class DistributedNetwork:
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
                       next_top: np.ndarray | None, alive: np.ndarray | None = None) -> None:
-        """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled; the ghost rows
-        arrive while the interior rows are computed. Z_{i+1} goes to ``z`` and, when
-        ``next_top`` is given, h(Z_{i+1}) to it in the same kernel (and, with ``alive``,
-        a 1 for every column with a nonzero activation)."""
+        """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled. While its ghost
+        rows arrive, Z = W[:, owned] X_owned + b is computed in row chunks (progressing the
+        messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
+        ``next_top`` when given (and a 1 in ``alive`` for every nonzero column)."""
         layer = self.layers[i]
         t = self.timers
+        n_own = layer.n_owned_prev
         t0 = time.perf_counter()
         reqs = layer.exchange.start_expand(xbuf)
         self.traffic.count_forward(i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize)
         t1 = time.perf_counter()
-        self._rows(layer, "interior", layer.interior, xbuf[: layer.n_owned_prev], z, next_top,
-                   alive)
+        own = layer.view("owned_cols")
+        for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
+            kernels.spmm(own, xbuf[:n_own], layer.bias, z, rows)
+            progress(reqs)
         t2 = time.perf_counter()
         wait(reqs)
         t3 = time.perf_counter()
-        self._rows(layer, "boundary", layer.boundary, xbuf, z, next_top, alive)
+        kernels.spmm_act(layer.view("ghost_cols"), xbuf[n_own:], None, self.cap, z, next_top,
+                         accumulate=True, alive=alive)
         t4 = time.perf_counter()
         t.comm[0, i] += t1 - t0
         t.compute[0, i] += (t2 - t1) + (t4 - t3)
         t.wait[0, i] += t3 - t2
-
-    def _rows(self, layer: LocalLayer, part: str, rows: np.ndarray, x: np.ndarray,
-              z: np.ndarray, next_top: np.ndarray | None, alive: np.ndarray | None) -> None:
-        if not len(rows):
-            return
-        if next_top is None:
-            kernels.spmm(layer.view(part), x, layer.bias, z, rows)
-        else:
-            kernels.spmm_act(layer.view(part), x, layer.bias, self.cap, z, next_top, rows,
-                             alive)
 
     def forward(self, x0: np.ndarray) -> Workspace:
         """x0: this rank's input rows (n_owned_0 x B). Fills the workspace of this batch size
@@ -291,7 +286,12 @@ class DistributedNetwork:
             reqs, recv = ex.start_fold(ghost)
             self.traffic.count_backward(i, ex.n_ghost, delta.shape[1], delta.itemsize)
             t2 = time.perf_counter()
-            g = kernels.spmm_t(layer.view("owned_cols"), delta, ws.partial[i])
+            own = layer.view("owned_cols")
+            g = ws.partial[i]
+            g[...] = 0
+            for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
+                kernels.spmm_t(own, delta, g, rows, accumulate=True)
+                progress(reqs)
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g)
             t4 = time.perf_counter()

@@ -3,10 +3,10 @@
 Activations are (neurons x batch) C-contiguous arrays, so one neuron's row is contiguous (the
 unit the runtime exchanges).
 
-- ``spmm(W, X, bias, out, out_rows)``: Z = W X + b 1^T (row i of W written to out[out_rows[i]]).
-- ``spmm_act(W, X, bias, cap, out_z, out_x, out_rows)``: the same, fused with
-  X' = min(max(Z, 0), cap) for the next layer.
-- ``spmm_t(W, D, out)``: W^T D (backward partial sums over the rows W holds).
+- ``spmm(W, X, bias, out, rows, accumulate)``: Z = W X + b 1^T on a row range, or Z += W X.
+- ``spmm_act(...)``: the same, fused with X' = min(max(Z, 0), cap) for the next layer.
+- ``spmm_t(W, D, out, rows, accumulate)``: W^T D (backward partial sums over the rows W holds).
+  Row ranges let the runtime compute in chunks and progress messages between them.
 - ``sddmm(W, D, X, out)``: out[e] = D[i_e, :] . X[j_e, :] for every stored (i_e, j_e) of W
   (the weight gradient) without an nnz x B temporary.
 
@@ -70,59 +70,65 @@ def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
     return np.repeat(np.arange(w.shape[0], dtype=w.indices.dtype), np.diff(w.indptr))
 
 
-def _zeros_bias(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None,
-                out_rows: np.ndarray | None, out: np.ndarray) -> np.ndarray:
-    if bias is not None:
-        return bias
-    return np.zeros(out.shape[0] if out_rows is not None else w.shape[0], dtype=x.dtype)
+Rows = tuple[int, int]
+
+
+def _range(w: sp.csr_matrix, rows: Rows | None) -> Rows:
+    return (0, w.shape[0]) if rows is None else rows
 
 
 def spmm(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None = None,
-         out: np.ndarray | None = None, out_rows: np.ndarray | None = None) -> np.ndarray:
+         out: np.ndarray | None = None, rows: Rows | None = None,
+         accumulate: bool = False) -> np.ndarray:
+    """out[r0:r1] = W[r0:r1] x + bias[r0:r1] (or + out[r0:r1] when ``accumulate``)."""
     if out is None:
         out = np.empty((w.shape[0], x.shape[1]), dtype=x.dtype)
-    if backend() == "numba" and w.nnz:
-        rows = np.arange(w.shape[0]) if out_rows is None else out_rows
-        b = _zeros_bias(w, x, bias, out_rows, out)
-        _nb().spmm_rows(w.indptr, w.indices, w.data, x, b, out, rows, -1.0, False, out,
-                        _NO_ALIVE)
-        return out
-    z = w @ x
-    rows = slice(None) if out_rows is None else out_rows
-    if bias is not None:
-        z += bias[rows, None]
-    out[rows] = z
+    spmm_act(w, x, bias, None, out, None, rows, accumulate)
     return out
 
 
-def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray, cap: float | None,
-             out_z: np.ndarray, out_x: np.ndarray, out_rows: np.ndarray | None = None,
-             alive: np.ndarray | None = None) -> None:
-    """Z rows into out_z and h(Z) rows into out_x (fused in the numba backend); ``alive``
-    (int32 per column), if given, is set to 1 where a written h(Z) row is nonzero."""
-    if backend() == "numba" and w.nnz:
-        rows = np.arange(w.shape[0]) if out_rows is None else out_rows
-        _nb().spmm_rows(w.indptr, w.indices, w.data, x, bias, out_z, rows,
-                        -1.0 if cap is None else float(cap), True, out_x,
+def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: float | None,
+             out_z: np.ndarray, out_x: np.ndarray | None, rows: Rows | None = None,
+             accumulate: bool = False, alive: np.ndarray | None = None) -> None:
+    """As spmm into out_z, and h(Z) rows into out_x when it is given (fused in the numba
+    backend); ``alive`` (int32 per column), if given, is set to 1 where h(Z) is nonzero."""
+    r0, r1 = _range(w, rows)
+    if backend() == "numba":
+        b = bias if bias is not None else np.zeros(w.shape[0], dtype=x.dtype)
+        _nb().spmm_rows(w.indptr, w.indices, w.data, x, b, out_z, r0, r1, accumulate,
+                        -1.0 if cap is None else float(cap), out_x is not None,
+                        out_z if out_x is None else out_x,
                         _NO_ALIVE if alive is None else alive)
         return
-    spmm(w, x, bias, out_z, out_rows)
-    rows = slice(None) if out_rows is None else out_rows
-    h = np.maximum(out_z[rows], 0)
-    if cap is not None:
-        np.minimum(h, cap, out=h)
-    out_x[rows] = h
-    if alive is not None and h.size:
-        alive |= np.any(h != 0, axis=0)
+    part = w[r0:r1] @ x if (r0, r1) != (0, w.shape[0]) else w @ x
+    if accumulate:
+        out_z[r0:r1] += part
+    else:
+        out_z[r0:r1] = part
+        if bias is not None:
+            out_z[r0:r1] += bias[r0:r1, None]
+    if out_x is not None:
+        h = np.maximum(out_z[r0:r1], 0)
+        if cap is not None:
+            np.minimum(h, cap, out=h)
+        out_x[r0:r1] = h
+        if alive is not None and h.size:
+            alive |= np.any(h != 0, axis=0)
 
 
-def spmm_t(w: sp.csr_matrix, d: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def spmm_t(w: sp.csr_matrix, d: np.ndarray, out: np.ndarray | None = None,
+           rows: Rows | None = None, accumulate: bool = False) -> np.ndarray:
+    """out = W[r0:r1]^T d[r0:r1] (or out += ... when ``accumulate``)."""
     if out is None:
         out = np.empty((w.shape[1], d.shape[1]), dtype=d.dtype)
+    r0, r1 = _range(w, rows)
+    if not accumulate:
+        out[...] = 0
     if backend() == "numba":
-        _nb().spmm_t(w.indptr, w.indices, w.data, d, out)
+        _nb().spmm_t(w.indptr, w.indices, w.data, d, out, r0, r1)
         return out
-    out[...] = w.T @ d
+    part = w[r0:r1] if (r0, r1) != (0, w.shape[0]) else w
+    out += part.T @ d[r0:r1]
     return out
 
 

@@ -50,16 +50,25 @@ def test_spmm_and_fused_activation(backend, dtype):
     np.testing.assert_allclose(h, np.maximum(dense, 0), **_tol(dtype))
 
 
-def test_spmm_writes_only_the_given_rows(backend):
-    w, x, _, b = _case(np.float64)
-    rows = np.array([5, 0, 9])
-    sub = w[[0, 1, 2]]
-    out = np.full((12, x.shape[1]), -7.0)
-    kernels.spmm(sub, x, b[:12], out, rows)
-    expected = sub.toarray() @ x + b[:12][rows][:, None]
-    np.testing.assert_allclose(out[rows], expected, rtol=1e-12)
-    untouched = np.setdiff1d(np.arange(12), rows)
-    assert np.all(out[untouched] == -7.0)
+def test_row_ranges_and_accumulation(backend):
+    w, x, d, b = _case(np.float64)
+    dense = w.toarray()
+    out = np.full((w.shape[0], x.shape[1]), -7.0)
+    kernels.spmm(w, x, b, out, rows=(5, 12))
+    np.testing.assert_allclose(out[5:12], dense[5:12] @ x + b[5:12, None], rtol=1e-12)
+    assert np.all(out[:5] == -7.0) and np.all(out[12:] == -7.0)
+    kernels.spmm(w, x, None, out, rows=(5, 12), accumulate=True)
+    np.testing.assert_allclose(out[5:12], 2 * dense[5:12] @ x + b[5:12, None], rtol=1e-12)
+    z = np.ones((w.shape[0], x.shape[1]))
+    h = np.empty_like(z)
+    alive = np.zeros(x.shape[1], dtype=np.int32)
+    kernels.spmm_act(w, x, None, None, z, h, accumulate=True, alive=alive)
+    np.testing.assert_allclose(h, np.maximum(1 + dense @ x, 0), rtol=1e-12)
+    np.testing.assert_array_equal(alive, np.any(h != 0, axis=0))
+    g = np.zeros((w.shape[1], d.shape[1]))
+    for rows in ((0, 10), (10, w.shape[0])):
+        kernels.spmm_t(w, d, g, rows, accumulate=True)
+    np.testing.assert_allclose(g, dense.T @ d, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
