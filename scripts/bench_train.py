@@ -2,13 +2,16 @@
 PyTorch implementation of the same sparse network, side by side in one run.
 
     python scripts/bench_train.py [--hidden 16384] [--samples 2048] [--batch 256]
+                                  [--structure random radixnet]
 
-Network: random fixed fan-in 32, 4096 -> H -> H -> H, plus a dense 10-way head (float32);
-synthetic inputs and labels. Each configuration trains 2 epochs of --samples samples; the second
-epoch's time is reported (the first loads compiled kernels and allocates buffers). PyTorch
-(`pip install torch==2.13.0`, not a dependency of spdnn) keeps each layer's nonzeros as a
-parameter vector and multiplies with torch.sparse.mm on a COO tensor of the same pattern, SGD
-with the same momentum, with 1 and 2 threads. Writes the table to docs/BENCHMARKS.md.
+Networks (float32, a dense 10-way head, synthetic inputs and labels): `random`, fixed fan-in 32,
+4096 -> H -> H -> H (the worst case for partitioning: almost every row is cut); `radixnet`, the
+first 3 RadiX-Net layers of H neurons (structured sparsity, 32 nonzeros per row). Each
+configuration trains 2 epochs of --samples samples; the second epoch's time is reported (the first
+loads compiled kernels and allocates buffers). PyTorch (`pip install torch==2.13.0`, not a
+dependency of spdnn) keeps each layer's nonzeros as a parameter vector and multiplies with
+torch.sparse.mm on a COO tensor of the same pattern, SGD with the same momentum, with 1 and 2
+threads. Writes the table to docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from benchlib import table, write_section  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.bundle import save_network  # noqa: E402
-from spdnn.generate import random_network  # noqa: E402
+from spdnn.generate import add_head, radixnet, random_network  # noqa: E402
 from spdnn.plan import network_patterns, plan_statistics, save_plan  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -44,7 +47,11 @@ def spdnn_epoch(ranks: int, work: Path, plan: str | None, args) -> float:  # noq
     if ranks > 1:
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
     subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads((work / "m.json").read_text())["epochs"][1]["seconds"]
+    metrics = json.loads((work / "m.json").read_text())
+    # Where the time goes (both epochs, summed over layers and directions, max over ranks).
+    split = {name: sum(map(sum, metrics["timing"][name].values()))
+             for name in ("compute", "comm", "wait")}
+    return metrics["epochs"][1]["seconds"], split
 
 
 def torch_epoch(net, x, y, args, threads: int) -> float:  # noqa: ANN001
@@ -78,7 +85,13 @@ def torch_epoch(net, x, y, args, threads: int) -> float:  # noqa: ANN001
         return time.perf_counter() - t0
 
     epoch()
-    return epoch()
+    return epoch(), None
+
+
+def build(structure: str, hidden: int):  # noqa: ANN201
+    if structure == "random":
+        return random_network([4096, hidden, hidden, hidden], 32, seed=0, n_classes=10)
+    return add_head(radixnet(hidden, 3, seed=0), 10, seed=0)
 
 
 def main() -> int:
@@ -86,12 +99,35 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=16384)
     ap.add_argument("--samples", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--structure", nargs="+", choices=["random", "radixnet"],
+                    default=["random", "radixnet"])
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    net = random_network([4096, args.hidden, args.hidden, args.hidden], 32, seed=0,
-                         n_classes=10)
+    rows, notes = [], []
+    for structure in args.structure:
+        net = build(structure, args.hidden)
+        r, note = bench(structure, net, args)
+        rows += r
+        notes.append(note)
+    steps = -(-args.samples // args.batch)
+    body = (f"Command: `python scripts/bench_train.py --hidden {args.hidden} --samples "
+            f"{args.samples} --batch {args.batch} --structure {' '.join(args.structure)}`. "
+            f"float32, batch {args.batch}, {steps} steps per epoch, the second epoch timed; "
+            "faster of two interleaved rounds. " + " ".join(notes) + " The last column is "
+            "where spdnn's time goes over both epochs (max over ranks, summed over layers): "
+            "local kernels / packing and posting messages / waiting for messages.\n\n"
+            + table(["network", "configuration", "s / epoch", "ms / step",
+                     "speed vs spdnn P=1", "compute / post / wait"], rows))
+    print(body)
+    if not args.no_write:
+        write_section("BENCH_TRAIN", "Training", body)
+    return 0
+
+
+def bench(structure: str, net, args) -> tuple[list[list[str]], str]:  # noqa: ANN001
     rng = np.random.default_rng(0)
-    x = rng.random((args.samples, 4096), dtype=np.float32)
+    n_in = net.sizes[0]
+    x = rng.random((args.samples, n_in), dtype=np.float32)
     y = rng.integers(0, 10, args.samples)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,26 +155,27 @@ def main() -> int:
             runs["PyTorch sparse, 2 threads"] = lambda: torch_epoch(net, x, y, args, 2)
         except ImportError:
             print("torch not installed: PyTorch rows skipped", flush=True)
-        secs = {}
+        secs: dict[str, float] = {}
+        splits = {}
         for _ in range(2):  # two rounds, interleaved; the faster of the two is kept
             for name, fn in runs.items():
-                s = fn()
-                secs[name] = min(s, secs.get(name, s))
-                print(f"{name}: {s:.2f} s/epoch", flush=True)
+                s, split = fn()
+                if s <= secs.get(name, s):
+                    secs[name], splits[name] = s, split
+                print(f"{structure}, {name}: {s:.2f} s/epoch", flush=True)
     base = secs["spdnn P=1"]
     steps = -(-args.samples // args.batch)
     for name, s in secs.items():
-        rows.append([name, f"{s:.2f}", f"{1000 * s / steps:.0f}", f"{base / s:.2f}x"])
-    body = (f"Command: `python scripts/bench_train.py --hidden {args.hidden} --samples "
-            f"{args.samples} --batch {args.batch}`. Network 4096 -> {args.hidden} x 3 (32 "
-            f"nonzeros per row) -> 10, {net.nnz:,} weights, float32, batch {args.batch}, "
-            f"{steps} steps per epoch; plan volume per minibatch: hypergraph {vol['hyper']:,} "
-            f"rows, block {vol['block']:,} rows. Faster of two interleaved rounds.\n\n"
-            + table(["configuration", "s / epoch", "ms / step", "speed vs spdnn P=1"], rows))
-    print(body)
-    if not args.no_write:
-        write_section("BENCH_TRAIN", "Training", body)
-    return 0
+        split = splits[name]
+        share = "" if split is None else " / ".join(
+            f"{100 * split[k] / max(sum(split.values()), 1e-12):.0f}%"
+            for k in ("compute", "comm", "wait"))
+        rows.append([structure, name, f"{s:.2f}", f"{1000 * s / steps:.0f}",
+                     f"{base / s:.2f}x", share])
+    sizes = " -> ".join(str(n) for n in net.sizes)
+    note = (f"`{structure}`: {sizes}, {net.nnz:,} weights; plan volume per minibatch: "
+            f"hypergraph {vol['hyper']:,} rows, block {vol['block']:,} rows.")
+    return rows, note
 
 
 if __name__ == "__main__":
