@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full test suite on a fresh machine: sets up ./.venv from PyPI (MPI included), lints, runs
-# the serial tests, then the MPI tests under 2 and 3 ranks. Each run has an outer timeout so a
+# the serial tests, then the MPI tests under 1, 2, 3 and 4 ranks. Each run has an outer timeout so a
 # hung rank fails the suite instead of stalling it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,7 +27,7 @@ step() {
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
 step "serial tests" timeout 1200 "${PYTEST[@]}" -m "not mpi" tests
-for n in 1 2 3; do
+for n in 1 2 3 4; do
     step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 timeout 960 \
         mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi tests
 done

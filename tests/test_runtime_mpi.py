@@ -1,6 +1,6 @@
 """The distributed runtime against the serial reference, under any communicator size.
 
-Run by the test command under mpiexec -n 1, 2 and 3 (pytest-mpi, marker ``mpi``).
+Run by the test command under mpiexec -n 1, 2, 3 and 4 (pytest-mpi, marker ``mpi``).
 """
 
 from __future__ import annotations
