@@ -15,6 +15,7 @@ examples:
   spdnn-partition net.npz -P 8 -o plan.npz                 # hypergraph method, KaHyPar
   spdnn-partition net.npz -P 8 -o plan.npz --compare       # ... and the baselines beside it
   spdnn-partition net.npz -P 4 -o block.npz --method block
+  spdnn-partition net.npz -P 8 -o infer.npz --objective infer   # inference-only plan
   spdnn-partition stats net.npz plan.npz                   # the statistics table of a plan
   spdnn-partition export net.npz -o net.hgr                # hMETIS hypergraph for other tools
   spdnn-partition import net.npz net.hgr.part.8 -P 8 -o plan.npz
@@ -37,6 +38,9 @@ def _parser_partition() -> argparse.ArgumentParser:
                    help="per-layer imbalance allowed (default 0.03)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="kahypar", choices=["kahypar", "mtkahypar"])
+    p.add_argument("--objective", default="train", choices=["train", "infer"],
+                   help="volume to minimise: train = forward + backward rows of a training "
+                        "step (default), infer = forward rows only, for inference-only plans")
     p.add_argument("--compare", action="store_true", help="print the baselines beside the plan")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -56,6 +60,9 @@ def _parser_export() -> argparse.ArgumentParser:
                                 description="Write the network's hypergraph in hMETIS format.")
     p.add_argument("network")
     p.add_argument("-o", "--output", required=True)
+    p.add_argument("--objective", default="train", choices=["train", "infer"],
+                   help="net weights: train = 1 for layer-0 nets, 2 otherwise (default); "
+                        "infer = 1 for every net")
     return p
 
 
@@ -149,10 +156,12 @@ def cmd_partition(argv: Sequence[str]) -> None:
             print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
     plan = partition_network(patterns, args.nparts, args.method, args.epsilon, args.seed,
-                             args.backend, bundle.fingerprint(), log)
+                             args.backend, bundle.fingerprint(), log,
+                             objective=args.objective)
     save_plan(plan, args.output)
     stats = plan_statistics(patterns, plan.owners, args.nparts)
-    print(f"wrote {args.output}: P={args.nparts}, method {args.method}, volume {stats.volume:,} "
+    print(f"wrote {args.output}: P={args.nparts}, method {args.method} "
+          f"(objective {args.objective}), volume {stats.volume:,} "
           f"rows ({stats.forward_total:,} forward), max imbalance "
           f"{100 * stats.max_imbalance:.2f}%, {plan.meta['partition_seconds']:.1f} s")
     if args.compare:
@@ -167,7 +176,8 @@ def cmd_stats(argv: Sequence[str]) -> None:
     plan = load_plan(args.plan)
     plan.check_for(bundle.sizes, bundle.fingerprint(), args.plan)
     stats = plan_statistics(patterns, plan.owners, plan.nparts)
-    print(f"plan {args.plan}: P={plan.nparts}, method {plan.meta.get('method', '?')}")
+    print(f"plan {args.plan}: P={plan.nparts}, method {plan.meta.get('method', '?')}, "
+          f"objective {plan.meta.get('objective', 'train')}")
     print(format_stats(stats, bundle.sizes))
     if args.compare:
         print(_compare(patterns, plan.owners, plan.nparts, plan.meta.get("method", "plan"),
@@ -179,7 +189,7 @@ def cmd_export(argv: Sequence[str]) -> None:
 
     args = _parser_export().parse_args(argv)
     _, patterns = _load(args.network)
-    hg = build_hypergraph(patterns)
+    hg = build_hypergraph(patterns, args.objective)
     write_hmetis(hg, args.output)
     print(f"wrote {args.output}: {hg.n_nets:,} nets, {hg.n_vertices:,} vertices (layer k's "
           f"neuron i is vertex offset_k + i + 1, offsets {hg.offsets[:-1].tolist()[:6]}...)")

@@ -2,9 +2,10 @@
 
 Vertices: every neuron of layers 0..L, numbered layer after layer (``offsets[k] + i``).
 Vertex weight of neuron i of layer k >= 1: nnz(W_k[i, :]); layer 0 carries no work (weight 0).
-Nets: for every neuron j of layer k-1 (k = 1..L) one net {j} U {i : W_k[i, j] != 0}, weight 1 for
-k = 1 (forward only) and 2 for k >= 2 (forward expand + backward fold), so the
-connectivity-1 metric of a partition equals the runtime's volume in rows exactly.
+Nets: for every neuron j of layer k-1 (k = 1..L) one net {j} U {i : W_k[i, j] != 0}. Net weights
+follow the objective: ``train`` weighs 1 for k = 1 (forward only) and 2 for k >= 2 (forward expand
++ backward fold); ``infer`` weighs every net 1 (forward only). Either way the connectivity-1
+metric of a partition equals the runtime's volume in rows exactly (training step or inference).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.atomic import write_text
-from spdnn.errors import InputError
+from spdnn.errors import InputError, SpdnnError
 from spdnn.plan import Pattern
 
 
@@ -59,8 +60,14 @@ class Hypergraph:
                 for k in range(len(self.offsets) - 1)]
 
 
-def build_hypergraph(patterns: Sequence[Pattern]) -> Hypergraph:
-    """Vectorised construction from the layers' CSR patterns."""
+OBJECTIVES = ("train", "infer")
+
+
+def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> Hypergraph:
+    """Vectorised construction from the layers' CSR patterns; ``objective`` sets net weights."""
+    if objective not in OBJECTIVES:
+        raise SpdnnError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
+    fold = 1 if objective == "train" else 0
     sizes = [patterns[0][2][1]] + [shape[0] for _, _, shape in patterns]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     weights = [np.zeros(sizes[0], dtype=np.int64)]
@@ -85,7 +92,7 @@ def build_hypergraph(patterns: Sequence[Pattern]) -> Hypergraph:
         ptr_parts.append(total + starts[1:])
         total += int(starts[-1])
         pin_parts.append(pins)
-        netw.append(np.full(n_in, 1 if k == 1 else 2, dtype=np.int64))
+        netw.append(np.full(n_in, 1 if k == 1 else 1 + fold, dtype=np.int64))
         netl.append(np.full(n_in, k - 1, dtype=np.int32))
     return Hypergraph(offsets, np.concatenate(weights), np.concatenate(ptr_parts),
                       np.concatenate(pin_parts), np.concatenate(netw), np.concatenate(netl))

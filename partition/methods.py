@@ -2,8 +2,9 @@
 
 ``hypergraph`` builds candidates — layer-by-layer KaHyPar runs with the previous layer's vertices
 fixed, and the three baselines — refines each under the per-layer balance constraint
-(partition/refine.py) and keeps the one with the least volume, so it is never worse than any
-baseline.
+(partition/refine.py) and keeps the one with the least volume under the objective (``train``:
+forward + backward rows; ``infer``: forward rows only), so it is never worse than any baseline by
+that measure.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from spdnn.errors import SpdnnError
 from spdnn.plan import Pattern, Plan, plan_statistics
 
 from .backends import Problem, solve
-from .hypergraph import Hypergraph, build_hypergraph, contract, km1
+from .hypergraph import OBJECTIVES, Hypergraph, build_hypergraph, contract, km1
 from .refine import BalanceError, Refiner
 
 METHODS = ("hypergraph", "block", "cyclic", "random")
@@ -187,8 +188,12 @@ def partition_network(
     fingerprint: str | None = None,
     log: Log | None = None,
     group_starts: int = 3,
+    objective: str = "train",
 ) -> Plan:
-    """Assign every neuron of every layer to a rank; the Plan carries its statistics."""
+    """Assign every neuron of every layer to a rank; the Plan carries its statistics.
+
+    ``objective`` is the volume minimised: ``train`` (a training step, forward + backward rows)
+    or ``infer`` (inference, forward rows only)."""
     seed = normalize_seed(seed)
     if nparts < 1:
         raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
@@ -196,6 +201,8 @@ def partition_network(
         raise SpdnnError(f"epsilon must be in (0, 1), not {epsilon}")
     if method not in METHODS:
         raise SpdnnError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
+    if objective not in OBJECTIVES:
+        raise SpdnnError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
     if nparts == 1:
@@ -205,7 +212,7 @@ def partition_network(
         owners = baseline_owners(method, patterns, nparts, seed)
         chosen = method
     else:
-        hg = build_hypergraph(patterns)
+        hg = build_hypergraph(patterns, objective)
         if log:
             log(f"hypergraph: {hg.n_vertices:,} vertices, {hg.n_nets:,} nets, "
                 f"{len(hg.net_pins):,} pins")
@@ -233,6 +240,7 @@ def partition_network(
     stats = plan_statistics(patterns, owners, nparts)
     meta = {
         "method": method,
+        "objective": objective,
         "chosen_start": chosen,
         "epsilon": epsilon,
         "seed": seed,

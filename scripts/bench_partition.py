@@ -1,13 +1,16 @@
 """Partition quality and time: hypergraph plans against the block, cyclic and random baselines.
 
-    python scripts/bench_partition.py [--quick] [--out docs/BENCHMARKS.md]
+    python scripts/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
+                                      [--out docs/BENCHMARKS.md]
 
 Networks: the Graph Challenge 1024 network from ../shared/data (first 24 layers; all 120 at P=8),
 a generated RadiX-Net 4096 network, an MNIST MLP pruned to 10% by magnitude (trained dense by
 the serial engine for one epoch; needs ../shared/data/mnist) and a random fixed fan-in network.
-Volumes are rows per minibatch (forward + backward); ratios are measured in the same run.
-Networks whose data is absent are listed as skipped. The table replaces the section between
-the BENCH_PARTITION markers in the output file.
+Volumes are rows per minibatch, forward + backward with the forward part in parentheses; the
+ratios compare the volume the objective minimises (train: forward + backward, the default;
+infer: forward only), measured in the same run. Networks whose data is absent are listed as
+skipped. The table replaces the section between the BENCH_PARTITION markers (BENCH_PARTITION_INFER
+for --objective infer) in the output file.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import re
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,35 +57,44 @@ def mnist_pruned() -> Network | None:
     return Network(tuple(pruned))
 
 
-def networks(quick: bool) -> list[tuple[str, Network | None, str]]:
+NETWORKS = ("gc24", "radixnet", "mnist", "random", "gc120")
+
+
+def networks(quick: bool, chosen: Sequence[str]) -> list[tuple[str, Network | None, str]]:
     out: list[tuple[str, Network | None, str]] = []
     gc = SHARED / "graphchallenge" / "neuron1024"
-    gc_net = read_graphchallenge(gc, -0.3, 32) if gc.is_dir() else None
-    out.append(("Graph Challenge 1024, 24 layers",
-                None if gc_net is None else Network(gc_net.layers[:24]), "../shared absent"))
-    out.append(("RadiX-Net 4096, 12 layers (generated, seed 0)",
-                radixnet(4096, 12, seed=0), ""))
-    out.append(("MNIST MLP 784-512-512-10 pruned to 10%",
-                None if quick else mnist_pruned(), "../shared/data/mnist absent or --quick"))
-    out.append(("random fan-in 32, 4096-4096-4096-4096", random_network(
-        [4096] * 4, 32, seed=0), ""))
-    if not quick:
+    gc_net = read_graphchallenge(gc, -0.3, 32) if gc.is_dir() and (
+        "gc24" in chosen or "gc120" in chosen) else None
+    if "gc24" in chosen:
+        out.append(("Graph Challenge 1024, 24 layers",
+                    None if gc_net is None else Network(gc_net.layers[:24]), "../shared absent"))
+    if "radixnet" in chosen:
+        out.append(("RadiX-Net 4096, 12 layers (generated, seed 0)",
+                    radixnet(4096, 12, seed=0), ""))
+    if "mnist" in chosen:
+        out.append(("MNIST MLP 784-512-512-10 pruned to 10%",
+                    None if quick else mnist_pruned(), "../shared/data/mnist absent or --quick"))
+    if "random" in chosen:
+        out.append(("random fan-in 32, 4096-4096-4096-4096", random_network(
+            [4096] * 4, 32, seed=0), ""))
+    if "gc120" in chosen and not quick:
         out.append(("Graph Challenge 1024, all 120 layers (P = 8 only)", gc_net,
                     "../shared absent"))
     return out
 
 
-def bench(name: str, net: Network, parts: list[int]) -> list[str]:
+def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str]:
     patterns = network_patterns(net)
     rows = []
     for nparts in parts:
         t0 = time.perf_counter()
-        plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0)
+        plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0, objective=objective)
         seconds = time.perf_counter() - t0
         st = {"hypergraph": plan_statistics(patterns, plan.owners, nparts)}
         for b in BASELINES:
             st[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, 0), nparts)
         h = st["hypergraph"]
+        cost = {m: (s.volume if objective == "train" else s.forward_total) for m, s in st.items()}
         balanced = all(
             np.bincount(plan.owners[k], weights=np.diff(p[0]), minlength=nparts).max()
             <= balance_limit(p[0], nparts, 0.03) + 1e-9 for k, p in enumerate(patterns, 1))
@@ -89,8 +102,9 @@ def bench(name: str, net: Network, parts: list[int]) -> list[str]:
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1e6
         cells = [name, str(nparts)] + [f"{st[m].volume:,} ({st[m].forward_total:,})"
                                        for m in ("hypergraph", *BASELINES)]
-        cells += [f"{st['block'].volume / h.volume:.1f}x" if h.volume else "-",
-                  f"{st['cyclic'].volume / h.volume:.2f}x" if h.volume else "-",
+        hv = cost["hypergraph"]
+        cells += [f"{cost['block'] / hv:.2f}x" if hv else "-",
+                  f"{cost['cyclic'] / hv:.2f}x" if hv else "-",
                   f"{max(h.sent):,}", f"{100 * h.max_imbalance:.2f}%",
                   "yes" if balanced else "NO", f"{seconds:.1f}", f"{peak:.1f}",
                   plan.meta["chosen_start"]]
@@ -103,33 +117,45 @@ def bench(name: str, net: Network, parts: list[int]) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small P set, no MNIST, no 120 layers")
+    ap.add_argument("--objective", default="train", choices=["train", "infer"],
+                    help="what the plans minimise (spdnn-partition --objective)")
+    ap.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS,
+                    metavar="NET", help=f"subset of {', '.join(NETWORKS)} (default: all)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "BENCHMARKS.md"))
     args = ap.parse_args()
+    measure = "volume" if args.objective == "train" else "forward volume"
     header = ("| network | P | hypergraph volume (forward) | block | cyclic | random | "
-              "block / hypergraph | cyclic / hypergraph | max sent per rank | "
+              f"block / hypergraph {measure} | cyclic / hypergraph {measure} | max sent per rank | "
               "max layer imbalance | every layer within limit | partition s | peak RSS GB | "
               "best start |\n"
               "|" + " --- |" * 14)
     print(header)
     rows: list[str] = []
     skipped = []
-    for name, net, why in networks(args.quick):
+    for name, net, why in networks(args.quick, args.networks):
         if net is None:
             skipped.append(f"- {name}: skipped ({why})")
             continue
         parts = [8] if "120" in name else ([2, 8] if args.quick else [2, 4, 8, 16, 32, 64])
-        rows += bench(name, net, parts)
+        rows += bench(name, net, parts, args.objective)
     cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
-    section = (f"<!-- BENCH_PARTITION -->\nCommand: `{cmd}` (one run, {time.strftime('%Y-%m-%d')}"
-               ", epsilon 0.03, seed 0, KaHyPar backend).\n\n" + header + "\n" + "\n".join(rows)
-               + ("\n\n" + "\n".join(skipped) if skipped else "") + "\n<!-- /BENCH_PARTITION -->")
+    if args.objective != "train":
+        cmd += f" --objective {args.objective}"
+    if list(args.networks) != list(NETWORKS):
+        cmd += " --networks " + " ".join(args.networks)
+    marker = "BENCH_PARTITION" + ("" if args.objective == "train" else "_INFER")
+    section = (f"<!-- {marker} -->\nCommand: `{cmd}` (one run, {time.strftime('%Y-%m-%d')}"
+               f", objective {args.objective}, epsilon 0.03, seed 0, KaHyPar backend).\n\n"
+               + header + "\n" + "\n".join(rows)
+               + ("\n\n" + "\n".join(skipped) if skipped else "") + f"\n<!-- /{marker} -->")
     out = Path(args.out)
     text = out.read_text() if out.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"<!-- BENCH_PARTITION -->.*<!-- /BENCH_PARTITION -->", re.S)
+    pattern = re.compile(rf"<!-- {marker} -->.*<!-- /{marker} -->", re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section, text)
     else:
-        text += "\n## Partitioning\n\n" + section + "\n"
+        title = "Partitioning" + ("" if args.objective == "train" else " for inference")
+        text += f"\n## {title}\n\n" + section + "\n"
     out.write_text(text)
     return 0
 

@@ -33,6 +33,22 @@ def test_km1_of_the_hypergraph_is_the_plan_volume():
         parts = rng.integers(0, nparts, hg.n_vertices)
         stats = plan_statistics(patterns, hg.split(parts), nparts)
         assert km1(hg, parts) == stats.volume
+        assert km1(build_hypergraph(patterns, "infer"), parts) == stats.forward_total
+
+
+@pytest.mark.parametrize("nparts", [2, 3, 5])
+def test_infer_objective_minimises_forward_volume(nparts):
+    net = NETWORKS["radixnet"]()
+    patterns = network_patterns(net)
+    plans = {obj: partition_network(patterns, nparts, seed=1, objective=obj)
+             for obj in ("train", "infer")}
+    stats = {obj: plan_statistics(patterns, plan.owners, nparts) for obj, plan in plans.items()}
+    assert plans["infer"].meta["objective"] == "infer"
+    _balanced(patterns, plans["infer"].owners, nparts, 0.03)
+    forward = {b: plan_statistics(patterns, baseline_owners(b, patterns, nparts, 1),
+                                  nparts).forward_total for b in BASELINES}
+    assert stats["infer"].forward_total <= min(forward.values()), forward
+    assert stats["infer"].forward_total * 3 < forward["block"]
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
@@ -88,6 +104,8 @@ def test_argument_validation():
         partition_network(patterns, 2, epsilon=1.5)
     with pytest.raises(SpdnnError, match="seed"):
         partition_network(patterns, 2, seed=-1)
+    with pytest.raises(SpdnnError, match="unknown objective 'fast'"):
+        partition_network(patterns, 2, objective="fast")
 
 
 def test_hmetis_export_and_partition_import(tmp_path):
@@ -116,6 +134,11 @@ def test_cli_partition_stats_compare(tmp_path):
     plan = load_plan(tmp_path / "plan.npz")
     assert plan.nparts == 3 and plan.meta["method"] == "hypergraph"
     assert plan.meta["partition_seconds"] > 0 and "fingerprint" in plan.meta
+    assert plan.meta["objective"] == "train"
+    proc = run_spdnn(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "infer.npz",
+                     "--objective", "infer", "--quiet", module="partition")
+    assert proc.returncode == 0 and "objective infer" in proc.stdout, proc.stderr
+    assert load_plan(tmp_path / "infer.npz").meta["objective"] == "infer"
     proc = run_spdnn("stats", tmp_path / "net.npz", tmp_path / "plan.npz", module="partition")
     assert proc.returncode == 0 and "imbalance" in proc.stdout and "total" in proc.stdout
     proc = run_spdnn("export", tmp_path / "net.npz", "-o", tmp_path / "g.hgr", module="partition")
