@@ -63,10 +63,14 @@ class Hypergraph:
 OBJECTIVES = ("train", "infer")
 
 
-def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> Hypergraph:
-    """Vectorised construction from the layers' CSR patterns; ``objective`` sets net weights."""
+def check_objective(objective: str) -> None:
     if objective not in OBJECTIVES:
         raise SpdnnError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
+
+
+def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> Hypergraph:
+    """Vectorised construction from the layers' CSR patterns; ``objective`` sets net weights."""
+    check_objective(objective)
     fold = 1 if objective == "train" else 0
     sizes = [patterns[0][2][1]] + [shape[0] for _, _, shape in patterns]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)

@@ -19,7 +19,7 @@ from spdnn.errors import SpdnnError
 from spdnn.plan import Pattern, Plan, plan_statistics
 
 from .backends import Problem, solve
-from .hypergraph import OBJECTIVES, Hypergraph, build_hypergraph, contract, km1
+from .hypergraph import Hypergraph, build_hypergraph, check_objective, contract, km1
 from .refine import BalanceError, Refiner
 
 METHODS = ("hypergraph", "block", "cyclic", "random")
@@ -201,8 +201,7 @@ def partition_network(
         raise SpdnnError(f"epsilon must be in (0, 1), not {epsilon}")
     if method not in METHODS:
         raise SpdnnError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
-    if objective not in OBJECTIVES:
-        raise SpdnnError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
+    check_objective(objective)
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
     if nparts == 1:
