@@ -1,7 +1,8 @@
 """Partition quality and time: hypergraph plans against the block, cyclic and random baselines.
 
     python scripts/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
-                                      [--out docs/BENCHMARKS.md]
+                                      [--parts P ...] [--out docs/BENCHMARKS.md]
+    python scripts/bench_partition.py --backends kahypar mtkahypar [--networks ...] [--parts ...]
 
 Networks: the Graph Challenge 1024 network from ../shared/data (first 24 layers; all 120 at P=8),
 a generated RadiX-Net 4096 network, an MNIST MLP pruned to 10% by magnitude (trained dense by
@@ -10,13 +11,14 @@ Volumes are rows per minibatch, forward + backward with the forward part in pare
 ratios compare the volume the objective minimises (train: forward + backward, the default;
 infer: forward only), measured in the same run. Networks whose data is absent are listed as
 skipped. The table replaces the section between the BENCH_PARTITION markers (BENCH_PARTITION_INFER
-for --objective infer) in the output file.
+for --objective infer) in the output file. ``--backends`` instead times the hypergraph method
+with each backend side by side (section BENCH_BACKENDS); ``random16k``, the training benchmark's
+network, is only run when named.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import resource
 import sys
 import time
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from benchlib import write_section
 
 import spdnn._threads  # noqa: F401
 from partition.methods import BASELINES, baseline_owners, partition_network
@@ -58,6 +61,7 @@ def mnist_pruned() -> Network | None:
 
 
 NETWORKS = ("gc24", "radixnet", "mnist", "random", "gc120")
+LARGE = ("random16k",)
 
 
 def networks(quick: bool, chosen: Sequence[str]) -> list[tuple[str, Network | None, str]]:
@@ -77,6 +81,9 @@ def networks(quick: bool, chosen: Sequence[str]) -> list[tuple[str, Network | No
     if "random" in chosen:
         out.append(("random fan-in 32, 4096-4096-4096-4096", random_network(
             [4096] * 4, 32, seed=0), ""))
+    if "random16k" in chosen:
+        out.append(("random fan-in 32, 4096-16384-16384-16384", random_network(
+            [4096, 16384, 16384, 16384], 32, seed=0), ""))
     if "gc120" in chosen and not quick:
         out.append(("Graph Challenge 1024, all 120 layers (P = 8 only)", gc_net,
                     "../shared absent"))
@@ -114,15 +121,50 @@ def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str
     return rows
 
 
+def bench_backends(name: str, net: Network, parts: list[int], backends: Sequence[str],
+                   objective: str) -> list[str]:
+    """The hypergraph method with each backend, one after the other on the same network."""
+    patterns = network_patterns(net)
+    rows = []
+    for nparts in parts:
+        cells = [name, str(nparts)]
+        cost, seconds = {}, {}
+        for backend in backends:
+            t0 = time.perf_counter()
+            plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0, backend,
+                                     objective=objective)
+            seconds[backend] = time.perf_counter() - t0
+            st = plan_statistics(patterns, plan.owners, nparts)
+            cost[backend] = st.volume if objective == "train" else st.forward_total
+            cells += [f"{cost[backend]:,}", f"{seconds[backend]:.1f}",
+                      plan.meta["chosen_start"]]
+        first, *others = backends
+        for b in others:
+            cells += [f"{cost[b] / cost[first]:.3f}" if cost[first] else "-",
+                      f"{seconds[first] / seconds[b]:.2f}x"]
+        row = "| " + " | ".join(cells) + " |"
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small P set, no MNIST, no 120 layers")
     ap.add_argument("--objective", default="train", choices=["train", "infer"],
                     help="what the plans minimise (spdnn-partition --objective)")
-    ap.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS,
-                    metavar="NET", help=f"subset of {', '.join(NETWORKS)} (default: all)")
+    ap.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS + LARGE,
+                    metavar="NET", help=f"subset of {', '.join(NETWORKS + LARGE)} (default: all "
+                    f"but {', '.join(LARGE)})")
+    ap.add_argument("--parts", nargs="+", type=int, metavar="P",
+                    help="numbers of parts (default 2 4 8 16 32 64; --backends: 2 8 64)")
+    ap.add_argument("--backends", nargs="+", choices=("kahypar", "mtkahypar"), metavar="NAME",
+                    help="compare these backends (the first is the reference) instead of the "
+                         "baselines")
     ap.add_argument("--out", default=str(ROOT / "docs" / "BENCHMARKS.md"))
     args = ap.parse_args()
+    if args.backends:
+        return main_backends(args)
     measure = "volume" if args.objective == "train" else "forward volume"
     header = ("| network | P | hypergraph volume (forward) | block | cyclic | random | "
               f"block / hypergraph {measure} | cyclic / hypergraph {measure} | max sent per rank | "
@@ -136,28 +178,55 @@ def main() -> int:
         if net is None:
             skipped.append(f"- {name}: skipped ({why})")
             continue
-        parts = [8] if "120" in name else ([2, 8] if args.quick else [2, 4, 8, 16, 32, 64])
+        parts = [8] if "120" in name else (args.parts or ([2, 8] if args.quick else
+                                                          [2, 4, 8, 16, 32, 64]))
         rows += bench(name, net, parts, args.objective)
     cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
     if args.objective != "train":
         cmd += f" --objective {args.objective}"
     if list(args.networks) != list(NETWORKS):
         cmd += " --networks " + " ".join(args.networks)
+    if args.parts:
+        cmd += " --parts " + " ".join(map(str, args.parts))
     marker = "BENCH_PARTITION" + ("" if args.objective == "train" else "_INFER")
-    section = (f"<!-- {marker} -->\nCommand: `{cmd}` (one run, {time.strftime('%Y-%m-%d')}"
-               f", objective {args.objective}, epsilon 0.03, seed 0, KaHyPar backend).\n\n"
-               + header + "\n" + "\n".join(rows)
-               + ("\n\n" + "\n".join(skipped) if skipped else "") + f"\n<!-- /{marker} -->")
-    out = Path(args.out)
-    text = out.read_text() if out.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"<!-- {marker} -->.*<!-- /{marker} -->", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
-    else:
-        title = "Partitioning" + ("" if args.objective == "train" else " for inference")
-        text += f"\n## {title}\n\n" + section + "\n"
-    out.write_text(text)
+    title = "Partitioning" + ("" if args.objective == "train" else " for inference")
+    write_table(Path(args.out), marker, title, cmd, f"objective {args.objective}, epsilon 0.03, "
+                "seed 0, KaHyPar backend", header, rows, skipped)
     return 0
+
+
+def main_backends(args: argparse.Namespace) -> int:
+    first, *others = args.backends
+    header = "| network | P | " + " | ".join(
+        f"{b} volume | {b} s | {b} best start" for b in args.backends) + "".join(
+        f" | {b} / {first} volume | {b} speed vs {first}" for b in others) + " |\n|" + \
+        " --- |" * (2 + 3 * len(args.backends) + 2 * len(others))
+    print(header)
+    rows: list[str] = []
+    skipped = []
+    for name, net, why in networks(False, args.networks):
+        if net is None:
+            skipped.append(f"- {name}: skipped ({why})")
+            continue
+        rows += bench_backends(name, net, [8] if "120" in name else (args.parts or [2, 8, 64]),
+                               args.backends, args.objective)
+    cmd = ("python scripts/bench_partition.py --backends " + " ".join(args.backends)
+           + " --networks " + " ".join(args.networks))
+    if args.parts:
+        cmd += " --parts " + " ".join(map(str, args.parts))
+    if args.objective != "train":
+        cmd += f" --objective {args.objective}"
+    write_table(Path(args.out), "BENCH_BACKENDS", "Partitioner backends", cmd,
+                f"objective {args.objective}, epsilon 0.03, seed 0, one thread", header, rows,
+                skipped)
+    return 0
+
+
+def write_table(out: Path, marker: str, title: str, cmd: str, setting: str, header: str,
+                rows: list[str], skipped: list[str]) -> None:
+    body = (f"Command: `{cmd}` (one run, {time.strftime('%Y-%m-%d')}, {setting}).\n\n"
+            + header + "\n" + "\n".join(rows) + ("\n\n" + "\n".join(skipped) if skipped else ""))
+    write_section(marker, title, body, out)
 
 
 if __name__ == "__main__":

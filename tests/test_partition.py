@@ -77,6 +77,16 @@ def test_radixnet_hypergraph_plan_is_much_better_than_block():
     assert hyper.meta["stats"]["volume"] * 5 < block.volume
 
 
+def test_group_starts_only_where_identical_rows_shrink_the_hypergraph():
+    """Group starts cost extra layer-by-layer runs: not worth it for a dense head's few groups."""
+    def starts(net):
+        return set(partition_network(network_patterns(net), 4, seed=0).meta["candidates"])
+
+    assert any("groups" in s for s in starts(radixnet(1024, 4, seed=0)))
+    unstructured = starts(random_network([64, 96, 96], 6, seed=0, n_classes=16))
+    assert unstructured == {"block", "cyclic", "random", "kahypar"}, unstructured
+
+
 def test_same_seed_same_plan():
     net = random_network([30, 40, 40, 5], 5, seed=2)
     patterns = network_patterns(net)
