@@ -37,7 +37,11 @@ def _parser_partition() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=0.03,
                    help="per-layer imbalance allowed (default 0.03)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", default="kahypar", choices=["kahypar", "mtkahypar"])
+    p.add_argument("--backend", default="kahypar", choices=["kahypar", "mtkahypar"],
+                   help="partitioner of the layer-by-layer runs (default kahypar, best on "
+                        "structured networks such as RadiX-Net; mtkahypar, if installed, is "
+                        "1.6-3.4x faster and slightly better on unstructured ones: "
+                        "docs/BENCHMARKS.md)")
     p.add_argument("--objective", default="train", choices=["train", "infer"],
                    help="volume to minimise: train = forward + backward rows of a training "
                         "step (default), infer = forward rows only, for inference-only plans")
