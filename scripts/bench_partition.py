@@ -181,13 +181,7 @@ def main() -> int:
         parts = [8] if "120" in name else (args.parts or ([2, 8] if args.quick else
                                                           [2, 4, 8, 16, 32, 64]))
         rows += bench(name, net, parts, args.objective)
-    cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
-    if args.objective != "train":
-        cmd += f" --objective {args.objective}"
-    if list(args.networks) != list(NETWORKS):
-        cmd += " --networks " + " ".join(args.networks)
-    if args.parts:
-        cmd += " --parts " + " ".join(map(str, args.parts))
+    cmd = command(args)
     marker = "BENCH_PARTITION" + ("" if args.objective == "train" else "_INFER")
     title = "Partitioning" + ("" if args.objective == "train" else " for inference")
     write_table(Path(args.out), marker, title, cmd, f"objective {args.objective}, epsilon 0.03, "
@@ -210,16 +204,24 @@ def main_backends(args: argparse.Namespace) -> int:
             continue
         rows += bench_backends(name, net, [8] if "120" in name else (args.parts or [2, 8, 64]),
                                args.backends, args.objective)
-    cmd = ("python scripts/bench_partition.py --backends " + " ".join(args.backends)
-           + " --networks " + " ".join(args.networks))
-    if args.parts:
-        cmd += " --parts " + " ".join(map(str, args.parts))
-    if args.objective != "train":
-        cmd += f" --objective {args.objective}"
-    write_table(Path(args.out), "BENCH_BACKENDS", "Partitioner backends", cmd,
+    write_table(Path(args.out), "BENCH_BACKENDS", "Partitioner backends", command(args),
                 f"objective {args.objective}, epsilon 0.03, seed 0, one thread", header, rows,
                 skipped)
     return 0
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run, for the table's caption."""
+    cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
+    if args.backends:
+        cmd += " --backends " + " ".join(args.backends)
+    if args.objective != "train":
+        cmd += f" --objective {args.objective}"
+    if list(args.networks) != list(NETWORKS):
+        cmd += " --networks " + " ".join(args.networks)
+    if args.parts:
+        cmd += " --parts " + " ".join(map(str, args.parts))
+    return cmd
 
 
 def write_table(out: Path, marker: str, title: str, cmd: str, setting: str, header: str,
