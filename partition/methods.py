@@ -20,6 +20,7 @@ from spdnn.errors import SpdnnError
 from spdnn.plan import Pattern, Plan, plan_statistics
 
 from .backends import Problem, solve
+from .exact import sweep_exact
 from .hypergraph import Hypergraph, build_hypergraph, check_objective, contract, km1
 from .refine import BalanceError, Refiner
 
@@ -184,6 +185,25 @@ def group_candidates(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray,
     return out
 
 
+def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, parts: np.ndarray,
+                 nparts: int, epsilon: float, sweeps: int, log: Log | None) -> np.ndarray:
+    """``parts`` after exact one-layer sweeps on the groups of identical rows (majority ranks,
+    rebalanced), then the local search on single neurons; ``parts`` itself when that is not
+    better or the groups cannot be balanced."""
+    limits = Refiner(hg, parts, nparts, epsilon).limits
+    try:
+        cparts = Refiner(coarse, majority(coarse_of, parts, coarse.n_vertices, nparts), nparts,
+                         epsilon, limits=limits).run()
+    except BalanceError as exc:
+        if log:
+            log(f"exact sweeps skipped ({exc})")
+        return parts
+    cparts = sweep_exact(coarse, cparts, nparts, limits, sweeps, log=log)
+    refiner = Refiner(hg, cparts[coarse_of], nparts, epsilon)
+    out = refiner.run()
+    return out if refiner.objective() < km1(hg, parts) else parts
+
+
 def partition_network(
     patterns: Sequence[Pattern],
     nparts: int,
@@ -195,11 +215,13 @@ def partition_network(
     log: Log | None = None,
     group_starts: int = 3,
     objective: str = "train",
+    exact_sweeps: int = 0,
 ) -> Plan:
     """Assign every neuron of every layer to a rank; the Plan carries its statistics.
 
     ``objective`` is the volume minimised: ``train`` (a training step, forward + backward rows)
-    or ``infer`` (inference, forward rows only)."""
+    or ``infer`` (inference, forward rows only). ``exact_sweeps`` > 0 polishes the best plan
+    by that many sweeps of exact one-layer re-assignment of its groups (partition/exact.py)."""
     seed = normalize_seed(seed)
     if nparts < 1:
         raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
@@ -208,6 +230,8 @@ def partition_network(
     if method not in METHODS:
         raise SpdnnError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
     check_objective(objective)
+    if not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 0:
+        raise SpdnnError(f"exact sweeps must be a non-negative integer, not {exact_sweeps!r}")
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
     if nparts == 1:
@@ -244,6 +268,13 @@ def partition_network(
                 log(f"candidate {name}: volume {before:,} -> {cost:,} rows after refinement")
             if best_cost is None or cost < best_cost:
                 best_parts, best_cost, chosen = parts, cost, name
+        if exact_sweeps:
+            parts = polish_exact(hg, coarse, coarse_of, best_parts, nparts, epsilon,
+                                 exact_sweeps, log)
+            cost = km1(hg, parts)
+            candidates["exact"] = {"start": best_cost, "refined": cost}
+            if cost < best_cost:
+                best_parts, best_cost, chosen = parts, cost, f"{chosen}+exact"
         owners = hg.split(best_parts)
     stats = plan_statistics(patterns, owners, nparts)
     meta = {
@@ -253,6 +284,7 @@ def partition_network(
         "epsilon": epsilon,
         "seed": seed,
         "backend": backend if method == "hypergraph" else None,
+        "exact_sweeps": exact_sweeps if method == "hypergraph" else 0,
         "fingerprint": fingerprint,
         "partition_seconds": time.perf_counter() - t0,
         "candidates": candidates,

@@ -3,6 +3,7 @@
     python scripts/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
                                       [--parts P ...] [--out docs/BENCHMARKS.md]
     python scripts/bench_partition.py --backends kahypar mtkahypar [--networks ...] [--parts ...]
+    python scripts/bench_partition.py --exact-sweeps 1 [--objective infer] [--networks ...]
 
 Networks: the Graph Challenge 1024 network from ../shared/data (first 24 layers; all 120 at P=8),
 a generated RadiX-Net 4096 network, an MNIST MLP pruned to 10% by magnitude (trained dense by
@@ -12,7 +13,8 @@ ratios compare the volume the objective minimises (train: forward + backward, th
 infer: forward only), measured in the same run. Networks whose data is absent are listed as
 skipped. The table replaces the section between the BENCH_PARTITION markers (BENCH_PARTITION_INFER
 for --objective infer) in the output file. ``--backends`` instead times the hypergraph method
-with each backend side by side (section BENCH_BACKENDS); ``random16k``, the training benchmark's
+with each backend side by side (section BENCH_BACKENDS), ``--exact-sweeps N`` plans without and
+with N exact one-layer sweeps (section BENCH_EXACT); ``random16k``, the training benchmark's
 network, is only run when named.
 """
 
@@ -24,6 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from benchlib import write_section
@@ -121,27 +124,27 @@ def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str
     return rows
 
 
-def bench_backends(name: str, net: Network, parts: list[int], backends: Sequence[str],
-                   objective: str) -> list[str]:
-    """The hypergraph method with each backend, one after the other on the same network."""
+def bench_variants(name: str, net: Network, parts: list[int],
+                   variants: Sequence[tuple[str, dict[str, Any]]], objective: str) -> list[str]:
+    """The hypergraph method once per variant (label, partition_network keywords), one after
+    the other on the same network; the first variant is the reference."""
     patterns = network_patterns(net)
     rows = []
     for nparts in parts:
         cells = [name, str(nparts)]
         cost, seconds = {}, {}
-        for backend in backends:
+        for label, kwargs in variants:
             t0 = time.perf_counter()
-            plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0, backend,
-                                     objective=objective)
-            seconds[backend] = time.perf_counter() - t0
+            plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0,
+                                     objective=objective, **kwargs)
+            seconds[label] = time.perf_counter() - t0
             st = plan_statistics(patterns, plan.owners, nparts)
-            cost[backend] = st.volume if objective == "train" else st.forward_total
-            cells += [f"{cost[backend]:,}", f"{seconds[backend]:.1f}",
-                      plan.meta["chosen_start"]]
-        first, *others = backends
-        for b in others:
-            cells += [f"{cost[b] / cost[first]:.3f}" if cost[first] else "-",
-                      f"{seconds[first] / seconds[b]:.2f}x"]
+            cost[label] = st.volume if objective == "train" else st.forward_total
+            cells += [f"{cost[label]:,}", f"{seconds[label]:.1f}", plan.meta["chosen_start"]]
+        (first, _), *others = variants
+        for label, _ in others:
+            cells += [f"{cost[label] / cost[first]:.3f}" if cost[first] else "-",
+                      f"{seconds[first] / seconds[label]:.2f}x"]
         row = "| " + " | ".join(cells) + " |"
         print(row, flush=True)
         rows.append(row)
@@ -157,14 +160,20 @@ def main() -> int:
                     metavar="NET", help=f"subset of {', '.join(NETWORKS + LARGE)} (default: all "
                     f"but {', '.join(LARGE)})")
     ap.add_argument("--parts", nargs="+", type=int, metavar="P",
-                    help="numbers of parts (default 2 4 8 16 32 64; --backends: 2 8 64)")
+                    help="numbers of parts (default 2 4 8 16 32 64; with --backends or "
+                         "--exact-sweeps: 2 8 64)")
     ap.add_argument("--backends", nargs="+", choices=("kahypar", "mtkahypar"), metavar="NAME",
                     help="compare these backends (the first is the reference) instead of the "
                          "baselines")
+    ap.add_argument("--exact-sweeps", type=int, default=0, metavar="N",
+                    help="compare plans without and with N exact one-layer sweeps "
+                         "(spdnn-partition --exact-sweeps) instead of the baselines")
     ap.add_argument("--out", default=str(ROOT / "docs" / "BENCHMARKS.md"))
     args = ap.parse_args()
-    if args.backends:
-        return main_backends(args)
+    if args.backends and args.exact_sweeps:
+        ap.error("--backends and --exact-sweeps are separate comparisons: pass one")
+    if args.backends or args.exact_sweeps:
+        return main_variants(args)
     measure = "volume" if args.objective == "train" else "forward volume"
     header = ("| network | P | hypergraph volume (forward) | block | cyclic | random | "
               f"block / hypergraph {measure} | cyclic / hypergraph {measure} | max sent per rank | "
@@ -189,12 +198,20 @@ def main() -> int:
     return 0
 
 
-def main_backends(args: argparse.Namespace) -> int:
-    first, *others = args.backends
+def main_variants(args: argparse.Namespace) -> int:
+    if args.backends:
+        variants = [(b, {"backend": b}) for b in args.backends]
+        marker, title = "BENCH_BACKENDS", "Partitioner backends"
+    else:
+        variants = [("plain", {}), (f"exact {args.exact_sweeps}",
+                                    {"exact_sweeps": args.exact_sweeps})]
+        marker, title = "BENCH_EXACT", "Exact one-layer sweeps"
+    labels = [label for label, _ in variants]
+    first, *others = labels
     header = "| network | P | " + " | ".join(
-        f"{b} volume | {b} s | {b} best start" for b in args.backends) + "".join(
+        f"{b} volume | {b} s | {b} best start" for b in labels) + "".join(
         f" | {b} / {first} volume | {b} speed vs {first}" for b in others) + " |\n|" + \
-        " --- |" * (2 + 3 * len(args.backends) + 2 * len(others))
+        " --- |" * (2 + 3 * len(labels) + 2 * len(others))
     print(header)
     rows: list[str] = []
     skipped = []
@@ -202,9 +219,9 @@ def main_backends(args: argparse.Namespace) -> int:
         if net is None:
             skipped.append(f"- {name}: skipped ({why})")
             continue
-        rows += bench_backends(name, net, [8] if "120" in name else (args.parts or [2, 8, 64]),
-                               args.backends, args.objective)
-    write_table(Path(args.out), "BENCH_BACKENDS", "Partitioner backends", command(args),
+        rows += bench_variants(name, net, [8] if "120" in name else (args.parts or [2, 8, 64]),
+                               variants, args.objective)
+    write_table(Path(args.out), marker, title, command(args),
                 f"objective {args.objective}, epsilon 0.03, seed 0, one thread", header, rows,
                 skipped)
     return 0
@@ -215,6 +232,8 @@ def command(args: argparse.Namespace) -> str:
     cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
     if args.backends:
         cmd += " --backends " + " ".join(args.backends)
+    if args.exact_sweeps:
+        cmd += f" --exact-sweeps {args.exact_sweeps}"
     if args.objective != "train":
         cmd += f" --objective {args.objective}"
     if list(args.networks) != list(NETWORKS):
