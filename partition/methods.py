@@ -232,6 +232,8 @@ def partition_network(
     check_objective(objective)
     if not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 0:
         raise SpdnnError(f"exact sweeps must be a non-negative integer, not {exact_sweeps!r}")
+    if exact_sweeps and method != "hypergraph":
+        raise SpdnnError(f"exact sweeps polish the hypergraph method's plan, not '{method}'")
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
     if nparts == 1:
@@ -284,7 +286,7 @@ def partition_network(
         "epsilon": epsilon,
         "seed": seed,
         "backend": backend if method == "hypergraph" else None,
-        "exact_sweeps": exact_sweeps if method == "hypergraph" else 0,
+        "exact_sweeps": exact_sweeps,
         "fingerprint": fingerprint,
         "partition_seconds": time.perf_counter() - t0,
         "candidates": candidates,
