@@ -19,6 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from spdnn.plan import concat_ranges
+
 from .hypergraph import Hypergraph, km1
 
 # A layer's MILP stops after NODE_LIMIT branch-and-bound nodes (reproducible) or
@@ -64,7 +66,7 @@ def layer_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, layer: int, limit
     out = np.flatnonzero(hg.net_layer == layer)
     if len(out):
         pin_net = np.repeat(out, sizes[out])
-        pins = hg.net_pins[_pin_range(first[out], sizes[out])]
+        pins = hg.net_pins[concat_ranges(first[out], sizes[out])]
         users = pins >= hi  # the source is a net's only pin in its own layer
         key = np.unique(pin_net[users] * nparts + parts[pins[users]])
         net = key // nparts
@@ -112,12 +114,6 @@ def layer_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, layer: int, limit
     if res.x is None or res.status == 1:  # scipy status 1: the time limit stopped HiGHS
         return None
     return res.x[x].argmax(axis=1)
-
-
-def _pin_range(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Concatenated ranges [start, start + size) as one index array."""
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    return np.repeat(starts - offsets, sizes) + np.arange(int(sizes.sum()))
 
 
 def inputs_with_a_user(hg: Hypergraph, parts: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.plan import Pattern, Plan, plan_statistics
+from spdnn.plan import Pattern, Plan, concat_ranges, plan_statistics
 
 from .backends import Problem, solve
 from .exact import sweep_exact
@@ -129,9 +129,7 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backe
         sizes = stops - starts
         keep = sizes >= 2
         nets, starts, sizes = nets[keep], starts[keep], sizes[keep]
-        pin_idx = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + \
-            np.arange(int(sizes.sum()))
-        pins = hg.net_pins[pin_idx] - lo
+        pins = hg.net_pins[concat_ranges(starts, sizes)] - lo
         indptr = np.concatenate([[0], np.cumsum(sizes)])
         vw = hg.vertex_weights[lo:hi].copy()
         # Layer k-1 is fixed (or, for k = 1, the work-free input layer): weight 1, the least

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from . import kernels
 from .bundle import NetworkBundle
 from .comm import Communicator, Exchange, Traffic, progress, wait
-from .plan import Plan
+from .plan import Plan, concat_ranges
 from .reference import activate, activation_slope
 
 
@@ -58,8 +58,7 @@ def _submatrix(w: sp.csr_matrix, rows: np.ndarray, col_lo: int, col_hi: int
     entry = np.arange(w.nnz)
     counts = np.diff(w.indptr)[rows]
     starts = w.indptr[rows]
-    picked = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + \
-        np.arange(int(counts.sum()))
+    picked = concat_ranges(starts, counts)
     cols = w.indices[picked]
     keep = (cols >= col_lo) & (cols < col_hi)
     row_of = np.repeat(np.arange(len(rows)), counts)[keep]

@@ -57,6 +57,14 @@ class Plan:
         return np.flatnonzero(self.owners[layer] == rank)
 
 
+def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The ranges [start, start + count) one after the other as one index array (e.g. the
+    entries of some CSR rows: starts = indptr[rows], counts = row lengths)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    shift = np.asarray(starts, dtype=np.int64) - np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return np.repeat(shift, counts) + np.arange(int(counts.sum()))
+
+
 def _sizes(sizes: Sequence[int]) -> str:
     s = list(sizes)
     return str(s) if len(s) <= 8 else f"[{s[0]}, ..., {s[-1]}] ({len(s)} layers incl. input)"
