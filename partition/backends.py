@@ -1,15 +1,23 @@
 """Partitioner backends: KaHyPar (``kahypar``) and, when installed, Mt-KaHyPar (``mtkahypar``).
 
-KaHyPar ends the process on many errors (exit()/abort(), not exceptions) and must get a fresh
-Context per call, so every call runs in a forked child process; a child's death becomes a
-one-line SpdnnError. Inputs are validated here before they reach C++.
+The C++ runs in forked child processes. KaHyPar ends the process on many errors (exit()/abort(),
+not exceptions) and must get a fresh Context, so each call gets a fresh child. Mt-KaHyPar's thread
+pool can be sized only once per process, so each thread count gets one long-lived worker child.
+A child's death or a timeout becomes a one-line SpdnnError. Inputs are validated here before they
+reach C++.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing as mp
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +59,7 @@ class Problem:
             raise SpdnnError("fixed-vertex blocks out of range")
 
 
-def _kahypar_child(problem: Problem, conn) -> None:  # noqa: ANN001
+def _kahypar_child(problem: Problem, conn: Connection) -> None:
     import kahypar
 
     hg = kahypar.Hypergraph(
@@ -74,75 +82,107 @@ def _kahypar_child(problem: Problem, conn) -> None:  # noqa: ANN001
     conn.close()
 
 
-_MT_INIT: list = []
+def _mtkahypar_worker(threads: int, conn: Connection) -> None:
+    """Partition every problem received until the pipe closes: the import and the thread pool
+    (~70 ms) are paid once, not per layer."""
+    import mtkahypar
+
+    mt = mtkahypar.initialize(threads)
+    while True:
+        try:
+            problem = conn.recv()
+        except EOFError:
+            return
+        # The deterministic preset: the same blocks for a seed whatever the thread count
+        # (tests/test_partition.py checks 1 against 2 threads).
+        ctx = mt.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
+        ctx.set_partitioning_parameters(problem.nparts, problem.epsilon, mtkahypar.Objective.KM1)
+        mtkahypar.set_seed(problem.seed)
+        ctx.logging = False
+        edges = [problem.net_pins[problem.net_indptr[e]:problem.net_indptr[e + 1]].tolist()
+                 for e in range(len(problem.net_indptr) - 1)]
+        hg = mt.create_hypergraph(ctx, problem.n_vertices, len(edges), edges,
+                                  problem.vertex_weights.tolist(), problem.net_weights.tolist())
+        if problem.fixed is not None and (problem.fixed >= 0).any():
+            hg.add_fixed_vertices(problem.fixed.tolist(), problem.nparts)
+        part = hg.partition(ctx)
+        conn.send(np.array([part.block_id(v) for v in range(problem.n_vertices)],
+                           dtype=np.int32))
 
 
-def _mtkahypar_initializer(mtkahypar):  # noqa: ANN001, ANN202
-    # The thread pool may be initialised once per process; one thread (one per rank/core rule).
-    if not _MT_INIT:
-        _MT_INIT.append(mtkahypar.initialize(1))
-    return _MT_INIT[0]
+_NAMES = {"kahypar": "KaHyPar", "mtkahypar": "Mt-KaHyPar"}
+# Live Mt-KaHyPar workers by (the process that started them, thread count).
+_WORKERS: dict[tuple[int, int], tuple[BaseProcess, Connection]] = {}
 
 
-def _mtkahypar_solve(problem: Problem) -> np.ndarray:
-    try:
-        import mtkahypar
-    except ImportError:
-        raise SpdnnError("backend mtkahypar is not installed (pip install mtkahypar)") from None
-    mt = _mtkahypar_initializer(mtkahypar)
-    ctx = mt.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
-    ctx.set_partitioning_parameters(problem.nparts, problem.epsilon, mtkahypar.Objective.KM1)
-    mtkahypar.set_seed(problem.seed)
-    ctx.logging = False
-    edges = [problem.net_pins[problem.net_indptr[e]:problem.net_indptr[e + 1]].tolist()
-             for e in range(len(problem.net_indptr) - 1)]
-    hg = mt.create_hypergraph(ctx, problem.n_vertices, len(edges), edges,
-                              problem.vertex_weights.tolist(), problem.net_weights.tolist())
-    if problem.fixed is not None and (problem.fixed >= 0).any():
-        hg.add_fixed_vertices(problem.fixed.tolist(), problem.nparts)
-    part = hg.partition(ctx)
-    return np.array([part.block_id(v) for v in range(problem.n_vertices)], dtype=np.int32)
-
-
-def solve(problem: Problem, backend: str = "kahypar", timeout: float | None = None) -> np.ndarray:
-    """Partition ``problem``; returns the block of every vertex."""
-    problem.validate()
-    if backend == "mtkahypar":
-        return _mtkahypar_solve(problem)
-    if backend != "kahypar":
+def check_backend(backend: str, threads: int = 1) -> None:
+    """A one-line SpdnnError unless ``backend`` can run here with ``threads`` threads."""
+    if backend not in BACKENDS:
         raise SpdnnError(f"unknown backend '{backend}' (choose from {', '.join(BACKENDS)})")
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_kahypar_child, args=(problem, send), daemon=True)
+    if not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise SpdnnError(f"threads must be a positive integer, not {threads!r}")
+    if backend == "kahypar" and threads != 1:
+        raise SpdnnError("KaHyPar runs on one thread; more threads need --backend mtkahypar")
+    if backend not in available_backends():
+        raise SpdnnError("backend mtkahypar is not installed (pip install mtkahypar)")
+
+
+def _start(target: Callable[..., None], *args: Any) -> tuple[BaseProcess, Connection]:
+    ours, theirs = mp.get_context("fork").Pipe()
+    child = mp.get_context("fork").Process(target=target, args=(*args, theirs), daemon=True)
     child.start()
-    send.close()
-    result = None
-    try:
-        if recv.poll(timeout):
-            result = recv.recv()
-    except EOFError:
-        result = None
+    theirs.close()
+    return child, ours
+
+
+def _stop(child: BaseProcess) -> None:
     child.join(5)
     if child.is_alive():
         child.kill()
         child.join()
+
+
+def solve(problem: Problem, backend: str = "kahypar", timeout: float | None = None,
+          threads: int = 1) -> np.ndarray:
+    """Partition ``problem``; returns the block of every vertex. A backend that crashes or
+    runs past ``timeout`` seconds becomes a one-line SpdnnError."""
+    check_backend(backend, threads)
+    problem.validate()
+    if backend == "kahypar":
+        child, conn = _start(_kahypar_child, problem)
+    else:
+        key = (os.getpid(), int(threads))
+        if key not in _WORKERS:
+            _WORKERS[key] = _start(_mtkahypar_worker, int(threads))
+        child, conn = _WORKERS[key]
+    result, timed_out = None, False
+    try:
+        if backend == "mtkahypar":
+            conn.send(problem)
+        if conn.poll(timeout):
+            result = conn.recv()
+        else:
+            timed_out = True
+            child.kill()
+    except (EOFError, BrokenPipeError):  # the child ended without answering
+        result = None
+    if backend == "kahypar" or result is None:
+        conn.close()
+        _stop(child)
+        if backend == "mtkahypar":
+            del _WORKERS[(os.getpid(), int(threads))]
     if result is None:
-        code = child.exitcode
-        why = f"timed out after {timeout} s" if code is None or code == -9 else \
-            f"its process ended with exit code {code}"
-        raise SpdnnError(f"KaHyPar failed on a hypergraph of {problem.n_vertices} vertices, "
-                         f"{len(problem.net_indptr) - 1} nets, k={problem.nparts}: {why}")
+        why = f"timed out after {timeout} s" if timed_out else \
+            f"its process ended with exit code {child.exitcode}"
+        raise SpdnnError(f"{_NAMES[backend]} failed on a hypergraph of {problem.n_vertices} "
+                         f"vertices, {len(problem.net_indptr) - 1} nets, k={problem.nparts}: "
+                         f"{why}")
     return result
 
 
 def available_backends() -> list[str]:
-    found = ["kahypar"]
-    try:
-        import mtkahypar  # noqa: F401
-        found.append("mtkahypar")
-    except ImportError:
-        pass
-    return found
+    return ["kahypar"] + (["mtkahypar"] if importlib.util.find_spec("mtkahypar") else [])
 
 
-__all__ = ["BACKENDS", "KAHYPAR_INI", "Problem", "available_backends", "solve"]
+__all__ = ["BACKENDS", "KAHYPAR_INI", "Problem", "available_backends", "check_backend",
+           "solve"]

@@ -17,6 +17,7 @@ examples:
   spdnn-partition net.npz -P 4 -o block.npz --method block
   spdnn-partition net.npz -P 8 -o infer.npz --objective infer   # inference-only plan
   spdnn-partition net.npz -P 8 -o plan.npz --exact-sweeps 1     # slower, exact polish
+  spdnn-partition big.npz -P 8 -o plan.npz --backend mtkahypar --threads 4   # large, unstructured
   spdnn-partition stats net.npz plan.npz                   # the statistics table of a plan
   spdnn-partition export net.npz -o net.hgr                # hMETIS hypergraph for other tools
   spdnn-partition import net.npz net.hgr.part.8 -P 8 -o plan.npz
@@ -41,8 +42,11 @@ def _parser_partition() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="kahypar", choices=["kahypar", "mtkahypar"],
                    help="partitioner of the layer-by-layer runs (default kahypar, best on "
                         "structured networks such as RadiX-Net; mtkahypar, if installed, is "
-                        "1.6-3.4x faster and slightly better on unstructured ones: "
+                        "1.3-3.6x faster and slightly better on unstructured ones: "
                         "docs/BENCHMARKS.md)")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="threads of the mtkahypar backend (default 1); the plan is the same "
+                        "for any N. KaHyPar is sequential")
     p.add_argument("--objective", default="train", choices=["train", "infer"],
                    help="volume to minimise: train = forward + backward rows of a training "
                         "step (default), infer = forward rows only, for inference-only plans")
@@ -159,6 +163,8 @@ def cmd_partition(argv: Sequence[str]) -> None:
         raise SpdnnError(f"--epsilon must be in (0, 1), not {args.epsilon}")
     if args.exact_sweeps < 0:
         raise SpdnnError(f"--exact-sweeps must be at least 0, not {args.exact_sweeps}")
+    if args.threads < 1:
+        raise SpdnnError(f"--threads must be at least 1, not {args.threads}")
     bundle, patterns = _load(args.network)
     _check_nparts(args.nparts, bundle.sizes)
     t0 = time.perf_counter()
@@ -169,7 +175,8 @@ def cmd_partition(argv: Sequence[str]) -> None:
 
     plan = partition_network(patterns, args.nparts, args.method, args.epsilon, args.seed,
                              args.backend, bundle.fingerprint(), log,
-                             objective=args.objective, exact_sweeps=args.exact_sweeps)
+                             objective=args.objective, exact_sweeps=args.exact_sweeps,
+                             threads=args.threads)
     save_plan(plan, args.output)
     stats = plan_statistics(patterns, plan.owners, args.nparts)
     print(f"wrote {args.output}: P={args.nparts}, method {args.method} "

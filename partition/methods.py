@@ -19,7 +19,7 @@ import numpy as np
 from spdnn.errors import SpdnnError
 from spdnn.plan import Pattern, Plan, concat_ranges, plan_statistics
 
-from .backends import Problem, solve
+from .backends import Problem, check_backend, solve
 from .exact import sweep_exact
 from .hypergraph import Hypergraph, build_hypergraph, check_objective, contract, km1
 from .refine import BalanceError, Refiner
@@ -116,7 +116,7 @@ def identical_row_clusters(patterns: Sequence[Pattern], nparts: int) -> np.ndarr
 
 
 def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backend: str,
-                   log: Log | None = None) -> np.ndarray:
+                   log: Log | None = None, threads: int = 1) -> np.ndarray:
     """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1)."""
     parts = np.full(hg.n_vertices, -1, dtype=np.int64)
     net_layer = hg.net_layer
@@ -144,7 +144,7 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backe
         else:
             block = solve(Problem(int(hi - lo), indptr.astype(np.int64), pins.astype(np.int64),
                                   np.maximum(vw, 1), hg.net_weights[nets], nparts, epsilon,
-                                  seed + k, fixed), backend)
+                                  seed + k, fixed), backend, threads=threads)
         parts[lo:hi] = np.where(parts[lo:hi] >= 0, parts[lo:hi], block)
         if log:
             log(f"layer {k}/{n_layers}: {backend} done ({time.perf_counter() - t0:.1f} s)")
@@ -160,13 +160,15 @@ def majority(coarse_of: np.ndarray, parts: np.ndarray, n_coarse: int, nparts: in
 
 def group_candidates(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray,
                      fine_starts: dict[str, np.ndarray], nparts: int, epsilon: float, seed: int,
-                     backend: str, n_runs: int, log: Log | None) -> dict[str, np.ndarray]:
+                     backend: str, n_runs: int, log: Log | None, threads: int = 1
+                     ) -> dict[str, np.ndarray]:
     """Starts that keep groups of identical rows whole: layer-by-layer runs on the coarse
     hypergraph (``n_runs`` seeds) and the fine starts projected by majority, each refined on
     the coarse hypergraph under the fine per-layer limits, then projected back."""
     fine_limits = Refiner(hg, fine_starts["block"], nparts, epsilon).limits
     coarse_starts = {f"{backend}-groups-{r}": layer_by_layer(coarse, nparts, epsilon,
-                                                            seed + 7919 * r, backend, log)
+                                                            seed + 7919 * r, backend, log,
+                                                            threads)
                      for r in range(n_runs)}
     for name in ("cyclic", backend):
         coarse_starts[f"{name}-groups"] = majority(coarse_of, fine_starts[name],
@@ -214,12 +216,14 @@ def partition_network(
     group_starts: int = 3,
     objective: str = "train",
     exact_sweeps: int = 0,
+    threads: int = 1,
 ) -> Plan:
     """Assign every neuron of every layer to a rank; the Plan carries its statistics.
 
     ``objective`` is the volume minimised: ``train`` (a training step, forward + backward rows)
     or ``infer`` (inference, forward rows only). ``exact_sweeps`` > 0 polishes the best plan
-    by that many sweeps of exact one-layer re-assignment of its groups (partition/exact.py)."""
+    by that many sweeps of exact one-layer re-assignment of its groups (partition/exact.py).
+    ``threads`` is Mt-KaHyPar's thread count (its plans do not depend on it)."""
     seed = normalize_seed(seed)
     if nparts < 1:
         raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
@@ -232,6 +236,10 @@ def partition_network(
         raise SpdnnError(f"exact sweeps must be a non-negative integer, not {exact_sweeps!r}")
     if exact_sweeps and method != "hypergraph":
         raise SpdnnError(f"exact sweeps polish the hypergraph method's plan, not '{method}'")
+    if method == "hypergraph":
+        check_backend(backend, threads)
+    elif threads != 1:
+        raise SpdnnError(f"threads serve the hypergraph method's backend, not '{method}'")
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
     if nparts == 1:
@@ -247,13 +255,13 @@ def partition_network(
                 f"{len(hg.net_pins):,} pins")
         starts = {b: np.concatenate(baseline_owners(b, patterns, nparts, seed))
                   for b in BASELINES}
-        starts[backend] = layer_by_layer(hg, nparts, epsilon, seed, backend, log)
+        starts[backend] = layer_by_layer(hg, nparts, epsilon, seed, backend, log, threads)
         coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
         if coarse.n_vertices <= GROUP_SHRINK * hg.n_vertices:
             if log:
                 log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices")
             starts.update(group_candidates(hg, coarse, coarse_of, starts, nparts, epsilon,
-                                           seed, backend, group_starts, log))
+                                           seed, backend, group_starts, log, threads))
         elif log:
             log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices of "
                 f"{hg.n_vertices:,}, too few to try group starts")
@@ -285,6 +293,7 @@ def partition_network(
         "seed": seed,
         "backend": backend if method == "hypergraph" else None,
         "exact_sweeps": exact_sweeps,
+        "threads": threads,
         "fingerprint": fingerprint,
         "partition_seconds": time.perf_counter() - t0,
         "candidates": candidates,

@@ -2,7 +2,8 @@
 
     python scripts/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
                                       [--parts P ...] [--out docs/BENCHMARKS.md]
-    python scripts/bench_partition.py --backends kahypar mtkahypar [--networks ...] [--parts ...]
+    python scripts/bench_partition.py --backends kahypar mtkahypar mtkahypar:2 [--networks ...]
+                                      [--parts ...]
     python scripts/bench_partition.py --exact-sweeps 1 [--objective infer] [--networks ...]
 
 Networks: the Graph Challenge 1024 network from ../shared/data (first 24 layers; all 120 at P=8),
@@ -13,7 +14,8 @@ ratios compare the volume the objective minimises (train: forward + backward, th
 infer: forward only), measured in the same run. Networks whose data is absent are listed as
 skipped. The table replaces the section between the BENCH_PARTITION markers (BENCH_PARTITION_INFER
 for --objective infer) in the output file. ``--backends`` instead times the hypergraph method
-with each backend side by side (section BENCH_BACKENDS), ``--exact-sweeps N`` plans without and
+with each backend side by side (section BENCH_BACKENDS; NAME:N runs it on N threads),
+``--exact-sweeps N`` plans without and
 with N exact one-layer sweeps (section BENCH_EXACT); ``random16k``, the training benchmark's
 network, is only run when named.
 """
@@ -162,9 +164,9 @@ def main() -> int:
     ap.add_argument("--parts", nargs="+", type=int, metavar="P",
                     help="numbers of parts (default 2 4 8 16 32 64; with --backends or "
                          "--exact-sweeps: 2 8 64)")
-    ap.add_argument("--backends", nargs="+", choices=("kahypar", "mtkahypar"), metavar="NAME",
-                    help="compare these backends (the first is the reference) instead of the "
-                         "baselines")
+    ap.add_argument("--backends", nargs="+", type=backend_spec, metavar="NAME[:THREADS]",
+                    help="compare these backends (kahypar, mtkahypar; the first is the "
+                         "reference), e.g. mtkahypar:2 for two threads, instead of the baselines")
     ap.add_argument("--exact-sweeps", type=int, default=0, metavar="N",
                     help="compare plans without and with N exact one-layer sweeps "
                          "(spdnn-partition --exact-sweeps) instead of the baselines")
@@ -200,7 +202,8 @@ def main() -> int:
 
 def main_variants(args: argparse.Namespace) -> int:
     if args.backends:
-        variants = [(b, {"backend": b}) for b in args.backends]
+        variants = [(f"{b}:{t}" if t > 1 else b, {"backend": b, "threads": t})
+                    for b, t in args.backends]
         marker, title = "BENCH_BACKENDS", "Partitioner backends"
     else:
         variants = [("plain", {}), (f"exact {args.exact_sweeps}",
@@ -221,17 +224,28 @@ def main_variants(args: argparse.Namespace) -> int:
             continue
         rows += bench_variants(name, net, [8] if "120" in name else (args.parts or [2, 8, 64]),
                                variants, args.objective)
+    threads = "NAME:N on N threads, others on one" if args.backends and any(
+        t > 1 for _, t in args.backends) else "one thread"
     write_table(Path(args.out), marker, title, command(args),
-                f"objective {args.objective}, epsilon 0.03, seed 0, one thread", header, rows,
+                f"objective {args.objective}, epsilon 0.03, seed 0, {threads}", header, rows,
                 skipped)
     return 0
+
+
+def backend_spec(text: str) -> tuple[str, int]:
+    """NAME or NAME:THREADS, e.g. mtkahypar:2."""
+    name, _, threads = text.partition(":")
+    if name not in ("kahypar", "mtkahypar") or not (threads or "1").isdigit() or \
+            int(threads or "1") < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not kahypar or mtkahypar[:THREADS]")
+    return name, int(threads or "1")
 
 
 def command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run, for the table's caption."""
     cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
     if args.backends:
-        cmd += " --backends " + " ".join(args.backends)
+        cmd += " --backends " + " ".join(f"{b}:{t}" if t > 1 else b for b, t in args.backends)
     if args.exact_sweeps:
         cmd += f" --exact-sweeps {args.exact_sweeps}"
     if args.objective != "train":

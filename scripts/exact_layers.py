@@ -1,13 +1,17 @@
 """How far the plan is from a local optimum under exact one-layer re-assignment.
 
     python scripts/exact_layers.py [-P 8] [--layers 24] [--objective infer] [--node-limit 200]
-                                   [--fine-layers 3 11 17]
+                                   [--fine-layers 3 11 17] [--windows 1 2 3 ... [--seconds 120]]
+                                   [--cpsat SECONDS]
 
 Partitions the Graph Challenge 1024 network (from ../shared/data) with `partition_network`, then
 runs the exact one-layer sweeps of partition/exact.py (`spdnn-partition --exact-sweeps`) on the
 hypergraph of identical-row groups until no layer improves. ``--fine-layers`` then solves the
 same MILP on single neurons (groups may split) for the listed layers of the result, to check
-whether splitting a group would pay (docs/BENCHMARKS.md).
+whether splitting a group would pay. ``--windows`` re-assigns layers k and k+1 together for each
+listed k (one MILP, HiGHS, ``--seconds`` each), ``--cpsat`` runs OR-Tools CP-SAT (pip install
+ortools; not a dependency of spdnn) on all layers' groups at once from the result, hinted with
+it, for that many seconds on 2 workers (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 import spdnn._threads  # noqa: F401
 from partition.exact import inputs_with_a_user, layer_milp, sweep_exact
-from partition.hypergraph import build_hypergraph, contract, km1
+from partition.hypergraph import Hypergraph, build_hypergraph, contract, km1
 from partition.methods import identical_row_clusters, majority, partition_network
 from partition.refine import Refiner
 from spdnn.formats import read_graphchallenge
@@ -33,6 +39,115 @@ GC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "graphc
 
 
 
+def window_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, first: int, last: int,
+                limits: np.ndarray, seconds: float) -> np.ndarray | None:
+    """The best ranks HiGHS finds in ``seconds`` for the vertices of layers first..last with
+    every other layer fixed (x[v, r]: v on rank r; y[e, r] >= x[pin, r] per net)."""
+    lo, hi = int(hg.offsets[first]), int(hg.offsets[last + 1])
+    n = hi - lo
+    x = np.arange(n * nparts).reshape(n, nparts)
+    n_var = n * nparts
+    costs = [np.zeros(n_var)]
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    bounds: list[tuple[np.ndarray, np.ndarray]] = []
+    n_rows = 0
+
+    def add(r: np.ndarray, c: np.ndarray, v: np.ndarray, low: np.ndarray, high: np.ndarray
+            ) -> None:
+        nonlocal n_rows
+        rows.append(r + n_rows)
+        cols.append(c)
+        vals.append(v)
+        bounds.append((low, high))
+        n_rows += len(low)
+
+    add(np.repeat(np.arange(n), nparts), x.ravel(), np.ones(n_var), np.ones(n), np.ones(n))
+    for k in range(first, last + 1):
+        vs = np.arange(hg.offsets[k], hg.offsets[k + 1]) - lo
+        add(np.tile(np.arange(nparts), len(vs)), x[vs].ravel(),
+            np.repeat(hg.vertex_weights[vs + lo].astype(float), nparts), np.zeros(nparts),
+            np.full(nparts, limits[k]))
+    free_inputs = not hg.vertex_weights[hg.offsets[0]:hg.offsets[1]].any()
+    for e in np.flatnonzero((hg.net_layer >= first - 1) & (hg.net_layer <= last)):
+        pins = hg.net_pins[hg.net_indptr[e]:hg.net_indptr[e + 1]]
+        w = float(hg.net_weights[e])
+        if len(pins) < 2:
+            continue
+        if hg.net_layer[e] == last:  # users fixed: a unary cost on the source
+            held = np.unique(parts[pins[1:]])
+            costs[0][x[pins[0] - lo]] += w
+            costs[0][x[pins[0] - lo, held]] -= w
+            continue
+        y = n_var + np.arange(nparts)
+        n_var += nparts
+        cost = np.full(nparts, w)
+        if hg.net_layer[e] == first - 1:  # source fixed (or free on layer 0): users vary
+            if not (first == 1 and free_inputs):
+                cost[parts[pins[0]]] = 0
+            pins = pins[1:]
+        costs.append(cost)
+        m = len(pins) * nparts
+        r = np.arange(m)
+        add(np.concatenate([r, r]), np.concatenate([np.tile(y, len(pins)),
+                                                    x[pins - lo].ravel()]),
+            np.concatenate([np.ones(m), -np.ones(m)]), np.zeros(m), np.full(m, np.inf))
+    a = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                      shape=(n_rows, n_var))
+    low, high = (np.concatenate(b) for b in zip(*bounds))
+    res = milp(np.concatenate(costs), constraints=LinearConstraint(a, low, high),
+               integrality=(np.arange(n_var) < n * nparts).astype(float), bounds=Bounds(0, 1),
+               options={"time_limit": seconds, "presolve": True})
+    return None if res.x is None else res.x[x].argmax(axis=1)
+
+
+def cpsat(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray,
+          seconds: float) -> np.ndarray:
+    """OR-Tools CP-SAT over layers 1..L at once, hinted with ``parts``: the best it finds."""
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    n0 = int(hg.offsets[1])
+    x = {v: [model.NewBoolVar("") for _ in range(nparts)] for v in range(n0, hg.n_vertices)}
+    for v, xv in x.items():
+        model.AddExactlyOne(xv)
+        for r in range(nparts):
+            model.AddHint(xv[r], int(parts[v] == r))
+    for k in range(1, hg.n_layers + 1):
+        vs = range(int(hg.offsets[k]), int(hg.offsets[k + 1]))
+        for r in range(nparts):
+            model.Add(sum(int(hg.vertex_weights[v]) * x[v][r] for v in vs) <= int(limits[k]))
+    nets: dict[tuple[int, ...], int] = {}
+    for e in range(hg.n_nets):
+        pins = hg.net_pins[hg.net_indptr[e]:hg.net_indptr[e + 1]]
+        if hg.net_layer[e] == 0:  # inputs carry no work: each goes with one of its users
+            pins = pins[1:]
+        key = tuple(sorted(set(pins.tolist())))
+        if len(key) >= 2:
+            nets[key] = nets.get(key, 0) + int(hg.net_weights[e])
+    terms = []
+    for pins, w in nets.items():  # cost w * (ranks spanned - 1)
+        y = [model.NewBoolVar("") for _ in range(nparts)]
+        for r in range(nparts):
+            for p in pins:
+                model.AddImplication(x[p][r], y[r])
+            model.AddHint(y[r], int(any(parts[p] == r for p in pins)))
+        terms += [w * yr for yr in y]
+    model.Minimize(sum(terms) - sum(nets.values()))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = seconds
+    solver.parameters.num_workers = 2
+    status = solver.Solve(model)
+    out = parts.copy()
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        for v, xv in x.items():
+            out[v] = next(r for r in range(nparts) if solver.Value(xv[r]))
+    print(f"cp-sat: {solver.StatusName(status)}, objective {solver.ObjectiveValue():.0f}, "
+          f"bound {solver.BestObjectiveBound():.0f}", flush=True)
+    return inputs_with_a_user(hg, out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-P", type=int, default=8, dest="nparts")
@@ -42,6 +157,12 @@ def main() -> int:
                     help="branch-and-bound nodes per layer MILP (default 200)")
     ap.add_argument("--fine-layers", type=int, nargs="*", default=[],
                     help="layers to re-solve on single neurons afterwards")
+    ap.add_argument("--windows", type=int, nargs="*", default=[], metavar="K",
+                    help="re-assign layers K and K+1 together, for each K (groups)")
+    ap.add_argument("--seconds", type=float, default=120.0,
+                    help="time limit of each window MILP (default 120)")
+    ap.add_argument("--cpsat", type=float, default=0.0, metavar="SECONDS",
+                    help="then run CP-SAT on all layers for SECONDS (needs ortools)")
     args = ap.parse_args()
     if not GC.is_dir():
         print(f"exact_layers: {GC} absent", file=sys.stderr)
@@ -63,6 +184,29 @@ def main() -> int:
     parts = sweep_exact(coarse, parts, args.nparts, limits, sweeps=20,
                         node_limit=args.node_limit,
                         log=lambda m: print(m, flush=True))
+    best = km1(coarse, parts)
+    for k in args.windows:
+        t1 = time.perf_counter()
+        owners = window_milp(coarse, parts, args.nparts, k, k + 1, limits, args.seconds)
+        if owners is not None:
+            lo, hi = int(coarse.offsets[k]), int(coarse.offsets[k + 2])
+            trial = parts.copy()
+            trial[lo:hi] = owners
+            trial = inputs_with_a_user(coarse, trial)
+            loads_ok = all(np.bincount(
+                trial[coarse.offsets[j]:coarse.offsets[j + 1]], minlength=args.nparts,
+                weights=coarse.vertex_weights[coarse.offsets[j]:coarse.offsets[j + 1]]
+            ).max() <= limits[j] + 1e-9 for j in (k, k + 1))
+            if loads_ok and km1(coarse, trial) < best:
+                parts, best = trial, km1(coarse, trial)
+        found = "none" if owners is None else f"{km1(coarse, trial):,}"
+        print(f"window {k}-{k + 1}: found {found}, volume {best:,} "
+              f"({time.perf_counter() - t1:.0f} s)", flush=True)
+    if args.cpsat:
+        t1 = time.perf_counter()
+        trial = cpsat(coarse, parts, args.nparts, limits, args.cpsat)
+        print(f"cp-sat: volume {best:,} -> {km1(coarse, trial):,} "
+              f"({time.perf_counter() - t1:.0f} s)", flush=True)
     fine = parts[coarse_of]
     for k in args.fine_layers:
         t1 = time.perf_counter()

@@ -116,6 +116,14 @@ def test_argument_validation():
         partition_network(patterns, 2, seed=-1)
     with pytest.raises(SpdnnError, match="unknown objective 'fast'"):
         partition_network(patterns, 2, objective="fast")
+    with pytest.raises(SpdnnError, match="unknown backend 'metis'"):
+        partition_network(patterns, 2, backend="metis")
+    with pytest.raises(SpdnnError, match="threads must be a positive integer"):
+        partition_network(patterns, 2, backend="mtkahypar", threads=0)
+    with pytest.raises(SpdnnError, match="KaHyPar runs on one thread"):
+        partition_network(patterns, 2, threads=2)
+    with pytest.raises(SpdnnError, match="not 'block'"):
+        partition_network(patterns, 2, "block", threads=2)
 
 
 def test_hmetis_export_and_partition_import(tmp_path):
@@ -210,3 +218,60 @@ def test_mtkahypar_backend():
     baseline = min(plan_statistics(patterns, baseline_owners(b, patterns, 3, 1), 3).volume
                    for b in BASELINES)
     assert plan.meta["stats"]["volume"] <= baseline and plan.meta["backend"] == "mtkahypar"
+
+
+def test_mtkahypar_plan_does_not_depend_on_threads(tmp_path):
+    pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
+    net = random_network([256, 512, 512], 16, seed=2)
+    patterns = network_patterns(net)
+    one = partition_network(patterns, 4, backend="mtkahypar", seed=3, threads=1)
+    two = partition_network(patterns, 4, backend="mtkahypar", seed=3, threads=2)
+    assert two.meta["threads"] == 2
+    for a, b in zip(one.owners, two.owners):
+        np.testing.assert_array_equal(a, b)
+    save_network(net, tmp_path / "net.npz")
+    proc = run_spdnn(tmp_path / "net.npz", "-P", "4", "-o", tmp_path / "p.npz", "--backend",
+                     "mtkahypar", "--threads", "2", "--seed", "3", module="partition")
+    assert proc.returncode == 0, proc.stderr
+    for a, b in zip(one.owners, load_plan(tmp_path / "p.npz").owners):
+        np.testing.assert_array_equal(a, b)
+    for bad, why in ((["--threads", "0"], "--threads must be at least 1"),
+                     (["--threads", "2"], "KaHyPar runs on one thread")):
+        proc = run_spdnn(tmp_path / "net.npz", "-P", "4", "-o", tmp_path / "q.npz", *bad,
+                         module="partition")
+        assert_one_line_error(proc, why)
+        assert not (tmp_path / "q.npz").exists()
+
+
+@pytest.mark.parametrize("backend", ["kahypar", "mtkahypar"])
+def test_a_backend_that_runs_too_long_becomes_an_error(backend):
+    from partition import backends
+
+    if backend not in backends.available_backends():
+        pytest.skip(f"{backend} is not installed")
+    hg = build_hypergraph(network_patterns(random_network([256, 512, 512], 16, seed=2)))
+    problem = backends.Problem(hg.n_vertices, hg.net_indptr, hg.net_pins,
+                               np.maximum(hg.vertex_weights, 1), hg.net_weights, 4, 0.03, 0)
+    name = {"kahypar": "KaHyPar", "mtkahypar": "Mt-KaHyPar"}[backend]
+    with pytest.raises(SpdnnError, match=f"^{name} failed .* k=4: timed out after 0.001 s"):
+        backends.solve(problem, backend, timeout=0.001)
+    assert backends.solve(problem, backend).max() == 3  # a fresh child (or worker) runs
+
+
+def test_a_dead_mtkahypar_worker_is_an_error_then_replaced():
+    import os
+
+    from partition import backends
+
+    pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
+    hg = build_hypergraph(network_patterns(small_network()))
+    problem = backends.Problem(hg.n_vertices, hg.net_indptr, hg.net_pins,
+                               np.maximum(hg.vertex_weights, 1), hg.net_weights, 2, 0.03, 0)
+    first = backends.solve(problem, "mtkahypar", threads=3)
+    worker, _ = backends._WORKERS[(os.getpid(), 3)]
+    worker.kill()
+    worker.join()
+    with pytest.raises(SpdnnError, match="^Mt-KaHyPar failed .* k=2: its process ended with "
+                                         "exit code -9"):
+        backends.solve(problem, "mtkahypar", threads=3)
+    np.testing.assert_array_equal(backends.solve(problem, "mtkahypar", threads=3), first)
