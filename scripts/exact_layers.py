@@ -40,9 +40,10 @@ GC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "graphc
 
 
 def window_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, first: int, last: int,
-                limits: np.ndarray, seconds: float) -> np.ndarray | None:
+                limits: np.ndarray, seconds: float) -> tuple[np.ndarray | None, str]:
     """The best ranks HiGHS finds in ``seconds`` for the vertices of layers first..last with
-    every other layer fixed (x[v, r]: v on rank r; y[e, r] >= x[pin, r] per net)."""
+    every other layer fixed (x[v, r]: v on rank r; y[e, r] >= x[pin, r] per net), and whether
+    they are optimal."""
     lo, hi = int(hg.offsets[first]), int(hg.offsets[last + 1])
     n = hi - lo
     x = np.arange(n * nparts).reshape(n, nparts)
@@ -99,7 +100,8 @@ def window_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, first: int, last
     res = milp(np.concatenate(costs), constraints=LinearConstraint(a, low, high),
                integrality=(np.arange(n_var) < n * nparts).astype(float), bounds=Bounds(0, 1),
                options={"time_limit": seconds, "presolve": True})
-    return None if res.x is None else res.x[x].argmax(axis=1)
+    status = {0: "optimal", 1: "time limit"}.get(res.status, res.message)
+    return (None if res.x is None else res.x[x].argmax(axis=1)), status
 
 
 def cpsat(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray,
@@ -187,7 +189,8 @@ def main() -> int:
     best = km1(coarse, parts)
     for k in args.windows:
         t1 = time.perf_counter()
-        owners = window_milp(coarse, parts, args.nparts, k, k + 1, limits, args.seconds)
+        owners, status = window_milp(coarse, parts, args.nparts, k, k + 1, limits,
+                                     args.seconds)
         if owners is not None:
             lo, hi = int(coarse.offsets[k]), int(coarse.offsets[k + 2])
             trial = parts.copy()
@@ -200,13 +203,15 @@ def main() -> int:
             if loads_ok and km1(coarse, trial) < best:
                 parts, best = trial, km1(coarse, trial)
         found = "none" if owners is None else f"{km1(coarse, trial):,}"
-        print(f"window {k}-{k + 1}: found {found}, volume {best:,} "
+        print(f"window {k}-{k + 1}: {status}, found {found}, volume {best:,} "
               f"({time.perf_counter() - t1:.0f} s)", flush=True)
     if args.cpsat:
         t1 = time.perf_counter()
         trial = cpsat(coarse, parts, args.nparts, limits, args.cpsat)
         print(f"cp-sat: volume {best:,} -> {km1(coarse, trial):,} "
               f"({time.perf_counter() - t1:.0f} s)", flush=True)
+        if km1(coarse, trial) < best:  # CP-SAT kept the layer limits
+            parts, best = trial, km1(coarse, trial)
     fine = parts[coarse_of]
     for k in args.fine_layers:
         t1 = time.perf_counter()
