@@ -7,13 +7,14 @@ users, cost w * [r != the net's source rank]; the nets of layer k (users fixed) 
 cost; per-layer balance is one row per rank. Meant for the hypergraph of identical-row groups,
 where a layer has tens of vertices: on the Graph Challenge network at P = 8 one sweep takes the
 plan from 17,916 to 17,785 forward rows in ~3 minutes (docs/BENCHMARKS.md). A layer's result is
-kept only when the volume falls, so a sweep never makes a plan worse.
+kept only when the volume falls, so a sweep never makes a plan worse. ``window_milp`` is the
+same model over several consecutive layers at once (scripts/exact_layers.py --windows).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,10 +40,21 @@ def layer_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, layer: int, limit
                ) -> np.ndarray | None:
     """The best ranks of ``layer``'s vertices with every other layer fixed that HiGHS finds in
     ``node_limit`` nodes; None without a solution or when ``seconds`` ran out first."""
-    lo, hi = int(hg.offsets[layer]), int(hg.offsets[layer + 1])
+    owners, status = window_milp(hg, parts, nparts, layer, layer, [limit], node_limit, seconds)
+    return None if status == 1 else owners  # scipy status 1: the time limit stopped HiGHS
+
+
+def window_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, first: int, last: int,
+                limits: Sequence[float], node_limit: int = NODE_LIMIT,
+                seconds: float = SECONDS_PER_LAYER) -> tuple[np.ndarray | None, int]:
+    """The best ranks HiGHS finds for the vertices of layers first..last together, every other
+    layer fixed, with ``limits[j]`` the balance limit of layer first + j; and scipy's status
+    (0 optimal, 1 stopped by ``seconds``, 4 stopped by ``node_limit``). The ranks are None
+    without a solution."""
+    lo, hi = int(hg.offsets[first]), int(hg.offsets[last + 1])
     n = hi - lo
     sizes = np.diff(hg.net_indptr)
-    first = hg.net_indptr[:-1]
+    starts = hg.net_indptr[:-1]
     x = np.arange(n * nparts).reshape(n, nparts)
     cost = np.zeros(n * nparts)
     blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -54,56 +66,58 @@ def layer_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, layer: int, limit
         blocks.append((r + n_rows, c, v, low, high))
         n_rows += len(low)
 
-    # Every vertex on one rank; every rank within the layer's limit.
+    # Every vertex on one rank; every rank within its layer's limit.
     add_rows(np.repeat(np.arange(n), nparts), x.ravel(), np.ones(n * nparts), np.ones(n),
              np.ones(n))
-    w = hg.vertex_weights[lo:hi].astype(np.float64)
-    add_rows(np.tile(np.arange(nparts), n), x.ravel(), np.repeat(w, nparts), np.zeros(nparts),
-             np.full(nparts, limit))
+    for k, limit in zip(range(first, last + 1), limits, strict=True):
+        vs = np.arange(hg.offsets[k], hg.offsets[k + 1]) - lo
+        add_rows(np.tile(np.arange(nparts), len(vs)), x[vs].ravel(),
+                 np.repeat(hg.vertex_weights[vs + lo].astype(np.float64), nparts),
+                 np.zeros(nparts), np.full(nparts, limit))
 
-    # Nets of layer k: source in layer k, users' ranks fixed -> the source's rank is a unary
-    # term (-w for every rank a user already holds).
-    out = np.flatnonzero(hg.net_layer == layer)
+    # Nets of the last layer: source in the window, users' ranks fixed -> the source's rank is
+    # a unary term (-w for every rank a user already holds).
+    out = np.flatnonzero(hg.net_layer == last)
     if len(out):
         pin_net = np.repeat(out, sizes[out])
-        pins = hg.net_pins[concat_ranges(first[out], sizes[out])]
+        pins = hg.net_pins[concat_ranges(starts[out], sizes[out])]
         users = pins >= hi  # the source is a net's only pin in its own layer
         key = np.unique(pin_net[users] * nparts + parts[pins[users]])
         net = key // nparts
         e = np.searchsorted(out, net)
-        src = hg.net_pins[first[net]] - lo
+        src = hg.net_pins[starts[net]] - lo
         np.add.at(cost, x[src, key % nparts], -hg.net_weights[out][e])
 
-    # Nets of layer k-1: source fixed (free for work-free inputs), users in layer k. Nets with
-    # the same users share one y row set.
-    inc = np.flatnonzero(hg.net_layer == layer - 1)
-    free_source = layer == 1 and not hg.vertex_weights[hg.offsets[0]:hg.offsets[1]].any()
+    # The other nets with a pin in the window: y[s, r] >= x[v, r] for every pin v in the window
+    # of a set s of nets with the same such pins, cost w per rank spanned. A source before the
+    # window is fixed (free for work-free inputs), and its rank costs nothing.
+    free_source = first == 1 and not hg.vertex_weights[hg.offsets[0]:hg.offsets[1]].any()
     sets: dict[bytes, int] = {}
-    set_users: list[np.ndarray] = []
+    set_pins: list[np.ndarray] = []
     set_cost: list[np.ndarray] = []
-    for e in inc:
-        pins = hg.net_pins[first[e]:first[e] + sizes[e]]
-        users = pins[1:] - lo
-        s = sets.setdefault(users.tobytes(), len(sets))
+    for e in np.flatnonzero((hg.net_layer >= first - 1) & (hg.net_layer < last)):
+        pins = hg.net_pins[starts[e]:starts[e] + sizes[e]]
+        inside = (pins[1:] if hg.net_layer[e] == first - 1 else pins) - lo
+        s = sets.setdefault(inside.tobytes(), len(sets))
         if s == len(set_cost):
-            set_users.append(users)
+            set_pins.append(inside)
             set_cost.append(np.zeros(nparts))
         set_cost[s] += hg.net_weights[e]
-        if not free_source:
+        if hg.net_layer[e] == first - 1 and not free_source:
             set_cost[s][parts[pins[0]]] -= hg.net_weights[e]
     n_var = n * nparts
     if sets:
         y = n_var + np.arange(len(sets) * nparts).reshape(len(sets), nparts)
         n_var += len(sets) * nparts
         cost = np.concatenate([cost, np.concatenate(set_cost)])
-        user = np.concatenate(set_users)
-        set_of = np.repeat(np.arange(len(sets)), [len(u) for u in set_users])
-        m = len(user) * nparts
+        pin = np.concatenate(set_pins)
+        set_of = np.repeat(np.arange(len(sets)), [len(u) for u in set_pins])
+        m = len(pin) * nparts
         r = np.arange(m)
-        ranks = np.tile(np.arange(nparts), len(user))
+        ranks = np.tile(np.arange(nparts), len(pin))
         add_rows(np.concatenate([r, r]),
                  np.concatenate([y[np.repeat(set_of, nparts), ranks],
-                                 x[np.repeat(user, nparts), ranks]]),
+                                 x[np.repeat(pin, nparts), ranks]]),
                  np.concatenate([np.ones(m), -np.ones(m)]), np.zeros(m), np.full(m, np.inf))
     rows, cols, vals, low, high = (np.concatenate(part) for part in zip(*blocks))
     a = sp.csr_matrix((vals, (rows, cols)), shape=(n_rows, n_var))
@@ -111,9 +125,7 @@ def layer_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, layer: int, limit
                integrality=np.concatenate([np.ones(n * nparts), np.zeros(n_var - n * nparts)]),
                bounds=Bounds(0, 1),
                options={"node_limit": node_limit, "time_limit": seconds, "presolve": True})
-    if res.x is None or res.status == 1:  # scipy status 1: the time limit stopped HiGHS
-        return None
-    return res.x[x].argmax(axis=1)
+    return (None if res.x is None else res.x[x].argmax(axis=1)), int(res.status)
 
 
 def inputs_with_a_user(hg: Hypergraph, parts: np.ndarray) -> np.ndarray:

@@ -22,11 +22,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 import spdnn._threads  # noqa: F401
-from partition.exact import inputs_with_a_user, layer_milp, sweep_exact
+from partition.exact import inputs_with_a_user, layer_milp, sweep_exact, window_milp
 from partition.hypergraph import Hypergraph, build_hypergraph, contract, km1
 from partition.methods import identical_row_clusters, majority, partition_network
 from partition.refine import Refiner
@@ -36,72 +34,7 @@ from spdnn.plan import network_patterns
 
 GC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "graphchallenge" / \
     "neuron1024"
-
-
-
-def window_milp(hg: Hypergraph, parts: np.ndarray, nparts: int, first: int, last: int,
-                limits: np.ndarray, seconds: float) -> tuple[np.ndarray | None, str]:
-    """The best ranks HiGHS finds in ``seconds`` for the vertices of layers first..last with
-    every other layer fixed (x[v, r]: v on rank r; y[e, r] >= x[pin, r] per net), and whether
-    they are optimal."""
-    lo, hi = int(hg.offsets[first]), int(hg.offsets[last + 1])
-    n = hi - lo
-    x = np.arange(n * nparts).reshape(n, nparts)
-    n_var = n * nparts
-    costs = [np.zeros(n_var)]
-    rows: list[np.ndarray] = []
-    cols: list[np.ndarray] = []
-    vals: list[np.ndarray] = []
-    bounds: list[tuple[np.ndarray, np.ndarray]] = []
-    n_rows = 0
-
-    def add(r: np.ndarray, c: np.ndarray, v: np.ndarray, low: np.ndarray, high: np.ndarray
-            ) -> None:
-        nonlocal n_rows
-        rows.append(r + n_rows)
-        cols.append(c)
-        vals.append(v)
-        bounds.append((low, high))
-        n_rows += len(low)
-
-    add(np.repeat(np.arange(n), nparts), x.ravel(), np.ones(n_var), np.ones(n), np.ones(n))
-    for k in range(first, last + 1):
-        vs = np.arange(hg.offsets[k], hg.offsets[k + 1]) - lo
-        add(np.tile(np.arange(nparts), len(vs)), x[vs].ravel(),
-            np.repeat(hg.vertex_weights[vs + lo].astype(float), nparts), np.zeros(nparts),
-            np.full(nparts, limits[k]))
-    free_inputs = not hg.vertex_weights[hg.offsets[0]:hg.offsets[1]].any()
-    for e in np.flatnonzero((hg.net_layer >= first - 1) & (hg.net_layer <= last)):
-        pins = hg.net_pins[hg.net_indptr[e]:hg.net_indptr[e + 1]]
-        w = float(hg.net_weights[e])
-        if len(pins) < 2:
-            continue
-        if hg.net_layer[e] == last:  # users fixed: a unary cost on the source
-            held = np.unique(parts[pins[1:]])
-            costs[0][x[pins[0] - lo]] += w
-            costs[0][x[pins[0] - lo, held]] -= w
-            continue
-        y = n_var + np.arange(nparts)
-        n_var += nparts
-        cost = np.full(nparts, w)
-        if hg.net_layer[e] == first - 1:  # source fixed (or free on layer 0): users vary
-            if not (first == 1 and free_inputs):
-                cost[parts[pins[0]]] = 0
-            pins = pins[1:]
-        costs.append(cost)
-        m = len(pins) * nparts
-        r = np.arange(m)
-        add(np.concatenate([r, r]), np.concatenate([np.tile(y, len(pins)),
-                                                    x[pins - lo].ravel()]),
-            np.concatenate([np.ones(m), -np.ones(m)]), np.zeros(m), np.full(m, np.inf))
-    a = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                      shape=(n_rows, n_var))
-    low, high = (np.concatenate(b) for b in zip(*bounds))
-    res = milp(np.concatenate(costs), constraints=LinearConstraint(a, low, high),
-               integrality=(np.arange(n_var) < n * nparts).astype(float), bounds=Bounds(0, 1),
-               options={"time_limit": seconds, "presolve": True})
-    status = {0: "optimal", 1: "time limit"}.get(res.status, res.message)
-    return (None if res.x is None else res.x[x].argmax(axis=1)), status
+NO_NODE_LIMIT = 2**31 - 1  # HiGHS's own default: windows stop at --seconds only
 
 
 def cpsat(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray,
@@ -189,8 +122,9 @@ def main() -> int:
     best = km1(coarse, parts)
     for k in args.windows:
         t1 = time.perf_counter()
-        owners, status = window_milp(coarse, parts, args.nparts, k, k + 1, limits,
-                                     args.seconds)
+        owners, code = window_milp(coarse, parts, args.nparts, k, k + 1, limits[k:k + 2],
+                                   node_limit=NO_NODE_LIMIT, seconds=args.seconds)
+        status = {0: "optimal", 1: "time limit"}.get(code, f"scipy status {code}")
         if owners is not None:
             lo, hi = int(coarse.offsets[k]), int(coarse.offsets[k + 2])
             trial = parts.copy()

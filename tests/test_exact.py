@@ -3,7 +3,13 @@ import itertools
 import numpy as np
 import pytest
 
-from partition.exact import MAX_VARIABLES, inputs_with_a_user, layer_milp, sweep_exact
+from partition.exact import (
+    MAX_VARIABLES,
+    inputs_with_a_user,
+    layer_milp,
+    sweep_exact,
+    window_milp,
+)
 from partition.hypergraph import build_hypergraph, km1
 from partition.methods import partition_network
 from partition.refine import Refiner
@@ -14,22 +20,31 @@ from spdnn.plan import balance_limit, load_plan, network_patterns, plan_statisti
 from tests.helpers import assert_one_line_error, run_spdnn, small_network
 
 
-def _brute_force(hg, parts, nparts, layer, limit):
-    """Least km1 over every balanced assignment of one layer, the others fixed."""
-    lo, hi = int(hg.offsets[layer]), int(hg.offsets[layer + 1])
-    w = hg.vertex_weights[lo:hi]
-    best = None
-    for owners in itertools.product(range(nparts), repeat=hi - lo):
-        owners = np.array(owners)
-        if np.bincount(owners, weights=w, minlength=nparts).max() > limit + 1e-9:
-            continue
-        trial = parts.copy()
-        trial[lo:hi] = owners
-        if layer == 1:
-            trial = inputs_with_a_user(hg, trial)
-        cost = km1(hg, trial)
-        best = cost if best is None else min(best, cost)
-    return best
+def _balanced(hg, owners, nparts, first, last, limits):
+    """Every layer first..last of ``owners`` (their ranks, from layer first on) within limits."""
+    lo = hg.offsets[first]
+    for k, limit in zip(range(first, last + 1), limits):
+        a, b = hg.offsets[k] - lo, hg.offsets[k + 1] - lo
+        loads = np.bincount(owners[a:b], weights=hg.vertex_weights[a + lo:b + lo],
+                            minlength=nparts)
+        if loads.max() > limit + 1e-9:
+            return False
+    return True
+
+
+def _with(hg, parts, first, owners):
+    trial = parts.copy()
+    trial[hg.offsets[first]:hg.offsets[first] + len(owners)] = owners
+    return inputs_with_a_user(hg, trial) if first == 1 else trial
+
+
+def _brute_force(hg, parts, nparts, first, limits, last=None):
+    """Least km1 over every balanced assignment of layers first..last, the others fixed."""
+    last = first if last is None else last
+    n = int(hg.offsets[last + 1] - hg.offsets[first])
+    return min(km1(hg, _with(hg, parts, first, np.array(owners)))
+               for owners in itertools.product(range(nparts), repeat=n)
+               if _balanced(hg, np.array(owners), nparts, first, last, limits))
 
 
 @pytest.mark.parametrize("objective", ["train", "infer"])
@@ -42,14 +57,24 @@ def test_layer_milp_finds_the_brute_force_optimum(objective, nparts):
     limits = Refiner(hg, parts, nparts, 0.03).limits
     for k in range(1, hg.n_layers + 1):
         owners = layer_milp(hg, parts, nparts, k, float(limits[k]))
-        lo, hi = int(hg.offsets[k]), int(hg.offsets[k + 1])
-        trial = parts.copy()
-        trial[lo:hi] = owners
-        if k == 1:
-            trial = inputs_with_a_user(hg, trial)
-        loads = np.bincount(owners, weights=hg.vertex_weights[lo:hi], minlength=nparts)
-        assert loads.max() <= limits[k] + 1e-9, f"layer {k}"
-        assert km1(hg, trial) == _brute_force(hg, parts, nparts, k, limits[k]), f"layer {k}"
+        assert _balanced(hg, owners, nparts, k, k, [limits[k]]), f"layer {k}"
+        assert km1(hg, _with(hg, parts, k, owners)) == \
+            _brute_force(hg, parts, nparts, k, [limits[k]]), f"layer {k}"
+
+
+@pytest.mark.parametrize("objective", ["train", "infer"])
+@pytest.mark.parametrize("nparts", [2, 3])
+def test_window_milp_finds_the_brute_force_optimum_of_two_layers(objective, nparts):
+    net = small_network((4, 3, 3, 3, 2), fan_in=2, seed=7)
+    hg = build_hypergraph(network_patterns(net), objective)
+    parts = np.random.default_rng(nparts).integers(0, nparts, hg.n_vertices)
+    limits = Refiner(hg, parts, nparts, 0.03).limits
+    for k in range(1, hg.n_layers):
+        owners, status = window_milp(hg, parts, nparts, k, k + 1, limits[k:k + 2])
+        assert status == 0, f"layers {k}-{k + 1}"
+        assert _balanced(hg, owners, nparts, k, k + 1, limits[k:k + 2]), f"layers {k}-{k + 1}"
+        assert km1(hg, _with(hg, parts, k, owners)) == \
+            _brute_force(hg, parts, nparts, k, limits[k:k + 2], last=k + 1), f"layers {k}-{k + 1}"
 
 
 def test_sweeps_never_raise_the_volume_keep_every_layer_balanced_and_repeat():
