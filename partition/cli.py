@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from spdnn import _threads  # noqa: F401  (pins BLAS threads before numpy loads)
+from spdnn import threads  # noqa: F401  (pins BLAS threads before numpy loads)
 from spdnn.errors import SpdnnError
 
 EXAMPLES = """\

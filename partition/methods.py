@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.plan import Pattern, Plan, concat_ranges, plan_statistics
+from spdnn.network import concat_ranges
+from spdnn.plan import Pattern, Plan, plan_statistics
 
 from .backends import Problem, check_backend, solve
 from .exact import sweep_exact

@@ -32,8 +32,9 @@ from benchlib import SHARED, table, write_section  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.bundle import save_network  # noqa: E402
-from spdnn.formats import read_graphchallenge, read_inputs, write_mtx  # noqa: E402
+from spdnn.formats import read_inputs, write_mtx  # noqa: E402
 from spdnn.generate import radixnet  # noqa: E402
+from spdnn.graphchallenge import read_graphchallenge  # noqa: E402
 from spdnn.plan import network_patterns, save_plan  # noqa: E402
 from spdnn.reference import challenge_infer  # noqa: E402
 

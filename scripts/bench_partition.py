@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 from benchlib import write_section
 
-import spdnn._threads  # noqa: F401
+import spdnn.threads  # noqa: F401
 from partition.methods import BASELINES, baseline_owners, partition_network
-from spdnn.formats import read_graphchallenge
 from spdnn.generate import prune_dense, radixnet, random_network
+from spdnn.graphchallenge import read_graphchallenge
 from spdnn.network import Layer, Network
 from spdnn.plan import balance_limit, network_patterns, plan_statistics
 
@@ -46,7 +46,8 @@ SHARED = ROOT.parent / "shared" / "data"
 
 def mnist_pruned() -> Network | None:
     from spdnn.datasets import load_mnist
-    from spdnn.reference import SGDConfig, train
+    from spdnn.optim import SGDConfig
+    from spdnn.reference import train
 
     if not (SHARED / "mnist").is_dir():
         return None

@@ -23,7 +23,7 @@ from scipy.optimize import linear_sum_assignment
 
 from partition.methods import identical_row_clusters
 from spdnn.bundle import load_network
-from spdnn.formats import read_graphchallenge
+from spdnn.graphchallenge import read_graphchallenge
 from spdnn.network import Network
 from spdnn.plan import network_patterns
 

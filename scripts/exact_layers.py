@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-import spdnn._threads  # noqa: F401
+import spdnn.threads  # noqa: F401
 from partition.exact import inputs_with_a_user, layer_milp, sweep_exact, window_milp
 from partition.hypergraph import Hypergraph, build_hypergraph, contract, km1
 from partition.methods import identical_row_clusters, majority, partition_network
 from partition.refine import Refiner
-from spdnn.formats import read_graphchallenge
+from spdnn.graphchallenge import read_graphchallenge
 from spdnn.network import Network
 from spdnn.plan import network_patterns
 

@@ -3,7 +3,7 @@
 Public API: the network model, its file formats, the generators and the serial reference.
 """
 
-from . import _threads  # noqa: F401  (must run before numpy is imported)
+from . import threads  # noqa: F401  (must run before numpy is imported)
 from .bundle import NETWORK_FORMAT, NetworkBundle, load_network, save_network
 from .datasets import Dataset, load_dataset
 from .errors import InputError, SpdnnError

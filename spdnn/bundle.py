@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,48 +17,18 @@ import numpy as np
 
 from .atomic import atomic_path
 from .errors import InputError
-from .network import Layer, Network, fingerprint_of, validate_meta
+from .network import (
+    Fingerprint,
+    Layer,
+    Network,
+    check_indptr,
+    concat_ranges,
+    fingerprint_of,
+    validate_meta,
+)
+from .npz import NpzReader
 
 NETWORK_FORMAT = "spdnn-network/1"
-
-
-class NpzReader:
-    """Lazy, pickle-free access to an ``.npz`` file that turns every failure into InputError."""
-
-    def __init__(self, path: str | os.PathLike, kind: str) -> None:
-        self.path = os.fspath(path)
-        if not os.path.exists(self.path):
-            raise InputError(self.path, "no such file")
-        try:
-            self._npz = np.load(self.path, allow_pickle=False)
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-            raise InputError(self.path, f"not a readable {kind} .npz file ({exc})") from None
-        if not hasattr(self._npz, "files"):
-            raise InputError(self.path, f"not a {kind} .npz file (a bare .npy array)")
-        self.keys = set(self._npz.files)
-
-    def get(self, key: str) -> np.ndarray:
-        if key not in self.keys:
-            raise InputError(self.path, f"missing key '{key}'")
-        try:
-            return self._npz[key]
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-            raise InputError(self.path, f"key '{key}' is corrupt ({exc})") from None
-
-    def text(self, key: str) -> str:
-        value = self.get(key)
-        if value.shape != () or value.dtype.kind != "U":
-            raise InputError(self.path, f"key '{key}' must be a string")
-        return str(value)
-
-    def integer(self, key: str) -> int:
-        value = self.get(key)
-        if value.size != 1 or not np.issubdtype(value.dtype, np.integer):
-            raise InputError(self.path, f"key '{key}' must be one integer")
-        return int(value.reshape(-1)[0])
-
-    def close(self) -> None:
-        self._npz.close()
 
 
 class NetworkBundle:
@@ -88,6 +57,9 @@ class NetworkBundle:
             shape = self._npz.get(f"W{k}_shape")
             if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer):
                 raise InputError(self.path, f"W{k}_shape must be two integers")
+            if not (1 <= int(shape[0]) < 2**31 and 1 <= int(shape[1]) < 2**31):
+                raise InputError(self.path, f"W{k}_shape {shape.tolist()} must be two positive "
+                                            "integers below 2**31")
             shapes.append((int(shape[0]), int(shape[1])))
         for k in range(1, self.n_layers):
             if shapes[k][1] != shapes[k - 1][0]:
@@ -105,6 +77,43 @@ class NetworkBundle:
     def pattern(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """indptr and indices of layer k (1-based), without the values."""
         return self._npz.get(f"W{k}_indptr"), self._npz.get(f"W{k}_indices")
+
+    def nnz(self, k: int) -> int:
+        """Stored nonzeros of layer k, from the member header alone."""
+        shape, _ = self._npz.header(f"W{k}_indices")
+        return shape[0] if len(shape) == 1 else -1
+
+    def rows(self, k: int, rows: np.ndarray, dtype: Any = None,
+             fingerprint: Fingerprint | None = None) -> Layer:
+        """Rows ``rows`` (ascending) of layer k, validated, without reading the other rows'
+        indices and values; with ``fingerprint``, the whole pattern is read once and added to
+        it (the rank that computes the network's fingerprint)."""
+        n_out, n_in = self.shapes[k - 1]
+        what = f"layer {k}"
+        nnz = self.nnz(k)
+        if nnz < 0:
+            raise InputError(self.path, f"{what}: indices must be a 1-D array")
+        indptr = self._npz.get(f"W{k}_indptr")
+        check_indptr(indptr, n_out, nnz, self.path, what)
+        data_shape, _ = self._npz.header(f"W{k}_data")
+        if data_shape != (nnz,):
+            raise InputError(self.path, f"{what}: indptr, indices and data lengths do not agree")
+        counts = np.diff(indptr)[rows]
+        starts = indptr[:-1][rows]
+        if fingerprint is not None:
+            indices = self._npz.get(f"W{k}_indices")
+            fingerprint.add(indptr, indices)
+            mine = indices[concat_ranges(starts, counts)]
+        else:
+            mine = self._npz.ranges(f"W{k}_indices", starts, counts)
+        data = self._npz.ranges(f"W{k}_data", starts, counts)
+        bias = self._npz.get(f"b{k}")
+        if bias.shape != (n_out,):
+            raise InputError(self.path, f"{what}: bias has shape {bias.shape}, expected "
+                                        f"({n_out},)")
+        local_indptr = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        return Layer.from_arrays(local_indptr, mine, data, (len(rows), n_in), bias[rows],
+                                 self.path, what, dtype, min_rows=0)
 
     def layer(self, k: int, dtype: Any = None) -> Layer:
         if not 1 <= k <= self.n_layers:

@@ -1,12 +1,10 @@
-"""All of spdnn's MPI calls live here; compute code never calls MPI directly.
+"""Every MPI call of spdnn lives here; compute code never calls MPI directly.
 
-- ``Communicator``: the few collectives the runtime needs (small all-reduces of per-sample
-  values, agreement on errors, gathers for saving), over an explicit communicator.
-- ``Exchange``: one layer's point-to-point schedule, built once at start-up from each rank's own
-  needs (request lists, never the whole network), with ``expand`` (owned rows -> ghost copies,
-  forward) and ``fold`` (ghost partial sums -> owners, backward) over non-blocking messages from
-  preallocated contiguous buffers, and a count of every row and byte sent.
+- ``Communicator``: a private duplicate of the caller's communicator (so spdnn's messages never
+  match anyone else's), with ``split``, non-blocking point-to-point, the few collectives the
+  runtime needs, and agreement on errors.
 - ``run_collectively``: runs an entry point so that an exception on one rank ends every rank.
+- ``world_size`` / ``abort_world``: for the test plugin, which must abort without a collective.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,31 +20,43 @@ from mpi4py import MPI
 
 from .errors import SpdnnError
 
+Request = MPI.Request
+
 
 class AgreedError(SpdnnError):
     """An error every rank raised together (after ``Communicator.agree``)."""
 
 
-_MPI_DTYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
-
-
-def world() -> MPI.Comm:
-    return MPI.COMM_WORLD
-
-
 class Communicator:
-    """A thin wrapper over an mpi4py communicator (default: COMM_WORLD)."""
+    """spdnn's view of an MPI communicator (default: a duplicate of COMM_WORLD).
 
-    def __init__(self, comm: MPI.Comm | None = None) -> None:
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
-        self.rank = self.comm.Get_rank()
-        self.size = self.comm.Get_size()
+    Construction is collective (``Dup``); ``free`` releases the duplicate.
+    """
+
+    def __init__(self, comm: MPI.Comm = MPI.COMM_WORLD, *, duplicate: bool = True) -> None:
+        self._comm = comm.Dup() if duplicate else comm
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+
+    def split(self, color: int, key: int | None = None) -> Communicator:
+        """Ranks with the same ``color`` form a new communicator, ordered by ``key``."""
+        sub = self._comm.Split(color, self.rank if key is None else key)
+        return Communicator(sub, duplicate=False)
+
+    def free(self) -> None:
+        if self._comm != MPI.COMM_NULL:
+            self._comm.Free()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
 
     # -- agreement: every rank raises the same error, so none waits in a collective alone --
     def agree(self, error: str | None) -> None:
-        """Raise SpdnnError on every rank if any rank reports an error (first by rank)."""
-        errors = self.comm.allgather(error)
-        for e in errors:
+        """Raise AgreedError on every rank if any rank reports an error (first by rank)."""
+        for e in self._comm.allgather(error):
             if e is not None:
                 raise AgreedError(e)
 
@@ -60,220 +69,73 @@ class Communicator:
         self.agree(error)
         return result
 
-    # -- small collectives ------------------------------------------------------------------
-    def allreduce_sum(self, a: np.ndarray) -> np.ndarray:
+    # -- point-to-point (contiguous numpy buffers; the datatype follows the array) ----------
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
+        return self._comm.Isend(buf, dest=dest, tag=tag)
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
+        return self._comm.Irecv(buf, source=source, tag=tag)
+
+    @staticmethod
+    def waitall(reqs: Sequence[Request]) -> None:
+        if reqs:
+            MPI.Request.Waitall(list(reqs))
+
+    @staticmethod
+    def progress(reqs: Sequence[Request]) -> None:
+        """Let MPI move pending messages (large ones advance only inside MPI calls)."""
+        if reqs:
+            MPI.Request.Testall(list(reqs))
+
+    # -- collectives ------------------------------------------------------------------------
+    def allreduce(self, a: np.ndarray, op: str = "sum") -> np.ndarray:
+        """Element-wise sum, max or min over the ranks, into a new array."""
         out = np.empty_like(a)
-        self.comm.Allreduce(a, out, op=MPI.SUM)
+        self._comm.Allreduce(np.ascontiguousarray(a), out, op=_OPS[op])
         return out
 
-    def allreduce_max(self, a: np.ndarray) -> np.ndarray:
-        out = np.empty_like(a)
-        self.comm.Allreduce(a, out, op=MPI.MAX)
-        return out
-
-    def allreduce_min(self, a: np.ndarray) -> np.ndarray:
-        out = np.empty_like(a)
-        self.comm.Allreduce(a, out, op=MPI.MIN)
-        return out
-
-    def sum_scalar(self, x: float) -> float:
-        return float(self.comm.allreduce(x, op=MPI.SUM))
-
-    def max_scalar(self, x: float) -> float:
-        return float(self.comm.allreduce(x, op=MPI.MAX))
+    def allreduce_scalar(self, x: float, op: str = "sum") -> float:
+        return float(self._comm.allreduce(x, op=_OPS[op]))
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
-        return self.comm.gather(obj, root=root)
+        return self._comm.gather(obj, root=root)
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
-        return self.comm.bcast(obj, root=root)
+        return self._comm.bcast(obj, root=root)
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        self._comm.Barrier()
 
     def abort(self, code: int = 1) -> None:
-        self.comm.Abort(code)
+        self._comm.Abort(code)
 
     def alltoall_lists(self, lists: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Send lists[p] (int64) to rank p; return what every rank sent here."""
         counts = np.array([len(x) for x in lists], dtype=np.int64)
         recv_counts = np.empty(self.size, dtype=np.int64)
-        self.comm.Alltoall(counts, recv_counts)
+        self._comm.Alltoall(counts, recv_counts)
         send = np.concatenate(lists).astype(np.int64) if len(lists) else np.zeros(0, np.int64)
         recv = np.empty(int(recv_counts.sum()), dtype=np.int64)
         sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]])
         rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]])
-        self.comm.Alltoallv([send, counts, sdispl, MPI.INT64_T],
-                            [recv, recv_counts, rdispl, MPI.INT64_T])
+        self._comm.Alltoallv([send, counts, sdispl, MPI.INT64_T],
+                             [recv, recv_counts, rdispl, MPI.INT64_T])
         return [recv[rdispl[p]:rdispl[p] + recv_counts[p]] for p in range(self.size)]
 
 
-@dataclass
-class Traffic:
-    """What one rank sent, per layer (index k-1) and direction: rows, bytes, and the number of
-    passes and samples they carried (to compare with the plan's predicted volume)."""
-
-    forward_rows: np.ndarray
-    forward_bytes: np.ndarray
-    forward_passes: np.ndarray
-    forward_samples: np.ndarray
-    backward_rows: np.ndarray
-    backward_bytes: np.ndarray
-    backward_passes: np.ndarray
-    backward_samples: np.ndarray
-
-    @staticmethod
-    def zeros(n_layers: int) -> Traffic:
-        return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in range(8)])
-
-    def count_forward(self, i: int, rows: int, batch: int, itemsize: int) -> None:
-        self.forward_rows[i] += rows
-        self.forward_bytes[i] += rows * batch * itemsize
-        self.forward_passes[i] += 1
-        self.forward_samples[i] += batch
-
-    def count_backward(self, i: int, rows: int, batch: int, itemsize: int) -> None:
-        self.backward_rows[i] += rows
-        self.backward_bytes[i] += rows * batch * itemsize
-        self.backward_passes[i] += 1
-        self.backward_samples[i] += batch
-
-    def total(self, comm: Communicator) -> Traffic:
-        """Summed over all ranks (rows and bytes) — passes and samples are per rank."""
-        t = Traffic(*[a.copy() for a in self.arrays()])
-        for name in ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes"):
-            setattr(t, name, comm.allreduce_sum(getattr(self, name)))
-        return t
-
-    def arrays(self) -> list[np.ndarray]:
-        return [self.forward_rows, self.forward_bytes, self.forward_passes,
-                self.forward_samples, self.backward_rows, self.backward_bytes,
-                self.backward_passes, self.backward_samples]
-
-    def as_dict(self) -> dict[str, list[int]]:
-        names = ("forward_rows", "forward_bytes", "forward_passes", "forward_samples",
-                 "backward_rows", "backward_bytes", "backward_passes", "backward_samples")
-        return {n: a.tolist() for n, a in zip(names, self.arrays())}
+_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
-@dataclass
-class Exchange:
-    """Point-to-point schedule of one layer k: rows of X_{k-1} between owners and users.
-
-    ``send_rows[q]``: local indices (into this rank's owned rows of layer k-1) sent to rank q.
-    ``recv_counts[q]``: ghost rows received from rank q; ghosts are stored after the owned rows,
-    grouped by source rank in ascending order, so each source fills one contiguous block.
-    """
-
-    comm: Communicator
-    layer: int
-    n_owned: int
-    send_peers: list[int]
-    send_rows: list[np.ndarray]
-    recv_peers: list[int]
-    recv_counts: list[int]
-    _buffers: dict[tuple[int, np.dtype], np.ndarray] = field(default_factory=dict)
-
-    @property
-    def n_ghost(self) -> int:
-        return sum(self.recv_counts)
-
-    @property
-    def rows_sent(self) -> int:
-        return sum(len(r) for r in self.send_rows)
-
-    @staticmethod
-    def build(comm: Communicator, layer: int, owned_prev: np.ndarray, owner_prev: np.ndarray,
-              ghosts: np.ndarray) -> Exchange:
-        """``ghosts``: global rows of layer k-1 this rank needs but does not own, sorted by
-        (owner, index). Each rank tells every owner what it needs (request lists)."""
-        requests = [ghosts[owner_prev[ghosts] == q] for q in range(comm.size)]
-        wanted = comm.alltoall_lists(requests)  # wanted[q]: rows rank q needs from me
-        local = np.full(len(owner_prev), -1, dtype=np.int64)
-        local[owned_prev] = np.arange(len(owned_prev))
-        send_peers, send_rows = [], []
-        for q, rows in enumerate(wanted):
-            if len(rows):
-                if np.any(local[rows] < 0):
-                    raise SpdnnError(f"layer {layer}: rank {q} asked for rows not owned here")
-                send_peers.append(q)
-                send_rows.append(local[rows])
-        recv_peers = [q for q in range(comm.size) if len(requests[q])]
-        recv_counts = [len(requests[q]) for q in recv_peers]
-        return Exchange(comm, layer, len(owned_prev), send_peers, send_rows, recv_peers,
-                        recv_counts)
-
-    def _buffer(self, rows: int, batch: int, dtype: np.dtype, slot: int) -> np.ndarray:
-        """A preallocated contiguous buffer, grown only when a larger batch appears."""
-        key = (slot, np.dtype(dtype))
-        buf = self._buffers.get(key)
-        if buf is None or buf.size < rows * batch:
-            buf = np.empty(max(rows * batch, 1), dtype=dtype)
-            self._buffers[key] = buf
-        return buf[: rows * batch].reshape(rows, batch)
-
-    # -- forward: owned rows -> ghost copies ------------------------------------------------
-    def start_expand(self, x: np.ndarray) -> list[MPI.Request]:
-        """Post receives into x's ghost block and sends of the owned rows others need.
-
-        ``x`` is (n_owned + n_ghost) x B, C-contiguous; returns the requests to wait on.
-        """
-        batch, dt = x.shape[1], _MPI_DTYPES[x.dtype]
-        reqs = []
-        start = self.n_owned
-        for q, count in zip(self.recv_peers, self.recv_counts):
-            reqs.append(self.comm.comm.Irecv([x[start:start + count], dt], source=q,
-                                             tag=2 * self.layer))
-            start += count
-        send = self._buffer(self.rows_sent, batch, x.dtype, 0)
-        start = 0
-        for q, rows in zip(self.send_peers, self.send_rows):
-            block = send[start:start + len(rows)]
-            np.take(x, rows, axis=0, out=block)
-            reqs.append(self.comm.comm.Isend([block, dt], dest=q, tag=2 * self.layer))
-            start += len(rows)
-        return reqs
-
-    # -- backward: ghost partial sums -> owners ---------------------------------------------
-    def start_fold(self, ghost_partials: np.ndarray) -> tuple[list[MPI.Request], np.ndarray]:
-        """Send ghost partials (n_ghost x B, grouped by owner) back; post receives of the
-        partials other ranks computed for my rows. Returns (requests, receive buffer)."""
-        batch, dt = ghost_partials.shape[1], _MPI_DTYPES[ghost_partials.dtype]
-        recv = self._buffer(self.rows_sent, batch, ghost_partials.dtype, 1)
-        reqs = []
-        start = 0
-        for q, rows in zip(self.send_peers, self.send_rows):
-            reqs.append(self.comm.comm.Irecv([recv[start:start + len(rows)], dt], source=q,
-                                             tag=2 * self.layer + 1))
-            start += len(rows)
-        start = 0
-        for q, count in zip(self.recv_peers, self.recv_counts):
-            reqs.append(self.comm.comm.Isend([ghost_partials[start:start + count], dt],
-                                             dest=q, tag=2 * self.layer + 1))
-            start += count
-        return reqs, recv
-
-    def finish_fold(self, reqs: list[MPI.Request], recv: np.ndarray, g: np.ndarray) -> None:
-        """Wait, then add the received partials into the owned rows of ``g``."""
-        MPI.Request.Waitall(reqs)
-        start = 0
-        for rows in self.send_rows:
-            # Rows are unique within one peer's block, so fancy-index += adds each once.
-            g[rows] += recv[start:start + len(rows)]
-            start += len(rows)
+def world_size() -> int:
+    """Ranks in COMM_WORLD, or 0 when MPI is not initialised (no collective call)."""
+    return MPI.COMM_WORLD.Get_size() if MPI.Is_initialized() else 0
 
 
-def wait(reqs: list[MPI.Request]) -> None:
-    MPI.Request.Waitall(reqs)
+def abort_world(code: int) -> None:
+    MPI.COMM_WORLD.Abort(code)
 
 
-def progress(reqs: list[MPI.Request]) -> None:
-    """Let MPI move pending messages (large ones advance only inside MPI calls)."""
-    if reqs:
-        MPI.Request.Testall(reqs)
-
-
-def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm | None = None,
+def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm = MPI.COMM_WORLD,
                      prog: str = "spdnn") -> int:
     """Run an entry point on every rank.
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .bundle import NpzReader
 from .errors import InputError
 from .formats import read_idx
 from .network import as_dtype
+from .npz import NpzReader
 
 DIGITS_PATH = Path(__file__).resolve().parent.parent / "data" / "digits.csv.gz"
 

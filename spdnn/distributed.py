@@ -1,10 +1,9 @@
 """The distributed network: each rank's rows of every layer, and the distributed passes.
 
-Rank p owns rows R_p^k of every layer (the plan). Its local W_k holds those rows with columns
-renumbered into its X_{k-1} buffer: owned rows of layer k-1 first (ascending global index), then
-ghost rows grouped by owner. Forward: expand ghosts while the owned-column part of every row is
-computed. Backward: fold ghost partial sums to their owners while the owned part is computed.
-The weight gradient needs no communication. Math: DESIGN.md section 2, as in spdnn.reference.
+Forward: expand ghost rows while the owned-column part of every row is computed. Backward: fold
+ghost partial sums to their owners while the owned part is computed. The weight gradient needs no
+communication. Loss and prediction all-reduce per-sample vectors only. Math: README, "What is
+computed".
 """
 
 from __future__ import annotations
@@ -14,65 +13,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from . import kernels
+from .accounting import Timers
 from .bundle import NetworkBundle
-from .comm import Communicator, Exchange, Traffic, progress, wait
-from .plan import Plan, concat_ranges
-from .reference import activate, activation_slope
-
-
-@dataclass
-class LocalLayer:
-    index: int  # k
-    rows: np.ndarray  # global ids of the owned rows of layer k, ascending
-    buffer_rows: np.ndarray  # global id of each row of the X_{k-1} buffer (owned, then ghosts)
-    weight: sp.csr_matrix  # owned rows x buffer rows
-    bias: np.ndarray
-    exchange: Exchange
-    entry_rows: np.ndarray  # row of every stored entry (for the SDDMM)
-    _views: dict[str, tuple[sp.csr_matrix, np.ndarray]]  # derived matrices + data gather maps
-
-    @property
-    def n_owned_prev(self) -> int:
-        return self.exchange.n_owned
-
-    def view(self, name: str) -> sp.csr_matrix:
-        return self._views[name][0]
-
-    def sync_views(self) -> None:
-        """Refresh the derived matrices' values after the weights changed (no allocation)."""
-        for m, gather in self._views.values():
-            np.take(self.weight.data, gather, out=m.data)
-
-    def global_columns(self) -> np.ndarray:
-        """Global column index of every stored entry."""
-        return self.buffer_rows[self.weight.indices]
-
-
-def _submatrix(w: sp.csr_matrix, rows: np.ndarray, col_lo: int, col_hi: int
-               ) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Rows ``rows`` and columns [col_lo, col_hi) of w (renumbered from 0), with the position in
-    w.data of each kept entry."""
-    entry = np.arange(w.nnz)
-    counts = np.diff(w.indptr)[rows]
-    starts = w.indptr[rows]
-    picked = concat_ranges(starts, counts)
-    cols = w.indices[picked]
-    keep = (cols >= col_lo) & (cols < col_hi)
-    row_of = np.repeat(np.arange(len(rows)), counts)[keep]
-    gather = entry[picked][keep]
-    m = sp.csr_matrix((w.data[gather], cols[keep] - col_lo,
-                       np.concatenate([[0], np.cumsum(np.bincount(row_of,
-                                                                  minlength=len(rows)))])),
-                      shape=(len(rows), col_hi - col_lo))
-    return m, gather
-
+from .comm import Communicator
+from .halo import Traffic
+from .local_layer import LocalLayer
+from .network import Fingerprint
+from .ops import activation_slope, check_loss, output
+from .optim import parameters
+from .plan import Plan
 
 # Row chunks of the local products that overlap a message exchange; between chunks the
 # messages are progressed (MPI moves large messages only inside MPI calls).
 OVERLAP_CHUNKS = 8
+# Dead columns stay zero, so they ride along until enough died that a copy pays for itself.
+COMPACT_BELOW = 0.75
 
 
 def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
@@ -80,29 +37,14 @@ def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-class Timers:
-    """Seconds per layer (column k-1) in compute, in packing/posting messages, and waiting
-    for them; row 0 forward, row 1 backward."""
-
-    def __init__(self, n_layers: int) -> None:
-        self.compute = np.zeros((2, n_layers))
-        self.comm = np.zeros((2, n_layers))
-        self.wait = np.zeros((2, n_layers))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: {"forward": getattr(self, name)[0].tolist(),
-                       "backward": getattr(self, name)[1].tolist()}
-                for name in ("compute", "comm", "wait")}
-
-
 class Workspace:
-    """Arrays of one batch size: X buffers (owned + ghost rows) and Z of every layer, the
-    gradients and the backward partial sums. Allocated once, reused every step."""
+    """Training arrays of one batch size, kept for the backward pass: the X buffer (owned +
+    ghost rows) and Z of every layer, the gradients and the partial sums. Allocated once."""
 
     def __init__(self, dnet: DistributedNetwork, batch: int) -> None:
         dt = dnet.dtype
-        self.xbufs = [np.zeros((lay.n_owned_prev + lay.exchange.n_ghost, batch), dt)
-                      for lay in dnet.layers]
+        self.batch = batch
+        self.xbufs = [np.zeros((lay.n_buffer_rows, batch), dt) for lay in dnet.layers]
         self.zs = [np.zeros((len(lay.rows), batch), dt) for lay in dnet.layers]
         self.grad_w = [np.zeros(lay.weight.nnz, dt) for lay in dnet.layers]
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in dnet.layers]
@@ -110,12 +52,34 @@ class Workspace:
         self.partial = [np.zeros((lay.n_owned_prev, batch), dt) for lay in dnet.layers]
 
 
+class _PingPong:
+    """Inference arrays: two X buffers used layer after layer and one Z, as flat storage
+    viewed at any width up to ``batch`` (dropping dead columns narrows the views)."""
+
+    def __init__(self, dnet: DistributedNetwork, batch: int) -> None:
+        rows = max(lay.n_buffer_rows for lay in dnet.layers)
+        self.x = [np.zeros(rows * batch, dnet.dtype) for _ in range(2)]
+        self.z = np.zeros(max(len(lay.rows) for lay in dnet.layers) * batch, dnet.dtype)
+
+
+@dataclass(frozen=True)
+class Forward:
+    """The result of ``DistributedNetwork.forward``: this rank's rows of Z_L for the samples
+    ``ids`` (columns of the input; all of them unless dead ones were dropped)."""
+
+    z_last: np.ndarray
+    ids: np.ndarray
+    workspace: Workspace | None  # kept for backward (forward with keep=True)
+
+
 class DistributedNetwork:
     """This rank's part of a network under a plan."""
 
     def __init__(self, comm: Communicator, plan: Plan, layers: list[LocalLayer],
-                 meta: dict[str, Any], dtype: np.dtype, sizes: tuple[int, ...]) -> None:
+                 meta: dict[str, Any], dtype: np.dtype, sizes: tuple[int, ...],
+                 fingerprint: str) -> None:
         self.comm, self.plan, self.layers = comm, plan, layers
+        self.fingerprint = fingerprint  # of the network (sizes and patterns)
         self.cap = meta["cap"]
         self.output_activation = meta["output_activation"]
         self.meta = meta
@@ -125,6 +89,7 @@ class DistributedNetwork:
         self.traffic = Traffic.zeros(len(layers))
         self.timers = Timers(len(layers))
         self._workspaces: dict[int, Workspace] = {}
+        self._pingpong: dict[int, _PingPong] = {}
 
     @property
     def n_layers(self) -> int:
@@ -133,45 +98,24 @@ class DistributedNetwork:
     @staticmethod
     def load(bundle: NetworkBundle, plan: Plan, comm: Communicator,
              dtype: Any = None) -> DistributedNetwork:
-        """Read this rank's rows, one layer at a time, and build the exchange schedules."""
+        """Read this rank's rows of every layer (and no other rows' values) and build the
+        exchange schedules. Rank 0 also hashes every pattern on the way for the network's
+        fingerprint, known to every rank. Collective; input errors are agreed."""
+        fp = Fingerprint(bundle.sizes) if comm.rank == 0 else None
         layers = []
-        rank = comm.rank
-        dt = None
         for k in range(1, bundle.n_layers + 1):
-            full = bundle.layer(k, dtype)  # the only full layer in memory
-            dt = full.weight.dtype
-            rows = plan.rows_of(rank, k)
-            mine = full.weight[rows]
-            bias = full.bias[rows].copy()
-            del full
-            owner_prev = plan.owners[k - 1]
-            owned_prev = plan.rows_of(rank, k - 1)
-            used = np.unique(mine.indices)
-            ghosts = used[owner_prev[used] != rank]
-            ghosts = ghosts[np.lexsort((ghosts, owner_prev[ghosts]))]
-            buffer_rows = np.concatenate([owned_prev, ghosts]).astype(np.int64)
-            local = np.full(len(owner_prev), -1, dtype=np.int64)
-            local[buffer_rows] = np.arange(len(buffer_rows))
-            w = sp.csr_matrix((mine.data, local[mine.indices].astype(np.int32), mine.indptr),
-                              shape=(len(rows), len(buffer_rows)))
-            w.sort_indices()
-            exchange = Exchange.build(comm, k, owned_prev, owner_prev, ghosts)
-            n_own = len(owned_prev)
-            all_rows = np.arange(len(rows))
-            views = {
-                "owned_cols": _submatrix(w, all_rows, 0, n_own),
-                "ghost_cols": _submatrix(w, all_rows, n_own, len(buffer_rows)),
-            }
-            layers.append(LocalLayer(k, rows, buffer_rows, w, bias, exchange,
-                                     kernels.row_of_entries(w), views))
+            rows = plan.rows_of(comm.rank, k)
+            mine = comm.check(lambda k=k, rows=rows: bundle.rows(k, rows, dtype, fp))
+            layers.append(LocalLayer.build(comm, plan, k, mine))
         meta = {"activation": bundle.meta["activation"], "cap": bundle.meta["cap"],
                 "output_activation": bundle.meta["output_activation"]}
-        return DistributedNetwork(comm, plan, layers, meta, np.dtype(dt), bundle.sizes)
+        dt = np.dtype(layers[0].weight.dtype)
+        fingerprint = comm.bcast(fp.hexdigest() if fp is not None else None)
+        return DistributedNetwork(comm, plan, layers, meta, dt, bundle.sizes, fingerprint)
 
-    # ------------------------------------------------------------------ passes
+    # ------------------------------------------------------------------ forward
 
     def workspace(self, batch: int) -> Workspace:
-        """Preallocated per-layer arrays for one batch size, reused across steps."""
         ws = self._workspaces.get(batch)
         if ws is None:
             ws = self._workspaces[batch] = Workspace(self, batch)
@@ -183,93 +127,126 @@ class DistributedNetwork:
         rows arrive, Z = W[:, owned] X_owned + b is computed in row chunks (progressing the
         messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
         ``next_top`` when given (and a 1 in ``alive`` for every nonzero column)."""
-        layer = self.layers[i]
-        t = self.timers
+        layer, t, comm = self.layers[i], self.timers, self.comm
         n_own = layer.n_owned_prev
         t0 = time.perf_counter()
         reqs = layer.exchange.start_expand(xbuf)
-        self.traffic.count_forward(i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize)
+        self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize)
         t1 = time.perf_counter()
         own = layer.view("owned_cols")
         for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
             kernels.spmm(own, xbuf[:n_own], layer.bias, z, rows)
-            progress(reqs)
+            comm.progress(reqs)
         t2 = time.perf_counter()
-        wait(reqs)
+        comm.waitall(reqs)
         t3 = time.perf_counter()
         kernels.spmm_act(layer.view("ghost_cols"), xbuf[n_own:], None, self.cap, z, next_top,
                          accumulate=True, alive=alive)
         t4 = time.perf_counter()
-        t.comm[0, i] += t1 - t0
-        t.compute[0, i] += (t2 - t1) + (t4 - t3)
-        t.wait[0, i] += t3 - t2
+        t.add("forward", i, compute=(t2 - t1) + (t4 - t3), comm=t1 - t0, wait=t3 - t2)
 
-    def forward(self, x0: np.ndarray) -> Workspace:
-        """x0: this rank's input rows (n_owned_0 x B). Fills the workspace of this batch size
-        (the X buffers of every layer and the owned pre-activations Z_k) and returns it."""
-        ws = self.workspace(x0.shape[1])
-        ws.xbufs[0][: self.layers[0].n_owned_prev] = x0
-        for i in range(self.n_layers):
-            nxt = ws.xbufs[i + 1][: len(self.layers[i].rows)] if i + 1 < self.n_layers else None
-            self.forward_layer(i, ws.xbufs[i], ws.zs[i], nxt)
-        return ws
+    def forward(self, x0: np.ndarray, *, keep: bool = True, drop_dead: bool = False) -> Forward:
+        """x0: this rank's input rows (n_owned_0 x B).
+
+        ``keep``: every layer's X buffer and Z stay in the workspace of this batch size, for
+        ``backward``. Otherwise two buffers are reused layer after layer, and ``drop_dead``
+        drops the columns (samples) that are zero on every rank, which stay zero when no bias
+        is positive (the Graph Challenge mode); ``Forward.ids`` says which samples remain.
+        """
+        if keep and drop_dead:
+            raise ValueError("drop_dead needs keep=False (backward needs every sample)")
+        width = x0.shape[1]
+        ws = self.workspace(width) if keep else None
+        pp = None
+        if not keep:
+            pp = self._pingpong.get(width) or self._pingpong.setdefault(width,
+                                                                        _PingPong(self, width))
+        ids = np.arange(width)
+        cur = 0  # which ping-pong buffer holds X_i
+
+        def xview(i: int, which: int, cols: int) -> np.ndarray:
+            if ws is not None:
+                return ws.xbufs[i]
+            rows = self.layers[i].n_buffer_rows
+            return pp.x[which][: rows * cols].reshape(rows, cols)
+
+        x = xview(0, cur, width)
+        x[: self.layers[0].n_owned_prev] = x0
+        for i, layer in enumerate(self.layers):
+            n = len(layer.rows)
+            z = ws.zs[i] if ws is not None else pp.z[: n * width].reshape(n, width)
+            last = i + 1 == self.n_layers
+            nxt = None if last else xview(i + 1, 1 - cur, width)
+            flags = np.zeros(width, np.int32) if drop_dead and not last else None
+            self.forward_layer(i, x, z, None if nxt is None else nxt[:n], flags)
+            if flags is not None:
+                alive = (self.comm.allreduce(flags, "max") if self.comm.size > 1 else flags) > 0
+                kept = int(alive.sum())
+                if kept <= COMPACT_BELOW * width:
+                    keep_cols = np.flatnonzero(alive)
+                    compact = xview(i + 1, cur, kept)  # X_i is no longer needed
+                    np.take(nxt[:n], keep_cols, axis=1, out=compact[:n])
+                    nxt, width, ids = compact, kept, ids[keep_cols]
+                    cur = 1 - cur
+            if nxt is not None:
+                x = nxt
+                cur = 1 - cur
+        return Forward(z, ids, ws)
+
+    # ------------------------------------------------------------------ loss and backward
 
     def output(self, z_last: np.ndarray) -> np.ndarray:
-        if self.output_activation == "linear":
-            return z_last.copy()
-        return activate(z_last.copy(), self.cap)
+        return output(z_last, self.output_activation, self.cap)
+
+    def _global_max(self, out: np.ndarray) -> np.ndarray:
+        local = out.max(axis=0) if len(out) else np.full(out.shape[1], -np.inf, out.dtype)
+        return self.comm.allreduce(local, "max")
 
     def predict_classes(self, out: np.ndarray) -> np.ndarray:
         """Global argmax over the distributed output rows (first index among ties)."""
-        batch = out.shape[1]
-        local_max = out.max(axis=0) if len(out) else np.full(batch, -np.inf, out.dtype)
-        gmax = self.comm.allreduce_max(np.ascontiguousarray(local_max))
+        gmax = self._global_max(out)
         rows = self.layers[-1].rows
-        cand = np.where(out == gmax[None, :], rows[:, None], np.iinfo(np.int64).max)
-        local_arg = cand.min(axis=0) if len(out) else np.full(batch, np.iinfo(np.int64).max)
-        return self.comm.allreduce_min(np.ascontiguousarray(local_arg, dtype=np.int64))
+        none = np.iinfo(np.int64).max
+        cand = np.where(out == gmax[None, :], rows[:, None], none)
+        local_arg = cand.min(axis=0) if len(out) else np.full(out.shape[1], none)
+        return self.comm.allreduce(local_arg.astype(np.int64), "min")
 
     def loss_and_gradient(self, out: np.ndarray, y: np.ndarray, loss: str
                           ) -> tuple[float, np.ndarray]:
-        """As reference.loss_and_gradient, with the output rows spread over the ranks: only
+        """As ``ops.loss_and_gradient``, with the output rows spread over the ranks: only
         per-sample vectors are all-reduced."""
+        check_loss(loss)
         batch = out.shape[1]
-        rows = self.layers[-1].rows
         local = np.full(self.sizes[-1], -1, dtype=np.int64)
-        local[rows] = np.arange(len(rows))
-        mine = local[y] >= 0
-        cols = np.flatnonzero(mine)
+        local[self.layers[-1].rows] = np.arange(len(self.layers[-1].rows))
+        cols = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
         if loss == "cross_entropy":
-            local_max = out.max(axis=0) if len(out) else np.full(batch, -np.inf, out.dtype)
-            gmax = self.comm.allreduce_max(np.ascontiguousarray(local_max))
-            shifted = out - gmax[None, :]
+            shifted = out - self._global_max(out)[None, :]
             expo = np.exp(shifted)
             packed = np.zeros((2, batch), dtype=out.dtype)
             packed[0] = expo.sum(axis=0)
             packed[1, cols] = shifted[local[y[cols]], cols]
-            total, target = self.comm.allreduce_sum(packed)
-            value = float(np.mean(np.log(total) - target))
+            total, target = self.comm.allreduce(packed)
             grad = expo / total[None, :]
             grad[local[y[cols]], cols] -= 1
-            return value, grad / batch
-        if loss == "mse":
-            diff = out.copy()
-            diff[local[y[cols]], cols] -= 1
-            n = self.sizes[-1] * batch
-            value = self.comm.sum_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
-            return value, diff * (2.0 / n)
-        raise ValueError(f"unknown loss {loss!r}")
+            return float(np.mean(np.log(total) - target)), grad / batch
+        diff = out.copy()
+        diff[local[y[cols]], cols] -= 1
+        n = self.sizes[-1] * batch
+        value = self.comm.allreduce_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
+        return value, diff * (2.0 / n)
 
-    def backward(self, ws: Workspace, y: np.ndarray, loss: str
+    def backward(self, fwd: Forward, y: np.ndarray, loss: str
                  ) -> tuple[float, int, list[np.ndarray], list[np.ndarray]]:
-        """Loss, correct predictions and this rank's gradients (W data and bias per layer),
-        after ``forward`` filled ``ws``."""
-        t = self.timers
-        out = self.output(ws.zs[-1])
+        """Loss, correct predictions and this rank's gradients (W data and bias per layer)
+        after ``forward(..., keep=True)``."""
+        ws, t, comm = fwd.workspace, self.timers, self.comm
+        assert ws is not None, "backward needs forward(keep=True)"
+        out = self.output(fwd.z_last)
         value, grad = self.loss_and_gradient(out, y, loss)
         correct = int(np.sum(self.predict_classes(out) == y))
         delta = grad if self.output_activation == "linear" else \
-            grad * activation_slope(ws.zs[-1], self.cap)
+            grad * activation_slope(fwd.z_last, self.cap)
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
@@ -277,37 +254,36 @@ class DistributedNetwork:
                           rows=layer.entry_rows)
             np.sum(delta, axis=1, out=ws.grad_b[i])
             if i == 0:
-                t.compute[1, i] += time.perf_counter() - t0
+                t.add("backward", i, compute=time.perf_counter() - t0)
                 break
             ex = layer.exchange
             ghost = kernels.spmm_t(layer.view("ghost_cols"), delta, ws.ghost[i])
             t1 = time.perf_counter()
             reqs, recv = ex.start_fold(ghost)
-            self.traffic.count_backward(i, ex.n_ghost, delta.shape[1], delta.itemsize)
+            self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize)
             t2 = time.perf_counter()
             own = layer.view("owned_cols")
             g = ws.partial[i]
             g[...] = 0
             for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
                 kernels.spmm_t(own, delta, g, rows, accumulate=True)
-                progress(reqs)
+                comm.progress(reqs)
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g)
             t4 = time.perf_counter()
             np.multiply(g, activation_slope(ws.zs[i - 1], self.cap), out=g)
             delta = g
             t5 = time.perf_counter()
-            t.compute[1, i] += (t1 - t0) + (t3 - t2) + (t5 - t4)
-            t.comm[1, i] += t2 - t1
-            t.wait[1, i] += t4 - t3
+            t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,
+                  wait=t4 - t3)
         return value, correct, ws.grad_w, ws.grad_b
 
+    # ------------------------------------------------------------------ parameters
+
     def parameters(self) -> list[np.ndarray]:
-        out: list[np.ndarray] = []
-        for layer in self.layers:
-            out += [layer.weight.data, layer.bias]
-        return out
+        return parameters(self.layers)
 
     def sync(self) -> None:
+        """Refresh the derived matrices after the weights changed."""
         for layer in self.layers:
             layer.sync_views()

@@ -1,8 +1,7 @@
 """Readers and writers for the field's file formats (README, "File formats").
 
-- Graph Challenge: ``n{N}-l{k}.tsv`` weight files (1-based ``row<TAB>col<TAB>value``, W(i,j) is the
-  edge from input i to output j, so transposed into spdnn's rows-are-outputs convention), input
-  images as TSV triples or Matrix Market, category files with one 1-based index per line.
+- Text triples (1-based ``row<TAB>col<TAB>value``), as Graph Challenge input images; category
+  files with one 1-based index per line (network directories: ``spdnn.graphchallenge``).
 - Matrix Market coordinate files (real, integer or pattern; general).
 - MNIST IDX files, gzipped or not.
 
@@ -14,15 +13,13 @@ from __future__ import annotations
 import gzip
 import os
 import re
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from .atomic import atomic_path, write_text
 from .errors import InputError
-from .network import Layer, Network, as_dtype
 
 # --------------------------------------------------------------------------- text tables
 
@@ -144,7 +141,7 @@ def write_triples(path: str | os.PathLike, matrix: sp.spmatrix) -> None:
     write_text(path, "\n".join(lines) + ("\n" if lines else ""))
 
 
-def _coo_to_csr(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+def coo_to_csr(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                 shape: tuple[int, int]) -> sp.csr_matrix:
     key = rows * shape[1] + cols
     if len(np.unique(key)) != len(key):
@@ -194,7 +191,7 @@ def read_mtx(path: str | os.PathLike) -> sp.csr_matrix:
     if not np.all(np.isfinite(vals)):
         e = int(np.argmax(~np.isfinite(vals)))
         raise InputError(p, "non-finite value", _locate(p, data_lines, i + 2, e))
-    return _coo_to_csr(p, rows, cols, vals, (n_rows, n_cols))
+    return coo_to_csr(p, rows, cols, vals, (n_rows, n_cols))
 
 
 def write_mtx(path: str | os.PathLike, matrix: sp.spmatrix, comment: str = "") -> None:
@@ -221,7 +218,7 @@ def read_sparse_matrix(path: str | os.PathLike,
             raise InputError(p, f"has {m.shape[1]} columns, expected {n_cols}")
         return m
     rows, cols, vals, shape = read_triples(p, (None, n_cols))
-    return _coo_to_csr(p, rows, cols, vals, shape)
+    return coo_to_csr(p, rows, cols, vals, shape)
 
 
 def read_inputs(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
@@ -249,66 +246,6 @@ def write_categories(path: str | os.PathLike, categories: np.ndarray) -> None:
 
 # --------------------------------------------------------------------------- Graph Challenge
 
-_GC_NAME = re.compile(r"n(\d+)-l(\d+)\.tsv$")
-
-
-def graphchallenge_files(directory: str | os.PathLike) -> tuple[int, list[Path]]:
-    """The neuron count N and the layer files n{N}-l1.tsv .. n{N}-lL.tsv of a directory."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputError(d, "no such directory")
-    found: dict[int, dict[int, Path]] = {}
-    for f in d.iterdir():
-        m = _GC_NAME.match(f.name)
-        if m:
-            found.setdefault(int(m.group(1)), {})[int(m.group(2))] = f
-    if not found:
-        raise InputError(d, "no Graph Challenge layer files n{N}-l{k}.tsv")
-    if len(found) > 1:
-        raise InputError(d, f"layer files for several neuron counts: {sorted(found)}")
-    n, files = next(iter(found.items()))
-    count = max(files)
-    missing = [k for k in range(1, count + 1) if k not in files]
-    if missing:
-        raise InputError(d, f"missing layer file n{n}-l{missing[0]}.tsv")
-    return n, [files[k] for k in range(1, count + 1)]
-
-
-def read_graphchallenge(
-    directory: str | os.PathLike,
-    bias: float,
-    cap: float | None,
-    n_layers: int | None = None,
-    dtype: str = "float32",
-    progress: Callable[[int, int], None] | None = None,
-) -> Network:
-    """A Graph Challenge network directory as a Network (weights transposed on the way in)."""
-    n, files = graphchallenge_files(directory)
-    if n_layers is not None:
-        if n_layers > len(files):
-            raise InputError(directory, f"asked for {n_layers} layers, found {len(files)}")
-        files = files[:n_layers]
-    dt = as_dtype(dtype)
-    layers = []
-    for k, f in enumerate(files, start=1):
-        rows, cols, vals, _ = read_triples(f, (n, n))
-        # TSV row = input neuron, column = output neuron; spdnn's rows are outputs.
-        w = _coo_to_csr(os.fspath(f), cols, rows, vals, (n, n)).astype(dt)
-        layers.append(Layer(w, np.full(n, bias, dtype=dt)))
-        if progress:
-            progress(k, len(files))
-    return Network(tuple(layers), cap=cap, output_activation="relu",
-                   extra={"source": "graphchallenge"}).validate(os.fspath(directory))
-
-
-def write_graphchallenge(network: Network, directory: str | os.PathLike) -> None:
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    n = network.sizes[0]
-    if any(s != n for s in network.sizes):
-        raise InputError(d, "the Graph Challenge format needs square layers of equal size")
-    for k, layer in enumerate(network.layers, start=1):
-        write_triples(d / f"n{n}-l{k}.tsv", layer.weight.T)
 
 
 # --------------------------------------------------------------------------- MNIST IDX

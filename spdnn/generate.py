@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .bundle import NpzReader
 from .errors import InputError
 from .network import Layer, Network, as_dtype
+from .npz import NpzReader
 
 RADIX_SIZES = (1024, 4096, 16384, 65536)
 RADIX_BLOCK = 16  # kron(ones(16, 16), .): each neuron feeds 16 copies of its group

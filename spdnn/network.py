@@ -30,6 +30,19 @@ def as_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+def check_indptr(indptr: np.ndarray, n_rows: int, nnz: int, source: str, what: str) -> None:
+    """Row pointers of a CSR matrix: 1-D integers, n_rows + 1 of them, from 0 to nnz, never
+    decreasing (checked before anything is sized or sliced by them)."""
+    if indptr.ndim != 1 or not np.issubdtype(indptr.dtype, np.integer):
+        raise InputError(source, f"{what}: indptr must be a 1-D integer array")
+    if len(indptr) != n_rows + 1:
+        raise InputError(source, f"{what}: indptr has length {len(indptr)}, expected {n_rows + 1}")
+    if indptr[0] != 0 or indptr[-1] != nnz:
+        raise InputError(source, f"{what}: indptr, indices and data lengths do not agree")
+    if np.any(np.diff(indptr) < 0):
+        raise InputError(source, f"{what}: indptr is not non-decreasing")
+
+
 def check_csr(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -37,20 +50,21 @@ def check_csr(
     shape: tuple[int, int],
     source: str,
     what: str,
+    min_rows: int = 1,
 ) -> None:
-    """Validate raw CSR arrays: chained pointers, sorted unique in-range indices, finite data."""
+    """Validate raw CSR arrays: chained pointers, sorted unique in-range indices, finite data.
+    ``min_rows=0`` accepts the empty slice a rank may own of a layer."""
     n_rows, n_cols = shape
-    if n_rows < 1 or n_cols < 1:
+    if n_rows < min_rows or n_cols < 1:
         raise InputError(source, f"{what}: shape {shape} must be positive")
-    if indptr.ndim != 1 or len(indptr) != n_rows + 1:
-        raise InputError(source, f"{what}: indptr has length {len(indptr)}, expected {n_rows + 1}")
-    if not (np.issubdtype(indptr.dtype, np.integer) and np.issubdtype(indices.dtype, np.integer)):
+    if indices.ndim != 1 or data.ndim != 1:
+        raise InputError(source, f"{what}: indices and data must be 1-D arrays")
+    if not np.issubdtype(indices.dtype, np.integer):
         raise InputError(source, f"{what}: indptr and indices must be integer arrays")
     nnz = len(indices)
-    if indptr[0] != 0 or indptr[-1] != nnz or len(data) != nnz:
+    if len(data) != nnz:
         raise InputError(source, f"{what}: indptr, indices and data lengths do not agree")
-    if np.any(np.diff(indptr) < 0):
-        raise InputError(source, f"{what}: indptr is not non-decreasing")
+    check_indptr(indptr, n_rows, nnz, source, what)
     if nnz:
         lo, hi = int(indices.min()), int(indices.max())
         if lo < 0 or hi >= n_cols:
@@ -71,6 +85,14 @@ def check_csr(
         raise InputError(source, f"{what}: values must be floating point, not {data.dtype}")
     if not np.all(np.isfinite(data)):
         raise InputError(source, f"{what}: non-finite value (NaN or Inf)")
+
+
+def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The ranges [start, start + count) one after the other as one index array (e.g. the
+    entries of some CSR rows: starts = indptr[rows], counts = row lengths)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    shift = np.asarray(starts, dtype=np.int64) - np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return np.repeat(shift, counts) + np.arange(int(counts.sum()))
 
 
 @dataclass(frozen=True)
@@ -102,10 +124,11 @@ class Layer:
         source: str = "network",
         what: str = "layer",
         dtype: Any = None,
+        min_rows: int = 1,
     ) -> Layer:
         """Build a validated layer from raw CSR arrays (as stored in a bundle)."""
         shape_t = (int(shape[0]), int(shape[1]))
-        check_csr(indptr, indices, data, shape_t, source, what)
+        check_csr(indptr, indices, data, shape_t, source, what, min_rows)
         bias = np.asarray(bias)
         if bias.shape != (shape_t[0],):
             raise InputError(source,
@@ -213,16 +236,27 @@ def validate_meta(meta: dict[str, Any], source: str) -> None:
         raise InputError(source, f"meta: output_activation must be one of {OUTPUT_ACTIVATIONS}")
 
 
+class Fingerprint:
+    """A stable hash of the layer sizes and sparsity patterns (not the values), fed layer by
+    layer. Index dtype and byte order do not change it: everything is hashed as little-endian
+    int64."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self._h = hashlib.sha256(json.dumps([int(n) for n in sizes]).encode())
+
+    def add(self, indptr: np.ndarray, indices: np.ndarray) -> None:
+        self._h.update(np.asarray(indptr, dtype="<i8").tobytes())
+        self._h.update(np.asarray(indices, dtype="<i8").tobytes())
+
+    def hexdigest(self) -> str:
+        return "sha256:" + self._h.hexdigest()[:32]
+
+
 def fingerprint_of(
     sizes: Sequence[int], patterns: Iterable[tuple[np.ndarray, np.ndarray]]
 ) -> str:
-    """A stable hash of the layer sizes and sparsity patterns (not the values).
-
-    Index dtype and byte order do not change it: everything is hashed as little-endian int64.
-    """
-    h = hashlib.sha256()
-    h.update(json.dumps([int(n) for n in sizes]).encode())
+    """The fingerprint of a whole network given as (indptr, indices) per layer."""
+    f = Fingerprint(sizes)
     for indptr, indices in patterns:
-        h.update(np.asarray(indptr, dtype="<i8").tobytes())
-        h.update(np.asarray(indices, dtype="<i8").tobytes())
-    return "sha256:" + h.hexdigest()[:32]
+        f.add(indptr, indices)
+    return f.hexdigest()

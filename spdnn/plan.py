@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from .atomic import atomic_path
-from .bundle import NpzReader
 from .errors import InputError, SpdnnError
+from .npz import NpzReader
 
 PLAN_FORMAT = "spdnn-plan/1"
 
@@ -43,26 +43,19 @@ class Plan:
     def fingerprint(self) -> str | None:
         return self.meta.get("fingerprint")
 
-    def check_for(self, sizes: Sequence[int], fingerprint: str, source: str = "plan") -> None:
-        """Refuse a plan made for another network (sizes or fingerprint differ)."""
+    def check_for(self, sizes: Sequence[int], fingerprint: str | None,
+                  source: str = "plan") -> None:
+        """Refuse a plan made for another network (sizes, or fingerprint when given, differ)."""
         if tuple(sizes) != self.sizes:
             raise InputError(source, f"plan is for layer sizes {_sizes(self.sizes)}, the network "
                                      f"has {_sizes(sizes)}")
-        if self.fingerprint is not None and self.fingerprint != fingerprint:
+        if None not in (fingerprint, self.fingerprint) and self.fingerprint != fingerprint:
             raise InputError(source, f"plan was made for network {self.fingerprint}, not for "
                                      f"this network ({fingerprint})")
 
     def rows_of(self, rank: int, layer: int) -> np.ndarray:
         """Global indices of the neurons of ``layer`` that ``rank`` owns, ascending."""
         return np.flatnonzero(self.owners[layer] == rank)
-
-
-def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The ranges [start, start + count) one after the other as one index array (e.g. the
-    entries of some CSR rows: starts = indptr[rows], counts = row lengths)."""
-    counts = np.asarray(counts, dtype=np.int64)
-    shift = np.asarray(starts, dtype=np.int64) - np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return np.repeat(shift, counts) + np.arange(int(counts.sum()))
 
 
 def _sizes(sizes: Sequence[int]) -> str:

@@ -1,90 +1,34 @@
 """The serial reference engine: forward, backward and SGD on one process, clear rather than fast.
 
-Every distributed result is tested against this module.
-
-Semantics: ReLU (optionally capped) with ReLU'(z) = 1 only for 0 < z < cap; softmax
-cross-entropy averaged over the batch, or MSE averaged over all outputs (as PyTorch's
-defaults); SGD as ``torch.optim.SGD`` (momentum without dampening or Nesterov, weight decay on
-every parameter, biases included); minibatches of B consecutive samples, in file order or in a
-seeded per-epoch permutation, the last batch smaller.
+Every distributed result is tested against this module, so nothing on the distributed path
+imports it; it shares only the pointwise pieces (``ops``), the optimizer (``optim``) and the
+sample order (``batching``) with the runtime. Semantics: README, "What is computed".
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
+from .batching import batch_order, batches, columns
 from .datasets import Dataset
-from .network import Layer, Network
-
-LOSSES = ("cross_entropy", "mse")
-
-
-# --------------------------------------------------------------------------- pointwise pieces
-
-
-def activate(z: np.ndarray, cap: float | None) -> np.ndarray:
-    """h(z) = min(max(z, 0), cap), in place."""
-    np.maximum(z, 0, out=z)
-    if cap is not None:
-        np.minimum(z, cap, out=z)
-    return z
-
-
-def activation_slope(z: np.ndarray, cap: float | None) -> np.ndarray:
-    """h'(z): 1 where 0 < z < cap, else 0 (ReLU'(0) = 0, flat above the cap)."""
-    mask = z > 0
-    if cap is not None:
-        mask &= z < cap
-    return mask
-
-
-def output_of(net: Network, z_last: np.ndarray) -> np.ndarray:
-    if net.output_activation == "linear":
-        return z_last.copy()
-    return activate(z_last.copy(), net.cap)
-
-
-def one_hot(y: np.ndarray, n_classes: int, dtype: Any) -> np.ndarray:
-    """Targets in the column convention: (classes x batch)."""
-    t = np.zeros((n_classes, len(y)), dtype=dtype)
-    t[y, np.arange(len(y))] = 1
-    return t
-
-
-def loss_and_gradient(out: np.ndarray, y: np.ndarray, loss: str) -> tuple[float, np.ndarray]:
-    """Loss of the output block (classes x batch) and its gradient w.r.t. that block."""
-    n_out, batch = out.shape
-    if loss == "cross_entropy":
-        shifted = out - out.max(axis=0, keepdims=True)
-        expo = np.exp(shifted)
-        total = expo.sum(axis=0, keepdims=True)
-        prob = expo / total
-        value = float(np.mean(np.log(total[0]) - shifted[y, np.arange(batch)]))
-        prob[y, np.arange(batch)] -= 1
-        return value, prob / batch
-    if loss == "mse":
-        diff = out - one_hot(y, n_out, out.dtype)
-        return float(np.mean(diff**2)), diff * (2.0 / diff.size)
-    raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-
-
-# --------------------------------------------------------------------------- forward / backward
+from .network import Network
+from .ops import activate, activation_slope, loss_and_gradient, output
+from .optim import SGD, SGDConfig, interleave, parameters
+from .reports import ChallengeResult, EpochReport
 
 
 def sampled_products(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """dW[e] = d[i_e] . x[j_e] on W's pattern, row by row (clear, not fast)."""
+    """dW[e] = d[i_e] . x[j_e] on W's pattern, row by row."""
     out = np.empty(w.nnz, dtype=np.result_type(d, x))
     for i in range(w.shape[0]):
         lo, hi = w.indptr[i], w.indptr[i + 1]
         out[lo:hi] = x[w.indices[lo:hi]] @ d[i]
     return out
-
 
 
 def forward(net: Network, x0: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -110,7 +54,7 @@ class Gradients:
 def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str) -> Gradients:
     """Loss and gradients of all parameters for one batch (x0: n_0 x B, y: B labels)."""
     zs, xs = forward(net, x0)
-    out = output_of(net, zs[-1])
+    out = output(zs[-1], net.output_activation, net.cap)
     value, grad = loss_and_gradient(out, y, loss)
     correct = int(np.sum(np.argmax(out, axis=0) == y))
     delta = grad if net.output_activation == "linear" else grad * activation_slope(zs[-1], net.cap)
@@ -123,90 +67,6 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str) -> Gradient
         if k > 0:
             delta = (w.T @ delta) * activation_slope(zs[k - 1], net.cap)
     return Gradients(gw, gb, value, correct)
-
-
-# --------------------------------------------------------------------------- SGD
-
-
-@dataclass(frozen=True)
-class SGDConfig:
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-
-
-@dataclass
-class SGD:
-    """torch.optim.SGD on a flat list of parameter arrays, updated in place with one scratch
-    array per parameter (no allocation per step)."""
-
-    config: SGDConfig
-    params: list[np.ndarray]
-    buffers: list[np.ndarray | None] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.buffers:
-            self.buffers = [None] * len(self.params)
-        self._scratch = [np.empty_like(p) for p in self.params]
-
-    def step(self, grads: list[np.ndarray]) -> None:
-        c = self.config
-        for i, (p, g) in enumerate(zip(self.params, grads)):
-            d = self._scratch[i]
-            if c.weight_decay:
-                np.multiply(p, c.weight_decay, out=d)
-                d += g
-            else:
-                np.copyto(d, g)
-            if c.momentum:
-                buf = self.buffers[i]
-                if buf is None:
-                    self.buffers[i] = d.copy()  # torch: the first buffer is the gradient
-                else:
-                    buf *= c.momentum
-                    buf += d
-                np.multiply(self.buffers[i], c.lr, out=d)
-            else:
-                d *= c.lr
-            p -= d
-
-
-def parameters(net: Network) -> list[np.ndarray]:
-    """W_1.data, b_1, W_2.data, b_2, ... (views: updating them updates the network)."""
-    out: list[np.ndarray] = []
-    for layer in net.layers:
-        out += [layer.weight.data, layer.bias]
-    return out
-
-
-# --------------------------------------------------------------------------- training loop
-
-
-def batch_order(n_samples: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
-    """One epoch's sample order: file order, or a permutation fixed by (seed, epoch)."""
-    if not shuffle:
-        return np.arange(n_samples)
-    return np.random.default_rng([seed, epoch]).permutation(n_samples)
-
-
-def batches(order: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
-    for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
-
-
-def columns(x: np.ndarray, idx: np.ndarray | slice) -> np.ndarray:
-    """Samples ``idx`` of a (samples x features) array as a contiguous (features x B) block."""
-    return np.ascontiguousarray(x[idx].T)
-
-
-@dataclass(frozen=True)
-class EpochReport:
-    epoch: int
-    loss: float
-    train_accuracy: float
-    test_accuracy: float | None
-    seconds: float
-    samples_per_second: float
 
 
 def train(
@@ -223,8 +83,7 @@ def train(
 ) -> tuple[Network, list[EpochReport]]:
     """Train a copy of ``net``; return it and one report per epoch."""
     net = net.copy()
-    params = parameters(net)
-    opt = SGD(sgd, params)
+    opt = SGD(sgd, parameters(net.layers))
     reports = []
     steps = 0
     x, y = data.x_train.astype(net.dtype, copy=False), data.y_train
@@ -233,7 +92,7 @@ def train(
         total_loss, correct, seen = 0.0, 0, 0
         for idx in batches(batch_order(len(x), epoch, seed, shuffle), batch_size):
             g = backward(net, columns(x, idx), y[idx], loss)
-            opt.step([a for pair in zip(g.weights, g.biases) for a in pair])
+            opt.step(interleave(g.weights, g.biases))
             total_loss += g.loss * len(idx)
             correct += g.correct
             seen += len(idx)
@@ -244,7 +103,7 @@ def train(
         test_acc = None
         if data.x_test is not None and data.y_test is not None:
             test_acc = accuracy(net, data.x_test, data.y_test)
-        report = EpochReport(epoch + 1, total_loss / max(seen, 1), correct / max(seen, 1),
+        report = EpochReport(epoch + 1, steps, total_loss / max(seen, 1), correct / max(seen, 1),
                              test_acc, seconds, seen / max(seconds, 1e-12))
         reports.append(report)
         if on_epoch:
@@ -260,28 +119,12 @@ def predict(net: Network, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
     for start in range(0, len(x), batch_size):
         zs, _ = forward(net, columns(x.astype(net.dtype, copy=False),
                                      slice(start, start + batch_size)))
-        outs.append(output_of(net, zs[-1]).T)
+        outs.append(output(zs[-1], net.output_activation, net.cap).T)
     return np.concatenate(outs) if outs else np.zeros((0, net.sizes[-1]))
 
 
 def accuracy(net: Network, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.argmax(predict(net, x), axis=1) == y)) if len(y) else float("nan")
-
-
-# --------------------------------------------------------------------------- Graph Challenge
-
-
-@dataclass(frozen=True)
-class ChallengeResult:
-    categories: np.ndarray  # 1-based indices of inputs whose last activation row is nonzero
-    seconds: float  # the inference loop alone
-    n_inputs: int
-    edges: int  # sum of nnz over layers
-
-    @property
-    def rate(self) -> float:
-        """The official metric: inputs x edges / seconds."""
-        return self.n_inputs * self.edges / max(self.seconds, 1e-12)
 
 
 def challenge_infer(net: Network, images: sp.csr_matrix) -> ChallengeResult:
@@ -305,12 +148,3 @@ def challenge_infer(net: Network, images: sp.csr_matrix) -> ChallengeResult:
     cats = ids[np.any(x != 0, axis=0)] + 1
     return ChallengeResult(np.sort(cats), seconds, images.shape[0], net.nnz)
 
-
-def with_values(net: Network, weights: list[np.ndarray], biases: list[np.ndarray]) -> Network:
-    """The same network with new parameter values (patterns unchanged)."""
-    layers = []
-    for layer, w, b in zip(net.layers, weights, biases):
-        m = layer.weight.copy()
-        m.data = np.asarray(w, dtype=m.dtype)
-        layers.append(Layer(m, np.asarray(b, dtype=m.dtype)))
-    return replace(net, layers=tuple(layers))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import spdnn._threads  # noqa: F401  (one thread per rank, before numpy)
+import spdnn.threads  # noqa: F401  (one thread per rank, before numpy)
 
 pytest_plugins = ["spdnn.testing"]
 

@@ -7,18 +7,17 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.formats import (
     read_categories,
-    read_graphchallenge,
     read_idx,
     read_inputs,
     read_mtx,
     read_triples,
     write_categories,
-    write_graphchallenge,
     write_idx,
     write_mtx,
     write_triples,
 )
 from spdnn.generate import radixnet
+from spdnn.graphchallenge import read_graphchallenge, write_graphchallenge
 
 
 def _random_sparse(shape=(7, 5), density=0.4, seed=0):

@@ -3,7 +3,7 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
-from spdnn.network import Layer, Network
+from spdnn.network import Layer, Network, concat_ranges
 from tests.helpers import small_network
 
 
@@ -78,3 +78,11 @@ def test_meta_validation():
         Network(net.layers, output_activation="tanh").validate()
     with pytest.raises(InputError, match="cap"):
         Network(net.layers, cap=-1.0).validate()
+
+
+def test_concat_ranges_matches_a_loop_including_empty_ranges():
+    starts = np.array([5, 0, 9, 3, 7])
+    counts = np.array([2, 0, 3, 1, 0])
+    expected = [i for s, c in zip(starts, counts) for i in range(s, s + c)]
+    assert concat_ranges(starts, counts).tolist() == expected
+    assert concat_ranges(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).size == 0

@@ -4,7 +4,6 @@ import pytest
 from spdnn.errors import InputError
 from spdnn.plan import (
     Plan,
-    concat_ranges,
     load_plan,
     network_patterns,
     plan_statistics,
@@ -91,10 +90,3 @@ def test_bad_plan_files(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         load_plan(tmp_path / "none.npz")
 
-
-def test_concat_ranges_matches_a_loop_including_empty_ranges():
-    starts = np.array([5, 0, 9, 3, 7])
-    counts = np.array([2, 0, 3, 1, 0])
-    expected = [i for s, c in zip(starts, counts) for i in range(s, s + c)]
-    assert concat_ranges(starts, counts).tolist() == expected
-    assert concat_ranges(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).size == 0

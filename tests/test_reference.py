@@ -1,26 +1,19 @@
 import numpy as np
 import pytest
 
+from spdnn.batching import batch_order, columns
 from spdnn.datasets import Dataset, load_digits
-from spdnn.formats import read_categories, read_graphchallenge, read_inputs
-from spdnn.reference import (
-    SGDConfig,
-    backward,
-    batch_order,
-    challenge_infer,
-    columns,
-    forward,
-    loss_and_gradient,
-    output_of,
-    parameters,
-    train,
-)
+from spdnn.formats import read_categories, read_inputs
+from spdnn.graphchallenge import read_graphchallenge
+from spdnn.ops import loss_and_gradient, output
+from spdnn.optim import SGDConfig, parameters
+from spdnn.reference import backward, challenge_infer, forward, train
 from tests.helpers import small_network
 
 
 def _loss(net, x0, y, loss):
     zs, _ = forward(net, x0)
-    return loss_and_gradient(output_of(net, zs[-1]), y, loss)[0]
+    return loss_and_gradient(output(zs[-1], net.output_activation, net.cap), y, loss)[0]
 
 
 @pytest.mark.parametrize("loss", ["cross_entropy", "mse"])
@@ -32,7 +25,7 @@ def test_gradients_match_finite_differences(loss, output_activation, cap):
     y = rng.integers(0, net.sizes[-1], 5)
     g = backward(net, x0, y, loss)
     analytic = [a for pair in zip(g.weights, g.biases) for a in pair]
-    params = parameters(net)
+    params = parameters(net.layers)
     eps = 1e-6
     checked = 0
     for p, gp in zip(params, analytic):
@@ -59,7 +52,7 @@ def test_sgd_follows_torch_semantics():
     trained, _ = train(net, data, epochs=2, batch_size=4, sgd=cfg, shuffle=False)
     # Hand-rolled reference of the same steps.
     ref = net.copy()
-    params = parameters(ref)
+    params = parameters(ref.layers)
     bufs = [None] * len(params)
     for _ in range(2):
         for s in range(0, 10, 4):
@@ -69,9 +62,9 @@ def test_sgd_follows_torch_semantics():
                 d = gp + 0.01 * p
                 bufs[i] = d.copy() if bufs[i] is None else 0.9 * bufs[i] + d
                 p -= 0.1 * bufs[i]
-    for a, b in zip(parameters(trained), params):
+    for a, b in zip(parameters(trained.layers), params):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
-    assert not np.allclose(parameters(net)[0], params[0])  # the input network is untouched
+    assert not np.allclose(parameters(net.layers)[0], params[0])  # the input network is untouched
 
 
 def test_batch_order():
@@ -82,12 +75,20 @@ def test_batch_order():
 
 
 def test_last_batch_is_smaller_and_counted():
+    """With lr = 0 the weights stay put, so the epoch's loss and accuracy (weighted over the
+    batches 4, 4, 2) must equal the loss and accuracy of all 10 samples at once."""
     net = small_network()
-    x = np.random.default_rng(0).standard_normal((10, net.sizes[0]))
-    data = Dataset("t", x, np.zeros(10, dtype=np.int64))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((10, net.sizes[0]))
+    y = rng.integers(0, net.sizes[-1], 10)
     reports = []
-    train(net, data, 1, 4, SGDConfig(0.01), on_epoch=reports.append)
-    assert reports[0].samples_per_second > 0 and 0 <= reports[0].train_accuracy <= 1
+    train(net, Dataset("t", x, y), 1, 4, SGDConfig(0.0), on_epoch=reports.append)
+    whole = backward(net, columns(x, slice(None)), y, "cross_entropy")
+    r = reports[0]
+    assert r.steps == 3 and r.epoch == 1
+    assert r.loss == pytest.approx(whole.loss, rel=1e-12)
+    assert r.train_accuracy == whole.correct / 10
+    assert r.samples_per_second == pytest.approx(10 / r.seconds)
 
 
 def test_digits_training_learns():

@@ -1,0 +1,101 @@
+"""What a run exchanged and where its time went: counted traffic beside the plan's prediction,
+and per-layer timers. Tables for rank 0 and dicts for ``--metrics-out``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .comm import Communicator
+from .halo import Traffic
+from .plan import Plan
+
+_TIMERS = ("compute", "comm", "wait")
+
+
+class Timers:
+    """Seconds per layer (column k-1) in compute, in packing/posting messages (``comm``) and
+    waiting for them; row 0 forward, row 1 backward."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.compute = np.zeros((2, n_layers))
+        self.comm = np.zeros((2, n_layers))
+        self.wait = np.zeros((2, n_layers))
+
+    def add(self, direction: str, i: int, compute: float = 0.0, comm: float = 0.0,
+            wait: float = 0.0) -> None:
+        row = 0 if direction == "forward" else 1
+        self.compute[row, i] += compute
+        self.comm[row, i] += comm
+        self.wait[row, i] += wait
+
+
+def plan_volume(comm: Communicator, plan: Plan, ghost_rows: Sequence[int]
+                ) -> tuple[np.ndarray, np.ndarray, str]:
+    """Rows per pass of each layer, forward and backward: the plan's own statistics (computed
+    by the partitioner from the whole network) when it has them, else the sum over the ranks
+    of the ghost rows each schedule receives. The last item names the source."""
+    n = len(ghost_rows)
+    stats = plan.meta.get("stats") if isinstance(plan.meta.get("stats"), dict) else {}
+    fwd, bwd = stats.get("forward"), stats.get("backward")
+    if all(isinstance(v, list) and len(v) == n and all(isinstance(x, int) for x in v)
+           for v in (fwd, bwd)):
+        return np.array(fwd, dtype=np.int64), np.array(bwd, dtype=np.int64), "plan"
+    forward = comm.allreduce(np.array(ghost_rows, dtype=np.int64))
+    backward = forward.copy()
+    backward[:1] = 0  # no fold into the inputs
+    return forward, backward, "schedule"
+
+
+def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, np.ndarray, str],
+               itemsize: int) -> dict[str, Any]:
+    """Counted rows and bytes (all ranks) beside the prediction, per layer and direction:
+    rows = volume_k x passes, bytes = volume_k x samples x item size."""
+    forward, backward, source = volume
+    t = traffic.total(comm)
+    pred = {
+        "forward_rows": forward * t.forward_passes,
+        "forward_bytes": forward * t.forward_samples * itemsize,
+        "backward_rows": backward * t.backward_passes,
+        "backward_bytes": backward * t.backward_samples * itemsize,
+    }
+    counted = {k: getattr(t, k) for k in pred}
+    equal = all(np.array_equal(counted[k], pred[k]) for k in pred)
+    return {"counted": {k: v.tolist() for k, v in counted.items()},
+            "predicted": {k: v.tolist() for k, v in pred.items()},
+            "equal": bool(equal), "plan_volume_rows": int(forward.sum() + backward.sum()),
+            "predicted_from": source}
+
+
+def format_accounting(acc: dict[str, Any]) -> str:
+    c, p = acc["counted"], acc["predicted"]
+    lines = ["layer  forward rows (counted/plan)  backward rows (counted/plan)  MB sent"]
+    for k in range(len(c["forward_rows"])):
+        mb = (c["forward_bytes"][k] + c["backward_bytes"][k]) / 1e6
+        lines.append(f"{k + 1:5d}  {c['forward_rows'][k]:>12,} / {p['forward_rows'][k]:<12,}"
+                     f"  {c['backward_rows'][k]:>12,} / {p['backward_rows'][k]:<12,}"
+                     f"  {mb:9.2f}")
+    total = sum(c["forward_bytes"]) + sum(c["backward_bytes"])
+    verdict = "equal" if acc["equal"] else "DIFFERENT"
+    lines.append(f"exchanged {total / 1e6:,.2f} MB in all; counted rows and bytes are "
+                 f"{verdict} to the plan's volume x passes (x batch x item size)")
+    return "\n".join(lines)
+
+
+def timing(comm: Communicator, timers: Timers) -> dict[str, Any]:
+    """Per-layer seconds in compute, message packing/posting and waiting, max over ranks."""
+    return {name: {"forward": comm.allreduce(getattr(timers, name)[0], "max").tolist(),
+                   "backward": comm.allreduce(getattr(timers, name)[1], "max").tolist()}
+            for name in _TIMERS}
+
+
+def format_timing(tm: dict[str, Any]) -> str:
+    lines = ["layer  forward compute/post/wait (s)   backward compute/post/wait (s)"]
+    for k in range(len(tm["compute"]["forward"])):
+        f = [tm[n]["forward"][k] for n in _TIMERS]
+        b = [tm[n]["backward"][k] for n in _TIMERS]
+        lines.append(f"{k + 1:5d}  {f[0]:9.3f} {f[1]:7.3f} {f[2]:7.3f}     "
+                     f"{b[0]:9.3f} {b[1]:7.3f} {b[2]:7.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,264 @@
+"""What each ``spdnn`` subcommand does, given its parsed arguments (the parser is in cli.py).
+
+``train`` and ``infer`` run on every rank of the job (``collectively``); ``convert`` and
+``generate`` are serial. Heavy modules are imported inside the commands so that ``--help`` and
+argument errors stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, SpdnnError
+
+
+def _check_output(path: str) -> None:
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise InputError(path, f"output directory {parent} does not exist")
+
+
+def _short(sizes: Sequence[int]) -> str:
+    if len(sizes) <= 6:
+        return "x".join(map(str, sizes))
+    return f"{sizes[0]}x...x{sizes[-1]} ({len(sizes) - 1} layers)"
+
+
+def cmd_convert(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from .bundle import load_network, save_network
+    from .formats import read_sparse_matrix, write_mtx
+    from .graphchallenge import read_graphchallenge, write_graphchallenge
+    from .network import Layer, Network
+    from .progress import Progress
+
+    if args.source == "graphchallenge":
+        if len(args.inputs) != 1:
+            raise InputError(args.inputs[1], "graphchallenge takes one directory")
+        bar = Progress("reading layers", args.layers or 1)
+        net = read_graphchallenge(args.inputs[0], args.bias, args.cap, args.layers, args.dtype,
+                                  progress=lambda k, n: (setattr(bar, "total", n),
+                                                         bar.update(k)))
+        bar.close()
+        if args.output_activation:
+            net = Network(net.layers, net.activation, net.cap, args.output_activation, net.extra)
+    elif args.source == "mtx":
+        layers = []
+        for f in args.inputs[: args.layers]:
+            w = read_sparse_matrix(f).astype(args.dtype)
+            layers.append(Layer(w, np.full(w.shape[0], args.bias, dtype=args.dtype)))
+        net = Network(tuple(layers), cap=args.cap,
+                      output_activation=args.output_activation or "linear")
+        net.validate(" ".join(args.inputs))
+    else:
+        net = load_network(args.inputs[0], args.dtype)
+    if args.to == "network":
+        _check_output(args.output)
+        save_network(net, args.output)
+    elif args.to == "graphchallenge":
+        write_graphchallenge(net, args.output)
+    else:
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+        for k, layer in enumerate(net.layers, start=1):
+            write_mtx(Path(args.output) / f"layer{k}.mtx", layer.weight,
+                      f"spdnn layer {k}: rows = output neurons")
+    print(f"wrote {args.output}: {net.n_layers} layers, sizes {_short(net.sizes)}, "
+          f"{net.nnz:,} nonzeros")
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from . import generate
+    from .bundle import save_network
+
+    _check_output(args.output)
+    try:
+        if args.kind == "radixnet":
+            cap = 32.0 if args.cap is None else args.cap
+            net = generate.radixnet(args.neurons, args.layers, args.seed, args.bias, cap,
+                                    args.dtype)
+            if args.head:
+                net = generate.add_head(net, args.head, args.seed)
+        elif args.kind == "random":
+            if not args.sizes:
+                raise SpdnnError("generate random needs --sizes, e.g. --sizes 784,1024,1024")
+            net = generate.random_network(args.sizes, args.fan_in, args.seed, args.head,
+                                          args.cap, args.dtype)
+        else:
+            if not args.weights:
+                raise SpdnnError("generate prune needs --weights FILE (.npz or .npy)")
+            net = generate.prune_file(args.weights, args.density, args.seed, args.head,
+                                      args.dtype)
+    except ValueError as exc:
+        raise SpdnnError(str(exc)) from None
+    save_network(net, args.output)
+    print(f"wrote {args.output}: {args.kind}, sizes {_short(net.sizes)}, {net.nnz:,} nonzeros, "
+          f"fingerprint {net.fingerprint()}")
+
+
+def collectively(body: Callable[[Any, argparse.Namespace], int]
+                 ) -> Callable[[argparse.Namespace], int]:
+    """A subcommand that runs on every rank: errors agreed, an exception aborts the job."""
+    def run(args: argparse.Namespace) -> int:
+        from .comm import run_collectively
+
+        return run_collectively(lambda comm: body(comm, args))
+    return run
+
+
+def _open(comm, args: argparse.Namespace, outputs: Sequence[str | None]):  # noqa: ANN001, ANN202
+    from .session import open_network
+
+    for out in outputs:
+        if out:
+            comm.check(lambda out=out: _check_output(out))
+    return open_network(comm, args.network, args.plan, args.dtype)
+
+
+def _print_epoch(r) -> None:  # noqa: ANN001
+    test = f", test accuracy {r.test_accuracy:.4f}" if r.test_accuracy is not None else ""
+    print(f"epoch {r.epoch:3d}: loss {r.loss:.4f}, train accuracy {r.train_accuracy:.4f}"
+          f"{test}, {r.samples_per_second:,.0f} samples/s, {r.megabytes_sent:,.1f} MB "
+          "exchanged", flush=True)
+
+
+@collectively
+def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from .accounting import accounting, format_accounting, format_timing, plan_volume, timing
+    from .checkpoint import load_checkpoint
+    from .datasets import load_dataset
+    from .kernels import backend as kernels_backend
+    from .optim import SGDConfig
+    from .progress import Progress
+    from .session import save_trained, write_json
+    from .training import TrainConfig, train
+
+    if args.checkpoint_every and not args.checkpoint_dir:
+        raise SpdnnError("--checkpoint-every needs --checkpoint-dir")
+    run = _open(comm, args, (args.save, args.metrics_out))
+    sizes, dnet = run.bundle.sizes, run.dnet
+    data = comm.check(lambda: load_dataset(args.data, args.dtype))
+
+    def check_data() -> None:
+        if data.n_features != sizes[0]:
+            raise InputError(args.data, f"data has {data.n_features} features but the "
+                                        f"network's layer 0 has {sizes[0]} neurons")
+        if data.n_classes > sizes[-1]:
+            raise InputError(args.data, f"data has {data.n_classes} classes but the network "
+                                        f"has {sizes[-1]} outputs")
+
+    comm.check(check_data)
+    cfg = TrainConfig(args.epochs, args.batch_size,
+                      SGDConfig(args.lr, args.momentum, args.weight_decay), args.seed,
+                      not args.no_shuffle, args.loss, args.max_steps, args.checkpoint_dir,
+                      args.checkpoint_every)
+    position, momentum = None, None
+    if args.resume:
+        position, momentum = comm.check(lambda: load_checkpoint(dnet, args.resume,
+                                                                cfg.settings()))
+    if comm.rank == 0:
+        resumed = f", resumed at step {position.step}" if position else ""
+        print(f"training {_short(sizes)} ({run.nnz:,} weights) on {data.name} "
+              f"with {comm.size} rank(s), plan "
+              f"{run.plan.meta.get('method', '?')}: {len(data.x_train):,} samples, batch "
+              f"{args.batch_size}, lr {args.lr}, momentum {args.momentum}, weight decay "
+              f"{args.weight_decay}{resumed}", flush=True)
+    bar = Progress("  steps", 1, enabled=comm.rank == 0, log_lines=False)
+
+    def on_step(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done)
+        if done == total:
+            bar.close()
+
+    reports = train(comm, dnet, data, cfg, position, momentum,
+                    _print_epoch if comm.rank == 0 else None, on_step)
+    volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+    acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
+    tm = timing(comm, dnet.timers)
+    if comm.rank == 0:
+        print(format_accounting(acc), flush=True)
+        print(format_timing(tm), flush=True)
+    if args.save:
+        save_trained(comm, dnet, args.save, {"trained_by": "spdnn train", "data": data.name})
+        if comm.rank == 0:
+            print(f"saved {args.save}")
+    write_json(comm, args.metrics_out, {"ranks": comm.size,
+                                        "epochs": [r.as_dict() for r in reports],
+                                        "traffic": acc, "timing": tm,
+                                        "plan": run.plan.meta.get("method"),
+                                        "kernels": kernels_backend()})
+    return 0
+
+
+@collectively
+def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    import time
+
+    import numpy as np
+
+    from .accounting import accounting, format_accounting, plan_volume, timing
+    from .datasets import load_dataset
+    from .formats import read_categories, read_inputs, write_categories
+    from .inference import challenge_infer, evaluate, local_inputs
+    from .session import write_json
+
+    run = _open(comm, args, (args.categories_out, args.metrics_out))
+    dnet = run.dnet
+
+    def traffic() -> dict[str, Any]:
+        volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
+
+    spec = args.inputs
+    if spec == "digits" or spec.startswith(("npz:", "mnist:")):
+        data = comm.check(lambda: load_dataset(spec, args.dtype))
+        x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
+                                                                            data.y_train)
+        x_local = comm.check(lambda: local_inputs(dnet, x, spec))
+        t0 = time.perf_counter()
+        acc = evaluate(dnet, x_local, y)
+        seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+        counted = traffic()
+        if comm.rank == 0:
+            print(f"accuracy {acc:.4f} on {len(y):,} samples with {comm.size} rank(s) "
+                  f"({len(y) / seconds:,.0f} samples/s)")
+            print(format_accounting(counted))
+        write_json(comm, args.metrics_out, {"accuracy": acc, "samples": len(y),
+                                            "seconds": seconds, "ranks": comm.size,
+                                            "traffic": counted})
+        return 0
+    truth = comm.check(lambda: read_categories(args.truth)) if args.truth else None
+    images = comm.check(lambda: read_inputs(spec, run.bundle.sizes[0]))
+    result = challenge_infer(comm, dnet, images, run.nnz)
+    counted = traffic()
+    metrics = {"categories": len(result.categories), "inputs": result.n_inputs,
+               "seconds": result.seconds, "rate": result.rate, "ranks": comm.size,
+               "traffic": counted, "timing": timing(comm, dnet.timers)}
+    if comm.rank == 0:
+        print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
+              f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "
+              f"{result.rate:.4g} edges/s")
+        print(format_accounting(counted))
+    if args.categories_out:
+        comm.check(lambda: write_categories(args.categories_out, result.categories)
+                   if comm.rank == 0 else None)
+    if truth is not None:
+        match = bool(np.array_equal(truth, result.categories))
+        metrics["truth_match"] = match
+        if comm.rank == 0:
+            print("categories match the truth file" if match else
+                  f"categories DIFFER from the truth file ({len(truth)} expected)")
+        write_json(comm, args.metrics_out, metrics)
+        if not match:
+            comm.agree(f"{args.truth}: categories do not match")
+        return 0
+    write_json(comm, args.metrics_out, metrics)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
+    "convert": cmd_convert, "generate": cmd_generate, "train": cmd_train, "infer": cmd_infer}

@@ -1,0 +1,51 @@
+"""Distributed inference: classification accuracy, and the Graph Challenge mode (categories
+and the official rate), both on ``DistributedNetwork.forward``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from .batching import columns
+from .comm import Communicator
+from .distributed import DistributedNetwork
+from .errors import InputError
+from .ops import activate
+from .reports import ChallengeResult
+
+
+def local_inputs(dnet: DistributedNetwork, x: np.ndarray, source: str) -> np.ndarray:
+    """This rank's feature columns of a (samples x features) array, C-contiguous."""
+    if x.shape[1] != dnet.sizes[0]:
+        raise InputError(source, f"data has {x.shape[1]} features but the network's layer 0 "
+                                 f"has {dnet.sizes[0]} neurons")
+    return np.ascontiguousarray(x[:, dnet.input_rows], dtype=dnet.dtype)
+
+
+def evaluate(dnet: DistributedNetwork, x_local: np.ndarray, y: np.ndarray,
+             batch_size: int = 1024) -> float:
+    """Accuracy on samples whose features ``x_local`` (samples x my features) this rank owns."""
+    correct = 0
+    for start in range(0, len(y), batch_size):
+        fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False)
+        pred = dnet.predict_classes(dnet.output(fwd.z_last))
+        correct += int(np.sum(pred == y[start:start + batch_size]))
+    return correct / len(y) if len(y) else float("nan")
+
+
+def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr_matrix,
+                    edges: int) -> ChallengeResult:
+    """Graph Challenge inference: the hidden activation and cap on every layer; when no bias is
+    positive, samples whose activation column died are dropped on every rank alike."""
+    x0 = np.ascontiguousarray(images[:, dnet.input_rows].T.toarray(), dtype=dnet.dtype)
+    top_bias = max((float(lay.bias.max(initial=0)) for lay in dnet.layers), default=0.0)
+    can_drop = comm.allreduce_scalar(top_bias, "max") <= 0
+    comm.barrier()
+    t0 = time.perf_counter()
+    fwd = dnet.forward(x0, keep=False, drop_dead=can_drop)
+    last = activate(fwd.z_last.copy(), dnet.cap)
+    seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+    final = comm.allreduce(np.any(last != 0, axis=0).astype(np.int32), "max") > 0
+    return ChallengeResult(np.sort(fwd.ids[final] + 1), seconds, images.shape[0], edges)

@@ -1,0 +1,65 @@
+"""Pointwise pieces shared by both engines: the activation, its slope, the output and the losses.
+
+h(z) = min(max(z, 0), cap) with h'(z) = 1 only for 0 < z < cap (ReLU'(0) = 0, flat above the
+cap); softmax cross-entropy averaged over the batch, or MSE averaged over all outputs (PyTorch's
+defaults). Blocks are (neurons x batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+LOSSES = ("cross_entropy", "mse")
+
+
+def activate(z: np.ndarray, cap: float | None) -> np.ndarray:
+    """h(z) = min(max(z, 0), cap), in place."""
+    np.maximum(z, 0, out=z)
+    if cap is not None:
+        np.minimum(z, cap, out=z)
+    return z
+
+
+def activation_slope(z: np.ndarray, cap: float | None) -> np.ndarray:
+    """h'(z): 1 where 0 < z < cap, else 0."""
+    mask = z > 0
+    if cap is not None:
+        mask &= z < cap
+    return mask
+
+
+def output(z_last: np.ndarray, output_activation: str, cap: float | None) -> np.ndarray:
+    """The network's output block from the last pre-activation (a new array)."""
+    if output_activation == "linear":
+        return z_last.copy()
+    return activate(z_last.copy(), cap)
+
+
+def one_hot(y: np.ndarray, n_classes: int, dtype: Any) -> np.ndarray:
+    """Targets in the column convention: (classes x batch)."""
+    t = np.zeros((n_classes, len(y)), dtype=dtype)
+    t[y, np.arange(len(y))] = 1
+    return t
+
+
+def check_loss(loss: str) -> None:
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+
+
+def loss_and_gradient(out: np.ndarray, y: np.ndarray, loss: str) -> tuple[float, np.ndarray]:
+    """Loss of the output block (classes x batch) and its gradient w.r.t. that block."""
+    check_loss(loss)
+    n_out, batch = out.shape
+    if loss == "cross_entropy":
+        shifted = out - out.max(axis=0, keepdims=True)
+        expo = np.exp(shifted)
+        total = expo.sum(axis=0, keepdims=True)
+        prob = expo / total
+        value = float(np.mean(np.log(total[0]) - shifted[y, np.arange(batch)]))
+        prob[y, np.arange(batch)] -= 1
+        return value, prob / batch
+    diff = out - one_hot(y, n_out, out.dtype)
+    return float(np.mean(diff**2)), diff * (2.0 / diff.size)

@@ -1,0 +1,70 @@
+"""SGD with ``torch.optim.SGD`` semantics, on a flat list of parameter arrays.
+
+Momentum without dampening or Nesterov; weight decay on every parameter, biases included.
+Both engines use it: the serial reference on whole layers, the runtime on each rank's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SGDConfig:
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+def parameters(layers: Iterable[Any]) -> list[np.ndarray]:
+    """W_1.data, b_1, W_2.data, b_2, ... of anything with ``weight`` (CSR) and ``bias``
+    (views: updating them updates the layers)."""
+    out: list[np.ndarray] = []
+    for layer in layers:
+        out += [layer.weight.data, layer.bias]
+    return out
+
+
+def interleave(weights: list[np.ndarray], biases: list[np.ndarray]) -> list[np.ndarray]:
+    """Gradients in the order of ``parameters``."""
+    return [a for pair in zip(weights, biases) for a in pair]
+
+
+@dataclass
+class SGD:
+    """Updates ``params`` in place with one scratch array per parameter (no allocation per
+    step); ``buffers`` are the momentum buffers (None until the first step, as in torch)."""
+
+    config: SGDConfig
+    params: list[np.ndarray]
+    buffers: list[np.ndarray | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.buffers:
+            self.buffers = [None] * len(self.params)
+        self._scratch = [np.empty_like(p) for p in self.params]
+
+    def step(self, grads: list[np.ndarray]) -> None:
+        c = self.config
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            d = self._scratch[i]
+            if c.weight_decay:
+                np.multiply(p, c.weight_decay, out=d)
+                d += g
+            else:
+                np.copyto(d, g)
+            if c.momentum:
+                buf = self.buffers[i]
+                if buf is None:
+                    self.buffers[i] = d.copy()  # torch: the first buffer is the gradient
+                else:
+                    buf *= c.momentum
+                    buf += d
+                np.multiply(self.buffers[i], c.lr, out=d)
+            else:
+                d *= c.lr
+            p -= d

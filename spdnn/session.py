@@ -1,0 +1,97 @@
+"""Opening a distributed run and writing its results: the network bundle, the plan and this
+rank's part, checked against each other on every rank; the trained network and metrics."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import kernels
+from .atomic import write_text
+from .bundle import NetworkBundle, save_network
+from .comm import Communicator
+from .distributed import DistributedNetwork
+from .errors import InputError, SpdnnError
+from .network import Layer, Network
+from .plan import Plan, load_plan
+
+
+@dataclass(frozen=True)
+class Opened:
+    bundle: NetworkBundle
+    plan: Plan
+    dnet: DistributedNetwork
+
+    @property
+    def nnz(self) -> int:
+        """Stored weights of the whole network (from the file's headers)."""
+        return sum(self.bundle.nnz(k) for k in range(1, self.bundle.n_layers + 1))
+
+
+def open_network(comm: Communicator, network: str, plan_path: str | None,
+                 dtype: Any = None) -> Opened:
+    """Open the bundle and plan on every rank, check they fit this job, load my rows."""
+    bundle = comm.check(lambda: NetworkBundle(network))
+
+    def get_plan() -> Plan:
+        if plan_path is None:
+            if comm.size > 1:
+                raise SpdnnError(f"--plan is required with {comm.size} ranks "
+                                 "(make one with spdnn-partition)")
+            return Plan(1, tuple(np.zeros(n, dtype=np.int32) for n in bundle.sizes),
+                        {"method": "single"})
+        plan = load_plan(plan_path)
+        if plan.nparts != comm.size:
+            raise InputError(plan_path, f"plan is for P={plan.nparts} ranks but this job has "
+                                        f"{comm.size} (mpirun -n {plan.nparts})")
+        plan.check_for(bundle.sizes, None, plan_path)
+        return plan
+
+    plan = comm.check(get_plan)
+    dnet = DistributedNetwork.load(bundle, plan, comm, dtype)
+    comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint, plan_path or network))
+    kernels.warm_up()
+    return Opened(bundle, plan, dnet)
+
+
+def gather_network(dnet: DistributedNetwork) -> Network | None:
+    """The whole network on rank 0 (None elsewhere), layer by layer."""
+    layers = []
+    for layer in dnet.layers:
+        w = layer.weight
+        parts = dnet.comm.gather((layer.rows, np.diff(w.indptr), layer.global_columns(),
+                                  w.data, layer.bias))
+        if parts is None:
+            continue
+        rows, counts, cols, data, bias = (np.concatenate(a) for a in zip(*parts))
+        n_out, n_in = dnet.sizes[layer.index], dnet.sizes[layer.index - 1]
+        order = np.argsort(np.repeat(rows, counts).astype(np.int64) * n_in + cols,
+                           kind="stable")
+        indptr = np.zeros(n_out + 1, dtype=np.int64)
+        np.add.at(indptr, rows + 1, counts)
+        b = np.empty(n_out, dtype=bias.dtype)
+        b[rows] = bias
+        w = sp.csr_matrix((data[order], cols[order], np.cumsum(indptr)), shape=(n_out, n_in))
+        layers.append(Layer(w, b))
+    if dnet.comm.rank != 0:
+        return None
+    return Network(tuple(layers), dnet.meta["activation"], dnet.cap, dnet.output_activation)
+
+
+def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
+                 extra: dict[str, Any]) -> None:
+    net = gather_network(dnet)
+    if net is not None:
+        net = Network(net.layers, net.activation, net.cap, net.output_activation, extra)
+    comm.check(lambda: save_network(net, path) if net is not None else None)
+
+
+def write_json(comm: Communicator, path: str | None, payload: dict[str, Any]) -> None:
+    if path:
+        comm.check(lambda: write_text(path, json.dumps(payload, indent=2, sort_keys=True,
+                                                        default=float) + "\n")
+                   if comm.rank == 0 else None)

@@ -1,0 +1,106 @@
+"""Distributed minibatch SGD: the serial run's batches, losses and updates on P ranks.
+
+Sample order (``batching``), losses (``ops``) and the optimizer (``optim``) are the ones the
+serial reference uses, so P ranks compute what one process computes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .batching import batch_order, batches, columns, n_batches
+from .checkpoint import Position, save_checkpoint
+from .comm import AgreedError, Communicator
+from .datasets import Dataset
+from .distributed import DistributedNetwork
+from .inference import evaluate, local_inputs
+from .optim import SGD, SGDConfig, interleave
+from .reports import EpochReport
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int
+    batch_size: int
+    sgd: SGDConfig
+    seed: int = 0
+    shuffle: bool = True
+    loss: str = "cross_entropy"
+    max_steps: int | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """What a checkpoint records to refuse a resume that would not continue this run."""
+        return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle}
+
+
+def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: TrainConfig,
+          position: Position | None = None, momentum: list | None = None,
+          on_epoch: Callable[[EpochReport], None] | None = None,
+          on_step: Callable[[int, int], None] | None = None) -> list[EpochReport]:
+    """Minibatch SGD; returns one report per epoch run (all ranks get the same reports)."""
+    pos = position or Position()
+    opt = SGD(cfg.sgd, dnet.parameters(), momentum or [])
+    x_local = local_inputs(dnet, data.x_train, data.name)
+    xt_local = local_inputs(dnet, data.x_test, data.name) if data.x_test is not None else None
+    reports = []
+    n = len(data.y_train)
+    per_epoch = n_batches(n, cfg.batch_size)
+
+    def checkpoint() -> None:
+        save_checkpoint(comm, dnet, opt.buffers, pos, str(cfg.checkpoint_dir), cfg.settings())
+
+    while pos.epoch < cfg.epochs:
+        t0 = time.perf_counter()
+        sent0 = dnet.traffic.bytes_sent
+        total_loss, correct, seen = 0.0, 0, 0
+        order = batch_order(n, pos.epoch, cfg.seed, cfg.shuffle)
+        stop = False
+        for b, idx in enumerate(batches(order, cfg.batch_size)):
+            if b < pos.batch:
+                continue  # resumed mid-epoch: these batches were done before
+            fwd = dnet.forward(columns(x_local, idx))
+            value, ok, gw, gb = dnet.backward(fwd, data.y_train[idx], cfg.loss)
+            if not np.isfinite(value):
+                kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
+                        if cfg.checkpoint_dir else "")
+                raise AgreedError(f"non-finite loss ({value}) at epoch {pos.epoch + 1}, step "
+                                  f"{pos.step + 1}: training stopped (lower --lr?){kept}")
+            opt.step(interleave(gw, gb))
+            dnet.sync()
+            total_loss += value * len(idx)
+            correct += ok
+            seen += len(idx)
+            pos.step += 1
+            pos.batch = b + 1
+            if pos.batch == per_epoch:
+                pos.epoch, pos.batch = pos.epoch + 1, 0
+            if on_step:
+                on_step(b + 1, per_epoch)
+            stop = cfg.max_steps is not None and pos.step >= cfg.max_steps
+            if cfg.checkpoint_dir and cfg.checkpoint_every and \
+                    pos.step % cfg.checkpoint_every == 0 and not stop:
+                checkpoint()
+            if stop:
+                break
+        seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+        sent = comm.allreduce_scalar(float(dnet.traffic.bytes_sent - sent0))
+        test = evaluate(dnet, xt_local, data.y_test) if xt_local is not None else None
+        epoch_done = pos.epoch if pos.batch == 0 else pos.epoch + 1
+        report = EpochReport(epoch_done, pos.step, total_loss / max(seen, 1),
+                             correct / max(seen, 1), test, seconds,
+                             seen / max(seconds, 1e-12), sent / 1e6)
+        reports.append(report)
+        if on_epoch:
+            on_epoch(report)
+        if stop:
+            break
+    if cfg.checkpoint_dir:
+        checkpoint()
+    return reports
