@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/venv.sh
 
-# Shared-memory segments left by aborted MPI runs (DESIGN.md section 6).
+# Shared-memory segments left by aborted MPI runs (MPICH keeps them in /dev/shm).
 find /dev/shm -maxdepth 1 -user "$(id -u)" -name 'mpich_shm_*' -mmin +60 -delete 2>/dev/null || true
 
-PYTEST=(python -m pytest --color=no -q --timeout=300 --timeout-method=thread)
+PYTEST=(python -m pytest --color=no -q -rs --timeout=300 --timeout-method=thread)
 
 step() {
     local name=$1; shift

@@ -24,3 +24,15 @@ def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201
                          f"{report.longreprtext}\n")
         sys.stderr.flush()
         abort_world(1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):  # noqa: ANN001, ANN201
+    """Replace pytest-mpi's plugin by one without its end-of-run "MPI Information" banner,
+    which every rank prints (P copies of the MPI build details between the test results)."""
+    for plugin in list(config.pluginmanager.get_plugins()):
+        if type(plugin).__name__ == "MPIPlugin":
+            quiet = type("QuietMPIPlugin", (type(plugin),),
+                         {"pytest_terminal_summary": lambda self: None})
+            config.pluginmanager.unregister(plugin)
+            config.pluginmanager.register(quiet())

@@ -1,7 +1,8 @@
 """One thread per rank: pin the BLAS/OpenMP thread pools before numpy is imported.
 
-Threaded kernels collapse when ranks x threads exceed the cores (DESIGN.md section 5), so the
-default is one; ``SPDNN_THREADS`` (or an explicit ``OMP_NUM_THREADS``) raises it.
+Threaded kernels collapse when ranks x threads exceed the cores (README, "Performance
+settings"), so the default is one; ``SPDNN_THREADS`` (or an explicit ``OMP_NUM_THREADS``)
+raises it.
 """
 
 import os

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,22 @@ from spdnn.generate import random_network
 from spdnn.network import Network
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_mpiexec() -> str | None:
+    """The MPI launcher a user would run: ``SPDNN_MPIEXEC`` when set, else the one beside this
+    Python (a virtual environment's), else ``mpiexec`` on PATH; None when there is none."""
+    explicit = os.environ.get("SPDNN_MPIEXEC")
+    if explicit:
+        return explicit
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+MPIEXEC = find_mpiexec()
+NO_MPIEXEC = "no MPI launcher: none beside this Python, none on PATH, SPDNN_MPIEXEC unset"
 
 
 def small_network(sizes=(12, 9, 7, 4), fan_in=4, seed=0, dtype="float64", cap=None,

@@ -5,31 +5,50 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from spdnn.bundle import NetworkBundle, save_network
-from tests.helpers import ROOT, small_network
-
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+from spdnn.comm import Communicator
+from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, small_network
 
 
 @pytest.mark.mpi
 def test_ranks_read_the_same_bundle(mpi_tmp_path):
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    path = mpi_tmp_path / "net.npz"
+    with Communicator() as comm:
+        path = mpi_tmp_path / "net.npz"
+        if comm.rank == 0:
+            save_network(small_network(), path)
+        comm.barrier()
+        with NetworkBundle(path) as bundle:
+            fingerprints = comm.gather(bundle.fingerprint())
     if comm.rank == 0:
-        save_network(small_network(), path)
-    comm.Barrier()
-    with NetworkBundle(path) as bundle:
-        fingerprints = comm.allgather(bundle.fingerprint())
-    assert fingerprints == [small_network().fingerprint()] * comm.size
+        assert fingerprints == [small_network().fingerprint()] * comm.size
 
 
-@pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec beside {sys.executable}")
+def test_the_launcher_is_found_the_way_a_user_would(monkeypatch, tmp_path):
+    from tests import helpers
+
+    monkeypatch.setenv("SPDNN_MPIEXEC", "/opt/site/bin/mpiexec")
+    assert helpers.find_mpiexec() == "/opt/site/bin/mpiexec"
+    monkeypatch.delenv("SPDNN_MPIEXEC")
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    onpath = tmp_path / "system"
+    onpath.mkdir()
+    (onpath / "mpiexec").write_text("#!/bin/sh\n")
+    (onpath / "mpiexec").chmod(0o755)
+    monkeypatch.setenv("PATH", str(onpath))
+    assert helpers.find_mpiexec() == str(onpath / "mpiexec")  # a system MPI on PATH
+    (venv / "mpiexec").write_text("")
+    assert helpers.find_mpiexec() == str(venv / "mpiexec")  # the venv's comes first
+    (venv / "mpiexec").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert helpers.find_mpiexec() is None
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason=NO_MPIEXEC)
 def test_a_failure_on_one_rank_aborts_the_whole_job(tmp_path):
     (tmp_path / "test_hang.py").write_text(textwrap.dedent("""
         import pytest
@@ -44,7 +63,7 @@ def test_a_failure_on_one_rank_aborts_the_whole_job(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.monotonic()
     proc = subprocess.run(
-        [str(MPIEXEC), "-n", "2", sys.executable, "-m", "pytest", "-p", "spdnn.testing",
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "pytest", "-p", "spdnn.testing",
          "-p", "no:cacheprovider", "--with-mpi", "--color=no", "-q", "test_hang.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
     )

@@ -190,7 +190,7 @@ def test_cli_bad_input(tmp_path):
 def test_a_kahypar_crash_becomes_an_error(tmp_path, monkeypatch):
     from partition import backends
 
-    # A minimal INI makes KaHyPar 1.3.7 end its process (DESIGN.md section 3).
+    # A minimal INI makes KaHyPar 1.3.7 end its process (measured; see partition/backends.py).
     (tmp_path / "minimal.ini").write_text("mode=direct\nobjective=km1\n")
     monkeypatch.setattr(backends, "KAHYPAR_INI", tmp_path / "minimal.ini")
     hg = build_hypergraph(network_patterns(small_network()))

@@ -1,0 +1,135 @@
+"""Before/after: the same `spdnn train` and `spdnn infer` command lines run against two source
+trees (this checkout and another, e.g. a `git worktree` of an earlier commit), interleaved round
+by round, so that the ratio of their times comes from one run on one machine state.
+
+    git worktree add /tmp/before a57faad
+    python scripts/bench_ab.py --before /tmp/before [--rounds 3] [--hidden 16384]
+
+Cases (float32, one thread per rank): training the `random` 4096 -> H -> H -> H network with a
+dense 10-way head and the first 3 RadiX-Net layers of H neurons (2,048 synthetic samples, batch
+256, the second epoch's seconds from --metrics-out) at P = 1 and P = 2 with a block plan; Graph
+Challenge inference (`seconds` of the inference loop from --metrics-out) on the official network
+and 1,200-image subset from ../shared (skipped when absent) and on a RadiX-Net 4096 x 120 with
+random inputs, at P = 1 and P = 2 with a cyclic plan. Each tree imports its own spdnn through
+PYTHONPATH. Writes the table to docs/BENCHMARKS.md ("Before and after").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, SHARED, table, write_section  # noqa: E402
+
+from partition.methods import partition_network  # noqa: E402
+from spdnn.bundle import save_network  # noqa: E402
+from spdnn.formats import write_mtx  # noqa: E402
+from spdnn.generate import add_head, radixnet, random_network  # noqa: E402
+from spdnn.graphchallenge import read_graphchallenge  # noqa: E402
+from spdnn.plan import network_patterns, save_plan  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def run(tree: Path, ranks: int, args: list[str], metrics: Path) -> dict:
+    cmd = [sys.executable, "-m", "spdnn", *args, "--metrics-out", str(metrics)]
+    if ranks > 1:
+        cmd = [str(BIN / "mpiexec"), "-n", str(ranks), *cmd]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} (PYTHONPATH={tree}) failed:\n{proc.stderr}")
+    return json.loads(metrics.read_text())
+
+
+def prepare(work: Path, hidden: int) -> list[tuple[str, int, list[str], str]]:
+    """(label, ranks, spdnn arguments, metric) of every case; writes the files they need."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2048, 4096)).astype(np.float32)
+    np.savez(work / "data.npz", x_train=x, y_train=rng.integers(0, 10, 2048))
+    cases = []
+    nets = {"random": random_network([4096, hidden, hidden, hidden], 32, seed=0, n_classes=10),
+            "radixnet": add_head(radixnet(hidden, 3, seed=0), 10)}
+    for name, net in nets.items():
+        if net.sizes[0] != 4096:  # RadiX-Net's input is H wide: its own data
+            xs = rng.standard_normal((2048, net.sizes[0])).astype(np.float32)
+            np.savez(work / f"data-{name}.npz", x_train=xs, y_train=rng.integers(0, 10, 2048))
+            data = work / f"data-{name}.npz"
+        else:
+            data = work / "data.npz"
+        save_network(net, work / f"{name}.npz")
+        save_plan(partition_network(network_patterns(net), 2, "block",
+                                    fingerprint=net.fingerprint()), work / f"{name}-2.npz")
+        base = ["train", "--network", str(work / f"{name}.npz"), "--data", f"npz:{data}",
+                "--epochs", "2", "--batch-size", "256", "--lr", "0.01", "--momentum", "0.9"]
+        cases.append((f"train {name} {net.sizes[1]}x3, P=1", 1, base, "epoch2"))
+        cases.append((f"train {name} {net.sizes[1]}x3, P=2", 2,
+                      base + ["--plan", str(work / f"{name}-2.npz")], "epoch2"))
+    infer = {}
+    gc = SHARED / "graphchallenge"
+    if (gc / "neuron1024" / "n1024-l1.tsv").is_file():
+        infer["gc1024"] = (read_graphchallenge(gc / "neuron1024", -0.3, 32),
+                           gc / "sparse-images-1024_subset.mtx")
+    rx = radixnet(4096, 120, seed=0, bias=-0.35)
+    images = sp.random(256, 4096, density=0.5, random_state=1, format="csr")
+    images.data[:] = 1
+    write_mtx(work / "rx-inputs.mtx", images)
+    infer["radixnet4096x120"] = (rx, work / "rx-inputs.mtx")
+    for name, (net, inputs) in infer.items():
+        save_network(net, work / f"{name}.npz")
+        save_plan(partition_network(network_patterns(net), 2, "cyclic",
+                                    fingerprint=net.fingerprint()), work / f"{name}-2.npz")
+        base = ["infer", "--network", str(work / f"{name}.npz"), "--inputs", str(inputs)]
+        cases.append((f"infer {name}, P=1", 1, base, "seconds"))
+        cases.append((f"infer {name}, P=2", 2, base + ["--plan", str(work / f"{name}-2.npz")],
+                      "seconds"))
+    return cases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", type=Path, required=True, help="the other source tree")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hidden", type=int, default=16384)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    trees = {"before": args.before.resolve(), "after": ROOT}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cases = prepare(work, args.hidden)
+        times: dict[tuple[str, str], list[float]] = {}
+        for r in range(args.rounds):
+            for label, ranks, cmd, metric in cases:
+                for which, tree in (trees.items() if r % 2 == 0 else
+                                    reversed(list(trees.items()))):
+                    m = run(tree, ranks, cmd, work / "m.json")
+                    sec = m["epochs"][1]["seconds"] if metric == "epoch2" else m["seconds"]
+                    times.setdefault((label, which), []).append(sec)
+                    print(f"round {r + 1} {label} {which}: {sec:.3f} s", flush=True)
+    rows = []
+    for label, *_ in cases:
+        b = statistics.median(times[(label, "before")])
+        a = statistics.median(times[(label, "after")])
+        rows.append([label, f"{b:.3f}", f"{a:.3f}", f"{b / a:.2f}x"])
+    body = (f"Command: `python scripts/bench_ab.py --before BEFORE --rounds {args.rounds} "
+            f"--hidden {args.hidden}` (median seconds over the rounds, the two trees "
+            "alternating within each round; training: the second epoch; inference: the "
+            "inference loop).\n\n"
+            + table(["case", "before (s)", "after (s)", "before / after"], rows))
+    print(body)
+    if not args.no_write:
+        write_section("bench-ab", "Before and after", body)
+
+
+if __name__ == "__main__":
+    main()
