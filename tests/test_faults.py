@@ -158,19 +158,12 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(digits_net):
     manifest = json.loads((ckpt / "manifest.json").read_text())
     assert manifest["step"] >= 1
     assert not (digits_net / "never.npz").exists()
-    # The kept checkpoint holds only finite state, in every array of every rank's file, and a
-    # run resumes from it.
+    # The kept checkpoint holds only finite state, in every array of every rank's file.
     assert len(manifest["files"]) == 2
     for name in manifest["files"]:
         with np.load(ckpt / name) as z:
             for key in z.files:
                 assert np.all(np.isfinite(z[key])), (name, key)
-    resumed = mpirun(2, "train", "--network", digits_net / "net.npz", "--plan",
-                     digits_net / "plan2.npz", "--epochs", "5", "--lr", "0.01",
-                     "--momentum", "0.9", "--resume", ckpt, "--max-steps",
-                     str(manifest["step"] + 2))
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed at step {manifest['step']}" in resumed.stdout
 
 
 def test_missing_or_corrupt_checkpoint(digits_net):
