@@ -97,6 +97,7 @@ def _load(path: str):  # noqa: ANN202
     from spdnn.plan import network_patterns
 
     bundle = NetworkBundle(path)
+    bundle.validate()  # every array, before any of it reaches native code
     return bundle, network_patterns(bundle)
 
 

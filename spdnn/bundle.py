@@ -22,6 +22,7 @@ from .network import (
     Layer,
     Network,
     check_indptr,
+    check_pattern,
     concat_ranges,
     fingerprint_of,
     validate_meta,
@@ -37,6 +38,7 @@ class NetworkBundle:
     def __init__(self, path: str | os.PathLike) -> None:
         self._npz = NpzReader(path, "network")
         self.path = self._npz.path
+        self._npz.check_headers()
         fmt = self._npz.text("format")
         if fmt != NETWORK_FORMAT:
             raise InputError(self.path,
@@ -75,8 +77,12 @@ class NetworkBundle:
         return (self.shapes[0][1], *(s[0] for s in self.shapes))
 
     def pattern(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """indptr and indices of layer k (1-based), without the values."""
-        return self._npz.get(f"W{k}_indptr"), self._npz.get(f"W{k}_indices")
+        """indptr and indices of layer k (1-based), without the values, validated (they go on
+        to native partitioners)."""
+        indptr = self._npz.get(f"W{k}_indptr")
+        indices = self._npz.get(f"W{k}_indices")
+        check_pattern(indptr, indices, self.shapes[k - 1], self.path, f"layer {k}")
+        return indptr, indices
 
     def nnz(self, k: int) -> int:
         """Stored nonzeros of layer k, from the member header alone."""
@@ -123,6 +129,11 @@ class NetworkBundle:
         bias = self._npz.get(f"b{k}")
         return Layer.from_arrays(indptr, indices, data, self.shapes[k - 1], bias, self.path,
                                  f"layer {k}", dtype)
+
+    def validate(self) -> None:
+        """Read and check every layer (one at a time), as loading the network would."""
+        for k in range(1, self.n_layers + 1):
+            self.layer(k)
 
     def layers(self, dtype: Any = None) -> Iterator[Layer]:
         for k in range(1, self.n_layers + 1):

@@ -43,27 +43,24 @@ def check_indptr(indptr: np.ndarray, n_rows: int, nnz: int, source: str, what: s
         raise InputError(source, f"{what}: indptr is not non-decreasing")
 
 
-def check_csr(
+def check_pattern(
     indptr: np.ndarray,
     indices: np.ndarray,
-    data: np.ndarray,
     shape: tuple[int, int],
     source: str,
     what: str,
     min_rows: int = 1,
 ) -> None:
-    """Validate raw CSR arrays: chained pointers, sorted unique in-range indices, finite data.
+    """Validate a CSR sparsity pattern: chained pointers, sorted unique in-range indices.
     ``min_rows=0`` accepts the empty slice a rank may own of a layer."""
     n_rows, n_cols = shape
     if n_rows < min_rows or n_cols < 1:
         raise InputError(source, f"{what}: shape {shape} must be positive")
-    if indices.ndim != 1 or data.ndim != 1:
-        raise InputError(source, f"{what}: indices and data must be 1-D arrays")
+    if indices.ndim != 1:
+        raise InputError(source, f"{what}: indices must be a 1-D array, not {indices.shape}")
     if not np.issubdtype(indices.dtype, np.integer):
         raise InputError(source, f"{what}: indptr and indices must be integer arrays")
     nnz = len(indices)
-    if len(data) != nnz:
-        raise InputError(source, f"{what}: indptr, indices and data lengths do not agree")
     check_indptr(indptr, n_rows, nnz, source, what)
     if nnz:
         lo, hi = int(indices.min()), int(indices.max())
@@ -81,6 +78,21 @@ def check_csr(
             row = int(np.searchsorted(indptr, pos, side="right")) - 1
             kind = "duplicate" if step[pos - 1] == 0 else "unsorted"
             raise InputError(source, f"{what}: {kind} column index in row {row}")
+
+
+def check_csr(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    shape: tuple[int, int],
+    source: str,
+    what: str,
+    min_rows: int = 1,
+) -> None:
+    """Validate raw CSR arrays: a valid pattern (``check_pattern``) and finite values."""
+    if data.ndim != 1 or len(data) != len(indices):
+        raise InputError(source, f"{what}: indptr, indices and data lengths do not agree")
+    check_pattern(indptr, indices, shape, source, what, min_rows)
     if not np.issubdtype(data.dtype, np.floating):
         raise InputError(source, f"{what}: values must be floating point, not {data.dtype}")
     if not np.all(np.isfinite(data)):

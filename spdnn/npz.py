@@ -84,6 +84,12 @@ class NpzReader:
                                   f"member holds {info.file_size:,} bytes")
         return fh, tuple(int(n) for n in shape), dtype
 
+    def check_headers(self) -> None:
+        """Read every member's header (not its data): a file whose members cannot be read, or
+        claim more than they hold, is refused before anything is loaded from it."""
+        for key in sorted(self.keys):
+            self.header(key)
+
     def header(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
         """Shape and dtype of a member, from its header alone."""
         fh, shape, dtype = self._open(key)
