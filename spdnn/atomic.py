@@ -20,6 +20,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise InputError(final, f"output directory {parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent)
     os.close(fd)
+    # mkstemp creates the file 0600; the result should have the mode any new file gets here.
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         yield Path(tmp)
         os.replace(tmp, final)
@@ -27,6 +29,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -6,7 +6,11 @@ the previous checkpoint. Only finite state is written. Resume works on any P and
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,37 +62,106 @@ def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list,
     name = f"step{pos.step:09d}-rank{comm.rank:05d}.npz"
 
     def write() -> None:
-        d.mkdir(parents=True, exist_ok=True)
-        with atomic_path(d / name) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with atomic_path(d / name) as tmp, open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+        except OSError as exc:
+            raise InputError(d / name, f"cannot write the checkpoint ({exc.strerror or exc})"
+                             ) from None
 
     comm.check(write)
-    if comm.rank == 0:
-        old = _manifest_files(d)
-        manifest = {
-            "format": CHECKPOINT_FORMAT, "step": pos.step, "epoch": pos.epoch,
-            "batch": pos.batch, "nparts": comm.size, "fingerprint": dnet.fingerprint,
-            "dtype": str(dnet.dtype), "n_layers": dnet.n_layers, **settings,
-            "files": [f"step{pos.step:09d}-rank{r:05d}.npz" for r in range(comm.size)],
-        }
-        write_text(d / "manifest.json", json.dumps(manifest, indent=2) + "\n")
-        for f in old:
-            if f not in manifest["files"]:
-                (d / f).unlink(missing_ok=True)
+    comm.check(lambda: _commit(d, pos, comm.size, dnet, settings) if comm.rank == 0 else None)
     comm.barrier()
 
 
-def _manifest_files(d: Path) -> list[str]:
+def _commit(d: Path, pos: Position, nparts: int, dnet: DistributedNetwork,
+            settings: dict[str, Any]) -> None:
+    """Rank 0: write the manifest naming the rank files (the commit point), then remove the
+    rank files no manifest names any more."""
+    manifest = {
+        "format": CHECKPOINT_FORMAT, "step": pos.step, "epoch": pos.epoch,
+        "batch": pos.batch, "nparts": nparts, "fingerprint": dnet.fingerprint,
+        "dtype": str(dnet.dtype), "n_layers": dnet.n_layers, **settings,
+        "files": [f"step{pos.step:09d}-rank{r:05d}.npz" for r in range(nparts)],
+    }
     try:
-        return list(json.loads((d / "manifest.json").read_text()).get("files", []))
-    except (OSError, ValueError, AttributeError):
-        return []
+        write_text(d / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    except OSError as exc:
+        raise InputError(d / "manifest.json", "cannot write the checkpoint manifest "
+                                              f"({exc.strerror or exc})") from None
+    # Rank files of earlier checkpoints, and any a killed run left behind, are no longer
+    # named by the manifest (the directory is locked by this run: no other writer).
+    for f in d.glob("step*-rank*.npz"):
+        if f.name not in manifest["files"] and f.is_file():
+            f.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
+    """Hold ``DIRECTORY/lock`` (host and process id of rank 0) while a run writes checkpoints
+    there: a second live run is refused; a lock left by a process that no longer runs on this
+    host is taken over, and temporary files left by a killed run are removed."""
+    d = Path(directory)
+    lock = d / "lock"
+
+    def take() -> bool:
+        created = not d.exists()
+        d.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                host, _, pid = lock.read_text(errors="replace").strip().partition(" ")
+                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                    lock.unlink(missing_ok=True)  # its run ended without releasing it
+                    continue
+                raise InputError(lock, f"another run (process {pid or '?'} on {host or '?'}) "
+                                       "uses this checkpoint directory; if it has ended, "
+                                       "remove the lock file") from None
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{socket.gethostname()} {os.getpid()}\n")
+            for tmp in d.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+            return created
+        raise InputError(lock, "could not take the lock")
+
+    created = comm.check(lambda: take() if comm.rank == 0 else False)
+    try:
+        yield
+    finally:
+        if comm.rank == 0:
+            lock.unlink(missing_ok=True)
+            if created and d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def manifest_path(directory: str) -> Path:
+    return Path(directory) / "manifest.json"
+
+
+def _count(manifest: dict[str, Any], key: str, path: Path, least: int = 0) -> int:
+    value = manifest.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise InputError(path, f"manifest field '{key}' must be an integer >= {least}, "
+                               f"not {value!r}")
+    return value
 
 
 def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any]
                   ) -> dict[str, Any]:
-    """The manifest, checked against this network and this run's settings."""
-    path = Path(directory) / "manifest.json"
+    """The manifest, checked field by field against this network and this run's settings."""
+    path = manifest_path(directory)
     if not path.is_file():
         raise InputError(path, "no checkpoint manifest here")
     try:
@@ -99,6 +172,9 @@ def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any]
         raise InputError(path, f"not a {CHECKPOINT_FORMAT} manifest")
     if manifest.get("fingerprint") not in (None, fingerprint):
         raise InputError(path, "checkpoint was written for another network")
+    for key in ("step", "epoch", "batch"):
+        _count(manifest, key, path)
+    nparts = _count(manifest, "nparts", path, 1)
     for key in RUN_SETTINGS:
         if key in manifest and key in settings and manifest[key] != settings[key]:
             option = {"batch_size": "--batch-size", "seed": "--seed",
@@ -106,13 +182,47 @@ def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any]
             raise InputError(path, f"checkpoint was written with {key} {manifest[key]}, this "
                                    f"run has {settings[key]}: resume with the same {option}")
     files = manifest.get("files")
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        raise InputError(path, "manifest 'files' must be a list of file names")
+    if not isinstance(files, list) or len(files) != nparts or \
+            not all(isinstance(f, str) and f and Path(f).name == f for f in files):
+        raise InputError(path, f"manifest field 'files' must list {nparts} file names in "
+                               "this directory")
     for f in files:
         if not (Path(directory) / f).is_file():
             raise InputError(Path(directory) / f, "checkpoint file listed in the manifest is "
                                                   "missing")
     return manifest
+
+
+def _shard_layer(r: NpzReader, k: int, n_out: int, n_in: int) -> dict[str, np.ndarray]:
+    """Layer k of one rank's file, every array checked against the network's sizes."""
+    a = {name: r.get(f"{name}{k}") for name in ("rows", "counts", "cols", "w", "b")}
+    for name in ("mw", "mb"):
+        if f"{name}{k}" in r.keys:
+            a[name] = r.get(f"{name}{k}")
+
+    def bad(name: str, problem: str) -> InputError:
+        return InputError(r.path, f"'{name}{k}' {problem}")
+
+    for name, v in a.items():
+        if v.ndim != 1:
+            raise bad(name, f"must be 1-D, has shape {v.shape}")
+        kind = "iu" if name in ("rows", "counts", "cols") else "f"
+        if v.dtype.kind not in kind:
+            raise bad(name, f"has dtype {v.dtype}")
+    rows, counts, cols = a["rows"], a["counts"], a["cols"]
+    if len(rows) and (rows.min() < 0 or rows.max() >= n_out or len(np.unique(rows)) != len(rows)):
+        raise bad("rows", f"must hold distinct rows in [0, {n_out})")
+    if len(counts) != len(rows) or (len(counts) and counts.min() < 0):
+        raise bad("counts", "must hold one count >= 0 per row")
+    nnz = int(counts.sum())
+    if len(cols) != nnz or (nnz and (cols.min() < 0 or cols.max() >= n_in)):
+        raise bad("cols", f"must hold {nnz} columns in [0, {n_in})")
+    for name, n in (("w", nnz), ("b", len(rows)), ("mw", nnz), ("mb", len(rows))):
+        if name in a and (len(a[name]) != n or not np.all(np.isfinite(a[name]))):
+            raise bad(name, f"must hold {n} finite values")
+    if ("mw" in a) != ("mb" in a):
+        raise bad("mw", "and 'mb' come together")
+    return a
 
 
 def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str, Any]
@@ -130,20 +240,21 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
             + layer.global_columns()
         keys, w, mw, rows, b, mb = [], [], [], [], [], []
         for r in readers:
-            counts = r.get(f"counts{k}")
-            rr = r.get(f"rows{k}")
-            keys.append(np.repeat(rr.astype(np.int64), counts) * n_in + r.get(f"cols{k}"))
-            w.append(r.get(f"w{k}"))
-            rows.append(rr)
-            b.append(r.get(f"b{k}"))
-            if f"mw{k}" in r.keys:
-                mw.append(r.get(f"mw{k}"))
-                mb.append(r.get(f"mb{k}"))
+            a = _shard_layer(r, k, dnet.sizes[k], n_in)
+            keys.append(np.repeat(a["rows"].astype(np.int64), a["counts"]) * n_in + a["cols"])
+            w.append(a["w"])
+            rows.append(a["rows"])
+            b.append(a["b"])
+            if "mw" in a:
+                mw.append(a["mw"])
+                mb.append(a["mb"])
+        if mw and len(mw) != len(readers):
+            raise InputError(directory, f"only some rank files hold momentum for layer {k}")
         keys_all = np.concatenate(keys)
         order = np.argsort(keys_all)
         pos = np.searchsorted(keys_all, my_keys, sorter=order)
-        idx = order[np.minimum(pos, len(order) - 1)]
-        if len(my_keys) and not np.array_equal(keys_all[idx], my_keys):
+        idx = order[np.minimum(pos, max(len(order) - 1, 0))] if len(order) else pos
+        if len(my_keys) and (not len(order) or not np.array_equal(keys_all[idx], my_keys)):
             raise InputError(directory, f"checkpoint does not hold every weight of layer {k}")
         layer.weight.data[:] = np.concatenate(w)[idx]
         rows_all = np.concatenate(rows)

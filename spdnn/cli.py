@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from . import threads  # noqa: F401  (pins BLAS threads before numpy loads)
 from .errors import SpdnnError
+from .options import OneLineParser, non_negative, positive_int, report, seed
 
 EXAMPLES = """\
 examples:
@@ -24,13 +25,6 @@ examples:
       --inputs ../shared/data/graphchallenge/sparse-images-1024_subset.mtx \\
       --categories-out categories.tsv
 """
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
-    return value
 
 
 def _sizes(text: str) -> list[int]:
@@ -48,7 +42,7 @@ def _cap(text: str) -> float | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="spdnn",
         description="Sparse DNN training and inference, distributed over MPI ranks by a plan.",
         epilog=EXAMPLES,
@@ -71,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--cap", type=_cap, default=None, help="ReLU cap (default none)")
     conv.add_argument("--output-activation", choices=["linear", "relu"], default=None,
                       help="default: relu for graphchallenge, linear for mtx")
-    conv.add_argument("--layers", type=_positive_int, help="read only the first L layers")
+    conv.add_argument("--layers", type=positive_int, help="read only the first L layers")
     conv.add_argument("--dtype", choices=["float32", "float64"], default="float32")
 
     # generate ---------------------------------------------------------------
@@ -80,16 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("kind", choices=["radixnet", "random", "prune"])
     gen.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
     gen.add_argument("--neurons", type=int, default=1024, help="radixnet: 1024/4096/16384/65536")
-    gen.add_argument("--layers", type=_positive_int, default=120, help="radixnet: depth")
+    gen.add_argument("--layers", type=positive_int, default=120, help="radixnet: depth")
     gen.add_argument("--sizes", type=_sizes, help="random: layer sizes n_0,n_1,...,n_L")
-    gen.add_argument("--fan-in", type=_positive_int, default=32, help="random: nonzeros per row")
+    gen.add_argument("--fan-in", type=positive_int, default=32, help="random: nonzeros per row")
     gen.add_argument("--weights", help="prune: dense weights (.npz with W1..WL, or .npy)")
     gen.add_argument("--density", type=float, default=0.05, help="prune: fraction kept")
-    gen.add_argument("--head", type=_positive_int, help="add a dense classifier with C outputs")
+    gen.add_argument("--head", type=positive_int, help="add a dense classifier with C outputs")
     gen.add_argument("--bias", type=float, default=-0.3, help="radixnet bias (default -0.3)")
     gen.add_argument("--cap", type=_cap, default=None,
                      help="ReLU cap (radixnet default 32, otherwise none)")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=seed, default=0)
     gen.add_argument("--dtype", choices=["float32", "float64"], default="float32")
 
     # train ------------------------------------------------------------------
@@ -99,20 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--network", required=True, help="network bundle (.npz)")
     tr.add_argument("--plan", help="plan from spdnn-partition (required with more than 1 rank)")
     tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
-    tr.add_argument("--epochs", type=_positive_int, default=10)
-    tr.add_argument("--batch-size", type=_positive_int, default=64)
-    tr.add_argument("--lr", type=float, default=0.05)
-    tr.add_argument("--momentum", type=float, default=0.9)
-    tr.add_argument("--weight-decay", type=float, default=0.0)
+    tr.add_argument("--epochs", type=positive_int, default=10)
+    tr.add_argument("--batch-size", type=positive_int, default=64)
+    tr.add_argument("--lr", type=non_negative, default=0.05)
+    tr.add_argument("--momentum", type=non_negative, default=0.9)
+    tr.add_argument("--weight-decay", type=non_negative, default=0.0)
     tr.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy")
-    tr.add_argument("--seed", type=int, default=0, help="seed of the sample shuffling")
+    tr.add_argument("--seed", type=seed, default=0, help="seed of the sample shuffling")
     tr.add_argument("--no-shuffle", action="store_true", help="batches in file order")
-    tr.add_argument("--max-steps", type=_positive_int, help="stop after this many SGD steps")
+    tr.add_argument("--max-steps", type=positive_int, help="stop after this many SGD steps")
     tr.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     tr.add_argument("--save", help="write the trained network as one bundle")
     tr.add_argument("--checkpoint-dir", help="write checkpoints here (every N steps, and at the "
                                              "end)")
-    tr.add_argument("--checkpoint-every", type=_positive_int, help="steps between checkpoints")
+    tr.add_argument("--checkpoint-every", type=positive_int, help="steps between checkpoints")
     tr.add_argument("--resume", help="continue from this checkpoint directory (any P and plan)")
     tr.add_argument("--metrics-out", help="write per-epoch metrics as JSON")
 
@@ -139,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return COMMANDS[args.command](args) or 0
     except SpdnnError as exc:
-        print(f"spdnn: error: {exc}", file=sys.stderr)
+        report("spdnn", str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         print("spdnn: interrupted", file=sys.stderr)

@@ -13,12 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, SpdnnError
-
-
-def _check_output(path: str) -> None:
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise InputError(path, f"output directory {parent} does not exist")
+from .options import check_fan_in, check_outputs
 
 
 def _short(sizes: Sequence[int]) -> str:
@@ -36,6 +31,10 @@ def cmd_convert(args: argparse.Namespace) -> None:
     from .network import Layer, Network
     from .progress import Progress
 
+    if args.to == "network":
+        check_outputs([("-o", args.output)])
+    else:
+        check_outputs([], [("-o", args.output)])
     if args.source == "graphchallenge":
         if len(args.inputs) != 1:
             raise InputError(args.inputs[1], "graphchallenge takes one directory")
@@ -57,7 +56,6 @@ def cmd_convert(args: argparse.Namespace) -> None:
     else:
         net = load_network(args.inputs[0], args.dtype)
     if args.to == "network":
-        _check_output(args.output)
         save_network(net, args.output)
     elif args.to == "graphchallenge":
         write_graphchallenge(net, args.output)
@@ -74,7 +72,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from . import generate
     from .bundle import save_network
 
-    _check_output(args.output)
+    check_outputs([("-o", args.output)])
+    if args.kind == "random" and args.sizes:
+        check_fan_in(args.fan_in, args.sizes)
     try:
         if args.kind == "radixnet":
             cap = 32.0 if args.cap is None else args.cap
@@ -103,19 +103,53 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
                  ) -> Callable[[argparse.Namespace], int]:
     """A subcommand that runs on every rank: errors agreed, an exception aborts the job."""
     def run(args: argparse.Namespace) -> int:
+        import numpy as np
+
         from .comm import run_collectively
 
-        return run_collectively(lambda comm: body(comm, args))
+        # Overflow and NaN are detected and reported as one line (non-finite loss or
+        # weights); numpy's warnings about them would only precede that line.
+        with np.errstate(all="ignore"):
+            return run_collectively(lambda comm: body(comm, args))
     return run
 
 
-def _open(comm, args: argparse.Namespace, outputs: Sequence[str | None]):  # noqa: ANN001, ANN202
+def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]],  # noqa: ANN001
+          dirs: Sequence[tuple[str, str | None]] = ()):  # noqa: ANN202
+    """Check the options on rank 0 (the decision is agreed), then open the network."""
+    from . import kernels
     from .session import open_network
 
-    for out in outputs:
-        if out:
-            comm.check(lambda out=out: _check_output(out))
+    def check() -> None:
+        check_outputs(files, dirs)
+        kernels.backend()  # an unknown SPDNN_KERNELS value is an error now, not mid-run
+
+    comm.check(lambda: check() if comm.rank == 0 else None)
     return open_network(comm, args.network, args.plan, args.dtype)
+
+
+def _check_data(data, sizes: Sequence[int], source: str) -> None:  # noqa: ANN001
+    if data.n_features != sizes[0]:
+        raise InputError(source, f"data has {data.n_features} features but the network's "
+                                 f"layer 0 has {sizes[0]} neurons")
+    if data.n_classes > sizes[-1]:
+        raise InputError(source, f"data has labels up to {data.n_classes - 1} "
+                                 f"({data.n_classes} classes) but the network has {sizes[-1]} "
+                                 "outputs")
+
+
+def _check_position(position, args: argparse.Namespace, n_samples: int) -> None:  # noqa: ANN001
+    """A resumed position must lie inside this run: a batch of the epoch, below --max-steps."""
+    from .batching import n_batches
+    from .checkpoint import manifest_path
+
+    per_epoch = n_batches(n_samples, args.batch_size)
+    if position.batch >= per_epoch:
+        raise InputError(manifest_path(args.resume), f"batch {position.batch} is beyond the "
+                                                     f"{per_epoch} batches of an epoch")
+    if args.max_steps is not None and args.max_steps < position.step:
+        raise SpdnnError(f"--max-steps {args.max_steps} is below the checkpoint's step "
+                         f"{position.step}: nothing would run")
 
 
 def _print_epoch(r) -> None:  # noqa: ANN001
@@ -127,8 +161,10 @@ def _print_epoch(r) -> None:  # noqa: ANN001
 
 @collectively
 def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from contextlib import nullcontext
+
     from .accounting import accounting, format_accounting, format_timing, plan_volume, timing
-    from .checkpoint import load_checkpoint
+    from .checkpoint import directory_lock, load_checkpoint
     from .datasets import load_dataset
     from .kernels import backend as kernels_backend
     from .optim import SGDConfig
@@ -138,19 +174,12 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 
     if args.checkpoint_every and not args.checkpoint_dir:
         raise SpdnnError("--checkpoint-every needs --checkpoint-dir")
-    run = _open(comm, args, (args.save, args.metrics_out))
+    run = _open(comm, args, [("--save", args.save), ("--metrics-out", args.metrics_out)],
+                [("--checkpoint-dir", args.checkpoint_dir)])
     sizes, dnet = run.bundle.sizes, run.dnet
     data = comm.check(lambda: load_dataset(args.data, args.dtype))
 
-    def check_data() -> None:
-        if data.n_features != sizes[0]:
-            raise InputError(args.data, f"data has {data.n_features} features but the "
-                                        f"network's layer 0 has {sizes[0]} neurons")
-        if data.n_classes > sizes[-1]:
-            raise InputError(args.data, f"data has {data.n_classes} classes but the network "
-                                        f"has {sizes[-1]} outputs")
-
-    comm.check(check_data)
+    comm.check(lambda: _check_data(data, sizes, args.data))
     cfg = TrainConfig(args.epochs, args.batch_size,
                       SGDConfig(args.lr, args.momentum, args.weight_decay), args.seed,
                       not args.no_shuffle, args.loss, args.max_steps, args.checkpoint_dir,
@@ -159,6 +188,7 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     if args.resume:
         position, momentum = comm.check(lambda: load_checkpoint(dnet, args.resume,
                                                                 cfg.settings()))
+        comm.check(lambda: _check_position(position, args, len(data.y_train)))
     if comm.rank == 0:
         resumed = f", resumed at step {position.step}" if position else ""
         print(f"training {_short(sizes)} ({run.nnz:,} weights) on {data.name} "
@@ -174,18 +204,27 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         if done == total:
             bar.close()
 
-    reports = train(comm, dnet, data, cfg, position, momentum,
-                    _print_epoch if comm.rank == 0 else None, on_step)
-    volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
-    acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
-    tm = timing(comm, dnet.timers)
-    if comm.rank == 0:
-        print(format_accounting(acc), flush=True)
-        print(format_timing(tm), flush=True)
-    if args.save:
-        save_trained(comm, dnet, args.save, {"trained_by": "spdnn train", "data": data.name})
+    result: dict[str, Any] = {}
+
+    def finish() -> None:
+        """Report the traffic and save the trained network, before the final checkpoint."""
+        volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        result["traffic"] = acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
+        result["timing"] = tm = timing(comm, dnet.timers)
         if comm.rank == 0:
-            print(f"saved {args.save}")
+            print(format_accounting(acc), flush=True)
+            print(format_timing(tm), flush=True)
+        if args.save:
+            save_trained(comm, dnet, args.save, {"trained_by": "spdnn train",
+                                                 "data": data.name})
+            if comm.rank == 0:
+                print(f"saved {args.save}")
+
+    lock = directory_lock(comm, args.checkpoint_dir) if args.checkpoint_dir else nullcontext()
+    with lock:
+        reports = train(comm, dnet, data, cfg, position, momentum,
+                        _print_epoch if comm.rank == 0 else None, on_step, finish)
+    acc, tm = result["traffic"], result["timing"]
     write_json(comm, args.metrics_out, {"ranks": comm.size,
                                         "epochs": [r.as_dict() for r in reports],
                                         "traffic": acc, "timing": tm,
@@ -206,7 +245,8 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     from .inference import challenge_infer, evaluate, local_inputs
     from .session import write_json
 
-    run = _open(comm, args, (args.categories_out, args.metrics_out))
+    run = _open(comm, args, [("--categories-out", args.categories_out),
+                             ("--metrics-out", args.metrics_out)])
     dnet = run.dnet
 
     def traffic() -> dict[str, Any]:
@@ -218,6 +258,7 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         data = comm.check(lambda: load_dataset(spec, args.dtype))
         x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
                                                                             data.y_train)
+        comm.check(lambda: _check_data(data, run.bundle.sizes, spec))
         x_local = comm.check(lambda: local_inputs(dnet, x, spec))
         t0 = time.perf_counter()
         acc = evaluate(dnet, x_local, y)

@@ -43,6 +43,9 @@ class Dataset:
 def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any) -> tuple:
     if x.ndim != 2:
         raise InputError(source, f"x_{split} must be 2-D (samples x features), has shape {x.shape}")
+    if len(x) == 0:
+        raise InputError(source, f"x_{split} has no samples" + (" (no training samples)"
+                                                               if split == "train" else ""))
     if y.ndim != 1 or len(y) != len(x):
         raise InputError(source, f"y_{split} must hold one label per row of x_{split}")
     if not np.issubdtype(y.dtype, np.integer):
@@ -52,7 +55,13 @@ def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any)
         raise InputError(source, f"y_{split} has a negative label")
     if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
         raise InputError(source, f"x_{split} must hold finite numbers")
-    return x.astype(as_dtype(dtype), copy=False), y.astype(np.int64)
+    dt = as_dtype(dtype)
+    with np.errstate(over="ignore"):
+        cast = x.astype(dt, copy=False)
+    if not np.all(np.isfinite(cast)):
+        raise InputError(source, f"x_{split} has values beyond the {dt} range (use --dtype "
+                                 "float64)")
+    return cast, y.astype(np.int64)
 
 
 def load_npz(path: str | os.PathLike, dtype: Any = "float32") -> Dataset:
@@ -85,6 +94,8 @@ def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
         a = read_idx(f)
         if a.ndim != 3 or a.dtype != np.uint8:
             raise InputError(f, "expected a 3-D uint8 image array")
+        if len(a) == 0:
+            raise InputError(f, "holds no images")
         return (a.reshape(len(a), -1).astype(as_dtype(dtype)) / 255).astype(as_dtype(dtype))
 
     def labels(stem: str, n: int) -> np.ndarray:

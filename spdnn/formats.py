@@ -11,8 +11,10 @@ Every reader reports a malformed file as InputError naming the file and line.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import re
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +24,10 @@ from .atomic import atomic_path, write_text
 from .errors import InputError
 
 # --------------------------------------------------------------------------- text tables
+
+# The largest row or column count a text or Matrix Market file may declare or imply: it bounds
+# the row pointers built for a file (1 GiB at this size) whatever the file claims.
+MAX_DIMENSION = 2**27
 
 
 def _read_bytes(path: str | os.PathLike) -> bytes:
@@ -33,7 +39,7 @@ def _read_bytes(path: str | os.PathLike) -> bytes:
         with open(p, "rb") as fh:
             raw = fh.read()
         return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(p, f"cannot read ({exc})") from None
 
 
@@ -100,12 +106,12 @@ def _check_indices(
         e = int(np.argmax(low))
         raise InputError(path, f"{what} {int(values[e])} is not a 1-based index (must be >= 1)",
                          _locate(path, lines, first_line, e))
-    if upper is not None:
-        high = values > upper
-        if np.any(high):
-            e = int(np.argmax(high))
-            raise InputError(path, f"{what} {int(values[e])} out of range [1, {upper}]",
-                             _locate(path, lines, first_line, e))
+    upper = MAX_DIMENSION if upper is None else upper
+    high = values > upper
+    if np.any(high):
+        e = int(np.argmax(high))
+        raise InputError(path, f"{what} {int(values[e])} out of range [1, {upper}]",
+                         _locate(path, lines, first_line, e))
     return values.astype(np.int64) - 1
 
 
@@ -179,6 +185,10 @@ def read_mtx(path: str | os.PathLike) -> sp.csr_matrix:
     if len(size) != 3 or not all(s.isdigit() for s in size):
         raise InputError(p, "size line must be 'rows cols entries'", i + 1)
     n_rows, n_cols, nnz = (int(s) for s in size)
+    for what, n in (("rows", n_rows), ("columns", n_cols)):
+        if n > MAX_DIMENSION:
+            raise InputError(p, f"size line declares {n:,} {what}; spdnn reads at most "
+                                f"{MAX_DIMENSION:,}", i + 1)
     data_lines = [ln for ln in lines[i + 1:] if not ln.startswith("%")]
     width = 2 if field == "pattern" else 3
     table = _parse_rows(p, data_lines, i + 2, (width,))
@@ -223,7 +233,10 @@ def read_sparse_matrix(path: str | os.PathLike,
 
 def read_inputs(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
     """Graph Challenge input images: samples x features (TSV triples or Matrix Market)."""
-    return read_sparse_matrix(path, n_features)
+    images = read_sparse_matrix(path, n_features)
+    if images.shape[0] == 0:
+        raise InputError(path, "no inputs (the file holds no samples)")
+    return images
 
 
 def read_categories(path: str | os.PathLike) -> np.ndarray:
@@ -264,13 +277,13 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         raise InputError(p, "truncated IDX header")
     dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", ndim, 4))
     dtype = np.dtype(_IDX_TYPES[raw[2]])
-    need = int(np.prod(dims)) * dtype.itemsize
+    need = math.prod(dims) * dtype.itemsize  # Python integers: no overflow
     body = raw[4 + 4 * ndim:]
     if len(body) < need:
         raise InputError(p, f"truncated: header promises {need} data bytes, found {len(body)}")
     if len(body) > need:
         raise InputError(p, f"{len(body) - need} bytes of trailing data after the IDX payload")
-    return np.frombuffer(body, dtype, int(np.prod(dims))).reshape(dims)
+    return np.frombuffer(body, dtype, math.prod(dims)).reshape(dims)
 
 
 def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:

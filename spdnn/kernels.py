@@ -21,6 +21,8 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
+from .errors import SpdnnError
+
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
 BACKENDS = ("scipy", "numba")
@@ -49,7 +51,10 @@ def backend() -> str:
         wanted = os.environ.get("SPDNN_KERNELS", "auto")
         if wanted == "auto":
             wanted = "numba" if "numba" in available_backends() else "scipy"
-        set_backend(wanted)
+        try:
+            set_backend(wanted)
+        except ValueError as exc:
+            raise SpdnnError(f"SPDNN_KERNELS={wanted!r}: {exc}") from None
     return str(_state["backend"])
 
 

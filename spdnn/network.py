@@ -150,12 +150,15 @@ class Layer:
         dt = as_dtype(dtype if dtype is not None else data.dtype)
         # Keep int32 indices where they fit: scipy's kernels are fastest on them.
         itype = np.int32 if len(indices) < 2**31 and shape_t[1] < 2**31 else np.int64
+        with np.errstate(over="ignore"):
+            values, bias = data.astype(dt, copy=False), bias.astype(dt, copy=False)
+        if not (np.all(np.isfinite(values)) and np.all(np.isfinite(bias))):
+            raise InputError(source, f"{what}: values beyond the {dt} range (use float64)")
         w = sp.csr_matrix(
-            (data.astype(dt, copy=False), indices.astype(itype, copy=False),
-             indptr.astype(itype, copy=False)),
+            (values, indices.astype(itype, copy=False), indptr.astype(itype, copy=False)),
             shape=shape_t,
         )
-        return Layer(w, bias.astype(dt, copy=False))
+        return Layer(w, bias)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,8 @@ def load_plan(path: str | os.PathLike) -> Plan:
         meta = json.loads(npz.text("meta"))
     except json.JSONDecodeError as exc:
         raise InputError(npz.path, f"meta is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise InputError(npz.path, "meta must be a JSON object")
     owners = []
     k = 0
     while f"owner{k}" in npz.keys:

@@ -43,9 +43,15 @@ class TrainConfig:
 def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: TrainConfig,
           position: Position | None = None, momentum: list | None = None,
           on_epoch: Callable[[EpochReport], None] | None = None,
-          on_step: Callable[[int, int], None] | None = None) -> list[EpochReport]:
-    """Minibatch SGD; returns one report per epoch run (all ranks get the same reports)."""
+          on_step: Callable[[int, int], None] | None = None,
+          on_finish: Callable[[], None] | None = None) -> list[EpochReport]:
+    """Minibatch SGD; returns one report per epoch run (all ranks get the same reports).
+
+    ``on_finish`` (e.g. saving the trained network) runs before the final checkpoint; the
+    checkpoint is written even when it fails, and the other way round."""
     pos = position or Position()
+    if len(data.y_train) == 0:
+        raise AgreedError(f"{data.name}: no training samples")
     opt = SGD(cfg.sgd, dnet.parameters(), momentum or [])
     x_local = local_inputs(dnet, data.x_train, data.name)
     xt_local = local_inputs(dnet, data.x_test, data.name) if data.x_test is not None else None
@@ -71,7 +77,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                 kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
                         if cfg.checkpoint_dir else "")
                 raise AgreedError(f"non-finite loss ({value}) at epoch {pos.epoch + 1}, step "
-                                  f"{pos.step + 1}: training stopped (lower --lr?){kept}")
+                                  f"{pos.step + 1}: the weights or activations overflowed "
+                                  f"{dnet.dtype} (a lower --lr may help){kept}")
             opt.step(interleave(gw, gb))
             dnet.sync()
             total_loss += value * len(idx)
@@ -101,6 +108,13 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             on_epoch(report)
         if stop:
             break
-    if cfg.checkpoint_dir:
-        checkpoint()
+    failed: list[AgreedError] = []
+    for step in (on_finish, checkpoint if cfg.checkpoint_dir else None):
+        try:
+            if step:
+                step()
+        except AgreedError as exc:
+            failed.append(exc)
+    if failed:
+        raise failed[0]
     return reports

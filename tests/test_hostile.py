@@ -6,6 +6,8 @@ run under 2 ranks, where the line must still be printed once.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import struct
 import subprocess
@@ -201,3 +203,289 @@ def test_malformed_networks_under_two_ranks(base, name):
     proc = run(2, "train", "--network", path, "--plan", base / "plan2.npz", "--data",
                f"npz:{base / 'data.npz'}", "--epochs", "1")
     assert_one_line(proc, path.name, fragment)
+
+
+# --------------------------------------------------------------------------- plans, checkpoints
+
+
+def _bad_plans(d: Path) -> dict[str, tuple[Path, str]]:
+    good = d / "plan2.npz"
+    out = d / "bad-plans"
+    out.mkdir(exist_ok=True)
+    with np.load(good) as z:
+        owner1 = z["owner1"]
+    cases = {
+        "meta not an object": ({"meta": np.array("[1]")}, "meta must be a JSON object"),
+        "owner out of range": ({"owner1": owner1 + 5}, "owner1 has ranks outside [0, 2)"),
+        "owner wrong length": ({"owner1": owner1[:-1]}, "layer sizes"),
+        "owner 2-D": ({"owner1": owner1.reshape(1, -1)}, "owner1 must be a 1-D integer array"),
+        "nparts zero": ({"nparts": np.array(0)}, "nparts must be at least 1"),
+    }
+    made = {name: (rewrite(good, out / f"{i}.npz", **ch), frag)
+            for i, (name, (ch, frag)) in enumerate(cases.items())}
+    (out / "junk.npz").write_bytes(b"not a zip at all")
+    made["not a zip"] = (out / "junk.npz", "not a readable plan")
+    return made
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_malformed_plans(base, ranks):
+    failures = []
+    for name, (path, fragment) in _bad_plans(base).items():
+        if ranks == 1:
+            proc = run(1, "stats", base / "net.npz", path, module="partition")
+        else:
+            proc = run(2, "train", "--network", base / "net.npz", "--plan", path, "--data",
+                       f"npz:{base / 'data.npz'}", "--epochs", "1")
+        try:
+            assert_one_line(proc, path.name, fragment)
+        except AssertionError as exc:
+            failures.append(f"{name}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def _bad_checkpoints(d: Path) -> dict[str, tuple[Path, str]]:
+    good = d / "ckpt"
+    manifest = json.loads((good / "manifest.json").read_text())
+    shard = good / manifest["files"][0]
+    made = {}
+
+    def copy(name: str, **changes: object) -> Path:
+        target = d / "bad-ckpt" / name.replace(" ", "-")
+        target.mkdir(parents=True, exist_ok=True)
+        m = {k: v for k, v in {**manifest, **changes}.items() if v is not None}
+        (target / "manifest.json").write_text(json.dumps(m))
+        (target / shard.name).write_bytes(shard.read_bytes())
+        return target
+
+    made["missing step"] = (copy("missing step", step=None), "'step'")
+    made["mistyped step"] = (copy("mistyped step", step="x"), "'step'")
+    made["negative epoch"] = (copy("negative epoch", epoch=-1), "'epoch'")
+    made["absurd batch"] = (copy("absurd batch", batch=10**9), "batch")
+    made["files not a list"] = (copy("files not a list", files="a.npz"), "'files'")
+    made["manifest a list"] = (copy("manifest a list"), "not a spdnn-checkpoint/1 manifest")
+    (made["manifest a list"][0] / "manifest.json").write_text("[1, 2]")
+    with np.load(shard) as z:
+        arrays = {k: z[k] for k in z.files}
+    for name, key, value, fragment in (
+            ("rows out of range", "rows1", arrays["rows1"] + 100, "rows1"),
+            ("short values", "w1", arrays["w1"][:-1], "w1"),
+            ("cols out of range", "cols2", arrays["cols2"] + 1000, "cols2"),
+            ("negative counts", "counts1", -arrays["counts1"], "counts1")):
+        target = copy(name)
+        np.savez(target / shard.name, **{**arrays, key: value})
+        made[name] = (target, fragment)
+    return made
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_malformed_checkpoints(base, ranks):
+    failures = []
+    for name, (path, fragment) in _bad_checkpoints(base).items():
+        plan = ["--plan", base / "plan2.npz"] if ranks == 2 else []
+        proc = run(ranks, "train", "--network", base / "net.npz", *plan, "--data",
+                   f"npz:{base / 'data.npz'}", "--epochs", "3", "--batch-size", "8",
+                   "--resume", path)
+        try:
+            assert_one_line(proc, path.name, fragment)
+        except AssertionError as exc:
+            failures.append(f"{name}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+# --------------------------------------------------------------------------- other formats
+
+
+def _mnist_dir(d: Path, name: str, train_images: bytes | None = None) -> Path:
+    from spdnn.formats import write_idx
+
+    m = d / name
+    m.mkdir(exist_ok=True)
+    rng = np.random.default_rng(0)
+    write_idx(m / "train-images-idx3-ubyte", rng.integers(0, 255, (10, 2, 6), dtype=np.uint8))
+    write_idx(m / "train-labels-idx1-ubyte", rng.integers(0, 4, 10).astype(np.uint8))
+    write_idx(m / "t10k-images-idx3-ubyte", rng.integers(0, 255, (4, 2, 6), dtype=np.uint8))
+    write_idx(m / "t10k-labels-idx1-ubyte", rng.integers(0, 4, 4).astype(np.uint8))
+    if train_images is not None:
+        (m / "train-images-idx3-ubyte").unlink()
+        (m / "train-images-idx3-ubyte.gz").write_bytes(train_images)
+    return m
+
+
+def test_malformed_files_of_every_other_format(base):
+    d = base
+    overflow = bytes([0, 0, 8, 3]) + np.array([2**32 - 1] * 3, ">u4").tobytes()
+    good_gz = gzip.compress(bytes([0, 0, 8, 3]) + np.array([10, 2, 6], ">u4").tobytes()
+                            + bytes(120))
+    broken_gz = good_gz[:12] + b"\xff" * 20 + good_gz[32:]
+    (d / "huge.tsv").write_text("1\t1\t1\n100000000000000000000\t3\t1\n")
+    (d / "empty.tsv").write_text("")
+    (d / "huge.mtx").write_text("%%MatrixMarket matrix coordinate pattern general\n"
+                                "1000000000 12 2\n1 1\n2 2\n")
+    net12 = ["--network", d / "net.npz"]
+    cases = [
+        (["train", *net12, "--data",
+          f"mnist:{_mnist_dir(d, 'mn-overflow', gzip.compress(overflow))}"],
+         ["train-images-idx3-ubyte.gz", "truncated"]),
+        (["train", *net12, "--data", f"mnist:{_mnist_dir(d, 'mn-gzip', broken_gz)}"],
+         ["train-images-idx3-ubyte.gz", "cannot read"]),
+        (["infer", *net12, "--inputs", d / "huge.tsv"], ["huge.tsv:2", "out of range"]),
+        (["infer", *net12, "--inputs", d / "empty.tsv"], ["empty.tsv", "no inputs"]),
+        (["infer", *net12, "--inputs", d / "huge.mtx"], ["huge.mtx", "1,000,000,000 rows"]),
+    ]
+    failures = []
+    for args, fragments in cases:
+        proc = run(1, *args)
+        try:
+            assert_one_line(proc, *fragments)
+        except AssertionError as exc:
+            failures.append(f"{args[-1]}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+# --------------------------------------------------------------------------- options and data
+
+
+def _data_file(d: Path, name: str, **arrays: np.ndarray) -> str:
+    rng = np.random.default_rng(1)
+    full = {"x_train": rng.standard_normal((20, 12)), "y_train": rng.integers(0, 4, 20),
+            "x_test": rng.standard_normal((5, 12)), "y_test": rng.integers(0, 4, 5), **arrays}
+    np.savez(d / name, **{k: v for k, v in full.items() if v is not None})
+    return f"npz:{d / name}"
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_bad_options_and_data(base, ranks):
+    d = base
+    (d / "a-dir").mkdir(exist_ok=True)
+    (d / "a-file").write_text("x")
+    plan = ["--plan", d / "plan2.npz"] if ranks == 2 else []
+    train = ["train", "--network", d / "net.npz", *plan, "--data", f"npz:{d / 'data.npz'}",
+             "--epochs", "1"]
+    infer = ["infer", "--network", d / "net.npz", *plan]
+    cases = [
+        ([*train, "--seed", "-1"], {}, ["--seed", "-1"]),
+        ([*train, "--lr", "-0.1"], {}, ["--lr", "-0.1"]),
+        ([*train, "--momentum", "-0.5"], {}, ["--momentum"]),
+        ([*train, "--weight-decay", "-1"], {}, ["--weight-decay"]),
+        ([*train, "--lr", "nan"], {}, ["--lr"]),
+        ([*train, "--epochs", "0"], {}, ["--epochs"]),
+        ([*train, "--bogus"], {}, ["--bogus"]),
+        (train, {"SPDNN_KERNELS": "bogus"}, ["SPDNN_KERNELS", "bogus"]),
+        ([*train, "--save", d / "a-dir"], {}, ["a-dir", "directory"]),
+        ([*train, "--metrics-out", d / "a-dir"], {}, ["a-dir", "directory"]),
+        ([*train, "--checkpoint-dir", d / "a-file"], {}, ["a-file", "not a directory"]),
+        ([*train, "--save", d / "nowhere" / "t.npz"], {}, ["nowhere", "does not exist"]),
+        ([*infer, "--inputs", f"npz:{d / 'data.npz'}", "--metrics-out", d / "a-dir"], {},
+         ["a-dir", "directory"]),
+        (["train", "--network", d / "net.npz", *plan, "--epochs", "1", "--data",
+          _data_file(d, "zero.npz", x_train=np.zeros((0, 12)), y_train=np.zeros(0, int))],
+         {}, ["zero.npz", "no training samples"]),
+        (["train", "--network", d / "net.npz", *plan, "--epochs", "1", "--data",
+          _data_file(d, "notest.npz", x_test=np.zeros((0, 12)), y_test=np.zeros(0, int))],
+         {}, ["notest.npz", "x_test has no samples"]),
+        ([*infer, "--inputs", _data_file(d, "labels.npz", y_test=np.full(5, 9))], {},
+         ["labels.npz", "labels up to 9", "4 outputs"]),
+        ([*train, "--resume", d / "ckpt", "--max-steps", "1", "--batch-size", "8"], {},
+         ["--max-steps 1", "step 3"]),
+        ([*train, "--resume", d / "ckpt", "--batch-size", "16"], {},
+         ["batch_size 8", "this run has 16"]),
+    ]
+    failures = []
+    for args, env, fragments in cases:
+        proc = run(ranks, *args, env=env)
+        try:
+            assert_one_line(proc, *fragments)
+        except AssertionError as exc:
+            failures.append(f"{' '.join(map(str, args[3:]))} {env}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def test_bad_generator_and_convert_options(base):
+    d = base
+    cases = [
+        (["generate", "random", "--sizes", "10,20", "--fan-in", "11", "-o", d / "g.npz"],
+         ["--fan-in 11", "10 inputs"]),
+        (["generate", "radixnet", "--seed", "-1", "-o", d / "g.npz"], ["--seed", "-1"]),
+        (["generate", "radixnet", "--neurons", "1000", "-o", d / "g.npz"], ["1000"]),
+        (["generate", "random", "--sizes", "10,20", "-o", d / "a-dir"], ["a-dir", "directory"]),
+        (["convert", "network", d / "net.npz", "-o", d / "a-dir"], ["a-dir", "directory"]),
+    ]
+    (d / "a-dir").mkdir(exist_ok=True)
+    failures = []
+    for args, fragments in cases:
+        proc = run(1, *args)
+        try:
+            assert_one_line(proc, *fragments)
+        except AssertionError as exc:
+            failures.append(f"{args}: {exc}")
+    assert not (d / "g.npz").exists()
+    assert not failures, "\n".join(failures)
+
+
+# --------------------------------------------------------------------------- output hygiene
+
+
+def _train_args(d: Path, *extra: object) -> list[object]:
+    return ["train", "--network", d / "net.npz", "--data", f"npz:{d / 'data.npz'}",
+            "--epochs", "1", "--batch-size", "8", *extra]
+
+
+def test_outputs_honour_the_umask(base, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run(["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m",
+                           "spdnn", *map(str, _train_args(base, "--save", out / "t.npz",
+                                                          "--metrics-out", out / "m.json",
+                                                          "--checkpoint-dir", out / "ck"))],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for f in (out / "t.npz", out / "m.json", out / "ck" / "manifest.json",
+              *(out / "ck").glob("step*.npz")):
+        assert f.stat().st_mode & 0o777 == 0o644, (f, oct(f.stat().st_mode))
+
+
+def test_a_second_live_run_on_one_checkpoint_directory_is_refused(base, tmp_path):
+    import socket
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "lock").write_text(f"{socket.gethostname()} {os.getpid()}\n")  # this test is alive
+    proc = run(1, *_train_args(base, "--checkpoint-dir", ck))
+    assert_one_line(proc, ck / "lock", "another run", str(os.getpid()))
+    assert sorted(p.name for p in ck.iterdir()) == ["lock"]
+    # A lock whose process has ended is taken over; stale temporaries and rank files that no
+    # manifest names are removed; the lock is released at the end.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (ck / "lock").write_text(f"{socket.gethostname()} {dead}\n")
+    (ck / ".manifest.json.abc.tmp").write_text("half")
+    (ck / "step000000099-rank00007.npz").write_text("orphan")
+    proc = run(1, *_train_args(base, "--checkpoint-dir", ck))
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in ck.iterdir())
+    assert names == ["manifest.json", "step000000003-rank00000.npz"], names
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_trained_network_is_saved_when_the_last_checkpoint_fails(base, tmp_path, ranks):
+    ck = tmp_path / "ck"
+    (ck / "step000000003-rank00000.npz").mkdir(parents=True)  # the final rank file's name
+    plan = ["--plan", base / "plan2.npz"] if ranks == 2 else []
+    proc = run(ranks, *_train_args(base, *plan, "--checkpoint-dir", ck, "--save",
+                                   tmp_path / "t.npz"))
+    assert_one_line(proc, "step000000003-rank00000.npz", "cannot write the checkpoint")
+    assert (tmp_path / "t.npz").is_file()
+    assert not (ck / "manifest.json").exists() and not (ck / "lock").exists()
+
+
+def test_values_beyond_float32_and_warnings_as_errors(base, tmp_path):
+    """Data that overflows float32 is refused at load, naming the file; a diverging run under
+    ``python -W error`` still ends in one line (no warning turned into a traceback)."""
+    big = _data_file(tmp_path, "big.npz", x_train=np.full((20, 12), 1e39))
+    proc = run(1, "train", "--network", base / "net.npz", "--data", big, "--epochs", "1")
+    assert_one_line(proc, "big.npz", "beyond the float32 range")
+    cmd = [sys.executable, "-W", "error", "-m", "spdnn", *map(str, _train_args(
+        base, "--lr", "1e30", "--epochs", "20", "--checkpoint-dir", tmp_path / "ck"))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
+    assert_one_line(proc, "non-finite")

@@ -1,0 +1,117 @@
+"""Command-line options checked at parse time: value types and ranges, output paths, and
+argument errors as one line printed by one rank.
+
+Under ``mpirun`` every rank parses the same arguments and reaches the same verdict; only the
+launcher's rank 0 (read from the launcher's environment, before MPI starts) prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NoReturn
+
+from .errors import InputError, SpdnnError
+
+# Environment variables through which MPI launchers tell a process its rank.
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int:
+    """This process's rank as its launcher set it (0 when not started by a launcher)."""
+    for var in _RANK_VARIABLES:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def report(prog: str, message: str) -> None:
+    """``PROG: error: MESSAGE`` on stderr, from the launcher's rank 0 only."""
+    if launcher_rank() == 0:
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (with a pointer to --help), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        report(self.prog, f"{message} (see {self.prog} --help)")
+        sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {text}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {text}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
+    return value
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> None:
+    """An output file's directory must exist and be writable; the path itself must not be a
+    directory."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(p, f"{option} names a directory, not a file")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(p, f"{option}: output directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(p, f"{option}: output directory {parent} is not writable")
+
+
+def check_output_dir(path: str | os.PathLike, option: str) -> None:
+    """An output directory may exist (as a writable directory) or be creatable."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(p, f"{option}: exists and is not a directory")
+    parent = p if p.exists() else (p.parent if str(p.parent) else Path("."))
+    if not parent.is_dir():
+        raise InputError(p, f"{option}: {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(p, f"{option}: {parent} is not writable")
+
+
+def check_outputs(files: Iterable[tuple[str, str | None]],
+                  dirs: Iterable[tuple[str, str | None]] = ()) -> None:
+    """Check (option, path) pairs of output files and directories that were given."""
+    for option, path in files:
+        if path:
+            check_output_file(path, option)
+    for option, path in dirs:
+        if path:
+            check_output_dir(path, option)
+
+
+def check_fan_in(fan_in: int, sizes: list[int]) -> None:
+    for k, n_in in enumerate(sizes[:-1]):
+        if fan_in > n_in:
+            raise SpdnnError(f"--fan-in {fan_in} is larger than layer {k}'s {n_in} inputs: each "
+                             "row would need more distinct inputs than there are")
