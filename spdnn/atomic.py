@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from collections.abc import Iterator
@@ -18,6 +19,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     parent = final.parent if str(final.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(final, f"output directory {parent} does not exist")
+    # A killed run leaves its temporary behind: the next write of the same file removes it
+    # (two runs writing one file at once conflict anyway; the last rename would win).
+    for stale in parent.glob(f".{glob.escape(final.name)}.*.tmp"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent)
     os.close(fd)
     # mkstemp creates the file 0600; the result should have the mode any new file gets here.

@@ -44,24 +44,22 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def positive_int(text: str) -> int:
+def _integer(text: str, least: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+        value = least - 1
+    if not least <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be {what}, not {text}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _integer(text, 1, "a positive integer")
 
 
 def seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {text}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {text}")
-    return value
+    return _integer(text, 0, "an integer >= 0")
 
 
 def non_negative(text: str) -> float:

@@ -17,6 +17,19 @@ GRAPHCHALLENGE = SHARED_DATA / "graphchallenge"
 MNIST = SHARED_DATA / "mnist"
 
 
+@pytest.fixture(params=["scipy", "numba"])
+def backend(request):
+    """Run a test once per kernel backend (the same tests, the same tolerances)."""
+    from spdnn import kernels
+
+    if request.param not in kernels.available_backends():
+        pytest.skip(f"kernel backend {request.param} is not installed")
+    before = kernels.backend()
+    kernels.set_backend(request.param)
+    yield request.param
+    kernels.set_backend(before)
+
+
 @pytest.fixture
 def graphchallenge_dir() -> Path:
     if not (GRAPHCHALLENGE / "neuron1024" / "n1024-l1.tsv").is_file():

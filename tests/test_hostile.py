@@ -51,6 +51,18 @@ def assert_one_line(proc: subprocess.CompletedProcess, *fragments: object) -> No
         assert str(f) in lines[0], (str(f), lines[0])
 
 
+def check_cases(cases: list[tuple], ranks: int = 1, module: str = "spdnn") -> None:
+    """Run every (arguments, fragments[, environment]) case; report all that misbehave."""
+    failures = []
+    for args, fragments, *env in cases:
+        proc = run(ranks, *args, module=module, env=env[0] if env else None)
+        try:
+            assert_one_line(proc, *fragments)
+        except AssertionError as exc:
+            failures.append(f"{' '.join(map(str, args))} {env}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     """A valid network, its data, a 2-rank plan and a checkpoint to break copies of."""
@@ -230,18 +242,14 @@ def _bad_plans(d: Path) -> dict[str, tuple[Path, str]]:
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_malformed_plans(base, ranks):
-    failures = []
-    for name, (path, fragment) in _bad_plans(base).items():
-        if ranks == 1:
-            proc = run(1, "stats", base / "net.npz", path, module="partition")
-        else:
-            proc = run(2, "train", "--network", base / "net.npz", "--plan", path, "--data",
-                       f"npz:{base / 'data.npz'}", "--epochs", "1")
-        try:
-            assert_one_line(proc, path.name, fragment)
-        except AssertionError as exc:
-            failures.append(f"{name}: {exc}")
-    assert not failures, "\n".join(failures)
+    plans = _bad_plans(base).values()
+    if ranks == 1:
+        check_cases([(["stats", base / "net.npz", path], [path.name, fragment])
+                     for path, fragment in plans], module="partition")
+    else:
+        check_cases([(["train", "--network", base / "net.npz", "--plan", path, "--data",
+                       f"npz:{base / 'data.npz'}", "--epochs", "1"], [path.name, fragment])
+                     for path, fragment in plans], ranks=2)
 
 
 def _bad_checkpoints(d: Path) -> dict[str, tuple[Path, str]]:
@@ -280,17 +288,11 @@ def _bad_checkpoints(d: Path) -> dict[str, tuple[Path, str]]:
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_malformed_checkpoints(base, ranks):
-    failures = []
-    for name, (path, fragment) in _bad_checkpoints(base).items():
-        plan = ["--plan", base / "plan2.npz"] if ranks == 2 else []
-        proc = run(ranks, "train", "--network", base / "net.npz", *plan, "--data",
+    plan = ["--plan", base / "plan2.npz"] if ranks == 2 else []
+    check_cases([(["train", "--network", base / "net.npz", *plan, "--data",
                    f"npz:{base / 'data.npz'}", "--epochs", "3", "--batch-size", "8",
-                   "--resume", path)
-        try:
-            assert_one_line(proc, path.name, fragment)
-        except AssertionError as exc:
-            failures.append(f"{name}: {exc}")
-    assert not failures, "\n".join(failures)
+                   "--resume", path], [path.name, fragment])
+                 for path, fragment in _bad_checkpoints(base).values()], ranks)
 
 
 # --------------------------------------------------------------------------- other formats
@@ -333,14 +335,7 @@ def test_malformed_files_of_every_other_format(base):
         (["infer", *net12, "--inputs", d / "empty.tsv"], ["empty.tsv", "no inputs"]),
         (["infer", *net12, "--inputs", d / "huge.mtx"], ["huge.mtx", "1,000,000,000 rows"]),
     ]
-    failures = []
-    for args, fragments in cases:
-        proc = run(1, *args)
-        try:
-            assert_one_line(proc, *fragments)
-        except AssertionError as exc:
-            failures.append(f"{args[-1]}: {exc}")
-    assert not failures, "\n".join(failures)
+    check_cases(cases)
 
 
 # --------------------------------------------------------------------------- options and data
@@ -378,6 +373,10 @@ def test_bad_options_and_data(base, ranks):
         ([*train, "--save", d / "nowhere" / "t.npz"], {}, ["nowhere", "does not exist"]),
         ([*infer, "--inputs", f"npz:{d / 'data.npz'}", "--metrics-out", d / "a-dir"], {},
          ["a-dir", "directory"]),
+        ([*infer, "--inputs", f"npz:{d / 'data.npz'}", "--categories-out", d / "a-dir"], {},
+         ["a-dir", "directory"]),
+        ([*train, "--lr", "1e300", "--max-steps", "1", "--checkpoint-dir", d / "ck-nan"], {},
+         ["non-finite", "by step 1", "no checkpoint was written"]),
         (["train", "--network", d / "net.npz", *plan, "--epochs", "1", "--data",
           _data_file(d, "zero.npz", x_train=np.zeros((0, 12)), y_train=np.zeros(0, int))],
          {}, ["zero.npz", "no training samples"]),
@@ -391,14 +390,7 @@ def test_bad_options_and_data(base, ranks):
         ([*train, "--resume", d / "ckpt", "--batch-size", "16"], {},
          ["batch_size 8", "this run has 16"]),
     ]
-    failures = []
-    for args, env, fragments in cases:
-        proc = run(ranks, *args, env=env)
-        try:
-            assert_one_line(proc, *fragments)
-        except AssertionError as exc:
-            failures.append(f"{' '.join(map(str, args[3:]))} {env}: {exc}")
-    assert not failures, "\n".join(failures)
+    check_cases([(args, fragments, env) for args, env, fragments in cases], ranks)
 
 
 def test_bad_generator_and_convert_options(base):
@@ -412,15 +404,8 @@ def test_bad_generator_and_convert_options(base):
         (["convert", "network", d / "net.npz", "-o", d / "a-dir"], ["a-dir", "directory"]),
     ]
     (d / "a-dir").mkdir(exist_ok=True)
-    failures = []
-    for args, fragments in cases:
-        proc = run(1, *args)
-        try:
-            assert_one_line(proc, *fragments)
-        except AssertionError as exc:
-            failures.append(f"{args}: {exc}")
+    check_cases(cases)
     assert not (d / "g.npz").exists()
-    assert not failures, "\n".join(failures)
 
 
 # --------------------------------------------------------------------------- output hygiene
@@ -429,6 +414,14 @@ def test_bad_generator_and_convert_options(base):
 def _train_args(d: Path, *extra: object) -> list[object]:
     return ["train", "--network", d / "net.npz", "--data", f"npz:{d / 'data.npz'}",
             "--epochs", "1", "--batch-size", "8", *extra]
+
+
+def test_a_killed_runs_temporary_file_is_removed_by_the_next_write(base, tmp_path):
+    stale = tmp_path / ".t.npz.x1y2z3.tmp"
+    stale.write_text("left by a killed run")
+    proc = run(1, *_train_args(base, "--save", tmp_path / "t.npz"))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.npz"]
 
 
 def test_outputs_honour_the_umask(base, tmp_path):

@@ -7,14 +7,6 @@ import scipy.sparse as sp
 from spdnn import kernels
 
 
-@pytest.fixture(params=kernels.available_backends())
-def backend(request):
-    before = kernels.backend()
-    kernels.set_backend(request.param)
-    yield request.param
-    kernels.set_backend(before)
-
-
 def test_both_backends_are_installed():
     assert kernels.available_backends() == ["scipy", "numba"]
 

@@ -10,7 +10,6 @@ import pytest
 import scipy.sparse as sp
 
 from partition.methods import partition_network
-from spdnn import kernels
 from spdnn.accounting import accounting, plan_volume
 from spdnn.bundle import save_network
 from spdnn.checkpoint import load_checkpoint
@@ -34,13 +33,6 @@ def comm():
     with Communicator() as c:
         yield c
 
-
-@pytest.fixture(params=kernels.available_backends())
-def backend(request):
-    before = kernels.backend()
-    kernels.set_backend(request.param)
-    yield request.param
-    kernels.set_backend(before)
 
 
 def _data(net, n=50, seed=4):
