@@ -24,8 +24,11 @@ from .errors import InputError
 from .npz import NpzReader
 
 CHECKPOINT_FORMAT = "spdnn-checkpoint/1"
-# Settings that fix the sample order: resuming with other values would not continue the run.
-RUN_SETTINGS = ("batch_size", "seed", "shuffle")
+# Settings that fix the sample order and the arithmetic: resuming with other values would not
+# continue the run (unless the user says so: --resume-with-changes).
+RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype")
+_OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
+            "dtype": "--dtype"}
 
 
 @dataclass
@@ -158,8 +161,8 @@ def _count(manifest: dict[str, Any], key: str, path: Path, least: int = 0) -> in
     return value
 
 
-def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any]
-                  ) -> dict[str, Any]:
+def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any],
+                  allow_changes: bool = False) -> dict[str, Any]:
     """The manifest, checked field by field against this network and this run's settings."""
     path = manifest_path(directory)
     if not path.is_file():
@@ -176,11 +179,11 @@ def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any]
         _count(manifest, key, path)
     nparts = _count(manifest, "nparts", path, 1)
     for key in RUN_SETTINGS:
-        if key in manifest and key in settings and manifest[key] != settings[key]:
-            option = {"batch_size": "--batch-size", "seed": "--seed",
-                      "shuffle": "--no-shuffle"}[key]
+        if key in manifest and key in settings and manifest[key] != settings[key] \
+                and not allow_changes:
             raise InputError(path, f"checkpoint was written with {key} {manifest[key]}, this "
-                                   f"run has {settings[key]}: resume with the same {option}")
+                                   f"run has {settings[key]}: resume with the same "
+                                   f"{_OPTIONS[key]} (or --resume-with-changes)")
     files = manifest.get("files")
     if not isinstance(files, list) or len(files) != nparts or \
             not all(isinstance(f, str) and f and Path(f).name == f for f in files):
@@ -225,11 +228,14 @@ def _shard_layer(r: NpzReader, k: int, n_out: int, n_in: int) -> dict[str, np.nd
     return a
 
 
-def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str, Any]
-                    ) -> tuple[Position, list]:
+def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str, Any],
+                    allow_changes: bool = False) -> tuple[Position, list]:
     """Fill my rows (any P and plan) from a checkpoint written by a run with the same
-    ``settings``; returns the position and momentum."""
-    manifest = read_manifest(directory, dnet.fingerprint, settings)
+    ``settings`` and dtype (or other ones, with ``allow_changes``: a changed batch size then
+    resumes at the batch holding the first sample not yet seen in the epoch); returns the
+    position and momentum."""
+    settings = {**settings, "dtype": str(dnet.dtype)}
+    manifest = read_manifest(directory, dnet.fingerprint, settings, allow_changes)
     readers = [NpzReader(Path(directory) / f, "checkpoint") for f in manifest["files"]]
     momentum = []
     for layer in dnet.layers:
@@ -271,4 +277,8 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
     for r in readers:
         r.close()
     dnet.sync()
-    return Position(manifest["step"], manifest["epoch"], manifest["batch"]), momentum
+    batch = manifest["batch"]
+    old_size, new_size = manifest.get("batch_size"), settings.get("batch_size")
+    if isinstance(old_size, int) and old_size > 0 and new_size and old_size != new_size:
+        batch = batch * old_size // new_size
+    return Position(manifest["step"], manifest["epoch"], batch), momentum

@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                                              "end)")
     tr.add_argument("--checkpoint-every", type=positive_int, help="steps between checkpoints")
     tr.add_argument("--resume", help="continue from this checkpoint directory (any P and plan)")
+    tr.add_argument("--resume-with-changes", action="store_true",
+                    help="resume even though --batch-size, --seed, --no-shuffle or --dtype "
+                         "differ from the run that wrote the checkpoint (the result then "
+                         "differs from an uninterrupted run)")
     tr.add_argument("--metrics-out", help="write per-epoch metrics as JSON")
 
     # infer ------------------------------------------------------------------

@@ -186,8 +186,8 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
                       args.checkpoint_every)
     position, momentum = None, None
     if args.resume:
-        position, momentum = comm.check(lambda: load_checkpoint(dnet, args.resume,
-                                                                cfg.settings()))
+        position, momentum = comm.check(lambda: load_checkpoint(
+            dnet, args.resume, cfg.settings(), args.resume_with_changes))
         comm.check(lambda: _check_position(position, args, len(data.y_train)))
     if comm.rank == 0:
         resumed = f", resumed at step {position.step}" if position else ""

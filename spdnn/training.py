@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .batching import batch_order, batches, columns, n_batches
-from .checkpoint import Position, save_checkpoint
+from .checkpoint import Position, manifest_path, save_checkpoint
 from .comm import AgreedError, Communicator
 from .datasets import Dataset
 from .distributed import DistributedNetwork
@@ -75,7 +75,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             value, ok, gw, gb = dnet.backward(fwd, data.y_train[idx], cfg.loss)
             if not np.isfinite(value):
                 kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
-                        if cfg.checkpoint_dir else "")
+                        if cfg.checkpoint_dir and manifest_path(cfg.checkpoint_dir).is_file()
+                        else "")
                 raise AgreedError(f"non-finite loss ({value}) at epoch {pos.epoch + 1}, step "
                                   f"{pos.step + 1}: the weights or activations overflowed "
                                   f"{dnet.dtype} (a lower --lr may help){kept}")

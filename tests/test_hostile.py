@@ -389,8 +389,24 @@ def test_bad_options_and_data(base, ranks):
          ["--max-steps 1", "step 3"]),
         ([*train, "--resume", d / "ckpt", "--batch-size", "16"], {},
          ["batch_size 8", "this run has 16"]),
+        ([*train, "--resume", d / "ckpt", "--batch-size", "8", "--dtype", "float64"], {},
+         ["dtype float32", "this run has float64", "--resume-with-changes"]),
     ]
     check_cases([(args, fragments, env) for args, env, fragments in cases], ranks)
+
+
+def test_resume_with_changes_is_explicit(base, tmp_path):
+    """With --resume-with-changes another batch size and dtype are accepted: the run resumes
+    at the batch holding the first sample the checkpoint had not seen."""
+    proc = run(1, "train", "--network", base / "net.npz", "--data", f"npz:{base / 'data.npz'}",
+               "--epochs", "2", "--batch-size", "4", "--dtype", "float64", "--resume",
+               base / "ckpt", "--resume-with-changes", "--checkpoint-dir", tmp_path / "ck")
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed at step 3" in proc.stdout
+    manifest = json.loads((tmp_path / "ck" / "manifest.json").read_text())
+    # The checkpoint had finished epoch 1 (3 batches of 8 over 20 samples): epoch 2 is 5
+    # batches of 4.
+    assert (manifest["step"], manifest["epoch"], manifest["batch_size"]) == (8, 2, 4)
 
 
 def test_bad_generator_and_convert_options(base):

@@ -171,6 +171,11 @@ def test_interrupted_and_resumed_equals_uninterrupted(comm, mpi_tmp_path):
     with pytest.raises(AgreedError, match="batch_size 16, this run has 8"):
         comm.check(lambda: load_checkpoint(resumed, ckpt, {"batch_size": 8, "seed": 1,
                                                            "shuffle": True}))
+    # Explicitly allowed, a smaller batch resumes at the batch holding the first unseen sample:
+    # batch 2 of 16 samples is batch 4 of 8.
+    changed, _ = load_checkpoint(resumed, ckpt, {"batch_size": 8, "seed": 1, "shuffle": True},
+                                 allow_changes=True)
+    assert (changed.step, changed.epoch, changed.batch) == (6, 1, 4)
     position, momentum = load_checkpoint(resumed, ckpt, full_cfg.settings())
     assert (position.step, position.epoch, position.batch) == (6, 1, 2)
     train(comm, resumed, data, full_cfg, position, momentum)
