@@ -4,6 +4,7 @@ by round, so that the ratio of their times comes from one run on one machine sta
 
     git worktree add /tmp/before a57faad
     python scripts/bench_ab.py --before /tmp/before [--rounds 3] [--hidden 16384]
+    python scripts/bench_ab.py --before /tmp/before --steps [--rounds 3]
 
 Cases (float32, one thread per rank): training the `random` 4096 -> H -> H -> H network with a
 dense 10-way head and the first 3 RadiX-Net layers of H neurons (2,048 synthetic samples, batch
@@ -12,6 +13,10 @@ Challenge inference (`seconds` of the inference loop from --metrics-out) on the 
 and 1,200-image subset from ../shared (skipped when absent) and on a RadiX-Net 4096 x 120 with
 random inputs, at P = 1 and P = 2 with a cyclic plan. Each tree imports its own spdnn through
 PYTHONPATH. Writes the table to docs/BENCHMARKS.md ("Before and after").
+
+``--steps`` times the training step itself instead, in one process per tree (P = 1, batch 256,
+the minimum and median of 10 steps after 2 warm-up steps): far less noisy than whole runs. The
+tree before the runtime was split (a57faad) is driven through its own API.
 """
 
 from __future__ import annotations
@@ -96,14 +101,79 @@ def prepare(work: Path, hidden: int) -> list[tuple[str, int, list[str], str]]:
     return cases
 
 
+STEP = """
+import json, os, sys, time
+import numpy as np
+path, n0 = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+x = rng.standard_normal((256, n0)).astype(np.float32)
+y = rng.integers(0, 10, 256)
+from spdnn.comm import Communicator
+comm = Communicator()
+if os.path.exists(os.path.join(os.environ["PYTHONPATH"], "spdnn", "session.py")):
+    from spdnn.session import open_network
+    dnet = open_network(comm, path, None).dnet
+else:  # before the split: spdnn.runtime
+    from spdnn.runtime import open_network
+    dnet = open_network(comm, path, None)[2]
+times = []
+for _ in range(12):
+    t0 = time.perf_counter()
+    dnet.backward(dnet.forward(np.ascontiguousarray(x[:, dnet.input_rows].T)), y,
+                  "cross_entropy")
+    times.append(time.perf_counter() - t0)
+times = sorted(times[2:])
+print(json.dumps([times[0], times[len(times) // 2]]))
+"""
+
+
+def steps(trees: dict[str, Path], rounds: int, hidden: int) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        nets = {"random": random_network([4096, hidden, hidden, hidden], 32, seed=0,
+                                         n_classes=10),
+                "radixnet": add_head(radixnet(hidden, 3, seed=0), 10)}
+        times: dict[tuple[str, str], list[list[float]]] = {}
+        for name, net in nets.items():
+            save_network(net, Path(tmp) / f"{name}.npz")
+        for r in range(rounds):
+            for name, net in nets.items():
+                for which, tree in trees.items():
+                    out = subprocess.run([sys.executable, "-c", STEP, str(Path(tmp) /
+                                          f"{name}.npz"), str(net.sizes[0])], check=True,
+                                         capture_output=True, text=True, cwd=tmp,
+                                         env={**os.environ, "PYTHONPATH": str(tree)}).stdout
+                    times.setdefault((name, which), []).append(json.loads(out))
+                    print(f"round {r + 1} {name} {which}: {out.strip()}", flush=True)
+    rows = []
+    for name in nets:
+        b = min(t[0] for t in times[(name, "before")])
+        a = min(t[0] for t in times[(name, "after")])
+        bm = statistics.median(t[1] for t in times[(name, "before")])
+        am = statistics.median(t[1] for t in times[(name, "after")])
+        rows.append([f"{name} {hidden}x3 step, P=1", f"{b * 1e3:.0f} / {bm * 1e3:.0f}",
+                     f"{a * 1e3:.0f} / {am * 1e3:.0f}", f"{b / a:.2f}x / {bm / am:.2f}x"])
+    return (f"Command: `python scripts/bench_ab.py --before BEFORE --steps --rounds {rounds} "
+            f"--hidden {hidden}` (one process per tree and round, 10 timed steps each; best "
+            "and median over all rounds).\n\n"
+            + table(["case", "before, ms best / median", "after, ms best / median",
+                     "before / after"], rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", type=Path, required=True, help="the other source tree")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=16384)
+    ap.add_argument("--steps", action="store_true", help="time the training step in-process")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     trees = {"before": args.before.resolve(), "after": ROOT}
+    if args.steps:
+        body = steps(trees, args.rounds, args.hidden)
+        print(body)
+        if not args.no_write:
+            write_section("bench-ab-steps", "Before and after: the training step", body)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cases = prepare(work, args.hidden)

@@ -43,7 +43,6 @@ class Workspace:
 
     def __init__(self, dnet: DistributedNetwork, batch: int) -> None:
         dt = dnet.dtype
-        self.batch = batch
         self.xbufs = [np.zeros((lay.n_buffer_rows, batch), dt) for lay in dnet.layers]
         self.zs = [np.zeros((len(lay.rows), batch), dt) for lay in dnet.layers]
         self.grad_w = [np.zeros(lay.weight.nnz, dt) for lay in dnet.layers]
@@ -65,7 +64,8 @@ class _PingPong:
 @dataclass(frozen=True)
 class Forward:
     """The result of ``DistributedNetwork.forward``: this rank's rows of Z_L for the samples
-    ``ids`` (columns of the input; all of them unless dead ones were dropped)."""
+    ``ids`` (columns of the input; all of them unless dead ones were dropped). Without
+    ``keep`` the arrays are reused by the next forward pass of the same width."""
 
     z_last: np.ndarray
     ids: np.ndarray
