@@ -23,6 +23,8 @@ class Timers:
         self.compute = np.zeros((2, n_layers))
         self.comm = np.zeros((2, n_layers))
         self.wait = np.zeros((2, n_layers))
+        self.grad_post = np.zeros(n_layers)  # starting the gradient sums over replicas
+        self.grad_wait = 0.0  # waiting for them after the backward pass
 
     def add(self, direction: str, i: int, compute: float = 0.0, comm: float = 0.0,
             wait: float = 0.0) -> None:
@@ -50,11 +52,13 @@ def plan_volume(comm: Communicator, plan: Plan, ghost_rows: Sequence[int]
 
 
 def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, np.ndarray, str],
-               itemsize: int) -> dict[str, Any]:
+               itemsize: int, data: Communicator | None = None) -> dict[str, Any]:
     """Counted rows and bytes (all ranks) beside the prediction, per layer and direction:
-    rows = volume_k x passes, bytes = volume_k x samples x item size."""
+    rows = volume_k x passes, bytes = volume_k x samples x item size, passes and samples
+    summed over the replicas (``data``); and the values each rank put into the gradient sums
+    over the replicas."""
     forward, backward, source = volume
-    t = traffic.total(comm)
+    t = traffic.total(comm, data)
     pred = {
         "forward_rows": forward * t.forward_passes,
         "forward_bytes": forward * t.forward_samples * itemsize,
@@ -66,7 +70,7 @@ def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, n
     return {"counted": {k: v.tolist() for k, v in counted.items()},
             "predicted": {k: v.tolist() for k, v in pred.items()},
             "equal": bool(equal), "plan_volume_rows": int(forward.sum() + backward.sum()),
-            "predicted_from": source}
+            "predicted_from": source, "gradient_sum_values": t.grad_values.tolist()}
 
 
 def format_accounting(acc: dict[str, Any]) -> str:
@@ -85,10 +89,15 @@ def format_accounting(acc: dict[str, Any]) -> str:
 
 
 def timing(comm: Communicator, timers: Timers) -> dict[str, Any]:
-    """Per-layer seconds in compute, message packing/posting and waiting, max over ranks."""
-    return {name: {"forward": comm.allreduce(getattr(timers, name)[0], "max").tolist(),
-                   "backward": comm.allreduce(getattr(timers, name)[1], "max").tolist()}
-            for name in _TIMERS}
+    """Per-layer seconds in compute, message packing/posting and waiting, and in starting the
+    gradient sums over replicas (plus the wait for them), max over ranks."""
+    tm: dict[str, Any] = {
+        name: {"forward": comm.allreduce(getattr(timers, name)[0], "max").tolist(),
+               "backward": comm.allreduce(getattr(timers, name)[1], "max").tolist()}
+        for name in _TIMERS}
+    tm["gradient_sum"] = {"post": comm.allreduce(timers.grad_post, "max").tolist(),
+                          "wait": comm.allreduce_scalar(timers.grad_wait, "max")}
+    return tm
 
 
 def format_timing(tm: dict[str, Any]) -> str:
@@ -98,4 +107,8 @@ def format_timing(tm: dict[str, Any]) -> str:
         b = [tm[n]["backward"][k] for n in _TIMERS]
         lines.append(f"{k + 1:5d}  {f[0]:9.3f} {f[1]:7.3f} {f[2]:7.3f}     "
                      f"{b[0]:9.3f} {b[1]:7.3f} {b[2]:7.3f}")
+    gs = tm.get("gradient_sum")
+    if gs and any(gs["post"]):
+        lines.append(f"gradient sums over replicas: {sum(gs['post']):.3f} s starting them, "
+                     f"{gs['wait']:.3f} s waiting after the backward pass")
     return "\n".join(lines)

@@ -42,8 +42,9 @@ class Position:
 
 def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list, pos: Position,
                     directory: str, settings: dict[str, Any]) -> None:
-    """Each rank writes its rows (global indices), values and momentum ``buffers``; rank 0
-    then commits a manifest naming the files. Collective."""
+    """Each rank of replica 0 writes its rows (global indices), values and momentum
+    ``buffers``; rank 0 then commits a manifest naming the files. Collective over ``comm``
+    (all ranks)."""
     d = Path(directory)
     arrays: dict[str, np.ndarray] = {}
     for i, layer in enumerate(dnet.layers):
@@ -62,9 +63,13 @@ def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list,
                 if (d / "manifest.json").is_file() else "no checkpoint was written")
         raise AgreedError(f"weights became non-finite (NaN or Inf) by step {pos.step}: {kept} "
                           "(lower --lr?)")
-    name = f"step{pos.step:09d}-rank{comm.rank:05d}.npz"
+    # One file per model part, written by replica 0 (replicas hold identical values).
+    name = f"step{pos.step:09d}-rank{dnet.grid.model.rank:05d}.npz"
+    writes = dnet.grid.replica == 0
 
     def write() -> None:
+        if not writes:
+            return
         try:
             d.mkdir(parents=True, exist_ok=True)
             with atomic_path(d / name) as tmp, open(tmp, "wb") as fh:
@@ -74,7 +79,8 @@ def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list,
                              ) from None
 
     comm.check(write)
-    comm.check(lambda: _commit(d, pos, comm.size, dnet, settings) if comm.rank == 0 else None)
+    comm.check(lambda: _commit(d, pos, dnet.grid.parts, dnet, settings)
+               if comm.rank == 0 else None)
     comm.barrier()
 
 

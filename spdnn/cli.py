@@ -91,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Minibatch SGD (torch.optim.SGD semantics).",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_argument("--network", required=True, help="network bundle (.npz)")
-    tr.add_argument("--plan", help="plan from spdnn-partition (required with more than 1 rank)")
+    tr.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
+                                   "replicas)")
+    tr.add_argument("--replicas", type=positive_int, default=1, metavar="R",
+                    help="replicas of the partitioned network (default 1): mpirun -n "
+                         "R x the plan's parts; the ranks of one replica are consecutive")
     tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
     tr.add_argument("--epochs", type=positive_int, default=10)
     tr.add_argument("--batch-size", type=positive_int, default=64)
@@ -120,7 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "inference on input images (TSV or Matrix Market).",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     inf.add_argument("--network", required=True)
-    inf.add_argument("--plan", help="plan from spdnn-partition (required with more than 1 rank)")
+    inf.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
+                                    "replicas)")
+    inf.add_argument("--replicas", type=positive_int, default=1, metavar="R",
+                     help="replicas of the partitioned network, each taking a share of the "
+                          "inputs (default 1)")
     inf.add_argument("--inputs", required=True,
                      help="digits | npz:FILE | mnist:DIR (test split), or an images .tsv/.mtx")
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")

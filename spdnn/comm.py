@@ -94,6 +94,13 @@ class Communicator:
         self._comm.Allreduce(np.ascontiguousarray(a), out, op=_OPS[op])
         return out
 
+    def iallreduce_sum(self, buf: np.ndarray) -> Request:
+        """Start an in-place sum of ``buf`` over the ranks (contiguous; wait before use)."""
+        return self._comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return self._comm.allgather(obj)
+
     def allreduce_scalar(self, x: float, op: str = "sum") -> float:
         return float(self._comm.allreduce(x, op=_OPS[op]))
 

@@ -125,7 +125,7 @@ def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]
         kernels.backend()  # an unknown SPDNN_KERNELS value is an error now, not mid-run
 
     comm.check(lambda: check() if comm.rank == 0 else None)
-    return open_network(comm, args.network, args.plan, args.dtype)
+    return open_network(comm, args.network, args.plan, args.dtype, args.replicas)
 
 
 def _check_data(data, sizes: Sequence[int], source: str) -> None:  # noqa: ANN001
@@ -191,8 +191,10 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         comm.check(lambda: _check_position(position, args, len(data.y_train)))
     if comm.rank == 0:
         resumed = f", resumed at step {position.step}" if position else ""
+        grid = f" ({dnet.grid.parts} part(s) x {dnet.grid.replicas} replicas)" \
+            if dnet.grid.replicas > 1 else ""
         print(f"training {_short(sizes)} ({run.nnz:,} weights) on {data.name} "
-              f"with {comm.size} rank(s), plan "
+              f"with {comm.size} rank(s){grid}, plan "
               f"{run.plan.meta.get('method', '?')}: {len(data.x_train):,} samples, batch "
               f"{args.batch_size}, lr {args.lr}, momentum {args.momentum}, weight decay "
               f"{args.weight_decay}{resumed}", flush=True)
@@ -208,8 +210,9 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 
     def finish() -> None:
         """Report the traffic and save the trained network, before the final checkpoint."""
-        volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
-        result["traffic"] = acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
+        volume = plan_volume(dnet.comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        result["traffic"] = acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize,
+                                             dnet.grid.data)
         result["timing"] = tm = timing(comm, dnet.timers)
         if comm.rank == 0:
             print(format_accounting(acc), flush=True)
@@ -250,8 +253,8 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     dnet = run.dnet
 
     def traffic() -> dict[str, Any]:
-        volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
-        return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
+        volume = plan_volume(dnet.comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data)
 
     spec = args.inputs
     if spec == "digits" or spec.startswith(("npz:", "mnist:")):

@@ -17,7 +17,7 @@ import numpy as np
 from . import kernels
 from .accounting import Timers
 from .bundle import NetworkBundle
-from .comm import Communicator
+from .grid import Grid
 from .halo import Traffic
 from .local_layer import LocalLayer
 from .network import Fingerprint
@@ -75,17 +75,18 @@ class Forward:
 class DistributedNetwork:
     """This rank's part of a network under a plan."""
 
-    def __init__(self, comm: Communicator, plan: Plan, layers: list[LocalLayer],
+    def __init__(self, grid: Grid, plan: Plan, layers: list[LocalLayer],
                  meta: dict[str, Any], dtype: np.dtype, sizes: tuple[int, ...],
                  fingerprint: str) -> None:
-        self.comm, self.plan, self.layers = comm, plan, layers
+        self.grid, self.plan, self.layers = grid, plan, layers
+        self.comm = grid.model  # the parts of this replica
         self.fingerprint = fingerprint  # of the network (sizes and patterns)
         self.cap = meta["cap"]
         self.output_activation = meta["output_activation"]
         self.meta = meta
         self.dtype = dtype
         self.sizes = sizes
-        self.input_rows = plan.rows_of(comm.rank, 0)
+        self.input_rows = plan.rows_of(self.comm.rank, 0)
         self.traffic = Traffic.zeros(len(layers))
         self.timers = Timers(len(layers))
         self._workspaces: dict[int, Workspace] = {}
@@ -96,22 +97,24 @@ class DistributedNetwork:
         return len(self.layers)
 
     @staticmethod
-    def load(bundle: NetworkBundle, plan: Plan, comm: Communicator,
+    def load(bundle: NetworkBundle, plan: Plan, grid: Grid,
              dtype: Any = None) -> DistributedNetwork:
         """Read this rank's rows of every layer (and no other rows' values) and build the
-        exchange schedules. Rank 0 also hashes every pattern on the way for the network's
-        fingerprint, known to every rank. Collective; input errors are agreed."""
-        fp = Fingerprint(bundle.sizes) if comm.rank == 0 else None
+        exchange schedules of its replica. World rank 0 also hashes every pattern on the way
+        for the network's fingerprint, known to every rank. Collective; input errors are
+        agreed over all ranks."""
+        world, comm = grid.world, grid.model
+        fp = Fingerprint(bundle.sizes) if world.rank == 0 else None
         layers = []
         for k in range(1, bundle.n_layers + 1):
             rows = plan.rows_of(comm.rank, k)
-            mine = comm.check(lambda k=k, rows=rows: bundle.rows(k, rows, dtype, fp))
+            mine = world.check(lambda k=k, rows=rows: bundle.rows(k, rows, dtype, fp))
             layers.append(LocalLayer.build(comm, plan, k, mine))
         meta = {"activation": bundle.meta["activation"], "cap": bundle.meta["cap"],
                 "output_activation": bundle.meta["output_activation"]}
         dt = np.dtype(layers[0].weight.dtype)
-        fingerprint = comm.bcast(fp.hexdigest() if fp is not None else None)
-        return DistributedNetwork(comm, plan, layers, meta, dt, bundle.sizes, fingerprint)
+        fingerprint = world.bcast(fp.hexdigest() if fp is not None else None)
+        return DistributedNetwork(grid, plan, layers, meta, dt, bundle.sizes, fingerprint)
 
     # ------------------------------------------------------------------ forward
 
@@ -211,12 +214,14 @@ class DistributedNetwork:
         local_arg = cand.min(axis=0) if len(out) else np.full(out.shape[1], none)
         return self.comm.allreduce(local_arg.astype(np.int64), "min")
 
-    def loss_and_gradient(self, out: np.ndarray, y: np.ndarray, loss: str
-                          ) -> tuple[float, np.ndarray]:
-        """As ``ops.loss_and_gradient``, with the output rows spread over the ranks: only
-        per-sample vectors are all-reduced."""
+    def loss_and_gradient(self, out: np.ndarray, y: np.ndarray, loss: str,
+                          scale: int | None = None) -> tuple[float, np.ndarray]:
+        """As ``ops.loss_and_gradient``, with the output rows spread over the ranks (only
+        per-sample vectors are all-reduced) and the mean taken over ``scale`` samples (the
+        whole minibatch, of which this replica holds the columns of ``out``)."""
         check_loss(loss)
         batch = out.shape[1]
+        scale = batch if scale is None else scale
         local = np.full(self.sizes[-1], -1, dtype=np.int64)
         local[self.layers[-1].rows] = np.arange(len(self.layers[-1].rows))
         cols = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
@@ -229,30 +234,35 @@ class DistributedNetwork:
             total, target = self.comm.allreduce(packed)
             grad = expo / total[None, :]
             grad[local[y[cols]], cols] -= 1
-            return float(np.mean(np.log(total) - target)), grad / batch
+            return float(np.sum(np.log(total) - target)) / scale, grad / scale
         diff = out.copy()
         diff[local[y[cols]], cols] -= 1
-        n = self.sizes[-1] * batch
+        n = self.sizes[-1] * scale
         value = self.comm.allreduce_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
         return value, diff * (2.0 / n)
 
-    def backward(self, fwd: Forward, y: np.ndarray, loss: str
+    def backward(self, fwd: Forward, y: np.ndarray, loss: str, scale: int | None = None
                  ) -> tuple[float, int, list[np.ndarray], list[np.ndarray]]:
         """Loss, correct predictions and this rank's gradients (W data and bias per layer)
-        after ``forward(..., keep=True)``."""
+        after ``forward(..., keep=True)``; the loss is a mean over ``scale`` samples (default:
+        this batch). With replicas, each layer's gradients are summed over them (started as
+        soon as the layer's gradient is complete, while the earlier layers run); the loss and
+        the count are those of this replica's samples."""
         ws, t, comm = fwd.workspace, self.timers, self.comm
         assert ws is not None, "backward needs forward(keep=True)"
         out = self.output(fwd.z_last)
-        value, grad = self.loss_and_gradient(out, y, loss)
+        value, grad = self.loss_and_gradient(out, y, loss, scale)
         correct = int(np.sum(self.predict_classes(out) == y))
         delta = grad if self.output_activation == "linear" else \
             grad * activation_slope(fwd.z_last, self.cap)
+        sums: list = []
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
             kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
                           rows=layer.entry_rows)
             np.sum(delta, axis=1, out=ws.grad_b[i])
+            self._start_sum(i, ws, sums)
             if i == 0:
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break
@@ -267,7 +277,7 @@ class DistributedNetwork:
             g[...] = 0
             for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
                 kernels.spmm_t(own, delta, g, rows, accumulate=True)
-                comm.progress(reqs)
+                comm.progress(reqs + sums)
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g)
             t4 = time.perf_counter()
@@ -276,7 +286,20 @@ class DistributedNetwork:
             t5 = time.perf_counter()
             t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,
                   wait=t4 - t3)
+        t0 = time.perf_counter()
+        self.grid.data.waitall(sums)
+        t.grad_wait += time.perf_counter() - t0
         return value, correct, ws.grad_w, ws.grad_b
+
+    def _start_sum(self, i: int, ws: Workspace, sums: list) -> None:
+        """Start summing layer i's gradients over the replicas (nothing with one replica)."""
+        if self.grid.replicas == 1:
+            return
+        t0 = time.perf_counter()
+        sums += [self.grid.data.iallreduce_sum(ws.grad_w[i]),
+                 self.grid.data.iallreduce_sum(ws.grad_b[i])]
+        self.traffic.grad_values[i] += len(ws.grad_w[i]) + len(ws.grad_b[i])
+        self.timers.grad_post[i] += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ parameters
 

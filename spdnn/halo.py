@@ -34,10 +34,11 @@ class Traffic:
     backward_bytes: np.ndarray
     backward_passes: np.ndarray
     backward_samples: np.ndarray
+    grad_values: np.ndarray  # values this rank put into the gradient sums over replicas
 
     @staticmethod
     def zeros(n_layers: int) -> Traffic:
-        return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in _FIELDS])
+        return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in (*_FIELDS, 0)])
 
     def count(self, direction: str, i: int, rows: int, batch: int, itemsize: int) -> None:
         getattr(self, f"{direction}_rows")[i] += rows
@@ -49,11 +50,17 @@ class Traffic:
     def bytes_sent(self) -> int:
         return int(self.forward_bytes.sum() + self.backward_bytes.sum())
 
-    def total(self, comm: Communicator) -> Traffic:
-        """Rows and bytes summed over all ranks; passes and samples are per rank."""
-        t = Traffic(*[getattr(self, n).copy() for n in _FIELDS])
-        for name in ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes"):
+    def total(self, comm: Communicator, data: Communicator | None = None) -> Traffic:
+        """Rows, bytes and gradient-sum values summed over all ranks (``comm``); passes and
+        samples summed over the replicas (``data``: the ranks of one part)."""
+        t = Traffic(*[getattr(self, n).copy() for n in (*_FIELDS, "grad_values")])
+        for name in ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes",
+                     "grad_values"):
             setattr(t, name, comm.allreduce(getattr(self, name)))
+        if data is not None:
+            for name in ("forward_passes", "forward_samples", "backward_passes",
+                         "backward_samples"):
+                setattr(t, name, data.allreduce(getattr(self, name)))
         return t
 
 

@@ -16,6 +16,7 @@ from .bundle import NetworkBundle, save_network
 from .comm import Communicator
 from .distributed import DistributedNetwork
 from .errors import InputError, SpdnnError
+from .grid import Grid
 from .network import Layer, Network
 from .plan import Plan, load_plan
 
@@ -33,33 +34,43 @@ class Opened:
 
 
 def open_network(comm: Communicator, network: str, plan_path: str | None,
-                 dtype: Any = None) -> Opened:
-    """Open the bundle and plan on every rank, check they fit this job, load my rows."""
+                 dtype: Any = None, replicas: int = 1) -> Opened:
+    """Open the bundle and plan on every rank, check they fit this job (``replicas`` x the
+    plan's parts = ranks), split the ranks into the grid and load my rows. Collective."""
     bundle = comm.check(lambda: NetworkBundle(network))
 
     def get_plan() -> Plan:
+        if replicas < 1:
+            raise SpdnnError(f"--replicas must be at least 1, not {replicas}")
         if plan_path is None:
-            if comm.size > 1:
-                raise SpdnnError(f"--plan is required with {comm.size} ranks "
-                                 "(make one with spdnn-partition)")
+            if comm.size != replicas:
+                raise SpdnnError(f"--plan is required with {comm.size} ranks" +
+                                 (f" and {replicas} replicas (replicas of a network without "
+                                  f"a plan need mpirun -n {replicas})" if replicas > 1 else "")
+                                 + " (make one with spdnn-partition)")
             return Plan(1, tuple(np.zeros(n, dtype=np.int32) for n in bundle.sizes),
                         {"method": "single"})
         plan = load_plan(plan_path)
-        if plan.nparts != comm.size:
-            raise InputError(plan_path, f"plan is for P={plan.nparts} ranks but this job has "
-                                        f"{comm.size} (mpirun -n {plan.nparts})")
+        if plan.nparts * replicas != comm.size:
+            if replicas == 1:
+                raise InputError(plan_path, f"plan is for P={plan.nparts} ranks but this job "
+                                            f"has {comm.size} (mpirun -n {plan.nparts})")
+            raise InputError(plan_path, f"--replicas {replicas} of this plan's {plan.nparts} "
+                                        f"part(s) need mpirun -n {plan.nparts * replicas}, "
+                                        f"this job has {comm.size} ranks")
         plan.check_for(bundle.sizes, None, plan_path)
         return plan
 
     plan = comm.check(get_plan)
-    dnet = DistributedNetwork.load(bundle, plan, comm, dtype)
+    grid = Grid.make(comm, plan.nparts)
+    dnet = DistributedNetwork.load(bundle, plan, grid, dtype)
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint, plan_path or network))
     kernels.warm_up()
     return Opened(bundle, plan, dnet)
 
 
 def gather_network(dnet: DistributedNetwork) -> Network | None:
-    """The whole network on rank 0 (None elsewhere), layer by layer."""
+    """The whole network on rank 0 of each replica (None elsewhere), layer by layer."""
     layers = []
     for layer in dnet.layers:
         w = layer.weight
@@ -84,7 +95,7 @@ def gather_network(dnet: DistributedNetwork) -> Network | None:
 
 def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
                  extra: dict[str, Any]) -> None:
-    net = gather_network(dnet)
+    net = gather_network(dnet) if dnet.grid.replica == 0 else None
     if net is not None:
         net = Network(net.layers, net.activation, net.cap, net.output_activation, extra)
     comm.check(lambda: save_network(net, path) if net is not None else None)

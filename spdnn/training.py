@@ -1,7 +1,10 @@
 """Distributed minibatch SGD: the serial run's batches, losses and updates on P ranks.
 
 Sample order (``batching``), losses (``ops``) and the optimizer (``optim``) are the ones the
-serial reference uses, so P ranks compute what one process computes.
+serial reference uses, so P ranks compute what one process computes. With replicas, each
+minibatch is cut into contiguous slices, one per replica; the loss is a mean over the whole
+minibatch, so the gradient summed over the replicas is the serial one, and every replica
+applies the identical update.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     ``on_finish`` (e.g. saving the trained network) runs before the final checkpoint; the
     checkpoint is written even when it fails, and the other way round."""
     pos = position or Position()
+    grid = dnet.grid
     if len(data.y_train) == 0:
         raise AgreedError(f"{data.name}: no training samples")
     opt = SGD(cfg.sgd, dnet.parameters(), momentum or [])
@@ -71,8 +75,12 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         for b, idx in enumerate(batches(order, cfg.batch_size)):
             if b < pos.batch:
                 continue  # resumed mid-epoch: these batches were done before
-            fwd = dnet.forward(columns(x_local, idx))
-            value, ok, gw, gb = dnet.backward(fwd, data.y_train[idx], cfg.loss)
+            mine = idx[grid.share(len(idx))]  # this replica's slice of the serial batch
+            fwd = dnet.forward(columns(x_local, mine))
+            value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx))
+            if grid.replicas > 1:
+                value, ok = grid.data.allreduce(np.array([value, ok], dtype=np.float64))
+                ok = int(ok)
             if not np.isfinite(value):
                 kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
                         if cfg.checkpoint_dir and manifest_path(cfg.checkpoint_dir).is_file()

@@ -185,3 +185,26 @@ def test_missing_or_corrupt_checkpoint(digits_net):
     proc = mpirun(2, "train", *base, "--resume", ckpt)
     lines = _error_lines(proc.stderr)
     assert proc.returncode != 0 and len(lines) == 1 and "corrupt checkpoint manifest" in lines[0]
+
+
+def test_replicas_from_the_command_line(digits_net):
+    """Two replicas without a plan (pure data parallelism), and 2 replicas x 1 part with a
+    plan: both train to the weights of one process."""
+    common = ["--network", digits_net / "net.npz", "--data", "digits", "--epochs", "2",
+              "--batch-size", "33", "--lr", "0.05", "--momentum", "0.9", "--dtype", "float64"]
+    one = mpirun(1, "train", *common, "--save", digits_net / "one.npz")
+    assert one.returncode == 0, one.stderr
+    two = mpirun(2, "train", *common, "--replicas", "2", "--save", digits_net / "two.npz",
+                 "--metrics-out", digits_net / "two.json")
+    assert two.returncode == 0, two.stderr
+    assert "2 rank(s) (1 part(s) x 2 replicas)" in two.stdout
+    metrics = json.loads((digits_net / "two.json").read_text())
+    # Each rank put every weight and bias of every step into the gradient sums.
+    net = load_network(digits_net / "net.npz")
+    steps = 2 * -(-1437 // 33)
+    assert metrics["traffic"]["gradient_sum_values"] == [
+        2 * steps * (layer.nnz + layer.n_out) for layer in net.layers]
+    a, b = load_network(digits_net / "one.npz"), load_network(digits_net / "two.npz")
+    for la, lb in zip(a.layers, b.layers):
+        np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=1e-10)

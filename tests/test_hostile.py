@@ -387,6 +387,8 @@ def test_bad_options_and_data(base, ranks):
          ["labels.npz", "labels up to 9", "4 outputs"]),
         ([*train, "--resume", d / "ckpt", "--max-steps", "1", "--batch-size", "8"], {},
          ["--max-steps 1", "step 3"]),
+        ([*train, "--replicas", "3"], {}, ["--replicas 3", "need mpirun -n"]),
+        ([*train, "--replicas", "0"], {}, ["--replicas", "positive integer"]),
         ([*train, "--resume", d / "ckpt", "--batch-size", "16"], {},
          ["batch_size 8", "this run has 16"]),
         ([*train, "--resume", d / "ckpt", "--batch-size", "8", "--dtype", "float64"], {},

@@ -1,0 +1,169 @@
+"""Two axes: R replicas of a network partitioned into parts, P = parts x R, against the serial
+reference. Run under mpiexec -n 1, 2, 3 and 4: every grid that fits the communicator."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from partition.methods import partition_network
+from spdnn.bundle import save_network
+from spdnn.checkpoint import load_checkpoint
+from spdnn.comm import AgreedError, Communicator
+from spdnn.datasets import Dataset
+from spdnn.generate import radixnet
+from spdnn.inference import challenge_infer, evaluate, local_inputs
+from spdnn.optim import SGDConfig
+from spdnn.plan import network_patterns, save_plan
+from spdnn.reference import accuracy
+from spdnn.reference import challenge_infer as reference_challenge
+from spdnn.reference import train as reference_train
+from spdnn.session import gather_network, open_network
+from spdnn.training import TrainConfig, train
+from tests.helpers import small_network
+from tests.test_runtime_mpi import _images
+
+pytestmark = pytest.mark.mpi
+SGD = SGDConfig(lr=0.05, momentum=0.9, weight_decay=0.01)
+
+
+@pytest.fixture
+def comm():
+    with Communicator() as c:
+        yield c
+
+
+def grids(size: int) -> list[tuple[int, int]]:
+    """(parts, replicas) with parts x replicas = size."""
+    return [(size // r, r) for r in range(1, size + 1) if size % r == 0]
+
+
+def _data(net, n=49):
+    """49 samples in batches of 16: the last batch (1 sample) is smaller than any R > 1."""
+    rng = np.random.default_rng(4)
+    return Dataset("synthetic", rng.standard_normal((n, net.sizes[0])),
+                   rng.integers(0, net.sizes[-1], n), rng.standard_normal((13, net.sizes[0])),
+                   rng.integers(0, net.sizes[-1], 13))
+
+
+def _open(comm, tmp, net, parts, replicas, method="hypergraph", name="net"):
+    path, plan = tmp / f"{name}.npz", tmp / f"{name}-{method}-{parts}.npz"
+    if comm.rank == 0:
+        save_network(net, path)
+        save_plan(partition_network(network_patterns(net), parts, method, seed=3,
+                                    fingerprint=net.fingerprint()), plan)
+    comm.barrier()
+    return open_network(comm, str(path), str(plan), replicas=replicas)
+
+
+def _assert_close(got, expected, tol=1e-10):
+    for la, lb in zip(got.layers, expected.layers):
+        np.testing.assert_array_equal(la.weight.indices, lb.weight.indices)
+        np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=tol)
+        np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=tol)
+
+
+def _digest(dnet) -> str:
+    h = hashlib.sha256()
+    for layer in dnet.layers:
+        h.update(layer.weight.data.tobytes())
+        h.update(layer.bias.tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("method", ["block", "hypergraph"])
+def test_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, method):
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3)
+    data = _data(net)
+    cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=7)
+    expected, ref_reports = reference_train(net, data, 2, 16, SGD, seed=7)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, method)
+        reports = train(comm, run.dnet, data, cfg)
+        assert reports[-1].steps == 8
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref_reports],
+                                   rtol=1e-12)
+        assert [r.train_accuracy for r in reports] == [r.train_accuracy for r in ref_reports]
+        assert [r.test_accuracy for r in reports] == [r.test_accuracy for r in ref_reports]
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        # Replicas hold bit-identical weights: the same digest on every rank of a part.
+        digests = run.dnet.grid.data.allgather(_digest(run.dnet))
+        assert len(set(digests)) == 1, (parts, replicas)
+        run.dnet.grid.free()
+
+
+def test_evaluation_splits_the_inputs(comm, mpi_tmp_path):
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=2)
+    data = _data(net, n=37)
+    for parts, replicas in grids(comm.size):
+        dnet = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
+        got = evaluate(dnet, local_inputs(dnet, data.x_train, "x"), data.y_train, batch_size=5)
+        assert got == accuracy(net, data.x_train, data.y_train)
+        dnet.grid.free()
+
+
+def test_resume_on_another_grid_equals_the_uninterrupted_run(comm, mpi_tmp_path):
+    """The first part runs on the grid with the most replicas (2 x 2 at P = 4); the rest on
+    1 x 3 and 3 x 1 at P = 4, else on the other grids of this P."""
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=5)
+    data = _data(net)
+    full = TrainConfig(epochs=3, batch_size=16, sgd=SGD, seed=1)
+    expected, _ = reference_train(net, data, 3, 16, SGD, seed=1)
+    first = (2, 2) if comm.size == 4 else grids(comm.size)[-1]
+    ckpt = str(mpi_tmp_path / "ckpt")
+    run = _open(comm, mpi_tmp_path, net, *first, name="first")
+    train(comm, run.dnet, data, TrainConfig(3, 16, SGD, 1, max_steps=6, checkpoint_dir=ckpt,
+                                            checkpoint_every=3))
+    run.dnet.grid.free()
+    size = 3 if comm.size == 4 else comm.size
+    with comm.split(0 if comm.rank < size else 1) as sub:
+        if comm.rank < size:
+            for parts, replicas in grids(size):
+                resumed = _open(sub, mpi_tmp_path, net, parts, replicas, name="second").dnet
+                position, momentum = load_checkpoint(resumed, ckpt, full.settings())
+                assert (position.step, position.epoch, position.batch) == (6, 1, 2)
+                train(sub, resumed, data, full, position, momentum)
+                got = gather_network(resumed)
+                if sub.rank == 0:
+                    _assert_close(got, expected)
+                resumed.grid.free()
+    comm.barrier()
+
+
+def test_graph_challenge_mode_on_every_grid(comm, mpi_tmp_path):
+    net = radixnet(1024, 12, seed=0, dtype="float64")
+    images = _images(120)
+    expected = reference_challenge(net, images)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, "cyclic", "rx")
+        got = challenge_infer(comm, run.dnet, images, run.nnz)
+        np.testing.assert_array_equal(got.categories, expected.categories)
+        run.dnet.grid.free()
+
+
+def test_graph_challenge_subset_on_grids_with_replicas(comm, mpi_tmp_path, graphchallenge_dir):
+    from spdnn.formats import read_categories, read_inputs
+    from spdnn.graphchallenge import read_graphchallenge
+
+    if comm.size not in (2, 4):
+        pytest.skip("the 1 x 2 and 2 x 2 grids need 2 or 4 ranks")
+    net = read_graphchallenge(graphchallenge_dir / "neuron1024", -0.3, 32)
+    run = _open(comm, mpi_tmp_path, net, comm.size // 2, 2, "cyclic", "gc")
+    images = read_inputs(graphchallenge_dir / "sparse-images-1024_subset.mtx", 1024)
+    truth = read_categories(graphchallenge_dir / "neuron1024-l120-categories_subset.mtx")
+    np.testing.assert_array_equal(challenge_infer(comm, run.dnet, images, run.nnz).categories,
+                                  truth)
+
+
+def test_replicas_that_do_not_fit_the_job(comm, mpi_tmp_path):
+    net = small_network()
+    _open(comm, mpi_tmp_path, net, comm.size, 1).dnet.grid.free()
+    plan = str(mpi_tmp_path / f"net-hypergraph-{comm.size}.npz")
+    with pytest.raises(AgreedError, match=f"need mpirun -n {2 * comm.size}, this job has"):
+        open_network(comm, str(mpi_tmp_path / "net.npz"), plan, replicas=2)
+    with pytest.raises(AgreedError, match="--replicas must be at least 1"):
+        open_network(comm, str(mpi_tmp_path / "net.npz"), plan, replicas=0)
