@@ -66,6 +66,10 @@ def _parser_stats() -> argparse.ArgumentParser:
     p.add_argument("network")
     p.add_argument("plan")
     p.add_argument("--compare", action="store_true", help="add the baselines")
+    p.add_argument("--replicas", type=int, default=None, metavar="R",
+                   help="also predict the values one training step moves on R replicas of "
+                        "this plan (expand, fold and the gradient sums); needs --batch-size")
+    p.add_argument("--batch-size", type=int, default=None, metavar="B")
     return p
 
 
@@ -189,7 +193,7 @@ def cmd_partition(argv: Sequence[str]) -> None:
 
 
 def cmd_stats(argv: Sequence[str]) -> None:
-    from spdnn.plan import load_plan, plan_statistics
+    from spdnn.plan import load_plan, plan_statistics, step_values
 
     args = _parser_stats().parse_args(argv)
     bundle, patterns = _load(args.network)
@@ -202,6 +206,23 @@ def cmd_stats(argv: Sequence[str]) -> None:
     if args.compare:
         print(_compare(patterns, plan.owners, plan.nparts, plan.meta.get("method", "plan"),
                        int(plan.meta.get("seed", 0) or 0)))
+    if args.replicas is not None or args.batch_size is not None:
+        if not (args.replicas or 0) >= 1 or not (args.batch_size or 0) >= 1:
+            raise SpdnnError("--replicas and --batch-size go together, each at least 1")
+        print(format_step_values(step_values(stats, [len(p[1]) for p in patterns],
+                                             bundle.sizes[1:], args.replicas,
+                                             args.batch_size)))
+
+
+def format_step_values(v) -> str:  # noqa: ANN001
+    lines = [f"values per training step, batch {v.batch} on {v.replicas} replica(s) "
+             f"({v.ALGORITHM}):",
+             "layer        expand          fold   gradient sum in   gradient sum sent"]
+    for k, row in enumerate(zip(v.expand, v.fold, v.gradient_in, v.gradient_sent), start=1):
+        lines.append(f"{k:5d}  {row[0]:>12,}  {row[1]:>12,}  {row[2]:>16,}  {row[3]:>18,.0f}")
+    lines.append(f"total  {sum(v.expand):>12,}  {sum(v.fold):>12,}  {sum(v.gradient_in):>16,}"
+                 f"  {sum(v.gradient_sent):>18,.0f}")
+    return "\n".join(lines)
 
 
 def cmd_export(argv: Sequence[str]) -> None:

@@ -217,3 +217,33 @@ def balance_limit(indptr: np.ndarray, nparts: int, epsilon: float) -> float:
     """Largest load a rank may carry in this layer: (1 + eps) * avg + the heaviest row."""
     weights = np.diff(indptr)
     return (1 + epsilon) * weights.sum() / nparts + (int(weights.max()) if len(weights) else 0)
+
+
+@dataclass(frozen=True)
+class StepValues:
+    """Values one training step moves per layer (index k-1), over all ranks, for a minibatch
+    of B samples on R replicas of a plan: ``expand`` (forward rows x B: the replicas' slices
+    add up to B), ``fold`` (backward rows x B), ``gradient_in`` (the values the ranks put into
+    the gradient sums over replicas: R x (nnz_k + n_k), none for R = 1) and ``gradient_sent``
+    (what those sums send, assuming MPI's ring all-reduce: 2 (R - 1) / R of each rank's
+    values)."""
+
+    replicas: int
+    batch: int
+    expand: tuple[int, ...]
+    fold: tuple[int, ...]
+    gradient_in: tuple[int, ...]
+    gradient_sent: tuple[float, ...]
+
+    ALGORITHM = "ring all-reduce: each rank sends 2 (R - 1) / R of the values it sums"
+
+
+def step_values(stats: PlanStats, nnz: Sequence[int], rows: Sequence[int], replicas: int,
+                batch: int) -> StepValues:
+    """Predict ``StepValues`` from a plan's statistics and each layer's nnz and row count."""
+    owned = [int(a) + int(b) for a, b in zip(nnz, rows)] if replicas > 1 else [0] * len(nnz)
+    return StepValues(replicas, batch,
+                      tuple(v * batch for v in stats.forward),
+                      tuple(v * batch for v in stats.backward),
+                      tuple(replicas * v for v in owned),
+                      tuple(2.0 * (replicas - 1) * v for v in owned))

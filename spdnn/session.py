@@ -43,11 +43,13 @@ def open_network(comm: Communicator, network: str, plan_path: str | None,
         if replicas < 1:
             raise SpdnnError(f"--replicas must be at least 1, not {replicas}")
         if plan_path is None:
+            if replicas == 1 and comm.size > 1:
+                raise SpdnnError(f"--plan is required with {comm.size} ranks (make one with "
+                                 "spdnn-partition)")
             if comm.size != replicas:
-                raise SpdnnError(f"--plan is required with {comm.size} ranks" +
-                                 (f" and {replicas} replicas (replicas of a network without "
-                                  f"a plan need mpirun -n {replicas})" if replicas > 1 else "")
-                                 + " (make one with spdnn-partition)")
+                raise SpdnnError(f"--replicas {replicas} without a plan need mpirun -n "
+                                 f"{replicas}, this job has {comm.size} rank(s) (with more "
+                                 "ranks than replicas, give --plan)")
             return Plan(1, tuple(np.zeros(n, dtype=np.int32) for n in bundle.sizes),
                         {"method": "single"})
         plan = load_plan(plan_path)

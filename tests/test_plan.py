@@ -90,3 +90,30 @@ def test_bad_plan_files(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         load_plan(tmp_path / "none.npz")
 
+
+
+def test_step_values_and_the_stats_command(tmp_path):
+    from partition.methods import partition_network
+    from spdnn.bundle import save_network
+    from spdnn.plan import step_values
+    from tests.helpers import assert_one_line_error, run_spdnn
+
+    net = small_network()
+    plan = partition_network(network_patterns(net), 2, "cyclic", fingerprint=net.fingerprint())
+    stats = plan_statistics(network_patterns(net), plan.owners, 2)
+    v = step_values(stats, [lay.nnz for lay in net.layers], net.sizes[1:], 3, 10)
+    assert v.expand == tuple(10 * f for f in stats.forward)
+    assert v.fold == tuple(10 * b for b in stats.backward) and v.fold[0] == 0
+    assert v.gradient_in == tuple(3 * (lay.nnz + lay.n_out) for lay in net.layers)
+    assert v.gradient_sent == tuple(2 * 2 * (lay.nnz + lay.n_out) for lay in net.layers)
+    assert step_values(stats, [1, 1, 1], [1, 1, 1], 1, 10).gradient_in == (0, 0, 0)
+    save_network(net, tmp_path / "net.npz")
+    save_plan(plan, tmp_path / "plan.npz")
+    proc = run_spdnn("stats", tmp_path / "net.npz", tmp_path / "plan.npz", "--replicas", "3",
+                     "--batch-size", "10", module="partition")
+    assert proc.returncode == 0, proc.stderr
+    assert "ring all-reduce" in proc.stdout
+    assert f"total  {sum(v.expand):>12,}  {sum(v.fold):>12,}  {sum(v.gradient_in):>16,}" \
+        in proc.stdout
+    assert_one_line_error(run_spdnn("stats", tmp_path / "net.npz", tmp_path / "plan.npz",
+                                    "--replicas", "2", module="partition"), "go together")

@@ -167,3 +167,26 @@ def test_replicas_that_do_not_fit_the_job(comm, mpi_tmp_path):
         open_network(comm, str(mpi_tmp_path / "net.npz"), plan, replicas=2)
     with pytest.raises(AgreedError, match="--replicas must be at least 1"):
         open_network(comm, str(mpi_tmp_path / "net.npz"), plan, replicas=0)
+
+
+def test_counted_values_per_layer_and_axis_equal_the_prediction(comm, mpi_tmp_path):
+    from spdnn.accounting import accounting, plan_volume
+    from spdnn.plan import plan_statistics, step_values
+
+    net = small_network((30, 40, 40, 8), fan_in=6, seed=2)
+    rng = np.random.default_rng(0)
+    data = Dataset("no test set", rng.standard_normal((48, 30)), rng.integers(0, 8, 48))
+    for parts, replicas in grids(comm.size):
+        dnet = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
+        train(comm, dnet, data, TrainConfig(1, 16, SGD))  # 3 steps of 16
+        volume = plan_volume(dnet.comm, dnet.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        acc = accounting(comm, dnet.traffic, volume, 8, dnet.grid.data)
+        assert acc["equal"], acc
+        stats = plan_statistics(network_patterns(net), dnet.plan.owners, parts)
+        predicted = step_values(stats, [lay.nnz for lay in net.layers], net.sizes[1:],
+                                replicas, 16)
+        counted = acc["counted"]
+        assert [b // 8 for b in counted["forward_bytes"]] == [3 * v for v in predicted.expand]
+        assert [b // 8 for b in counted["backward_bytes"]] == [3 * v for v in predicted.fold]
+        assert acc["gradient_sum_values"] == [3 * v for v in predicted.gradient_in]
+        dnet.grid.free()
