@@ -8,11 +8,11 @@ Networks (float32): the MNIST MLP 784-1024-1024-10 (fan-in 32, dense head) on MN
 (fan-in 32, 10-way head) and the first 3 RadiX-Net layers of 16,384 neurons (+ head), both on
 --samples synthetic samples. Plans: hypergraph for the MLP and RadiX-Net, block for `random`
 (the hypergraph plan equals block there: docs/BENCHMARKS.md, "Training"). Per configuration the
-second epoch's seconds (median over --rounds) and the values per step on each axis, as the
-runtime counted them: the model axis moves volume x B values (expand + fold), the data axis sums
-nnz(W) + biases per replica (sent: 2 (R - 1) / R of that per rank, ring all-reduce). P = 4 is
-not timed (2 cores): its values come from `spdnn.plan.step_values`, which the test suite checks
-equal to the runtime's counts on every grid. Writes docs/BENCHMARKS.md ("Grids").
+second epoch's seconds (median over --rounds) and the values per training step on each axis
+from `spdnn.plan.step_values` (the test suite checks them equal to the runtime's counts on every
+grid; the counts of a run also hold evaluation passes): the model axis moves volume x B values
+(expand + fold), the data axis sums nnz(W) + biases per replica and sends 2 (R - 1) / R of that
+per rank (ring all-reduce). P = 4 is not timed (2 cores). Writes docs/BENCHMARKS.md ("Grids").
 """
 
 from __future__ import annotations
@@ -95,22 +95,18 @@ def main() -> None:
             nnz = [layer.nnz for layer in net.layers]
             for batch in args.batches:
                 seconds: dict[tuple[int, int], list[float]] = {}
-                values = {}
                 for _ in range(args.rounds):
                     for parts, replicas in ((2, 1), (1, 2)):
                         m = run(work, name, data, batch, parts, replicas)
                         seconds.setdefault((parts, replicas), []).append(
                             m["epochs"][1]["seconds"])
-                        t = m["traffic"]["counted"]
-                        steps = m["epochs"][-1]["steps"]
-                        values[(parts, replicas)] = (
-                            (sum(t["forward_bytes"]) + sum(t["backward_bytes"])) / 4 / steps,
-                            sum(m["traffic"]["gradient_sum_values"]) / steps)
                 med = {g: statistics.median(s) for g, s in seconds.items()}
                 win = "2 parts x 1" if med[(2, 1)] < med[(1, 2)] else "1 part x 2"
-                model, data_values = values[(2, 1)][0], values[(1, 2)][1]
+                model = step_values(stats[2], nnz, net.sizes[1:], 1, batch)
+                data_axis = step_values(stats[1], nnz, net.sizes[1:], 2, batch)
                 rows.append([name, str(batch), f"{med[(2, 1)]:.2f}", f"{med[(1, 2)]:.2f}",
-                             f"{model:,.0f}", f"{data_values:,.0f}", win])
+                             f"{sum(model.expand) + sum(model.fold):,}",
+                             f"{sum(data_axis.gradient_sent):,.0f}", win])
                 for parts, replicas in ((4, 1), (2, 2), (1, 4)):
                     v = step_values(stats[parts], nnz, net.sizes[1:], replicas, batch)
                     rows4.append([name, str(batch), f"{parts}x{replicas}",
@@ -119,10 +115,11 @@ def main() -> None:
                 print(rows[-1], flush=True)
     body = (f"Command: `python scripts/bench_grid.py --batches {' '.join(map(str, args.batches))}"
             f" --samples {args.samples} --rounds {args.rounds}` (P = 2 timed side by side: "
-            "seconds of the second epoch, median over the rounds; values per step as counted).\n\n"
+            "seconds of the second epoch, median over the rounds; values per step from "
+            "spdnn.plan.step_values, equal to the runtime's counts).\n\n"
             + table(["network", "batch", "2x1 s/epoch", "1x2 s/epoch",
-                     "2x1 model-axis values/step", "1x2 gradient-sum values in/step", "faster"],
-                    rows)
+                     "2x1 values/step (expand + fold)", "1x2 values/step (gradient sum sent)",
+                     "faster"], rows)
             + "\n\nP = 4 (parts x replicas), values per step (predicted; equal to the runtime's "
               "counts in tests/test_replicas_mpi.py):\n\n"
             + table(["network", "batch", "grid", "model axis (expand + fold)",

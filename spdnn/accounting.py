@@ -24,7 +24,7 @@ class Timers:
         self.comm = np.zeros((2, n_layers))
         self.wait = np.zeros((2, n_layers))
         self.grad_post = np.zeros(n_layers)  # starting the gradient sums over replicas
-        self.grad_wait = 0.0  # waiting for them after the backward pass
+        self.grad_wait = np.zeros(n_layers)  # waiting for them after the backward pass
 
     def add(self, direction: str, i: int, compute: float = 0.0, comm: float = 0.0,
             wait: float = 0.0) -> None:
@@ -96,19 +96,21 @@ def timing(comm: Communicator, timers: Timers) -> dict[str, Any]:
                "backward": comm.allreduce(getattr(timers, name)[1], "max").tolist()}
         for name in _TIMERS}
     tm["gradient_sum"] = {"post": comm.allreduce(timers.grad_post, "max").tolist(),
-                          "wait": comm.allreduce_scalar(timers.grad_wait, "max")}
+                          "wait": comm.allreduce(timers.grad_wait, "max").tolist()}
     return tm
 
 
 def format_timing(tm: dict[str, Any]) -> str:
-    lines = ["layer  forward compute/post/wait (s)   backward compute/post/wait (s)"]
+    gs = tm.get("gradient_sum")
+    replicas = bool(gs and any(gs["post"]))
+    lines = ["layer  forward compute/post/wait (s)   backward compute/post/wait (s)"
+             + ("   gradient sum post/wait (s)" if replicas else "")]
     for k in range(len(tm["compute"]["forward"])):
         f = [tm[n]["forward"][k] for n in _TIMERS]
         b = [tm[n]["backward"][k] for n in _TIMERS]
-        lines.append(f"{k + 1:5d}  {f[0]:9.3f} {f[1]:7.3f} {f[2]:7.3f}     "
-                     f"{b[0]:9.3f} {b[1]:7.3f} {b[2]:7.3f}")
-    gs = tm.get("gradient_sum")
-    if gs and any(gs["post"]):
-        lines.append(f"gradient sums over replicas: {sum(gs['post']):.3f} s starting them, "
-                     f"{gs['wait']:.3f} s waiting after the backward pass")
+        line = (f"{k + 1:5d}  {f[0]:9.3f} {f[1]:7.3f} {f[2]:7.3f}     "
+                f"{b[0]:9.3f} {b[1]:7.3f} {b[2]:7.3f}")
+        if replicas:
+            line += f"     {gs['post'][k]:9.3f} {gs['wait'][k]:7.3f}"
+        lines.append(line)
     return "\n".join(lines)

@@ -277,7 +277,7 @@ class DistributedNetwork:
             g[...] = 0
             for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
                 kernels.spmm_t(own, delta, g, rows, accumulate=True)
-                comm.progress(reqs + sums)
+                comm.progress(reqs + [r for _, pair in sums for r in pair])
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g)
             t4 = time.perf_counter()
@@ -286,9 +286,10 @@ class DistributedNetwork:
             t5 = time.perf_counter()
             t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,
                   wait=t4 - t3)
-        t0 = time.perf_counter()
-        self.grid.data.waitall(sums)
-        t.grad_wait += time.perf_counter() - t0
+        for i, pair in sums:  # layer by layer, to time each layer's wait
+            t0 = time.perf_counter()
+            self.grid.data.waitall(pair)
+            t.grad_wait[i] += time.perf_counter() - t0
         return value, correct, ws.grad_w, ws.grad_b
 
     def _start_sum(self, i: int, ws: Workspace, sums: list) -> None:
@@ -296,8 +297,8 @@ class DistributedNetwork:
         if self.grid.replicas == 1:
             return
         t0 = time.perf_counter()
-        sums += [self.grid.data.iallreduce_sum(ws.grad_w[i]),
-                 self.grid.data.iallreduce_sum(ws.grad_b[i])]
+        sums.append((i, [self.grid.data.iallreduce_sum(ws.grad_w[i]),
+                         self.grid.data.iallreduce_sum(ws.grad_b[i])]))
         self.traffic.grad_values[i] += len(ws.grad_w[i]) + len(ws.grad_b[i])
         self.timers.grad_post[i] += time.perf_counter() - t0
 
