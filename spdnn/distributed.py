@@ -24,6 +24,7 @@ from .network import Fingerprint
 from .ops import activation_slope, check_loss, output
 from .optim import parameters
 from .plan import Plan
+from .workspace import PingPong, Workspace
 
 # Row chunks of the local products that overlap a message exchange; between chunks the
 # messages are progressed (MPI moves large messages only inside MPI calls).
@@ -35,30 +36,6 @@ COMPACT_BELOW = 0.75
 def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
     bounds = np.linspace(0, n, max(1, min(parts, n)) + 1).astype(int)
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-class Workspace:
-    """Training arrays of one batch size, kept for the backward pass: the X buffer (owned +
-    ghost rows) and Z of every layer, the gradients and the partial sums. Allocated once."""
-
-    def __init__(self, dnet: DistributedNetwork, batch: int) -> None:
-        dt = dnet.dtype
-        self.xbufs = [np.zeros((lay.n_buffer_rows, batch), dt) for lay in dnet.layers]
-        self.zs = [np.zeros((len(lay.rows), batch), dt) for lay in dnet.layers]
-        self.grad_w = [np.zeros(lay.weight.nnz, dt) for lay in dnet.layers]
-        self.grad_b = [np.zeros(len(lay.rows), dt) for lay in dnet.layers]
-        self.ghost = [np.zeros((lay.exchange.n_ghost, batch), dt) for lay in dnet.layers]
-        self.partial = [np.zeros((lay.n_owned_prev, batch), dt) for lay in dnet.layers]
-
-
-class _PingPong:
-    """Inference arrays: two X buffers used layer after layer and one Z, as flat storage
-    viewed at any width up to ``batch`` (dropping dead columns narrows the views)."""
-
-    def __init__(self, dnet: DistributedNetwork, batch: int) -> None:
-        rows = max(lay.n_buffer_rows for lay in dnet.layers)
-        self.x = [np.zeros(rows * batch, dnet.dtype) for _ in range(2)]
-        self.z = np.zeros(max(len(lay.rows) for lay in dnet.layers) * batch, dnet.dtype)
 
 
 @dataclass(frozen=True)
@@ -90,7 +67,7 @@ class DistributedNetwork:
         self.traffic = Traffic.zeros(len(layers))
         self.timers = Timers(len(layers))
         self._workspaces: dict[int, Workspace] = {}
-        self._pingpong: dict[int, _PingPong] = {}
+        self._pingpong: dict[int, PingPong] = {}
 
     @property
     def n_layers(self) -> int:
@@ -163,7 +140,7 @@ class DistributedNetwork:
         pp = None
         if not keep:
             pp = self._pingpong.get(width) or self._pingpong.setdefault(width,
-                                                                        _PingPong(self, width))
+                                                                        PingPong(self, width))
         ids = np.arange(width)
         cur = 0  # which ping-pong buffer holds X_i
 
