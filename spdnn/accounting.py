@@ -83,8 +83,19 @@ def format_accounting(acc: dict[str, Any]) -> str:
                      f"  {mb:9.2f}")
     total = sum(c["forward_bytes"]) + sum(c["backward_bytes"])
     verdict = "equal" if acc["equal"] else "DIFFERENT"
-    lines.append(f"exchanged {total / 1e6:,.2f} MB in all; counted rows and bytes are "
+    lines.append(f"exchanged {total / 1e6:,.2f} MB in all passes (training and evaluation); "
+                 "counted rows and bytes are "
                  f"{verdict} to the plan's volume x passes (x batch x item size)")
+    return "\n".join(lines)
+
+
+def format_traffic(acc: dict[str, Any], parts: int, replicas: int) -> str:
+    """The traffic table (none with one model part: nothing crosses ranks on that axis) and
+    the gradient sums over replicas."""
+    lines = [format_accounting(acc) if parts > 1 else "1 model part: no rows exchanged"]
+    if any(acc["gradient_sum_values"]):
+        lines.append(f"gradient sums over {replicas} replicas: "
+                     f"{sum(acc['gradient_sum_values']):,} values put in")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from .atomic import atomic_path, write_text
 from .comm import AgreedError, Communicator
 from .distributed import DistributedNetwork
-from .errors import InputError
+from .errors import InputError, SpdnnError
 from .npz import NpzReader
 
 CHECKPOINT_FORMAT = "spdnn-checkpoint/1"
@@ -288,3 +288,15 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
     if isinstance(old_size, int) and old_size > 0 and new_size and old_size != new_size:
         batch = batch * old_size // new_size
     return Position(manifest["step"], manifest["epoch"], batch), momentum
+
+
+def check_position(position: Position, directory: str, batch_size: int, max_steps: int | None,
+                   n_samples: int) -> None:
+    """A resumed position must lie inside this run: a batch of the epoch, below --max-steps."""
+    per_epoch = -(-n_samples // batch_size)
+    if position.batch >= per_epoch:
+        raise InputError(manifest_path(directory), f"batch {position.batch} is beyond the "
+                                                   f"{per_epoch} batches of an epoch")
+    if max_steps is not None and max_steps < position.step:
+        raise SpdnnError(f"--max-steps {max_steps} is below the checkpoint's step "
+                         f"{position.step}: nothing would run")

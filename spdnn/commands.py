@@ -128,44 +128,13 @@ def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]
     return open_network(comm, args.network, args.plan, args.dtype, args.replicas)
 
 
-def _check_data(data, sizes: Sequence[int], source: str) -> None:  # noqa: ANN001
-    if data.n_features != sizes[0]:
-        raise InputError(source, f"data has {data.n_features} features but the network's "
-                                 f"layer 0 has {sizes[0]} neurons")
-    if data.n_classes > sizes[-1]:
-        raise InputError(source, f"data has labels up to {data.n_classes - 1} "
-                                 f"({data.n_classes} classes) but the network has {sizes[-1]} "
-                                 "outputs")
-
-
-def _check_position(position, args: argparse.Namespace, n_samples: int) -> None:  # noqa: ANN001
-    """A resumed position must lie inside this run: a batch of the epoch, below --max-steps."""
-    from .batching import n_batches
-    from .checkpoint import manifest_path
-
-    per_epoch = n_batches(n_samples, args.batch_size)
-    if position.batch >= per_epoch:
-        raise InputError(manifest_path(args.resume), f"batch {position.batch} is beyond the "
-                                                     f"{per_epoch} batches of an epoch")
-    if args.max_steps is not None and args.max_steps < position.step:
-        raise SpdnnError(f"--max-steps {args.max_steps} is below the checkpoint's step "
-                         f"{position.step}: nothing would run")
-
-
-def _print_epoch(r) -> None:  # noqa: ANN001
-    test = f", test accuracy {r.test_accuracy:.4f}" if r.test_accuracy is not None else ""
-    print(f"epoch {r.epoch:3d}: loss {r.loss:.4f}, train accuracy {r.train_accuracy:.4f}"
-          f"{test}, {r.samples_per_second:,.0f} samples/s, {r.megabytes_sent:,.1f} MB "
-          "exchanged", flush=True)
-
-
 @collectively
 def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     from contextlib import nullcontext
 
-    from .accounting import accounting, format_accounting, format_timing, plan_volume, timing
-    from .checkpoint import directory_lock, load_checkpoint
-    from .datasets import load_dataset
+    from .accounting import accounting, format_timing, format_traffic, plan_volume, timing
+    from .checkpoint import check_position, directory_lock, load_checkpoint
+    from .datasets import check_fits, load_dataset
     from .kernels import backend as kernels_backend
     from .optim import SGDConfig
     from .progress import Progress
@@ -179,7 +148,7 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     sizes, dnet = run.bundle.sizes, run.dnet
     data = comm.check(lambda: load_dataset(args.data, args.dtype))
 
-    comm.check(lambda: _check_data(data, sizes, args.data))
+    comm.check(lambda: check_fits(data, sizes, args.data))
     cfg = TrainConfig(args.epochs, args.batch_size,
                       SGDConfig(args.lr, args.momentum, args.weight_decay), args.seed,
                       not args.no_shuffle, args.loss, args.max_steps, args.checkpoint_dir,
@@ -188,7 +157,16 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     if args.resume:
         position, momentum = comm.check(lambda: load_checkpoint(
             dnet, args.resume, cfg.settings(), args.resume_with_changes))
-        comm.check(lambda: _check_position(position, args, len(data.y_train)))
+        comm.check(lambda: check_position(position, args.resume, args.batch_size,
+                                           args.max_steps, len(data.y_train)))
+        if position.epoch >= args.epochs or args.max_steps == position.step:
+            if comm.rank == 0:
+                limit = f"--epochs {args.epochs}" if position.epoch >= args.epochs else \
+                    f"--max-steps {args.max_steps}"
+                print(f"{args.resume} is at step {position.step} (epoch {position.epoch + 1}, "
+                      f"batch {position.batch}), already at {limit}: nothing to do; nothing "
+                      "written", flush=True)
+            return 0
     if comm.rank == 0:
         resumed = f", resumed at step {position.step}" if position else ""
         grid = f" ({dnet.grid.parts} part(s) x {dnet.grid.replicas} replicas)" \
@@ -198,13 +176,18 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
               f"{run.plan.meta.get('method', '?')}: {len(data.x_train):,} samples, batch "
               f"{args.batch_size}, lr {args.lr}, momentum {args.momentum}, weight decay "
               f"{args.weight_decay}{resumed}", flush=True)
-    bar = Progress("  steps", 1, enabled=comm.rank == 0, log_lines=False)
+    bars: list = []
 
     def on_step(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done)
+        """A progress bar (lines in a log) per epoch, on rank 0."""
+        if not bars or done <= bars[-1].done:
+            bars.append(Progress("  steps", total, enabled=comm.rank == 0, unit="samples",
+                                 per_item=args.batch_size))
+            bars[-1].start = done  # timing starts after this step
+        bars[-1].done = done
+        bars[-1].update(done)
         if done == total:
-            bar.close()
+            bars[-1].close()
 
     result: dict[str, Any] = {}
 
@@ -215,7 +198,7 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
                                              dnet.grid.data)
         result["timing"] = tm = timing(comm, dnet.timers)
         if comm.rank == 0:
-            print(format_accounting(acc), flush=True)
+            print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
             print(format_timing(tm), flush=True)
         if args.save:
             save_trained(comm, dnet, args.save, {"trained_by": "spdnn train",
@@ -225,8 +208,8 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 
     lock = directory_lock(comm, args.checkpoint_dir) if args.checkpoint_dir else nullcontext()
     with lock:
-        reports = train(comm, dnet, data, cfg, position, momentum,
-                        _print_epoch if comm.rank == 0 else None, on_step, finish)
+        on_epoch = (lambda r: print(r.line(), flush=True)) if comm.rank == 0 else None
+        reports = train(comm, dnet, data, cfg, position, momentum, on_epoch, on_step, finish)
     acc, tm = result["traffic"], result["timing"]
     write_json(comm, args.metrics_out, {"ranks": comm.size,
                                         "epochs": [r.as_dict() for r in reports],
@@ -242,8 +225,8 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 
     import numpy as np
 
-    from .accounting import accounting, format_accounting, plan_volume, timing
-    from .datasets import load_dataset
+    from .accounting import accounting, format_traffic, plan_volume, timing
+    from .datasets import check_fits, load_dataset
     from .formats import read_categories, read_inputs, write_categories
     from .inference import challenge_infer, evaluate, local_inputs
     from .session import write_json
@@ -261,7 +244,7 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         data = comm.check(lambda: load_dataset(spec, args.dtype))
         x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
                                                                             data.y_train)
-        comm.check(lambda: _check_data(data, run.bundle.sizes, spec))
+        comm.check(lambda: check_fits(data, run.bundle.sizes, spec))
         x_local = comm.check(lambda: local_inputs(dnet, x, spec))
         t0 = time.perf_counter()
         acc = evaluate(dnet, x_local, y)
@@ -270,7 +253,7 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         if comm.rank == 0:
             print(f"accuracy {acc:.4f} on {len(y):,} samples with {comm.size} rank(s) "
                   f"({len(y) / seconds:,.0f} samples/s)")
-            print(format_accounting(counted))
+            print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
         write_json(comm, args.metrics_out, {"accuracy": acc, "samples": len(y),
                                             "seconds": seconds, "ranks": comm.size,
                                             "traffic": counted})
@@ -286,7 +269,7 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
               f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "
               f"{result.rate:.4g} edges/s")
-        print(format_accounting(counted))
+        print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
     if args.categories_out:
         comm.check(lambda: write_categories(args.categories_out, result.categories)
                    if comm.rank == 0 else None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,14 @@ def load_dataset(spec: str, dtype: Any = "float32") -> Dataset:
     if kind == "mnist" and arg:
         return load_mnist(arg, dtype)
     raise InputError(spec, "unknown data source (use digits, npz:FILE or mnist:DIR)")
+
+
+def check_fits(data: Dataset, sizes: Sequence[int], source: str) -> None:
+    """The data must match the network: features = layer 0, labels below the outputs."""
+    if data.n_features != sizes[0]:
+        raise InputError(source, f"data has {data.n_features} features but the network's "
+                                 f"layer 0 has {sizes[0]} neurons")
+    if data.n_classes > sizes[-1]:
+        raise InputError(source, f"data has labels up to {data.n_classes - 1} "
+                                 f"({data.n_classes} classes) but the network has {sizes[-1]} "
+                                 "outputs")

@@ -89,7 +89,7 @@ def train(
     x, y = data.x_train.astype(net.dtype, copy=False), data.y_train
     for epoch in range(epochs):
         t0 = time.perf_counter()
-        total_loss, correct, seen = 0.0, 0, 0
+        total_loss, correct, seen, steps_before = 0.0, 0, 0, steps
         for idx in batches(batch_order(len(x), epoch, seed, shuffle), batch_size):
             g = backward(net, columns(x, idx), y[idx], loss)
             opt.step(interleave(g.weights, g.biases))
@@ -104,7 +104,8 @@ def train(
         if data.x_test is not None and data.y_test is not None:
             test_acc = accuracy(net, data.x_test, data.y_test)
         report = EpochReport(epoch + 1, steps, total_loss / max(seen, 1), correct / max(seen, 1),
-                             test_acc, seconds, seen / max(seconds, 1e-12))
+                             test_acc, seconds, seen / max(seconds, 1e-12), 0.0,
+                             steps - steps_before, -(-len(x) // batch_size))
         reports.append(report)
         if on_epoch:
             on_epoch(report)

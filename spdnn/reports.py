@@ -19,10 +19,25 @@ class EpochReport:
     test_accuracy: float | None
     seconds: float
     samples_per_second: float
-    megabytes_sent: float = 0.0
+    megabytes_sent: float = 0.0  # by the training steps (evaluation passes not included)
+    epoch_steps: int = 0  # steps run in this report
+    epoch_batches: int = 0  # batches of a whole epoch (epoch_steps is fewer when resumed or cut)
+
+    @property
+    def partial(self) -> bool:
+        return self.epoch_steps < self.epoch_batches
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def line(self) -> str:
+        """The epoch's line in the run's output."""
+        test = f", test accuracy {self.test_accuracy:.4f}" if self.test_accuracy is not None \
+            else ""
+        part = f" ({self.epoch_steps} of {self.epoch_batches} steps)" if self.partial else ""
+        return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, train accuracy "
+                f"{self.train_accuracy:.4f}{test}, {self.samples_per_second:,.0f} samples/s, "
+                f"{self.megabytes_sent:,.1f} MB exchanged by its steps")
 
 
 @dataclass(frozen=True)

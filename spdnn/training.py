@@ -69,7 +69,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     while pos.epoch < cfg.epochs:
         t0 = time.perf_counter()
         sent0 = dnet.traffic.bytes_sent
-        total_loss, correct, seen = 0.0, 0, 0
+        total_loss, correct, seen, steps = 0.0, 0, 0, 0
         order = batch_order(n, pos.epoch, cfg.seed, cfg.shuffle)
         stop = False
         for b, idx in enumerate(batches(order, cfg.batch_size)):
@@ -93,6 +93,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             total_loss += value * len(idx)
             correct += ok
             seen += len(idx)
+            steps += 1
             pos.step += 1
             pos.batch = b + 1
             if pos.batch == per_epoch:
@@ -111,7 +112,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         epoch_done = pos.epoch if pos.batch == 0 else pos.epoch + 1
         report = EpochReport(epoch_done, pos.step, total_loss / max(seen, 1),
                              correct / max(seen, 1), test, seconds,
-                             seen / max(seconds, 1e-12), sent / 1e6)
+                             seen / max(seconds, 1e-12), sent / 1e6, steps, per_epoch)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

@@ -153,3 +153,56 @@ def test_graph_challenge_cli(graphchallenge_dir, tmp_path):
     assert (tmp_path / "cats.tsv").read_text().split() == [
         "287", "295", "386", "427", "428", "529", "571", "666", "757", "943", "945", "1031",
         "1097", "1098", "1177", "1184", "1190", "1194", "1200"]
+
+
+def test_reports_say_what_happened(tmp_path):
+    """One model part prints no all-zero traffic table; an epoch cut by --max-steps says so; a
+    resume with nothing left to do says so and writes nothing."""
+    save_network(small_network((64, 16, 10)), tmp_path / "net.npz")
+    base = ["train", "--network", tmp_path / "net.npz", "--data", "digits", "--batch-size", "64"]
+    proc = run_spdnn(*base, "--epochs", "2", "--max-steps", "30", "--checkpoint-dir",
+                     tmp_path / "ck")
+    assert proc.returncode == 0, proc.stderr
+    assert "forward rows (counted/plan)" not in proc.stdout
+    assert "1 model part: no rows exchanged" in proc.stdout
+    assert "epoch   1: loss" in proc.stdout  # 23 batches of 64: the whole epoch
+    assert "epoch   2 (7 of 23 steps): loss" in proc.stdout
+    before = {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in (tmp_path / "ck").iterdir()}
+    proc = run_spdnn(*base, "--epochs", "1", "--resume", tmp_path / "ck", "--save",
+                     tmp_path / "never.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert "is at step 30 (epoch 2, batch 7), already at --epochs 1: nothing to do" in \
+        proc.stdout
+    after = {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in (tmp_path / "ck").iterdir()}
+    assert after == before and not (tmp_path / "never.npz").exists()
+
+
+def test_progress_lines_under_mpirun_with_stdout_in_a_file(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import MPIEXEC, ROOT
+
+    if MPIEXEC is None:
+        pytest.skip("no MPI launcher")
+    from partition.methods import partition_network
+    from spdnn.plan import network_patterns, save_plan
+
+    net = small_network((64, 16, 10))
+    save_network(net, tmp_path / "net.npz")
+    save_plan(partition_network(network_patterns(net), 2, "cyclic",
+                                fingerprint=net.fingerprint()), tmp_path / "plan.npz")
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "spdnn", "train",
+                               "--network", str(tmp_path / "net.npz"), "--plan",
+                               str(tmp_path / "plan.npz"), "--data", "digits", "--epochs", "1"],
+                              stdout=out, stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT),
+                                   "SPDNN_PROGRESS_SECONDS": "0"})
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("  steps: ")]
+    assert len(lines) == 22  # steps 2..23 of the epoch, printed once (rank 0)
+    assert lines[0].startswith("  steps: 2/23 (") and "samples/s, ETA" in lines[0]
+    assert lines[-1].startswith("  steps: 23/23 (")
