@@ -38,7 +38,7 @@ class Traffic:
 
     @staticmethod
     def zeros(n_layers: int) -> Traffic:
-        return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in (*_FIELDS, 0)])
+        return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in range(len(_FIELDS) + 1)])
 
     def count(self, direction: str, i: int, rows: int, batch: int, itemsize: int) -> None:
         getattr(self, f"{direction}_rows")[i] += rows
