@@ -41,6 +41,65 @@ def _cap(text: str) -> float | None:
     return None if text.lower() in ("none", "null", "") else float(text)
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Examples kept as written; every option that has a default shows it after its help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings \
+                and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+EXAMPLES_BY_COMMAND = {
+    "convert": """\
+examples:
+  spdnn convert graphchallenge ../shared/data/graphchallenge/neuron1024 --bias -0.3 --cap 32 \\
+      -o gc1024.npz
+  spdnn convert mtx layer1.mtx layer2.mtx --bias 0 -o net.npz
+  spdnn convert network net.npz --to mtx -o net-mtx/
+""",
+    "radixnet": """\
+examples:
+  spdnn generate radixnet --neurons 1024 --layers 120 --seed 0 -o rx1024.npz
+  spdnn generate radixnet --neurons 4096 --layers 3 --head 10 -o rx4096-head.npz
+""",
+    "random": """\
+examples:
+  spdnn generate random --sizes 784,1024,1024 --fan-in 32 --head 10 -o mlp.npz
+  spdnn generate random --sizes 64,256,256 --fan-in 16 --head 10 -o net.npz
+""",
+    "prune": """\
+examples:
+  spdnn generate prune --weights dense.npz --density 0.05 --head 10 -o pruned.npz
+""",
+    "train": """\
+examples:
+  spdnn train --network net.npz --data digits --epochs 30 --batch-size 32 --save trained.npz
+  mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits \\
+      --checkpoint-dir ckpt --checkpoint-every 500
+  mpirun -n 3 spdnn train --network net.npz --plan plan3.npz --data digits --resume ckpt
+  mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --replicas 2 --data digits
+""",
+    "infer": """\
+examples:
+  spdnn infer --network trained.npz --inputs digits
+  mpirun -n 2 spdnn infer --network gc1024.npz --plan plan2.npz \\
+      --inputs ../shared/data/graphchallenge/sparse-images-1024_subset.mtx \\
+      --categories-out categories.tsv
+""",
+}
+DTYPES = ["float32", "float64"]
+
+
+def _command(sub, name: str, help: str, description: str,  # noqa: ANN001, A002
+             examples: str | None = None) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=description,
+                          epilog=EXAMPLES_BY_COMMAND.get(examples or name),
+                          formatter_class=_Formatter)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="spdnn",
@@ -50,63 +109,79 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    # convert ----------------------------------------------------------------
-    conv = sub.add_parser("convert", help="convert between network formats",
-                          description="Convert a network to or from the spdnn bundle.",
-                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    conv = _command(sub, "convert", "convert between network formats",
+                    "Convert a network to or from the spdnn bundle.")
     conv.add_argument("source", choices=["graphchallenge", "mtx", "network"],
                       help="input format: a Graph Challenge directory, Matrix Market files "
                            "(one per layer, rows = outputs), or an spdnn bundle")
     conv.add_argument("inputs", nargs="+", help="directory or files")
     conv.add_argument("-o", "--output", required=True,
                       help="bundle .npz, or a directory with --to graphchallenge|mtx")
-    conv.add_argument("--to", choices=["network", "graphchallenge", "mtx"], default="network")
-    conv.add_argument("--bias", type=float, default=0.0, help="bias of every neuron (default 0)")
-    conv.add_argument("--cap", type=_cap, default=None, help="ReLU cap (default none)")
+    conv.add_argument("--to", choices=["network", "graphchallenge", "mtx"], default="network",
+                      help="output format")
+    conv.add_argument("--bias", type=float, default=0.0, help="bias of every neuron")
+    conv.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
     conv.add_argument("--output-activation", choices=["linear", "relu"], default=None,
-                      help="default: relu for graphchallenge, linear for mtx")
+                      help="last layer's activation (none: relu for graphchallenge, linear "
+                           "for mtx)")
     conv.add_argument("--layers", type=positive_int, help="read only the first L layers")
-    conv.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    conv.add_argument("--dtype", choices=DTYPES, default="float32", help="value type")
 
-    # generate ---------------------------------------------------------------
     gen = sub.add_parser("generate", help="generate a sparse network",
-                         description="Generate a sparse network bundle.")
-    gen.add_argument("kind", choices=["radixnet", "random", "prune"])
-    gen.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
-    gen.add_argument("--neurons", type=int, default=1024, help="radixnet: 1024/4096/16384/65536")
-    gen.add_argument("--layers", type=positive_int, default=120, help="radixnet: depth")
-    gen.add_argument("--sizes", type=_sizes, help="random: layer sizes n_0,n_1,...,n_L")
-    gen.add_argument("--fan-in", type=positive_int, default=32, help="random: nonzeros per row")
-    gen.add_argument("--weights", help="prune: dense weights (.npz with W1..WL, or .npy)")
-    gen.add_argument("--density", type=float, default=0.05, help="prune: fraction kept")
-    gen.add_argument("--head", type=positive_int, help="add a dense classifier with C outputs")
-    gen.add_argument("--bias", type=float, default=-0.3, help="radixnet bias (default -0.3)")
-    gen.add_argument("--cap", type=_cap, default=None,
-                     help="ReLU cap (radixnet default 32, otherwise none)")
-    gen.add_argument("--seed", type=seed, default=0)
-    gen.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+                         description="Generate a sparse network bundle: `spdnn generate KIND "
+                                     "--help` for each kind.", formatter_class=_Formatter)
+    kinds = gen.add_subparsers(dest="kind", required=True, metavar="KIND")
+    rx = _command(kinds, "radixnet", "RadiX-Net (the Graph Challenge structure)",
+                  "RadiX-Net layers: kron(ones(16,16), I + S^p)/16 for p = 1, 2, 4, ..., with "
+                  "random row and column permutations from layer 7 on (seeded).")
+    rx.add_argument("--neurons", type=int, default=1024, help="1024, 4096, 16384 or 65536")
+    rx.add_argument("--layers", type=positive_int, default=120, help="depth")
+    rx.add_argument("--bias", type=float, default=-0.3, help="bias of every neuron")
+    rx.add_argument("--cap", type=_cap, default=32.0, help="ReLU cap")
+    rnd = _command(kinds, "random", "random fixed fan-in layers",
+                   "Layers with a fixed number of random inputs per neuron (seeded).")
+    rnd.add_argument("--sizes", type=_sizes, required=True,
+                     help="layer sizes n_0,n_1,...,n_L")
+    rnd.add_argument("--fan-in", type=positive_int, default=32, help="nonzeros per row")
+    rnd.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    pr = _command(kinds, "prune", "magnitude-pruned dense weights",
+                  "Keep the largest weights of dense layers (and one per row).")
+    pr.add_argument("--weights", required=True,
+                    help="dense weights: .npz with W1..WL (n_k x n_{k-1}), optional b1..bL, or "
+                         "one .npy matrix")
+    pr.add_argument("--density", type=float, default=0.05, help="fraction of weights kept")
+    for kind in (rx, rnd, pr):
+        kind.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
+        kind.add_argument("--head", type=positive_int,
+                          help="add a dense linear classifier with C outputs")
+        kind.add_argument("--seed", type=seed, default=0, help="random seed")
+        kind.add_argument("--dtype", choices=DTYPES, default="float32", help="value type")
 
-    # train ------------------------------------------------------------------
-    tr = sub.add_parser("train", help="train with minibatch SGD",
-                        description="Minibatch SGD (torch.optim.SGD semantics).",
-                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tr = _command(sub, "train", "train with minibatch SGD",
+                  "Minibatch SGD with torch.optim.SGD semantics, on one process or on P ranks "
+                  "under mpirun (P = replicas x the plan's parts).")
     tr.add_argument("--network", required=True, help="network bundle (.npz)")
     tr.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
                                    "replicas)")
     tr.add_argument("--replicas", type=positive_int, default=1, metavar="R",
-                    help="replicas of the partitioned network (default 1): mpirun -n "
-                         "R x the plan's parts; the ranks of one replica are consecutive")
+                    help="replicas of the partitioned network: mpirun -n R x the plan's parts; "
+                         "the ranks of one replica are consecutive")
     tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
-    tr.add_argument("--epochs", type=positive_int, default=10)
-    tr.add_argument("--batch-size", type=positive_int, default=64)
-    tr.add_argument("--lr", type=non_negative, default=0.05)
-    tr.add_argument("--momentum", type=non_negative, default=0.9)
-    tr.add_argument("--weight-decay", type=non_negative, default=0.0)
-    tr.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy")
+    tr.add_argument("--epochs", type=positive_int, default=10,
+                    help="epochs in all (a resumed run counts the ones already done)")
+    tr.add_argument("--batch-size", type=positive_int, default=64, help="samples per SGD step")
+    tr.add_argument("--lr", type=non_negative, default=0.05, help="learning rate")
+    tr.add_argument("--momentum", type=non_negative, default=0.9,
+                    help="momentum (no dampening, no Nesterov)")
+    tr.add_argument("--weight-decay", type=non_negative, default=0.0,
+                    help="L2 weight decay on every parameter, biases included")
+    tr.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy",
+                    help="softmax cross-entropy (mean over the batch) or mean squared error")
     tr.add_argument("--seed", type=seed, default=0, help="seed of the sample shuffling")
     tr.add_argument("--no-shuffle", action="store_true", help="batches in file order")
-    tr.add_argument("--max-steps", type=positive_int, help="stop after this many SGD steps")
-    tr.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    tr.add_argument("--max-steps", type=positive_int,
+                    help="stop after this many SGD steps in all")
+    tr.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
     tr.add_argument("--save", help="write the trained network as one bundle")
     tr.add_argument("--checkpoint-dir", help="write checkpoints here (every N steps, and at the "
                                              "end)")
@@ -116,24 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="resume even though --batch-size, --seed, --no-shuffle or --dtype "
                          "differ from the run that wrote the checkpoint (the result then "
                          "differs from an uninterrupted run)")
-    tr.add_argument("--metrics-out", help="write per-epoch metrics as JSON")
+    tr.add_argument("--metrics-out", help="write per-epoch metrics, traffic and timing as JSON")
 
-    # infer ------------------------------------------------------------------
-    inf = sub.add_parser("infer", help="run inference",
-                         description="Classification accuracy on a data set, or Graph Challenge "
-                                     "inference on input images (TSV or Matrix Market).",
-                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    inf.add_argument("--network", required=True)
+    inf = _command(sub, "infer", "run inference",
+                   "Classification accuracy on a data set, or Graph Challenge inference on "
+                   "input images (TSV or Matrix Market), on one process or on P ranks.")
+    inf.add_argument("--network", required=True, help="network bundle (.npz)")
     inf.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
                                     "replicas)")
     inf.add_argument("--replicas", type=positive_int, default=1, metavar="R",
                      help="replicas of the partitioned network, each taking a share of the "
-                          "inputs (default 1)")
+                          "inputs")
     inf.add_argument("--inputs", required=True,
                      help="digits | npz:FILE | mnist:DIR (test split), or an images .tsv/.mtx")
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
-    inf.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    inf.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
     inf.add_argument("--metrics-out", help="write metrics as JSON")
     return parser
 

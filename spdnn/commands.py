@@ -73,23 +73,18 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from .bundle import save_network
 
     check_outputs([("-o", args.output)])
-    if args.kind == "random" and args.sizes:
+    if args.kind == "random":
         check_fan_in(args.fan_in, args.sizes)
     try:
         if args.kind == "radixnet":
-            cap = 32.0 if args.cap is None else args.cap
-            net = generate.radixnet(args.neurons, args.layers, args.seed, args.bias, cap,
+            net = generate.radixnet(args.neurons, args.layers, args.seed, args.bias, args.cap,
                                     args.dtype)
             if args.head:
                 net = generate.add_head(net, args.head, args.seed)
         elif args.kind == "random":
-            if not args.sizes:
-                raise SpdnnError("generate random needs --sizes, e.g. --sizes 784,1024,1024")
             net = generate.random_network(args.sizes, args.fan_in, args.seed, args.head,
                                           args.cap, args.dtype)
         else:
-            if not args.weights:
-                raise SpdnnError("generate prune needs --weights FILE (.npz or .npy)")
             net = generate.prune_file(args.weights, args.density, args.seed, args.head,
                                       args.dtype)
     except ValueError as exc:

@@ -206,3 +206,19 @@ def test_progress_lines_under_mpirun_with_stdout_in_a_file(tmp_path):
     assert len(lines) == 22  # steps 2..23 of the epoch, printed once (rank 0)
     assert lines[0].startswith("  steps: 2/23 (") and "samples/s, ETA" in lines[0]
     assert lines[-1].startswith("  steps: 23/23 (")
+
+
+def test_help_pages_show_meanings_defaults_and_their_own_examples():
+    train = run_spdnn("train", "--help").stdout
+    assert "learning rate (default: 0.05)" in train
+    assert "samples per SGD step (default: 64)" in train and "(default: None)" not in train
+    assert "spdnn train --network" in train and "spdnn infer --network" not in train
+    general = run_spdnn("generate", "--help").stdout
+    random_page = run_spdnn("generate", "random", "--help").stdout
+    radix_page = run_spdnn("generate", "radixnet", "--help").stdout
+    assert random_page != general and random_page != radix_page
+    assert "--sizes" in random_page and "--neurons" not in random_page
+    assert "--neurons" in radix_page and "--sizes" not in radix_page
+    assert "spdnn generate random --sizes" in random_page
+    assert "spdnn convert mtx" in run_spdnn("convert", "--help").stdout
+    assert "--categories-out" in run_spdnn("infer", "--help").stdout
