@@ -100,6 +100,16 @@ def _command(sub, name: str, help: str, description: str,  # noqa: ANN001, A002
                           formatter_class=_Formatter)
 
 
+def _run_options(p: argparse.ArgumentParser, replicas: str) -> None:
+    """Options of the commands that run on P ranks: the network, plan, grid and dtype."""
+    p.add_argument("--network", required=True, help="network bundle (.npz)")
+    p.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
+                                  "replicas)")
+    p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
+                   help=f"replicas of the partitioned network: {replicas}")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="spdnn",
@@ -160,12 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = _command(sub, "train", "train with minibatch SGD",
                   "Minibatch SGD with torch.optim.SGD semantics, on one process or on P ranks "
                   "under mpirun (P = replicas x the plan's parts).")
-    tr.add_argument("--network", required=True, help="network bundle (.npz)")
-    tr.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
-                                   "replicas)")
-    tr.add_argument("--replicas", type=positive_int, default=1, metavar="R",
-                    help="replicas of the partitioned network: mpirun -n R x the plan's parts; "
-                         "the ranks of one replica are consecutive")
+    _run_options(tr, "mpirun -n R x the plan's parts; the ranks of one replica are "
+                     "consecutive")
     tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
     tr.add_argument("--epochs", type=positive_int, default=10,
                     help="epochs in all (a resumed run counts the ones already done)")
@@ -181,7 +187,6 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-shuffle", action="store_true", help="batches in file order")
     tr.add_argument("--max-steps", type=positive_int,
                     help="stop after this many SGD steps in all")
-    tr.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
     tr.add_argument("--save", help="write the trained network as one bundle")
     tr.add_argument("--checkpoint-dir", help="write checkpoints here (every N steps, and at the "
                                              "end)")
@@ -196,17 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     inf = _command(sub, "infer", "run inference",
                    "Classification accuracy on a data set, or Graph Challenge inference on "
                    "input images (TSV or Matrix Market), on one process or on P ranks.")
-    inf.add_argument("--network", required=True, help="network bundle (.npz)")
-    inf.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
-                                    "replicas)")
-    inf.add_argument("--replicas", type=positive_int, default=1, metavar="R",
-                     help="replicas of the partitioned network, each taking a share of the "
-                          "inputs")
+    _run_options(inf, "each takes a share of the inputs")
     inf.add_argument("--inputs", required=True,
                      help="digits | npz:FILE | mnist:DIR (test split), or an images .tsv/.mtx")
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
-    inf.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
     inf.add_argument("--metrics-out", help="write metrics as JSON")
     return parser
 
