@@ -1,17 +1,21 @@
-"""Training time per epoch: spdnn at P = 1 and P = 2 (hypergraph and block plans) against a
-PyTorch implementation of the same sparse network, side by side in one run.
+"""The SGD training step: spdnn against the fastest PyTorch formulations we know, side by side.
 
-    python scripts/bench_train.py [--hidden 16384] [--samples 2048] [--batch 256]
-                                  [--structure random radixnet]
+    python scripts/bench_train.py [--hidden 16384] [--batch 256] [--steps 10] [--rounds 3]
+                                  [--structure random radixnet] [--no-write]
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `random`, fixed fan-in 32,
 4096 -> H -> H -> H (the worst case for partitioning: almost every row is cut); `radixnet`, the
-first 3 RadiX-Net layers of H neurons (structured sparsity, 32 nonzeros per row). Each
-configuration trains 2 epochs of --samples samples; the second epoch's time is reported (the first
-loads compiled kernels and allocates buffers). PyTorch (`pip install torch==2.13.0`, not a
-dependency of spdnn) keeps each layer's nonzeros as a parameter vector and multiplies with
-torch.sparse.mm on a COO tensor of the same pattern, SGD with the same momentum, with 1 and 2
-threads. Writes the table to docs/BENCHMARKS.md.
+first 3 RadiX-Net layers of H neurons (structured sparsity, 32 nonzeros per row).
+
+One SGD step (forward, cross-entropy, backward, SGD with momentum 0.9 and its update) is timed in
+a fresh process per configuration and round, rounds interleaved, after 2 warm-up steps:
+spdnn at P = 1 with 1 and 2 kernel threads and at P = 2 (hypergraph plan, 1 thread per rank;
+the step time is the slowest rank's), and PyTorch (`pip install torch==2.13.0`, not a dependency
+of spdnn) with 1 and 2 threads in the three formulations of scripts/torch_baselines.py:
+embedding_bag + sampled_addmm (the fastest), CSR + sampled_addmm, and the naive COO one (2
+steps, one round: it is 30x slower). Each PyTorch variant is first checked against spdnn's
+serial reference in float64. The last table is where spdnn's P = 1 step goes, per layer.
+Writes the tables to docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,65 +35,171 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import table, write_section  # noqa: E402
 
-from partition.methods import partition_network  # noqa: E402
-from spdnn.bundle import save_network  # noqa: E402
-from spdnn.generate import add_head, radixnet, random_network  # noqa: E402
-from spdnn.plan import network_patterns, plan_statistics, save_plan  # noqa: E402
-
 BIN = Path(sys.executable).parent
+HERE = Path(__file__).resolve()
 
 
-def spdnn_epoch(ranks: int, work: Path, plan: str | None, args) -> float:  # noqa: ANN001
-    cmd = [str(BIN / "spdnn"), "train", "--network", str(work / "net.npz"), "--data",
-           f"npz:{work / 'data.npz'}", "--epochs", "2", "--batch-size", str(args.batch),
-           "--lr", "0.01", "--momentum", "0.9", "--metrics-out", str(work / "m.json")]
+def worker(args: argparse.Namespace) -> None:
+    """One configuration's step times (and spdnn's per-layer split) as JSON on stdout."""
+    rng = np.random.default_rng(0)
+    from spdnn.bundle import load_network
+
+    if args.worker == "spdnn":
+        from spdnn import kernels
+        from spdnn.comm import Communicator
+        from spdnn.optim import SGD, SGDConfig, interleave
+        from spdnn.session import open_network
+
+        kernels.set_threads(args.threads)
+        comm = Communicator()
+        dnet = open_network(comm, args.net, args.plan, "float32", 1).dnet
+        n0 = dnet.sizes[0]
+        x = rng.standard_normal((args.batch, n0)).astype(np.float32)
+        y = rng.integers(0, 10, args.batch)
+        xs = np.ascontiguousarray(x[:, dnet.input_rows].T)
+        opt = SGD(SGDConfig(0.01, 0.9), dnet.parameters())
+        parts = []
+
+        def step() -> None:
+            t0 = time.perf_counter()
+            fwd = dnet.forward(xs)
+            t1 = time.perf_counter()
+            _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy")
+            t2 = time.perf_counter()
+            opt.step(interleave(gw, gb))
+            dnet.sync()
+            parts.append([t1 - t0, t2 - t1, time.perf_counter() - t2])
+
+        def timed() -> float:
+            comm.barrier()
+            t0 = time.perf_counter()
+            step()
+            return float(comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0])
+    else:
+        import torch
+        import torch_baselines as tb
+
+        torch.set_num_threads(args.threads)
+        net = load_network(args.net)
+        n0 = net.sizes[0]
+        x = rng.standard_normal((args.batch, n0)).astype(np.float32)
+        y = rng.integers(0, 10, args.batch)
+        model = tb.TorchNet(net, args.worker)
+
+        def timed() -> float:
+            t0 = time.perf_counter()
+            model.step(x, y)
+            return time.perf_counter() - t0
+        comm = dnet = None
+    for _ in range(2):
+        timed()
+    if dnet is not None:
+        dnet.timers.compute[:] = 0
+        parts.clear()
+    times = [timed() for _ in range(args.steps)]
+    out = {"times": times}
+    if dnet is not None:
+        out["forward"] = (dnet.timers.compute[0] / args.steps).tolist()
+        out["backward"] = (dnet.timers.compute[1] / args.steps).tolist()
+        out["parts"] = np.median(np.array(parts), axis=0).tolist()
+    if comm is None or comm.rank == 0:
+        print(json.dumps(out))
+
+
+def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps: int,
+        batch: int) -> dict:
+    cmd = [sys.executable, str(HERE), "--worker", kind, "--threads", str(threads), "--net",
+           str(work / "net.npz"), "--steps", str(steps), "--batch", str(batch)]
     if plan:
         cmd += ["--plan", str(work / plan)]
     if ranks > 1:
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    metrics = json.loads((work / "m.json").read_text())
-    # Where the time goes (both epochs, summed over layers and directions, max over ranks).
-    split = {name: sum(map(sum, metrics["timing"][name].values()))
-             for name in ("compute", "comm", "wait")}
-    return metrics["epochs"][1]["seconds"], split
+    env = {**os.environ, "SPDNN_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def torch_epoch(net, x, y, args, threads: int) -> float:  # noqa: ANN001
-    import torch
+def configurations(have_torch: bool) -> list[tuple[str, str, int, int, str | None]]:
+    """(label, worker kind, threads per rank, ranks, plan) of every configuration."""
+    out = [("spdnn P=1", "spdnn", 1, 1, None),
+           ("spdnn P=1, 2 threads", "spdnn", 2, 1, None),
+           ("spdnn P=2, hypergraph plan", "spdnn", 1, 2, "hyper.npz")]
+    if have_torch:
+        for variant, name in (("embedding_bag", "embedding_bag + sampled_addmm"),
+                              ("csr", "CSR mm + sampled_addmm"),
+                              ("coo (naive)", "naive: COO rebuilt each step")):
+            out += [(f"PyTorch {name}, 1 thread", variant, 1, 1, None),
+                    (f"PyTorch {name}, 2 threads", variant, 2, 1, None)]
+    return out
 
-    torch.set_num_threads(threads)
-    params, shapes = [], []
-    for layer in net.layers:
-        coo = layer.weight.tocoo()
-        idx = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
-        vals = torch.nn.Parameter(torch.from_numpy(coo.data.copy()))
-        bias = torch.nn.Parameter(torch.from_numpy(layer.bias.copy()))
-        params += [vals, bias]
-        shapes.append((idx, layer.weight.shape))
-    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 
-    def epoch() -> float:
+def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], str]:  # noqa: ANN001
+    from partition.methods import partition_network
+    from spdnn.bundle import save_network
+    from spdnn.plan import network_patterns, save_plan
+
+    try:
+        import torch  # noqa: F401
+
+        have_torch = True
+    except ImportError:
+        print("torch not installed: PyTorch rows skipped", flush=True)
+        have_torch = False
+    times: dict[str, list[float]] = {}
+    info: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        save_network(net, work / "net.npz")
         t0 = time.perf_counter()
-        for s in range(0, len(y), args.batch):
-            h = xt[s:s + args.batch].t()
-            for k, (idx, shape) in enumerate(shapes):
-                w = torch.sparse_coo_tensor(idx, params[2 * k], shape, is_coalesced=True)
-                h = torch.sparse.mm(w, h) + params[2 * k + 1][:, None]
-                if k + 1 < len(shapes):
-                    h = torch.relu(h)
-            loss = torch.nn.functional.cross_entropy(h.t(), yt[s:s + args.batch])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        return time.perf_counter() - t0
-
-    epoch()
-    return epoch(), None
+        hyper = partition_network(network_patterns(net), 2, "hypergraph",
+                                  fingerprint=net.fingerprint())
+        save_plan(hyper, work / "hyper.npz")
+        print(f"{structure}: hypergraph plan in {time.perf_counter() - t0:.0f} s", flush=True)
+        configs = configurations(have_torch)
+        for r in range(args.rounds):
+            for label, kind, threads, ranks, plan in configs:
+                naive = kind == "coo (naive)"
+                if naive and r > 0:
+                    continue
+                out = run(kind, threads, ranks, work, plan, 2 if naive else args.steps,
+                          args.batch)
+                times.setdefault(label, []).extend(out["times"])
+                if label == "spdnn P=1":
+                    info.setdefault(label, []).append(out)
+                print(f"round {r + 1} {structure}, {label}: median "
+                      f"{1e3 * statistics.median(out['times']):.0f} ms", flush=True)
+    best_torch = {}
+    for label, kind, threads, _, _ in configs:
+        if kind in ("embedding_bag", "csr"):
+            med = statistics.median(times[label])
+            best_torch[threads] = min(best_torch.get(threads, med), med)
+    rows = []
+    for label, _kind, threads, ranks, _ in configs:
+        t = times[label]
+        cores = threads * ranks
+        ratio = (f"{statistics.median(t) / best_torch[cores]:.2f}" if cores in best_torch
+                 else "")
+        rows.append([structure, label, str(cores), f"{1e3 * min(t):.0f} / "
+                     f"{1e3 * statistics.median(t):.0f}", ratio])
+    # Where spdnn's P = 1 step goes: the median over rounds of each layer's compute time.
+    runs = info["spdnn P=1"]
+    fwd = np.median([o["forward"] for o in runs], axis=0) * 1e3
+    bwd = np.median([o["backward"] for o in runs], axis=0) * 1e3
+    parts = np.median([o["parts"] for o in runs], axis=0) * 1e3
+    split = [[structure, f"layer {k + 1} ({net.layers[k].weight.shape[0]} x "
+              f"{net.layers[k].weight.shape[1]}, {net.layers[k].weight.nnz:,} nnz)",
+              f"{fwd[k]:.1f}", f"{bwd[k]:.1f}"] for k in range(net.n_layers)]
+    split.append([structure, "whole step: forward / backward / SGD update", f"{parts[0]:.1f}",
+                  f"{parts[1]:.1f} / {parts[2]:.1f}"])
+    sizes = " -> ".join(str(n) for n in net.sizes)
+    return rows, split, f"`{structure}`: {sizes}, {net.nnz:,} weights."
 
 
 def build(structure: str, hidden: int):  # noqa: ANN201
+    from spdnn.generate import add_head, radixnet, random_network
+
     if structure == "random":
         return random_network([4096, hidden, hidden, hidden], 32, seed=0, n_classes=10)
     return add_head(radixnet(hidden, 3, seed=0), 10, seed=0)
@@ -97,85 +208,52 @@ def build(structure: str, hidden: int):  # noqa: ANN201
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hidden", type=int, default=16384)
-    ap.add_argument("--samples", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per process")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--structure", nargs="+", choices=["random", "radixnet"],
                     default=["random", "radixnet"])
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--net", help=argparse.SUPPRESS)
+    ap.add_argument("--plan", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    rows, notes = [], []
+    if args.worker:
+        worker(args)
+        return 0
+    try:
+        import torch_baselines as tb
+
+        for variant in tb.VARIANTS:
+            print(f"PyTorch {variant}: gradients within {tb.check(variant):.1e} of spdnn's "
+                  "serial reference (float64)", flush=True)
+    except ImportError:
+        pass
+    rows, split, notes = [], [], []
     for structure in args.structure:
-        net = build(structure, args.hidden)
-        r, note = bench(structure, net, args)
+        r, s, note = bench(structure, build(structure, args.hidden), args)
         rows += r
+        split += s
         notes.append(note)
-    steps = -(-args.samples // args.batch)
-    body = (f"Command: `python scripts/bench_train.py --hidden {args.hidden} --samples "
-            f"{args.samples} --batch {args.batch} --structure {' '.join(args.structure)}`. "
-            f"float32, batch {args.batch}, {steps} steps per epoch, the second epoch timed; "
-            "faster of two interleaved rounds. " + " ".join(notes) + " The last column is "
-            "where spdnn's time goes over both epochs (max over ranks, summed over layers): "
-            "local kernels / packing and posting messages / waiting for messages.\n\n"
-            + table(["network", "configuration", "s / epoch", "ms / step",
-                     "speed vs spdnn P=1", "compute / post / wait"], rows))
+    body = (f"Command: `python scripts/bench_train.py --hidden {args.hidden} --batch "
+            f"{args.batch} --steps {args.steps} --rounds {args.rounds} --structure "
+            f"{' '.join(args.structure)}`. float32, batch {args.batch}; one process per "
+            f"configuration and round, {args.steps} timed steps each after 2 warm-up steps, "
+            f"{args.rounds} interleaved rounds (the naive COO row: 2 steps, 1 round). "
+            + " ".join(notes) + " The last column is the median step time over that of the "
+            "faster of the two well-written PyTorch formulations on the same number of "
+            "cores (below 1: spdnn is faster).\n\n"
+            + table(["network", "configuration", "cores", "ms / step, best / median",
+                     "vs best PyTorch, same cores"], rows)
+            + "\n\nWhere spdnn's P = 1 step goes (its own timers, ms per step, median over "
+            "rounds; a layer's backward is its weight gradient with the bias gradient, its "
+            "W^T G and the activation mask):\n\n"
+            + table(["network", "layer", "forward ms", "backward ms"], split))
     print(body)
     if not args.no_write:
         write_section("BENCH_TRAIN", "Training", body)
     return 0
-
-
-def bench(structure: str, net, args) -> tuple[list[list[str]], str]:  # noqa: ANN001
-    rng = np.random.default_rng(0)
-    n_in = net.sizes[0]
-    x = rng.random((args.samples, n_in), dtype=np.float32)
-    y = rng.integers(0, 10, args.samples)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        save_network(net, work / "net.npz")
-        np.savez(work / "data.npz", x_train=x, y_train=y)
-        patterns = network_patterns(net)
-        t0 = time.perf_counter()
-        hyper = partition_network(patterns, 2, "hypergraph", fingerprint=net.fingerprint())
-        print(f"hypergraph plan in {time.perf_counter() - t0:.0f} s", flush=True)
-        block = partition_network(patterns, 2, "block", fingerprint=net.fingerprint())
-        save_plan(hyper, work / "hyper.npz")
-        save_plan(block, work / "block.npz")
-        vol = {n: plan_statistics(patterns, p.owners, 2).volume
-               for n, p in (("hyper", hyper), ("block", block))}
-        runs = {
-            "spdnn P=1": lambda: spdnn_epoch(1, work, None, args),
-            "spdnn P=2, hypergraph plan": lambda: spdnn_epoch(2, work, "hyper.npz", args),
-            "spdnn P=2, block plan": lambda: spdnn_epoch(2, work, "block.npz", args),
-        }
-        try:
-            import torch  # noqa: F401
-
-            runs["PyTorch sparse, 1 thread"] = lambda: torch_epoch(net, x, y, args, 1)
-            runs["PyTorch sparse, 2 threads"] = lambda: torch_epoch(net, x, y, args, 2)
-        except ImportError:
-            print("torch not installed: PyTorch rows skipped", flush=True)
-        secs: dict[str, float] = {}
-        splits = {}
-        for _ in range(2):  # two rounds, interleaved; the faster of the two is kept
-            for name, fn in runs.items():
-                s, split = fn()
-                if s <= secs.get(name, s):
-                    secs[name], splits[name] = s, split
-                print(f"{structure}, {name}: {s:.2f} s/epoch", flush=True)
-    base = secs["spdnn P=1"]
-    steps = -(-args.samples // args.batch)
-    for name, s in secs.items():
-        split = splits[name]
-        share = "" if split is None else " / ".join(
-            f"{100 * split[k] / max(sum(split.values()), 1e-12):.0f}%"
-            for k in ("compute", "comm", "wait"))
-        rows.append([structure, name, f"{s:.2f}", f"{1000 * s / steps:.0f}",
-                     f"{base / s:.2f}x", share])
-    sizes = " -> ".join(str(n) for n in net.sizes)
-    note = (f"`{structure}`: {sizes}, {net.nnz:,} weights; plan volume per minibatch: "
-            f"hypergraph {vol['hyper']:,} rows, block {vol['block']:,} rows.")
-    return rows, note
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import threads  # noqa: F401  (pins BLAS threads before numpy loads)
 from .errors import SpdnnError
 from .options import OneLineParser, non_negative, positive_int, report, seed
+from .threads import default_threads
 
 EXAMPLES = """\
 examples:
@@ -108,6 +108,9 @@ def _run_options(p: argparse.ArgumentParser, replicas: str) -> None:
     p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
                    help=f"replicas of the partitioned network: {replicas}")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
+    p.add_argument("--threads", type=positive_int, default=default_threads(), metavar="N",
+                   help="threads of each rank's sparse kernels (default: SPDNN_THREADS, else "
+                        "1); keep ranks per node x N <= cores")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -119,7 +119,14 @@ def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]
         check_outputs(files, dirs)
         kernels.backend()  # an unknown SPDNN_KERNELS value is an error now, not mid-run
 
+    def threads() -> None:
+        try:
+            kernels.set_threads(args.threads)
+        except ValueError as exc:
+            raise SpdnnError(f"--threads: {exc}") from None
+
     comm.check(lambda: check() if comm.rank == 0 else None)
+    comm.check(threads)
     return open_network(comm, args.network, args.plan, args.dtype, args.replicas)
 
 

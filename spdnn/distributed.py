@@ -237,28 +237,26 @@ class DistributedNetwork:
             layer = self.layers[i]
             t0 = time.perf_counter()
             kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
-                          rows=layer.entry_rows)
-            np.sum(delta, axis=1, out=ws.grad_b[i])
+                          rows=layer.entry_rows, bias_grad=ws.grad_b[i])
             self._start_sum(i, ws, sums)
             if i == 0:
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break
             ex = layer.exchange
-            ghost = kernels.spmm_t(layer.view("ghost_cols"), delta, ws.ghost[i])
+            ghost = kernels.spmm(layer.view("ghost_cols_t"), delta, None, ws.ghost[i])
             t1 = time.perf_counter()
             reqs, recv = ex.start_fold(ghost)
             self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize)
             t2 = time.perf_counter()
-            own = layer.view("owned_cols")
+            own_t = layer.view("owned_cols_t")  # W^T rows = owned rows of layer i
             g = ws.partial[i]
-            g[...] = 0
-            for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
-                kernels.spmm_t(own, delta, g, rows, accumulate=True)
+            for rows in _chunks(own_t.shape[0], OVERLAP_CHUNKS if reqs else 1):
+                kernels.spmm(own_t, delta, None, g, rows)
                 comm.progress(reqs + [r for _, pair in sums for r in pair])
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g)
             t4 = time.perf_counter()
-            np.multiply(g, activation_slope(ws.zs[i - 1], self.cap), out=g)
+            kernels.apply_slope(g, ws.zs[i - 1], self.cap)
             delta = g
             t5 = time.perf_counter()
             t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,

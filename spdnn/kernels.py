@@ -4,14 +4,16 @@ Activations are (neurons x batch) C-contiguous arrays, so one neuron's row is co
 unit the runtime exchanges).
 
 - ``spmm(W, X, bias, out, rows, accumulate)``: Z = W X + b 1^T on a row range, or Z += W X.
+  W^T G is ``spmm`` on a stored transpose (``transpose``): a gather, not a scatter.
 - ``spmm_act(...)``: the same, fused with X' = min(max(Z, 0), cap) for the next layer.
-- ``spmm_t(W, D, out, rows, accumulate)``: W^T D (backward partial sums over the rows W holds).
-  Row ranges let the runtime compute in chunks and progress messages between them.
-- ``sddmm(W, D, X, out)``: out[e] = D[i_e, :] . X[j_e, :] for every stored (i_e, j_e) of W
-  (the weight gradient) without an nnz x B temporary.
+- ``sddmm(W, D, X, out, bias_grad)``: out[e] = D[i_e, :] . X[j_e, :] for every stored
+  (i_e, j_e) of W (the weight gradient) without an nnz x B temporary, and the row sums of D.
+- ``apply_slope(G, Z, cap)``: G *= h'(Z) in place.
 
 Backends: ``scipy`` (reference) and ``numba`` (faster; see docs/BENCHMARKS.md). The default is
 numba when it is installed, else scipy; ``SPDNN_KERNELS=scipy|numba`` or ``set_backend`` choose.
+A matrix with every entry stored (a dense head) goes to BLAS in either backend. ``set_threads``
+sets the numba kernels' threads (default 1: one per rank).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import SpdnnError
+from .threads import default_threads
 
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
 BACKENDS = ("scipy", "numba")
 _NO_ALIVE = np.zeros(0, dtype=np.int32)
-_state = {"backend": None}
+_NO_BIAS = {np.dtype(t).char: np.zeros(0, dtype=t) for t in (np.float32, np.float64)}
+_state: dict = {"backend": None, "threads": default_threads(), "numba_ready": False}
 
 
 def available_backends() -> list[str]:
@@ -58,9 +62,38 @@ def backend() -> str:
     return str(_state["backend"])
 
 
+def max_threads() -> int:
+    """The most threads the numba kernels can use in this process (its pool size, fixed at
+    import: ``NUMBA_NUM_THREADS``, by default the cores; see spdnn.threads)."""
+    if "numba" not in available_backends():
+        return 1
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def set_threads(n: int) -> None:
+    """Threads of the numba kernels in this rank (the scipy backend stays on one)."""
+    if n < 1 or n > max_threads():
+        raise ValueError(f"threads must be between 1 and {max_threads()} (this process's "
+                         f"pool, NUMBA_NUM_THREADS), not {n}")
+    _state["threads"] = n
+    if "numba" in available_backends():
+        import numba
+
+        numba.set_num_threads(n)
+
+
+def threads() -> int:
+    return int(_state["threads"])
+
+
 def _nb():  # noqa: ANN202
     from . import _numba_kernels
 
+    if not _state["numba_ready"]:  # numba's own default is its whole pool
+        _state["numba_ready"] = True
+        set_threads(min(_state["threads"], max_threads()))
     return _numba_kernels
 
 
@@ -73,6 +106,30 @@ def warm_up() -> None:
 def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
     """The row index of every stored entry of a CSR matrix."""
     return np.repeat(np.arange(w.shape[0], dtype=w.indices.dtype), np.diff(w.indptr))
+
+
+def transpose(w: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """W^T as CSR with sorted indices, and the position in ``w.data`` of each of its entries
+    (refresh its values with ``np.take(w.data, gather, out=wt.data)``)."""
+    rows = row_of_entries(w)
+    gather = np.lexsort((rows, w.indices)).astype(np.int64)  # by column, then row
+    counts = np.bincount(w.indices, minlength=w.shape[1])
+    indptr = np.zeros(w.shape[1] + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    index_dtype = np.int32 if max(w.shape) < 2**31 and w.nnz < 2**31 else np.int64
+    wt = sp.csr_matrix((w.data[gather], rows[gather].astype(index_dtype),
+                        indptr.astype(index_dtype)), shape=(w.shape[1], w.shape[0]))
+    wt.has_sorted_indices = True
+    return wt, gather
+
+
+def _dense(w: sp.csr_matrix) -> np.ndarray | None:
+    """W's values as a dense (rows x cols) view when every entry is stored in order (a dense
+    layer): then W.data is the row-major dense matrix and BLAS does the products."""
+    rows, cols = w.shape
+    if w.nnz != rows * cols or w.nnz == 0 or not w.has_sorted_indices:
+        return None
+    return w.data.reshape(rows, cols)
 
 
 Rows = tuple[int, int]
@@ -98,14 +155,19 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
     """As spmm into out_z, and h(Z) rows into out_x when it is given (fused in the numba
     backend); ``alive`` (int32 per column), if given, is set to 1 where h(Z) is nonzero."""
     r0, r1 = _range(w, rows)
-    if backend() == "numba":
-        b = bias if bias is not None else np.zeros(w.shape[0], dtype=x.dtype)
-        _nb().spmm_rows(w.indptr, w.indices, w.data, x, b, out_z, r0, r1, accumulate,
-                        -1.0 if cap is None else float(cap), out_x is not None,
-                        out_z if out_x is None else out_x,
+    dense = _dense(w)
+    if dense is None and backend() == "numba":
+        init = 0 if accumulate else (1 if bias is not None else 2)
+        _nb().spmm_rows(w.indptr, w.indices, w.data, x, _NO_BIAS[x.dtype.char] if bias is None
+                        else bias,
+                        out_z, r0, r1, init, -1.0 if cap is None else float(cap),
+                        out_x is not None, out_z if out_x is None else out_x,
                         _NO_ALIVE if alive is None else alive)
         return
-    part = w[r0:r1] @ x if (r0, r1) != (0, w.shape[0]) else w @ x
+    if dense is not None:
+        part = dense[r0:r1] @ x
+    else:
+        part = w[r0:r1] @ x if (r0, r1) != (0, w.shape[0]) else w @ x
     if accumulate:
         out_z[r0:r1] += part
     else:
@@ -121,30 +183,22 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
             alive |= np.any(h != 0, axis=0)
 
 
-def spmm_t(w: sp.csr_matrix, d: np.ndarray, out: np.ndarray | None = None,
-           rows: Rows | None = None, accumulate: bool = False) -> np.ndarray:
-    """out = W[r0:r1]^T d[r0:r1] (or out += ... when ``accumulate``)."""
-    if out is None:
-        out = np.empty((w.shape[1], d.shape[1]), dtype=d.dtype)
-    r0, r1 = _range(w, rows)
-    if not accumulate:
-        out[...] = 0
-    if backend() == "numba":
-        _nb().spmm_t(w.indptr, w.indices, w.data, d, out, r0, r1)
-        return out
-    part = w[r0:r1] if (r0, r1) != (0, w.shape[0]) else w
-    out += part.T @ d[r0:r1]
-    return out
-
-
 def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray | None = None,
-          rows: np.ndarray | None = None) -> np.ndarray:
-    """Sampled dense-dense product on W's pattern."""
+          rows: np.ndarray | None = None, bias_grad: np.ndarray | None = None) -> np.ndarray:
+    """Sampled dense-dense product on W's pattern (``rows``: W's ``row_of_entries``, for the
+    scipy backend); with ``bias_grad``, also its row sums of d."""
     nnz = w.nnz
     if out is None:
         out = np.empty(nnz, dtype=np.result_type(d, x))
-    if backend() == "numba":
-        _nb().sddmm(w.indptr, w.indices, d, x, out)
+    dense = _dense(w)
+    if dense is None and backend() == "numba":
+        _nb().sddmm(w.indptr, w.indices, d, x, out, out if bias_grad is None else bias_grad,
+                    bias_grad is not None)
+        return out
+    if bias_grad is not None:
+        np.sum(d, axis=1, out=bias_grad)
+    if dense is not None:
+        np.matmul(d, x.T, out=out.reshape(dense.shape))
         return out
     if rows is None:
         rows = row_of_entries(w)
@@ -154,3 +208,14 @@ def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray | None
         np.einsum("ij,ij->i", d[rows[start:stop]], x[w.indices[start:stop]],
                   out=out[start:stop])
     return out
+
+
+def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:
+    """g *= h'(z) in place (ReLU, capped when ``cap`` is given: 0 at and beyond the cap)."""
+    if backend() == "numba" and g.flags.c_contiguous and z.flags.c_contiguous:
+        _nb().apply_slope(g, z, -1.0 if cap is None else float(cap))
+        return
+    keep = z > 0
+    if cap is not None:
+        keep &= z < cap
+    np.multiply(g, keep, out=g)

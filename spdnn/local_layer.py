@@ -28,7 +28,7 @@ class LocalLayer:
     bias: np.ndarray
     exchange: Exchange
     entry_rows: np.ndarray  # row of every stored entry (for the SDDMM)
-    _views: dict[str, tuple[sp.csr_matrix, np.ndarray]]  # derived matrices + data gather maps
+    _views: dict[str, tuple[sp.csr_matrix, np.ndarray | None]]  # derived matrices + gather maps
 
     @property
     def n_owned_prev(self) -> int:
@@ -40,13 +40,15 @@ class LocalLayer:
         return self.exchange.n_owned + self.exchange.n_ghost
 
     def view(self, name: str) -> sp.csr_matrix:
-        """``owned_cols`` or ``ghost_cols``: the entries that read owned or ghost rows."""
+        """``owned_cols`` or ``ghost_cols``: the entries that read owned or ghost rows;
+        ``owned_cols_t`` and ``ghost_cols_t``: their transposes (W^T G as a gather)."""
         return self._views[name][0]
 
     def sync_views(self) -> None:
         """Refresh the derived matrices' values after the weights changed (no allocation)."""
         for m, gather in self._views.values():
-            np.take(self.weight.data, gather, out=m.data)
+            if gather is not None:  # None: the view shares the weight's values
+                np.take(self.weight.data, gather, out=m.data)
 
     def global_columns(self) -> np.ndarray:
         """Global column index of every stored entry."""
@@ -74,14 +76,20 @@ class LocalLayer:
         n_own = len(owned_prev)
         views = {"owned_cols": _column_block(w, 0, n_own),
                  "ghost_cols": _column_block(w, n_own, len(buffer_rows))}
+        for name in ("owned_cols", "ghost_cols"):
+            m, gather = views[name]
+            mt, order = kernels.transpose(m)
+            views[name + "_t"] = (mt, order if gather is None else gather[order])
         return LocalLayer(k, rows, buffer_rows, w, mine.bias.copy(), exchange,
                           kernels.row_of_entries(w), views)
 
 
 def _column_block(w: sp.csr_matrix, col_lo: int, col_hi: int
-                  ) -> tuple[sp.csr_matrix, np.ndarray]:
+                  ) -> tuple[sp.csr_matrix, np.ndarray | None]:
     """Columns [col_lo, col_hi) of w (renumbered from 0), with the position in w.data of each
-    kept entry."""
+    kept entry; w itself (and None) when that is every column."""
+    if col_lo == 0 and col_hi == w.shape[1]:
+        return w, None
     rows = np.arange(w.shape[0])
     counts = np.diff(w.indptr)
     picked = concat_ranges(w.indptr[:-1], counts)

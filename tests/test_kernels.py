@@ -57,17 +57,51 @@ def test_row_ranges_and_accumulation(backend):
     kernels.spmm_act(w, x, None, None, z, h, accumulate=True, alive=alive)
     np.testing.assert_allclose(h, np.maximum(1 + dense @ x, 0), rtol=1e-12)
     np.testing.assert_array_equal(alive, np.any(h != 0, axis=0))
-    g = np.zeros((w.shape[1], d.shape[1]))
-    for rows in ((0, 10), (10, w.shape[0])):
-        kernels.spmm_t(w, d, g, rows, accumulate=True)
+    wt, _ = kernels.transpose(w)
+    g = np.full((w.shape[1], d.shape[1]), np.nan)
+    for rows in ((0, 10), (10, w.shape[1])):
+        kernels.spmm(wt, d, None, g, rows)
     np.testing.assert_allclose(g, dense.T @ d, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_transposed_product(backend, dtype):
     w, _, d, _ = _case(dtype)
+    w.data[:] = np.arange(1, w.nnz + 1)  # every value distinct: the gather map is checked
+    wt, gather = kernels.transpose(w)
+    assert wt.has_sorted_indices and wt.shape == w.shape[::-1]
+    np.testing.assert_array_equal(wt.toarray(), w.toarray().T)
+    np.testing.assert_array_equal(w.data[gather], wt.data)
     out = np.full((w.shape[1], d.shape[1]), np.nan, dtype)
-    np.testing.assert_allclose(kernels.spmm_t(w, d, out), w.toarray().T @ d, **_tol(dtype))
+    np.testing.assert_allclose(kernels.spmm(wt, d, None, out), w.toarray().T @ d,
+                               **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dense_layers_go_to_blas_with_the_same_results(backend, dtype):
+    """Every entry stored (a dense head): the products run on the dense view of W.data."""
+    rng = np.random.default_rng(3)
+    dense = rng.standard_normal((7, 13)).astype(dtype)
+    w = sp.csr_matrix(dense)
+    assert w.nnz == dense.size and kernels._dense(w) is not None
+    x = rng.standard_normal((13, 5)).astype(dtype)
+    d = rng.standard_normal((7, 5)).astype(dtype)
+    b = rng.standard_normal(7).astype(dtype)
+    z, h = np.empty((7, 5), dtype), np.empty((7, 5), dtype)
+    alive = np.zeros(5, np.int32)
+    kernels.spmm_act(w, x, b, 0.7, z, h, alive=alive)
+    np.testing.assert_allclose(z, dense @ x + b[:, None], **_tol(dtype))
+    np.testing.assert_allclose(h, np.clip(dense @ x + b[:, None], 0, 0.7), **_tol(dtype))
+    np.testing.assert_array_equal(alive, np.any(h != 0, axis=0))
+    kernels.spmm(w, x, None, z, rows=(2, 5), accumulate=True)
+    np.testing.assert_allclose(z[2:5], 2 * dense[2:5] @ x + b[2:5, None], **_tol(dtype))
+    gb = np.empty(7, dtype)
+    np.testing.assert_allclose(kernels.sddmm(w, d, x, bias_grad=gb), (d @ x.T).ravel(),
+                               **_tol(dtype))
+    np.testing.assert_allclose(gb, d.sum(axis=1), **_tol(dtype))
+    wt, _ = kernels.transpose(w)
+    assert kernels._dense(wt) is not None
+    np.testing.assert_allclose(kernels.spmm(wt, d), dense.T @ d, **_tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -77,6 +111,34 @@ def test_sddmm(backend, dtype, batch):
     coo = w.tocoo()
     expected = np.einsum("ij,ij->i", d[coo.row], x[coo.col])
     np.testing.assert_allclose(kernels.sddmm(w, d, x), expected, **_tol(dtype))
+    gb = np.full(w.shape[0], np.nan, dtype)
+    np.testing.assert_allclose(kernels.sddmm(w, d, x, bias_grad=gb), expected, **_tol(dtype))
+    np.testing.assert_allclose(gb, d.sum(axis=1), **_tol(dtype))
+
+
+@pytest.mark.parametrize("cap", [None, 0.5])
+def test_apply_slope(backend, cap):
+    """g *= h'(z): zero where z <= 0 and where z is at or beyond the cap; NaN stays NaN."""
+    z = np.array([[-1.0, 0.0, 0.25, 0.5, 0.75], [2.0, -0.0, 1e-300, 0.5, -3.0]])
+    g = np.array([[1.0, -2.0, 3.0, 4.0, np.nan], [5.0, 6.0, -7.0, 8.0, -9.0]])
+    expected = g * ((z > 0) & ((z < cap) if cap is not None else True))
+    kernels.apply_slope(g, z, cap)
+    np.testing.assert_array_equal(g, expected)
+    assert np.isnan(g[0, 4]) and np.signbit(g[0, 1])
+
+
+def test_threads(backend):
+    before = kernels.threads()
+    try:
+        for n in range(1, kernels.max_threads() + 1):
+            kernels.set_threads(n)
+            w, x, _, b = _case(np.float64, n_out=301, batch=9)
+            np.testing.assert_allclose(kernels.spmm(w, x, b), w.toarray() @ x + b[:, None],
+                                       rtol=1e-12)
+        with pytest.raises(ValueError, match="threads must be between 1 and"):
+            kernels.set_threads(kernels.max_threads() + 1)
+    finally:
+        kernels.set_threads(before)
 
 
 def test_scipy_sddmm_works_in_chunks(monkeypatch):
