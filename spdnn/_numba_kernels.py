@@ -65,6 +65,7 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
     also bias_grad[i] = sum_b d[i, b] (d[i] is in L1 by then). fastmath lets the dot products
     vectorize (partial sums in SIMD lanes, as BLAS does)."""
     batch = d.shape[1]
+    zero = np.zeros(1, d.dtype)[0]  # accumulators in d's type (SIMD lanes of float32)
     for i in nb.prange(len(indptr) - 1):
         di = d[i]
         e, stop = indptr[i], indptr[i + 1]
@@ -74,7 +75,7 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
             x2, x3 = x[indices[e + 2]], x[indices[e + 3]]
             x4, x5 = x[indices[e + 4]], x[indices[e + 5]]
             x6, x7 = x[indices[e + 6]], x[indices[e + 7]]
-            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = di[0] * 0
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
             for b in range(batch):
                 v = di[b]
                 a0 += v * x0[b]
@@ -90,16 +91,75 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
             e += 8
         while e < stop:
             xj = x[indices[e]]
-            acc = di[0] * 0
+            acc = zero
             for b in range(batch):
                 acc += di[b] * xj[b]
             out[e] = acc
             e += 1
         if with_bias:
-            s = di[0] * 0
+            s = zero
             for b in range(batch):
                 s += di[b]
             bias_grad[i] = s
+
+
+@nb.njit(parallel=True, cache=True, nogil=True, fastmath=True)
+def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1, z, cap, mask):
+    """Both backward products of a layer in one pass over W^T (CSR: indptr, indices, data):
+    for rows j in [r0, r1), out[j - base] = sum_e data[e] d[indices[e]] (W^T d), times h'(z[j])
+    when ``mask``, and grad_w[order[e]] = d[indices[e]] . x[j] (the weight gradient in W's
+    order). Each gathered row of d serves both, so the pass gathers half as much as the two
+    products apart."""
+    batch = d.shape[1]
+    zero = np.zeros(1, d.dtype)[0]  # accumulators in d's type (SIMD lanes of float32)
+    for j in nb.prange(r0, r1):
+        xj = x[j]
+        acc = out[j - base]
+        for b in range(batch):
+            acc[b] = 0
+        e, stop = indptr[j], indptr[j + 1]
+        while e + 8 <= stop:
+            d0, d1, d2, d3 = d[indices[e]], d[indices[e + 1]], d[indices[e + 2]], \
+                d[indices[e + 3]]
+            d4, d5, d6, d7 = d[indices[e + 4]], d[indices[e + 5]], d[indices[e + 6]], \
+                d[indices[e + 7]]
+            v0, v1, v2, v3 = data[e], data[e + 1], data[e + 2], data[e + 3]
+            v4, v5, v6, v7 = data[e + 4], data[e + 5], data[e + 6], data[e + 7]
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
+            for b in range(batch):
+                xb = xj[b]
+                p0, p1, p2, p3 = d0[b], d1[b], d2[b], d3[b]
+                p4, p5, p6, p7 = d4[b], d5[b], d6[b], d7[b]
+                a0 += p0 * xb
+                a1 += p1 * xb
+                a2 += p2 * xb
+                a3 += p3 * xb
+                a4 += p4 * xb
+                a5 += p5 * xb
+                a6 += p6 * xb
+                a7 += p7 * xb
+                acc[b] += ((v0 * p0 + v1 * p1) + (v2 * p2 + v3 * p3)) + \
+                    ((v4 * p4 + v5 * p5) + (v6 * p6 + v7 * p7))
+            grad_w[order[e]], grad_w[order[e + 1]] = a0, a1
+            grad_w[order[e + 2]], grad_w[order[e + 3]] = a2, a3
+            grad_w[order[e + 4]], grad_w[order[e + 5]] = a4, a5
+            grad_w[order[e + 6]], grad_w[order[e + 7]] = a6, a7
+            e += 8
+        while e < stop:
+            dr = d[indices[e]]
+            v = data[e]
+            a = zero
+            for b in range(batch):
+                a += dr[b] * xj[b]
+                acc[b] += v * dr[b]
+            grad_w[order[e]] = a
+            e += 1
+        if mask:
+            zj = z[j]
+            for b in range(batch):
+                v = zj[b]
+                if not (v > 0 and (cap < 0 or v < cap)):
+                    acc[b] = acc[b] * 0
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -127,4 +187,7 @@ def warm_up() -> None:
                       out, alive)
         grads = np.empty(1, dt)
         sddmm(indptr, indices, x, x, grads, grads, True)
+        for mask in (False, True):
+            backward_rows(indptr, indices, data, indptr.astype(np.int64), x, x, out, 0, grads,
+                          0, 1, x, -1.0, mask)
         apply_slope(out, x, -1.0)

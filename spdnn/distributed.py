@@ -165,7 +165,7 @@ class DistributedNetwork:
                 if kept <= COMPACT_BELOW * width:
                     keep_cols = np.flatnonzero(alive)
                     compact = xview(i + 1, cur, kept)  # X_i is no longer needed
-                    np.take(nxt[:n], keep_cols, axis=1, out=compact[:n])
+                    np.take(nxt[:n], keep_cols, axis=1, out=compact[:n], mode="clip")
                     nxt, width, ids = compact, kept, ids[keep_cols]
                     cur = 1 - cur
             if nxt is not None:
@@ -236,27 +236,36 @@ class DistributedNetwork:
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
-            kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
-                          rows=layer.entry_rows, bias_grad=ws.grad_b[i])
-            self._start_sum(i, ws, sums)
-            if i == 0:
+            if i == 0:  # no W^T G below the first layer: the weight gradient alone
+                kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
+                              rows=layer.entry_rows, bias_grad=ws.grad_b[i])
+                self._start_sum(i, ws, sums)
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break
+            np.sum(delta, axis=1, out=ws.grad_b[i])
             ex = layer.exchange
-            ghost = kernels.spmm(layer.view("ghost_cols_t"), delta, None, ws.ghost[i])
+            wt, order = layer.view("transposed"), layer.transpose_order
+            n_own, n_buf = layer.n_owned_prev, layer.n_buffer_rows
+            # Ghost rows first: their partial sums travel while the owned rows are computed.
+            kernels.backward_products(wt, order, delta, ws.xbufs[i], ws.ghost[i], ws.grad_w[i],
+                                      (n_own, n_buf), base=n_own)
             t1 = time.perf_counter()
-            reqs, recv = ex.start_fold(ghost)
+            reqs, recv = ex.start_fold(ws.ghost[i])
             self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize)
             t2 = time.perf_counter()
-            own_t = layer.view("owned_cols_t")  # W^T rows = owned rows of layer i
             g = ws.partial[i]
-            for rows in _chunks(own_t.shape[0], OVERLAP_CHUNKS if reqs else 1):
-                kernels.spmm(own_t, delta, None, g, rows)
+            # With no partials coming in, the activation mask is applied inside the pass.
+            z_prev = ws.zs[i - 1] if ex.rows_sent == 0 else None
+            for rows in _chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
+                kernels.backward_products(wt, order, delta, ws.xbufs[i], g, ws.grad_w[i], rows,
+                                          z=z_prev, cap=self.cap)
                 comm.progress(reqs + [r for _, pair in sums for r in pair])
+            self._start_sum(i, ws, sums)
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g)
             t4 = time.perf_counter()
-            kernels.apply_slope(g, ws.zs[i - 1], self.cap)
+            if z_prev is None:
+                kernels.apply_slope(g, ws.zs[i - 1], self.cap)
             delta = g
             t5 = time.perf_counter()
             t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,

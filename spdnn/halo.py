@@ -133,7 +133,7 @@ class Exchange:
         start = 0
         for q, rows in zip(self.send_peers, self.send_rows):
             block = send[start:start + len(rows)]
-            np.take(x, rows, axis=0, out=block)
+            np.take(x, rows, axis=0, out=block, mode="clip")  # "raise" buffers out
             reqs.append(self.comm.isend(block, q, tag))
             start += len(rows)
         return reqs

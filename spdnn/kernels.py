@@ -164,16 +164,19 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
                         out_x is not None, out_z if out_x is None else out_x,
                         _NO_ALIVE if alive is None else alive)
         return
-    if dense is not None:
-        part = dense[r0:r1] @ x
+    zr = out_z[r0:r1]
+    if dense is not None and not accumulate:
+        np.matmul(dense[r0:r1], x, out=zr)
+    elif dense is not None:
+        zr += dense[r0:r1] @ x
     else:
         part = w[r0:r1] @ x if (r0, r1) != (0, w.shape[0]) else w @ x
-    if accumulate:
-        out_z[r0:r1] += part
-    else:
-        out_z[r0:r1] = part
-        if bias is not None:
-            out_z[r0:r1] += bias[r0:r1, None]
+        if accumulate:
+            zr += part
+        else:
+            zr[...] = part
+    if bias is not None and not accumulate:
+        zr += bias[r0:r1, None]
     if out_x is not None:
         h = np.maximum(out_z[r0:r1], 0)
         if cap is not None:
@@ -200,14 +203,48 @@ def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray | None
     if dense is not None:
         np.matmul(d, x.T, out=out.reshape(dense.shape))
         return out
-    if rows is None:
-        rows = row_of_entries(w)
-    step = max(1, SDDMM_CHUNK // max(1, d.shape[1]))
-    for start in range(0, nnz, step):
-        stop = min(nnz, start + step)
-        np.einsum("ij,ij->i", d[rows[start:stop]], x[w.indices[start:stop]],
-                  out=out[start:stop])
+    _sampled(d, x, row_of_entries(w) if rows is None else rows, w.indices, out)
     return out
+
+
+def _sampled(d: np.ndarray, x: np.ndarray, i: np.ndarray, j: np.ndarray,
+             out: np.ndarray) -> None:
+    """out[e] = d[i[e]] . x[j[e]], in chunks that bound the temporaries (scipy backend)."""
+    step = max(1, SDDMM_CHUNK // max(1, d.shape[1]))
+    for start in range(0, len(out), step):
+        stop = min(len(out), start + step)
+        np.einsum("ij,ij->i", d[i[start:stop]], x[j[start:stop]], out=out[start:stop])
+
+
+def backward_products(wt: sp.csr_matrix, order: np.ndarray, d: np.ndarray, x: np.ndarray,
+                      out: np.ndarray, grad_w: np.ndarray, rows: Rows | None = None,
+                      base: int = 0, z: np.ndarray | None = None,
+                      cap: float | None = None) -> None:
+    """A layer's two backward products on the rows [r0, r1) of its stored transpose W^T (from
+    ``transpose(W)``, ``order`` its map into W's entries): out[r - base] = (W^T d)[r], times
+    h'(z[r]) when ``z`` is given, and grad_w[order[e]] = d[i_e] . x[r] for the entries of those
+    rows (the weight gradient, in W's order). One pass in the numba backend."""
+    r0, r1 = _range(wt, rows)
+    dense = _dense(wt)
+    if dense is None and backend() == "numba":
+        mask = z is not None
+        _nb().backward_rows(wt.indptr, wt.indices, wt.data, order, d, x, out, base, grad_w,
+                            r0, r1, z if mask else out, -1.0 if cap is None else float(cap),
+                            mask)
+        return
+    sub = out[r0 - base:r1 - base]
+    if dense is not None:  # W dense: grad_w is W's row-major layout, rows of W^T its columns
+        np.matmul(dense[r0:r1], d, out=sub)
+        grad_w.reshape(wt.shape[1], wt.shape[0])[:, r0:r1] = d @ x[r0:r1].T
+    else:
+        sub[...] = wt[r0:r1] @ d
+        lo, hi = wt.indptr[r0], wt.indptr[r1]
+        part = np.empty(hi - lo, dtype=grad_w.dtype)
+        own_rows = np.repeat(np.arange(r0, r1), np.diff(wt.indptr[r0:r1 + 1]))
+        _sampled(d, x, wt.indices[lo:hi], own_rows, part)
+        grad_w[order[lo:hi]] = part
+    if z is not None:
+        apply_slope(sub, z[r0:r1], cap)
 
 
 def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:

@@ -41,14 +41,22 @@ class LocalLayer:
 
     def view(self, name: str) -> sp.csr_matrix:
         """``owned_cols`` or ``ghost_cols``: the entries that read owned or ghost rows;
-        ``owned_cols_t`` and ``ghost_cols_t``: their transposes (W^T G as a gather)."""
+        ``transposed``: W^T (rows = buffer rows: owned first, then ghosts), for the backward
+        products as gathers."""
         return self._views[name][0]
+
+    @property
+    def transpose_order(self) -> np.ndarray:
+        """Position in ``weight.data`` of each entry of ``view("transposed")``."""
+        order = self._views["transposed"][1]
+        assert order is not None
+        return order
 
     def sync_views(self) -> None:
         """Refresh the derived matrices' values after the weights changed (no allocation)."""
         for m, gather in self._views.values():
             if gather is not None:  # None: the view shares the weight's values
-                np.take(self.weight.data, gather, out=m.data)
+                np.take(self.weight.data, gather, out=m.data, mode="clip")  # "raise" buffers
 
     def global_columns(self) -> np.ndarray:
         """Global column index of every stored entry."""
@@ -76,10 +84,7 @@ class LocalLayer:
         n_own = len(owned_prev)
         views = {"owned_cols": _column_block(w, 0, n_own),
                  "ghost_cols": _column_block(w, n_own, len(buffer_rows))}
-        for name in ("owned_cols", "ghost_cols"):
-            m, gather = views[name]
-            mt, order = kernels.transpose(m)
-            views[name + "_t"] = (mt, order if gather is None else gather[order])
+        views["transposed"] = kernels.transpose(w)
         return LocalLayer(k, rows, buffer_rows, w, mine.bias.copy(), exchange,
                           kernels.row_of_entries(w), views)
 

@@ -116,6 +116,38 @@ def test_sddmm(backend, dtype, batch):
     np.testing.assert_allclose(gb, d.sum(axis=1), **_tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("cap", [None, 0.5])
+def test_backward_products(backend, dtype, dense, cap):
+    """One pass over row ranges of W^T: W^T d into an offset output block (times h'(z) when z is
+    given) and the weight gradient scattered back into W's entry order."""
+    if dense:
+        rng = np.random.default_rng(5)
+        w = sp.csr_matrix(rng.standard_normal((9, 29)).astype(dtype))
+        x = rng.standard_normal((29, 11)).astype(dtype)
+        d = rng.standard_normal((9, 11)).astype(dtype)
+    else:
+        w, x, d, _ = _case(dtype, n_out=37, n_in=29, batch=11)
+    wt, order = kernels.transpose(w)
+    assert (kernels._dense(wt) is not None) == dense
+    z = np.random.default_rng(1).uniform(-1, 1, (29, 11)).astype(dtype)
+    z[0, :3] = (0, cap or 1, 0.5)  # exactly zero, exactly at the cap
+    coo = w.tocoo()
+    expected_grad = np.einsum("ij,ij->i", d[coo.row], x[coo.col])
+    product = w.toarray().T @ d
+    grad = np.full(w.nnz, np.nan, dtype)
+    low = np.full((20, 11), np.nan, dtype)
+    high = np.full((9, 11), np.nan, dtype)
+    kernels.backward_products(wt, order, d, x, high, grad, (20, 29), base=20)
+    for rows in ((0, 7), (7, 20)):
+        kernels.backward_products(wt, order, d, x, low, grad, rows, z=z, cap=cap)
+    keep = (z > 0) & ((z < cap) if cap is not None else True)
+    np.testing.assert_allclose(low, product[:20] * keep[:20], **_tol(dtype))
+    np.testing.assert_allclose(high, product[20:], **_tol(dtype))
+    np.testing.assert_allclose(grad, expected_grad, **_tol(dtype))
+
+
 @pytest.mark.parametrize("cap", [None, 0.5])
 def test_apply_slope(backend, cap):
     """g *= h'(z): zero where z <= 0 and where z is at or beyond the cap; NaN stays NaN."""
