@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -27,6 +28,30 @@ def test_generate_train_save_infer(tmp_path):
         load_network(tmp_path / "net.npz").fingerprint()
     proc = run_spdnn("infer", "--network", tmp_path / "t.npz", "--inputs", "digits")
     assert proc.returncode == 0 and "accuracy" in proc.stdout
+
+
+def test_threads_give_the_same_weights_and_bad_counts_fail(tmp_path):
+    """--threads N splits each kernel's rows over threads; every row is still computed by
+    one thread in one order, so the trained weights are bit-identical to one thread."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 cores for a numba pool of 2 threads")
+    assert run_spdnn("generate", "random", "--sizes", "64,300,200", "--fan-in", "12", "--head",
+                     "10", "-o", tmp_path / "net.npz").returncode == 0
+    saved = {}
+    for n in (1, 2):
+        proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data", "digits",
+                         "--epochs", "1", "--max-steps", "4", "--batch-size", "32",
+                         "--dtype", "float64", "--threads", str(n),
+                         "--save", tmp_path / f"t{n}.npz")
+        assert proc.returncode == 0, proc.stderr
+        saved[n] = load_network(tmp_path / f"t{n}.npz")
+    for a, b in zip(saved[1].layers, saved[2].layers):
+        np.testing.assert_array_equal(a.weight.data, b.weight.data)
+        np.testing.assert_array_equal(a.bias, b.bias)
+    assert not np.array_equal(saved[1].layers[0].weight.data,
+                              load_network(tmp_path / "net.npz").layers[0].weight.data)
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--threads", "4096")
+    assert_one_line_error(proc, "--threads: threads must be between 1 and")
 
 
 def test_train_on_npz_and_mnist_idx(tmp_path):
