@@ -15,6 +15,9 @@ far more than the arrays themselves; ``gathered GB/s`` is that traffic over the 
 ceilings, measured in the same run on one core: `stream` (a large numpy copy: DRAM), and
 `gather` (the same gathers with no arithmetic: sum the rows W names, in W's order). A
 gather-bound kernel cannot beat the gather ceiling; the last column says how close each is.
+`W^T G + SDDMM` is the backward pass of a hidden layer: spdnn does both in one pass over W^T
+(each gathered row of G serves both; its gathered traffic is counted as two products' worth, as
+the others move it).
 Writes the table to docs/BENCHMARKS.md.
 """
 
@@ -107,11 +110,13 @@ def torch_ops(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray) -> tuple[dict, str
         "SDDMM/torch sampled_addmm": lambda: torch.sparse.sampled_addmm(pattern, td, tx.t(),
                                                                         beta=0.0),
     }
+    ops["W^T G + SDDMM/torch embedding_bag + sampled_addmm"] = lambda: (
+        ops["W^T G/torch embedding_bag"](), ops["SDDMM/torch sampled_addmm"]())
     return ops, torch.__version__
 
 
 def candidates(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray, outs: dict) -> dict:
-    wt, _ = kernels.transpose(w)
+    wt, order = kernels.transpose(w)
 
     def with_backend(name: str, fn):  # noqa: ANN001, ANN202
         def run():  # noqa: ANN202
@@ -126,6 +131,8 @@ def candidates(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray, outs: dict) -> di
         fns[f"W^T G/spdnn {be}"] = with_backend(be, lambda: kernels.spmm(wt, d, None,
                                                                         outs["g"]))
         fns[f"SDDMM/spdnn {be}"] = with_backend(be, lambda: kernels.sddmm(w, d, x, outs["s"]))
+        fns[f"W^T G + SDDMM/spdnn {be}, one pass"] = with_backend(
+            be, lambda: kernels.backward_products(wt, order, d, x, outs["g"], outs["s"]))
     return fns
 
 
@@ -155,16 +162,17 @@ def main() -> int:
             ops, torch_version = t
             fns.update(ops)
         secs = interleaved(fns, args.repeats)
-        gathered = w.nnz * args.batch * 4
-        ceiling = gathered / secs["gather ceiling/no arithmetic"]
-        for kernel in ("gather ceiling", "W X", "W^T G", "SDDMM"):
+        ceiling = w.nnz * args.batch * 4 / secs["gather ceiling/no arithmetic"]
+        for kernel in ("gather ceiling", "W X", "W^T G", "SDDMM", "W^T G + SDDMM"):
             names = [k for k in secs if k.startswith(kernel + "/")]
             fastest_other = min((secs[k] for k in names if "spdnn" not in k), default=None)
             for name in sorted(names, key=secs.get):
                 s = secs[name]
+                gathered = w.nnz * args.batch * 4 * (2 if kernel == "W^T G + SDDMM" else 1)
                 vs = f"{fastest_other / s:.2f}x" if fastest_other and "spdnn" in name else ""
+                flop = 2 * w.nnz * args.batch * (2 if kernel == "W^T G + SDDMM" else 1)
                 rows.append([str(n), kernel, name.split("/", 1)[1], f"{s * 1e3:.2f}",
-                             f"{2 * w.nnz * args.batch / s / 1e9:.1f}",
+                             f"{flop / s / 1e9:.1f}",
                              f"{gathered / s / 1e9:.1f}", f"{gathered / s / ceiling:.2f}", vs])
                 print(" | ".join(rows[-1]), flush=True)
     body = (f"Command: `python scripts/bench_kernels.py --sizes {' '.join(map(str, args.sizes))} "

@@ -40,6 +40,13 @@ def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, 
                 acc[b] += ((v0 * x0[b] + v1 * x1[b]) + (v2 * x2[b] + v3 * x3[b])) + \
                           ((v4 * x4[b] + v5 * x5[b]) + (v6 * x6[b] + v7 * x7[b]))
             e += 8
+        if e + 4 <= stop:  # rows of uneven length (a transpose's) end in up to 7 entries
+            v0, v1, v2, v3 = data[e], data[e + 1], data[e + 2], data[e + 3]
+            x0, x1 = x[indices[e]], x[indices[e + 1]]
+            x2, x3 = x[indices[e + 2]], x[indices[e + 3]]
+            for b in range(batch):
+                acc[b] += (v0 * x0[b] + v1 * x1[b]) + (v2 * x2[b] + v3 * x3[b])
+            e += 4
         while e < stop:
             v = data[e]
             xr = x[indices[e]]
