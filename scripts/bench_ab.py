@@ -15,7 +15,9 @@ random inputs, at P = 1 and P = 2 with a cyclic plan. Each tree imports its own 
 PYTHONPATH. Writes the table to docs/BENCHMARKS.md ("Before and after").
 
 ``--steps`` times the training step itself instead, in one process per tree (P = 1, batch 256,
-the minimum and median of 10 steps after 2 warm-up steps): far less noisy than whole runs. The
+the minimum and median of 10 steps after 2 warm-up steps): far less noisy than whole runs; and
+likewise the inference forward pass (dead samples dropped) of a RadiX-Net 4096 x 120 over 256
+random 0/1 inputs. The
 tree before the runtime was split (a57faad) is driven through its own API.
 """
 
@@ -117,10 +119,15 @@ else:  # before the split: spdnn.runtime
     from spdnn.runtime import open_network
     dnet = open_network(comm, path, None)[2]
 times = []
+x0 = np.ascontiguousarray(x[:, dnet.input_rows].T)
+if len(sys.argv) > 3:  # inference: 0/1 inputs, dead samples dropped, 12 repeats
+    x0 = (x0 > 0).astype(np.float32)
 for _ in range(12):
     t0 = time.perf_counter()
-    dnet.backward(dnet.forward(np.ascontiguousarray(x[:, dnet.input_rows].T)), y,
-                  "cross_entropy")
+    if len(sys.argv) > 3:
+        dnet.forward(x0, keep=False, drop_dead=True)
+    else:
+        dnet.backward(dnet.forward(x0), y, "cross_entropy")
     times.append(time.perf_counter() - t0)
 times = sorted(times[2:])
 print(json.dumps([times[0], times[len(times) // 2]]))
@@ -131,15 +138,17 @@ def steps(trees: dict[str, Path], rounds: int, hidden: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         nets = {"random": random_network([4096, hidden, hidden, hidden], 32, seed=0,
                                          n_classes=10),
-                "radixnet": add_head(radixnet(hidden, 3, seed=0), 10)}
+                "radixnet": add_head(radixnet(hidden, 3, seed=0), 10),
+                "infer radixnet4096x120": radixnet(4096, 120, seed=0, bias=-0.35)}
         times: dict[tuple[str, str], list[list[float]]] = {}
         for name, net in nets.items():
             save_network(net, Path(tmp) / f"{name}.npz")
         for r in range(rounds):
             for name, net in nets.items():
                 for which, tree in trees.items():
+                    extra = ["infer"] if name.startswith("infer") else []
                     out = subprocess.run([sys.executable, "-c", STEP, str(Path(tmp) /
-                                          f"{name}.npz"), str(net.sizes[0])], check=True,
+                                          f"{name}.npz"), str(net.sizes[0]), *extra], check=True,
                                          capture_output=True, text=True, cwd=tmp,
                                          env={**os.environ, "PYTHONPATH": str(tree)}).stdout
                     times.setdefault((name, which), []).append(json.loads(out))
@@ -150,7 +159,9 @@ def steps(trees: dict[str, Path], rounds: int, hidden: int) -> str:
         a = min(t[0] for t in times[(name, "after")])
         bm = statistics.median(t[1] for t in times[(name, "before")])
         am = statistics.median(t[1] for t in times[(name, "after")])
-        rows.append([f"{name} {hidden}x3 step, P=1", f"{b * 1e3:.0f} / {bm * 1e3:.0f}",
+        label = (f"{name}, forward over 256 0/1 inputs, P=1" if name.startswith("infer")
+                 else f"{name} {hidden}x3 step, P=1")
+        rows.append([label, f"{b * 1e3:.0f} / {bm * 1e3:.0f}",
                      f"{a * 1e3:.0f} / {am * 1e3:.0f}", f"{b / a:.2f}x / {bm / am:.2f}x"])
     return (f"Command: `python scripts/bench_ab.py --before BEFORE --steps --rounds {rounds} "
             f"--hidden {hidden}` (one process per tree and round, 10 timed steps each; best "

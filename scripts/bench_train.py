@@ -9,9 +9,9 @@ first 3 RadiX-Net layers of H neurons (structured sparsity, 32 nonzeros per row)
 
 One SGD step (forward, cross-entropy, backward, SGD with momentum 0.9 and its update) is timed in
 a fresh process per configuration and round, rounds interleaved, after 2 warm-up steps:
-spdnn at P = 1 with 1 and 2 kernel threads and at P = 2 (hypergraph plan, 1 thread per rank;
-the step time is the slowest rank's), and PyTorch (`pip install torch==2.13.0`, not a dependency
-of spdnn) with 1 and 2 threads in the three formulations of scripts/torch_baselines.py:
+spdnn at P = 1 with 1 and 2 kernel threads and at P = 2 (hypergraph and block plans, 1 thread
+per rank; the step time is the slowest rank's), and PyTorch (`pip install torch==2.13.0`, not
+a dependency of spdnn) with 1 and 2 threads in the three formulations of scripts/torch_baselines.py:
 embedding_bag + sampled_addmm (the fastest), CSR + sampled_addmm, and the naive COO one (2
 steps, one round: it is 30x slower). Each PyTorch variant is first checked against spdnn's
 serial reference in float64. The last table is where spdnn's P = 1 step goes, per layer.
@@ -125,7 +125,8 @@ def configurations(have_torch: bool) -> list[tuple[str, str, int, int, str | Non
     """(label, worker kind, threads per rank, ranks, plan) of every configuration."""
     out = [("spdnn P=1", "spdnn", 1, 1, None),
            ("spdnn P=1, 2 threads", "spdnn", 2, 1, None),
-           ("spdnn P=2, hypergraph plan", "spdnn", 1, 2, "hyper.npz")]
+           ("spdnn P=2, hypergraph plan", "spdnn", 1, 2, "hyper.npz"),
+           ("spdnn P=2, block plan", "spdnn", 1, 2, "block.npz")]
     if have_torch:
         for variant, name in (("embedding_bag", "embedding_bag + sampled_addmm"),
                               ("csr", "CSR mm + sampled_addmm"),
@@ -138,7 +139,7 @@ def configurations(have_torch: bool) -> list[tuple[str, str, int, int, str | Non
 def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], str]:  # noqa: ANN001
     from partition.methods import partition_network
     from spdnn.bundle import save_network
-    from spdnn.plan import network_patterns, save_plan
+    from spdnn.plan import network_patterns, plan_statistics, save_plan
 
     try:
         import torch  # noqa: F401
@@ -157,6 +158,11 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
                                   fingerprint=net.fingerprint())
         save_plan(hyper, work / "hyper.npz")
         print(f"{structure}: hypergraph plan in {time.perf_counter() - t0:.0f} s", flush=True)
+        block = partition_network(network_patterns(net), 2, "block",
+                                  fingerprint=net.fingerprint())
+        save_plan(block, work / "block.npz")
+        volume = {name: plan_statistics(network_patterns(net), p.owners, 2).volume
+                  for name, p in (("hypergraph", hyper), ("block", block))}
         configs = configurations(have_torch)
         for r in range(args.rounds):
             for label, kind, threads, ranks, plan in configs:
@@ -194,7 +200,9 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
     split.append([structure, "whole step: forward / backward / SGD update", f"{parts[0]:.1f}",
                   f"{parts[1]:.1f} / {parts[2]:.1f}"])
     sizes = " -> ".join(str(n) for n in net.sizes)
-    return rows, split, f"`{structure}`: {sizes}, {net.nnz:,} weights."
+    return rows, split, (f"`{structure}`: {sizes}, {net.nnz:,} weights; rows exchanged per "
+                         f"minibatch at P = 2: hypergraph plan {volume['hypergraph']:,}, "
+                         f"block plan {volume['block']:,}.")
 
 
 def build(structure: str, hidden: int):  # noqa: ANN201

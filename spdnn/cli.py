@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .errors import SpdnnError
 from .options import OneLineParser, non_negative, positive_int, report, seed
-from .threads import default_threads
+from .threads import default_threads, reserve_threads
 
 EXAMPLES = """\
 examples:
@@ -215,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "threads", None):
+        reserve_threads(args.threads)  # before anything loads numba
     try:
         from .commands import COMMANDS
 

@@ -8,6 +8,7 @@ argument errors stay fast.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,10 @@ def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]
         kernels.backend()  # an unknown SPDNN_KERNELS value is an error now, not mid-run
 
     def threads() -> None:
+        cores = os.cpu_count() or 1
+        if args.threads > cores:
+            raise SpdnnError(f"--threads {args.threads}: more than the {cores} cores of this "
+                             "node (threads per rank x ranks per node should not exceed them)")
         try:
             kernels.set_threads(args.threads)
         except ValueError as exc:

@@ -63,8 +63,8 @@ def backend() -> str:
 
 
 def max_threads() -> int:
-    """The most threads the numba kernels can use in this process (its pool size, fixed at
-    import: ``NUMBA_NUM_THREADS``, by default the cores; see spdnn.threads)."""
+    """The most threads the numba kernels can use in this process (its pool size, fixed when
+    numba loads: ``NUMBA_NUM_THREADS``; see spdnn.threads)."""
     if "numba" not in available_backends():
         return 1
     import numba

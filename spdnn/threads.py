@@ -2,13 +2,15 @@
 
 Threaded kernels collapse when ranks x threads exceed the cores (README, "Performance
 settings"), so the default is one; ``SPDNN_THREADS`` (or an explicit ``OMP_NUM_THREADS``)
-raises it. numba's pool is sized to the cores (``NUMBA_NUM_THREADS`` is its upper bound, fixed
-at import) so that ``--threads N`` can choose N later; its kernels use ``threads()`` of them.
+raises it. numba's pool is sized when numba loads (``NUMBA_NUM_THREADS``, its upper bound), and
+spdnn loads numba lazily, so ``--threads N`` can still size it (``reserve_threads``). The pool
+is not sized to the cores: idle OpenMP workers of every rank would compete for them.
 """
 
 import os
+import sys
 
-_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
 def default_threads() -> int:
@@ -21,8 +23,15 @@ def pin_threads() -> None:
     wanted = str(default_threads())
     for var in _VARS:
         os.environ.setdefault(var, wanted)
-    os.environ.setdefault("NUMBA_NUM_THREADS", str(max(os.cpu_count() or 1,
-                                                       default_threads())))
+
+
+def reserve_threads(n: int) -> None:
+    """Let numba's pool hold ``n`` threads, if numba has not loaded yet (then its size is
+    fixed, and spdnn.kernels.set_threads refuses more)."""
+    n = min(n, os.cpu_count() or 1)  # more is refused by the command (one-line error)
+    current = os.environ.get("NUMBA_NUM_THREADS", "1")
+    if "numba" not in sys.modules and (not current.isdigit() or int(current) < n):
+        os.environ["NUMBA_NUM_THREADS"] = str(n)
 
 
 pin_threads()
