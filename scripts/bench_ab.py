@@ -53,7 +53,9 @@ def run(tree: Path, ranks: int, args: list[str], metrics: Path) -> dict:
     if ranks > 1:
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks), *cmd]
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # cwd=tree: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH,
+    # so run from anywhere else both trees would import the spdnn found there.
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} (PYTHONPATH={tree}) failed:\n{proc.stderr}")
     return json.loads(metrics.read_text())

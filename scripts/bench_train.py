@@ -114,7 +114,11 @@ def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps
         cmd += ["--plan", str(work / plan)]
     if ranks > 1:
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
-    env = {**os.environ, "SPDNN_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+    # This process pinned the pools to 1 when it imported spdnn; a worker sizes its own.
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           **{v: str(threads) for v in ("SPDNN_THREADS", "OMP_NUM_THREADS",
+                                        "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                        "NUMBA_NUM_THREADS")}}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")

@@ -67,6 +67,7 @@ def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, n
     }
     counted = {k: getattr(t, k) for k in pred}
     equal = all(np.array_equal(counted[k], pred[k]) for k in pred)
+    counted["forward_sent"], counted["backward_sent"] = t.forward_sent, t.backward_sent
     return {"counted": {k: v.tolist() for k, v in counted.items()},
             "predicted": {k: v.tolist() for k, v in pred.items()},
             "equal": bool(equal), "plan_volume_rows": int(forward.sum() + backward.sum()),
@@ -75,17 +76,22 @@ def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, n
 
 def format_accounting(acc: dict[str, Any]) -> str:
     c, p = acc["counted"], acc["predicted"]
-    lines = ["layer  forward rows (counted/plan)  backward rows (counted/plan)  MB sent"]
+    lines = ["layer  forward rows (counted/plan)  backward rows (counted/plan)  "
+             "MB as dense rows / MB sent"]
     for k in range(len(c["forward_rows"])):
         mb = (c["forward_bytes"][k] + c["backward_bytes"][k]) / 1e6
+        sent = (c["forward_sent"][k] + c["backward_sent"][k]) / 1e6
         lines.append(f"{k + 1:5d}  {c['forward_rows'][k]:>12,} / {p['forward_rows'][k]:<12,}"
                      f"  {c['backward_rows'][k]:>12,} / {p['backward_rows'][k]:<12,}"
-                     f"  {mb:9.2f}")
-    total = sum(c["forward_bytes"]) + sum(c["backward_bytes"])
+                     f"  {mb:9.2f} / {sent:.2f}")
+    dense = sum(c["forward_bytes"]) + sum(c["backward_bytes"])
+    sent = sum(c["forward_sent"]) + sum(c["backward_sent"])
     verdict = "equal" if acc["equal"] else "DIFFERENT"
-    lines.append(f"exchanged {total / 1e6:,.2f} MB in all passes (training and evaluation); "
-                 "counted rows and bytes are "
-                 f"{verdict} to the plan's volume x passes (x batch x item size)")
+    ratio = f" ({dense / sent:.2f}x fewer)" if sent else ""
+    lines.append(f"the plan's rows are {dense / 1e6:,.2f} MB as dense rows in all passes "
+                 f"(training and evaluation); {sent / 1e6:,.2f} MB were sent{ratio}. Counted "
+                 f"rows and dense bytes are {verdict} to the plan's volume x passes (x batch x "
+                 "item size)")
     return "\n".join(lines)
 
 

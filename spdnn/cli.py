@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .encoding import MODES
 from .errors import SpdnnError
 from .options import OneLineParser, non_negative, positive_int, report, seed
 from .threads import default_threads, reserve_threads
@@ -81,6 +82,8 @@ examples:
       --checkpoint-dir ckpt --checkpoint-every 500
   mpirun -n 3 spdnn train --network net.npz --plan plan3.npz --data digits --resume ckpt
   mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --replicas 2 --data digits
+  spdnn train --network net.npz --data digits --threads 2       # one rank, 2 kernel threads
+  mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits --exchange dense
 """,
     "infer": """\
 examples:
@@ -108,6 +111,10 @@ def _run_options(p: argparse.ArgumentParser, replicas: str) -> None:
     p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
                    help=f"replicas of the partitioned network: {replicas}")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
+    p.add_argument("--exchange", choices=MODES, default="auto",
+                   help="how cut rows travel: dense rows, a sparse form (bitmap + nonzeros "
+                        "forward; only the entries with a nonzero activation slope backward), "
+                        "or the smaller of the two per message; the results are the same")
     p.add_argument("--threads", type=positive_int, default=default_threads(), metavar="N",
                    help="threads of each rank's sparse kernels (default: SPDNN_THREADS, else "
                         "1); keep ranks per node x N <= cores")

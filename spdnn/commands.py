@@ -132,7 +132,8 @@ def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]
 
     comm.check(lambda: check() if comm.rank == 0 else None)
     comm.check(threads)
-    return open_network(comm, args.network, args.plan, args.dtype, args.replicas)
+    return open_network(comm, args.network, args.plan, args.dtype, args.replicas,
+                        args.exchange)
 
 
 @collectively

@@ -17,6 +17,7 @@ import numpy as np
 from . import kernels
 from .accounting import Timers
 from .bundle import NetworkBundle
+from .encoding import MODES
 from .grid import Grid
 from .halo import Traffic
 from .local_layer import LocalLayer
@@ -110,15 +111,16 @@ class DistributedNetwork:
         layer, t, comm = self.layers[i], self.timers, self.comm
         n_own = layer.n_owned_prev
         t0 = time.perf_counter()
-        reqs = layer.exchange.start_expand(xbuf)
-        self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize)
+        reqs, sent = layer.exchange.start_expand(xbuf)
+        self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
+                           sent)
         t1 = time.perf_counter()
         own = layer.view("owned_cols")
         for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
             kernels.spmm(own, xbuf[:n_own], layer.bias, z, rows)
             comm.progress(reqs)
         t2 = time.perf_counter()
-        comm.waitall(reqs)
+        layer.exchange.finish_expand(reqs, xbuf)
         t3 = time.perf_counter()
         kernels.spmm_act(layer.view("ghost_cols"), xbuf[n_own:], None, self.cap, z, next_top,
                          accumulate=True, alive=alive)
@@ -250,8 +252,8 @@ class DistributedNetwork:
             kernels.backward_products(wt, order, delta, ws.xbufs[i], ws.ghost[i], ws.grad_w[i],
                                       (n_own, n_buf), base=n_own)
             t1 = time.perf_counter()
-            reqs, recv = ex.start_fold(ws.ghost[i])
-            self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize)
+            reqs, recv, sent = ex.start_fold(ws.ghost[i], ws.xbufs[i])
+            self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize, sent)
             t2 = time.perf_counter()
             g = ws.partial[i]
             # With no partials coming in, the activation mask is applied inside the pass.
@@ -290,6 +292,14 @@ class DistributedNetwork:
 
     def parameters(self) -> list[np.ndarray]:
         return parameters(self.layers)
+
+    def set_exchange(self, mode: str) -> None:
+        """How rows travel (``spdnn.encoding.MODES``): dense, sparse, or the smaller per
+        message (auto). Every mode computes the same result."""
+        if mode not in MODES:
+            raise ValueError(f"unknown exchange mode {mode!r}; choose from {MODES}")
+        for layer in self.layers:
+            layer.exchange.mode, layer.exchange.cap = mode, self.cap
 
     def sync(self) -> None:
         """Refresh the derived matrices after the weights changed."""

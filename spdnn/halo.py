@@ -15,16 +15,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .comm import Communicator, Request
+from .encoding import decode_expand, encode_expand, expand_capacity, fold_packed, slope_mask
 from .errors import SpdnnError
 
 _FIELDS = ("forward_rows", "forward_bytes", "forward_passes", "forward_samples",
-           "backward_rows", "backward_bytes", "backward_passes", "backward_samples")
+           "backward_rows", "backward_bytes", "backward_passes", "backward_samples",
+           "forward_sent", "backward_sent")
+_SUMMED = ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes", "forward_sent",
+           "backward_sent", "grad_values")
 
 
 @dataclass
 class Traffic:
-    """What one rank sent, per layer (index k-1) and direction: rows, bytes, and the number of
-    passes and samples they carried (to compare with the plan's predicted volume)."""
+    """What one rank sent, per layer (index k-1) and direction: rows, their bytes as dense
+    rows, and the number of passes and samples they carried (to compare with the plan's
+    predicted volume); and the bytes actually sent (``*_sent``: payload and headers of the
+    chosen encodings, at most the dense bytes plus a header per message)."""
 
     forward_rows: np.ndarray
     forward_bytes: np.ndarray
@@ -34,28 +40,31 @@ class Traffic:
     backward_bytes: np.ndarray
     backward_passes: np.ndarray
     backward_samples: np.ndarray
+    forward_sent: np.ndarray
+    backward_sent: np.ndarray
     grad_values: np.ndarray  # values this rank put into the gradient sums over replicas
 
     @staticmethod
     def zeros(n_layers: int) -> Traffic:
         return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in range(len(_FIELDS) + 1)])
 
-    def count(self, direction: str, i: int, rows: int, batch: int, itemsize: int) -> None:
+    def count(self, direction: str, i: int, rows: int, batch: int, itemsize: int,
+              sent: int) -> None:
         getattr(self, f"{direction}_rows")[i] += rows
         getattr(self, f"{direction}_bytes")[i] += rows * batch * itemsize
         getattr(self, f"{direction}_passes")[i] += 1
         getattr(self, f"{direction}_samples")[i] += batch
+        getattr(self, f"{direction}_sent")[i] += sent
 
     @property
     def bytes_sent(self) -> int:
-        return int(self.forward_bytes.sum() + self.backward_bytes.sum())
+        return int(self.forward_sent.sum() + self.backward_sent.sum())
 
     def total(self, comm: Communicator, data: Communicator | None = None) -> Traffic:
         """Rows, bytes and gradient-sum values summed over all ranks (``comm``); passes and
         samples summed over the replicas (``data``: the ranks of one part)."""
         t = Traffic(*[getattr(self, n).copy() for n in (*_FIELDS, "grad_values")])
-        for name in ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes",
-                     "grad_values"):
+        for name in _SUMMED:
             setattr(t, name, comm.allreduce(getattr(self, name)))
         if data is not None:
             for name in ("forward_passes", "forward_samples", "backward_passes",
@@ -71,6 +80,9 @@ class Exchange:
     ``send_rows[q]``: local indices (into this rank's owned rows of layer k-1) sent to rank q.
     ``recv_counts[q]``: ghost rows received from rank q; ghosts are stored after the owned rows,
     grouped by source rank in ascending order, so each source fills one contiguous block.
+    ``mode`` (``spdnn.encoding.MODES``): how blocks travel; ``dense`` sends rows as they are
+    (into place, no header), ``auto`` and ``sparse`` encode each message (spdnn.encoding);
+    ``cap`` is the activation cap, for the fold's mask.
     """
 
     comm: Communicator
@@ -80,7 +92,10 @@ class Exchange:
     send_rows: list[np.ndarray]
     recv_peers: list[int]
     recv_counts: list[int]
+    mode: str = "dense"
+    cap: float | None = None
     _buffers: dict[tuple[int, np.dtype], np.ndarray] = field(default_factory=dict)
+    _unpack: list = field(default_factory=list)  # (block, mask, values) of a packed fold
 
     @property
     def n_ghost(self) -> int:
@@ -120,43 +135,107 @@ class Exchange:
             self._buffers[key] = buf
         return buf[: rows * batch].reshape(rows, batch)
 
-    def start_expand(self, x: np.ndarray) -> list[Request]:
-        """Forward: post receives into x's ghost block and sends of the owned rows others
-        need. ``x`` is (n_owned + n_ghost) x B, C-contiguous; returns the requests."""
+    def _bytes(self, n: int, slot: int) -> np.ndarray:
+        return self._buffer(1, n, np.uint8, slot)[0]
+
+    def start_expand(self, x: np.ndarray) -> tuple[list[Request], int]:
+        """Forward: post receives of the ghost rows and sends of the owned rows others need.
+        ``x`` is (n_owned + n_ghost) x B, C-contiguous. Returns the requests and the bytes
+        sent; ``finish_expand`` completes the ghost rows."""
         reqs = []
-        start = self.n_owned
-        tag = 2 * self.layer
-        for q, count in zip(self.recv_peers, self.recv_counts):
-            reqs.append(self.comm.irecv(x[start:start + count], q, tag))
-            start += count
-        send = self._buffer(self.rows_sent, x.shape[1], x.dtype, 0)
-        start = 0
+        batch, tag, dense = x.shape[1], 2 * self.layer, self.mode == "dense"
+        caps = [expand_capacity(c, batch, x.itemsize) for c in self.recv_counts]
+        stage = None if dense else self._bytes(sum(caps), 2)
+        start, offset = self.n_owned, 0
+        for q, count, cap in zip(self.recv_peers, self.recv_counts, caps):
+            target = x[start:start + count] if dense else stage[offset:offset + cap]
+            reqs.append(self.comm.irecv(target, q, tag))
+            start, offset = start + count, offset + cap
+        send = self._buffer(self.rows_sent, batch, x.dtype, 0)
+        out = None if dense else self._bytes(
+            sum(expand_capacity(len(r), batch, x.itemsize) for r in self.send_rows), 3)
+        start, offset, sent = 0, 0, 0
         for q, rows in zip(self.send_peers, self.send_rows):
             block = send[start:start + len(rows)]
             np.take(x, rows, axis=0, out=block, mode="clip")  # "raise" buffers out
-            reqs.append(self.comm.isend(block, q, tag))
+            if dense:
+                reqs.append(self.comm.isend(block, q, tag))
+                sent += block.nbytes
+            else:
+                used = encode_expand(block, self.mode, out[offset:])
+                reqs.append(self.comm.isend(out[offset:offset + used], q, tag))
+                sent += used
+                offset += expand_capacity(len(rows), batch, x.itemsize)
             start += len(rows)
-        return reqs
+        return reqs, sent
 
-    def start_fold(self, ghost_partials: np.ndarray) -> tuple[list[Request], np.ndarray]:
-        """Backward: send ghost partials (n_ghost x B, grouped by owner) back; post receives
-        of the partials other ranks computed for my rows. Returns (requests, receive buffer)."""
-        recv = self._buffer(self.rows_sent, ghost_partials.shape[1], ghost_partials.dtype, 1)
-        reqs = []
-        tag = 2 * self.layer + 1
-        start = 0
-        for q, rows in zip(self.send_peers, self.send_rows):
-            reqs.append(self.comm.irecv(recv[start:start + len(rows)], q, tag))
-            start += len(rows)
-        start = 0
+    def finish_expand(self, reqs: list[Request], x: np.ndarray) -> None:
+        """Wait, then (encoded modes) rebuild the ghost rows of ``x`` from the messages."""
+        self.comm.waitall(reqs)
+        if self.mode == "dense":
+            return
+        batch = x.shape[1]
+        stage = self._bytes(sum(expand_capacity(c, batch, x.itemsize)
+                                for c in self.recv_counts), 2)
+        start, offset = self.n_owned, 0
         for q, count in zip(self.recv_peers, self.recv_counts):
-            reqs.append(self.comm.isend(ghost_partials[start:start + count], q, tag))
+            decode_expand(stage[offset:], x[start:start + count],
+                          f"layer {self.layer}, rows from rank {q}")
             start += count
-        return reqs, recv
+            offset += expand_capacity(count, batch, x.itemsize)
+
+    def start_fold(self, ghost_partials: np.ndarray, x: np.ndarray
+                   ) -> tuple[list[Request], np.ndarray, int]:
+        """Backward: send ghost partials (n_ghost x B, grouped by owner) back; post receives
+        of the partials other ranks computed for my rows. ``x`` is the layer's input buffer
+        (its activations give both ends the same mask in the encoded modes). Returns
+        (requests, receive buffer, bytes sent)."""
+        batch, dtype = ghost_partials.shape[1], ghost_partials.dtype
+        recv = self._buffer(self.rows_sent, batch, dtype, 1)
+        reqs: list[Request] = []
+        self._unpack = []
+        tag = 2 * self.layer + 1
+        dense = self.mode == "dense"
+        values = None if dense else self._buffer(1, self.rows_sent * batch, dtype, 4)[0]
+        start = offset = 0
+        for q, rows in zip(self.send_peers, self.send_rows):
+            block = recv[start:start + len(rows)]
+            mask = None if dense else slope_mask(x[rows], self.cap)
+            if mask is not None and fold_packed(mask, self.mode):
+                count = int(np.count_nonzero(mask))
+                reqs.append(self.comm.irecv(values[offset:offset + count], q, tag))
+                self._unpack.append((block, mask, values[offset:offset + count]))
+                offset += count
+            else:
+                reqs.append(self.comm.irecv(block, q, tag))
+            start += len(rows)
+        out = None if dense else self._buffer(1, self.n_ghost * batch, dtype, 5)[0]
+        start = offset = sent = 0
+        for q, count in zip(self.recv_peers, self.recv_counts):
+            block = ghost_partials[start:start + count]
+            mask = None if dense else slope_mask(
+                x[self.n_owned + start:self.n_owned + start + count], self.cap)
+            if mask is not None and fold_packed(mask, self.mode):
+                n = int(np.count_nonzero(mask))
+                np.compress(mask.reshape(-1), block.reshape(-1), out=out[offset:offset + n])
+                reqs.append(self.comm.isend(out[offset:offset + n], q, tag))
+                sent += n * block.itemsize
+                offset += n
+            else:
+                reqs.append(self.comm.isend(block, q, tag))
+                sent += block.nbytes
+            start += count
+        return reqs, recv, sent
 
     def finish_fold(self, reqs: list[Request], recv: np.ndarray, g: np.ndarray) -> None:
-        """Wait, then add the received partials into the owned rows of ``g``."""
+        """Wait, then add the received partials into the owned rows of ``g`` (packed ones
+        unpacked under their mask: the entries left out are exactly those the activation
+        slope zeroes)."""
         self.comm.waitall(reqs)
+        for block, mask, values in self._unpack:
+            block[...] = 0
+            block[mask] = values
+        self._unpack = []
         start = 0
         for rows in self.send_rows:
             # Rows are unique within one peer's block, so fancy-index += adds each once.

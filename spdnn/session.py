@@ -34,9 +34,10 @@ class Opened:
 
 
 def open_network(comm: Communicator, network: str, plan_path: str | None,
-                 dtype: Any = None, replicas: int = 1) -> Opened:
+                 dtype: Any = None, replicas: int = 1, exchange: str = "auto") -> Opened:
     """Open the bundle and plan on every rank, check they fit this job (``replicas`` x the
-    plan's parts = ranks), split the ranks into the grid and load my rows. Collective."""
+    plan's parts = ranks), split the ranks into the grid and load my rows; rows travel as
+    ``exchange`` says (spdnn.encoding.MODES). Collective."""
     bundle = comm.check(lambda: NetworkBundle(network))
 
     def get_plan() -> Plan:
@@ -66,6 +67,7 @@ def open_network(comm: Communicator, network: str, plan_path: str | None,
     plan = comm.check(get_plan)
     grid = Grid.make(comm, plan.nparts)
     dnet = DistributedNetwork.load(bundle, plan, grid, dtype)
+    dnet.set_exchange(exchange)
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint, plan_path or network))
     kernels.warm_up()
     return Opened(bundle, plan, dnet)

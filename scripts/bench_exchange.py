@@ -1,0 +1,142 @@
+"""Bytes and time of `--exchange dense|auto|sparse`, side by side in one run.
+
+    python scripts/bench_exchange.py [--rounds 3] [--no-write]
+
+Cases (float32, one thread per rank; P = 4 oversubscribes this 2-core machine and measures bytes,
+not time):
+- Graph Challenge 1024 x 120 on the 1,200-image subset (../shared; skipped when absent),
+  `spdnn infer` at P = 2 and 4 with a KaHyPar plan (`spdnn-partition --objective infer`);
+- the MNIST MLP of docs/BENCHMARKS.md (784 -> 1024 -> 1024 -> 10, fan-in 32), one epoch of
+  `spdnn train --batch-size 64` at P = 2 and 4 with a hypergraph plan (../shared/data/mnist;
+  skipped when absent);
+- RadiX-Net 4096 x 120 (bias -0.35) on 256 random binary inputs that all stay alive, `spdnn
+  infer` at P = 2 with a cyclic plan.
+
+Bytes are the runtime's counts of what it sent (payload and headers, all ranks, --metrics-out);
+time is the inference loop (`seconds`) or the epoch's seconds, median over the rounds, the modes
+alternating within each round. Writes the table to docs/BENCHMARKS.md ("Sparse exchange").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import scipy.sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import SHARED, table, write_section  # noqa: E402
+
+BIN = Path(sys.executable).parent
+MODES = ("dense", "auto", "sparse")
+
+
+def run(ranks: int, args: list[str], metrics: Path) -> dict:
+    cmd = [str(BIN / "mpiexec"), "-n", str(ranks), str(BIN / "spdnn"), *args,
+           "--metrics-out", str(metrics)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(metrics.read_text())
+
+
+def partition(work: Path, net: Path, ranks: int, extra: list[str]) -> Path:
+    out = work / f"{net.stem}-{ranks}.npz"
+    subprocess.run([str(BIN / "spdnn-partition"), str(net), "-P", str(ranks), "-o", str(out),
+                    *extra], check=True, capture_output=True)
+    return out
+
+
+def cases(work: Path) -> list[tuple[str, int, list[str], str]]:
+    """(label, ranks, spdnn arguments without --exchange, time metric)."""
+    from spdnn.bundle import save_network
+    from spdnn.formats import write_mtx
+    from spdnn.generate import radixnet, random_network
+    from spdnn.graphchallenge import read_graphchallenge
+
+    out = []
+    gc = SHARED / "graphchallenge"
+    if (gc / "neuron1024" / "n1024-l1.tsv").is_file():
+        net = work / "gc.npz"
+        save_network(read_graphchallenge(gc / "neuron1024", -0.3, 32), net)
+        for p in (2, 4):
+            plan = partition(work, net, p, ["--objective", "infer"])
+            out.append((f"Graph Challenge 1024 x 120, 1,200 images, infer, P={p}", p,
+                        ["infer", "--network", str(net), "--plan", str(plan), "--inputs",
+                         str(gc / "sparse-images-1024_subset.mtx")], "seconds"))
+    else:
+        print(f"skipped the Graph Challenge case: {gc} is absent", flush=True)
+    mnist = SHARED / "mnist"
+    if (mnist / "train-images-idx3-ubyte.gz").is_file():
+        net = work / "mnistnet.npz"
+        save_network(random_network([784, 1024, 1024], 32, seed=0, n_classes=10), net)
+        for p in (2, 4):
+            plan = partition(work, net, p, [])
+            out.append((f"MNIST MLP 784-1024-1024-10, train 1 epoch, P={p}", p,
+                        ["train", "--network", str(net), "--plan", str(plan), "--data",
+                         f"mnist:{mnist}", "--epochs", "1", "--batch-size", "64", "--lr",
+                         "0.05", "--momentum", "0.9"], "epoch"))
+    else:
+        print(f"skipped the MNIST case: {mnist} is absent", flush=True)
+    net = work / "rx.npz"
+    save_network(radixnet(4096, 120, seed=0, bias=-0.35), net)
+    images = sp.random(256, 4096, density=0.5, random_state=1, format="csr")
+    images.data[:] = 1
+    write_mtx(work / "rx-inputs.mtx", images)
+    plan = partition(work, net, 2, ["--method", "cyclic"])
+    out.append(("RadiX-Net 4096 x 120, 256 random inputs (all alive), infer, P=2", 2,
+                ["infer", "--network", str(net), "--plan", str(plan), "--inputs",
+                 str(work / "rx-inputs.mtx")], "seconds"))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for label, ranks, base, metric in cases(work):
+            sent: dict[str, int] = {}
+            dense_rows: dict[str, int] = {}
+            secs: dict[str, list[float]] = {m: [] for m in MODES}
+            for r in range(args.rounds):
+                for mode in (MODES if r % 2 == 0 else MODES[::-1]):
+                    m = run(ranks, [*base, "--exchange", mode], work / "m.json")
+                    c = m["traffic"]["counted"]
+                    sent[mode] = sum(c["forward_sent"]) + sum(c["backward_sent"])
+                    dense_rows[mode] = sum(c["forward_bytes"]) + sum(c["backward_bytes"])
+                    secs[mode].append(m["seconds"] if metric == "seconds"
+                                      else m["epochs"][-1]["seconds"])
+                    print(f"{label}, {mode}: {sent[mode] / 1e6:.2f} MB, "
+                          f"{secs[mode][-1]:.3f} s", flush=True)
+            base_time = statistics.median(secs["dense"])
+            for mode in MODES:
+                t = statistics.median(secs[mode])
+                rows.append([label, mode, f"{dense_rows[mode] / 1e6:,.2f}",
+                             f"{sent[mode] / 1e6:,.2f}", f"{sent['dense'] / sent[mode]:.2f}x",
+                             f"{t:.3f}", f"{base_time / t:.2f}x"])
+    body = (f"Command: `python scripts/bench_exchange.py --rounds {args.rounds}` (float32, one "
+            "thread per rank, median seconds over the rounds with the modes alternating; the "
+            "time is the inference loop, or the training epoch including its evaluation "
+            "pass). `MB as dense rows`: the plan's rows x samples x 4 bytes, what `dense` "
+            "sends; `MB sent`: the runtime's count of payload and headers; the ratios are "
+            "dense over each mode.\n\n"
+            + table(["case", "--exchange", "MB as dense rows", "MB sent", "fewer bytes",
+                     "seconds", "speed vs dense"], rows))
+    print(body)
+    if not args.no_write:
+        write_section("BENCH_EXCHANGE", "Sparse exchange", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
