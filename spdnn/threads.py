@@ -22,7 +22,10 @@ def default_threads() -> int:
 def pin_threads() -> None:
     wanted = str(default_threads())
     for var in _VARS:
-        os.environ.setdefault(var, wanted)
+        # numba already loaded (by the caller) has sized its pool: changing the variable now
+        # would make its next compilation fail.
+        if var != "NUMBA_NUM_THREADS" or "numba" not in sys.modules:
+            os.environ.setdefault(var, wanted)
 
 
 def reserve_threads(n: int) -> None:
