@@ -114,11 +114,11 @@ def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps
         cmd += ["--plan", str(work / plan)]
     if ranks > 1:
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
-    # This process pinned the pools to 1 when it imported spdnn; a worker sizes its own.
-    env = {**os.environ, "PYTHONWARNINGS": "ignore",
-           **{v: str(threads) for v in ("SPDNN_THREADS", "OMP_NUM_THREADS",
-                                        "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                                        "NUMBA_NUM_THREADS")}}
+    # This process pinned every pool to 1 when it imported spdnn. A worker sizes numba's pool
+    # (what `spdnn --threads N` does) and torch sets its own; BLAS stays at 1 thread: OpenBLAS
+    # workers spin after each call and took a core from the numba threads (1.1x instead of
+    # 1.9x for 2 threads when BLAS had 2 as well).
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "NUMBA_NUM_THREADS": str(threads)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
