@@ -61,32 +61,9 @@ class _Pattern:
         return torch.sparse.sampled_addmm(pattern, d, x.t(), beta=0.0).values()
 
 
-def _embedding_bag_fn():  # noqa: ANN202
-    torch = _torch()
-    F = torch.nn.functional
-
-    class SparseLinear(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, values, pat):  # noqa: ANN001, ANN205
-            ctx.save_for_backward(x, values)
-            ctx.pat = pat
-            return F.embedding_bag(pat.cols, x, pat.offsets, per_sample_weights=values,
-                                   mode="sum")
-
-        @staticmethod
-        def backward(ctx, g):  # noqa: ANN001, ANN205
-            x, values = ctx.saved_tensors
-            pat = ctx.pat
-            gx = None
-            if ctx.needs_input_grad[0]:
-                gx = F.embedding_bag(pat.cols_t, g, pat.offsets_t,
-                                     per_sample_weights=values[pat.perm_t], mode="sum")
-            return gx, pat.sampled(g.contiguous(), x), None
-
-    return SparseLinear.apply
-
-
-def _csr_fn():  # noqa: ANN202
+def _sparse_linear(product):  # noqa: ANN001, ANN202
+    """An autograd function Y = W X on a fixed pattern, with ``product(pat, values, x,
+    transposed)`` for W X and W^T G and sampled_addmm for the weight gradient."""
     torch = _torch()
 
     class SparseLinear(torch.autograd.Function):
@@ -94,21 +71,29 @@ def _csr_fn():  # noqa: ANN202
         def forward(ctx, x, values, pat):  # noqa: ANN001, ANN205
             ctx.save_for_backward(x, values)
             ctx.pat = pat
-            w = torch.sparse_csr_tensor(pat.indptr, pat.cols, values, size=pat.shape)
-            return torch.sparse.mm(w, x)
+            return product(pat, values, x, False)
 
         @staticmethod
         def backward(ctx, g):  # noqa: ANN001, ANN205
             x, values = ctx.saved_tensors
             pat = ctx.pat
-            gx = None
-            if ctx.needs_input_grad[0]:
-                wt = torch.sparse_csr_tensor(pat.indptr_t, pat.cols_t, values[pat.perm_t],
-                                             size=pat.shape[::-1])
-                gx = torch.sparse.mm(wt, g)
+            gx = product(pat, values[pat.perm_t], g, True) if ctx.needs_input_grad[0] else None
             return gx, pat.sampled(g.contiguous(), x), None
 
     return SparseLinear.apply
+
+
+def _embedding_bag(pat, values, x, transposed):  # noqa: ANN001, ANN202
+    cols, offsets = (pat.cols_t, pat.offsets_t) if transposed else (pat.cols, pat.offsets)
+    return _torch().nn.functional.embedding_bag(cols, x, offsets, per_sample_weights=values,
+                                                mode="sum")
+
+
+def _csr(pat, values, x, transposed):  # noqa: ANN001, ANN202
+    torch = _torch()
+    indptr, cols, shape = ((pat.indptr_t, pat.cols_t, pat.shape[::-1]) if transposed
+                           else (pat.indptr, pat.cols, pat.shape))
+    return torch.sparse.mm(torch.sparse_csr_tensor(indptr, cols, values, size=shape), x)
 
 
 class TorchNet:
@@ -127,7 +112,8 @@ class TorchNet:
                        for layer in net.layers]
         params = [p for pair in zip(self.values, self.biases) for p in pair]
         self.opt = None if grad_only else torch.optim.SGD(params, lr=lr, momentum=momentum)
-        self.apply = {"embedding_bag": _embedding_bag_fn(), "csr": _csr_fn()}.get(variant)
+        self.apply = {"embedding_bag": _sparse_linear(_embedding_bag),
+                      "csr": _sparse_linear(_csr)}.get(variant)
 
     def _layer(self, k: int, h):  # noqa: ANN001, ANN202
         torch = _torch()
