@@ -18,6 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import SpdnnError
+from .ops import activation_slope
+
+# Where h'(z) is 1, read from x = h(z) instead of z: 0 < x < cap holds exactly where 0 < z < cap.
+slope_mask = activation_slope
 
 MODES = ("auto", "dense", "sparse")
 HEADER = 8  # bytes: an int64, -1 for dense, else the number of nonzero values
@@ -71,14 +75,6 @@ def decode_expand(buf: np.ndarray, block: np.ndarray, source: str) -> None:
         raise SpdnnError(f"{source}: corrupt sparse message (bitmap disagrees with its count)")
     flat[:] = 0
     flat[nonzero] = buf[HEADER + bits:HEADER + bits + header * itemsize].view(block.dtype)
-
-
-def slope_mask(x: np.ndarray, cap: float | None) -> np.ndarray:
-    """Where h'(z) is 1, read from x = h(z): 0 < x (< cap with a cap)."""
-    mask = x > 0
-    if cap is not None:
-        mask &= x < cap
-    return mask
 
 
 def fold_packed(mask: np.ndarray, mode: str) -> bool:

@@ -52,6 +52,8 @@ def test_threads_give_the_same_weights_and_bad_counts_fail(tmp_path):
                               load_network(tmp_path / "net.npz").layers[0].weight.data)
     proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--threads", "4096")
     assert_one_line_error(proc, "--threads 4096: more than the", "cores of this node")
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--exchange", "zip")
+    assert_one_line_error(proc, "--exchange", "invalid choice")
 
 
 def test_train_on_npz_and_mnist_idx(tmp_path):
