@@ -1,6 +1,6 @@
 """Bytes and time of `--exchange dense|auto|sparse`, side by side in one run.
 
-    python scripts/bench_exchange.py [--rounds 3] [--no-write]
+    python scripts/bench_exchange.py [--rounds 3] [--only TEXT] [--no-write]
 
 Cases (float32, one thread per rank; P = 4 oversubscribes this 2-core machine and measures bytes,
 not time):
@@ -99,12 +99,16 @@ def cases(work: Path) -> list[tuple[str, int, list[str], str]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", metavar="TEXT", help="run only the cases whose label contains "
+                    "TEXT (e.g. 'MNIST'); implies --no-write")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for label, ranks, base, metric in cases(work):
+            if args.only and args.only not in label:
+                continue
             sent: dict[str, int] = {}
             dense_rows: dict[str, int] = {}
             secs: dict[str, list[float]] = {m: [] for m in MODES}
@@ -133,7 +137,7 @@ def main() -> int:
             + table(["case", "--exchange", "MB as dense rows", "MB sent", "fewer bytes",
                      "seconds", "speed vs dense"], rows))
     print(body)
-    if not args.no_write:
+    if not (args.no_write or args.only):
         write_section("BENCH_EXCHANGE", "Sparse exchange", body)
     return 0
 

@@ -90,6 +90,9 @@ class DistributedNetwork:
             layers.append(LocalLayer.build(comm, plan, k, mine))
         meta = {"activation": bundle.meta["activation"], "cap": bundle.meta["cap"],
                 "output_activation": bundle.meta["output_activation"]}
+        pool: dict = {}  # exchanges run one at a time: every layer's can use the same buffers
+        for layer in layers:
+            layer.exchange.share_buffers(pool)
         dt = np.dtype(layers[0].weight.dtype)
         fingerprint = world.bcast(fp.hexdigest() if fp is not None else None)
         return DistributedNetwork(grid, plan, layers, meta, dt, bundle.sizes, fingerprint)
@@ -264,7 +267,7 @@ class DistributedNetwork:
                 comm.progress(reqs + [r for _, pair in sums for r in pair])
             self._start_sum(i, ws, sums)
             t3 = time.perf_counter()
-            ex.finish_fold(reqs, recv, g)
+            ex.finish_fold(reqs, recv, g, ws.xbufs[i])
             t4 = time.perf_counter()
             if z_prev is None:
                 kernels.apply_slope(g, ws.zs[i - 1], self.cap)

@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .comm import Communicator, Request
-from .encoding import decode_expand, encode_expand, expand_capacity, fold_packed, slope_mask
+from .encoding import (
+    add_rows,
+    decode_blocks,
+    encode_blocks,
+    expand_capacity,
+    fold_add,
+    fold_pack,
+    fold_packed,
+    slope_count,
+)
 from .errors import SpdnnError
 
 _FIELDS = ("forward_rows", "forward_bytes", "forward_passes", "forward_samples",
@@ -95,7 +104,19 @@ class Exchange:
     mode: str = "dense"
     cap: float | None = None
     _buffers: dict[tuple[int, np.dtype], np.ndarray] = field(default_factory=dict)
-    _unpack: list = field(default_factory=list)  # (block, mask, values) of a packed fold
+    _unpack: list = field(default_factory=list)  # (rows, received block or packed values)
+    _ghosts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _layout_key: tuple[int, int] = (0, 0)
+    _out_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    _in_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    _stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))  # expand's receives
+
+    def __post_init__(self) -> None:
+        # The send rows of all peers in one array, for the one-call encoders.
+        self._send_all = np.concatenate([np.zeros(0, np.int64), *self.send_rows]).astype(
+            np.int64)
+        self._send_starts = np.cumsum([0] + [len(r) for r in self.send_rows], dtype=np.int64)
+        self._recv_counts = np.array(self.recv_counts, np.int64)
 
     @property
     def n_ghost(self) -> int:
@@ -126,6 +147,11 @@ class Exchange:
         return Exchange(comm, layer, len(owned_prev), send_peers, send_rows, recv_peers,
                         recv_counts)
 
+    def share_buffers(self, pool: dict) -> None:
+        """Use ``pool`` for the message buffers, shared with other exchanges that never run at
+        the same time (one pass's layers): fewer fresh pages to fault in, less memory."""
+        self._buffers = pool
+
     def _buffer(self, rows: int, batch: int, dtype: np.dtype, slot: int) -> np.ndarray:
         """A preallocated contiguous buffer, grown only when a larger batch appears."""
         key = (slot, np.dtype(dtype))
@@ -138,51 +164,64 @@ class Exchange:
     def _bytes(self, n: int, slot: int) -> np.ndarray:
         return self._buffer(1, n, np.uint8, slot)[0]
 
+    def _layout(self, batch: int, itemsize: int) -> None:
+        """Byte offsets of each peer's slot in the encoded modes' send and receive buffers
+        (once per batch size; plain ints, as inference meets each layer once)."""
+        if self._layout_key == (batch, itemsize):
+            return
+        self._layout_key = (batch, itemsize)
+        for name, counts in (("_out_starts", [len(r) for r in self.send_rows]),
+                             ("_in_starts", self.recv_counts)):
+            starts = [0]
+            for c in counts:
+                starts.append(starts[-1] + expand_capacity(c, batch, itemsize))
+            setattr(self, name, np.array(starts, np.int64))
+
     def start_expand(self, x: np.ndarray) -> tuple[list[Request], int]:
         """Forward: post receives of the ghost rows and sends of the owned rows others need.
         ``x`` is (n_owned + n_ghost) x B, C-contiguous. Returns the requests and the bytes
         sent; ``finish_expand`` completes the ghost rows."""
         reqs = []
-        batch, tag, dense = x.shape[1], 2 * self.layer, self.mode == "dense"
-        caps = [expand_capacity(c, batch, x.itemsize) for c in self.recv_counts]
-        stage = None if dense else self._bytes(sum(caps), 2)
-        start, offset = self.n_owned, 0
-        for q, count, cap in zip(self.recv_peers, self.recv_counts, caps):
-            target = x[start:start + count] if dense else stage[offset:offset + cap]
-            reqs.append(self.comm.irecv(target, q, tag))
-            start, offset = start + count, offset + cap
-        send = self._buffer(self.rows_sent, batch, x.dtype, 0)
-        out = None if dense else self._bytes(
-            sum(expand_capacity(len(r), batch, x.itemsize) for r in self.send_rows), 3)
-        start, offset, sent = 0, 0, 0
-        for q, rows in zip(self.send_peers, self.send_rows):
-            block = send[start:start + len(rows)]
-            np.take(x, rows, axis=0, out=block, mode="clip")  # "raise" buffers out
-            if dense:
+        batch, tag = x.shape[1], 2 * self.layer
+        if self.mode == "dense":
+            start = self.n_owned
+            for q, count in zip(self.recv_peers, self.recv_counts):
+                reqs.append(self.comm.irecv(x[start:start + count], q, tag))
+                start += count
+            send = self._buffer(self.rows_sent, batch, x.dtype, 0)
+            start = 0
+            for q, rows in zip(self.send_peers, self.send_rows):
+                block = send[start:start + len(rows)]
+                np.take(x, rows, axis=0, out=block, mode="clip")  # "raise" buffers out
                 reqs.append(self.comm.isend(block, q, tag))
-                sent += block.nbytes
-            else:
-                used = encode_expand(block, self.mode, out[offset:])
-                reqs.append(self.comm.isend(out[offset:offset + used], q, tag))
-                sent += used
-                offset += expand_capacity(len(rows), batch, x.itemsize)
-            start += len(rows)
-        return reqs, sent
+                start += len(rows)
+            return reqs, send.nbytes
+        self._layout(batch, x.itemsize)
+        stage = self._stage = self._bytes(int(self._in_starts[-1]), 2)
+        for i, q in enumerate(self.recv_peers):
+            reqs.append(self.comm.irecv(stage[self._in_starts[i]:self._in_starts[i + 1]], q,
+                                        tag))
+        out = self._bytes(int(self._out_starts[-1]), 3)
+        # Every message gathered straight into its encoded form, in one call.
+        used = encode_blocks(x, self._send_all, self._send_starts, self.mode, self.cap, out,
+                             self._out_starts)
+        for i, q in enumerate(self.send_peers):
+            o = self._out_starts[i]
+            reqs.append(self.comm.isend(out[o:o + used[i]], q, tag))
+        return reqs, int(used.sum())
 
     def finish_expand(self, reqs: list[Request], x: np.ndarray) -> None:
         """Wait, then (encoded modes) rebuild the ghost rows of ``x`` from the messages."""
         self.comm.waitall(reqs)
         if self.mode == "dense":
             return
-        batch = x.shape[1]
-        stage = self._bytes(sum(expand_capacity(c, batch, x.itemsize)
-                                for c in self.recv_counts), 2)
-        start, offset = self.n_owned, 0
-        for q, count in zip(self.recv_peers, self.recv_counts):
-            decode_expand(stage[offset:], x[start:start + count],
-                          f"layer {self.layer}, rows from rank {q}")
-            start += count
-            offset += expand_capacity(count, batch, x.itemsize)
+        decode_blocks(self._stage, self._in_starts, x, self.n_owned, self._recv_counts, self.cap,
+                      lambda p: f"layer {self.layer}, rows from rank {self.recv_peers[p]}")
+
+    def _ghost_index(self) -> np.ndarray:
+        if len(self._ghosts) != self.n_ghost:
+            self._ghosts = np.arange(self.n_owned, self.n_owned + self.n_ghost)
+        return self._ghosts
 
     def start_fold(self, ghost_partials: np.ndarray, x: np.ndarray
                    ) -> tuple[list[Request], np.ndarray, int]:
@@ -196,48 +235,47 @@ class Exchange:
         self._unpack = []
         tag = 2 * self.layer + 1
         dense = self.mode == "dense"
-        values = None if dense else self._buffer(1, self.rows_sent * batch, dtype, 4)[0]
-        start = offset = 0
+        start = 0
         for q, rows in zip(self.send_peers, self.send_rows):
             block = recv[start:start + len(rows)]
-            mask = None if dense else slope_mask(x[rows], self.cap)
-            if mask is not None and fold_packed(mask, self.mode):
-                count = int(np.count_nonzero(mask))
-                reqs.append(self.comm.irecv(values[offset:offset + count], q, tag))
-                self._unpack.append((block, mask, values[offset:offset + count]))
-                offset += count
+            n = len(rows) * batch
+            count = n if dense else slope_count(x, rows, self.cap)
+            if not dense and fold_packed(count, n, self.mode):
+                values = block.reshape(-1)[:count]  # the packed values fit in the dense slot
+                reqs.append(self.comm.irecv(values, q, tag))
+                self._unpack.append((rows, values))
             else:
                 reqs.append(self.comm.irecv(block, q, tag))
+                self._unpack.append((rows, block))
             start += len(rows)
         out = None if dense else self._buffer(1, self.n_ghost * batch, dtype, 5)[0]
+        ghosts = self._ghost_index()
         start = offset = sent = 0
         for q, count in zip(self.recv_peers, self.recv_counts):
             block = ghost_partials[start:start + count]
-            mask = None if dense else slope_mask(
-                x[self.n_owned + start:self.n_owned + start + count], self.cap)
-            if mask is not None and fold_packed(mask, self.mode):
-                n = int(np.count_nonzero(mask))
-                np.compress(mask.reshape(-1), block.reshape(-1), out=out[offset:offset + n])
-                reqs.append(self.comm.isend(out[offset:offset + n], q, tag))
-                sent += n * block.itemsize
-                offset += n
+            rows = ghosts[start:start + count]
+            n = count * batch
+            kept = n if dense else slope_count(x, rows, self.cap)
+            if not dense and fold_packed(kept, n, self.mode):
+                fold_pack(block, x, rows, self.cap, out[offset:])
+                reqs.append(self.comm.isend(out[offset:offset + kept], q, tag))
+                sent += kept * block.itemsize
+                offset += kept
             else:
                 reqs.append(self.comm.isend(block, q, tag))
                 sent += block.nbytes
             start += count
         return reqs, recv, sent
 
-    def finish_fold(self, reqs: list[Request], recv: np.ndarray, g: np.ndarray) -> None:
-        """Wait, then add the received partials into the owned rows of ``g`` (packed ones
-        unpacked under their mask: the entries left out are exactly those the activation
-        slope zeroes)."""
+    def finish_fold(self, reqs: list[Request], recv: np.ndarray, g: np.ndarray,
+                    x: np.ndarray) -> None:
+        """Wait, then add the received partials into the owned rows of ``g``: dense blocks row
+        by row, packed ones under their mask (the entries left out are exactly those the
+        activation slope zeroes)."""
         self.comm.waitall(reqs)
-        for block, mask, values in self._unpack:
-            block[...] = 0
-            block[mask] = values
+        for rows, values in self._unpack:
+            if values.ndim == 2:
+                add_rows(g, rows, values)
+            else:
+                fold_add(g, rows, values, x, self.cap)
         self._unpack = []
-        start = 0
-        for rows in self.send_rows:
-            # Rows are unique within one peer's block, so fancy-index += adds each once.
-            g[rows] += recv[start:start + len(rows)]
-            start += len(rows)

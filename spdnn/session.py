@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from . import kernels
+from . import encoding, kernels
 from .atomic import write_text
 from .bundle import NetworkBundle, save_network
 from .comm import Communicator
@@ -70,6 +70,7 @@ def open_network(comm: Communicator, network: str, plan_path: str | None,
     dnet.set_exchange(exchange)
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint, plan_path or network))
     kernels.warm_up()
+    encoding.warm_up()
     return Opened(bundle, plan, dnet)
 
 

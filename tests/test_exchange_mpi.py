@@ -63,7 +63,7 @@ def _expected_bytes(net, x0, owners, size, exchange):
     schedules): the rows of layer k-1 that rank r owns and rank q's rows of layer k use."""
     _, xs = reference.forward(net, x0)
     item = 8
-    fwd, bwd = [], []
+    fwd, bwd, saturated = [], [], 0
     for k, layer in enumerate(net.layers):
         coo = layer.weight.tocoo()
         f = b = 0
@@ -77,17 +77,20 @@ def _expected_bytes(net, x0, owners, size, exchange):
                     continue
                 block = xs[k][rows]
                 n, nnz = block.size, int(np.count_nonzero(block))
-                # header, bitmap of n bits in whole 8-byte words, the nonzero values
-                sparse = 8 + 8 * -(-n // 64) + nnz * item
+                at_cap = int(np.count_nonzero(block == net.cap)) if net.cap else 0
+                saturated += at_cap
+                # header (16 bytes), the values neither zero nor at the cap, a bit per entry,
+                # and with a cap a second bit per entry
+                sparse = 16 + (nnz - at_cap) * item + -(-n // 8) * (2 if net.cap else 1)
                 f += {"dense": n * item, "sparse": sparse,
-                      "auto": min(8 + n * item, sparse)}[exchange]
+                      "auto": min(16 + n * item, sparse)}[exchange]
                 if k > 0:  # no fold into the inputs
                     kept = int(np.count_nonzero(slope_mask(block, net.cap)))
                     b += {"dense": n * item, "sparse": kept * item,
                           "auto": kept * item if kept < n else n * item}[exchange]
         fwd.append(f)
         bwd.append(b)
-    return fwd, bwd
+    return fwd, bwd, saturated
 
 
 @pytest.mark.parametrize("exchange", MODES)
@@ -101,11 +104,12 @@ def test_bytes_sent_equal_an_independent_recount(comm, mpi_tmp_path, exchange, c
     y = rng.integers(0, net.sizes[-1], 11)
     dnet.backward(dnet.forward(np.ascontiguousarray(x0[dnet.input_rows])), y, "cross_entropy")
     sent = dnet.traffic.total(comm)
-    fwd, bwd = _expected_bytes(net, x0, run.plan.owners, comm.size, exchange)
+    fwd, bwd, saturated = _expected_bytes(net, x0, run.plan.owners, comm.size, exchange)
     assert sent.forward_sent.tolist() == fwd
     assert sent.backward_sent.tolist() == bwd
     if comm.size > 1:
         assert sum(fwd) > 0 and sum(bwd) > 0
+        assert (saturated > 0) == (cap is not None)  # the at-cap code is exercised
 
 
 @pytest.mark.parametrize("exchange", MODES)

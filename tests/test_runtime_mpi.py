@@ -15,7 +15,7 @@ from spdnn.bundle import save_network
 from spdnn.checkpoint import load_checkpoint
 from spdnn.comm import AgreedError, Communicator
 from spdnn.datasets import Dataset
-from spdnn.encoding import MODES
+from spdnn.encoding import HEADER, MODES
 from spdnn.generate import radixnet
 from spdnn.inference import challenge_infer
 from spdnn.optim import SGDConfig
@@ -139,7 +139,7 @@ def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
         for sent, dense, passes in zip(acc["counted"][f"{direction}_sent"],
                                        acc["counted"][f"{direction}_bytes"],
                                        dnet.traffic.total(comm).__dict__[f"{direction}_passes"]):
-            assert sent <= dense + 8 * passes * comm.size * (comm.size - 1)
+            assert sent <= dense + HEADER * passes * comm.size * (comm.size - 1)
     # Independently of the runtime and the plan file: the volume from the whole patterns.
     stats = plan_statistics(network_patterns(net), run.plan.owners, comm.size)
     item = np.dtype(np.float64).itemsize
