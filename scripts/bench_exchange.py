@@ -1,6 +1,7 @@
 """Bytes and time of `--exchange dense|auto|sparse`, side by side in one run.
 
     python scripts/bench_exchange.py [--rounds 3] [--only TEXT] [--no-write]
+    python scripts/bench_exchange.py --kernels [--no-write]
 
 Cases (float32, one thread per rank; P = 4 oversubscribes this 2-core machine and measures bytes,
 not time):
@@ -11,6 +12,10 @@ not time):
   skipped when absent);
 - RadiX-Net 4096 x 120 (bias -0.35) on 256 random binary inputs that all stay alive, `spdnn
   infer` at P = 2 with a cyclic plan.
+
+``--kernels`` times the encoders alone instead, per entry, against the dense path's gather
+(np.take) on one message of GC-like, MNIST-like and saturated blocks: both backends, float32 and
+float64 (section "Sparse exchange kernels").
 
 Bytes are the runtime's counts of what it sent (payload and headers, all ranks, --metrics-out);
 time is the inference loop (`seconds`) or the epoch's seconds, median over the rounds, the modes
@@ -28,6 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -96,13 +102,86 @@ def cases(work: Path) -> list[tuple[str, int, list[str], str]]:
     return out
 
 
+def _time_encoders(x, rows: np.ndarray, repeats: int) -> dict[str, float]:  # noqa: ANN001
+    """ns per entry of each step on one message (rows of x), the active backend."""
+    import numpy as np
+    from benchlib import interleaved
+
+    from spdnn import encoding
+
+    n = len(rows) * x.shape[1]
+    starts = np.array([0, len(rows)], np.int64)
+    out = np.zeros(encoding.expand_capacity(len(rows), x.shape[1], x.itemsize), np.uint8)
+    block = np.empty((len(rows), x.shape[1]), x.dtype)
+    partials = np.random.default_rng(1).standard_normal(block.shape).astype(x.dtype)
+    packed = np.empty(n, x.dtype)
+    g = np.zeros_like(x)
+    encoding.warm_up()
+    encoding.encode_rows(x, rows, "sparse", 32.0, out)
+    count = encoding.fold_pack(partials, x, rows, 32.0, packed)
+    t = interleaved({
+        "take": lambda: np.take(x, rows, axis=0, out=block, mode="clip"),
+        "encode": lambda: encoding.encode_blocks(x, rows, starts, "sparse", 32.0, out,
+                                                 starts[:1]),
+        "decode": lambda: encoding.decode_rows(out, block, 32.0, "bench"),
+        "fold_pack": lambda: encoding.fold_pack(partials, x, rows, 32.0, packed),
+        "fold_add": lambda: encoding.fold_add(g, rows, packed[:count], x, 32.0),
+    }, repeats=repeats)
+    return {k: v / n * 1e9 for k, v in t.items()}
+
+
+def kernel_rows(repeats: int) -> list[list[str]]:
+    """ns per entry of each encoder step, both backends, beside the dense gather."""
+    from spdnn import kernels
+
+    rng = np.random.default_rng(0)
+    blocks = {"GC layer 2 (1,098 samples, 27% nonzero)": (1098, 0.27, 0.0),
+              "MNIST hidden (64 samples, 50% nonzero)": (64, 0.5, 0.0),
+              "GC deep layer (19 samples, all at the cap)": (19, 1.0, 1.0)}
+    out = []
+    steps = ("encode", "decode", "fold_pack", "fold_add")
+    for dtype in (np.float32, np.float64):
+        for label, (batch, density, at_cap) in blocks.items():
+            x = rng.uniform(0.1, 31, (1024, batch)).astype(dtype)
+            x[rng.random(x.shape) > density] = 0
+            x[rng.random(x.shape) < at_cap] = 32
+            rows = np.sort(rng.choice(1024, 300, replace=False)).astype(np.int64)
+            cells = [label, np.dtype(dtype).name]
+            for backend in ("numba", "scipy"):
+                kernels.set_backend(backend)
+                per = _time_encoders(x, rows, repeats)
+                if backend == "numba":
+                    cells.append(f"{per['take']:.2f}")
+                cells.append(" / ".join(f"{per[k]:.2f}" for k in steps))
+            kernels.set_backend("numba")
+            out.append(cells)
+            print(" | ".join(cells), flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose label contains "
                     "TEXT (e.g. 'MNIST'); implies --no-write")
+    ap.add_argument("--kernels", action="store_true",
+                    help="time the encoders alone (ns per entry), not whole runs")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.kernels:
+        body = ("Command: `python scripts/bench_exchange.py --kernels` (one message of 300 "
+                "rows x B, one thread, median of 50 interleaved calls; ns per entry of the "
+                "block; encode and decode are the forward's sparse form, fold pack and add the "
+                "backward's; `take` is what `--exchange dense` does per entry before MPI "
+                "copies the rows).\n\n"
+                + table(["block", "dtype", "dense gather (np.take)",
+                         "numba: encode / decode / fold pack / fold add",
+                         "numpy (scipy backend): encode / decode / fold pack / fold add"],
+                        kernel_rows(50)))
+        print(body)
+        if not args.no_write:
+            write_section("BENCH_EXCHANGE_KERNELS", "Sparse exchange kernels", body)
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -122,20 +201,22 @@ def main() -> int:
                                       else m["epochs"][-1]["seconds"])
                     print(f"{label}, {mode}: {sent[mode] / 1e6:.2f} MB, "
                           f"{secs[mode][-1]:.3f} s", flush=True)
-            base_time = statistics.median(secs["dense"])
+            base, best = statistics.median(secs["dense"]), min(secs["dense"])
             for mode in MODES:
                 t = statistics.median(secs[mode])
                 rows.append([label, mode, f"{dense_rows[mode] / 1e6:,.2f}",
                              f"{sent[mode] / 1e6:,.2f}", f"{sent['dense'] / sent[mode]:.2f}x",
-                             f"{t:.3f}", f"{base_time / t:.2f}x"])
+                             f"{t:.3f} ({min(secs[mode]):.3f})",
+                             f"{base / t:.2f}x ({best / min(secs[mode]):.2f}x)"])
     body = (f"Command: `python scripts/bench_exchange.py --rounds {args.rounds}` (float32, one "
-            "thread per rank, median seconds over the rounds with the modes alternating; the "
+            "thread per rank, median (best) seconds over the rounds with the modes "
+            "alternating; the "
             "time is the inference loop, or the training epoch including its evaluation "
             "pass). `MB as dense rows`: the plan's rows x samples x 4 bytes, what `dense` "
             "sends; `MB sent`: the runtime's count of payload and headers; the ratios are "
             "dense over each mode.\n\n"
             + table(["case", "--exchange", "MB as dense rows", "MB sent", "fewer bytes",
-                     "seconds", "speed vs dense"], rows))
+                     "seconds, median (best)", "speed vs dense"], rows))
     print(body)
     if not (args.no_write or args.only):
         write_section("BENCH_EXCHANGE", "Sparse exchange", body)

@@ -111,12 +111,12 @@ def _run_options(p: argparse.ArgumentParser, replicas: str) -> None:
     p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
                    help=f"replicas of the partitioned network: {replicas}")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
-    p.add_argument("--exchange", choices=MODES, default="dense",
-                   help="how cut rows travel: dense rows, a sparse form (bitmap + nonzeros "
-                        "forward; only the entries with a nonzero activation slope backward), "
-                        "or the smaller of the two per message (auto); the results are the "
-                        "same. sparse/auto send up to 2x fewer bytes but cost time to encode "
-                        "on one node (docs/BENCHMARKS.md, \"Sparse exchange\")")
+    p.add_argument("--exchange", choices=MODES, default="auto",
+                   help="how cut rows travel (the results are the same): auto (default), per "
+                        "message the smaller of dense rows and a sparse form (forward: the "
+                        "values that are neither 0 nor at the cap, with bitmaps; backward: only "
+                        "the entries with a nonzero activation slope); dense; or sparse "
+                        "(README, \"Sparse exchange\")")
     p.add_argument("--threads", type=positive_int, default=default_threads(), metavar="N",
                    help="threads of each rank's sparse kernels (default: SPDNN_THREADS, else "
                         "1); keep ranks per node x N <= cores")

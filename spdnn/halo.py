@@ -103,12 +103,14 @@ class Exchange:
     recv_counts: list[int]
     mode: str = "dense"
     cap: float | None = None
-    _buffers: dict[tuple[int, np.dtype], np.ndarray] = field(default_factory=dict)
+    _buffers: dict = field(default_factory=dict)  # slot or (slot, dtype) -> buffer
     _unpack: list = field(default_factory=list)  # (rows, received block or packed values)
     _ghosts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _layout_key: tuple[int, int] = (0, 0)
     _out_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     _in_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    _out_list: list[int] = field(default_factory=lambda: [0])
+    _in_list: list[int] = field(default_factory=lambda: [0])
     _stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))  # expand's receives
 
     def __post_init__(self) -> None:
@@ -162,7 +164,10 @@ class Exchange:
         return buf[: rows * batch].reshape(rows, batch)
 
     def _bytes(self, n: int, slot: int) -> np.ndarray:
-        return self._buffer(1, n, np.uint8, slot)[0]
+        buf = self._buffers.get(slot)  # byte buffers: int keys, the typed ones (slot, dtype)
+        if buf is None or len(buf) < n:
+            buf = self._buffers[slot] = np.empty(max(n, 1), np.uint8)
+        return buf[:n]
 
     def _layout(self, batch: int, itemsize: int) -> None:
         """Byte offsets of each peer's slot in the encoded modes' send and receive buffers
@@ -170,12 +175,13 @@ class Exchange:
         if self._layout_key == (batch, itemsize):
             return
         self._layout_key = (batch, itemsize)
-        for name, counts in (("_out_starts", [len(r) for r in self.send_rows]),
-                             ("_in_starts", self.recv_counts)):
+        for name, counts in (("_out", [len(r) for r in self.send_rows]),
+                             ("_in", self.recv_counts)):
             starts = [0]
             for c in counts:
                 starts.append(starts[-1] + expand_capacity(c, batch, itemsize))
-            setattr(self, name, np.array(starts, np.int64))
+            setattr(self, name + "_list", starts)
+            setattr(self, name + "_starts", np.array(starts, np.int64))
 
     def start_expand(self, x: np.ndarray) -> tuple[list[Request], int]:
         """Forward: post receives of the ghost rows and sends of the owned rows others need.
@@ -197,18 +203,18 @@ class Exchange:
                 start += len(rows)
             return reqs, send.nbytes
         self._layout(batch, x.itemsize)
-        stage = self._stage = self._bytes(int(self._in_starts[-1]), 2)
+        starts = self._in_list
+        stage = self._stage = self._bytes(starts[-1], 2)
         for i, q in enumerate(self.recv_peers):
-            reqs.append(self.comm.irecv(stage[self._in_starts[i]:self._in_starts[i + 1]], q,
-                                        tag))
-        out = self._bytes(int(self._out_starts[-1]), 3)
+            reqs.append(self.comm.irecv(stage[starts[i]:starts[i + 1]], q, tag))
+        starts = self._out_list
+        out = self._bytes(starts[-1], 3)
         # Every message gathered straight into its encoded form, in one call.
         used = encode_blocks(x, self._send_all, self._send_starts, self.mode, self.cap, out,
-                             self._out_starts)
+                             self._out_starts).tolist()
         for i, q in enumerate(self.send_peers):
-            o = self._out_starts[i]
-            reqs.append(self.comm.isend(out[o:o + used[i]], q, tag))
-        return reqs, int(used.sum())
+            reqs.append(self.comm.isend(out[starts[i]:starts[i] + used[i]], q, tag))
+        return reqs, sum(used)
 
     def finish_expand(self, reqs: list[Request], x: np.ndarray) -> None:
         """Wait, then (encoded modes) rebuild the ghost rows of ``x`` from the messages."""

@@ -34,7 +34,7 @@ class Opened:
 
 
 def open_network(comm: Communicator, network: str, plan_path: str | None,
-                 dtype: Any = None, replicas: int = 1, exchange: str = "dense") -> Opened:
+                 dtype: Any = None, replicas: int = 1, exchange: str = "auto") -> Opened:
     """Open the bundle and plan on every rank, check they fit this job (``replicas`` x the
     plan's parts = ranks), split the ranks into the grid and load my rows; rows travel as
     ``exchange`` says (spdnn.encoding.MODES). Collective."""
