@@ -38,6 +38,16 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _layers(text: str) -> int | list[str]:
+    """A layer count, or comma-separated layer names."""
+    if text.strip().isdigit():
+        return positive_int(text)
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"empty layer name in {text!r}")
+    return names
+
+
 def _cap(text: str) -> float | None:
     return None if text.lower() in ("none", "null", "") else float(text)
 
@@ -60,6 +70,8 @@ examples:
       -o gc1024.npz
   spdnn convert mtx layer1.mtx layer2.mtx --bias 0 -o net.npz
   spdnn convert network net.npz --to mtx -o net-mtx/
+  spdnn convert safetensors pruned_mlp.safetensors --layers fc1,fc2,fc3 -o mlp.npz
+  spdnn convert network trained.npz --to safetensors -o trained.safetensors
 """,
     "radixnet": """\
 examples:
@@ -133,20 +145,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     conv = _command(sub, "convert", "convert between network formats",
                     "Convert a network to or from the spdnn bundle.")
-    conv.add_argument("source", choices=["graphchallenge", "mtx", "network"],
+    conv.add_argument("source", choices=["graphchallenge", "mtx", "network", "safetensors"],
                       help="input format: a Graph Challenge directory, Matrix Market files "
-                           "(one per layer, rows = outputs), or an spdnn bundle")
+                           "(one per layer, rows = outputs), an spdnn bundle, or a PyTorch "
+                           ".safetensors file of linear layers (NAME.weight [out, in], "
+                           "NAME.bias; the sparsity from NAME.weight_mask as torch's pruning "
+                           "stores it, else the weight's zeros)")
     conv.add_argument("inputs", nargs="+", help="directory or files")
     conv.add_argument("-o", "--output", required=True,
-                      help="bundle .npz, or a directory with --to graphchallenge|mtx")
-    conv.add_argument("--to", choices=["network", "graphchallenge", "mtx"], default="network",
-                      help="output format")
+                      help="bundle .npz, a directory with --to graphchallenge|mtx, or a "
+                           ".safetensors file")
+    conv.add_argument("--to", choices=["network", "graphchallenge", "mtx", "safetensors"],
+                      default="network",
+                      help="output format; safetensors writes dense NAME.weight and NAME.bias "
+                           "(or NAME.weight_orig and NAME.weight_mask for a network read from a "
+                           "pruned model) for model.load_state_dict")
     conv.add_argument("--bias", type=float, default=0.0, help="bias of every neuron")
     conv.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
     conv.add_argument("--output-activation", choices=["linear", "relu"], default=None,
                       help="last layer's activation (none: relu for graphchallenge, linear "
-                           "for mtx)")
-    conv.add_argument("--layers", type=positive_int, help="read only the first L layers")
+                           "otherwise)")
+    conv.add_argument("--layers", type=_layers, metavar="L|NAMES",
+                      help="read only the first L layers; for safetensors, the layer names in "
+                           "order (fc1,fc2,fc3; default: every NAME.weight in natural order, "
+                           "and on output the names the network was read with, else fc1, "
+                           "fc2, ...)")
     conv.add_argument("--dtype", choices=DTYPES, default="float32", help="value type")
 
     gen = sub.add_parser("generate", help="generate a sparse network",

@@ -31,8 +31,14 @@ def cmd_convert(args: argparse.Namespace) -> None:
     from .graphchallenge import read_graphchallenge, write_graphchallenge
     from .network import Layer, Network
     from .progress import Progress
+    from .safetensors_io import read_safetensors, write_safetensors
 
-    if args.to == "network":
+    names = args.layers if isinstance(args.layers, list) else None
+    count = args.layers if isinstance(args.layers, int) else None
+    if names is not None and "safetensors" not in (args.source, args.to):
+        raise InputError(args.inputs[0], "--layers takes names only with safetensors; give "
+                                         "a number of layers")
+    if args.to in ("network", "safetensors"):
         check_outputs([("-o", args.output)])
     else:
         check_outputs([], [("-o", args.output)])
@@ -40,7 +46,7 @@ def cmd_convert(args: argparse.Namespace) -> None:
         if len(args.inputs) != 1:
             raise InputError(args.inputs[1], "graphchallenge takes one directory")
         bar = Progress("reading layers", args.layers or 1)
-        net = read_graphchallenge(args.inputs[0], args.bias, args.cap, args.layers, args.dtype,
+        net = read_graphchallenge(args.inputs[0], args.bias, args.cap, count, args.dtype,
                                   progress=lambda k, n: (setattr(bar, "total", n),
                                                          bar.update(k)))
         bar.close()
@@ -48,16 +54,29 @@ def cmd_convert(args: argparse.Namespace) -> None:
             net = Network(net.layers, net.activation, net.cap, args.output_activation, net.extra)
     elif args.source == "mtx":
         layers = []
-        for f in args.inputs[: args.layers]:
+        for f in args.inputs[:count]:
             w = read_sparse_matrix(f).astype(args.dtype)
             layers.append(Layer(w, np.full(w.shape[0], args.bias, dtype=args.dtype)))
         net = Network(tuple(layers), cap=args.cap,
                       output_activation=args.output_activation or "linear")
         net.validate(" ".join(args.inputs))
+    elif args.source == "safetensors":
+        if len(args.inputs) != 1:
+            raise InputError(args.inputs[1], "safetensors takes one file")
+        net = read_safetensors(args.inputs[0], names if args.to == "network" else None,
+                               args.dtype, args.cap, args.output_activation or "linear")
+        if count is not None:
+            net = Network(net.layers[:count], net.activation, net.cap, net.output_activation,
+                          net.extra)
     else:
         net = load_network(args.inputs[0], args.dtype)
+        if count is not None:
+            net = Network(net.layers[:count], net.activation, net.cap, net.output_activation,
+                          net.extra)
     if args.to == "network":
         save_network(net, args.output)
+    elif args.to == "safetensors":
+        write_safetensors(net, args.output, names if args.source != "safetensors" else None)
     elif args.to == "graphchallenge":
         write_graphchallenge(net, args.output)
     else:

@@ -88,8 +88,7 @@ class DistributedNetwork:
             rows = plan.rows_of(comm.rank, k)
             mine = world.check(lambda k=k, rows=rows: bundle.rows(k, rows, dtype, fp))
             layers.append(LocalLayer.build(comm, plan, k, mine))
-        meta = {"activation": bundle.meta["activation"], "cap": bundle.meta["cap"],
-                "output_activation": bundle.meta["output_activation"]}
+        meta = dict(bundle.meta)  # other keys (a PyTorch model's layer names) carry through
         pool: dict = {}  # exchanges run one at a time: every layer's can use the same buffers
         for layer in layers:
             layer.exchange.share_buffers(pool)

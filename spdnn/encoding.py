@@ -168,7 +168,7 @@ def encode_blocks(x: np.ndarray, rows: np.ndarray, row_starts: np.ndarray, mode:
         return used
     if (nbe := _nbe()) is not None:
         nbe.encode_all(_ints(x), rows, row_starts, out, out_starts, mode == "sparse",
-                       _capped(cap), _cap_pattern(cap, x.dtype), used, nbe.POP)
+                       _capped(cap), _cap_pattern(cap, x.dtype), used)
         return used
     for p in range(len(used)):
         used[p] = _encode_one(x, rows[row_starts[p]:row_starts[p + 1]], mode == "sparse", cap,

@@ -102,7 +102,10 @@ def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
                  extra: dict[str, Any]) -> None:
     net = gather_network(dnet) if dnet.grid.replica == 0 else None
     if net is not None:
-        net = Network(net.layers, net.activation, net.cap, net.output_activation, extra)
+        kept = {k: v for k, v in dnet.meta.items()
+                if k not in ("activation", "cap", "output_activation")}
+        net = Network(net.layers, net.activation, net.cap, net.output_activation,
+                      {**kept, **extra})
     comm.check(lambda: save_network(net, path) if net is not None else None)
 
 

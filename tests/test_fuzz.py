@@ -28,6 +28,7 @@ from spdnn.errors import InputError
 from spdnn.formats import read_idx, read_mtx, read_triples, write_idx, write_mtx, write_triples
 from spdnn.npz import NpzReader
 from spdnn.plan import load_plan, network_patterns, save_plan
+from spdnn.safetensors_io import read_safetensors, write_safetensors
 from tests.helpers import small_network
 
 CASES = int(os.environ.get("SPDNN_FUZZ_CASES", "60"))
@@ -170,3 +171,10 @@ def test_checkpoint_manifests(files):
                                           ("img.idx", read_idx), ("img.idx.gz", read_idx)])
 def test_text_and_binary_formats(files, name, reader):
     fuzz(files / name, reader, 6)
+
+
+def test_safetensors_files(files):
+    """A pruned model (weight_orig, weight_mask, bias per layer) as spdnn writes it."""
+    path = files / "model.safetensors"
+    write_safetensors(small_network(SIZES), path, pruned=True)
+    fuzz(path, read_safetensors, 7)

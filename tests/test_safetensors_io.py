@@ -1,0 +1,259 @@
+"""PyTorch interop through .safetensors: files in PyTorch's naming (written here byte by byte,
+independently of spdnn's writer), round trips, damaged files, the CLI, and the real round trip
+with torch when it is installed."""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from spdnn import reference
+from spdnn.bundle import load_network
+from spdnn.errors import InputError
+from spdnn.safetensors_io import read_safetensors, write_safetensors
+from tests.helpers import assert_one_line_error, run_spdnn
+
+CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.float16): "F16",
+         np.dtype(np.uint8): "U8", np.dtype(np.bool_): "BOOL"}
+
+
+def _write_raw(path, tensors, header_patch=None, data_cut=0):
+    """A safetensors file from {name: array} (BF16 for ("bf16", float32 array))."""
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        if isinstance(a, tuple):  # bfloat16: the upper half of each float32
+            raw = (np.asarray(a[1], np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+            code, shape = "BF16", list(np.shape(a[1]))
+        else:
+            raw, code, shape = a.tobytes(), CODES[a.dtype], list(a.shape)
+        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    if header_patch:
+        header_patch(header)
+    head = json.dumps(header).encode()
+    data = b"".join(blobs)
+    path.write_bytes(struct.pack("<Q", len(head)) + head + data[:len(data) - data_cut])
+    return path
+
+
+def _mlp(rng, sizes=(12, 9, 7, 4), density=0.4):
+    """Dense weights with zeros, PyTorch layout [out, in]."""
+    ws, bs = [], []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w = rng.standard_normal((n_out, n_in)).astype(np.float32)
+        w[rng.random(w.shape) > density] = 0
+        ws.append(w)
+        bs.append(rng.standard_normal(n_out).astype(np.float32))
+    return ws, bs
+
+
+def _forward(ws, bs, x):
+    """PyTorch's Linear/ReLU stack in numpy (x: samples x features)."""
+    for k, (w, b) in enumerate(zip(ws, bs)):
+        x = x @ w.T.astype(np.float64) + b
+        if k < len(ws) - 1:
+            x = np.maximum(x, 0)
+    return x
+
+
+def test_pruned_and_zero_styles_read_as_the_same_network(tmp_path):
+    rng = np.random.default_rng(0)
+    ws, bs = _mlp(rng)
+    plain = {}
+    pruned = {}
+    for k, (w, b) in enumerate(zip(ws, bs), start=1):
+        plain[f"fc{k}.weight"], plain[f"fc{k}.bias"] = w, b
+        orig = np.where(w == 0, rng.standard_normal(w.shape), w).astype(np.float32)
+        pruned[f"fc{k}.weight_orig"] = orig  # pruned-away values are still stored
+        pruned[f"fc{k}.weight_mask"] = (w != 0).astype(np.float32)
+        pruned[f"fc{k}.bias"] = b
+    a = read_safetensors(_write_raw(tmp_path / "plain.safetensors", plain), dtype=np.float64)
+    b = read_safetensors(_write_raw(tmp_path / "pruned.safetensors", pruned), dtype=np.float64)
+    x = rng.standard_normal((5, 12))
+    for net in (a, b):
+        assert net.sizes == (12, 9, 7, 4) and net.output_activation == "linear"
+        assert net.nnz == sum(int(np.count_nonzero(w)) for w in ws)
+        out = reference.forward(net, x.T)[0][-1].T
+        np.testing.assert_allclose(out, _forward(ws, bs, x), rtol=1e-12, atol=1e-12)
+    assert a.extra["safetensors"] == {"names": ["fc1", "fc2", "fc3"], "pruned": False}
+    assert b.extra["safetensors"]["pruned"] is True
+
+
+def test_round_trip_keeps_names_style_and_values(tmp_path):
+    rng = np.random.default_rng(1)
+    ws, bs = _mlp(rng, (6, 5, 3))
+    tensors = {"layers.10.weight": ws[1], "layers.10.bias": bs[1],  # natural order: 2 < 10
+               "layers.2.weight_orig": ws[0], "layers.2.weight_mask": (ws[0] != 0).astype(
+                   np.float32)}  # no bias: zeros
+    net = read_safetensors(_write_raw(tmp_path / "m.safetensors", tensors))
+    assert net.extra["safetensors"]["names"] == ["layers.2", "layers.10"]
+    np.testing.assert_array_equal(net.layers[0].bias, 0)
+    write_safetensors(net, tmp_path / "back.safetensors")
+    again = read_safetensors(tmp_path / "back.safetensors")
+    for one, two in zip(net.layers, again.layers):
+        assert (one.weight != two.weight).nnz == 0 and np.array_equal(one.bias, two.bias)
+    raw = (tmp_path / "back.safetensors").read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    assert (8 + n) % 8 == 0
+    assert set(header) == {"__metadata__", "layers.2.weight_orig", "layers.2.weight_mask",
+                           "layers.2.bias", "layers.10.weight_orig", "layers.10.weight_mask",
+                           "layers.10.bias"}
+    write_safetensors(net, tmp_path / "plain.safetensors", names=["a", "b"], pruned=False)
+    header = json.loads((tmp_path / "plain.safetensors").read_bytes()[8:8 + struct.unpack(
+        "<Q", (tmp_path / "plain.safetensors").read_bytes()[:8])[0]])
+    assert {"a.weight", "b.weight", "a.bias", "b.bias"} <= set(header)
+
+
+def test_half_precision_and_layer_selection(tmp_path):
+    rng = np.random.default_rng(2)
+    ws, bs = _mlp(rng, (4, 6, 6, 2))
+    tensors = {"fc1.weight": ws[0].astype(np.float16), "fc1.bias": bs[0].astype(np.float16),
+               "fc2.weight": ("bf16", ws[1]), "fc2.bias": ("bf16", bs[1]),
+               "fc3.weight": ws[2], "fc3.bias": bs[2]}
+    path = _write_raw(tmp_path / "h.safetensors", tensors)
+    net = read_safetensors(path, names=["fc1", "fc2"], dtype=np.float32)
+    assert net.sizes == (4, 6, 6)
+    np.testing.assert_array_equal(net.layers[0].weight.toarray(),
+                                  ws[0].astype(np.float16).astype(np.float32))
+    bf = (ws[1].view(np.uint32) & 0xFFFF0000).view(np.float32)  # bf16 truncation is exact
+    np.testing.assert_array_equal(net.layers[1].weight.toarray(), bf)
+    with pytest.raises(InputError, match="layer 'fc1' takes 4 inputs but 'fc2' gives 6"):
+        read_safetensors(path, names=["fc2", "fc1"])
+
+
+@pytest.mark.parametrize("case, match", [
+    ("short", "shorter than 8 bytes"),
+    ("huge header", "header of"),
+    ("bad json", "header:"),
+    ("not object", "not a JSON object"),
+    ("bad dtype", "unsupported dtype 'Q7'"),
+    ("bad shape", "malformed header entry"),
+    ("offsets", "do not hold"),
+    ("cut", "do not hold"),
+    ("overlap", "overlap"),
+    ("no layers", "no linear layers"),
+    ("mask shape", "weight_mask' has shape"),
+    ("nan", "non-finite"),
+    ("chain", "takes 5 inputs"),
+    ("bias", "is not 3 floating point values"),
+    ("1-d weight", "is not a 2-D floating point"),
+])
+def test_damaged_files_are_one_line_errors(tmp_path, case, match):
+    w = np.ones((3, 4), np.float32)
+    tensors = {"fc1.weight": w, "fc1.bias": np.zeros(3, np.float32)}
+    patch, cut = None, 0
+    path = tmp_path / "bad.safetensors"
+    if case == "short":
+        path.write_bytes(b"\x01\x02")
+    elif case == "huge header":
+        path.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    elif case == "bad json":
+        path.write_bytes(struct.pack("<Q", 5) + b"{nope")
+    elif case == "not object":
+        path.write_bytes(struct.pack("<Q", 2) + b"[]")
+    else:
+        if case == "bad dtype":
+            def patch(h): h["fc1.weight"]["dtype"] = "Q7"
+        elif case == "bad shape":
+            def patch(h): h["fc1.weight"]["shape"] = [3, -4]
+        elif case == "offsets":
+            def patch(h): h["fc1.weight"]["data_offsets"] = [0, 40]
+        elif case == "cut":
+            cut = 4
+        elif case == "overlap":
+            def patch(h): h["fc1.bias"]["data_offsets"] = [40, 52]
+        elif case == "no layers":
+            tensors = {"emb": w}
+        elif case == "mask shape":
+            tensors["fc1.weight_mask"] = np.ones((4, 3), np.float32)
+        elif case == "nan":
+            tensors["fc1.weight"] = np.full((3, 4), np.nan, np.float32)
+        elif case == "chain":
+            tensors["fc2.weight"] = np.ones((2, 5), np.float32)
+        elif case == "bias":
+            tensors["fc1.bias"] = np.zeros(4, np.float32)
+        elif case == "1-d weight":
+            tensors["fc1.weight"] = np.ones(12, np.float32)
+        _write_raw(path, tensors, patch, cut)
+    with pytest.raises(InputError, match=match) as err:
+        read_safetensors(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_convert_both_ways(tmp_path):
+    rng = np.random.default_rng(3)
+    ws, bs = _mlp(rng, (64, 16, 10))  # the embedded digits: 64 features, 10 classes
+    path = _write_raw(tmp_path / "m.safetensors", {"hidden.weight": ws[0], "hidden.bias": bs[0],
+                                                   "out.weight": ws[1], "out.bias": bs[1]})
+    proc = run_spdnn("convert", "safetensors", path, "--layers", "hidden,out", "-o",
+                     tmp_path / "net.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 layers" in proc.stdout
+    net = load_network(tmp_path / "net.npz")
+    np.testing.assert_array_equal(net.layers[1].weight.toarray(), ws[1])
+    proc = run_spdnn("convert", "network", tmp_path / "net.npz", "--to", "safetensors", "-o",
+                     tmp_path / "back.safetensors")
+    assert proc.returncode == 0, proc.stderr
+    back = read_safetensors(tmp_path / "back.safetensors")
+    assert back.extra["safetensors"]["names"] == ["hidden", "out"]
+    np.testing.assert_array_equal(back.layers[0].weight.toarray(), ws[0])
+    # Trained, then exported: the layer names survive training, the pattern is unchanged.
+    proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data", "digits",
+                     "--epochs", "1", "--save", tmp_path / "trained.npz")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_spdnn("convert", "network", tmp_path / "trained.npz", "--to", "safetensors",
+                     "-o", tmp_path / "trained.safetensors")
+    assert proc.returncode == 0, proc.stderr
+    trained = read_safetensors(tmp_path / "trained.safetensors")
+    assert trained.extra["safetensors"]["names"] == ["hidden", "out"]
+    assert trained.fingerprint() == net.fingerprint()
+    assert not np.array_equal(trained.layers[0].weight.data, net.layers[0].weight.data)
+    proc = run_spdnn("convert", "safetensors", path, "--layers", "fc9", "-o",
+                     tmp_path / "x.npz")
+    assert_one_line_error(proc, "no layer named 'fc9'")
+    assert not (tmp_path / "x.npz").exists()
+    proc = run_spdnn("convert", "mtx", path, "--layers", "fc1", "-o", tmp_path / "y.npz")
+    assert_one_line_error(proc, "--layers takes names only with safetensors")
+
+
+def test_real_pytorch_round_trip(tmp_path):
+    """A pruned torch MLP -> safetensors -> spdnn (same outputs) -> safetensors -> a fresh
+    pruned torch model via load_state_dict (same weights)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (not a dependency)")
+    st = pytest.importorskip("safetensors.torch",
+                             reason="the safetensors package is not installed")
+    from torch.nn.utils import prune
+
+    def model():
+        m = torch.nn.Sequential()
+        m.add_module("fc1", torch.nn.Linear(10, 8))
+        m.add_module("relu", torch.nn.ReLU())
+        m.add_module("fc2", torch.nn.Linear(8, 3))
+        for name in ("fc1", "fc2"):
+            prune.l1_unstructured(getattr(m, name), "weight", amount=0.6)
+        return m.double()
+
+    torch.manual_seed(0)
+    src = model()
+    st.save_file({k: v.contiguous() for k, v in src.state_dict().items()},
+                 str(tmp_path / "pruned.safetensors"))
+    net = read_safetensors(tmp_path / "pruned.safetensors", dtype=np.float64)
+    assert net.nnz == int(sum((getattr(src, n).weight_mask != 0).sum() for n in ("fc1", "fc2")))
+    x = np.random.default_rng(4).standard_normal((6, 10))
+    with torch.no_grad():
+        expected = src(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(reference.forward(net, x.T)[0][-1].T, expected, rtol=1e-6)
+    write_safetensors(net, tmp_path / "back.safetensors")
+    dst = model()
+    dst.load_state_dict(st.load_file(str(tmp_path / "back.safetensors")))
+    for name in ("fc1", "fc2"):  # (.weight is refreshed from these by the next forward)
+        a, b = getattr(src, name), getattr(dst, name)
+        assert torch.equal(a.weight_mask, b.weight_mask)
+        torch.testing.assert_close(b.weight_orig * b.weight_mask, a.weight_orig * a.weight_mask,
+                                   rtol=1e-6, atol=1e-7)  # exported as float32
+    with torch.no_grad():
+        torch.testing.assert_close(dst(torch.from_numpy(x)).numpy(), expected, rtol=1e-5,
+                                   atol=1e-6)
