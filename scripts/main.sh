@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: sets up ./.venv from PyPI (MPI included), generates a
-# sparse network, partitions it for 2 ranks, trains it with `mpirun -n 2` on the bundled
-# handwritten digits, runs distributed inference and reports the volume saved against the
-# block plan. Outputs go to ./out (override with SPDNN_OUT; ranks with SPDNN_RANKS).
+# locally connected sparse network over the 8x8 digits (neurons numbered in a random order, as in
+# a pruned network), partitions it for 2 ranks with the hypergraph method and with the block
+# baseline, trains it with `mpirun -n 2` under each plan side by side, runs distributed inference,
+# and prints what the plan saves: rows and bytes per step, time per epoch, test accuracy.
+# Outputs go to ./out (override with SPDNN_OUT; ranks with SPDNN_RANKS).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/venv.sh
@@ -10,40 +12,55 @@ OUT="${SPDNN_OUT:-out}"
 P="${SPDNN_RANKS:-2}"
 mkdir -p "$OUT"
 MPIRUN=(mpirun -n "$P")
+TRAIN=(--data digits --epochs 30 --batch-size 32 --lr 0.05 --momentum 0.9 --weight-decay 1e-4
+       --seed 0)
 
-echo "== 1. generate a sparse network: 64 inputs -> 256 -> 256 (16 nonzeros per row) -> 10 classes"
-spdnn generate random --sizes 64,256,256 --fan-in 16 --head 10 --seed 0 -o "$OUT/net.npz"
+echo "== 1. generate a locally connected network: 8x8 pixels -> 16x16 -> 16x16 (3x3 windows) -> 10"
+spdnn generate local --image 8x8 --hidden 16x16,16x16 --radius 1 --head 10 --seed 0 \
+    -o "$OUT/net.npz"
 
-echo "== 2. partition it for $P ranks (hypergraph + KaHyPar, per-layer balance 3%)"
+echo "== 2. partition it for $P ranks: hypergraph (KaHyPar, per-layer balance 3%) and block"
 spdnn-partition "$OUT/net.npz" -P "$P" -o "$OUT/plan.npz" --compare --quiet
+spdnn-partition "$OUT/net.npz" -P "$P" -o "$OUT/block.npz" --method block --quiet
 
 echo "== 3. train with ${MPIRUN[*]} on the handwritten digits (1,437 train / 360 test images)"
-"${MPIRUN[@]}" spdnn train --network "$OUT/net.npz" --plan "$OUT/plan.npz" --data digits \
-    --epochs 30 --batch-size 32 --lr 0.05 --momentum 0.9 --weight-decay 1e-4 --seed 0 \
+echo "   a. with the hypergraph plan"
+"${MPIRUN[@]}" spdnn train --network "$OUT/net.npz" --plan "$OUT/plan.npz" "${TRAIN[@]}" \
     --checkpoint-dir "$OUT/checkpoints" --checkpoint-every 500 \
     --save "$OUT/trained.npz" --metrics-out "$OUT/train.json"
+echo "   b. with the block plan (the same network, seed and steps)"
+"${MPIRUN[@]}" spdnn train --network "$OUT/net.npz" --plan "$OUT/block.npz" "${TRAIN[@]}" \
+    --metrics-out "$OUT/train-block.json"
 
 echo "== 4. distributed inference on the test split"
 "${MPIRUN[@]}" spdnn infer --network "$OUT/trained.npz" --plan "$OUT/plan.npz" --inputs digits \
     --metrics-out "$OUT/infer.json"
 
-echo "== 5. summary"
+echo "== 5. what the plan saves"
 python - "$OUT" <<'PY'
-import json, sys
+import json, statistics, sys
 out = sys.argv[1]
-train = json.load(open(f"{out}/train.json"))
+rows = []
+for name, f in (("hypergraph", "train.json"), ("block", "train-block.json")):
+    m = json.load(open(f"{out}/{f}"))
+    c = m["traffic"]["counted"]
+    dense = sum(c["forward_bytes"]) + sum(c["backward_bytes"])
+    sent = sum(c["forward_sent"]) + sum(c["backward_sent"])
+    rows.append((name, m["traffic"]["plan_volume_rows"], dense / 1e6, sent / 1e6,
+                 statistics.median(e["seconds"] for e in m["epochs"]),
+                 m["epochs"][-1]["test_accuracy"], m["traffic"]["equal"]))
 infer = json.load(open(f"{out}/infer.json"))
-from spdnn.plan import load_plan, network_patterns, plan_statistics
-from spdnn.bundle import NetworkBundle
-from partition.methods import baseline_owners
-plan = load_plan(f"{out}/plan.npz")
-patterns = network_patterns(NetworkBundle(f"{out}/net.npz"))
-block = plan_statistics(patterns, baseline_owners("block", patterns, plan.nparts), plan.nparts)
-ours = plan.meta["stats"]["volume"]
-saved = 100 * (1 - ours / block.volume) if block.volume else 0.0
-print(f"test accuracy {infer['accuracy']:.4f} after {len(train['epochs'])} epochs on "
-      f"{train['ranks']} ranks")
-print(f"communication per minibatch: {ours:,} rows with the hypergraph plan vs "
-      f"{block.volume:,} with the block plan ({saved:.1f}% saved); counted traffic "
-      f"{'equals' if train['traffic']['equal'] else 'DIFFERS from'} the plan's prediction")
+print("per plan: rows exchanged per training step; MB of those rows over the run (30 epochs "
+      "and their evaluation passes) and MB actually sent (--exchange auto); median s/epoch")
+print(f"{'plan':>10}  {'rows/step':>9}  {'MB as rows':>10}  {'MB sent':>8}  {'s/epoch':>7}  "
+      f"{'test acc':>8}")
+for name, r, mb, sent, s, acc, _ in rows:
+    print(f"{name:>10}  {r:9,}  {mb:10.1f}  {sent:8.1f}  {s:7.3f}  {acc:8.4f}")
+(_, r0, _, kb0, *_), (_, r1, _, kb1, *_) = rows
+print(f"the hypergraph plan moves {r1 / r0:.2f}x fewer rows per step than the block plan "
+      f"({kb1 / kb0:.2f}x fewer bytes sent); counted traffic "
+      f"{'equals' if all(x[-1] for x in rows) else 'DIFFERS from'} each plan's prediction.")
+print("On one node the epoch times differ by noise: shared memory copies these kilobytes "
+      "faster than the runtime's fixed costs per step; the rows count across nodes.")
+print(f"distributed inference: test accuracy {infer['accuracy']:.4f} on {infer['ranks']} ranks")
 PY

@@ -78,6 +78,11 @@ examples:
   spdnn generate radixnet --neurons 1024 --layers 120 --seed 0 -o rx1024.npz
   spdnn generate radixnet --neurons 4096 --layers 3 --head 10 -o rx4096-head.npz
 """,
+    "local": """\
+examples:
+  spdnn generate local --image 8x8 --hidden 16x16,16x16 --radius 1 --head 10 -o local.npz
+  spdnn generate local --image 28x28 --hidden 32x32,32x32 --radius 2 --head 10 -o mnist-local.npz
+""",
     "random": """\
 examples:
   spdnn generate random --sizes 784,1024,1024 --fan-in 32 --head 10 -o mlp.npz
@@ -189,13 +194,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="layer sizes n_0,n_1,...,n_L")
     rnd.add_argument("--fan-in", type=positive_int, default=32, help="nonzeros per row")
     rnd.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    loc = _command(kinds, "local", "locally connected layers over an image",
+                   "Locally connected layers (a convolution without weight sharing): each "
+                   "neuron of a hidden grid reads a (2R+1) x (2R+1) window of the grid below; "
+                   "the input grid is the image's pixels, row-major. Hidden neurons are "
+                   "numbered in a seeded random order unless --no-shuffle, as a pruned "
+                   "network's neurons have no spatial order (a block plan then cuts about half "
+                   "the connections; the hypergraph plan finds the spatial split).")
+    loc.add_argument("--image", default="8x8", metavar="HxW", help="input grid (the pixels)")
+    loc.add_argument("--hidden", type=lambda t: t.split(","), default="16x16,16x16",
+                     metavar="HxW,...", help="hidden grids, comma-separated")
+    loc.add_argument("--radius", type=int, default=1, help="window radius R")
+    loc.add_argument("--no-shuffle", action="store_true",
+                     help="number hidden neurons row-major instead of in a random order")
+    loc.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
     pr = _command(kinds, "prune", "magnitude-pruned dense weights",
                   "Keep the largest weights of dense layers (and one per row).")
     pr.add_argument("--weights", required=True,
                     help="dense weights: .npz with W1..WL (n_k x n_{k-1}), optional b1..bL, or "
                          "one .npy matrix")
     pr.add_argument("--density", type=float, default=0.05, help="fraction of weights kept")
-    for kind in (rx, rnd, pr):
+    for kind in (rx, rnd, loc, pr):
         kind.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
         kind.add_argument("--head", type=positive_int,
                           help="add a dense linear classifier with C outputs")

@@ -104,6 +104,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
         elif args.kind == "random":
             net = generate.random_network(args.sizes, args.fan_in, args.seed, args.head,
                                           args.cap, args.dtype)
+        elif args.kind == "local":
+            net = generate.local_network(args.image, args.hidden, args.radius, args.seed,
+                                         args.head, not args.no_shuffle, args.cap, args.dtype)
         else:
             net = generate.prune_file(args.weights, args.density, args.seed, args.head,
                                       args.dtype)

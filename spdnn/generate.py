@@ -1,4 +1,5 @@
-"""Network generators: RadiX-Net (Graph Challenge style), random fixed fan-in, magnitude pruning.
+"""Network generators: RadiX-Net (Graph Challenge style), random fixed fan-in, locally connected
+layers over an image, magnitude pruning.
 
 Every generator takes a ``seed``; the same seed gives the same network.
 """
@@ -120,6 +121,80 @@ def random_network(
         layers.append(dense_head(n_classes, sizes[-1], rng, dt))
     return Network(tuple(layers), cap=cap, output_activation="linear",
                    extra={"generator": "random", "fan_in": fan_in, "seed": seed})
+
+
+def _grid(text: str | Sequence[int]) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in (text.lower().split("x") if isinstance(text, str) else text))
+    except ValueError:
+        raise ValueError(f"grid {text!r}: expected HxW, for instance 16x16") from None
+    if h < 1 or w < 1:
+        raise ValueError(f"grid {text!r}: both sides must be positive")
+    return h, w
+
+
+def local_layer(inner: tuple[int, int], outer: tuple[int, int], radius: int,
+                rng: np.random.Generator, dtype: Any = "float32") -> sp.csr_matrix:
+    """Neuron (r, c) of an ``outer`` grid (row-major) reads the cells of the ``inner`` grid
+    within ``radius`` (Chebyshev) of the cell under its centre; He-initialised values."""
+    (hi, wi), (ho, wo) = inner, outer
+    rows, cols = [], []
+    for r in range(ho):
+        cr = min(int((r + 0.5) * hi / ho), hi - 1)
+        for c in range(wo):
+            cc = min(int((c + 0.5) * wi / wo), wi - 1)
+            for i in range(max(cr - radius, 0), min(cr + radius, hi - 1) + 1):
+                for j in range(max(cc - radius, 0), min(cc + radius, wi - 1) + 1):
+                    rows.append(r * wo + c)
+                    cols.append(i * wi + j)
+    rows_a, cols_a = np.array(rows), np.array(cols)
+    fan_in = np.bincount(rows_a, minlength=ho * wo)
+    vals = rng.standard_normal(len(rows_a)) * np.sqrt(2.0 / fan_in[rows_a])
+    w = sp.csr_matrix((vals.astype(as_dtype(dtype)), (rows_a, cols_a)), shape=(ho * wo, hi * wi))
+    w.sort_indices()
+    return w
+
+
+def local_network(
+    image: str | Sequence[int],
+    hidden: Sequence[str | Sequence[int]],
+    radius: int = 1,
+    seed: int | None = 0,
+    n_classes: int | None = None,
+    shuffle: bool = True,
+    cap: float | None = None,
+    dtype: Any = "float32",
+) -> Network:
+    """Locally connected layers over an image (a convolution without weight sharing): the
+    input is the image's pixels, row-major; each hidden layer is a grid of neurons reading a
+    (2 radius + 1)^2 window of the grid below. With ``shuffle`` the hidden neurons are numbered
+    in a random order (seeded), as the neurons of a pruned network carry no spatial order: a
+    block partition then cuts about half the connections, and only a partitioner that reads
+    the structure finds the spatial one."""
+    if radius < 0:
+        raise ValueError("radius must be >= 0")
+    if not hidden:
+        raise ValueError("local network needs at least one hidden grid")
+    # Values and numbering from separate streams: shuffled or not, the same function.
+    values, numbering = _rng(seed).spawn(2)
+    dt = as_dtype(dtype)
+    grids = [_grid(image), *(_grid(g) for g in hidden)]
+    # below[i]: the spatial index of neuron i of the layer below (pixels keep their order).
+    layers, below = [], np.arange(grids[0][0] * grids[0][1])
+    for inner, outer in zip(grids[:-1], grids[1:]):
+        n = outer[0] * outer[1]
+        perm = numbering.permutation(n) if shuffle else np.arange(n)
+        # Neuron i is spatial neuron perm[i]; its inputs are numbered as the layer below is.
+        w = local_layer(inner, outer, radius, values, dt)[perm][:, below].tocsr()
+        w.sort_indices()
+        layers.append(Layer(w, np.zeros(n, dtype=dt)))
+        below = perm
+    if n_classes:
+        head = dense_head(n_classes, layers[-1].n_out, values, dt)
+        layers.append(Layer(sp.csr_matrix(head.weight.toarray()[:, below]), head.bias))
+    return Network(tuple(layers), cap=cap, output_activation="linear",
+                   extra={"generator": "local", "radius": radius, "shuffle": shuffle,
+                          "seed": seed})
 
 
 def prune_dense(weights: Sequence[np.ndarray], biases: Sequence[np.ndarray | None],

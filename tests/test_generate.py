@@ -1,8 +1,16 @@
 import numpy as np
 import pytest
 
+from spdnn import reference
 from spdnn.errors import InputError
-from spdnn.generate import add_head, prune_dense, prune_file, radixnet, random_network
+from spdnn.generate import (
+    add_head,
+    local_network,
+    prune_dense,
+    prune_file,
+    radixnet,
+    random_network,
+)
 from spdnn.graphchallenge import read_graphchallenge
 
 
@@ -81,3 +89,50 @@ def test_prune_keeps_the_largest_magnitudes(tmp_path):
 def test_add_head_makes_the_output_linear():
     net = add_head(radixnet(1024, 2), 10)
     assert net.sizes[-1] == 10 and net.output_activation == "linear" and net.cap == 32
+
+
+def test_local_network_windows_and_fan_in():
+    net = local_network("8x8", ["16x16", "4x4"], radius=1, n_classes=10, shuffle=False,
+                        dtype="float64")
+    assert net.sizes == (64, 256, 16, 10) and net.output_activation == "linear"
+    w = net.layers[0].weight
+    # Neuron (r, c) of the 16x16 grid sits over pixel (r // 2, c // 2): a 3x3 window inside,
+    # 2x2 in a corner, 2x3 on an edge.
+    fan = np.diff(w.indptr).reshape(16, 16)
+    assert fan[0, 0] == 4 and fan[0, 7] == 6 and fan[7, 7] == 9 and fan[15, 15] == 4
+    r, c = 9, 4
+    cols = w.indices[w.indptr[r * 16 + c]:w.indptr[r * 16 + c + 1]]
+    assert sorted((j // 8, j % 8) for j in cols) == [(i, j) for i in (3, 4, 5) for j in (1, 2, 3)]
+    # He initialisation: N(0, 2 / fan_in) per row.
+    assert abs(np.std(w.data * np.sqrt(np.repeat(fan.ravel(), fan.ravel()) / 2)) - 1) < 0.1
+    # 16x16 -> 4x4: each of the 16 neurons reads a 3x3 window of the 16x16 grid.
+    assert set(np.diff(net.layers[1].weight.indptr)) <= {4, 6, 9}
+
+
+def test_local_network_shuffle_renumbers_the_same_function():
+    plain = local_network("8x8", ["16x16", "16x16"], 1, seed=3, n_classes=10, shuffle=False,
+                          dtype="float64")
+    mixed = local_network("8x8", ["16x16", "16x16"], 1, seed=3, n_classes=10, dtype="float64")
+    assert plain.fingerprint() != mixed.fingerprint() and plain.nnz == mixed.nnz
+    x = np.random.default_rng(0).random((64, 7))
+    np.testing.assert_allclose(reference.forward(mixed, x)[0][-1],
+                               reference.forward(plain, x)[0][-1], rtol=1e-12, atol=1e-12)
+    again = local_network("8x8", ["16x16", "16x16"], 1, seed=3, n_classes=10, dtype="float64")
+    assert again.fingerprint() == mixed.fingerprint()  # seeded
+
+
+def test_local_network_hypergraph_plan_beats_block_when_shuffled():
+    from partition.methods import baseline_owners, partition_network
+    from spdnn.plan import network_patterns, plan_statistics
+
+    patterns = network_patterns(local_network("8x8", ["16x16", "16x16"], 1, n_classes=10))
+    plan = partition_network(patterns, 2, seed=0)
+    ours = plan_statistics(patterns, plan.owners, 2)
+    block = plan_statistics(patterns, baseline_owners("block", patterns, 2), 2)
+    assert ours.volume * 1.5 < block.volume
+
+
+@pytest.mark.parametrize("grid", ["8y8", "0x4", "8"])
+def test_local_network_bad_grids(grid):
+    with pytest.raises(ValueError, match="grid"):
+        local_network(grid, ["4x4"])

@@ -420,6 +420,12 @@ def test_bad_generator_and_convert_options(base):
         (["generate", "radixnet", "--neurons", "1000", "-o", d / "g.npz"], ["1000"]),
         (["generate", "random", "--sizes", "10,20", "-o", d / "a-dir"], ["a-dir", "directory"]),
         (["convert", "network", d / "net.npz", "-o", d / "a-dir"], ["a-dir", "directory"]),
+        (["generate", "local", "--hidden", "16x16,4y4", "-o", d / "g.npz"], ["'4y4'", "HxW"]),
+        (["generate", "local", "--radius", "-1", "-o", d / "g.npz"], ["radius"]),
+        (["convert", "safetensors", d / "net.npz", "-o", d / "g.npz"],
+         ["net.npz", "not a safetensors file"]),
+        (["convert", "network", d / "net.npz", "--to", "safetensors", "--layers", "a,b",
+          "-o", d / "g.safetensors"], ["2 layer names for 3 layers"]),
     ]
     (d / "a-dir").mkdir(exist_ok=True)
     check_cases(cases)
