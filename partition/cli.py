@@ -120,18 +120,32 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
 
 
-def format_stats(stats, sizes: Sequence[int]) -> str:  # noqa: ANN001
-    rows = [["layer", "neurons", "forward", "backward", "rank pairs", "imbalance"]]
+def _objective_volume(stats, objective: str) -> str:  # noqa: ANN001
+    """The volume the plan was optimised for first, the other beside it."""
+    if objective == "infer":
+        return (f"forward volume {stats.forward_total:,} rows per pass (the objective; "
+                f"{stats.volume:,} with training's backward)")
+    return f"volume {stats.volume:,} rows per training step ({stats.forward_total:,} forward)"
+
+
+def format_stats(stats, sizes: Sequence[int],  # noqa: ANN001
+                 limits: Sequence[float] | None = None, objective: str = "train") -> str:
+    rows = [["layer", "neurons", "forward", "backward", "rank pairs", "imbalance"]
+            + (["limit"] if limits is not None else [])]
     for k in range(1, len(sizes)):
-        rows.append([str(k), f"{sizes[k]:,}", f"{stats.forward[k - 1]:,}",
-                     f"{stats.backward[k - 1]:,}", str(stats.pairs[k - 1]),
-                     f"{100 * stats.imbalance[k - 1]:.2f}%"])
+        imb = stats.imbalance[k - 1]
+        row = [str(k), f"{sizes[k]:,}", f"{stats.forward[k - 1]:,}",
+               f"{stats.backward[k - 1]:,}", str(stats.pairs[k - 1]), f"{100 * imb:.2f}%"]
+        if limits is not None:
+            row.append(f"{100 * limits[k - 1]:.2f}%" + (" OVER" if imb > limits[k - 1] + 1e-9
+                                                        else ""))
+        rows.append(row)
     rows.append(["total", f"{sum(sizes):,}", f"{stats.forward_total:,}",
                  f"{stats.backward_total:,}", str(sum(stats.pairs)),
-                 f"{100 * stats.max_imbalance:.2f}% max"])
+                 f"{100 * stats.max_imbalance:.2f}% max"] + ([""] if limits is not None else []))
     s = stats.summary()
-    return (_table(rows) + f"\nvolume {stats.volume:,} rows per minibatch (x batch size x item "
-            f"size bytes); per rank sent max {s['max_sent']:,} mean {s['mean_sent']:,.0f}, "
+    return (_table(rows) + f"\n{_objective_volume(stats, objective)} (bytes: rows x batch "
+            f"x item size); per rank sent max {s['max_sent']:,} mean {s['mean_sent']:,.0f}, "
             f"received max {s['max_received']:,} mean {s['mean_received']:,.0f}")
 
 
@@ -159,7 +173,7 @@ def _compare(patterns, owners, nparts: int, name: str, seed: int) -> str:  # noq
 
 
 def cmd_partition(argv: Sequence[str]) -> None:
-    from spdnn.plan import plan_statistics, save_plan
+    from spdnn.plan import balance_report, imbalance_limits, plan_statistics, save_plan
 
     from .methods import partition_network
 
@@ -184,25 +198,35 @@ def cmd_partition(argv: Sequence[str]) -> None:
                              threads=args.threads)
     save_plan(plan, args.output)
     stats = plan_statistics(patterns, plan.owners, args.nparts)
-    print(f"wrote {args.output}: P={args.nparts}, method {args.method} "
-          f"(objective {args.objective}), volume {stats.volume:,} "
-          f"rows ({stats.forward_total:,} forward), max imbalance "
-          f"{100 * stats.max_imbalance:.2f}%, {plan.meta['partition_seconds']:.1f} s")
+    limits = imbalance_limits(patterns, args.nparts, args.epsilon)
+    print(f"wrote {args.output}: P={args.nparts}, method {args.method}, "
+          f"{_objective_volume(stats, args.objective)}; "
+          f"{balance_report(stats, limits)}; {plan.meta['partition_seconds']:.1f} s")
     if args.compare:
         print(_compare(patterns, plan.owners, args.nparts, args.method, args.seed))
 
 
 def cmd_stats(argv: Sequence[str]) -> None:
-    from spdnn.plan import load_plan, plan_statistics, step_values
+    from spdnn.plan import (
+        balance_report,
+        imbalance_limits,
+        load_plan,
+        plan_statistics,
+        step_values,
+    )
 
     args = _parser_stats().parse_args(argv)
     bundle, patterns = _load(args.network)
     plan = load_plan(args.plan)
     plan.check_for(bundle.sizes, bundle.fingerprint(), args.plan)
     stats = plan_statistics(patterns, plan.owners, plan.nparts)
+    objective = plan.meta.get("objective", "train")
+    epsilon = plan.meta.get("epsilon")
+    limits = imbalance_limits(patterns, plan.nparts, float(epsilon)) \
+        if isinstance(epsilon, (int, float)) else None
     print(f"plan {args.plan}: P={plan.nparts}, method {plan.meta.get('method', '?')}, "
-          f"objective {plan.meta.get('objective', 'train')}")
-    print(format_stats(stats, bundle.sizes))
+          f"objective {objective}; {balance_report(stats, limits)}")
+    print(format_stats(stats, bundle.sizes, limits, objective))
     if args.compare:
         print(_compare(patterns, plan.owners, plan.nparts, plan.meta.get("method", "plan"),
                        int(plan.meta.get("seed", 0) or 0)))

@@ -180,6 +180,35 @@ def imbalance_of(loads: np.ndarray) -> float:
     return float(loads.max() / avg - 1) if avg > 0 else 0.0
 
 
+def imbalance_limits(patterns: Iterable[Pattern], nparts: int, epsilon: float
+                     ) -> tuple[float, ...]:
+    """Per layer, the imbalance the partitioner allows (as ``imbalance``: max load / average
+    - 1): a part may hold (1 + epsilon) x the average load plus one row, so a layer of few,
+    heavy rows (a classifier head) may be far from even and still within its limit."""
+    limits = []
+    for indptr, _, _ in patterns:
+        w = np.diff(indptr)
+        total = float(w.sum())
+        limits.append(epsilon + float(w.max()) * nparts / total if total > 0 else 0.0)
+    return tuple(limits)
+
+
+def balance_report(stats: PlanStats, limits: Sequence[float] | None) -> str:
+    """One phrase: the worst layer against its limit, or the layers over it."""
+    if not stats.imbalance:
+        return "no layers"
+    worst = int(np.argmax(stats.imbalance))
+    if limits is None:
+        return f"max imbalance {100 * stats.imbalance[worst]:.2f}% (layer {worst + 1})"
+    over = [k for k, (i, lim) in enumerate(zip(stats.imbalance, limits)) if i > lim + 1e-9]
+    if over:
+        return "OVER the balance limit on layer(s) " + ", ".join(
+            f"{k + 1} ({100 * stats.imbalance[k]:.2f}% > {100 * limits[k]:.2f}%)" for k in over)
+    return (f"every layer within its balance limit (max imbalance "
+            f"{100 * stats.imbalance[worst]:.2f}% on layer {worst + 1}, whose limit is "
+            f"{100 * limits[worst]:.2f}%)")
+
+
 def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray],
                     nparts: int) -> PlanStats:
     """Statistics of ``owners`` on a network given as per-layer sparsity patterns."""

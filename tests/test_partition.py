@@ -155,10 +155,15 @@ def test_cli_partition_stats_compare(tmp_path):
     assert plan.meta["objective"] == "train"
     proc = run_spdnn(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "infer.npz",
                      "--objective", "infer", "--quiet", module="partition")
-    assert proc.returncode == 0 and "objective infer" in proc.stdout, proc.stderr
+    # The summary leads with the volume that was optimised, and balance against each limit.
+    assert proc.returncode == 0 and "forward volume" in proc.stdout and \
+        "(the objective;" in proc.stdout, proc.stderr
+    assert "within its balance limit" in proc.stdout
     assert load_plan(tmp_path / "infer.npz").meta["objective"] == "infer"
     proc = run_spdnn("stats", tmp_path / "net.npz", tmp_path / "plan.npz", module="partition")
     assert proc.returncode == 0 and "imbalance" in proc.stdout and "total" in proc.stdout
+    assert "limit" in proc.stdout and "OVER" not in proc.stdout
+    assert "volume" in proc.stdout and "per training step" in proc.stdout
     proc = run_spdnn("export", tmp_path / "net.npz", "-o", tmp_path / "g.hgr", module="partition")
     assert proc.returncode == 0, proc.stderr
     n = sum((20, 24, 24, 4))

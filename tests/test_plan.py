@@ -117,3 +117,21 @@ def test_step_values_and_the_stats_command(tmp_path):
         in proc.stdout
     assert_one_line_error(run_spdnn("stats", tmp_path / "net.npz", tmp_path / "plan.npz",
                                     "--replicas", "2", module="partition"), "go together")
+
+
+def test_imbalance_limits_and_the_balance_report():
+    from spdnn.plan import PlanStats, balance_report, imbalance_limits
+
+    # Layer 1: 8 rows of 2 nonzeros; layer 2: 3 heavy rows (a head) of 8.
+    one = (np.arange(0, 17, 2), np.zeros(16, np.int64), (8, 4))
+    head = (np.arange(0, 25, 8), np.zeros(24, np.int64), (3, 8))
+    limits = imbalance_limits([one, head], 2, 0.03)
+    # A part may hold (1 + eps) x average + the heaviest row: eps + w_max x P / total.
+    assert limits == pytest.approx((0.03 + 2 * 2 / 16, 0.03 + 8 * 2 / 24))
+    within = PlanStats(2, (1, 2), (0, 2), (1, 1), (0.0, 1 / 3), (1, 1), (1, 1))
+    assert balance_report(within, limits).startswith("every layer within its balance limit")
+    assert "33.33% on layer 2, whose limit is 69.67%" in balance_report(within, limits)
+    over = PlanStats(2, (1, 2), (0, 2), (1, 1), (0.5, 1 / 3), (1, 1), (1, 1))
+    assert balance_report(over, limits) == \
+        "OVER the balance limit on layer(s) 1 (50.00% > 28.00%)"
+    assert balance_report(over, None) == "max imbalance 50.00% (layer 1)"
