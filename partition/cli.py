@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
 
 from spdnn import threads  # noqa: F401  (pins BLAS threads before numpy loads)
 from spdnn.errors import SpdnnError
+from spdnn.options import check_outputs
 
 EXAMPLES = """\
 examples:
@@ -70,6 +72,9 @@ def _parser_stats() -> argparse.ArgumentParser:
                    help="also predict the values one training step moves on R replicas of "
                         "this plan (expand, fold and the gradient sums); needs --batch-size")
     p.add_argument("--batch-size", type=int, default=None, metavar="B")
+    p.add_argument("--plot", metavar="FILE",
+                   help="draw per-layer forward and backward volume beside the baselines, and "
+                        "each rank's rows sent and received (.png/.pdf/.svg; needs matplotlib)")
     return p
 
 
@@ -159,7 +164,8 @@ def format_compare(named: dict, ref: str) -> str:
     return _table(rows)
 
 
-def _compare(patterns, owners, nparts: int, name: str, seed: int) -> str:  # noqa: ANN001
+def _named_stats(patterns, owners, nparts: int, name: str, seed: int) -> dict:  # noqa: ANN001
+    """The plan's statistics, then each baseline's."""
     from spdnn.plan import plan_statistics
 
     from .methods import BASELINES, baseline_owners
@@ -169,6 +175,11 @@ def _compare(patterns, owners, nparts: int, name: str, seed: int) -> str:  # noq
         if b != name:
             named[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed),
                                        nparts)
+    return named
+
+
+def _compare(patterns, owners, nparts: int, name: str, seed: int) -> str:  # noqa: ANN001
+    named = _named_stats(patterns, owners, nparts, name, seed)
     return format_compare(named, "block" if name != "block" else name)
 
 
@@ -227,9 +238,20 @@ def cmd_stats(argv: Sequence[str]) -> None:
     print(f"plan {args.plan}: P={plan.nparts}, method {plan.meta.get('method', '?')}, "
           f"objective {objective}; {balance_report(stats, limits)}")
     print(format_stats(stats, bundle.sizes, limits, objective))
-    if args.compare:
-        print(_compare(patterns, plan.owners, plan.nparts, plan.meta.get("method", "plan"),
-                       int(plan.meta.get("seed", 0) or 0)))
+    if args.plot:
+        check_outputs([("--plot", args.plot)])
+    if args.compare or args.plot:
+        method = plan.meta.get("method", "plan")
+        named = _named_stats(patterns, plan.owners, plan.nparts, method,
+                             int(plan.meta.get("seed", 0) or 0))
+        if args.compare:
+            print(format_compare(named, "block" if method != "block" else method))
+        if args.plot:
+            from spdnn.plots import plot_plan
+
+            plot_plan(named, bundle.sizes, f"{os.path.basename(args.plan)}: P={plan.nparts}, "
+                      f"{method} plan and baselines", args.plot)
+            print(f"wrote {args.plot}")
     if args.replicas is not None or args.batch_size is not None:
         if not (args.replicas or 0) >= 1 or not (args.batch_size or 0) >= 1:
             raise SpdnnError("--replicas and --batch-size go together, each at least 1")

@@ -73,6 +73,11 @@ examples:
   spdnn convert safetensors pruned_mlp.safetensors --layers fc1,fc2,fc3 -o mlp.npz
   spdnn convert network trained.npz --to safetensors -o trained.safetensors
 """,
+    "plot": """\
+examples:
+  spdnn train --network net.npz --data digits --epochs 20 --metrics-out train.json
+  spdnn plot train.json -o train.png
+""",
     "radixnet": """\
 examples:
   spdnn generate radixnet --neurons 1024 --layers 120 --seed 0 -o rx1024.npz
@@ -261,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
     inf.add_argument("--metrics-out", help="write metrics as JSON")
+
+    pl = _command(sub, "plot", "plot a training run",
+                  "Loss, train and test accuracy and samples/s per epoch of a run, from its "
+                  "--metrics-out file (needs matplotlib: pip install matplotlib).")
+    pl.add_argument("metrics", help="JSON from spdnn train --metrics-out")
+    pl.add_argument("-o", "--output", required=True, help="image to write: .png, .pdf or .svg")
     return parser
 
 

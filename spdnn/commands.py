@@ -317,5 +317,14 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> None:
+    from .plots import plot_training
+
+    check_outputs([("-o", args.output)])
+    plot_training(args.metrics, args.output)
+    print(f"wrote {args.output}")
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
-    "convert": cmd_convert, "generate": cmd_generate, "train": cmd_train, "infer": cmd_infer}
+    "convert": cmd_convert, "generate": cmd_generate, "train": cmd_train, "infer": cmd_infer,
+    "plot": cmd_plot}
