@@ -65,14 +65,11 @@ def cmd_convert(args: argparse.Namespace) -> None:
             raise InputError(args.inputs[1], "safetensors takes one file")
         net = read_safetensors(args.inputs[0], names if args.to == "network" else None,
                                args.dtype, args.cap, args.output_activation or "linear")
-        if count is not None:
-            net = Network(net.layers[:count], net.activation, net.cap, net.output_activation,
-                          net.extra)
     else:
         net = load_network(args.inputs[0], args.dtype)
-        if count is not None:
-            net = Network(net.layers[:count], net.activation, net.cap, net.output_activation,
-                          net.extra)
+    if count is not None and args.source in ("safetensors", "network"):
+        net = Network(net.layers[:count], net.activation, net.cap, net.output_activation,
+                      net.extra)
     if args.to == "network":
         save_network(net, args.output)
     elif args.to == "safetensors":

@@ -211,6 +211,9 @@ def test_cli_convert_both_ways(tmp_path):
     assert trained.extra["safetensors"]["names"] == ["hidden", "out"]
     assert trained.fingerprint() == net.fingerprint()
     assert not np.array_equal(trained.layers[0].weight.data, net.layers[0].weight.data)
+    proc = run_spdnn("convert", "network", tmp_path / "net.npz", "--layers", "1", "-o",
+                     tmp_path / "first.npz")  # a count keeps the first layers
+    assert proc.returncode == 0 and load_network(tmp_path / "first.npz").sizes == (64, 16)
     proc = run_spdnn("convert", "safetensors", path, "--layers", "fc9", "-o",
                      tmp_path / "x.npz")
     assert_one_line_error(proc, "no layer named 'fc9'")
