@@ -1,0 +1,73 @@
+"""The README's shell blocks run as written: every ```bash block that does not need ``../shared``
+runs, in order, in one empty directory, with the commands a user has after ``source
+.venv/bin/activate`` (``spdnn``, ``spdnn-partition``, ``mpirun``, ``python``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+BIN = Path(sys.executable).parent
+# The test command itself cannot run inside its own suite; main.sh is run by its own test below.
+NOT_HERE = {"bash scripts/test.sh", "bash scripts/main.sh"}
+
+
+def shell_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
+
+
+def runnable_blocks() -> list[str]:
+    return [b for b in shell_blocks() if "../shared" not in b and b.strip() not in NOT_HERE]
+
+
+def user_env() -> dict[str, str]:
+    missing = [c for c in ("spdnn", "spdnn-partition", "mpirun") if not (BIN / c).exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed beside {sys.executable} "
+                    "(run the suite through scripts/test.sh)")
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(ROOT)}
+
+
+def test_the_readme_has_the_blocks_this_test_expects():
+    blocks = shell_blocks()
+    assert [b.strip() for b in blocks[:2]] == ["bash scripts/main.sh", "bash scripts/test.sh"]
+    runnable = runnable_blocks()
+    # The distributed run, the replicas, the partitioner and the one-process commands.
+    assert len(runnable) >= 4
+    joined = "\n".join(runnable)
+    for command in ("mpirun -n 4 spdnn train", "--resume", "spdnn infer", "--replicas 2",
+                    "spdnn-partition import", "spdnn convert safetensors", "spdnn plot"):
+        assert command in joined, command
+
+
+def test_readme_blocks_run_as_written(tmp_path):
+    env = user_env()
+    for block in runnable_blocks():
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"README block failed:\n{block}\n{proc.stdout[-3000:]}" \
+                                     f"\n{proc.stderr[-3000:]}"
+    # What the blocks promise to leave behind.
+    for name in ("trained.npz", "plan4.npz", "plan2.npz", "imported8.npz", "train1.png",
+                 "from_mtx.npz", "from_torch.npz", "pruned.npz", "rx1024.npz"):
+        assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_the_main_job_prints_both_plans(tmp_path):
+    env = {**user_env(), "SPDNN_OUT": str(tmp_path / "out"), "SPDNN_VENV": sys.prefix}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "main.sh")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = proc.stdout[proc.stdout.index("== 5."):]
+    assert re.search(r"^\s*hypergraph\s", summary, re.M), summary
+    assert re.search(r"^\s*block\s", summary, re.M), summary
+    assert "fewer rows" in summary and "counted traffic equals each plan" in summary, summary
