@@ -31,6 +31,8 @@ examples:
   spdnn-partition stats net.npz plan.npz                   # the statistics table of a plan
   spdnn-partition export net.npz -o net.hgr                # hMETIS hypergraph for other tools
   spdnn-partition import net.npz net.hgr.part.8 -P 8 -o plan.npz
+  spdnn-partition model net.npz --plans plan2.npz plan4.npz --batch-size 256 \\
+      --calibration machine.json --replicas 1,2,4      # predicted time per step
 """
 
 
@@ -39,7 +41,7 @@ def _parser_partition() -> argparse.ArgumentParser:
         prog="spdnn-partition",
         description="Assign every neuron of every layer to one of P ranks, minimising the "
                     "communication volume with every layer balanced; writes a plan file. "
-                    "Other forms: 'spdnn-partition stats|export|import ...'.",
+                    "Other forms: 'spdnn-partition stats|export|import|model ...'.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("network", help="network bundle (.npz)")
     p.add_argument("-P", "--nparts", type=int, required=True, help="number of ranks")
@@ -238,7 +240,14 @@ def cmd_import(argv: Sequence[str]) -> None:
           f"{100 * stats.max_imbalance:.2f}%")
 
 
-SUBCOMMANDS = {"stats": cmd_stats, "export": cmd_export, "import": cmd_import}
+def cmd_model(argv: Sequence[str]) -> None:
+    from .model import cmd_model as run
+
+    run(argv)
+
+
+SUBCOMMANDS = {"stats": cmd_stats, "export": cmd_export, "import": cmd_import,
+               "model": cmd_model}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -68,6 +68,8 @@ def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, n
     counted = {k: getattr(t, k) for k in pred}
     equal = all(np.array_equal(counted[k], pred[k]) for k in pred)
     counted["forward_sent"], counted["backward_sent"] = t.forward_sent, t.backward_sent
+    counted["forward_messages"] = t.forward_messages
+    counted["backward_messages"] = t.backward_messages
     return {"counted": {k: v.tolist() for k, v in counted.items()},
             "predicted": {k: v.tolist() for k, v in pred.items()},
             "equal": bool(equal), "plan_volume_rows": int(forward.sum() + backward.sum()),

@@ -107,6 +107,12 @@ examples:
   spdnn train --network net.npz --data digits --threads 2       # one rank, 2 kernel threads
   mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits --exchange dense
 """,
+    "calibrate": """\
+examples:
+  mpirun -n 2 spdnn calibrate -o machine.json      # one rank per core of a node
+  spdnn-partition model net.npz --plans plan2.npz plan4.npz --batch-size 256 \\
+      --calibration machine.json --replicas 1,2,4
+""",
     "infer": """\
 examples:
   spdnn infer --network trained.npz --inputs digits
@@ -266,6 +272,17 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
     inf.add_argument("--metrics-out", help="write metrics as JSON")
+
+    cal = _command(sub, "calibrate", "measure this machine for the cost model",
+                   "Measure, on every rank at once, the time per nonzero x sample of the local "
+                   "products over a grid of batch sizes and input rows, the runtime's fixed "
+                   "costs per layer, step and message, and (on 2 or more ranks) the latency "
+                   "and bandwidth between ranks 0 and 1 and of the all-reduce. Run it with as "
+                   "many ranks as a node will run; it takes about a minute. The file feeds "
+                   "spdnn-partition model and spdnn train --replicas auto.")
+    cal.add_argument("-o", "--output", required=True, help="calibration to write (.json)")
+    cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
+                     help="kernel tables to measure")
 
     pl = _command(sub, "plot", "plot a training run",
                   "Loss, train and test accuracy and samples/s per epoch of a run, from its "

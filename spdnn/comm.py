@@ -38,13 +38,18 @@ class Communicator:
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
 
+    @staticmethod
+    def self_only() -> Communicator:
+        """This process alone (MPI_COMM_SELF, not duplicated): for measurements on one rank."""
+        return Communicator(MPI.COMM_SELF, duplicate=False)
+
     def split(self, color: int, key: int | None = None) -> Communicator:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``."""
         sub = self._comm.Split(color, self.rank if key is None else key)
         return Communicator(sub, duplicate=False)
 
     def free(self) -> None:
-        if self._comm != MPI.COMM_NULL:
+        if self._comm not in (MPI.COMM_NULL, MPI.COMM_SELF, MPI.COMM_WORLD):
             self._comm.Free()
 
     def __enter__(self) -> Communicator:

@@ -322,6 +322,13 @@ def cmd_plot(args: argparse.Namespace) -> None:
     print(f"wrote {args.output}")
 
 
+@collectively
+def cmd_calibrate(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from .calibrate import run_calibrate
+
+    return run_calibrate(comm, args.output, args.dtype)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "convert": cmd_convert, "generate": cmd_generate, "train": cmd_train, "infer": cmd_infer,
-    "plot": cmd_plot}
+    "plot": cmd_plot, "calibrate": cmd_calibrate}

@@ -115,7 +115,7 @@ class DistributedNetwork:
         t0 = time.perf_counter()
         reqs, sent = layer.exchange.start_expand(xbuf)
         self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
-                           sent)
+                           sent, len(layer.exchange.send_peers))
         t1 = time.perf_counter()
         own = layer.view("owned_cols")
         for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
@@ -255,7 +255,8 @@ class DistributedNetwork:
                                       (n_own, n_buf), base=n_own)
             t1 = time.perf_counter()
             reqs, recv, sent = ex.start_fold(ws.ghost[i], ws.xbufs[i])
-            self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize, sent)
+            self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize, sent,
+                               len(ex.recv_peers))
             t2 = time.perf_counter()
             g = ws.partial[i]
             # With no partials coming in, the activation mask is applied inside the pass.

@@ -29,9 +29,9 @@ from .errors import SpdnnError
 
 _FIELDS = ("forward_rows", "forward_bytes", "forward_passes", "forward_samples",
            "backward_rows", "backward_bytes", "backward_passes", "backward_samples",
-           "forward_sent", "backward_sent")
+           "forward_sent", "backward_sent", "forward_messages", "backward_messages")
 _SUMMED = ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes", "forward_sent",
-           "backward_sent", "grad_values")
+           "backward_sent", "forward_messages", "backward_messages", "grad_values")
 
 
 @dataclass
@@ -51,6 +51,8 @@ class Traffic:
     backward_samples: np.ndarray
     forward_sent: np.ndarray
     backward_sent: np.ndarray
+    forward_messages: np.ndarray  # messages sent (one per peer and pass)
+    backward_messages: np.ndarray
     grad_values: np.ndarray  # values this rank put into the gradient sums over replicas
 
     @staticmethod
@@ -58,12 +60,13 @@ class Traffic:
         return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in range(len(_FIELDS) + 1)])
 
     def count(self, direction: str, i: int, rows: int, batch: int, itemsize: int,
-              sent: int) -> None:
+              sent: int, messages: int) -> None:
         getattr(self, f"{direction}_rows")[i] += rows
         getattr(self, f"{direction}_bytes")[i] += rows * batch * itemsize
         getattr(self, f"{direction}_passes")[i] += 1
         getattr(self, f"{direction}_samples")[i] += batch
         getattr(self, f"{direction}_sent")[i] += sent
+        getattr(self, f"{direction}_messages")[i] += messages
 
     @property
     def bytes_sent(self) -> int:

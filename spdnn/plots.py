@@ -107,3 +107,42 @@ def plot_plan(named: Mapping[str, Any], sizes: Sequence[int], title: str,
     fig.suptitle(title, y=1.03)
     _save(fig, output)
     plt.close(fig)
+
+
+def best_by_ranks(points: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """The smallest value for every rank count."""
+    best: dict[int, float] = {}
+    for ranks, value in points:
+        best[ranks] = min(value, best.get(ranks, value))
+    return best
+
+
+def plot_scaling(curves: Mapping[str, Sequence[tuple[int, float]]], title: str,
+                 output: str | os.PathLike, extrapolated_from: int | None = None) -> None:
+    """Predicted speed-up against ranks, one line per curve plus the best at every P (log-log);
+    points beyond ``extrapolated_from`` ranks are marked as extrapolated."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    best: dict[int, float] = {}
+    for name, points in curves.items():
+        pts = sorted(points)
+        ax.plot([p for p, _ in pts], [s for _, s in pts], marker="o", ms=3, lw=1, label=name)
+        for p, s in pts:
+            best[p] = max(s, best.get(p, s))
+    pts = sorted(best.items())
+    ax.plot([p for p, _ in pts], [s for _, s in pts], color="black", lw=2.5, alpha=0.35,
+            label="best grid")
+    top = max(p for p, _ in pts)
+    ax.plot([1, top], [1, top], color="grey", ls=":", lw=1, label="linear")
+    if extrapolated_from is not None and extrapolated_from < top:
+        ax.axvspan(extrapolated_from, top, color="grey", alpha=0.08,
+                   label=f"beyond P = {extrapolated_from}: plans not partitioned")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("predicted speed-up over P = 1")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(fig, output)
+    plt.close(fig)

@@ -1,0 +1,186 @@
+"""The cost model against measured training steps on this machine, side by side.
+
+    mpirun -n 2 spdnn calibrate -o machine.json
+    python scripts/validate_model.py --calibration machine.json [--rounds 2] [--steps 5]
+                                     [--batch 32 256] [--networks mlp random radixnet]
+                                     [--no-write]
+
+Networks (float32, a dense 10-way head, synthetic inputs and labels): `mlp`, the MNIST MLP
+784 -> 1024 -> 1024 (fan-in 32); `random`, 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first
+3 RadiX-Net layers of 16384 neurons. Grids: P = 1; P = 2 as 2 parts x 1 replica under the
+hypergraph and the block plan; and 1 part x 2 replicas. Each configuration runs in a fresh
+process (mpiexec for P = 2) that times `steps` SGD steps (momentum 0.9, `--exchange dense`,
+which the model assumes) after 2 warm-up steps and reports the median of the slowest rank's
+step; rounds are interleaved and their median kept. Writes the table to docs/SCALING.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, table, write_section  # noqa: E402
+
+BIN = Path(sys.executable).parent
+HERE = Path(__file__).resolve()
+SCALING = ROOT / "docs" / "SCALING.md"
+CONFIGS = (("1x1", None, 1), ("2x1", "hypergraph", 1), ("2x1", "block", 1), ("1x2", None, 2))
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One configuration's median step (the parent imported spdnn first, so BLAS and numba
+    run one thread per rank here too: the pinned variables are inherited)."""
+    from spdnn.comm import Communicator
+    from spdnn.optim import SGD, SGDConfig, interleave
+    from spdnn.session import open_network
+
+    comm = Communicator()
+    batch = args.batch[0]
+    dnet = open_network(comm, args.net, args.plan, "float32", args.replicas, "dense").dnet
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, dnet.sizes[0])).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    mine = np.arange(batch)[dnet.grid.share(batch)]
+    xs = np.ascontiguousarray(x[mine][:, dnet.input_rows].T)
+    opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
+
+    def timed() -> float:
+        comm.barrier()
+        t0 = time.perf_counter()
+        fwd = dnet.forward(xs)
+        _, _, gw, gb = dnet.backward(fwd, y[mine], "cross_entropy", batch)
+        opt.step(interleave(gw, gb))
+        dnet.sync()
+        return float(comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0])
+
+    for _ in range(2):
+        timed()
+    times = [timed() for _ in range(args.steps)]
+    if comm.rank == 0:
+        print(json.dumps({"median": statistics.median(times)}))
+
+
+def measure(work: Path, net: str, plan: str | None, replicas: int, batch: int,
+            steps: int) -> float:
+    ranks = 2 if plan or replicas > 1 else 1
+    cmd = [sys.executable, str(HERE), "--worker", "--net", str(work / net), "--batch",
+           str(batch), "--steps", str(steps), "--replicas", str(replicas)]
+    if plan:
+        cmd += ["--plan", str(work / plan)]
+    if ranks > 1:
+        cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1200)
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["median"])
+
+
+def build(name: str):  # noqa: ANN201
+    from spdnn.generate import add_head, radixnet, random_network
+
+    if name == "mlp":
+        return random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
+    if name == "random":
+        return random_network([4096, 16384, 16384, 16384], 32, seed=0, n_classes=10)
+    return add_head(radixnet(16384, 3, seed=0), 10, seed=0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calibration", help="from spdnn calibrate (run on 2 ranks)")
+    ap.add_argument("--networks", nargs="+", choices=["mlp", "random", "radixnet"],
+                    default=["mlp", "random", "radixnet"])
+    ap.add_argument("--batch", type=int, nargs="+", default=[32, 256])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--net", help=argparse.SUPPRESS)
+    ap.add_argument("--plan", help=argparse.SUPPRESS)
+    ap.add_argument("--replicas", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    if not args.calibration:
+        ap.error("--calibration is required")
+    from partition.methods import partition_network
+    from spdnn.bundle import save_network
+    from spdnn.costmodel import Machine, predict, single_part
+    from spdnn.machine import load_calibration
+    from spdnn.plan import network_patterns, save_plan
+    from spdnn.workload import workload
+
+    machine = Machine(load_calibration(args.calibration))
+    rows, misses, orders = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in args.networks:
+            net = build(name)
+            save_network(net, work / f"{name}.npz")
+            pats = network_patterns(net)
+            works = {"1x1": workload(pats, single_part(net.sizes))}
+            for method in ("hypergraph", "block"):
+                plan = partition_network(pats, 2, method, seed=0, fingerprint=net.fingerprint())
+                save_plan(plan, work / f"{name}-{method}.npz")
+                works[method] = workload(pats, plan)
+            for batch in args.batch:
+                measured: dict[tuple, list[float]] = {c: [] for c in CONFIGS}
+                for _ in range(args.rounds):
+                    for c in CONFIGS:
+                        grid, method, replicas = c
+                        plan = f"{name}-{method}.npz" if method else None
+                        measured[c].append(measure(work, f"{name}.npz", plan, replicas, batch,
+                                                   args.steps))
+                preds = {}
+                for c in CONFIGS:
+                    grid, method, replicas = c
+                    w = works[method] if method else works["1x1"]
+                    preds[c] = predict(w, machine, batch, replicas)
+                    m = statistics.median(measured[c])
+                    err = preds[c].seconds / m - 1
+                    misses.append(abs(err))
+                    p = preds[c]
+                    rows.append([name, str(batch), grid, method or "-", f"{1e3 * m:.1f}",
+                                 f"{1e3 * p.seconds:.1f}", f"{100 * err:+.0f}%",
+                                 f"{100 * p.compute / p.seconds:.0f} / "
+                                 f"{100 * p.exchange / p.seconds:.0f} / "
+                                 f"{100 * p.gradient / p.seconds:.0f}"])
+                    print(" | ".join(rows[-1]), flush=True)
+                by_meas = sorted(CONFIGS, key=lambda c: statistics.median(measured[c]))
+                by_pred = sorted(CONFIGS, key=lambda c: preds[c].seconds)
+                same = by_meas == by_pred
+                orders.append(same)
+                label = lambda c: f"{c[0]} {c[1] or ''}".strip()  # noqa: E731
+                print(f"{name}, batch {batch}: measured order "
+                      f"{', '.join(map(label, by_meas))}; predicted "
+                      f"{', '.join(map(label, by_pred))} ({'same' if same else 'DIFFERENT'})",
+                      flush=True)
+    worst = max(misses)
+    summary = (f"Largest miss {100 * worst:.0f}% over {len(misses)} cases; the model ranks "
+               f"the grids and plans as measured in {sum(orders)} of {len(orders)} "
+               "(network, batch) cases.")
+    print(summary)
+    if not args.no_write:
+        cmd = "python scripts/validate_model.py --calibration machine.json " + \
+              f"--rounds {args.rounds} --steps {args.steps}"
+        body = (f"Command: `mpirun -n 2 spdnn calibrate -o machine.json` then `{cmd}` "
+                f"(float32, `--exchange dense`, median of {args.rounds} interleaved rounds of "
+                f"{args.steps} steps, slowest rank). Share: compute / exchange / gradient sum "
+                "of the predicted step, on the rank that finishes last.\n\n"
+                + table(["network", "batch", "grid", "plan", "measured ms", "predicted ms",
+                         "error", "share %"], rows) + "\n\n" + summary)
+        write_section("validation", "Validation on this machine", body, SCALING)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

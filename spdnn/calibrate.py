@@ -1,0 +1,256 @@
+"""``spdnn calibrate``: measure what the cost model needs on this host (spdnn.machine).
+
+Every rank measures the kernels and the runtime's fixed costs at the same time, as they run in
+a job (memory bandwidth and caches are shared), and the mean over ranks is kept; ranks 0 and 1
+then measure point-to-point latency and bandwidth (ping-pong), and all ranks the all-reduce.
+Run it with as many ranks per node as the jobs it will predict (one per core).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from . import kernels
+from .bundle import save_network
+from .comm import Communicator
+from .generate import fixed_fan_in
+from .machine import KERNELS, Calibration, KernelTable, Network
+from .optim import SGD, SGDConfig, interleave
+
+BATCHES = (8, 16, 32, 64, 128, 256, 512)
+INPUTS = (256, 1024, 4096, 16384, 65536)
+FAN_IN = 32
+UNITS = 2**23  # nonzeros x samples per timed kernel call
+SIZES = (8, 1024, 16384, 131072, 1048576, 4194304)  # bytes, ping-pong and all-reduce
+
+
+def _median_time(fn: Callable[[], object], reps: int) -> float:
+    fn()  # warm: pages faulted in, caches as in a steady loop
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def _kernel_ns(w, x: np.ndarray, d: np.ndarray, reps: int) -> list[float]:  # noqa: ANN001
+    """ns per nonzero x sample of the three products of one layer ``w`` on inputs ``x``."""
+    rows, b, dtype = w.shape[0], x.shape[1], x.dtype
+    wt, order = kernels.transpose(w)
+    z, h = np.empty((rows, b), dtype), np.empty((rows, b), dtype)
+    g = np.empty((x.shape[0], b), dtype)
+    gw, gb, bias = np.empty(w.nnz, dtype), np.empty(rows, dtype), np.zeros(rows, dtype)
+    units = w.nnz * b * 1e-9
+    return [_median_time(lambda: kernels.spmm_act(w, x, bias, None, z, h), reps) / units,
+            _median_time(lambda: kernels.backward_products(wt, order, d, x, g, gw), reps)
+            / units,
+            _median_time(lambda: kernels.sddmm(w, d, x, out=gw, bias_grad=gb), reps) / units]
+
+
+def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelTable:
+    """ns per nonzero x sample of the forward product, the two backward products (one pass)
+    and the weight gradient alone (first layer), on random fixed fan-in layers."""
+    ns = {k: np.zeros((len(INPUTS), len(BATCHES))) for k in KERNELS}
+    x_all = rng.random(max(INPUTS) * max(BATCHES)).astype(dtype)
+    for j, n_in in enumerate(INPUTS):
+        for i, b in enumerate(BATCHES):
+            rows = max(8, UNITS // (b * FAN_IN))
+            w = fixed_fan_in(rows, n_in, FAN_IN, rng, dtype)
+            x = x_all[: n_in * b].reshape(n_in, b)
+            d = x_all[-rows * b:].reshape(rows, b)
+            for k, value in zip(KERNELS, _kernel_ns(w, x, d, reps)):
+                ns[k][j, i] = value
+    return KernelTable(BATCHES, INPUTS, ns)
+
+
+def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
+    """Forward and whole-step seconds of a tiny network (8 neurons per layer, batch 1) on
+    this rank alone: the runtime's fixed costs per layer and per step."""
+    from .network import Layer, Network
+    from .session import open_network
+
+    rng = np.random.default_rng(layers)
+    net_layers = [Layer(fixed_fan_in(8, 8, 2, rng, dtype), np.zeros(8, dtype))
+                  for _ in range(layers)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tiny.npz")
+        save_network(Network(tuple(net_layers)), path)
+        run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
+    dnet = run.dnet
+    x = np.ones((8, 1), dtype)
+    y = np.zeros(1, np.int64)
+    opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
+
+    def step() -> None:
+        fwd = dnet.forward(x)
+        _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy", 1)
+        opt.step(interleave(gw, gb))
+        dnet.sync()
+
+    forward = _median_time(lambda: [dnet.forward(x) for _ in range(20)], reps) / 20
+    whole = _median_time(lambda: [step() for _ in range(20)], reps) / 20
+    dnet.grid.free()
+    return forward, whole
+
+
+def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[str, float]:
+    """Fixed costs of the Python runtime and the element-wise work, on this rank alone."""
+    f2, s2 = _tiny_step_times(2, dtype, reps)
+    f18, s18 = _tiny_step_times(18, dtype, reps)
+    layer_f = max((f18 - f2) / 16, 0.0)
+    layer_b = max(((s18 - f18) - (s2 - f2)) / 16, 0.0)
+    me = Communicator.self_only()
+    tiny = np.zeros(1, np.float64)
+    got = np.zeros(1, np.float64)
+
+    def pair() -> None:
+        reqs = [me.irecv(got, 0, 7), me.isend(tiny, 0, 7)]
+        me.waitall(reqs)
+
+    message = _median_time(lambda: [pair() for _ in range(200)], reps) / 400
+    # A layer that exchanges runs its owned product in chunks, progressing the messages.
+    w = fixed_fan_in(64, 64, 4, rng, dtype)
+    x = np.ones((64, 1), dtype)
+    z = np.empty((64, 1), dtype)
+    bias = np.zeros(64, dtype)
+
+    def chunked() -> None:
+        pending = [me.irecv(got, 0, 8)]
+        for r in range(8):
+            kernels.spmm(w, x, bias, z, (8 * r, 8 * r + 8))
+            me.progress(pending)
+        me.waitall([me.isend(tiny, 0, 8)] + pending)
+
+    def whole() -> None:
+        kernels.spmm(w, x, bias, z)
+        pair()
+
+    exchange_layer = max(_median_time(lambda: [chunked() for _ in range(100)], reps)
+                         - _median_time(lambda: [whole() for _ in range(100)], reps), 0.0) / 100
+    big = rng.random((4096, 256)).astype(dtype)
+    rows = np.sort(rng.choice(4096, 1024, replace=False))
+    out = np.empty((1024, 256), dtype)
+    pack = _median_time(lambda: np.take(big, rows, axis=0, out=out), reps) / out.nbytes * 1e9
+    zz = rng.standard_normal(big.shape).astype(dtype)
+    elementwise = _median_time(lambda: kernels.apply_slope(big, zz, None), reps) / big.size * 1e9
+    params = [rng.random(2**20).astype(dtype), rng.random(1024).astype(dtype)]
+    grads = [p.copy() for p in params]
+    opt = SGD(SGDConfig(0.001, 0.9), params)
+    opt.step(grads)
+    update = _median_time(lambda: opt.step(grads), reps) / (2**20 + 1024) * 1e9
+    vec = np.zeros(64, dtype)
+    collective = _median_time(lambda: [me.allreduce(vec) for _ in range(100)], reps) / 100
+    step = max(s2 - 2 * (layer_f + layer_b) - 4 * collective, 0.0)
+    return {"layer_forward_s": layer_f, "layer_backward_s": layer_b, "step_s": step,
+            "message_s": message, "exchange_layer_s": exchange_layer,
+            "pack_ns_per_byte": pack, "update_ns_per_value": update,
+            "elementwise_ns_per_value": elementwise, "collective_s": collective}
+
+
+def network_costs(comm: Communicator, message_s: float, reps: int = 20) -> Network | None:
+    """Latency and bandwidth between ranks 0 and 1 (ping-pong), and of the all-reduce over
+    every rank; None on one rank."""
+    if comm.size < 2:
+        return None
+    half, ar = [], []
+    for size in SIZES:  # the median of single round trips: robust to a busy machine
+        buf = np.zeros(size // 8, np.float64)
+        comm.barrier()
+        trips = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            if comm.rank == 0:
+                comm.waitall([comm.isend(buf, 1, 9)])
+                comm.waitall([comm.irecv(buf, 1, 9)])
+            elif comm.rank == 1:
+                comm.waitall([comm.irecv(buf, 0, 9)])
+                comm.waitall([comm.isend(buf, 0, 9)])
+            trips.append(time.perf_counter() - t)
+        half.append(float(np.median(trips)) / 2)
+        comm.barrier()
+        sums = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            comm.waitall([comm.iallreduce_sum(buf)])
+            sums.append(time.perf_counter() - t)
+        ar.append(float(np.median(sums)))
+    half_t, ar_t = comm.bcast((half, ar))
+    sizes = np.array(SIZES, float)
+    lat, bw = _fit(sizes, np.array(half_t))
+    ar_lat, ar_bw = _fit(sizes, np.array(ar_t))
+    return Network(max(lat - 2 * message_s, 0.0), bw, ar_lat, ar_bw)
+
+
+def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
+    """t = latency + size / bandwidth: the latency from the smallest size, the bandwidth from
+    the two largest."""
+    bw = (sizes[-1] - sizes[-2]) / max(times[-1] - times[-2], 1e-12)
+    return float(times[0]), float(bw)
+
+
+def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64"),
+              log: Callable[[str], None] | None = None) -> Calibration:
+    """Measure on every rank of ``comm``; every rank returns the same calibration."""
+    kernels.warm_up()
+    rng = np.random.default_rng(comm.rank)
+    say = log or (lambda _msg: None)
+    tables = {}
+    for dt in dtypes:
+        say(f"kernels, {dt}: {len(KERNELS)} products x {len(INPUTS)} input sizes x "
+            f"{len(BATCHES)} batch sizes")
+        comm.barrier()
+        tables[dt] = kernel_table(dt, rng)
+    say("fixed costs of the runtime (per layer, step, message) and element-wise work")
+    comm.barrier()
+    runtime = runtime_costs(dtypes[0], rng)
+    # The mean over ranks: all measured at once, as in a job.
+    for dt, t in tables.items():
+        tables[dt] = KernelTable(t.batches, t.inputs,
+                                 {k: comm.allreduce(v) / comm.size for k, v in t.ns.items()})
+    keys = sorted(runtime)
+    mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
+    runtime = dict(zip(keys, (float(v) for v in mean)))
+    if comm.size > 1:
+        say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks")
+    network = network_costs(comm, runtime["message_s"])
+    host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
+    return Calibration(host, comm.size, kernels.backend(), tables, runtime, network)
+
+
+def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
+    """``spdnn calibrate``: measure, then rank 0 writes the file (checked before measuring)."""
+    import json
+
+    from .atomic import write_text
+    from .options import check_outputs
+
+    comm.check(lambda: check_outputs([("--output", output)]) if comm.rank == 0 else None)
+    start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        if comm.rank == 0:
+            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", flush=True)
+
+    dtypes = ("float32", "float64") if dtype == "both" else (dtype,)
+    cal = calibrate(comm, dtypes, log)
+    comm.check(lambda: write_text(output, json.dumps(cal.to_json(), indent=1) + "\n")
+               if comm.rank == 0 else None)
+    if comm.rank == 0:
+        net = cal.network
+        where = "no network part (1 rank: give spdnn-partition model a --cluster file)" \
+            if net is None else (f"ping-pong latency {net.latency_s * 1e6:.1f} us beyond the "
+                                 f"{cal.runtime['message_s'] * 1e6:.1f} us of software per "
+                                 f"message, {net.bandwidth_Bps / 1e9:.1f} GB/s")
+        print(f"wrote {output}: {comm.size} rank(s), backend {cal.backend}, "
+              f"{cal.runtime['layer_forward_s'] * 1e6:.0f} + "
+              f"{cal.runtime['layer_backward_s'] * 1e6:.0f} us fixed per layer (forward + "
+              f"backward); {where}; {time.perf_counter() - start:.0f} s", flush=True)
+    return 0

@@ -1,0 +1,258 @@
+"""Predicted time of a training step and of an inference batch on a grid of model parts x
+replicas, from a ``Workload`` (what each rank computes and sends) and a machine (calibration,
+optionally a cluster description). No MPI: a replay of the runtime's schedule, one clock per
+rank of a replica, layer by layer:
+
+- forward: post the expand (per message a software cost, and the packing of the rows), compute
+  the owned-column product while the messages travel (latency + bytes / bandwidth, one
+  sender's messages one after another, a receiver's bytes through its own link), wait for the
+  last one, compute the ghost-column product fused with the activation;
+- loss: the small all-reduces over the parts (every clock meets there);
+- backward: the ghost rows' products, post the fold, the owned rows' products, start this
+  layer's gradient sum over the replicas, wait for the partial sums and add them;
+- the gradient sums run one after another in the background (Rabenseifner's reduce-scatter +
+  allgather or recursive doubling, the faster: what MPICH and Open MPI pick by size); the step
+  ends when the last is done, then the SGD update.
+
+Ranks are placed as the runtime numbers them (rank = replica x parts + part, consecutive ranks
+on one node); every replica does the same work, so one replica is replayed. Bytes are those of
+``--exchange dense`` (the encoded modes send at most these plus a header).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .machine import Calibration, Cluster, Network
+from .plan import Plan
+from .workload import Workload
+
+LOSS_COLLECTIVES = 4  # two global maxima, the packed softmax sums, the argmin of predictions
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A calibration and, optionally, a cluster whose network replaces the measured one."""
+
+    calibration: Calibration
+    cluster: Cluster | None = None
+
+    def check(self) -> None:
+        if self.cluster is None and self.calibration.network is None:
+            raise ValueError("the calibration has no network part (it was measured on one "
+                             "rank): give a cluster description, or calibrate on 2 ranks")
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.cluster.ranks_per_node if self.cluster else 2**62
+
+    def link(self, same_node: np.ndarray, active_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+        """Latency and per-rank bandwidth of messages within or across nodes."""
+        if self.cluster is None:
+            net = self.calibration.network
+            assert net is not None
+            return (np.full(same_node.shape, net.latency_s),
+                    np.full(same_node.shape, net.bandwidth_Bps))
+        intra, inter = self.cluster.intra, self.cluster.inter
+        share = inter.bandwidth_Bps / max(1, active_per_node)
+        return (np.where(same_node, intra.latency_s, inter.latency_s),
+                np.where(same_node, intra.bandwidth_Bps, share))
+
+    def allreduce_network(self, spans_nodes: bool, active_per_node: int) -> Network:
+        if self.cluster is None:
+            assert self.calibration.network is not None
+            return self.calibration.network
+        net = self.cluster.inter if spans_nodes else self.cluster.intra
+        bw = net.bandwidth_Bps / max(1, active_per_node) if spans_nodes else net.bandwidth_Bps
+        return Network(net.latency_s, bw, net.latency_s, bw)
+
+
+def allreduce_seconds(nbytes: float, ranks: int, net: Network, add_ns_per_byte: float) -> float:
+    """Time of an all-reduce of ``nbytes`` per rank over ``ranks`` ranks."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    steps = math.ceil(math.log2(ranks))
+    lat, bw = net.allreduce_latency_s, net.allreduce_bandwidth_Bps
+    doubling = steps * (lat + nbytes / bw + nbytes * add_ns_per_byte * 1e-9)
+    frac = (ranks - 1) / ranks
+    rabenseifner = 2 * steps * lat + 2 * frac * nbytes / bw + frac * nbytes * add_ns_per_byte * 1e-9
+    return min(doubling, rabenseifner)
+
+
+@dataclass
+class Prediction:
+    """Seconds of one step (training) or batch (inference) on ``parts`` x ``replicas``."""
+
+    method: str
+    parts: int
+    replicas: int
+    batch: int
+    seconds: float
+    compute: float  # on the rank that finishes last: its kernels and fixed costs
+    exchange: float  # its posting of and waiting for messages
+    gradient: float  # its starting of and waiting for the gradient sums
+    layers: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> int:
+        return self.parts * self.replicas
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "parts": self.parts, "replicas": self.replicas,
+                "ranks": self.ranks, "batch": self.batch, "seconds": self.seconds,
+                "compute": self.compute, "exchange": self.exchange, "gradient": self.gradient,
+                "layers": self.layers}
+
+
+def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
+            dtype: str = "float32", training: bool = True) -> Prediction:
+    """Replay one training step (or inference batch) of ``batch`` samples."""
+    machine.check()
+    cal = machine.calibration
+    table, rt = cal.table(dtype), cal.runtime
+    item = np.dtype(dtype).itemsize
+    n = work.parts
+    b = -(-batch // replicas)  # the largest replica slice
+    rpn = machine.ranks_per_node
+    active = min(rpn, n * replicas)
+    node = np.arange(n) // rpn
+    ew = rt["elementwise_ns_per_value"] * 1e-9
+    clock = np.zeros(n)
+    compute = np.zeros(n)
+    exch = np.zeros(n)
+    layers = [{"forward": 0.0, "backward": 0.0} for _ in work.layers]
+
+    def exchange(lw, forward: bool, t_post: np.ndarray) -> np.ndarray:
+        """Arrival of each rank's last incoming message (or -inf), messages departing at
+        ``t_post`` of their sender."""
+        src, dst = (lw.src, lw.dst) if forward else (lw.dst, lw.src)
+        ready = np.full(n, -np.inf)
+        if len(src) == 0:
+            return ready
+        nbytes = lw.count * b * item
+        lat, bw = machine.link(node[src] == node[dst], active)
+        order = np.lexsort((dst, src))
+        s, d, nb, la, w = src[order], dst[order], nbytes[order], lat[order], bw[order]
+        # A sender's messages leave one after another through its link.
+        cum = np.cumsum(nb / w)
+        first = np.searchsorted(s, s, side="left")
+        before = np.where(first > 0, cum[first - 1], 0.0)
+        arrive = t_post[s] + la + (cum - before)
+        np.maximum.at(ready, d, arrive)
+        # ...and a receiver's bytes come in through its own.
+        recv_time = np.bincount(d, weights=nb / w, minlength=n)
+        start = np.full(n, np.inf)
+        np.minimum.at(start, d, t_post[s] + la)
+        has = np.isfinite(start)
+        ready[has] = np.maximum(ready[has], start[has] + recv_time[has])
+        return ready
+
+    def messages(lw, forward: bool) -> np.ndarray:
+        out = np.bincount(lw.src if forward else lw.dst, minlength=n)
+        inc = np.bincount(lw.dst if forward else lw.src, minlength=n)
+        total = out + inc
+        return total * rt["message_s"] + (total > 0) * rt["exchange_layer_s"]
+
+    # ---------------------------------------------------------------- forward
+    for i, lw in enumerate(work.layers):
+        t0 = clock.copy()
+        buf = lw.buffer_rows
+        post = messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
+        own = rt["layer_forward_s"] + table.seconds("forward", lw.nnz_owned, b, buf)
+        ghost = table.seconds("forward", lw.nnz_ghost, b, buf)
+        ready = exchange(lw, True, clock + post)
+        done_own = clock + post + own
+        start = np.maximum(done_own, ready)
+        clock = start + ghost
+        compute += own + ghost
+        exch += post + (start - done_own)
+        layers[i]["forward"] = float(np.max(clock - t0))
+    # ---------------------------------------------------------------- loss
+    last = work.layers[-1]
+    coll = LOSS_COLLECTIVES * (rt["collective_s"] + _collective_latency(machine, n, active))
+    clock = np.full(n, clock.max()) + coll + last.rows * b * 4 * ew
+    exch += coll
+    if not training:
+        return _result(work, replicas, batch, clock, compute, exch, np.zeros(n), layers)
+    # ---------------------------------------------------------------- backward
+    grad = np.zeros(n)
+    sums: list[tuple[np.ndarray, np.ndarray]] = []  # (start, seconds) per layer, per rank
+    arnet = machine.allreduce_network(replicas > 1 and n * replicas > rpn, active)
+    for i in range(len(work.layers) - 1, -1, -1):
+        lw, t0 = work.layers[i], clock.copy()
+        buf = lw.buffer_rows
+        values = (lw.nnz + lw.rows) * item
+        if i == 0:
+            work_s = rt["layer_backward_s"] + table.seconds("gradient", lw.nnz, b, buf) \
+                + lw.rows * b * ew
+            clock = clock + work_s
+            compute += work_s
+        else:
+            ghost = rt["layer_backward_s"] + table.seconds("backward", lw.nnz_ghost, b, buf) \
+                + lw.rows * b * ew
+            post = messages(lw, False)
+            own = table.seconds("backward", lw.nnz_owned, b, buf) + lw.prev_rows * b * ew
+            ready = exchange(lw, False, clock + ghost + post)
+            done_own = clock + ghost + post + own
+            start = np.maximum(done_own, ready)
+            add = lw.sent * b * ew
+            clock = start + add
+            compute += ghost + own + add
+            exch += post + (start - done_own)
+        if replicas > 1:
+            sums.append((clock.copy(), np.array([
+                allreduce_seconds(v, replicas, arnet, ew * 1e9 / item) for v in values])))
+        layers[i]["backward"] = float(np.max(clock - t0))
+    if replicas > 1:
+        done = np.zeros(n)
+        for start, seconds in sums:  # one after another, each from its layer's gradient
+            done = np.maximum(done, start) + seconds
+        end = np.maximum(clock, done)
+        grad += end - clock
+        clock = end + rt["collective_s"] + _allreduce_latency(arnet, replicas)
+        grad += rt["collective_s"]
+    update = sum((lw.nnz + lw.rows) for lw in work.layers) * rt["update_ns_per_value"] * 1e-9
+    clock = clock + update + rt["step_s"]
+    compute += update + rt["step_s"]
+    return _result(work, replicas, batch, clock, compute, exch, grad, layers)
+
+
+def _collective_latency(machine: Machine, n: int, active: int) -> float:
+    if n <= 1:
+        return 0.0
+    net = machine.allreduce_network(n > machine.ranks_per_node, active)
+    return _allreduce_latency(net, n)
+
+
+def _allreduce_latency(net: Network, ranks: int) -> float:
+    return 0.0 if ranks <= 1 else math.ceil(math.log2(ranks)) * net.allreduce_latency_s
+
+
+def _result(work: Workload, replicas: int, batch: int, clock: np.ndarray, compute: np.ndarray,
+            exch: np.ndarray, grad: np.ndarray, layers: list[dict[str, float]]) -> Prediction:
+    p = int(np.argmax(clock))
+    return Prediction(work.method, work.parts, replicas, batch, float(clock[p]),
+                      float(compute[p]), float(exch[p]), float(grad[p]), layers)
+
+
+def single_part(sizes: tuple[int, ...]) -> Plan:
+    """The plan of one model part (every neuron on rank 0): pure data parallelism."""
+    return Plan(1, tuple(np.zeros(n, dtype=np.int32) for n in sizes), {"method": "single"})
+
+
+def grids(works: list[Workload], ranks: int, batch: int) -> list[tuple[Workload, int]]:
+    """Every (plan, replicas) with plan parts x replicas = ``ranks`` and at least one sample
+    per replica."""
+    return [(w, ranks // w.parts) for w in works
+            if ranks % w.parts == 0 and ranks // w.parts <= batch]
+
+
+def best_grid(works: list[Workload], machine: Machine, ranks: int, batch: int,
+              dtype: str = "float32") -> Prediction | None:
+    """The fastest predicted grid for ``ranks`` (None when no plan fits)."""
+    preds = [predict(w, machine, batch, r, dtype) for w, r in grids(works, ranks, batch)]
+    return min(preds, key=lambda p: p.seconds, default=None)

@@ -1,0 +1,226 @@
+"""The cost model: calibration and cluster files, the replay's arithmetic, the
+``spdnn-partition model`` and ``spdnn calibrate`` commands, and the exact counts at 8 ranks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from partition.methods import partition_network
+from spdnn.bundle import save_network
+from spdnn.costmodel import LOSS_COLLECTIVES, Machine, allreduce_seconds, predict, single_part
+from spdnn.errors import InputError
+from spdnn.machine import (
+    Calibration,
+    KernelTable,
+    Network,
+    load_calibration,
+    load_cluster,
+)
+from spdnn.plan import network_patterns, save_plan
+from spdnn.workload import workload
+from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, assert_one_line_error, run_spdnn, small_network
+
+RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "message_s": 1e-6,
+           "exchange_layer_s": 4e-5, "pack_ns_per_byte": 0.1, "update_ns_per_value": 0.8,
+           "elementwise_ns_per_value": 0.2, "collective_s": 2e-6}
+
+
+def calibration(ns: float = 0.5, network: bool = True) -> Calibration:
+    """A calibration with flat kernel tables (``ns`` per nonzero x sample)."""
+    table = KernelTable((8, 512), (256, 65536),
+                        {k: np.full((2, 2), ns * f) for k, f in
+                         (("forward", 1.0), ("backward", 2.0), ("gradient", 1.0))})
+    net = Network(2e-6, 5e9, 5e-6, 3e9) if network else None
+    return Calibration("test", 2, "numba", {"float32": table, "float64": table}, dict(RUNTIME),
+                       net)
+
+
+CLUSTER = {"format": "spdnn-cluster/1", "name": "test", "ranks_per_node": 4,
+           "intra_node": {"latency_us": 0.5, "bandwidth_GBps": 10},
+           "inter_node": {"latency_us": 2.0, "bandwidth_GBps": 20}}
+
+
+def test_one_rank_prediction_is_the_sum_of_its_terms():
+    net = small_network((20, 30, 10), fan_in=5, seed=1)
+    cal = calibration()
+    w = workload(network_patterns(net), single_part(net.sizes))
+    b, ew = 16, RUNTIME["elementwise_ns_per_value"] * 1e-9
+    nnz = [lay.nnz for lay in net.layers]
+    rows = [lay.n_out for lay in net.layers]
+    forward = sum(RUNTIME["layer_forward_s"] + 0.5e-9 * n * b for n in nnz)
+    loss = LOSS_COLLECTIVES * RUNTIME["collective_s"] + rows[-1] * b * 4 * ew
+    backward = (RUNTIME["layer_backward_s"] + 0.5e-9 * nnz[0] * b + rows[0] * b * ew) + \
+        (RUNTIME["layer_backward_s"] + 1e-9 * nnz[1] * b + rows[1] * b * ew + 30 * b * ew)
+    update = (sum(nnz) + sum(rows)) * RUNTIME["update_ns_per_value"] * 1e-9 + RUNTIME["step_s"]
+    p = predict(w, Machine(cal), b, 1)
+    assert p.seconds == pytest.approx(forward + loss + backward + update, rel=1e-12)
+    assert p.exchange == pytest.approx(LOSS_COLLECTIVES * RUNTIME["collective_s"])
+    inference = predict(w, Machine(cal), b, 1, training=False)
+    assert inference.seconds == pytest.approx(forward + loss, rel=1e-12)
+
+
+def test_parts_replicas_and_networks_move_the_prediction_the_right_way():
+    net = small_network((64, 256, 256, 10), fan_in=16, seed=2)
+    pats = network_patterns(net)
+    single = workload(pats, single_part(net.sizes))
+    two = workload(pats, partition_network(pats, 2, "block"))
+    m = Machine(calibration())
+    p1, p2 = predict(single, m, 256, 1), predict(two, m, 256, 1)
+    assert p2.compute < p1.compute and p2.exchange > p1.exchange
+    r2 = predict(single, m, 256, 2)
+    assert r2.gradient > 0 and r2.compute < p1.compute
+    # A slower network makes the exchange costlier, never the compute.
+    slow = Machine(calibration(), load_cluster_dict(
+        CLUSTER | {"ranks_per_node": 1,
+                   "inter_node": {"latency_us": 50.0, "bandwidth_GBps": 0.5}}))
+    p2s = predict(two, slow, 256, 1)
+    assert p2s.exchange > p2.exchange and p2s.seconds > p2.seconds
+    assert p2s.compute == pytest.approx(p2.compute, rel=0.01)  # perhaps another rank last
+
+
+def load_cluster_dict(data: dict):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/cluster.json"
+        with open(path, "w") as f:
+            json.dump(data, f)
+        return load_cluster(path)
+
+
+def test_allreduce_model():
+    net = Network(1e-6, 1e9, 1e-6, 1e9)
+    assert allreduce_seconds(1e6, 1, net, 0.0) == 0.0
+    # Large: Rabenseifner, 2 log2 R latencies + 2 (R-1)/R of the bytes.
+    assert allreduce_seconds(1e8, 4, net, 0.0) == pytest.approx(4e-6 + 1.5 * 1e8 / 1e9)
+    # Small: recursive doubling, log2 R steps of the whole message.
+    assert allreduce_seconds(8, 4, net, 0.0) == pytest.approx(2 * (1e-6 + 8e-9))
+
+
+def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path):
+    cal = calibration()
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(cal.to_json()))
+    back = load_calibration(path)
+    assert back.runtime == cal.runtime and back.network == cal.network
+    assert np.array_equal(back.table("float32").ns["backward"], cal.table("float32").ns["backward"])
+    bad = {
+        "missing network field": lambda d: d["network"].pop("bandwidth_Bps"),
+        "negative bandwidth": lambda d: d["network"].update(bandwidth_Bps=-1.0),
+        "NaN kernel time": lambda d: d["kernels"]["float32"]["forward"][0].__setitem__(0, "nan"),
+        "ragged table": lambda d: d["kernels"]["float32"]["forward"].pop(),
+        "unsorted batches": lambda d: d["kernels"]["float32"].update(batches=[512, 8]),
+        "wrong format": lambda d: d.update(format="spdnn-cluster/1"),
+    }
+    for change in bad.values():
+        data = cal.to_json()
+        change(data)
+        path.write_text(json.dumps(data))
+        with pytest.raises(InputError, match="m.json"):
+            load_calibration(path)
+    cluster_changes = [lambda d: d["inter_node"].pop("latency_us"),  # missing field
+                       lambda d: d["intra_node"].update(bandwidth_GBps=-2),
+                       lambda d: d.update(ranks_per_node=0),
+                       lambda d: d["inter_node"].update(latency_us=True)]  # a bool
+    for change in cluster_changes:
+        data = json.loads(json.dumps(CLUSTER))
+        change(data)
+        path.write_text(json.dumps(data))
+        with pytest.raises(InputError, match="m.json"):
+            load_cluster(path)
+    load_cluster(ROOT / "docs" / "cluster-hdr-infiniband.json")  # the shipped example
+
+
+@pytest.fixture
+def model_files(tmp_path):
+    net = small_network((64, 256, 256, 10), fan_in=16, seed=3, dtype="float32")
+    save_network(net, tmp_path / "net.npz")
+    pats = network_patterns(net)
+    for method, parts in (("hypergraph", 2), ("block", 2), ("cyclic", 4)):
+        save_plan(partition_network(pats, parts, method, fingerprint=net.fingerprint()),
+                  tmp_path / f"{method}{parts}.npz")
+    (tmp_path / "m.json").write_text(json.dumps(calibration().to_json()))
+    (tmp_path / "one-rank.json").write_text(json.dumps(calibration(network=False).to_json()))
+    (tmp_path / "cluster.json").write_text(json.dumps(CLUSTER))
+    return tmp_path
+
+
+def test_model_command_prints_the_table_in_seconds(model_files):
+    t = model_files
+    start = time.perf_counter()
+    proc = run_spdnn("model", t / "net.npz", "--plans", t / "hypergraph2.npz", t / "block2.npz",
+                     t / "cyclic4.npz", "--batch-size", "64", "--calibration", t / "m.json",
+                     "--replicas", "1,2,4", "--json", t / "model.json",
+                     module="partition", cwd=t)
+    assert proc.returncode == 0, proc.stderr
+    assert time.perf_counter() - start < 30
+    lines = proc.stdout.splitlines()
+    table = [ln.split() for ln in lines if ln.strip()[:1].isdigit()]
+    assert sorted({int(r[0]) for r in table}) == [2, 4, 8, 16]
+    assert sum(ln.endswith("*") for ln in lines) == 4  # one fastest grid per P
+    data = json.loads((t / "model.json").read_text())
+    assert len(data["predictions"]) == 9 and data["one_rank"]["ranks"] == 1
+    # With a cluster and a calibration of one rank (no network part), and for inference.
+    proc = run_spdnn("model", t / "net.npz", "--plans", t / "cyclic4.npz", "--batch-size", "64",
+                     "--calibration", t / "one-rank.json", "--cluster", t / "cluster.json",
+                     "--replicas", "2", "--infer", module="partition", cwd=t)
+    assert proc.returncode == 0, proc.stderr
+    assert "inference batch" in proc.stdout and "cluster test" in proc.stdout
+
+
+def test_model_command_bad_inputs(model_files, tmp_path_factory):
+    t = model_files
+    other = tmp_path_factory.mktemp("other")
+    net2 = small_network((64, 200, 256, 10), fan_in=16, seed=3, dtype="float32")
+    save_plan(partition_network(network_patterns(net2), 2, "block",
+                                fingerprint=net2.fingerprint()), other / "plan.npz")
+    base = ["model", t / "net.npz", "--batch-size", "64", "--calibration", t / "m.json"]
+    cases = [
+        (["--plans", other / "plan.npz"], ("plan.npz", "layer sizes")),
+        (["--plans", t / "block2.npz", "--cluster", t / "nope.json"], ("nope.json", "no such")),
+        (["--plans", t / "block2.npz", "--replicas", "128"], ("--replicas 128",)),
+        (["--plans", t / "block2.npz", "--replicas", "0"], ("--replicas",)),
+    ]
+    for bad_cluster in ({**CLUSTER, "inter_node": {"latency_us": 1.0}},
+                        {**CLUSTER, "intra_node": {"latency_us": 1.0, "bandwidth_GBps": -3}}):
+        (t / "bad.json").write_text(json.dumps(bad_cluster))
+        cases.append((["--plans", t / "block2.npz", "--cluster", t / "bad.json"],
+                       ("bad.json", "bandwidth_GBps")))
+    for extra, fragments in cases:
+        proc = run_spdnn(*base, *extra, module="partition", cwd=t)
+        assert_one_line_error(proc, *fragments)
+    proc = run_spdnn("model", t / "net.npz", "--plans", t / "block2.npz", "--batch-size", "64",
+                     "--calibration", t / "one-rank.json", module="partition", cwd=t)
+    assert_one_line_error(proc, "one-rank.json", "no network part")
+
+
+def test_calibrate_command(tmp_path):
+    start = time.perf_counter()
+    proc = run_spdnn("calibrate", "-o", tmp_path / "machine.json", "--dtype", "float32",
+                     timeout=300)
+    seconds = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    assert seconds < 120, seconds
+    cal = load_calibration(tmp_path / "machine.json")
+    assert cal.network is None and cal.ranks == 1 and set(cal.kernels) == {"float32"}
+    assert all(v > 0 for k, v in cal.runtime.items() if k.endswith("_s")), cal.runtime
+    assert "no network part" in proc.stdout
+
+
+def test_counts_equal_the_runtime_on_8_ranks(tmp_path):
+    if MPIEXEC is None:
+        pytest.skip(NO_MPIEXEC)
+    code = ("import sys; from pathlib import Path; from spdnn.comm import run_collectively; "
+            "from tests.test_costmodel_mpi import check_counts; "
+            "sys.exit(run_collectively(lambda c: 0 if len(check_counts(c, Path(sys.argv[1]))) "
+            "== 8 else 1))")
+    proc = subprocess.run([MPIEXEC, "-n", "8", sys.executable, "-c", code, str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

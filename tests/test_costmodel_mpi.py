@@ -1,0 +1,54 @@
+"""The cost model counts what the runtime sends: per layer, direction and axis, the messages,
+rows, bytes and gradient-sum values of one training step equal the runtime's own counts, for
+every grid of the communicator (run under mpiexec -n 1..4; a serial test runs 8 ranks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spdnn.comm import Communicator
+from spdnn.plan import network_patterns
+from spdnn.workload import workload
+from tests.helpers import small_network
+from tests.test_replicas_mpi import _open, grids
+
+pytestmark = pytest.mark.mpi
+
+
+def check_counts(comm: Communicator, tmp, batch: int = 13) -> list[tuple[int, int, str]]:
+    """One SGD step's forward and backward on every grid and plan method; returns what was
+    checked."""
+    net = small_network((20, 30, 24, 6), fan_in=5, seed=7)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((batch, 20))
+    y = rng.integers(0, 6, batch)
+    done = []
+    for parts, replicas in grids(comm.size):
+        for method in ("hypergraph", "block"):
+            run = _open(comm, tmp, net, parts, replicas, method, name=f"c{parts}x{replicas}")
+            dnet = run.dnet
+            mine = np.arange(batch)[dnet.grid.share(batch)]
+            xs = np.ascontiguousarray(x[mine][:, dnet.input_rows].T)
+            dnet.backward(dnet.forward(xs), y[mine], "cross_entropy", batch)
+            t = dnet.traffic.total(comm)
+            want = workload(network_patterns(net), run.plan).counts(batch, replicas,
+                                                                    dnet.dtype.itemsize)
+            got = {"forward_messages": t.forward_messages, "forward_rows": t.forward_rows,
+                   "forward_bytes": t.forward_bytes, "backward_messages": t.backward_messages,
+                   "backward_rows": t.backward_rows, "backward_bytes": t.backward_bytes,
+                   "gradient_values": t.grad_values,
+                   "gradient_bytes": t.grad_values * dnet.dtype.itemsize}
+            for key, values in want.items():
+                assert got[key].tolist() == values, (parts, replicas, method, key)
+            if parts > 1:
+                assert sum(want["forward_messages"]) > 0
+            dnet.grid.free()
+            done.append((parts, replicas, method))
+    return done
+
+
+def test_predicted_counts_equal_the_runtime_counts(mpi_tmp_path):
+    with Communicator() as comm:
+        done = check_counts(comm, mpi_tmp_path)
+    assert len(done) == 2 * len(grids(comm.size))
