@@ -171,7 +171,7 @@ def main() -> int:
     print(summary)
     if not args.no_write:
         cmd = "python scripts/validate_model.py --calibration machine.json " + \
-              f"--rounds {args.rounds} --steps {args.steps}"
+              f"--rounds {args.rounds} --steps {args.steps} --networks {' '.join(args.networks)}"
         body = (f"Command: `mpirun -n 2 spdnn calibrate -o machine.json` then `{cmd}` "
                 f"(float32, `--exchange dense`, median of {args.rounds} interleaved rounds of "
                 f"{args.steps} steps, slowest rank). Share: compute / exchange / gradient sum "

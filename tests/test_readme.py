@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,12 +46,16 @@ def test_the_readme_has_the_blocks_this_test_expects():
     assert len(runnable) >= 4
     joined = "\n".join(runnable)
     for command in ("mpirun -n 4 spdnn train", "--resume", "spdnn infer", "--replicas 2",
-                    "spdnn-partition import", "spdnn convert safetensors", "spdnn plot"):
+                    "spdnn-partition import", "spdnn convert safetensors", "spdnn plot",
+                    "spdnn calibrate", "spdnn-partition model"):
         assert command in joined, command
 
 
 def test_readme_blocks_run_as_written(tmp_path):
     env = user_env()
+    # The example cluster description is named by its path in the repository.
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "cluster-hdr-infiniband.json", tmp_path / "docs")
     for block in runnable_blocks():
         proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
@@ -58,6 +63,7 @@ def test_readme_blocks_run_as_written(tmp_path):
                                      f"\n{proc.stderr[-3000:]}"
     # What the blocks promise to leave behind.
     for name in ("trained.npz", "plan4.npz", "plan2.npz", "imported8.npz", "train1.png",
+                 "machine.json", "model.json",
                  "from_mtx.npz", "from_torch.npz", "pruned.npz", "rx1024.npz"):
         assert (tmp_path / name).stat().st_size > 0, name
 
