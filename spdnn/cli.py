@@ -104,6 +104,8 @@ examples:
       --checkpoint-dir ckpt --checkpoint-every 500
   mpirun -n 3 spdnn train --network net.npz --plan plan3.npz --data digits --resume ckpt
   mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --replicas 2 --data digits
+  mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --plan plan4.npz \\
+      --replicas auto --calibration machine.json --data digits   # the grid the model picks
   spdnn train --network net.npz --data digits --threads 2       # one rank, 2 kernel threads
   mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits --exchange dense
 """,
@@ -131,13 +133,29 @@ def _command(sub, name: str, help: str, description: str,  # noqa: ANN001, A002
                           formatter_class=_Formatter)
 
 
-def _run_options(p: argparse.ArgumentParser, replicas: str) -> None:
+def _replicas(text: str) -> int | str:
+    return "auto" if text == "auto" else positive_int(text)
+
+
+def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) -> None:
     """Options of the commands that run on P ranks: the network, plan, grid and dtype."""
     p.add_argument("--network", required=True, help="network bundle (.npz)")
-    p.add_argument("--plan", help="plan from spdnn-partition (required with more ranks than "
-                                  "replicas)")
-    p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
-                   help=f"replicas of the partitioned network: {replicas}")
+    if auto:
+        p.add_argument("--plan", action="append",
+                       help="plan from spdnn-partition (required with more ranks than "
+                            "replicas); with --replicas auto, once per candidate")
+        p.add_argument("--replicas", type=_replicas, default=1, metavar="R|auto",
+                       help=f"replicas of the partitioned network: {replicas}; auto: the grid "
+                            "the cost model predicts fastest for this P, among the --plan "
+                            "candidates and pure data parallelism (needs --calibration)")
+        p.add_argument("--calibration", help="from spdnn calibrate, for --replicas auto")
+        p.add_argument("--cluster", help="cluster description for --replicas auto (README, "
+                                         "'The cost model')")
+    else:
+        p.add_argument("--plan", help="plan from spdnn-partition (required with more ranks "
+                                      "than replicas)")
+        p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
+                       help=f"replicas of the partitioned network: {replicas}")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
     p.add_argument("--exchange", choices=MODES, default="auto",
                    help="how cut rows travel (the results are the same): auto (default), per "
@@ -236,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                   "Minibatch SGD with torch.optim.SGD semantics, on one process or on P ranks "
                   "under mpirun (P = replicas x the plan's parts).")
     _run_options(tr, "mpirun -n R x the plan's parts; the ranks of one replica are "
-                     "consecutive")
+                     "consecutive", auto=True)
     tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
     tr.add_argument("--epochs", type=positive_int, default=10,
                     help="epochs in all (a resumed run counts the ones already done)")

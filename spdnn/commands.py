@@ -151,8 +151,12 @@ def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]
 
     comm.check(lambda: check() if comm.rank == 0 else None)
     comm.check(threads)
-    return open_network(comm, args.network, args.plan, args.dtype, args.replicas,
-                        args.exchange)
+    plan, replicas = args.plan, args.replicas
+    if isinstance(plan, list) or replicas == "auto":  # spdnn train: --plan once per candidate
+        from .autogrid import choose_grid
+
+        plan, replicas = choose_grid(comm, args)
+    return open_network(comm, args.network, plan, args.dtype, replicas, args.exchange)
 
 
 @collectively

@@ -224,3 +224,47 @@ def test_counts_equal_the_runtime_on_8_ranks(tmp_path):
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_replicas_auto_bad_inputs(model_files):
+    t = model_files
+    common = ["train", "--network", t / "net.npz", "--data", "digits", "--max-steps", "1"]
+    cases = [
+        (["--plan", t / "block2.npz", "--replicas", "auto", "--calibration", t / "m.json"],
+         ("block2.npz", "no plan fits 1 ranks", "multiple")),
+        (["--plan", t / "block2.npz", "--plan", t / "cyclic4.npz"], ("several --plan",)),
+        (["--replicas", "auto"], ("--replicas auto needs --calibration",)),
+        (["--replicas", "auto", "--calibration", t / "one-rank.json"],
+         ("one-rank.json", "no network part")),
+        (["--replicas", "auto", "--calibration", t / "m.json", "--cluster", t / "none.json"],
+         ("none.json", "no such file")),
+    ]
+    for extra, fragments in cases:
+        assert_one_line_error(run_spdnn(*common, *extra, cwd=t), *fragments)
+
+
+@pytest.mark.parametrize("slow", ["messages", "gradient sums"])
+def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slow):
+    if MPIEXEC is None:
+        pytest.skip(NO_MPIEXEC)
+    t = model_files
+    cal = calibration().to_json()
+    if slow == "messages":  # every point-to-point message costs a second: replicas win
+        cal["network"]["latency_s"] = 1.0
+        want = "1 part(s) x 2 replica(s)"
+    else:  # the gradient sums crawl: the 2-part plan wins
+        cal["network"]["allreduce_bandwidth_Bps"] = 1.0
+        want = "2 part(s) x 1 replica(s)"
+    (t / "slow.json").write_text(json.dumps(cal))
+    proc = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "spdnn", "train", "--network", t / "net.npz",
+         "--plan", t / "block2.npz", "--plan", t / "cyclic4.npz", "--replicas", "auto",
+         "--calibration", t / "slow.json", "--data", "digits", "--max-steps", "2",
+         "--batch-size", "32"], capture_output=True, text=True, timeout=300, cwd=t,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith(f"--replicas auto: {want}"), proc.stdout
+    assert "also predicted" in proc.stdout and "cyclic4" not in proc.stdout  # 4 parts: no fit
+    grid = "(1 part(s) x 2 replicas)" if "replica(s) (no plan" in first else "plan block"
+    assert grid in proc.stdout, proc.stdout
