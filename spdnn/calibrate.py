@@ -101,12 +101,69 @@ def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
     return forward, whole
 
 
+def _reference_steps(dtype: str, reps: int = 5) -> list[tuple[object, int, float]]:
+    """Median seconds of real training steps of two reference networks on this rank alone
+    (one model part), at batch 32 and 256: what the kernel tables miss in a real step (caches
+    shared with the other buffers, chunked calls) shows up against their prediction."""
+    from .generate import random_network
+    from .plan import network_patterns
+    from .session import open_network
+    from .workload import workload
+
+    out = []
+    for sizes in ((1024, 1024, 1024), (4096, 4096, 4096)):
+        net = random_network(list(sizes), FAN_IN, seed=1, n_classes=10, dtype=dtype)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "reference.npz")
+            save_network(net, path)
+            run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
+        dnet = run.dnet
+        work = workload(network_patterns(net), run.plan)
+        opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
+        for batch in (32, 256):
+            out.append((work, batch, _step_time(dnet, opt, batch, reps)))
+        dnet.grid.free()
+    return out
+
+
+def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
+    x = np.ones((dnet.sizes[0], batch), dnet.dtype)
+    y = np.zeros(batch, np.int64)
+
+    def step() -> None:
+        fwd = dnet.forward(x)
+        _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy", batch)
+        opt.step(interleave(gw, gb))
+        dnet.sync()
+
+    return _median_time(step, reps)
+
+
+def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, KernelTable],
+                  runtime: dict[str, float], dtype: str) -> float:
+    """Measured over predicted compute of the reference steps (the median ratio)."""
+    from .costmodel import Machine, predict
+
+    machine = Machine(Calibration("", 1, "", tables, {**runtime, "compute_scale_alone": 1.0,
+                                                      "compute_scale_all": 1.0}, None))
+    ratios = []
+    for work, batch, seconds in steps:
+        p = predict(work, machine, batch, 1, dtype)  # type: ignore[arg-type]
+        fixed = p.seconds - p.compute_kernels
+        ratios.append(max(seconds - fixed, 1e-9) / max(p.compute_kernels, 1e-9))
+    return float(np.median(ratios))
+
+
 def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[str, float]:
     """Fixed costs of the Python runtime and the element-wise work, on this rank alone."""
-    f2, s2 = _tiny_step_times(2, dtype, reps)
-    f18, s18 = _tiny_step_times(18, dtype, reps)
-    layer_f = max((f18 - f2) / 16, 0.0)
-    layer_b = max(((s18 - f18) - (s2 - f2)) / 16, 0.0)
+    # Straight lines through forward and whole-step times of 2..18 tiny layers: the slopes
+    # are the fixed costs per layer, the whole step's intercept the cost per step.
+    counts = np.array([2, 6, 10, 18])
+    times = np.array([_tiny_step_times(int(n), dtype, reps) for n in counts])
+    layer_f, _ = np.polyfit(counts, times[:, 0], 1)
+    slope, step0 = np.polyfit(counts, times[:, 1], 1)
+    layer_f = max(float(layer_f), 0.0)
+    layer_b = max(float(slope) - layer_f, 0.0)
     me = Communicator.self_only()
     tiny = np.zeros(1, np.float64)
     got = np.zeros(1, np.float64)
@@ -148,7 +205,7 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
     update = _median_time(lambda: opt.step(grads), reps) / (2**20 + 1024) * 1e9
     vec = np.zeros(64, dtype)
     collective = _median_time(lambda: [me.allreduce(vec) for _ in range(100)], reps) / 100
-    step = max(s2 - 2 * (layer_f + layer_b) - 4 * collective, 0.0)
+    step = max(float(step0) - 4 * collective, 0.0)  # negative only by noise
     return {"layer_forward_s": layer_f, "layer_backward_s": layer_b, "step_s": step,
             "message_s": message, "exchange_layer_s": exchange_layer,
             "pack_ns_per_byte": pack, "update_ns_per_value": update,
@@ -218,6 +275,14 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
+    say("real steps of two reference networks: rank 0 alone, then every rank at once")
+    comm.barrier()
+    alone = compute_scale(_reference_steps(dtypes[0]), tables, runtime, dtypes[0]) \
+        if comm.rank == 0 else 0.0
+    comm.barrier()
+    together = compute_scale(_reference_steps(dtypes[0]), tables, runtime, dtypes[0])
+    runtime["compute_scale_alone"] = float(comm.bcast(alone))
+    runtime["compute_scale_all"] = float(comm.allreduce(np.array([together]))[0] / comm.size)
     if comm.size > 1:
         say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks")
     network = network_costs(comm, runtime["message_s"])

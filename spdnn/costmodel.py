@@ -50,6 +50,16 @@ class Machine:
     def ranks_per_node(self) -> int:
         return self.cluster.ranks_per_node if self.cluster else 2**62
 
+    def compute_scale(self, active: int) -> float:
+        """Real steps over kernel tables with ``active`` ranks running on a node: measured
+        alone and with all calibrated ranks at once, linear in between, the latter beyond
+        (more ranks per node than calibrated: assumed no worse than those)."""
+        rt, ranks = self.calibration.runtime, self.calibration.ranks
+        alone, full = rt["compute_scale_alone"], rt["compute_scale_all"]
+        if active <= 1 or ranks <= 1:
+            return alone
+        return alone + (full - alone) * min(1.0, (active - 1) / (ranks - 1))
+
     def link(self, same_node: np.ndarray, active_per_node: int) -> tuple[np.ndarray, np.ndarray]:
         """Latency and per-rank bandwidth of messages within or across nodes."""
         if self.cluster is None:
@@ -96,6 +106,7 @@ class Prediction:
     exchange: float  # its posting of and waiting for messages
     gradient: float  # its starting of and waiting for the gradient sums
     layers: list[dict[str, float]] = field(default_factory=list)
+    compute_kernels: float = 0.0  # the part of ``compute`` the kernel tables predict
 
     @property
     def ranks(self) -> int:
@@ -111,7 +122,8 @@ class Prediction:
 def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
             dtype: str = "float32", training: bool = True) -> Prediction:
     """Replay one training step (or inference batch) of ``batch`` samples."""
-    machine.check()
+    if work.parts * replicas > 1:
+        machine.check()
     cal = machine.calibration
     table, rt = cal.table(dtype), cal.runtime
     item = np.dtype(dtype).itemsize
@@ -120,9 +132,17 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     rpn = machine.ranks_per_node
     active = min(rpn, n * replicas)
     node = np.arange(n) // rpn
-    ew = rt["elementwise_ns_per_value"] * 1e-9
+    scale = machine.compute_scale(active)
+    ew = scale * rt["elementwise_ns_per_value"] * 1e-9
     clock = np.zeros(n)
     compute = np.zeros(n)
+    kernel_time = np.zeros(n)  # the part of ``compute`` that the kernel tables predict
+
+    def kern(name: str, nnz: np.ndarray, buf: np.ndarray, extra: np.ndarray | float = 0.0
+             ) -> np.ndarray:
+        t = scale * table.seconds(name, nnz, b, buf) + extra
+        kernel_time[:] += t
+        return t
     exch = np.zeros(n)
     layers = [{"forward": 0.0, "backward": 0.0} for _ in work.layers]
 
@@ -162,8 +182,8 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         t0 = clock.copy()
         buf = lw.buffer_rows
         post = messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
-        own = rt["layer_forward_s"] + table.seconds("forward", lw.nnz_owned, b, buf)
-        ghost = table.seconds("forward", lw.nnz_ghost, b, buf)
+        own = rt["layer_forward_s"] + kern("forward", lw.nnz_owned, buf)
+        ghost = kern("forward", lw.nnz_ghost, buf)
         ready = exchange(lw, True, clock + post)
         done_own = clock + post + own
         start = np.maximum(done_own, ready)
@@ -174,40 +194,43 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     # ---------------------------------------------------------------- loss
     last = work.layers[-1]
     coll = LOSS_COLLECTIVES * (rt["collective_s"] + _collective_latency(machine, n, active))
-    clock = np.full(n, clock.max()) + coll + last.rows * b * 4 * ew
+    softmax = last.rows * b * 4 * ew
+    clock = np.full(n, clock.max()) + coll + softmax
     exch += coll
+    compute += softmax
+    kernel_time += softmax
     if not training:
-        return _result(work, replicas, batch, clock, compute, exch, np.zeros(n), layers)
+        return _result(work, replicas, batch, clock, compute, exch, np.zeros(n), layers,
+                       kernel_time)
     # ---------------------------------------------------------------- backward
     grad = np.zeros(n)
     sums: list[tuple[np.ndarray, np.ndarray]] = []  # (start, seconds) per layer, per rank
-    arnet = machine.allreduce_network(replicas > 1 and n * replicas > rpn, active)
+    arnet = machine.allreduce_network(n * replicas > rpn, active) if replicas > 1 else None
     for i in range(len(work.layers) - 1, -1, -1):
         lw, t0 = work.layers[i], clock.copy()
         buf = lw.buffer_rows
         values = (lw.nnz + lw.rows) * item
         if i == 0:
-            work_s = rt["layer_backward_s"] + table.seconds("gradient", lw.nnz, b, buf) \
-                + lw.rows * b * ew
+            work_s = rt["layer_backward_s"] + kern("gradient", lw.nnz, buf, lw.rows * b * ew)
             clock = clock + work_s
             compute += work_s
         else:
-            ghost = rt["layer_backward_s"] + table.seconds("backward", lw.nnz_ghost, b, buf) \
-                + lw.rows * b * ew
+            ghost = rt["layer_backward_s"] + kern("backward", lw.nnz_ghost, buf, lw.rows * b * ew)
             post = messages(lw, False)
-            own = table.seconds("backward", lw.nnz_owned, b, buf) + lw.prev_rows * b * ew
+            own = kern("backward", lw.nnz_owned, buf, lw.prev_rows * b * ew)
             ready = exchange(lw, False, clock + ghost + post)
             done_own = clock + ghost + post + own
             start = np.maximum(done_own, ready)
             add = lw.sent * b * ew
+            kernel_time += add
             clock = start + add
             compute += ghost + own + add
             exch += post + (start - done_own)
-        if replicas > 1:
+        if arnet is not None:
             sums.append((clock.copy(), np.array([
                 allreduce_seconds(v, replicas, arnet, ew * 1e9 / item) for v in values])))
         layers[i]["backward"] = float(np.max(clock - t0))
-    if replicas > 1:
+    if arnet is not None:
         done = np.zeros(n)
         for start, seconds in sums:  # one after another, each from its layer's gradient
             done = np.maximum(done, start) + seconds
@@ -215,10 +238,12 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         grad += end - clock
         clock = end + rt["collective_s"] + _allreduce_latency(arnet, replicas)
         grad += rt["collective_s"]
-    update = sum((lw.nnz + lw.rows) for lw in work.layers) * rt["update_ns_per_value"] * 1e-9
+    update = sum((lw.nnz + lw.rows) for lw in work.layers) * scale \
+        * rt["update_ns_per_value"] * 1e-9
     clock = clock + update + rt["step_s"]
     compute += update + rt["step_s"]
-    return _result(work, replicas, batch, clock, compute, exch, grad, layers)
+    kernel_time += update
+    return _result(work, replicas, batch, clock, compute, exch, grad, layers, kernel_time)
 
 
 def _collective_latency(machine: Machine, n: int, active: int) -> float:
@@ -233,10 +258,12 @@ def _allreduce_latency(net: Network, ranks: int) -> float:
 
 
 def _result(work: Workload, replicas: int, batch: int, clock: np.ndarray, compute: np.ndarray,
-            exch: np.ndarray, grad: np.ndarray, layers: list[dict[str, float]]) -> Prediction:
+            exch: np.ndarray, grad: np.ndarray, layers: list[dict[str, float]],
+            kernel_time: np.ndarray) -> Prediction:
     p = int(np.argmax(clock))
     return Prediction(work.method, work.parts, replicas, batch, float(clock[p]),
-                      float(compute[p]), float(exch[p]), float(grad[p]), layers)
+                      float(compute[p]), float(exch[p]), float(grad[p]), layers,
+                      float(kernel_time[p]))
 
 
 def single_part(sizes: tuple[int, ...]) -> Plan:

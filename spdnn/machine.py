@@ -8,12 +8,16 @@ Calibration (``spdnn-calibration/1``)::
      "kernels": {"float32": K, "float64": K},
      "runtime": {"layer_forward_s", "layer_backward_s", "step_s", "message_s",
                  "exchange_layer_s", "pack_ns_per_byte", "update_ns_per_value",
-                 "elementwise_ns_per_value", "collective_s"},
+                 "elementwise_ns_per_value", "collective_s",
+                 "compute_scale_alone", "compute_scale_all"},
      "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
                  "allreduce_bandwidth_Bps"} or null}
 
 where K = {"batches": [...], "inputs": [...], "forward": T, "backward": T, "gradient": T} and
 T[j][i] is ns per stored nonzero x sample at inputs[j] buffer rows and batches[i] samples.
+``compute_scale_alone`` / ``_all``: measured over predicted kernel time of real training steps
+of reference networks, with one rank running and with every calibrated rank running at once
+(what isolated kernel loops miss: caches shared with a step's other buffers, contention).
 
 Cluster (``spdnn-cluster/1``)::
 
@@ -43,7 +47,7 @@ CLUSTER_FORMAT = "spdnn-cluster/1"
 KERNELS = ("forward", "backward", "gradient")
 RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchange_layer_s",
            "pack_ns_per_byte", "update_ns_per_value", "elementwise_ns_per_value",
-           "collective_s")
+           "collective_s", "compute_scale_alone", "compute_scale_all")
 NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps")
 
 
