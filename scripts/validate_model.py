@@ -99,8 +99,8 @@ def main() -> int:
     ap.add_argument("--networks", nargs="+", choices=["mlp", "random", "radixnet"],
                     default=["mlp", "random", "radixnet"])
     ap.add_argument("--batch", type=int, nargs="+", default=[32, 256])
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)

@@ -31,10 +31,13 @@ UNITS = 2**23  # nonzeros x samples per timed kernel call
 SIZES = (8, 1024, 16384, 131072, 1048576, 4194304)  # bytes, ping-pong and all-reduce
 
 
-def _median_time(fn: Callable[[], object], reps: int) -> float:
+def _median_time(fn: Callable[[], object], reps: int, min_seconds: float = 0.0) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls, or more until ``min_seconds`` are spent
+    (a shared machine's noise hits short calls hardest)."""
     fn()  # warm: pages faulted in, caches as in a steady loop
-    times = []
-    for _ in range(reps):
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < reps or (time.perf_counter() - start < min_seconds and len(times) < 1000):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
@@ -121,7 +124,7 @@ def _reference_steps(dtype: str, reps: int = 5) -> list[tuple[object, int, float
         work = workload(network_patterns(net), run.plan)
         opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
         for batch in (32, 256):
-            out.append((work, batch, _step_time(dnet, opt, batch, reps)))
+            out.append((work, batch, _step_time(dnet, opt, batch, reps)))  # >= 0.5 s each
         dnet.grid.free()
     return out
 
@@ -136,7 +139,7 @@ def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
         opt.step(interleave(gw, gb))
         dnet.sync()
 
-    return _median_time(step, reps)
+    return _median_time(step, reps, min_seconds=0.5)
 
 
 def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, KernelTable],

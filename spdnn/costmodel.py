@@ -6,7 +6,9 @@ rank of a replica, layer by layer:
 - forward: post the expand (per message a software cost, and the packing of the rows), compute
   the owned-column product while the messages travel (latency + bytes / bandwidth, one
   sender's messages one after another, a receiver's bytes through its own link), wait for the
-  last one, compute the ghost-column product fused with the activation;
+  last one, compute the ghost-column product fused with the activation. Between ranks of one
+  node the bytes are copied by the CPUs of both ends (shared memory, inside the MPI calls made
+  between chunks of work): that copy adds to both ranks' work rather than overlapping it;
 - loss: the small all-reduces over the parts (every clock meets there);
 - backward: the ghost rows' products, post the fold, the owned rows' products, start this
   layer's gradient sum over the replicas, wait for the partial sums and add them;
@@ -172,10 +174,20 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         return ready
 
     def messages(lw, forward: bool) -> np.ndarray:
-        out = np.bincount(lw.src if forward else lw.dst, minlength=n)
-        inc = np.bincount(lw.dst if forward else lw.src, minlength=n)
-        total = out + inc
-        return total * rt["message_s"] + (total > 0) * rt["exchange_layer_s"]
+        """Each rank's CPU time for its messages of one exchange: the software cost per
+        message and, within a node, the copies: shared memory moves bytes with the CPUs of
+        both ends, inside the MPI calls the runtime makes between its chunks of work, so they
+        add to the work instead of overlapping it."""
+        src, dst = (lw.src, lw.dst) if forward else (lw.dst, lw.src)
+        total = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+        cpu = total * rt["message_s"] + (total > 0) * rt["exchange_layer_s"]
+        local = node[src] == node[dst]
+        if local.any():
+            _, bw = machine.link(np.ones(int(local.sum()), bool), active)
+            copy = lw.count[local] * b * item / bw
+            cpu += np.bincount(src[local], weights=copy, minlength=n)
+            cpu += np.bincount(dst[local], weights=copy, minlength=n)
+        return cpu
 
     # ---------------------------------------------------------------- forward
     for i, lw in enumerate(work.layers):
