@@ -47,7 +47,7 @@ def test_the_readme_has_the_blocks_this_test_expects():
     joined = "\n".join(runnable)
     for command in ("mpirun -n 4 spdnn train", "--resume", "spdnn infer", "--replicas 2",
                     "spdnn-partition import", "spdnn convert safetensors", "spdnn plot",
-                    "spdnn calibrate", "spdnn-partition model"):
+                    "spdnn calibrate", "spdnn-partition model", "--replicas auto"):
         assert command in joined, command
 
 
