@@ -86,16 +86,19 @@ def cmd_model(argv: Sequence[str]) -> None:
         plan = load_plan(path)
         plan.check_for(bundle.sizes, fingerprint, path)
         works.append((path, workload(patterns, plan)))
-    base = predict(workload(patterns, single_part(bundle.sizes)), machine, args.batch_size, 1,
-                   args.dtype, not args.infer)
+    single = workload(patterns, single_part(bundle.sizes))
+    base = predict(single, machine, args.batch_size, 1, args.dtype, not args.infer)
+    # Pure data parallelism (no plan) beside the plans, for every replica count above 1.
+    works.append(("no plan", single))
     rows = []
     for path, w in works:
         for r in args.replicas:
             if r > args.batch_size:
                 raise SpdnnError(f"--replicas {r}: more replicas than the {args.batch_size} "
                                  "samples of a batch")
-            rows.append((path, predict(w, machine, args.batch_size, r, args.dtype,
-                                       not args.infer)))
+            if w is not single or r > 1:
+                rows.append((path, predict(w, machine, args.batch_size, r, args.dtype,
+                                           not args.infer)))
     rows.sort(key=lambda pr: (pr[1].ranks, pr[1].seconds))
     what = "inference batch" if args.infer else "training step"
     where = f"cluster {machine.cluster.name}" if machine.cluster else \
@@ -114,10 +117,11 @@ def cmd_model(argv: Sequence[str]) -> None:
     if args.plot:
         from spdnn.plots import plot_scaling
 
-        curves: dict[str, list[tuple[int, float]]] = {}
+        best: dict[str, dict[int, float]] = {}  # per method, the fastest grid at each P
         for _, p in rows:
-            curves.setdefault(f"{p.method}, {p.replicas} replica(s)", []).append(
-                (p.ranks, base.seconds / p.seconds))
+            at = best.setdefault("data parallel" if p.method == "single" else p.method, {1: 1.0})
+            at[p.ranks] = max(at.get(p.ranks, 0.0), base.seconds / p.seconds)
+        curves = {f"{method} (best grid)": sorted(at.items()) for method, at in best.items()}
         plot_scaling(curves, f"predicted {what}, batch {args.batch_size}", args.plot)
         print(f"wrote {args.plot}")
 
@@ -130,7 +134,8 @@ def format_model(rows: list, one_rank: float) -> str:  # noqa: ANN001
     best = best_by_ranks([(p.ranks, p.seconds) for _, p in rows])
     for path, p in rows:
         mark = " *" if best.get(p.ranks) == p.seconds else ""
-        name = f"{path.rsplit('/', 1)[-1]} ({p.method})"[:24]
+        name = "no plan (data parallel)" if p.method == "single" else \
+            f"{path.rsplit('/', 1)[-1]} ({p.method})"[:24]
         lines.append(f"{p.ranks:6d}  {p.parts:>5} x {p.replicas:<3}  {name:<24} "
                      f"{1e3 * p.seconds:9.2f}  {one_rank / p.seconds:7.2f}x  "
                      f"{100 * p.compute / p.seconds:6.0f}%  {100 * p.exchange / p.seconds:7.0f}%"

@@ -165,8 +165,9 @@ def test_model_command_prints_the_table_in_seconds(model_files):
     table = [ln.split() for ln in lines if ln.strip()[:1].isdigit()]
     assert sorted({int(r[0]) for r in table}) == [2, 4, 8, 16]
     assert sum(ln.endswith("*") for ln in lines) == 4  # one fastest grid per P
+    assert sum("no plan (data parallel)" in ln for ln in lines) == 2  # R = 2 and 4
     data = json.loads((t / "model.json").read_text())
-    assert len(data["predictions"]) == 9 and data["one_rank"]["ranks"] == 1
+    assert len(data["predictions"]) == 11 and data["one_rank"]["ranks"] == 1
     # With a cluster and a calibration of one rank (no network part), and for inference.
     proc = run_spdnn("model", t / "net.npz", "--plans", t / "cyclic4.npz", "--batch-size", "64",
                      "--calibration", t / "one-rank.json", "--cluster", t / "cluster.json",
