@@ -132,8 +132,8 @@ def main() -> int:
                 "are assumptions with sources named in the file: one 25 GB/s HDR port per "
                 f"node shared by its {machine.cluster.ranks_per_node} ranks). Every figure here "
                 "is a prediction: beyond P = 2 nothing was measured, and the compute side "
-                "carries the misses of the validation below (too optimistic at P = 2 on "
-                "this machine). Batch 256, float32, `--exchange dense` bytes.\n\n"
+                "carries the misses of the validation (\"Where it misses\"). Batch "
+                f"{args.batch}, float32, `--exchange dense` bytes.\n\n"
                 + "\n\n".join(sections))
         write_section("study", "Study: 1 to 1,024 ranks", body, SCALING)
     return 0
