@@ -69,6 +69,7 @@ def main() -> int:
         for n in ranks:
             for method in ("block", "cyclic"):
                 works[method][n] = workload(pats, partition_network(pats, n, method))
+            print(f"{key}: block and cyclic plans for {n} parts", flush=True)
             if key == "gc1024" and 1 < n <= args.hypergraph_up_to and \
                     not any("stopped" in x for x in notes):
                 t0 = time.perf_counter()
