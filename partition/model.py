@@ -7,7 +7,7 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from spdnn.errors import InputError, SpdnnError
+from spdnn.errors import SpdnnError
 from spdnn.options import OneLineParser, check_outputs, positive_int
 
 EXAMPLES = """\
@@ -64,8 +64,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_model(argv: Sequence[str]) -> None:
-    from spdnn.costmodel import Machine, predict, single_part
-    from spdnn.machine import load_calibration, load_cluster
+    from spdnn.costmodel import load_machine, predict, single_part
     from spdnn.plan import load_plan
     from spdnn.workload import workload
 
@@ -73,12 +72,7 @@ def cmd_model(argv: Sequence[str]) -> None:
 
     args = parser().parse_args(argv)
     check_outputs([("--plot", args.plot), ("--json", args.json)])
-    machine = Machine(load_calibration(args.calibration),
-                      load_cluster(args.cluster) if args.cluster else None)
-    try:
-        machine.check()
-    except ValueError as exc:
-        raise InputError(args.calibration, str(exc)) from None
+    machine = load_machine(args.calibration, args.cluster)
     bundle, patterns = _load(args.network)
     fingerprint = bundle.fingerprint()
     works = []

@@ -33,17 +33,11 @@ def choose_grid(comm: Communicator, args: argparse.Namespace) -> tuple[str | Non
 def _decide(ranks: int, plans: list[str], args: argparse.Namespace
             ) -> tuple[str | None, int, str]:
     from .bundle import NetworkBundle
-    from .costmodel import Machine, predict, single_part
-    from .machine import load_calibration, load_cluster
+    from .costmodel import load_machine, predict, single_part
     from .plan import load_plan, network_patterns
     from .workload import workload
 
-    machine = Machine(load_calibration(args.calibration),
-                      load_cluster(args.cluster) if args.cluster else None)
-    try:
-        machine.check()
-    except ValueError as exc:
-        raise InputError(args.calibration, str(exc)) from None
+    machine = load_machine(args.calibration, args.cluster)
     bundle = NetworkBundle(args.network)
     bundle.validate()
     patterns = network_patterns(bundle)

@@ -83,6 +83,19 @@ class Machine:
         return Network(net.latency_s, bw, net.latency_s, bw)
 
 
+def load_machine(calibration: str, cluster: str | None = None) -> Machine:
+    """A calibration file and optional cluster file, checked to predict more than one rank."""
+    from .errors import InputError
+    from .machine import load_calibration, load_cluster
+
+    machine = Machine(load_calibration(calibration), load_cluster(cluster) if cluster else None)
+    try:
+        machine.check()
+    except ValueError as exc:
+        raise InputError(calibration, str(exc)) from None
+    return machine
+
+
 def allreduce_seconds(nbytes: float, ranks: int, net: Network, add_ns_per_byte: float) -> float:
     """Time of an all-reduce of ``nbytes`` per rank over ``ranks`` ranks."""
     if ranks <= 1 or nbytes <= 0:
