@@ -177,3 +177,49 @@ def expand_add(typingctx, src, v, dst, k, mask):  # noqa: ANN001, ANN201
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def above_lanes(typingctx, src, k, t):  # noqa: ANN001, ANN201
+    """Bit i set where |src[k + i]| > t (a float array; t of its type: the caller rounds a
+    wider threshold down, which keeps the comparison exact)."""
+    sig = types.uint64(src, types.intp, src.dtype)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        vec, vt, lanes = _load(context, builder, signature.args[0], args[0], args[1])
+        fabs = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vt, [vt]), f"llvm.fabs.{_suffix(vt)}")
+        vec = builder.call(fabs, [vec])
+        splat = ir.Constant(vt, None)
+        for i in range(lanes):
+            splat = builder.insert_element(splat, args[2], ir.Constant(ir.IntType(32), i))
+        return _bits(builder, builder.fcmp_ordered(">", vec, splat), lanes)
+
+    return sig, codegen
+
+
+@intrinsic
+def compress_iota(typingctx, k, dst, d, mask):  # noqa: ANN001, ANN201
+    """dst[d:d + L] = the positions k + i (i < L = 64 bytes / dst's item size) whose bit in
+    ``mask`` is set, packed to the front: the indices of a vector compress, made in a register
+    instead of read from memory."""
+    sig = types.void(types.intp, dst, types.intp, types.uint64)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        k_, t, d_, m = args
+        vt, lanes, dp = _lanes(context, builder, signature.args[1], t, d_)
+        start = builder.trunc(k_, vt.element) if vt.element.width < 64 else k_
+        splat = ir.Constant(vt, None)
+        for i in range(lanes):
+            splat = builder.insert_element(splat, start, ir.Constant(ir.IntType(32), i))
+        iota = ir.Constant(vt, [ir.Constant(vt.element, i) for i in range(lanes)])
+        vec = builder.add(splat, iota)
+        mv = _mask(builder, m, lanes)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vt, [vt, mv.type, vt]),
+            f"llvm.experimental.vector.compress.{_suffix(vt)}")
+        packed = builder.call(fn, [vec, mv, ir.Constant(vt, None)])
+        builder.store(packed, builder.bitcast(dp, vt.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -4,6 +4,7 @@ and per-layer timers. Tables for rank 0 and dicts for ``--metrics-out``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ class Timers:
         self.wait = np.zeros((2, n_layers))
         self.grad_post = np.zeros(n_layers)  # starting the gradient sums over replicas
         self.grad_wait = np.zeros(n_layers)  # waiting for them after the backward pass
+        self.grad_select = np.zeros(n_layers)  # compressing them (part of grad_post)
 
     def add(self, direction: str, i: int, compute: float = 0.0, comm: float = 0.0,
             wait: float = 0.0) -> None:
@@ -73,7 +75,10 @@ def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, n
     return {"counted": {k: v.tolist() for k, v in counted.items()},
             "predicted": {k: v.tolist() for k, v in pred.items()},
             "equal": bool(equal), "plan_volume_rows": int(forward.sum() + backward.sum()),
-            "predicted_from": source, "gradient_sum_values": t.grad_values.tolist()}
+            "predicted_from": source, "gradient_sum_values": t.grad_values.tolist(),
+            "gradient_sum_bytes": t.grad_bytes.tolist(),
+            "gradient_sum_selected": t.grad_selected.tolist(),
+            "gradient_sum_considered": t.grad_considered.tolist()}
 
 
 def format_accounting(acc: dict[str, Any]) -> str:
@@ -102,8 +107,14 @@ def format_traffic(acc: dict[str, Any], parts: int, replicas: int) -> str:
     the gradient sums over replicas."""
     lines = [format_accounting(acc) if parts > 1 else "1 model part: no rows exchanged"]
     if any(acc["gradient_sum_values"]):
-        lines.append(f"gradient sums over {replicas} replicas: "
-                     f"{sum(acc['gradient_sum_values']):,} values put in")
+        line = (f"gradient sums over {replicas} replicas: "
+                f"{sum(acc['gradient_sum_values']):,} values put in, "
+                f"{sum(acc['gradient_sum_bytes']) / 1e6:,.1f} MB")
+        considered = sum(acc["gradient_sum_considered"])
+        if considered:
+            line += (f" (compressed: {sum(acc['gradient_sum_selected']):,} of {considered:,} "
+                     "values sent, with their positions)")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -115,6 +126,7 @@ def timing(comm: Communicator, timers: Timers) -> dict[str, Any]:
                "backward": comm.allreduce(getattr(timers, name)[1], "max").tolist()}
         for name in _TIMERS}
     tm["gradient_sum"] = {"post": comm.allreduce(timers.grad_post, "max").tolist(),
+                          "select": comm.allreduce(timers.grad_select, "max").tolist(),
                           "wait": comm.allreduce(timers.grad_wait, "max").tolist()}
     return tm
 
@@ -133,3 +145,40 @@ def format_timing(tm: dict[str, Any]) -> str:
             line += f"     {gs['post'][k]:9.3f} {gs['wait'][k]:7.3f}"
         lines.append(line)
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What a rank has moved so far, per axis: the exchange between the parts of a replica
+    (model axis: values of the rows carried, bytes sent) and the gradient sums between the
+    replicas (data axis: values, indices included when compressed, and bytes); with the
+    compressors' selected / considered values and their selection time."""
+
+    sent: float
+    model_values: float
+    gradient_values: float
+    gradient_bytes: float
+    selected: float
+    considered: float
+    select_seconds: float
+
+    @staticmethod
+    def now(dnet: Any) -> Counters:  # noqa: ANN401 (a DistributedNetwork; no import cycle)
+        t, item = dnet.traffic, dnet.dtype.itemsize
+        return Counters(float(t.bytes_sent),
+                        float(t.forward_bytes.sum() + t.backward_bytes.sum()) / item,
+                        float(t.grad_values.sum()), float(t.grad_bytes.sum()),
+                        float(t.grad_selected.sum()), float(t.grad_considered.sum()),
+                        float(dnet.timers.grad_select.sum()))
+
+    def minus(self, other: Counters) -> Counters:
+        return Counters(*[a - b for a, b in zip(astuple(self), astuple(other))])
+
+    def total(self, comm: Communicator) -> Counters:
+        """Summed over the ranks of ``comm``; the selection time is the slowest rank's."""
+        summed = comm.allreduce(np.array(astuple(self)[:-1]))
+        return Counters(*summed.tolist(), comm.allreduce_scalar(self.select_seconds, "max"))
+
+    def ratio(self, spec: Any) -> float | None:  # noqa: ANN401 (a CompressSpec)
+        """Achieved compression ratio: selected / considered values (None: no compression)."""
+        return self.selected / self.considered if spec.enabled and self.considered else None

@@ -19,8 +19,10 @@ import numpy as np
 
 from .atomic import atomic_path, write_text
 from .comm import AgreedError, Communicator
+from .critical import CriticalSet
 from .distributed import DistributedNetwork
 from .errors import InputError, SpdnnError
+from .lossy import lossy_files, write_lossy
 from .npz import NpzReader
 
 CHECKPOINT_FORMAT = "spdnn-checkpoint/1"
@@ -41,10 +43,12 @@ class Position:
 
 
 def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list, pos: Position,
-                    directory: str, settings: dict[str, Any]) -> None:
+                    directory: str, settings: dict[str, Any],
+                    crit: CriticalSet | None = None) -> None:
     """Each rank of replica 0 writes its rows (global indices), values and momentum
-    ``buffers``; rank 0 then commits a manifest naming the files. Collective over ``comm``
-    (all ranks)."""
+    ``buffers``; with compression every rank its residuals, with a critical set rank 0 its
+    losses (spdnn.lossy); rank 0 then commits a manifest naming the files. Collective over
+    ``comm`` (all ranks)."""
     d = Path(directory)
     arrays: dict[str, np.ndarray] = {}
     for i, layer in enumerate(dnet.layers):
@@ -79,7 +83,8 @@ def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list,
                              ) from None
 
     comm.check(write)
-    comm.check(lambda: _commit(d, pos, dnet.grid.parts, dnet, settings)
+    lossy = write_lossy(comm, dnet, crit, pos.step, d)
+    comm.check(lambda: _commit(d, pos, dnet.grid.parts, dnet, {**settings, **lossy})
                if comm.rank == 0 else None)
     comm.barrier()
 
@@ -101,8 +106,9 @@ def _commit(d: Path, pos: Position, nparts: int, dnet: DistributedNetwork,
                                               f"({exc.strerror or exc})") from None
     # Rank files of earlier checkpoints, and any a killed run left behind, are no longer
     # named by the manifest (the directory is locked by this run: no other writer).
-    for f in d.glob("step*-rank*.npz"):
-        if f.name not in manifest["files"] and f.is_file():
+    named = set(manifest["files"]) | set(lossy_files(manifest))
+    for f in [*d.glob("step*-rank*.npz"), *d.glob("step*-critical.npz")]:
+        if f.name not in named and f.is_file():
             f.unlink(missing_ok=True)
 
 
@@ -234,6 +240,29 @@ def _shard_layer(r: NpzReader, k: int, n_out: int, n_in: int) -> dict[str, np.nd
     return a
 
 
+def positions(layer: Any, n_in: int, n_out: int, shards: list[dict[str, np.ndarray]],
+              directory: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where my weights and biases of ``layer`` sit in the concatenation of the rank files'
+    arrays (``shards``, in file order), whatever plan wrote them."""
+    k = layer.index
+    my_keys = layer.rows[np.repeat(np.arange(len(layer.rows)),
+                                   np.diff(layer.weight.indptr))].astype(np.int64) * n_in \
+        + layer.global_columns()
+    keys_all = np.concatenate([np.repeat(a["rows"].astype(np.int64), a["counts"]) * n_in
+                               + a["cols"] for a in shards])
+    order = np.argsort(keys_all)
+    pos = np.searchsorted(keys_all, my_keys, sorter=order)
+    idx = order[np.minimum(pos, max(len(order) - 1, 0))] if len(order) else pos
+    if len(my_keys) and (not len(order) or not np.array_equal(keys_all[idx], my_keys)):
+        raise InputError(directory, f"checkpoint does not hold every weight of layer {k}")
+    rows_all = np.concatenate([a["rows"] for a in shards])
+    where = np.full(n_out, -1, dtype=np.int64)
+    where[rows_all] = np.arange(len(rows_all))
+    if np.any(where[layer.rows] < 0):
+        raise InputError(directory, f"checkpoint does not hold every bias of layer {k}")
+    return idx, where[layer.rows]
+
+
 def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str, Any],
                     allow_changes: bool = False) -> tuple[Position, list]:
     """Fill my rows (any P and plan) from a checkpoint written by a run with the same
@@ -246,38 +275,15 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
     momentum = []
     for layer in dnet.layers:
         k = layer.index
-        n_in = dnet.sizes[k - 1]
-        my_keys = layer.rows[np.repeat(np.arange(len(layer.rows)),
-                                       np.diff(layer.weight.indptr))].astype(np.int64) * n_in \
-            + layer.global_columns()
-        keys, w, mw, rows, b, mb = [], [], [], [], [], []
-        for r in readers:
-            a = _shard_layer(r, k, dnet.sizes[k], n_in)
-            keys.append(np.repeat(a["rows"].astype(np.int64), a["counts"]) * n_in + a["cols"])
-            w.append(a["w"])
-            rows.append(a["rows"])
-            b.append(a["b"])
-            if "mw" in a:
-                mw.append(a["mw"])
-                mb.append(a["mb"])
-        if mw and len(mw) != len(readers):
+        shards = [_shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in readers]
+        if any("mw" in a for a in shards) and not all("mw" in a for a in shards):
             raise InputError(directory, f"only some rank files hold momentum for layer {k}")
-        keys_all = np.concatenate(keys)
-        order = np.argsort(keys_all)
-        pos = np.searchsorted(keys_all, my_keys, sorter=order)
-        idx = order[np.minimum(pos, max(len(order) - 1, 0))] if len(order) else pos
-        if len(my_keys) and (not len(order) or not np.array_equal(keys_all[idx], my_keys)):
-            raise InputError(directory, f"checkpoint does not hold every weight of layer {k}")
-        layer.weight.data[:] = np.concatenate(w)[idx]
-        rows_all = np.concatenate(rows)
-        where = np.full(dnet.sizes[k], -1, dtype=np.int64)
-        where[rows_all] = np.arange(len(rows_all))
-        if np.any(where[layer.rows] < 0):
-            raise InputError(directory, f"checkpoint does not hold every bias of layer {k}")
-        layer.bias[:] = np.concatenate(b)[where[layer.rows]]
-        if mw:
-            momentum += [np.concatenate(mw)[idx].astype(dnet.dtype),
-                         np.concatenate(mb)[where[layer.rows]].astype(dnet.dtype)]
+        idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
+        layer.weight.data[:] = np.concatenate([a["w"] for a in shards])[idx]
+        layer.bias[:] = np.concatenate([a["b"] for a in shards])[bias]
+        if shards and "mw" in shards[0]:
+            momentum += [np.concatenate([a["mw"] for a in shards])[idx].astype(dnet.dtype),
+                         np.concatenate([a["mb"] for a in shards])[bias].astype(dnet.dtype)]
         else:
             momentum += [None, None]
     for r in readers:

@@ -11,7 +11,15 @@ from collections.abc import Sequence
 
 from .encoding import MODES
 from .errors import SpdnnError
-from .options import OneLineParser, non_negative, positive_int, report, seed
+from .options import (
+    OneLineParser,
+    compressor,
+    fraction,
+    non_negative,
+    positive_int,
+    report,
+    seed,
+)
 from .threads import default_threads, reserve_threads
 
 EXAMPLES = """\
@@ -280,6 +288,19 @@ def build_parser() -> argparse.ArgumentParser:
                          "differ from the run that wrote the checkpoint (the result then "
                          "differs from an uninterrupted run)")
     tr.add_argument("--metrics-out", help="write per-epoch metrics, traffic and timing as JSON")
+    lossy = tr.add_argument_group(
+        "lossy speed-ups (opt-in; README, \"Lossy training\")")
+    lossy.add_argument("--compress", type=compressor, default="none", metavar="SPEC",
+                       help="compress the gradient sums over replicas, with error feedback: "
+                            "none, topk:RATIO, dgc:RATIO or sidco:RATIO[:exp|gamma|gpareto]; "
+                            "RATIO = fraction of the values a rank sends, e.g. 0.01")
+    lossy.add_argument("--compress-min-values", type=seed, default=0, metavar="N",
+                       help="sum layers with fewer gradient values than N on a rank exactly")
+    lossy.add_argument("--critical-set", type=fraction, metavar="FRACTION",
+                       help="between full passes, train only on this fraction of the samples "
+                            "with the highest loss in the last full pass")
+    lossy.add_argument("--refresh", type=positive_int, metavar="K",
+                       help="with --critical-set: a full pass every K epochs (default 2)")
 
     inf = _command(sub, "infer", "run inference",
                    "Classification accuracy on a data set, or Graph Challenge inference on "

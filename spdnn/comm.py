@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+from mpi4py.util import dtlib
 
 from .errors import SpdnnError
 
@@ -102,6 +103,14 @@ class Communicator:
     def iallreduce_sum(self, buf: np.ndarray) -> Request:
         """Start an in-place sum of ``buf`` over the ranks (contiguous; wait before use)."""
         return self._comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+    def iallgatherv(self, send: np.ndarray, recv: np.ndarray, counts: np.ndarray) -> Request:
+        """Start gathering every rank's ``send`` (counts[r] items from rank r) into ``recv``,
+        rank after rank, on every rank."""
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        return self._comm.Iallgatherv(np.ascontiguousarray(send),
+                                      [recv, counts.astype(np.int64), displs,
+                                       dtlib.from_numpy_dtype(recv.dtype)])
 
     def allgather(self, obj: Any) -> list[Any]:
         return self._comm.allgather(obj)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,16 @@ def _open(comm, args: argparse.Namespace, files: Sequence[tuple[str, str | None]
     return open_network(comm, args.network, plan, args.dtype, replicas, args.exchange)
 
 
+def _lossy_note(cfg: Any, replicas: int) -> str:  # noqa: ANN401 (a TrainConfig)
+    note = ""
+    if cfg.compress.enabled:
+        note += f"; gradient sums compressed {cfg.compress.text()}" if replicas > 1 else \
+            f"; --compress {cfg.compress.text()} has no effect with one replica (no sums)"
+    if cfg.critical_set:
+        note += f"; critical set {cfg.critical_set:g}, full pass every {cfg.refresh} epochs"
+    return note
+
+
 @collectively
 def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     from contextlib import nullcontext
@@ -170,10 +181,12 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     from .optim import SGDConfig
     from .progress import Progress
     from .session import save_trained, write_json
-    from .training import TrainConfig, train
+    from .training import TrainConfig, resumed_lossy, train
 
     if args.checkpoint_every and not args.checkpoint_dir:
         raise SpdnnError("--checkpoint-every needs --checkpoint-dir")
+    if args.refresh is not None and args.critical_set is None:
+        raise SpdnnError("--refresh needs --critical-set")
     run = _open(comm, args, [("--save", args.save), ("--metrics-out", args.metrics_out)],
                 [("--checkpoint-dir", args.checkpoint_dir)])
     sizes, dnet = run.bundle.sizes, run.dnet
@@ -183,11 +196,15 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     cfg = TrainConfig(args.epochs, args.batch_size,
                       SGDConfig(args.lr, args.momentum, args.weight_decay), args.seed,
                       not args.no_shuffle, args.loss, args.max_steps, args.checkpoint_dir,
-                      args.checkpoint_every)
-    position, momentum = None, None
+                      args.checkpoint_every,
+                      replace(args.compress, min_values=args.compress_min_values),
+                      args.critical_set, args.refresh or 2)
+    position, momentum, lossy = None, None, None
     if args.resume:
         position, momentum = comm.check(lambda: load_checkpoint(
             dnet, args.resume, cfg.settings(), args.resume_with_changes))
+        lossy = comm.check(lambda: resumed_lossy(dnet, args.resume, cfg, len(data.y_train),
+                                                 args.resume_with_changes))
         comm.check(lambda: check_position(position, args.resume, args.batch_size,
                                            args.max_steps, len(data.y_train)))
         if position.epoch >= args.epochs or args.max_steps == position.step:
@@ -206,7 +223,7 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
               f"with {comm.size} rank(s){grid}, plan "
               f"{run.plan.meta.get('method', '?')}: {len(data.x_train):,} samples, batch "
               f"{args.batch_size}, lr {args.lr}, momentum {args.momentum}, weight decay "
-              f"{args.weight_decay}{resumed}", flush=True)
+              f"{args.weight_decay}{resumed}{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
     bars: list = []
 
     def on_step(done: int, total: int) -> None:
@@ -240,7 +257,8 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     lock = directory_lock(comm, args.checkpoint_dir) if args.checkpoint_dir else nullcontext()
     with lock:
         on_epoch = (lambda r: print(r.line(), flush=True)) if comm.rank == 0 else None
-        reports = train(comm, dnet, data, cfg, position, momentum, on_epoch, on_step, finish)
+        reports = train(comm, dnet, data, cfg, position, momentum, lossy, on_epoch, on_step,
+                        finish)
     acc, tm = result["traffic"], result["timing"]
     write_json(comm, args.metrics_out, {"ranks": comm.size,
                                         "epochs": [r.as_dict() for r in reports],

@@ -18,6 +18,7 @@ from . import kernels
 from .accounting import Timers
 from .bundle import NetworkBundle
 from .encoding import MODES
+from .gradsum import GradientSums
 from .grid import Grid
 from .halo import Traffic
 from .local_layer import LocalLayer
@@ -67,6 +68,8 @@ class DistributedNetwork:
         self.input_rows = plan.rows_of(self.comm.rank, 0)
         self.traffic = Traffic.zeros(len(layers))
         self.timers = Timers(len(layers))
+        self.sums = GradientSums(grid.data, self.traffic, self.timers,
+                                 [(layer.weight.nnz, len(layer.bias)) for layer in layers], dtype)
         self._workspaces: dict[int, Workspace] = {}
         self._pingpong: dict[int, PingPong] = {}
 
@@ -196,10 +199,12 @@ class DistributedNetwork:
         return self.comm.allreduce(local_arg.astype(np.int64), "min")
 
     def loss_and_gradient(self, out: np.ndarray, y: np.ndarray, loss: str,
-                          scale: int | None = None) -> tuple[float, np.ndarray]:
+                          scale: int | None = None, sample_losses: np.ndarray | None = None
+                          ) -> tuple[float, np.ndarray]:
         """As ``ops.loss_and_gradient``, with the output rows spread over the ranks (only
         per-sample vectors are all-reduced) and the mean taken over ``scale`` samples (the
-        whole minibatch, of which this replica holds the columns of ``out``)."""
+        whole minibatch, of which this replica holds the columns of ``out``); each sample's
+        own loss into ``sample_losses`` when given."""
         check_loss(loss)
         batch = out.shape[1]
         scale = batch if scale is None else scale
@@ -215,35 +220,41 @@ class DistributedNetwork:
             total, target = self.comm.allreduce(packed)
             grad = expo / total[None, :]
             grad[local[y[cols]], cols] -= 1
-            return float(np.sum(np.log(total) - target)) / scale, grad / scale
+            per_sample = np.log(total) - target
+            if sample_losses is not None:
+                sample_losses[:] = per_sample
+            return float(np.sum(per_sample)) / scale, grad / scale
         diff = out.copy()
         diff[local[y[cols]], cols] -= 1
         n = self.sizes[-1] * scale
         value = self.comm.allreduce_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
+        if sample_losses is not None:
+            squares = np.sum(diff.astype(np.float64) ** 2, axis=0)
+            sample_losses[:] = self.comm.allreduce(squares) / self.sizes[-1]
         return value, diff * (2.0 / n)
 
-    def backward(self, fwd: Forward, y: np.ndarray, loss: str, scale: int | None = None
+    def backward(self, fwd: Forward, y: np.ndarray, loss: str, scale: int | None = None,
+                 sample_losses: np.ndarray | None = None
                  ) -> tuple[float, int, list[np.ndarray], list[np.ndarray]]:
         """Loss, correct predictions and this rank's gradients (W data and bias per layer)
         after ``forward(..., keep=True)``; the loss is a mean over ``scale`` samples (default:
         this batch). With replicas, each layer's gradients are summed over them (started as
         soon as the layer's gradient is complete, while the earlier layers run); the loss and
-        the count are those of this replica's samples."""
+        the count are those of this replica's samples (and ``sample_losses``, when given)."""
         ws, t, comm = fwd.workspace, self.timers, self.comm
         assert ws is not None, "backward needs forward(keep=True)"
         out = self.output(fwd.z_last)
-        value, grad = self.loss_and_gradient(out, y, loss, scale)
+        value, grad = self.loss_and_gradient(out, y, loss, scale, sample_losses)
         correct = int(np.sum(self.predict_classes(out) == y))
         delta = grad if self.output_activation == "linear" else \
             grad * activation_slope(fwd.z_last, self.cap)
-        sums: list = []
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
                 kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
                               rows=layer.entry_rows, bias_grad=ws.grad_b[i])
-                self._start_sum(i, ws, sums)
+                self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break
             np.sum(delta, axis=1, out=ws.grad_b[i])
@@ -264,8 +275,8 @@ class DistributedNetwork:
             for rows in _chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
                 kernels.backward_products(wt, order, delta, ws.xbufs[i], g, ws.grad_w[i], rows,
                                           z=z_prev, cap=self.cap)
-                comm.progress(reqs + [r for _, pair in sums for r in pair])
-            self._start_sum(i, ws, sums)
+                comm.progress(reqs + self.sums.requests())
+            self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g, ws.xbufs[i])
             t4 = time.perf_counter()
@@ -275,21 +286,8 @@ class DistributedNetwork:
             t5 = time.perf_counter()
             t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,
                   wait=t4 - t3)
-        for i, pair in sums:  # layer by layer, to time each layer's wait
-            t0 = time.perf_counter()
-            self.grid.data.waitall(pair)
-            t.grad_wait[i] += time.perf_counter() - t0
+        self.sums.finish(ws.grad_w, ws.grad_b)
         return value, correct, ws.grad_w, ws.grad_b
-
-    def _start_sum(self, i: int, ws: Workspace, sums: list) -> None:
-        """Start summing layer i's gradients over the replicas (nothing with one replica)."""
-        if self.grid.replicas == 1:
-            return
-        t0 = time.perf_counter()
-        sums.append((i, [self.grid.data.iallreduce_sum(ws.grad_w[i]),
-                         self.grid.data.iallreduce_sum(ws.grad_b[i])]))
-        self.traffic.grad_values[i] += len(ws.grad_w[i]) + len(ws.grad_b[i])
-        self.timers.grad_post[i] += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ parameters
 

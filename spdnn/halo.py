@@ -30,8 +30,11 @@ from .errors import SpdnnError
 _FIELDS = ("forward_rows", "forward_bytes", "forward_passes", "forward_samples",
            "backward_rows", "backward_bytes", "backward_passes", "backward_samples",
            "forward_sent", "backward_sent", "forward_messages", "backward_messages")
+# The gradient sums over replicas: values put in (indices counted as values when compressed),
+# their bytes, and (compressed layers) the values selected of those considered.
+_GRAD = ("grad_values", "grad_bytes", "grad_selected", "grad_considered")
 _SUMMED = ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes", "forward_sent",
-           "backward_sent", "forward_messages", "backward_messages", "grad_values")
+           "backward_sent", "forward_messages", "backward_messages", *_GRAD)
 
 
 @dataclass
@@ -54,10 +57,14 @@ class Traffic:
     forward_messages: np.ndarray  # messages sent (one per peer and pass)
     backward_messages: np.ndarray
     grad_values: np.ndarray  # values this rank put into the gradient sums over replicas
+    grad_bytes: np.ndarray
+    grad_selected: np.ndarray
+    grad_considered: np.ndarray
 
     @staticmethod
     def zeros(n_layers: int) -> Traffic:
-        return Traffic(*[np.zeros(n_layers, dtype=np.int64) for _ in range(len(_FIELDS) + 1)])
+        return Traffic(*[np.zeros(n_layers, dtype=np.int64)
+                         for _ in range(len(_FIELDS) + len(_GRAD))])
 
     def count(self, direction: str, i: int, rows: int, batch: int, itemsize: int,
               sent: int, messages: int) -> None:
@@ -75,7 +82,7 @@ class Traffic:
     def total(self, comm: Communicator, data: Communicator | None = None) -> Traffic:
         """Rows, bytes and gradient-sum values summed over all ranks (``comm``); passes and
         samples summed over the replicas (``data``: the ranks of one part)."""
-        t = Traffic(*[getattr(self, n).copy() for n in (*_FIELDS, "grad_values")])
+        t = Traffic(*[getattr(self, n).copy() for n in (*_FIELDS, *_GRAD)])
         for name in _SUMMED:
             setattr(t, name, comm.allreduce(getattr(self, name)))
         if data is not None:

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .errors import InputError, SpdnnError
 
@@ -70,6 +70,26 @@ def non_negative(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
     return value
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], not {text}")
+    return value
+
+
+def compressor(text: str) -> Any:  # noqa: ANN401 (a spdnn.compress.CompressSpec)
+    from .compress import parse_compress
+
+    try:
+        return parse_compress(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def check_output_file(path: str | os.PathLike, option: str) -> None:

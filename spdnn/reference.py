@@ -105,7 +105,7 @@ def train(
             test_acc = accuracy(net, data.x_test, data.y_test)
         report = EpochReport(epoch + 1, steps, total_loss / max(seen, 1), correct / max(seen, 1),
                              test_acc, seconds, seen / max(seconds, 1e-12), 0.0,
-                             steps - steps_before, -(-len(x) // batch_size))
+                             steps - steps_before, -(-len(x) // batch_size), seen)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

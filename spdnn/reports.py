@@ -22,6 +22,12 @@ class EpochReport:
     megabytes_sent: float = 0.0  # by the training steps (evaluation passes not included)
     epoch_steps: int = 0  # steps run in this report
     epoch_batches: int = 0  # batches of a whole epoch (epoch_steps is fewer when resumed or cut)
+    samples: int = 0  # processed by this report's steps
+    model_values: float = 0.0  # carried by the exchange between parts (all ranks)
+    gradient_values: float = 0.0  # put into the gradient sums over replicas (all ranks)
+    gradient_megabytes: float = 0.0
+    compression_ratio: float | None = None  # achieved: values sent / values (with --compress)
+    select_seconds: float = 0.0  # compressors' selection time, slowest rank
 
     @property
     def partial(self) -> bool:
@@ -35,9 +41,14 @@ class EpochReport:
         test = f", test accuracy {self.test_accuracy:.4f}" if self.test_accuracy is not None \
             else ""
         part = f" ({self.epoch_steps} of {self.epoch_batches} steps)" if self.partial else ""
+        sums = f", gradient sums {self.gradient_megabytes:,.1f} MB" \
+            if self.gradient_values else ""
+        if self.compression_ratio is not None:
+            sums += f" (ratio {self.compression_ratio:.4f}, selection {self.select_seconds:.2f} s)"
         return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, train accuracy "
-                f"{self.train_accuracy:.4f}{test}, {self.samples_per_second:,.0f} samples/s, "
-                f"{self.megabytes_sent:,.1f} MB exchanged by its steps")
+                f"{self.train_accuracy:.4f}{test}, {self.samples:,} samples, "
+                f"{self.samples_per_second:,.0f} samples/s, "
+                f"{self.megabytes_sent:,.1f} MB exchanged by its steps{sums}")
 
 
 @dataclass(frozen=True)

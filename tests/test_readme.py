@@ -47,7 +47,8 @@ def test_the_readme_has_the_blocks_this_test_expects():
     joined = "\n".join(runnable)
     for command in ("mpirun -n 4 spdnn train", "--resume", "spdnn infer", "--replicas 2",
                     "spdnn-partition import", "spdnn convert safetensors", "spdnn plot",
-                    "spdnn calibrate", "spdnn-partition model", "--replicas auto"):
+                    "spdnn calibrate", "spdnn-partition model", "--replicas auto",
+                    "--compress sidco", "--critical-set"):
         assert command in joined, command
 
 
