@@ -35,6 +35,18 @@ def _mask(builder, m, lanes):  # noqa: ANN001, ANN202
                            ir.VectorType(ir.IntType(1), lanes))
 
 
+def _store_packed(builder, vec, m, lanes, dp):  # noqa: ANN001, ANN202
+    """Store the lanes of ``vec`` selected by the bits of ``m`` packed to the front, at dp
+    (the register form of the compress, then one plain store)."""
+    vt = vec.type
+    mv = _mask(builder, m, lanes)
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vt, [vt, mv.type, vt]),
+        f"llvm.experimental.vector.compress.{_suffix(vt)}")
+    packed = builder.call(fn, [vec, mv, ir.Constant(vt, None)])
+    builder.store(packed, builder.bitcast(dp, vt.as_pointer()), align=4)
+
+
 @intrinsic
 def compress_store(typingctx, src, k, dst, d, mask):  # noqa: ANN001, ANN201
     """dst[d:d + L] = the lanes of src[k:k + L] whose bit in ``mask`` is set, packed to the
@@ -46,12 +58,7 @@ def compress_store(typingctx, src, k, dst, d, mask):  # noqa: ANN001, ANN201
         vt, lanes, sp = _lanes(context, builder, signature.args[0], s, k_)
         _, _, dp = _lanes(context, builder, signature.args[2], t, d_)
         vec = builder.load(builder.bitcast(sp, vt.as_pointer()), align=4)
-        mv = _mask(builder, m, lanes)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vt, [vt, mv.type, vt]),
-            f"llvm.experimental.vector.compress.{_suffix(vt)}")
-        packed = builder.call(fn, [vec, mv, ir.Constant(vt, None)])
-        builder.store(packed, builder.bitcast(dp, vt.as_pointer()), align=4)
+        _store_packed(builder, vec, m, lanes, dp)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -213,13 +220,7 @@ def compress_iota(typingctx, k, dst, d, mask):  # noqa: ANN001, ANN201
         for i in range(lanes):
             splat = builder.insert_element(splat, start, ir.Constant(ir.IntType(32), i))
         iota = ir.Constant(vt, [ir.Constant(vt.element, i) for i in range(lanes)])
-        vec = builder.add(splat, iota)
-        mv = _mask(builder, m, lanes)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vt, [vt, mv.type, vt]),
-            f"llvm.experimental.vector.compress.{_suffix(vt)}")
-        packed = builder.call(fn, [vec, mv, ir.Constant(vt, None)])
-        builder.store(packed, builder.bitcast(dp, vt.as_pointer()), align=4)
+        _store_packed(builder, builder.add(splat, iota), m, lanes, dp)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -107,3 +107,55 @@ def test_critical_set_is_the_same_on_every_grid(comm, mpi_tmp_path):
         if comm.rank == 0:
             _assert_close(got, expected)
         run.grid.free()
+
+
+def test_resume_refuses_other_lossy_settings_and_damaged_state(comm, mpi_tmp_path):
+    """Another compressor, replica count or critical set is refused (one agreed error) unless
+    changes are allowed; damaged residual or critical-set files are named in the error."""
+    import json
+    from pathlib import Path
+
+    from spdnn.comm import AgreedError
+    from spdnn.critical import CriticalSet
+    from spdnn.lossy import load_lossy
+
+    net = small_network((20, 40, 30, 6), fan_in=8, seed=7, bias_scale=0.3)
+    data = _data(net)
+    grid = _replicated(comm.size)[0] if comm.size > 1 else (1, 1)
+    cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=5, compress=parse_compress(
+        "topk:0.1"), critical_set=0.5, refresh=2, checkpoint_dir=str(mpi_tmp_path / "ck"))
+    dnet = _open(comm, mpi_tmp_path, net, *grid).dnet
+    train(comm, dnet, data, replace(cfg, max_steps=5))
+    ck = cfg.checkpoint_dir
+    n = len(data.y_train)
+
+    def load(spec="topk:0.1", fraction=0.5, refresh=2, allow=False):
+        return comm.check(lambda: load_lossy(dnet, ck, parse_compress(spec),
+                                             CriticalSet(n, fraction, refresh), allow))
+
+    assert load().pending is not None
+    with pytest.raises(AgreedError, match="--compress"):
+        load("dgc:0.1")
+    with pytest.raises(AgreedError, match="--critical-set"):
+        load(fraction=0.25)
+    fresh = load("dgc:0.1", 0.25, allow=True)
+    assert fresh.pending is None and all(r is None for r in fresh.residuals)
+    manifest = json.loads((Path(ck) / "manifest.json").read_text())
+    comm.barrier()
+    if comm.rank == 0:  # a critical-set file with the wrong number of samples
+        np.savez(Path(ck) / manifest["critical"], pending=np.zeros(n + 1))
+    comm.barrier()
+    with pytest.raises(AgreedError, match="one per training sample"):
+        load()
+    if grid[1] > 1:
+        comm.barrier()
+        if comm.rank == 0:  # a residual of the wrong length
+            bad = Path(ck) / manifest["residual_files"][0][0]
+            with np.load(bad) as z:
+                arrays = dict(z)
+            arrays["rw1"] = arrays["rw1"][:-1]
+            np.savez(bad, **arrays)
+        comm.barrier()
+        with pytest.raises(AgreedError, match="rw1"):
+            load()
+    dnet.grid.free()
