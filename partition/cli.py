@@ -27,6 +27,7 @@ examples:
   spdnn-partition net.npz -P 4 -o block.npz --method block
   spdnn-partition net.npz -P 8 -o infer.npz --objective infer   # inference-only plan
   spdnn-partition net.npz -P 8 -o plan.npz --exact-sweeps 1     # slower, exact polish
+  spdnn-partition big.npz -P 64 -o plan.npz --time-limit 600 --jobs 2   # best plan in 10 min
   spdnn-partition big.npz -P 8 -o plan.npz --backend mtkahypar --threads 4   # large, unstructured
   spdnn-partition stats net.npz plan.npz                   # the statistics table of a plan
   spdnn-partition export net.npz -o net.hgr                # hMETIS hypergraph for other tools
@@ -67,6 +68,17 @@ def _parser_partition() -> argparse.ArgumentParser:
                         "(MILP, HiGHS) of its groups of identical rows; default 0 = off. "
                         "Graph Challenge 1024 network, 24 layers, P=8: one sweep, -0.7%% "
                         "volume for ~3 min more (docs/BENCHMARKS.md)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="stop the search after SECONDS (from the start of the command) and "
+                        "write the best complete plan so far, never worse than the best "
+                        "balanced baseline; the output names the starts that did not finish. "
+                        "Default: no limit")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="worker processes for independent starts and refinements (default 1); "
+                        "the plan is the same for any N; memory grows with N")
+    p.add_argument("--no-shortcuts", action="store_true",
+                   help="run every start to the end, even the layer-by-layer run on a network "
+                        "where its first layer shows it cannot beat the baselines")
     p.add_argument("--compare", action="store_true", help="print the baselines beside the plan")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -142,6 +154,12 @@ def cmd_partition(argv: Sequence[str]) -> None:
         raise SpdnnError(f"--exact-sweeps must be at least 0, not {args.exact_sweeps}")
     if args.threads < 1:
         raise SpdnnError(f"--threads must be at least 1, not {args.threads}")
+    if args.time_limit is not None and not 0 < args.time_limit < float("inf"):
+        raise SpdnnError(f"--time-limit must be a positive number of seconds, not "
+                         f"{args.time_limit}")
+    if args.jobs < 1:
+        raise SpdnnError(f"--jobs must be at least 1, not {args.jobs}")
+    started = time.perf_counter()
     bundle, patterns = _load(args.network)
     _check_nparts(args.nparts, bundle.sizes)
     t0 = time.perf_counter()
@@ -153,13 +171,22 @@ def cmd_partition(argv: Sequence[str]) -> None:
     plan = partition_network(patterns, args.nparts, args.method, args.epsilon, args.seed,
                              args.backend, bundle.fingerprint(), log,
                              objective=args.objective, exact_sweeps=args.exact_sweeps,
-                             threads=args.threads)
+                             threads=args.threads, jobs=args.jobs,
+                             shortcuts=not args.no_shortcuts,
+                             time_limit=None if args.time_limit is None else
+                             max(args.time_limit - (time.perf_counter() - started), 1e-3))
     save_plan(plan, args.output)
     stats = plan_statistics(patterns, plan.owners, args.nparts)
     limits = imbalance_limits(patterns, args.nparts, args.epsilon)
     print(f"wrote {args.output}: P={args.nparts}, method {args.method}, "
           f"{objective_volume(stats, args.objective)}; "
           f"{balance_report(stats, limits)}; {plan.meta['partition_seconds']:.1f} s")
+    for line in plan.meta.get("shortcuts") or []:
+        print(f"shortcut: {line}")
+    unfinished = plan.meta.get("unfinished") or []
+    if unfinished:
+        print(f"time limit {args.time_limit:g} s reached; not finished: "
+              f"{'; '.join(unfinished)}")
     if args.compare:
         named = named_stats(patterns, plan.owners, args.nparts, args.method, args.seed)
         print(format_compare(named, "block"))

@@ -21,6 +21,8 @@ from spdnn.atomic import write_text
 from spdnn.errors import InputError, SpdnnError
 from spdnn.plan import Pattern
 
+from ._kernels import connectivity, contract_nets
+
 
 @dataclass(frozen=True)
 class Hypergraph:
@@ -104,11 +106,9 @@ def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> H
 
 def km1(hg: Hypergraph, parts: np.ndarray) -> int:
     """Connectivity-1 of a partition, weighted by net weights."""
-    net = np.repeat(np.arange(hg.n_nets, dtype=np.int64), np.diff(hg.net_indptr))
     nparts = int(parts.max()) + 1
-    key = np.unique(net * nparts + parts[hg.net_pins])
-    lam = np.bincount(key // nparts, minlength=hg.n_nets)
-    return int(np.sum((lam - 1).clip(min=0) * hg.net_weights))
+    lam = connectivity(hg.net_indptr, hg.net_pins, np.ascontiguousarray(parts, np.int64), nparts)
+    return int(np.sum((lam.astype(np.int64) - 1).clip(min=0) * hg.net_weights))
 
 
 def write_hmetis(hg: Hypergraph, path: str | os.PathLike) -> None:
@@ -159,13 +159,7 @@ def contract(hg: Hypergraph, cluster: np.ndarray) -> tuple[Hypergraph, np.ndarra
     n_layers = len(hg.offsets) - 1
     offsets = np.searchsorted(coarse_layer, np.arange(n_layers + 1)).astype(np.int64)
     weights = np.bincount(coarse_of, weights=hg.vertex_weights, minlength=len(uniq))
-    net = np.repeat(np.arange(hg.n_nets, dtype=np.int64), np.diff(hg.net_indptr))
-    pin_key = np.unique(net * len(uniq) + coarse_of[hg.net_pins])
-    pnet, ppin = pin_key // len(uniq), pin_key % len(uniq)
-    counts = np.bincount(pnet, minlength=hg.n_nets)
-    keep_net = counts >= 2
-    keep_pin = keep_net[pnet]
-    indptr = np.concatenate([[0], np.cumsum(counts[keep_net])]).astype(np.int64)
-    coarse = Hypergraph(offsets, weights.astype(np.int64), indptr, ppin[keep_pin],
-                        hg.net_weights[keep_net], hg.net_layer[keep_net])
+    indptr, pins, kept = contract_nets(hg.net_indptr, hg.net_pins, coarse_of, len(uniq))
+    coarse = Hypergraph(offsets, weights.astype(np.int64), indptr, pins, hg.net_weights[kept],
+                        hg.net_layer[kept])
     return coarse, coarse_of

@@ -11,19 +11,20 @@ that measure.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.network import concat_ranges
 from spdnn.plan import Pattern, Plan, plan_statistics
 
-from .backends import Problem, check_backend, solve
+from .backends import check_backend
+from .budget import Deadline, Log
 from .exact import sweep_exact
 from .hypergraph import Hypergraph, build_hypergraph, check_objective, contract, km1
 from .refine import BalanceError, Refiner
+from .search import Search, majority, search
 
 METHODS = ("hypergraph", "block", "cyclic", "random")
 BASELINES = ("block", "cyclic", "random")
@@ -33,7 +34,6 @@ BASELINES = ("block", "cyclic", "random")
 # the same plan).
 GROUP_SHRINK = 0.9
 
-Log = Callable[[str], None]
 
 
 def normalize_seed(seed: int | None) -> int:
@@ -116,76 +116,6 @@ def identical_row_clusters(patterns: Sequence[Pattern], nparts: int) -> np.ndarr
     return np.concatenate(clusters)
 
 
-def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backend: str,
-                   log: Log | None = None, threads: int = 1) -> np.ndarray:
-    """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1)."""
-    parts = np.full(hg.n_vertices, -1, dtype=np.int64)
-    net_layer = hg.net_layer
-    n_layers = hg.n_layers
-    t0 = time.perf_counter()
-    for k in range(1, n_layers + 1):
-        lo, mid, hi = hg.offsets[k - 1], hg.offsets[k], hg.offsets[k + 1]
-        nets = np.flatnonzero(net_layer == k - 1)
-        starts, stops = hg.net_indptr[nets], hg.net_indptr[nets + 1]
-        sizes = stops - starts
-        keep = sizes >= 2
-        nets, starts, sizes = nets[keep], starts[keep], sizes[keep]
-        pins = hg.net_pins[concat_ranges(starts, sizes)] - lo
-        indptr = np.concatenate([[0], np.cumsum(sizes)])
-        vw = hg.vertex_weights[lo:hi].copy()
-        # Layer k-1 is fixed (or, for k = 1, the work-free input layer): weight 1, the least
-        # KaHyPar accepts, so that it barely moves the balance of layer k.
-        vw[: mid - lo] = 1
-        fixed = None
-        if k > 1:
-            fixed = np.full(hi - lo, -1, dtype=np.int32)
-            fixed[: mid - lo] = parts[lo:mid]
-        if len(nets) == 0:
-            block = np.arange(hi - lo) % nparts
-        else:
-            block = solve(Problem(int(hi - lo), indptr.astype(np.int64), pins.astype(np.int64),
-                                  np.maximum(vw, 1), hg.net_weights[nets], nparts, epsilon,
-                                  seed + k, fixed), backend, threads=threads)
-        parts[lo:hi] = np.where(parts[lo:hi] >= 0, parts[lo:hi], block)
-        if log:
-            log(f"layer {k}/{n_layers}: {backend} done ({time.perf_counter() - t0:.1f} s)")
-    return parts
-
-
-def majority(coarse_of: np.ndarray, parts: np.ndarray, n_coarse: int, nparts: int
-             ) -> np.ndarray:
-    """Each coarse vertex takes the block most of its fine vertices are in."""
-    counts = np.bincount(coarse_of * nparts + parts, minlength=n_coarse * nparts)
-    return counts.reshape(n_coarse, nparts).argmax(axis=1)
-
-
-def group_candidates(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray,
-                     fine_starts: dict[str, np.ndarray], nparts: int, epsilon: float, seed: int,
-                     backend: str, n_runs: int, log: Log | None, threads: int = 1
-                     ) -> dict[str, np.ndarray]:
-    """Starts that keep groups of identical rows whole: layer-by-layer runs on the coarse
-    hypergraph (``n_runs`` seeds) and the fine starts projected by majority, each refined on
-    the coarse hypergraph under the fine per-layer limits, then projected back."""
-    fine_limits = Refiner(hg, fine_starts["block"], nparts, epsilon).limits
-    coarse_starts = {f"{backend}-groups-{r}": layer_by_layer(coarse, nparts, epsilon,
-                                                            seed + 7919 * r, backend, log,
-                                                            threads)
-                     for r in range(n_runs)}
-    for name in ("cyclic", backend):
-        coarse_starts[f"{name}-groups"] = majority(coarse_of, fine_starts[name],
-                                                   coarse.n_vertices, nparts)
-    out = {}
-    for name, cparts in coarse_starts.items():
-        try:
-            refiner = Refiner(coarse, cparts, nparts, epsilon, limits=fine_limits,
-                              max_swap_layer=2048)
-            out[name] = refiner.run()[coarse_of]
-        except BalanceError as exc:  # groups too coarse to balance: skip this candidate
-            if log:
-                log(f"candidate {name} skipped ({exc})")
-    return out
-
-
 def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, parts: np.ndarray,
                  nparts: int, epsilon: float, sweeps: int, log: Log | None) -> np.ndarray:
     """``parts`` after exact one-layer sweeps on the groups of identical rows (majority ranks,
@@ -218,14 +148,22 @@ def partition_network(
     objective: str = "train",
     exact_sweeps: int = 0,
     threads: int = 1,
+    time_limit: float | None = None,
+    jobs: int = 1,
+    shortcuts: bool = True,
 ) -> Plan:
     """Assign every neuron of every layer to a rank; the Plan carries its statistics.
 
     ``objective`` is the volume minimised: ``train`` (a training step, forward + backward rows)
     or ``infer`` (inference, forward rows only). ``exact_sweeps`` > 0 polishes the best plan
     by that many sweeps of exact one-layer re-assignment of its groups (partition/exact.py).
-    ``threads`` is Mt-KaHyPar's thread count (its plans do not depend on it)."""
+    ``threads`` is Mt-KaHyPar's thread count (its plans do not depend on it). ``time_limit``
+    (seconds) cuts the search short: the best plan so far is kept and ``meta["unfinished"]``
+    says what did not finish. ``jobs`` worker processes run independent starts and
+    refinements side by side; the plan does not depend on it. ``shortcuts`` lets the search
+    skip starts that cannot win (partition/search.py); ``meta["shortcuts"]`` lists those taken."""
     seed = normalize_seed(seed)
+    deadline = Deadline(time_limit)
     if nparts < 1:
         raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
     if not 0 < epsilon < 1:
@@ -237,12 +175,18 @@ def partition_network(
         raise SpdnnError(f"exact sweeps must be a non-negative integer, not {exact_sweeps!r}")
     if exact_sweeps and method != "hypergraph":
         raise SpdnnError(f"exact sweeps polish the hypergraph method's plan, not '{method}'")
+    if time_limit is not None and not time_limit > 0:
+        raise SpdnnError(f"the time limit must be a positive number of seconds, not {time_limit}")
+    if not isinstance(jobs, (int, np.integer)) or jobs < 1:
+        raise SpdnnError(f"jobs must be a positive integer, not {jobs!r}")
     if method == "hypergraph":
         check_backend(backend, threads)
     elif threads != 1:
         raise SpdnnError(f"threads serve the hypergraph method's backend, not '{method}'")
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
+    unfinished: list[str] = []
+    shortcuts_taken: list[str] = []
     if nparts == 1:
         owners = [np.zeros(len(w), dtype=np.int32) for w in _weights(patterns)]
         chosen = method
@@ -254,30 +198,25 @@ def partition_network(
         if log:
             log(f"hypergraph: {hg.n_vertices:,} vertices, {hg.n_nets:,} nets, "
                 f"{len(hg.net_pins):,} pins")
-        starts = {b: np.concatenate(baseline_owners(b, patterns, nparts, seed))
-                  for b in BASELINES}
-        starts[backend] = layer_by_layer(hg, nparts, epsilon, seed, backend, log, threads)
+        baselines = {b: np.concatenate(baseline_owners(b, patterns, nparts, seed))
+                     for b in BASELINES}
         coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
         if coarse.n_vertices <= GROUP_SHRINK * hg.n_vertices:
             if log:
                 log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices")
-            starts.update(group_candidates(hg, coarse, coarse_of, starts, nparts, epsilon,
-                                           seed, backend, group_starts, log, threads))
-        elif log:
-            log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices of "
-                f"{hg.n_vertices:,}, too few to try group starts")
-        best_parts, best_cost = None, None
-        for name, start in starts.items():
-            before = km1(hg, start)
-            refiner = Refiner(hg, start, nparts, epsilon)
-            parts = refiner.run()
-            cost = refiner.objective()
-            candidates[name] = {"start": before, "refined": cost}
+        else:
             if log:
-                log(f"candidate {name}: volume {before:,} -> {cost:,} rows after refinement")
-            if best_cost is None or cost < best_cost:
-                best_parts, best_cost, chosen = parts, cost, name
-        if exact_sweeps:
+                log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices of "
+                    f"{hg.n_vertices:,}, too few to try group starts")
+            coarse = coarse_of = None
+        s = Search(hg, coarse, coarse_of, nparts, epsilon, seed, backend, threads, deadline, log)
+        chosen, best_parts, best_cost, candidates, unfinished, shortcuts_taken = search(
+            s, baselines, group_starts, jobs, shortcuts)
+        if exact_sweeps and deadline.passed():
+            unfinished.append("exact sweeps: not started")
+        elif exact_sweeps:
+            if coarse is None:
+                coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
             parts = polish_exact(hg, coarse, coarse_of, best_parts, nparts, epsilon,
                                  exact_sweeps, log)
             cost = km1(hg, parts)
@@ -298,6 +237,9 @@ def partition_network(
         "fingerprint": fingerprint,
         "partition_seconds": time.perf_counter() - t0,
         "candidates": candidates,
+        "time_limit": time_limit,
+        "unfinished": unfinished,
+        "shortcuts": shortcuts_taken,
         "stats": stats.summary(),
     }
     return Plan(nparts, tuple(owners), meta)

@@ -1,0 +1,288 @@
+"""The hypergraph method's search over starts, under a time budget and on ``jobs`` processes.
+
+Starts: the baselines; one layer-by-layer run of the backend on the neurons (the "fine" start);
+where groups of identical rows shrink the hypergraph, ``n_runs`` layer-by-layer runs on the
+groups and the cyclic and fine starts projected onto them, each refined on the groups. Every
+start is then refined on the neurons and the least volume wins (ties: the first in
+``order``), so without a time limit the plan does not depend on the order the work is done in
+nor on ``jobs``. The work runs cheapest first, so a time limit cuts the expensive starts; what
+did not finish is reported, and the plan is never worse than the best balanced baseline.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spdnn.errors import SpdnnError
+from spdnn.network import concat_ranges
+
+from ._kernels import connectivity
+from .backends import Problem, solve
+from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress
+from .hypergraph import Hypergraph, km1
+from .refine import BalanceError, Refiner, layer_limits
+
+
+@dataclass
+class Search:
+    hg: Hypergraph
+    coarse: Hypergraph | None  # the groups of identical rows, where they shrink the hypergraph
+    coarse_of: np.ndarray | None
+    nparts: int
+    epsilon: float
+    seed: int
+    backend: str
+    threads: int
+    deadline: Deadline
+    log: Log | None
+    probe_base: int | None = None  # the best baseline's layer-1 volume, for the shortcut
+    limits: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limits = layer_limits(self.hg, self.nparts, self.epsilon)
+
+
+def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backend: str,
+                   log: Log | None = None, threads: int = 1, deadline: Deadline = NO_DEADLINE,
+                   name: str | None = None,
+                   probe: Callable[[np.ndarray], str | None] | None = None) -> np.ndarray:
+    """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1).
+    Raises OutOfTime when ``deadline`` passes first, and Skipped when ``probe``, shown the
+    blocks of layers 0 and 1, gives a reason to stop there."""
+    parts = np.full(hg.n_vertices, -1, dtype=np.int64)
+    net_layer = hg.net_layer
+    n_layers = hg.n_layers
+    layer_pins = np.bincount(net_layer, weights=np.diff(hg.net_indptr), minlength=n_layers)
+    progress = Progress(name or f"{backend} start", float(layer_pins.sum()), log)
+    for k in range(1, n_layers + 1):
+        where = f"stopped before layer {k}/{n_layers}"
+        deadline.check(where)
+        lo, mid, hi = hg.offsets[k - 1], hg.offsets[k], hg.offsets[k + 1]
+        nets = np.flatnonzero(net_layer == k - 1)
+        starts, stops = hg.net_indptr[nets], hg.net_indptr[nets + 1]
+        sizes = stops - starts
+        keep = sizes >= 2
+        nets, starts, sizes = nets[keep], starts[keep], sizes[keep]
+        pins = hg.net_pins[concat_ranges(starts, sizes)] - lo
+        indptr = np.concatenate([[0], np.cumsum(sizes)])
+        vw = hg.vertex_weights[lo:hi].copy()
+        # Layer k-1 is fixed (or, for k = 1, the work-free input layer): weight 1, the least
+        # KaHyPar accepts, so that it barely moves the balance of layer k.
+        vw[: mid - lo] = 1
+        fixed = None
+        if k > 1:
+            fixed = np.full(hi - lo, -1, dtype=np.int32)
+            fixed[: mid - lo] = parts[lo:mid]
+        if len(nets) == 0:
+            block = np.arange(hi - lo) % nparts
+        else:
+            problem = Problem(int(hi - lo), indptr.astype(np.int64), pins.astype(np.int64),
+                              np.maximum(vw, 1), hg.net_weights[nets], nparts, epsilon,
+                              seed + k, fixed)
+            try:
+                block = solve(problem, backend, timeout=deadline.left(), threads=threads)
+            except SpdnnError:
+                if deadline.passed():  # the solve was stopped by the time limit
+                    raise OutOfTime(f"{where} (in it)") from None
+                raise
+        parts[lo:hi] = np.where(parts[lo:hi] >= 0, parts[lo:hi], block)
+        progress.advance(layer_pins[k - 1], f"layer {k}/{n_layers} done")
+        if k == 1 and probe is not None and n_layers > 1 and (why := probe(parts)):
+            raise Skipped(why)
+    return parts
+
+
+def majority(coarse_of: np.ndarray, parts: np.ndarray, n_coarse: int, nparts: int
+             ) -> np.ndarray:
+    """Each coarse vertex takes the block most of its fine vertices are in."""
+    counts = np.bincount(coarse_of * nparts + parts, minlength=n_coarse * nparts)
+    return counts.reshape(n_coarse, nparts).argmax(axis=1)
+
+
+class Skipped(Exception):
+    """A start given up because it cannot win; the message says why."""
+
+
+# The unstructured-network shortcut: the layer-by-layer run stops after layer 1 when it gains
+# less than this share over the best baseline there. Layer 1's inputs are free, so later layers,
+# with theirs fixed, gain less still (random fan-in 32, 4096 x 4 at P = 2: layer 1 gains 0.4%,
+# the finished run 0.1%; docs/BENCHMARKS.md, "Partitioner at scale").
+PROBE_GAIN = 0.01
+
+
+def layer1_volume(hg: Hypergraph, parts: np.ndarray, nparts: int) -> int:
+    """The volume of the nets of layer 0's neurons (all that layer 1's blocks decide)."""
+    nets = np.flatnonzero(hg.net_layer == 0)
+    last = int(hg.net_indptr[nets[-1] + 1]) if len(nets) else 0
+    lam = connectivity(hg.net_indptr[: len(nets) + 1], hg.net_pins[:last],
+                       np.ascontiguousarray(np.maximum(parts, 0), np.int64), nparts)
+    return int(np.sum((lam.astype(np.int64) - 1).clip(min=0) * hg.net_weights[nets]))
+
+
+def _probe(parts: np.ndarray) -> str | None:
+    s = _SEARCH["s"]
+    mine = layer1_volume(s.hg, parts, s.nparts)
+    if s.probe_base is None or mine < (1 - PROBE_GAIN) * s.probe_base:
+        return None
+    return (f"unstructured: layer 1 gains {100 * (1 - mine / max(s.probe_base, 1)):.2f}% over "
+            f"the best baseline there, less than {100 * PROBE_GAIN:g}%")
+
+
+_SEARCH: dict[str, Search] = {}  # this process's search; forked workers inherit it
+
+
+def _fine_start() -> np.ndarray:
+    s = _SEARCH["s"]
+    return layer_by_layer(s.hg, s.nparts, s.epsilon, s.seed, s.backend, s.log, s.threads,
+                          s.deadline, name=f"{s.backend} start",
+                          probe=_probe if s.probe_base is not None else None)
+
+
+def _on_groups(cparts: np.ndarray) -> np.ndarray:
+    """A coarse start refined on the groups under the neurons' limits, projected back."""
+    s = _SEARCH["s"]
+    refiner = Refiner(s.coarse, cparts, s.nparts, s.epsilon, limits=s.limits,
+                      max_swap_layer=2048)
+    return refiner.run(deadline=s.deadline)[s.coarse_of]
+
+
+def _group_run(r: int) -> np.ndarray:
+    s = _SEARCH["s"]
+    cparts = layer_by_layer(s.coarse, s.nparts, s.epsilon, s.seed + 7919 * r, s.backend,
+                            s.log, s.threads, s.deadline, name=f"{s.backend}-groups-{r} start")
+    return _on_groups(cparts)
+
+
+def _projected(parts: np.ndarray) -> np.ndarray:
+    s = _SEARCH["s"]
+    return _on_groups(majority(s.coarse_of, parts, s.coarse.n_vertices, s.nparts))
+
+
+def _refined(name: str, parts: np.ndarray) -> tuple[np.ndarray, int, bool]:
+    s = _SEARCH["s"]
+    s.deadline.check("refinement not started")
+    refiner = Refiner(s.hg, parts, s.nparts, s.epsilon)
+
+    def progress(sweep: int, gained: int) -> None:
+        if s.log:
+            s.log(f"refining {name}: pass {sweep}, {gained:,} rows less")
+
+    out = refiner.run(progress=progress, deadline=s.deadline)
+    return out, refiner.objective(), refiner.finished
+
+
+class Runner:
+    """Runs tasks in this process (jobs = 1) or on forked worker processes; a task's
+    OutOfTime or BalanceError is its result, any other exception propagates."""
+
+    def __init__(self, jobs: int) -> None:
+        self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) \
+            if jobs > 1 else None
+
+    def run(self, tasks: Sequence[tuple[Callable[..., Any], tuple]]) -> list[Any]:
+        if self.pool is None:
+            return [_call(fn, args) for fn, args in tasks]
+        futures: list[Future] = [self.pool.submit(_call, fn, args) for fn, args in tasks]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
+def _call(fn: Callable[..., Any], args: tuple) -> Any:
+    try:
+        return fn(*args)
+    except (OutOfTime, BalanceError, Skipped) as exc:
+        return exc
+
+
+def balanced(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray) -> bool:
+    for k in range(len(hg.offsets) - 1):
+        lo, hi = hg.offsets[k], hg.offsets[k + 1]
+        loads = np.bincount(parts[lo:hi], weights=hg.vertex_weights[lo:hi], minlength=nparts)
+        if loads.max(initial=0) > limits[k] + 1e-9:
+            return False
+    return True
+
+
+def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,
+           shortcuts: bool = True) -> tuple[str, np.ndarray, int, dict, list[str], list[str]]:
+    """Best plan of the search: (its start's name, parts, volume, candidates, unfinished,
+    shortcuts taken). ``shortcuts``: on a network without groups of identical rows, give up
+    the layer-by-layer run after layer 1 if it gains too little there (PROBE_GAIN)."""
+    _SEARCH["s"] = s
+    log, backend = s.log, s.backend
+    if shortcuts and s.coarse is None:
+        s.probe_base = min(layer1_volume(s.hg, p, s.nparts) for p in baselines.values())
+    runner = Runner(jobs)
+    unfinished: list[str] = []
+    taken: list[str] = []
+    starts: dict[str, np.ndarray] = dict(baselines)
+
+    def collect(names: Sequence[str], results: Sequence[Any]) -> None:
+        for name, result in zip(names, results):
+            if isinstance(result, Skipped):
+                taken.append(f"{name} start skipped after layer 1: {result}")
+                if log:
+                    log(taken[-1])
+            elif isinstance(result, OutOfTime):
+                unfinished.append(f"{name}: {result}")
+            elif isinstance(result, BalanceError):  # groups too coarse to balance
+                if log:
+                    log(f"candidate {name} skipped ({result})")
+            else:
+                starts[name] = result
+
+    try:
+        # 1. Independent starts: with one job the cheap group runs first (a time limit then
+        # cuts the fine run); with more, the long fine run first, beside them.
+        tasks: list[tuple[str, Callable[..., Any], tuple]] = []
+        if s.coarse is not None:
+            tasks += [(f"{backend}-groups-{r}", _group_run, (r,)) for r in range(n_runs)]
+            tasks.append(("cyclic-groups", _projected, (baselines["cyclic"],)))
+        tasks.insert(0 if jobs > 1 else len(tasks), (backend, _fine_start, ()))
+        collect([t[0] for t in tasks], runner.run([t[1:] for t in tasks]))
+        if s.coarse is not None and backend in starts:
+            collect([f"{backend}-groups"], runner.run([(_projected, (starts[backend],))]))
+        elif s.coarse is not None and not taken:
+            unfinished.append(f"{backend}-groups: not started (needs the {backend} start)")
+        # 2. Refinement on the neurons, the most promising starts first.
+        order = list(baselines) + [backend] + \
+            [f"{backend}-groups-{r}" for r in range(n_runs)] + \
+            ["cyclic-groups", f"{backend}-groups"] * (s.coarse is not None)
+        order = [name for name in order if name in starts]
+        before = {name: km1(s.hg, starts[name]) for name in order}
+        queue = sorted(order, key=lambda name: before[name])
+        results = dict(zip(queue, runner.run([(_refined, (n, starts[n])) for n in queue])))
+    finally:
+        runner.close()
+    candidates, best = {}, None
+    for name in order:
+        result = results[name]
+        if isinstance(result, BalanceError):
+            if log:
+                log(f"candidate {name} skipped ({result})")
+            continue
+        if isinstance(result, OutOfTime):
+            unfinished.append(f"{name}: {result}")
+            if not balanced(s.hg, starts[name], s.nparts, s.limits):
+                continue
+            parts, cost = starts[name], before[name]
+        else:
+            parts, cost, finished = result
+            if not finished:
+                unfinished.append(f"{name}: refinement cut short")
+        candidates[name] = {"start": before[name], "refined": cost}
+        if log:
+            log(f"candidate {name}: volume {before[name]:,} -> {cost:,} rows after refinement")
+        if best is None or cost < best[2]:
+            best = (name, parts, cost)
+    assert best is not None, "the block start is always balanced"
+    return (*best, candidates, unfinished, taken)

@@ -1,0 +1,145 @@
+"""The hypergraph method's search: time limit, worker processes, shortcuts (partition/search.py)."""
+
+import time
+
+import numpy as np
+import pytest
+
+import partition.methods as methods
+from partition.budget import Deadline
+from partition.hypergraph import build_hypergraph, km1
+from partition.methods import BASELINES, baseline_owners, partition_network
+from partition.refine import layer_limits
+from partition.search import balanced
+from spdnn.bundle import save_network
+from spdnn.generate import radixnet, random_network
+from spdnn.plan import load_plan, network_patterns
+from tests.helpers import assert_one_line_error, run_spdnn
+
+
+class CountedDeadline(Deadline):
+    """Passes after ``budget`` questions: cuts the search at every possible point in turn."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__(None)
+        self.budget, self.asked = budget, 0
+
+    def passed(self) -> bool:
+        self.asked += 1
+        return self.asked > self.budget
+
+    def left(self) -> float | None:
+        return 0.0 if self.asked > self.budget else None
+
+
+def _best_balanced_baseline(patterns, nparts, epsilon=0.03):
+    hg = build_hypergraph(patterns)
+    limits = layer_limits(hg, nparts, epsilon)
+    costs = [km1(hg, p) for b in BASELINES
+             if balanced(hg, p := np.concatenate(baseline_owners(b, patterns, nparts)), nparts,
+                         limits)]
+    return hg, limits, min(costs)
+
+
+@pytest.mark.parametrize("net,nparts", [(radixnet(1024, 5, seed=2), 4),
+                                        (random_network([40, 60, 60, 8], 5, seed=1), 3)])
+def test_a_time_limit_anywhere_gives_a_balanced_plan_no_worse_than_the_baselines(
+        monkeypatch, net, nparts):
+    patterns = network_patterns(net)
+    hg, limits, best_baseline = _best_balanced_baseline(patterns, nparts)
+    full = partition_network(patterns, nparts, seed=0)
+    assert full.meta["unfinished"] == []
+    cut_points = 0
+    for budget in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 10**6):
+        monkeypatch.setattr(methods, "Deadline", lambda _seconds, b=budget: CountedDeadline(b))
+        plan = partition_network(patterns, nparts, seed=0, time_limit=1.0)
+        parts = np.concatenate(plan.owners)
+        assert balanced(hg, parts, nparts, limits), budget
+        assert km1(hg, parts) == plan.meta["stats"]["volume"] <= best_baseline, budget
+        if plan.meta["unfinished"]:
+            cut_points += 1
+            assert all(":" in line for line in plan.meta["unfinished"])
+        else:  # not cut: the plan of the unlimited search
+            for a, b in zip(plan.owners, full.owners):
+                np.testing.assert_array_equal(a, b)
+    assert cut_points >= 5  # the budgets did cut the search, at several points
+
+
+def test_a_real_time_limit_is_kept(tmp_path):
+    """RadiX-Net 4096 x 12 at P = 16 takes ~50 s without a limit."""
+    save_network(radixnet(4096, 12, seed=0), tmp_path / "net.npz")
+    t0 = time.monotonic()
+    proc = run_spdnn(tmp_path / "net.npz", "-P", "16", "-o", tmp_path / "plan.npz",
+                     "--time-limit", "3", module="partition")
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "time limit 3 s reached; not finished:" in proc.stdout
+    assert elapsed < 3 + 12, elapsed  # process start, loading, writing the plan
+    plan = load_plan(tmp_path / "plan.npz")
+    assert plan.meta["time_limit"] is not None and plan.meta["unfinished"]
+    assert "every layer within its balance limit" in proc.stdout
+
+
+@pytest.mark.parametrize("net,nparts", [(radixnet(1024, 5, seed=2), 4),
+                                        (random_network([40, 60, 60, 8], 5, seed=1), 3)])
+def test_jobs_do_not_change_the_plan(net, nparts):
+    patterns = network_patterns(net)
+    one = partition_network(patterns, nparts, seed=5, jobs=1)
+    two = partition_network(patterns, nparts, seed=5, jobs=2)
+    for a, b in zip(one.owners, two.owners):
+        np.testing.assert_array_equal(a, b)
+    assert one.meta["candidates"] == two.meta["candidates"]
+
+
+def test_bad_time_limit_and_jobs(tmp_path):
+    save_network(random_network([20, 24, 4], 4, seed=0), tmp_path / "net.npz")
+    for args, fragment in ((("--time-limit", "0"), "--time-limit must be a positive"),
+                           (("--time-limit", "nan"), "--time-limit must be a positive"),
+                           (("--time-limit", "-5"), "--time-limit must be a positive"),
+                           (("--jobs", "0"), "--jobs must be at least 1")):
+        proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz", *args,
+                         module="partition")
+        assert_one_line_error(proc, fragment)
+        assert not (tmp_path / "p.npz").exists()
+
+
+def _layer1_gain(patterns, nparts):
+    """What the shortcut looks at, computed here on its own: layer 1's volume under the
+    layer-by-layer run's first layer against the best baseline's."""
+    from partition.search import layer1_volume, layer_by_layer
+
+    hg = build_hypergraph(patterns)
+    base = min(layer1_volume(hg, np.concatenate(baseline_owners(b, patterns, nparts)), nparts)
+               for b in BASELINES)
+    return 1 - layer1_volume(hg, layer_by_layer(hg, nparts, 0.03, 0, "kahypar"), nparts) / base
+
+
+@pytest.mark.parametrize("sizes,fan_in,nparts,taken", [
+    ([512, 2048, 2048], 32, 2, True),  # dense random layers, 2 parts: every net is cut anyway
+    ([1024] * 4, 64, 2, True),
+    ([256] * 3, 4, 2, False),  # sparse random layers: much to gain
+    ([1024] * 3, 32, 4, False),
+])
+def test_the_unstructured_shortcut_is_taken_exactly_where_layer_1_gains_little(
+        sizes, fan_in, nparts, taken):
+    from partition.search import PROBE_GAIN
+
+    patterns = network_patterns(random_network(sizes, fan_in, seed=0))
+    assert (_layer1_gain(patterns, nparts) < PROBE_GAIN) == taken
+    fast = partition_network(patterns, nparts, seed=0)
+    full = partition_network(patterns, nparts, seed=0, shortcuts=False)
+    assert full.meta["shortcuts"] == []
+    if taken:
+        assert len(fast.meta["shortcuts"]) == 1 and "layer 1 gains" in fast.meta["shortcuts"][0]
+        assert "kahypar" not in fast.meta["candidates"]
+        # What the skipped run would have found: at most 1% less volume.
+        assert fast.meta["stats"]["volume"] <= 1.01 * full.meta["stats"]["volume"]
+    else:
+        assert fast.meta["shortcuts"] == []
+        for a, b in zip(fast.owners, full.owners):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_no_shortcut_on_networks_with_groups_of_identical_rows():
+    plan = partition_network(network_patterns(radixnet(1024, 4, seed=0)), 2, seed=0)
+    assert plan.meta["shortcuts"] == [] and "kahypar" in plan.meta["candidates"]
