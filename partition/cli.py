@@ -12,6 +12,7 @@ from spdnn import threads  # noqa: F401  (pins BLAS threads before numpy loads)
 from spdnn.errors import SpdnnError
 from spdnn.options import check_outputs
 
+from .budget import search_budget
 from .reports import (
     format_compare,
     format_stats,
@@ -28,7 +29,7 @@ examples:
   spdnn-partition net.npz -P 8 -o infer.npz --objective infer   # inference-only plan
   spdnn-partition net.npz -P 8 -o plan.npz --exact-sweeps 1     # slower, exact polish
   spdnn-partition big.npz -P 64 -o plan.npz --time-limit 600 --jobs 2   # best plan in 10 min
-  spdnn-partition big.npz -P 8 -o plan.npz --backend mtkahypar --threads 4   # large, unstructured
+  spdnn-partition big.npz -P 8 -o plan.npz --threads 2   # Mt-KaHyPar layers on 2 threads
   spdnn-partition stats net.npz plan.npz                   # the statistics table of a plan
   spdnn-partition export net.npz -o net.hgr                # hMETIS hypergraph for other tools
   spdnn-partition import net.npz net.hgr.part.8 -P 8 -o plan.npz
@@ -52,13 +53,13 @@ def _parser_partition() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=0.03,
                    help="per-layer imbalance allowed (default 0.03)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", default="kahypar", choices=["kahypar", "mtkahypar"],
-                   help="partitioner of the layer-by-layer runs (default kahypar, best on "
-                        "structured networks such as RadiX-Net; mtkahypar, if installed, is "
-                        "1.3-3.6x faster and slightly better on unstructured ones: "
-                        "docs/BENCHMARKS.md)")
+    p.add_argument("--backend", default="auto", choices=["auto", "kahypar", "mtkahypar"],
+                   help="partitioner of the layer-by-layer runs. auto (default): KaHyPar on "
+                        "layers made of groups of identical rows (RadiX-Net, Graph Challenge), "
+                        "Mt-KaHyPar, if installed, on the others (faster and slightly better "
+                        "on unstructured layers: docs/BENCHMARKS.md); or one of them everywhere")
     p.add_argument("--threads", type=int, default=1, metavar="N",
-                   help="threads of the mtkahypar backend (default 1); the plan is the same "
+                   help="threads of the Mt-KaHyPar solves (default 1); the plan is the same "
                         "for any N. KaHyPar is sequential")
     p.add_argument("--objective", default="train", choices=["train", "infer"],
                    help="volume to minimise: train = forward + backward rows of a training "
@@ -69,8 +70,8 @@ def _parser_partition() -> argparse.ArgumentParser:
                         "Graph Challenge 1024 network, 24 layers, P=8: one sweep, -0.7%% "
                         "volume for ~3 min more (docs/BENCHMARKS.md)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="stop the search after SECONDS (from the start of the command) and "
-                        "write the best complete plan so far, never worse than the best "
+                   help="finish within SECONDS (the whole command): the search stops in "
+                        "time to write the best complete plan so far, never worse than the best "
                         "balanced baseline; the output names the starts that did not finish. "
                         "Default: no limit")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -159,7 +160,6 @@ def cmd_partition(argv: Sequence[str]) -> None:
                          f"{args.time_limit}")
     if args.jobs < 1:
         raise SpdnnError(f"--jobs must be at least 1, not {args.jobs}")
-    started = time.perf_counter()
     bundle, patterns = _load(args.network)
     _check_nparts(args.nparts, bundle.sizes)
     t0 = time.perf_counter()
@@ -174,7 +174,7 @@ def cmd_partition(argv: Sequence[str]) -> None:
                              threads=args.threads, jobs=args.jobs,
                              shortcuts=not args.no_shortcuts,
                              time_limit=None if args.time_limit is None else
-                             max(args.time_limit - (time.perf_counter() - started), 1e-3))
+                             search_budget(args.time_limit))
     save_plan(plan, args.output)
     stats = plan_statistics(patterns, plan.owners, args.nparts)
     limits = imbalance_limits(patterns, args.nparts, args.epsilon)

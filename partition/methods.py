@@ -33,6 +33,9 @@ BASELINES = ("block", "cyclic", "random")
 # one (random 4096-16384x3 with a 10-row head at P=2: 477 s instead of 122 s,
 # the same plan).
 GROUP_SHRINK = 0.9
+# A layer "forms groups" (for --backend auto) when its groups of identical rows are at most half
+# as many as its neurons (RadiX-Net, Graph Challenge: 1/16; unstructured layers: 1).
+GROUP_LAYER = 0.5
 
 
 
@@ -141,7 +144,7 @@ def partition_network(
     method: str = "hypergraph",
     epsilon: float = 0.03,
     seed: int | None = 0,
-    backend: str = "kahypar",
+    backend: str = "auto",
     fingerprint: str | None = None,
     log: Log | None = None,
     group_starts: int = 3,
@@ -201,6 +204,7 @@ def partition_network(
         baselines = {b: np.concatenate(baseline_owners(b, patterns, nparts, seed))
                      for b in BASELINES}
         coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
+        grouped = np.diff(coarse.offsets)[1:] <= GROUP_LAYER * np.diff(hg.offsets)[1:]
         if coarse.n_vertices <= GROUP_SHRINK * hg.n_vertices:
             if log:
                 log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices")
@@ -209,7 +213,8 @@ def partition_network(
                 log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices of "
                     f"{hg.n_vertices:,}, too few to try group starts")
             coarse = coarse_of = None
-        s = Search(hg, coarse, coarse_of, nparts, epsilon, seed, backend, threads, deadline, log)
+        s = Search(hg, coarse, coarse_of, nparts, epsilon, seed, backend, threads, deadline, log,
+                   grouped)
         chosen, best_parts, best_cost, candidates, unfinished, shortcuts_taken = search(
             s, baselines, group_starts, jobs, shortcuts)
         if exact_sweeps and deadline.passed():

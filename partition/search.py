@@ -23,7 +23,7 @@ from spdnn.errors import SpdnnError
 from spdnn.network import concat_ranges
 
 from ._kernels import connectivity
-from .backends import Problem, solve
+from .backends import Problem, layer_backends, solve
 from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress
 from .hypergraph import Hypergraph, km1
 from .refine import BalanceError, Refiner, layer_limits
@@ -41,25 +41,41 @@ class Search:
     threads: int
     deadline: Deadline
     log: Log | None
+    grouped: np.ndarray | None = None  # per weight layer: do its rows form groups?
     probe_base: int | None = None  # the best baseline's layer-1 volume, for the shortcut
     limits: np.ndarray = field(init=False)
+    fine_backends: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.limits = layer_limits(self.hg, self.nparts, self.epsilon)
+        grouped = np.zeros(self.hg.n_layers, bool) if self.grouped is None else self.grouped
+        self.fine_backends = layer_backends(self.backend, grouped)
+
+    @property
+    def fine_name(self) -> str:
+        """The layer-by-layer start's name: its backend(s)."""
+        return "+".join(dict.fromkeys(self.fine_backends))
+
+    @property
+    def group_backend(self) -> str:
+        return "kahypar" if self.backend == "auto" else self.backend
 
 
-def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backend: str,
+def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int,
+                   backend: str | Sequence[str],
                    log: Log | None = None, threads: int = 1, deadline: Deadline = NO_DEADLINE,
                    name: str | None = None,
                    probe: Callable[[np.ndarray], str | None] | None = None) -> np.ndarray:
     """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1).
-    Raises OutOfTime when ``deadline`` passes first, and Skipped when ``probe``, shown the
-    blocks of layers 0 and 1, gives a reason to stop there."""
+    ``backend``: one for all layers, or one per layer. Raises OutOfTime when ``deadline``
+    passes first, and Skipped when ``probe``, shown the blocks of layers 0 and 1, gives a
+    reason to stop there."""
+    backends = [backend] * hg.n_layers if isinstance(backend, str) else list(backend)
     parts = np.full(hg.n_vertices, -1, dtype=np.int64)
     net_layer = hg.net_layer
     n_layers = hg.n_layers
     layer_pins = np.bincount(net_layer, weights=np.diff(hg.net_indptr), minlength=n_layers)
-    progress = Progress(name or f"{backend} start", float(layer_pins.sum()), log)
+    progress = Progress(name or "layer-by-layer start", float(layer_pins.sum()), log)
     for k in range(1, n_layers + 1):
         where = f"stopped before layer {k}/{n_layers}"
         deadline.check(where)
@@ -86,7 +102,8 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int, backe
                               np.maximum(vw, 1), hg.net_weights[nets], nparts, epsilon,
                               seed + k, fixed)
             try:
-                block = solve(problem, backend, timeout=deadline.left(), threads=threads)
+                block = solve(problem, backends[k - 1], timeout=deadline.left(),
+                              threads=threads if backends[k - 1] == "mtkahypar" else 1)
             except SpdnnError:
                 if deadline.passed():  # the solve was stopped by the time limit
                     raise OutOfTime(f"{where} (in it)") from None
@@ -139,8 +156,8 @@ _SEARCH: dict[str, Search] = {}  # this process's search; forked workers inherit
 
 def _fine_start() -> np.ndarray:
     s = _SEARCH["s"]
-    return layer_by_layer(s.hg, s.nparts, s.epsilon, s.seed, s.backend, s.log, s.threads,
-                          s.deadline, name=f"{s.backend} start",
+    return layer_by_layer(s.hg, s.nparts, s.epsilon, s.seed, s.fine_backends, s.log,
+                          s.threads, s.deadline, name=f"{s.fine_name} start",
                           probe=_probe if s.probe_base is not None else None)
 
 
@@ -154,8 +171,9 @@ def _on_groups(cparts: np.ndarray) -> np.ndarray:
 
 def _group_run(r: int) -> np.ndarray:
     s = _SEARCH["s"]
-    cparts = layer_by_layer(s.coarse, s.nparts, s.epsilon, s.seed + 7919 * r, s.backend,
-                            s.log, s.threads, s.deadline, name=f"{s.backend}-groups-{r} start")
+    cparts = layer_by_layer(s.coarse, s.nparts, s.epsilon, s.seed + 7919 * r,
+                            s.group_backend, s.log, s.threads, s.deadline,
+                            name=f"{s.group_backend}-groups-{r} start")
     return _on_groups(cparts)
 
 
@@ -218,7 +236,7 @@ def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,
     shortcuts taken). ``shortcuts``: on a network without groups of identical rows, give up
     the layer-by-layer run after layer 1 if it gains too little there (PROBE_GAIN)."""
     _SEARCH["s"] = s
-    log, backend = s.log, s.backend
+    log, backend, fine = s.log, s.group_backend, s.fine_name
     if shortcuts and s.coarse is None:
         s.probe_base = min(layer1_volume(s.hg, p, s.nparts) for p in baselines.values())
     runner = Runner(jobs)
@@ -247,16 +265,16 @@ def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,
         if s.coarse is not None:
             tasks += [(f"{backend}-groups-{r}", _group_run, (r,)) for r in range(n_runs)]
             tasks.append(("cyclic-groups", _projected, (baselines["cyclic"],)))
-        tasks.insert(0 if jobs > 1 else len(tasks), (backend, _fine_start, ()))
+        tasks.insert(0 if jobs > 1 else len(tasks), (fine, _fine_start, ()))
         collect([t[0] for t in tasks], runner.run([t[1:] for t in tasks]))
-        if s.coarse is not None and backend in starts:
-            collect([f"{backend}-groups"], runner.run([(_projected, (starts[backend],))]))
+        if s.coarse is not None and fine in starts:
+            collect([f"{fine}-groups"], runner.run([(_projected, (starts[fine],))]))
         elif s.coarse is not None and not taken:
-            unfinished.append(f"{backend}-groups: not started (needs the {backend} start)")
+            unfinished.append(f"{fine}-groups: not started (needs the {fine} start)")
         # 2. Refinement on the neurons, the most promising starts first.
-        order = list(baselines) + [backend] + \
+        order = list(baselines) + [fine] + \
             [f"{backend}-groups-{r}" for r in range(n_runs)] + \
-            ["cyclic-groups", f"{backend}-groups"] * (s.coarse is not None)
+            ["cyclic-groups", f"{fine}-groups"] * (s.coarse is not None)
         order = [name for name in order if name in starts]
         before = {name: km1(s.hg, starts[name]) for name in order}
         queue = sorted(order, key=lambda name: before[name])

@@ -126,8 +126,8 @@ def test_the_unstructured_shortcut_is_taken_exactly_where_layer_1_gains_little(
 
     patterns = network_patterns(random_network(sizes, fan_in, seed=0))
     assert (_layer1_gain(patterns, nparts) < PROBE_GAIN) == taken
-    fast = partition_network(patterns, nparts, seed=0)
-    full = partition_network(patterns, nparts, seed=0, shortcuts=False)
+    fast = partition_network(patterns, nparts, seed=0, backend="kahypar")
+    full = partition_network(patterns, nparts, seed=0, backend="kahypar", shortcuts=False)
     assert full.meta["shortcuts"] == []
     if taken:
         assert len(fast.meta["shortcuts"]) == 1 and "layer 1 gains" in fast.meta["shortcuts"][0]
@@ -143,3 +143,16 @@ def test_the_unstructured_shortcut_is_taken_exactly_where_layer_1_gains_little(
 def test_no_shortcut_on_networks_with_groups_of_identical_rows():
     plan = partition_network(network_patterns(radixnet(1024, 4, seed=0)), 2, seed=0)
     assert plan.meta["shortcuts"] == [] and "kahypar" in plan.meta["candidates"]
+
+
+def test_auto_backend_kahypar_on_grouped_layers_mtkahypar_on_the_others():
+    pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
+    from spdnn.network import Network
+
+    grouped = radixnet(1024, 2, seed=0)
+    mixed = Network([*grouped.layers, *random_network([1024, 1024], 8, seed=0).layers])
+    for net, fine in ((grouped, "kahypar"), (random_network([64, 96, 96], 6, seed=0),
+                                             "mtkahypar"), (mixed, "kahypar+mtkahypar")):
+        plan = partition_network(network_patterns(net), 3, seed=0)
+        assert plan.meta["backend"] == "auto" and fine in plan.meta["candidates"], fine
+        assert not any(k.startswith("mtkahypar-groups-") for k in plan.meta["candidates"])

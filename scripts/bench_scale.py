@@ -1,0 +1,152 @@
+"""The partitioner at scale: time, peak memory and volume against network size.
+
+Generates RadiX-Net networks (NEURONS x LAYERS, seed 0) in a work directory outside the
+repository, runs ``spdnn-partition`` on each as a user would, samples the summed proportional
+set size (PSS) of its process tree every 0.5 s (the command and its worker processes: shared
+pages counted once), and compares the plan with the block and cyclic baselines. Rows accumulate
+in WORKDIR/bench_scale.json, so sizes can be measured in separate runs; the table in
+docs/BENCHMARKS.md ("Partitioner at scale") shows them all.
+
+    python scripts/bench_scale.py --neurons 1024 4096 -P 64
+    python scripts/bench_scale.py --neurons 16384 -P 64 --time-limit 600 --jobs 2
+    python scripts/bench_scale.py --neurons 65536 -P 256 --time-limit 3600
+"""
+
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import spdnn.threads  # noqa: F401
+import numpy as np
+from benchlib import table, write_section
+
+
+def _tree(pid: int) -> list[int]:
+    out = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for c in children:
+        out += _tree(int(c))
+    return out
+
+
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def measured(cmd: list[str], log: Path) -> tuple[float, float, int]:
+    """Run ``cmd`` (output to ``log``): wall seconds, peak summed PSS in bytes, exit code."""
+    t0 = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, sum(_pss(p) for p in _tree(proc.pid)))
+            time.sleep(0.5)
+    return time.monotonic() - t0, peak, proc.returncode
+
+
+def baselines(network: Path, nparts: int) -> dict[str, tuple[int, int]]:
+    """(training-step volume, forward volume) of the block and cyclic plans."""
+    from partition.cli import _load
+    from partition.hypergraph import build_hypergraph, km1
+    from partition.methods import baseline_owners
+
+    _, patterns = _load(str(network))
+    out = {}
+    train, infer = build_hypergraph(patterns, "train"), build_hypergraph(patterns, "infer")
+    for name in ("block", "cyclic"):
+        parts = np.concatenate(baseline_owners(name, patterns, nparts))
+        out[name] = (km1(train, parts), km1(infer, parts))
+    return out
+
+
+def run_one(args: argparse.Namespace, neurons: int) -> dict:
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    network = work / f"radixnet{neurons}x{args.layers}.npz"
+    if not network.exists():
+        subprocess.run(["spdnn", "generate", "radixnet", "--neurons", str(neurons), "--layers",
+                        str(args.layers), "--seed", "0", "-o", str(network)], check=True)
+    tag = f"{neurons}x{args.layers}-P{args.nparts}-j{args.jobs}-t{args.time_limit}"
+    plan = work / f"plan-{tag}.npz"
+    cmd = ["spdnn-partition", str(network), "-P", str(args.nparts), "-o", str(plan),
+           "--jobs", str(args.jobs)]
+    if args.time_limit:
+        cmd += ["--time-limit", str(args.time_limit)]
+    print(" ".join(cmd), flush=True)
+    seconds, peak, code = measured(cmd, work / f"log-{tag}.txt")
+    if code != 0:
+        raise SystemExit(f"spdnn-partition failed ({code}): see {work / f'log-{tag}.txt'}")
+    from spdnn.plan import load_plan
+
+    meta = load_plan(plan).meta
+    with np.load(network) as f:
+        nnz = sum(int(f[f"W{k}_indptr"][-1]) for k in range(1, int(f["n_layers"]) + 1))
+    return {"neurons": neurons, "layers": args.layers, "nnz": nnz, "P": args.nparts,
+            "jobs": args.jobs, "time_limit": args.time_limit, "seconds": seconds,
+            "peak_gb": peak / 1e9, "volume": meta["stats"]["volume"],
+            "forward": meta["stats"]["forward_total"], "chosen": meta["chosen_start"],
+            "unfinished": len(meta.get("unfinished") or []),
+            "baselines": baselines(network, args.nparts), "date": time.strftime("%Y-%m-%d")}
+
+
+def render(rows: list[dict]) -> str:
+    header = ["network", "P", "--time-limit", "--jobs", "wall s", "peak memory GB",
+              "volume (forward)", "block", "cyclic", "block / plan", "cyclic / plan",
+              "best start", "unfinished"]
+    lines = []
+    for r in sorted(rows, key=lambda r: (r["neurons"], r["P"], r["jobs"])):
+        (bt, bf), (ct, cf) = r["baselines"]["block"], r["baselines"]["cyclic"]
+        lines.append([f"RadiX-Net {r['neurons']} x {r['layers']} ({r['nnz'] / 1e6:.1f} M nnz)",
+                      str(r["P"]),
+                      str(r["time_limit"] or "-"), str(r["jobs"]), f"{r['seconds']:.0f}",
+                      f"{r['peak_gb']:.2f}", f"{r['volume']:,} ({r['forward']:,})",
+                      f"{bt:,} ({bf:,})", f"{ct:,} ({cf:,})", f"{bt / r['volume']:.1f}x",
+                      f"{ct / r['volume']:.1f}x", r["chosen"], str(r["unfinished"])])
+    return table(header, lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--neurons", type=int, nargs="+", required=True)
+    p.add_argument("--layers", type=int, default=120)
+    p.add_argument("-P", "--nparts", type=int, default=64)
+    p.add_argument("--time-limit", type=float, default=None)
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--workdir", default="/tmp/spdnn-bench-scale",
+                   help="generated networks, plans, logs and the results file (not committed)")
+    args = p.parse_args()
+    results = Path(args.workdir) / "bench_scale.json"
+    rows = json.loads(results.read_text()) if results.exists() else []
+    for n in args.neurons:
+        row = run_one(args, n)
+        rows = [r for r in rows if (r["neurons"], r["layers"], r["P"], r["jobs"],
+                                    r["time_limit"]) != (n, args.layers, args.nparts,
+                                                         args.jobs, args.time_limit)] + [row]
+        results.write_text(json.dumps(rows, indent=1))
+        print(render([row]), flush=True)
+    body = ("Commands: `python scripts/bench_scale.py --neurons N... -P P [--time-limit S] "
+            "[--jobs J]` (one run per row; RadiX-Net generated with seed 0; wall time of the "
+            "whole command, loading and writing included; peak memory: the largest sum of the "
+            "proportional set sizes of the command and its worker processes, sampled every "
+            "0.5 s). Volumes in rows per training step, forward in brackets.\n\n" + render(rows))
+    write_section("partition-scale", "Partitioner at scale", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
