@@ -104,6 +104,16 @@ def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> H
                       np.concatenate(pin_parts), np.concatenate(netw), np.concatenate(netl))
 
 
+def layer_limits(hg: Hypergraph, nparts: int, epsilon: float) -> np.ndarray:
+    """Each layer's most work per block: (1 + epsilon) * average + its heaviest vertex."""
+    limits = np.full(len(hg.offsets) - 1, np.inf)
+    for k in range(len(limits)):
+        w = hg.vertex_weights[hg.offsets[k]:hg.offsets[k + 1]]
+        if w.sum() > 0:
+            limits[k] = (1 + epsilon) * w.sum() / nparts + w.max()
+    return limits
+
+
 def km1(hg: Hypergraph, parts: np.ndarray) -> int:
     """Connectivity-1 of a partition, weighted by net weights."""
     nparts = int(parts.max()) + 1

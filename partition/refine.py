@@ -16,21 +16,11 @@ import scipy.sparse as sp
 
 from ._kernels import block_counts, vertex_nets
 from .budget import NO_DEADLINE, Deadline
-from .hypergraph import Hypergraph
+from .hypergraph import Hypergraph, layer_limits
 
 
 class BalanceError(RuntimeError):
     """A layer cannot be balanced by single moves (e.g. clusters too coarse)."""
-
-
-def layer_limits(hg: Hypergraph, nparts: int, epsilon: float) -> np.ndarray:
-    """Each layer's most work per block: (1 + epsilon) * average + its heaviest vertex."""
-    limits = np.full(len(hg.offsets) - 1, np.inf)
-    for k in range(len(limits)):
-        w = hg.vertex_weights[hg.offsets[k]:hg.offsets[k + 1]]
-        if w.sum() > 0:
-            limits[k] = (1 + epsilon) * w.sum() / nparts + w.max()
-    return limits
 
 
 class Refiner:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +26,8 @@ from spdnn.network import concat_ranges
 from ._kernels import connectivity
 from .backends import Problem, layer_backends, solve
 from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress
-from .hypergraph import Hypergraph, km1
-from .refine import BalanceError, Refiner, layer_limits
+from .hypergraph import Hypergraph, km1, layer_limits
+from .refine import BalanceError, Refiner
 
 
 @dataclass
@@ -207,7 +208,11 @@ class Runner:
         if self.pool is None:
             return [_call(fn, args) for fn, args in tasks]
         futures: list[Future] = [self.pool.submit(_call, fn, args) for fn, args in tasks]
-        return [f.result() for f in futures]
+        try:
+            return [f.result() for f in futures]
+        except BrokenProcessPool:
+            raise SpdnnError("a worker process of --jobs ended without its result (killed, "
+                             "or out of memory? try fewer --jobs)") from None
 
     def close(self) -> None:
         if self.pool is not None:

@@ -131,9 +131,10 @@ def main() -> int:
                    help="generated networks, plans, logs and the results file (not committed)")
     args = p.parse_args()
     results = Path(args.workdir) / "bench_scale.json"
-    rows = json.loads(results.read_text()) if results.exists() else []
+    rows: list[dict] = []
     for n in args.neurons:
         row = run_one(args, n)
+        rows = json.loads(results.read_text()) if results.exists() else []  # others' rows too
         rows = [r for r in rows if (r["neurons"], r["layers"], r["P"], r["jobs"],
                                     r["time_limit"]) != (n, args.layers, args.nparts,
                                                          args.jobs, args.time_limit)] + [row]

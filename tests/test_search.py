@@ -1,5 +1,7 @@
 """The hypergraph method's search: time limit, worker processes, shortcuts (partition/search.py)."""
 
+import os
+import signal
 import time
 
 import numpy as np
@@ -7,9 +9,8 @@ import pytest
 
 import partition.methods as methods
 from partition.budget import Deadline
-from partition.hypergraph import build_hypergraph, km1
+from partition.hypergraph import build_hypergraph, km1, layer_limits
 from partition.methods import BASELINES, baseline_owners, partition_network
-from partition.refine import layer_limits
 from partition.search import balanced
 from spdnn.bundle import save_network
 from spdnn.generate import radixnet, random_network
@@ -156,3 +157,46 @@ def test_auto_backend_kahypar_on_grouped_layers_mtkahypar_on_the_others():
         plan = partition_network(network_patterns(net), 3, seed=0)
         assert plan.meta["backend"] == "auto" and fine in plan.meta["candidates"], fine
         assert not any(k.startswith("mtkahypar-groups-") for k in plan.meta["candidates"])
+
+
+def test_pin_passes_agree_with_scipy():
+    from partition._kernels import block_counts, vertex_nets
+
+    hg = build_hypergraph(network_patterns(random_network([30, 40, 40, 6], 5, seed=4)))
+    indptr, nets = vertex_nets(hg.net_indptr, hg.net_pins, hg.n_vertices)
+    inc = hg.incidence()
+    np.testing.assert_array_equal(indptr, inc.indptr)
+    np.testing.assert_array_equal(nets, inc.indices)
+    parts = np.random.default_rng(0).integers(0, 3, hg.n_vertices)
+    phi = np.zeros((hg.n_nets, 3), dtype=np.uint8)
+    block_counts(hg.net_indptr, hg.net_pins, parts, phi)
+    expected = (inc.T.tocsr() @ np.eye(3)[parts]).astype(np.uint8)
+    np.testing.assert_array_equal(phi, expected)
+
+
+def test_progress_estimates_the_time_left(monkeypatch):
+    from partition import budget
+
+    clock = iter([0.0, 10.0, 20.0, 40.0])
+    monkeypatch.setattr(budget.time, "monotonic", lambda: next(clock))
+    lines: list[str] = []
+    progress = budget.Progress("kahypar start", 100, lines.append, every=5)
+    progress.advance(25, "layer 1/4 done")  # 10 s for a quarter: 30 s left
+    progress.advance(25, "layer 2/4 done")
+    progress.advance(50, "layer 4/4 done")
+    assert lines == ["kahypar start: layer 1/4 done (10 s, about 30 s left)",
+                     "kahypar start: layer 2/4 done (20 s, about 20 s left)",
+                     "kahypar start: layer 4/4 done (40 s)"]
+
+
+def _dies(_r: int) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+
+
+def test_a_dead_worker_process_is_a_one_line_error(monkeypatch):
+    import partition.search as search
+    from spdnn.errors import SpdnnError
+
+    monkeypatch.setattr(search, "_group_run", _dies)
+    with pytest.raises(SpdnnError, match="worker process of --jobs ended"):
+        partition_network(network_patterns(radixnet(1024, 3, seed=0)), 2, jobs=2)
