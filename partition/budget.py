@@ -70,6 +70,12 @@ class Progress:
         self.last = self.t0
         self.done = 0.0
 
+    def eta(self) -> float | None:
+        """Seconds still needed at the pace so far (None before any work is done)."""
+        if self.done <= 0:
+            return None
+        return (time.monotonic() - self.t0) * max(self.work - self.done, 0.0) / self.done
+
     def advance(self, units: float, detail: str) -> None:
         self.done += units
         now = time.monotonic()

@@ -25,7 +25,7 @@ from spdnn.network import concat_ranges
 
 from ._kernels import connectivity
 from .backends import Problem, layer_backends, solve
-from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress
+from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress, duration
 from .hypergraph import Hypergraph, km1, layer_limits
 from .refine import BalanceError, Refiner
 
@@ -111,6 +111,12 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int,
                 raise
         parts[lo:hi] = np.where(parts[lo:hi] >= 0, parts[lo:hi], block)
         progress.advance(layer_pins[k - 1], f"layer {k}/{n_layers} done")
+        # A run that will not finish in time gives its worker to the next start: after 3
+        # layers, when it needs more than twice the time left at its pace so far.
+        left, eta = deadline.left(), progress.eta()
+        if left is not None and eta is not None and k >= 3 and k < n_layers and eta > 2 * left:
+            raise OutOfTime(f"given up after layer {k}/{n_layers}: about {duration(eta)} more "
+                            f"needed, {duration(left)} left")
         if k == 1 and probe is not None and n_layers > 1 and (why := probe(parts)):
             raise Skipped(why)
     return parts

@@ -200,3 +200,30 @@ def test_a_dead_worker_process_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr(search, "_group_run", _dies)
     with pytest.raises(SpdnnError, match="worker process of --jobs ended"):
         partition_network(network_patterns(radixnet(1024, 3, seed=0)), 2, jobs=2)
+
+
+class FixedLeft(Deadline):
+    """Never passes, but always reports ``seconds`` left."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(None)
+        self.seconds = seconds
+
+    def left(self) -> float | None:
+        return self.seconds
+
+    def passed(self) -> bool:
+        return False
+
+
+def test_a_run_that_cannot_finish_in_time_gives_up_after_three_layers(monkeypatch):
+    from partition.budget import OutOfTime, Progress
+    from partition.search import layer_by_layer
+
+    hg = build_hypergraph(network_patterns(radixnet(1024, 6, seed=0)))
+    unlimited = layer_by_layer(hg, 4, 0.03, 0, "kahypar")
+    monkeypatch.setattr(Progress, "eta", lambda self: 1000.0)  # its pace: 1000 s more
+    with pytest.raises(OutOfTime, match=r"given up after layer 3/6: about 16.7 min more needed, 8.3 min left"):
+        layer_by_layer(hg, 4, 0.03, 0, "kahypar", deadline=FixedLeft(499))
+    parts = layer_by_layer(hg, 4, 0.03, 0, "kahypar", deadline=FixedLeft(500))
+    np.testing.assert_array_equal(parts, unlimited)
