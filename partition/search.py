@@ -263,6 +263,8 @@ def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,
                     log(taken[-1])
             elif isinstance(result, OutOfTime):
                 unfinished.append(f"{name}: {result}")
+                if log:
+                    log(f"time limit: {unfinished[-1]}")
             elif isinstance(result, BalanceError):  # groups too coarse to balance
                 if log:
                     log(f"candidate {name} skipped ({result})")

@@ -120,9 +120,63 @@ def render(rows: list[dict]) -> str:
     return table(header, lines)
 
 
+def before_after(args: argparse.Namespace) -> int:
+    """The Graph Challenge network (all 120 layers, or --gc-layers) partitioned by this tree
+    and by ``--before`` (e.g. a git worktree of an earlier commit), alternating, one process
+    each, default options: seconds (whole command) and volume."""
+    import os
+    import statistics
+
+    from spdnn.bundle import save_network
+    from spdnn.graphchallenge import read_graphchallenge
+    from spdnn.network import Network
+
+    gc = Path(__file__).resolve().parents[2] / "shared" / "data" / "graphchallenge" / "neuron1024"
+    if not gc.is_dir():
+        raise SystemExit(f"{gc} is absent: the before/after comparison needs the real network")
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    network = work / f"gc1024x{args.gc_layers}.npz"
+    if not network.exists():
+        save_network(Network(read_graphchallenge(gc, -0.3, 32).layers[:args.gc_layers]), network)
+    trees = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parents[1]}
+    seconds: dict[str, list[float]] = {k: [] for k in trees}
+    volume: dict[str, int] = {}
+    for _ in range(args.rounds):
+        for name, tree in trees.items():
+            plan = work / f"gc-{name}.npz"
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, "-m", "partition", str(network), "-P",
+                            str(args.nparts), "-o", str(plan), "--quiet"], check=True, env=env,
+                           stdout=subprocess.DEVNULL, cwd=tree)
+            seconds[name].append(time.monotonic() - t0)
+            from spdnn.plan import load_plan
+
+            volume[name] = load_plan(plan).meta["stats"]["volume"]
+    rows = [[name, f"{statistics.median(seconds[name]):.1f}",
+             " / ".join(f"{t:.1f}" for t in seconds[name]), f"{volume[name]:,}"]
+            for name in trees]
+    ratio = statistics.median(seconds["before"]) / statistics.median(seconds["after"])
+    body = (f"Command: `python scripts/bench_scale.py --before {args.before} --gc-layers "
+            f"{args.gc_layers} -P {args.nparts} --rounds {args.rounds}` "
+            f"({time.strftime('%Y-%m-%d')}; the two trees alternate; whole `spdnn-partition` "
+            f"commands, default options). "
+            f"Graph Challenge 1024 x {args.gc_layers} at P = {args.nparts}.\n\n"
+            + table(["tree", "median s", "each round s", "volume"], rows)
+            + f"\n\nAfter / before speed: **{ratio:.2f}x**.")
+    write_section("partition-before-after", "Partitioner before and after", body)
+    print(body)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--neurons", type=int, nargs="+", required=True)
+    p.add_argument("--neurons", type=int, nargs="+")
+    p.add_argument("--before", metavar="TREE",
+                   help="instead: time the Graph Challenge network against this source tree")
+    p.add_argument("--gc-layers", type=int, default=120)
+    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--layers", type=int, default=120)
     p.add_argument("-P", "--nparts", type=int, default=64)
     p.add_argument("--time-limit", type=float, default=None)
@@ -130,6 +184,10 @@ def main() -> int:
     p.add_argument("--workdir", default="/tmp/spdnn-bench-scale",
                    help="generated networks, plans, logs and the results file (not committed)")
     args = p.parse_args()
+    if args.before:
+        return before_after(args)
+    if not args.neurons:
+        p.error("--neurons is required (or --before TREE)")
     results = Path(args.workdir) / "bench_scale.json"
     rows: list[dict] = []
     for n in args.neurons:
