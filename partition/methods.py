@@ -23,8 +23,9 @@ from .backends import check_backend
 from .budget import Deadline, Log
 from .exact import sweep_exact
 from .hypergraph import Hypergraph, build_hypergraph, check_objective, contract, km1
+from .layerwise import majority
 from .refine import BalanceError, Refiner
-from .search import Search, majority, search
+from .search import Search, search
 
 METHODS = ("hypergraph", "block", "cyclic", "random")
 BASELINES = ("block", "cyclic", "random")

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.network import concat_ranges
 
 from ._kernels import connectivity
-from .backends import Problem, layer_backends, solve
-from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress, duration
+from .backends import layer_backends
+from .budget import Deadline, Log, OutOfTime
 from .hypergraph import Hypergraph, km1, layer_limits
+from .layerwise import Skipped, layer_by_layer, majority
 from .refine import BalanceError, Refiner
 
 
@@ -62,77 +62,6 @@ class Search:
         return "kahypar" if self.backend == "auto" else self.backend
 
 
-def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int,
-                   backend: str | Sequence[str],
-                   log: Log | None = None, threads: int = 1, deadline: Deadline = NO_DEADLINE,
-                   name: str | None = None,
-                   probe: Callable[[np.ndarray], str | None] | None = None) -> np.ndarray:
-    """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1).
-    ``backend``: one for all layers, or one per layer. Raises OutOfTime when ``deadline``
-    passes first, and Skipped when ``probe``, shown the blocks of layers 0 and 1, gives a
-    reason to stop there."""
-    backends = [backend] * hg.n_layers if isinstance(backend, str) else list(backend)
-    parts = np.full(hg.n_vertices, -1, dtype=np.int64)
-    net_layer = hg.net_layer
-    n_layers = hg.n_layers
-    layer_pins = np.bincount(net_layer, weights=np.diff(hg.net_indptr), minlength=n_layers)
-    progress = Progress(name or "layer-by-layer start", float(layer_pins.sum()), log)
-    for k in range(1, n_layers + 1):
-        where = f"stopped before layer {k}/{n_layers}"
-        deadline.check(where)
-        lo, mid, hi = hg.offsets[k - 1], hg.offsets[k], hg.offsets[k + 1]
-        nets = np.flatnonzero(net_layer == k - 1)
-        starts, stops = hg.net_indptr[nets], hg.net_indptr[nets + 1]
-        sizes = stops - starts
-        keep = sizes >= 2
-        nets, starts, sizes = nets[keep], starts[keep], sizes[keep]
-        pins = hg.net_pins[concat_ranges(starts, sizes)] - lo
-        indptr = np.concatenate([[0], np.cumsum(sizes)])
-        vw = hg.vertex_weights[lo:hi].copy()
-        # Layer k-1 is fixed (or, for k = 1, the work-free input layer): weight 1, the least
-        # KaHyPar accepts, so that it barely moves the balance of layer k.
-        vw[: mid - lo] = 1
-        fixed = None
-        if k > 1:
-            fixed = np.full(hi - lo, -1, dtype=np.int32)
-            fixed[: mid - lo] = parts[lo:mid]
-        if len(nets) == 0:
-            block = np.arange(hi - lo) % nparts
-        else:
-            problem = Problem(int(hi - lo), indptr.astype(np.int64), pins.astype(np.int64),
-                              np.maximum(vw, 1), hg.net_weights[nets], nparts, epsilon,
-                              seed + k, fixed)
-            try:
-                block = solve(problem, backends[k - 1], timeout=deadline.left(),
-                              threads=threads if backends[k - 1] == "mtkahypar" else 1)
-            except SpdnnError:
-                if deadline.passed():  # the solve was stopped by the time limit
-                    raise OutOfTime(f"{where} (in it)") from None
-                raise
-        parts[lo:hi] = np.where(parts[lo:hi] >= 0, parts[lo:hi], block)
-        progress.advance(layer_pins[k - 1], f"layer {k}/{n_layers} done")
-        # A run that will not finish in time gives its worker to the next start: after 3
-        # layers, when it needs more than twice the time left at its pace so far.
-        left, eta = deadline.left(), progress.eta()
-        if left is not None and eta is not None and k >= 3 and k < n_layers and eta > 2 * left:
-            raise OutOfTime(f"given up after layer {k}/{n_layers}: about {duration(eta)} more "
-                            f"needed, {duration(left)} left")
-        if k == 1 and probe is not None and n_layers > 1 and (why := probe(parts)):
-            raise Skipped(why)
-    return parts
-
-
-def majority(coarse_of: np.ndarray, parts: np.ndarray, n_coarse: int, nparts: int
-             ) -> np.ndarray:
-    """Each coarse vertex takes the block most of its fine vertices are in."""
-    counts = np.bincount(coarse_of * nparts + parts, minlength=n_coarse * nparts)
-    return counts.reshape(n_coarse, nparts).argmax(axis=1)
-
-
-class Skipped(Exception):
-    """A start given up because it cannot win; the message says why."""
-
-
 # The unstructured-network shortcut: the layer-by-layer run stops after layer 1 when it gains
 # less than this share over the best baseline there. Layer 1's inputs are free, so later layers,
 # with theirs fixed, gain less still (random fan-in 32, 4096 x 4 at P = 2: layer 1 gains 0.4%,
@@ -157,6 +86,12 @@ def _probe(parts: np.ndarray) -> str | None:
     return (f"unstructured: layer 1 gains {100 * (1 - mine / max(s.probe_base, 1)):.2f}% over "
             f"the best baseline there, less than {100 * PROBE_GAIN:g}%")
 
+
+# A start whose volume is more than this many times the best start's is not refined: the
+# refinement has cut a start by at most ~3.7x (block on RadiX-Net 4096 x 120 at P = 64:
+# 24.3 M -> 6.5 M rows, against 1.06 M for the best start), and it costs the most on exactly
+# those starts (700 of that run's 977 s).
+REFINE_RATIO = 8.0
 
 _SEARCH: dict[str, Search] = {}  # this process's search; forked workers inherit it
 
@@ -245,7 +180,8 @@ def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,
            shortcuts: bool = True) -> tuple[str, np.ndarray, int, dict, list[str], list[str]]:
     """Best plan of the search: (its start's name, parts, volume, candidates, unfinished,
     shortcuts taken). ``shortcuts``: on a network without groups of identical rows, give up
-    the layer-by-layer run after layer 1 if it gains too little there (PROBE_GAIN)."""
+    the layer-by-layer run after layer 1 if it gains too little there (PROBE_GAIN); do not
+    refine a start more than REFINE_RATIO times the best start's volume."""
     _SEARCH["s"] = s
     log, backend, fine = s.log, s.group_backend, s.fine_name
     if shortcuts and s.coarse is None:
@@ -291,6 +227,14 @@ def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,
         order = [name for name in order if name in starts]
         before = {name: km1(s.hg, starts[name]) for name in order}
         queue = sorted(order, key=lambda name: before[name])
+        if shortcuts:  # starts too far behind for the refinement to close the gap
+            best = before[queue[0]]
+            far = [n for n in queue if before[n] > REFINE_RATIO * max(best, 1)]
+            for name in far:
+                taken.append(f"{name} not refined: its {before[name]:,} rows are "
+                             f"{before[name] / max(best, 1):.0f}x those of {queue[0]}")
+                order.remove(name)
+            queue = [n for n in queue if n not in far]
         results = dict(zip(queue, runner.run([(_refined, (n, starts[n])) for n in queue])))
     finally:
         runner.close()

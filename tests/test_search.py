@@ -107,7 +107,8 @@ def test_bad_time_limit_and_jobs(tmp_path):
 def _layer1_gain(patterns, nparts):
     """What the shortcut looks at, computed here on its own: layer 1's volume under the
     layer-by-layer run's first layer against the best baseline's."""
-    from partition.search import layer1_volume, layer_by_layer
+    from partition.layerwise import layer_by_layer
+    from partition.search import layer1_volume
 
     hg = build_hypergraph(patterns)
     base = min(layer1_volume(hg, np.concatenate(baseline_owners(b, patterns, nparts)), nparts)
@@ -218,12 +219,32 @@ class FixedLeft(Deadline):
 
 def test_a_run_that_cannot_finish_in_time_gives_up_after_three_layers(monkeypatch):
     from partition.budget import OutOfTime, Progress
-    from partition.search import layer_by_layer
+    from partition.layerwise import layer_by_layer
 
     hg = build_hypergraph(network_patterns(radixnet(1024, 6, seed=0)))
     unlimited = layer_by_layer(hg, 4, 0.03, 0, "kahypar")
     monkeypatch.setattr(Progress, "eta", lambda self: 1000.0)  # its pace: 1000 s more
-    with pytest.raises(OutOfTime, match=r"given up after layer 3/6: about 16.7 min more needed, 8.3 min left"):
+    with pytest.raises(OutOfTime, match=r"after layer 3/6: about 16.7 min more needed, 8.3 min "):
         layer_by_layer(hg, 4, 0.03, 0, "kahypar", deadline=FixedLeft(499))
     parts = layer_by_layer(hg, 4, 0.03, 0, "kahypar", deadline=FixedLeft(500))
     np.testing.assert_array_equal(parts, unlimited)
+
+
+@pytest.mark.parametrize("net,nparts", [(radixnet(1024, 5, seed=2), 8),
+                                        (random_network([40, 60, 60, 8], 5, seed=1), 3)])
+def test_starts_far_behind_are_not_refined_and_only_those(net, nparts):
+    from partition.search import REFINE_RATIO
+
+    patterns = network_patterns(net)
+    hg = build_hypergraph(patterns)
+    plan = partition_network(patterns, nparts, seed=0)
+    best_start = min(c["start"] for c in plan.meta["candidates"].values())
+    for b in BASELINES:
+        far = km1(hg, np.concatenate(baseline_owners(b, patterns, nparts))) > \
+            REFINE_RATIO * best_start
+        skipped = any(line.startswith(f"{b} not refined") for line in plan.meta["shortcuts"])
+        assert far == skipped == (b not in plan.meta["candidates"]), b
+    full = partition_network(patterns, nparts, seed=0, shortcuts=False)
+    assert plan.meta["stats"]["volume"] == full.meta["stats"]["volume"]
+    # RadiX-Net at P = 8: block and random are 20x behind; the random network: all close.
+    assert bool(plan.meta["shortcuts"]) == (net.sizes[1] == 1024)
