@@ -33,16 +33,6 @@ def block_counts(net_indptr, net_pins, parts, phi):
 
 
 @nb.njit(cache=True, nogil=True)
-def pin_nets(net_indptr, n_pins):
-    """The net of every pin (np.repeat(arange(n_nets), sizes) without the int64 temporaries)."""
-    out = np.empty(n_pins, dtype=np.int32)
-    for e in range(len(net_indptr) - 1):
-        for i in range(net_indptr[e], net_indptr[e + 1]):
-            out[i] = e
-    return out
-
-
-@nb.njit(cache=True, nogil=True)
 def vertex_nets(net_indptr, net_pins, n_vertices):
     """The nets of every vertex, ascending (the transposed incidence as CSR), by a counting
     sort: int32 net ids, no int64 temporaries the size of the pins."""
