@@ -103,6 +103,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--save-measurements", metavar="FILE",
+                    help="write the measured step times (JSON), to predict them again later")
+    ap.add_argument("--measurements", metavar="FILE",
+                    help="predict these saved measurements instead of measuring (needs "
+                         "--calibration: the model against earlier runs)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)
     ap.add_argument("--plan", help=argparse.SUPPRESS)
@@ -118,9 +123,14 @@ def main() -> int:
     from spdnn.plan import network_patterns, save_plan
     from spdnn.workload import workload
 
+    if args.measurements and not args.calibration:
+        ap.error("--measurements needs --calibration")
     rows, misses, orders = [], [], []
     cases = [(name, batch, c) for name in args.networks for batch in args.batch for c in CONFIGS]
     measured: dict[tuple, list[float]] = {case: [] for case in cases}
+    saved = json.loads(Path(args.measurements).read_text()) if args.measurements else None
+    if saved is not None:
+        args.rounds = min(len(saved[repr(case)]) for case in cases)
     predicted: dict[tuple, list] = {case: [] for case in cases}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -147,10 +157,16 @@ def main() -> int:
             for case in cases:
                 name, batch, (grid, method, replicas) = case
                 plan = f"{name}-{method}.npz" if method else None
-                measured[case].append(measure(work, f"{name}.npz", plan, replicas, batch,
-                                              args.steps))
+                if saved is not None:
+                    measured[case].append(saved[repr(case)][r])
+                else:
+                    measured[case].append(measure(work, f"{name}.npz", plan, replicas, batch,
+                                                  args.steps))
                 predicted[case].append(predict(works[name, method], machine, batch, replicas))
             print(f"round {r + 1} of {args.rounds} done", flush=True)
+    if args.save_measurements:
+        Path(args.save_measurements).write_text(json.dumps(
+            {repr(case): times for case, times in measured.items()}, indent=1))
     label = lambda c: f"{c[0]} {c[1] or ''}".strip()  # noqa: E731
     for name in args.networks:
         for batch in args.batch:

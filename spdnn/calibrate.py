@@ -21,14 +21,15 @@ from . import kernels
 from .bundle import save_network
 from .comm import Communicator
 from .generate import fixed_fan_in
-from .machine import KERNELS, Calibration, KernelTable, Network
+from .machine import KERNELS, TABLE_KEYS, Calibration, KernelTable, Network
 from .optim import SGD, SGDConfig, interleave
 
 BATCHES = (8, 16, 32, 64, 128, 256, 512)
 INPUTS = (256, 1024, 4096, 16384, 65536)
+REUSES = (1, 4, 32)  # nonzeros per buffer row: a cut layer's ghosts .. a whole square layer
 FAN_IN = 32
-UNITS = 2**23  # nonzeros x samples per timed kernel call
-SIZES = (8, 1024, 16384, 131072, 1048576, 4194304)  # bytes, ping-pong and all-reduce
+MAX_UNITS = 2**27  # nonzeros x samples per timed call, at most (time and memory)
+SIZES = (8, 1024, 16384, 131072, 1048576, 4194304, 16777216)  # bytes: ping-pong, all-reduce
 
 
 def _median_time(fn: Callable[[], object], reps: int, min_seconds: float = 0.0,
@@ -52,8 +53,8 @@ class _Evict:
     """Writes a buffer larger than the last-level cache: a kernel then starts with cold
     caches, as in a real step, where the other layers' arrays have been through them."""
 
-    def __init__(self, nbytes: int = 64 * 2**20) -> None:
-        self.buf = np.zeros(nbytes // 8)
+    def __init__(self, nbytes: int | None = None) -> None:
+        self.buf = np.zeros((nbytes or _evict_bytes()) // 8)
         self.tick = 0.0
 
     def __call__(self) -> None:
@@ -61,38 +62,77 @@ class _Evict:
         self.buf.fill(self.tick)
 
 
+def _evict_bytes() -> int:
+    """1.5x the last-level cache (64 MiB if the CPU reports none), at most 512 MiB: past
+    that, writing it would dominate the calibration's time."""
+    return int(min(max(1.5 * cache_bytes(), 64 * 2**20), 512 * 2**20))
+
+
 def _kernel_ns(w, x: np.ndarray, d: np.ndarray, reps: int,  # noqa: ANN001
                evict: _Evict) -> list[float]:
-    """ns per nonzero x sample of the three products of one layer ``w`` on inputs ``x``."""
+    """ns per nonzero x sample of the three products of one layer ``w`` on inputs ``x``,
+    each call after ``evict`` (a no-op: warm caches)."""
     rows, b, dtype = w.shape[0], x.shape[1], x.dtype
     wt, order = kernels.transpose(w)
     z, h = np.empty((rows, b), dtype), np.empty((rows, b), dtype)
     g = np.empty((x.shape[0], b), dtype)
     gw, gb, bias = np.empty(w.nnz, dtype), np.empty(rows, dtype), np.zeros(rows, dtype)
     units = w.nnz * b * 1e-9
-    return [_median_time(lambda: kernels.spmm_act(w, x, bias, None, z, h), reps, 0.03, evict)
+    return [_median_time(lambda: kernels.spmm_act(w, x, bias, None, z, h), reps, 0.01, evict)
             / units,
-            _median_time(lambda: kernels.backward_products(wt, order, d, x, g, gw), reps, 0.03,
+            _median_time(lambda: kernels.backward_products(wt, order, d, x, g, gw), reps, 0.01,
                          evict) / units,
-            _median_time(lambda: kernels.sddmm(w, d, x, out=gw, bias_grad=gb), reps, 0.03,
+            _median_time(lambda: kernels.sddmm(w, d, x, out=gw, bias_grad=gb), reps, 0.01,
                          evict) / units]
 
 
 def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelTable:
     """ns per nonzero x sample of the forward product, the two backward products (one pass)
-    and the weight gradient alone (first layer), on random fixed fan-in layers."""
-    ns = {k: np.zeros((len(INPUTS), len(BATCHES))) for k in KERNELS}
-    evict = _Evict()  # one 64 MB buffer for the whole table
+    and the weight gradient alone (first layer), on random fixed fan-in layers whose nonzeros
+    read each of their input rows ``reuse`` times on average; each from cold caches (after
+    writing a buffer larger than the last-level cache) and warm (called again and again).
+    Cells that would pass ``MAX_UNITS`` per call (the largest buffers at the largest batches
+    and reuses) copy the next lower reuse's value: per-nonzero costs fall with reuse, so these
+    lean pessimistic."""
+    ns = {k: np.zeros((len(REUSES), len(INPUTS), len(BATCHES))) for k in TABLE_KEYS}
+    evict = _Evict()  # one buffer for the whole table
     x_all = rng.random(max(INPUTS) * max(BATCHES)).astype(dtype)
-    for j, n_in in enumerate(INPUTS):
-        for i, b in enumerate(BATCHES):
-            rows = max(8, UNITS // (b * FAN_IN))
-            w = fixed_fan_in(rows, n_in, FAN_IN, rng, dtype)
-            x = x_all[: n_in * b].reshape(n_in, b)
-            d = x_all[-rows * b:].reshape(rows, b)
-            for k, value in zip(KERNELS, _kernel_ns(w, x, d, reps, evict)):
-                ns[k][j, i] = value
-    return KernelTable(BATCHES, INPUTS, ns)
+    d_all = rng.random(MAX_UNITS // FAN_IN).astype(dtype)
+    for r, reuse in enumerate(REUSES):
+        for j, n_in in enumerate(INPUTS):
+            for i, b in enumerate(BATCHES):
+                rows = max(8, reuse * n_in // FAN_IN)
+                if r > 0 and rows * FAN_IN * b > MAX_UNITS:
+                    for k in TABLE_KEYS:
+                        ns[k][r, j, i] = ns[k][r - 1, j, i]
+                    continue
+                w = fixed_fan_in(rows, n_in, FAN_IN, rng, dtype)
+                x = x_all[: n_in * b].reshape(n_in, b)
+                d = d_all[: rows * b].reshape(rows, b)
+                cold = _kernel_ns(w, x, d, reps, evict)
+                warm = _kernel_ns(w, x, d, reps, lambda: None)
+                for k, c, h in zip(KERNELS, cold, warm):
+                    ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
+    return KernelTable(BATCHES, INPUTS, REUSES, ns)
+
+
+def cache_bytes() -> int:
+    """The largest cache this CPU reports (0 when it reports none)."""
+    largest = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = [e for e in os.listdir(base) if e.startswith("index")]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            with open(os.path.join(base, entry, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+            largest = max(largest, int(text.rstrip("KMG")) * scale)
+        except (OSError, ValueError):
+            continue
+    return largest
 
 
 def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
@@ -125,17 +165,23 @@ def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
     return forward, whole
 
 
-def _reference_steps(dtype: str, reps: int = 5) -> list[tuple[object, int, float]]:
-    """Median seconds of real training steps of two reference networks on this rank alone
-    (one model part), at batch 32 and 256: what the kernel tables miss in a real step (caches
-    shared with the other buffers, chunked calls) shows up against their prediction."""
+# Reference networks (widths of 3 fan-in 32 layers, batch sizes): in cache, and far beyond it.
+WARM_REFERENCES = (((1024, 1024, 1024), (32, 256)), ((4096, 4096, 4096), (32,)))
+COLD_REFERENCES = (((16384, 16384, 16384), (256,)),)
+
+
+def _reference_steps(dtype: str, references: tuple, reps: int = 5
+                     ) -> list[tuple[object, int, float]]:
+    """Median seconds of real training steps of reference networks on this rank alone (one
+    model part): what the kernel tables miss in a real step (caches shared with the other
+    buffers, chunked calls) shows up against their prediction."""
     from .generate import random_network
     from .plan import network_patterns
     from .session import open_network
     from .workload import workload
 
     out = []
-    for sizes in ((1024, 1024, 1024), (4096, 4096, 4096)):
+    for sizes, batches in references:
         net = random_network(list(sizes), FAN_IN, seed=1, n_classes=10, dtype=dtype)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "reference.npz")
@@ -144,7 +190,7 @@ def _reference_steps(dtype: str, reps: int = 5) -> list[tuple[object, int, float
         dnet = run.dnet
         work = workload(network_patterns(net), run.plan)
         opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
-        for batch in (32, 256):
+        for batch in batches:
             out.append((work, batch, _step_time(dnet, opt, batch, reps)))  # >= 0.5 s each
         dnet.grid.free()
     return out
@@ -168,8 +214,9 @@ def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, Kern
     """Measured over predicted compute of the reference steps (the median ratio)."""
     from .costmodel import Machine, predict
 
-    machine = Machine(Calibration("", 1, "", tables, {**runtime, "compute_scale_alone": 1.0,
-                                                      "compute_scale_all": 1.0}, None))
+    ones = dict.fromkeys(("compute_scale_alone", "compute_scale_all",
+                          "compute_scale_cold_alone", "compute_scale_cold_all"), 1.0)
+    machine = Machine(Calibration("", 1, "", tables, {**runtime, **ones}, None))
     ratios = []
     for work, batch, seconds in steps:
         p = predict(work, machine, batch, 1, dtype)  # type: ignore[arg-type]
@@ -233,7 +280,8 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
     return {"layer_forward_s": layer_f, "layer_backward_s": layer_b, "step_s": step,
             "message_s": message, "exchange_layer_s": exchange_layer,
             "pack_ns_per_byte": pack, "update_ns_per_value": update,
-            "elementwise_ns_per_value": elementwise, "collective_s": collective}
+            "elementwise_ns_per_value": elementwise, "collective_s": collective,
+            "cache_bytes": float(cache_bytes())}
 
 
 def network_costs(comm: Communicator, message_s: float, reps: int = 20) -> Network | None:
@@ -267,13 +315,16 @@ def network_costs(comm: Communicator, message_s: float, reps: int = 20) -> Netwo
     sizes = np.array(SIZES, float)
     lat, bw = _fit(sizes, np.array(half_t))
     ar_lat, ar_bw = _fit(sizes, np.array(ar_t))
-    return Network(max(lat - 2 * message_s, 0.0), bw, ar_lat, ar_bw)
+    latency = max(lat - 2 * message_s, 0.0)
+    return Network(latency, bw, ar_lat, ar_bw, tuple(float(s) for s in SIZES),
+                   tuple(float(t) for t in half_t))
 
 
 def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
     """t = latency + size / bandwidth: the latency from the smallest size, the bandwidth from
-    the two largest."""
-    bw = (sizes[-1] - sizes[-2]) / max(times[-1] - times[-2], 1e-12)
+    the largest against the smallest (the difference of the two largest, used before, swung
+    by 6x between runs on a busy machine)."""
+    bw = (sizes[-1] - sizes[0]) / max(times[-1] - times[0], 1e-12)
     return float(times[0]), float(bw)
 
 
@@ -285,8 +336,8 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     say = log or (lambda _msg: None)
     tables = {}
     for dt in dtypes:
-        say(f"kernels, {dt}: {len(KERNELS)} products x {len(INPUTS)} input sizes x "
-            f"{len(BATCHES)} batch sizes")
+        say(f"kernels, {dt}: {len(KERNELS)} products x {len(REUSES)} reuses x {len(INPUTS)} "
+            f"input sizes x {len(BATCHES)} batch sizes")
         comm.barrier()
         tables[dt] = kernel_table(dt, rng)
     say("fixed costs of the runtime (per layer, step, message) and element-wise work")
@@ -294,19 +345,22 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     runtime = runtime_costs(dtypes[0], rng)
     # The mean over ranks: all measured at once, as in a job.
     for dt, t in tables.items():
-        tables[dt] = KernelTable(t.batches, t.inputs,
+        tables[dt] = KernelTable(t.batches, t.inputs, t.reuses,
                                  {k: comm.allreduce(v) / comm.size for k, v in t.ns.items()})
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
-    say("real steps of two reference networks: rank 0 alone, then every rank at once")
-    comm.barrier()
-    alone = compute_scale(_reference_steps(dtypes[0]), tables, runtime, dtypes[0]) \
-        if comm.rank == 0 else 0.0
-    comm.barrier()
-    together = compute_scale(_reference_steps(dtypes[0]), tables, runtime, dtypes[0])
-    runtime["compute_scale_alone"] = float(comm.bcast(alone))
-    runtime["compute_scale_all"] = float(comm.allreduce(np.array([together]))[0] / comm.size)
+    say("real steps of reference networks in and beyond the cache: rank 0 alone, then every "
+        "rank at once")
+    for suffix, refs in (("", WARM_REFERENCES), ("_cold", COLD_REFERENCES)):
+        comm.barrier()
+        alone = compute_scale(_reference_steps(dtypes[0], refs), tables, runtime, dtypes[0]) \
+            if comm.rank == 0 else 0.0
+        comm.barrier()
+        together = compute_scale(_reference_steps(dtypes[0], refs), tables, runtime, dtypes[0])
+        runtime[f"compute_scale{suffix}_alone"] = float(comm.bcast(alone))
+        runtime[f"compute_scale{suffix}_all"] = float(
+            comm.allreduce(np.array([together]))[0] / comm.size)
     if comm.size > 1:
         say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks")
     network = network_costs(comm, runtime["message_s"])

@@ -314,11 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     cal = _command(sub, "calibrate", "measure this machine for the cost model",
                    "Measure, on every rank at once, the time per nonzero x sample of the local "
-                   "products over a grid of batch sizes and input rows, the runtime's fixed "
-                   "costs per layer, step and message, and (on 2 or more ranks) the latency "
-                   "and bandwidth between ranks 0 and 1 and of the all-reduce. Run it with as "
-                   "many ranks as a node will run; it takes about a minute. The file feeds "
-                   "spdnn-partition model and spdnn train --replicas auto.")
+                   "products over a grid of batch sizes, input rows and reuse, from cold and "
+                   "warm caches, the runtime's fixed costs per layer, step and message, and (on "
+                   "2 or more ranks) the latency and bandwidth between ranks 0 and 1 and of the "
+                   "all-reduce. Run it with as many ranks as a node will run; it takes about a "
+                   "minute. The file feeds spdnn-partition model and spdnn train --replicas "
+                   "auto.")
     cal.add_argument("-o", "--output", required=True, help="calibration to write (.json)")
     cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
                      help="kernel tables to measure")

@@ -7,14 +7,21 @@ rank of a replica, layer by layer:
   the owned-column product while the messages travel (latency + bytes / bandwidth, one
   sender's messages one after another, a receiver's bytes through its own link), wait for the
   last one, compute the ghost-column product fused with the activation. Between ranks of one
-  node the bytes are copied by the CPUs of both ends (shared memory, inside the MPI calls made
-  between chunks of work): that copy adds to both ranks' work rather than overlapping it;
+  node a CPU copies the bytes (shared memory, inside the MPI calls made between chunks of
+  work): the receiver's work grows by the message's ping-pong time instead of overlapping it
+  (charging both ends, as before 2026-11-24, over-predicted every 2 x 1 case by 20-35%);
 - loss: the small all-reduces over the parts (every clock meets there);
 - backward: the ghost rows' products, post the fold, the owned rows' products, start this
   layer's gradient sum over the replicas, wait for the partial sums and add them;
 - the gradient sums run one after another in the background (Rabenseifner's reduce-scatter +
   allgather or recursive doubling, the faster: what MPICH and Open MPI pick by size); the step
   ends when the last is done, then the SGD update.
+
+Kernel times come from the calibration's tables, looked up by batch, X-buffer rows and reuse
+(nonzeros per row read: the owned and the ghost products each their own), blended between the
+cold-cache and the warm-cache table by how far the rank's working set for a step exceeds its
+share of the last-level cache (``warm_share``), then scaled by the calibration's reference
+steps.
 
 Ranks are placed as the runtime numbers them (rank = replica x parts + part, consecutive ranks
 on one node); every replica does the same work, so one replica is replayed. Bytes are those of
@@ -52,27 +59,31 @@ class Machine:
     def ranks_per_node(self) -> int:
         return self.cluster.ranks_per_node if self.cluster else 2**62
 
-    def compute_scale(self, active: int) -> float:
+    def compute_scale(self, active: int, warm: np.ndarray | float = 1.0) -> np.ndarray:
         """Real steps over kernel tables with ``active`` ranks running on a node: measured
         alone and with all calibrated ranks at once, linear in between, the latter beyond
-        (more ranks per node than calibrated: assumed no worse than those)."""
+        (more ranks per node than calibrated: assumed no worse than those); from reference
+        steps that run in cache and from one that does not, blended by ``warm``."""
         rt, ranks = self.calibration.runtime, self.calibration.ranks
-        alone, full = rt["compute_scale_alone"], rt["compute_scale_all"]
-        if active <= 1 or ranks <= 1:
-            return alone
-        return alone + (full - alone) * min(1.0, (active - 1) / (ranks - 1))
+        share = 0.0 if active <= 1 or ranks <= 1 else min(1.0, (active - 1) / (ranks - 1))
+        hot = rt["compute_scale_alone"] + (rt["compute_scale_all"] - rt["compute_scale_alone"]) \
+            * share
+        cold = rt["compute_scale_cold_alone"] + (rt["compute_scale_cold_all"]
+                                                 - rt["compute_scale_cold_alone"]) * share
+        return np.asarray(warm * hot + (1 - np.asarray(warm)) * cold, float)
 
-    def link(self, same_node: np.ndarray, active_per_node: int) -> tuple[np.ndarray, np.ndarray]:
-        """Latency and per-rank bandwidth of messages within or across nodes."""
+    def link(self, nbytes: np.ndarray, same_node: np.ndarray, active_per_node: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """Latency and transfer seconds of messages of ``nbytes`` within or across nodes
+        (across: the node's injection bandwidth shared by its active ranks)."""
         if self.cluster is None:
             net = self.calibration.network
             assert net is not None
-            return (np.full(same_node.shape, net.latency_s),
-                    np.full(same_node.shape, net.bandwidth_Bps))
+            return np.full(same_node.shape, net.latency_s), net.transfer(nbytes)
         intra, inter = self.cluster.intra, self.cluster.inter
         share = inter.bandwidth_Bps / max(1, active_per_node)
         return (np.where(same_node, intra.latency_s, inter.latency_s),
-                np.where(same_node, intra.bandwidth_Bps, share))
+                np.where(same_node, intra.transfer(nbytes), nbytes / share))
 
     def allreduce_network(self, spans_nodes: bool, active_per_node: int) -> Network:
         if self.cluster is None:
@@ -147,15 +158,19 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     rpn = machine.ranks_per_node
     active = min(rpn, n * replicas)
     node = np.arange(n) // rpn
-    scale = machine.compute_scale(active)
+    warm = warm_share(work, b, item, rt["cache_bytes"] / max(cal.ranks, 1))
+    scale = machine.compute_scale(active, warm)  # per rank
     ew = scale * rt["elementwise_ns_per_value"] * 1e-9
     clock = np.zeros(n)
     compute = np.zeros(n)
     kernel_time = np.zeros(n)  # the part of ``compute`` that the kernel tables predict
 
-    def kern(name: str, nnz: np.ndarray, buf: np.ndarray, extra: np.ndarray | float = 0.0
-             ) -> np.ndarray:
-        t = scale * table.seconds(name, nnz, b, buf) + extra
+    def kern(name: str, nnz: np.ndarray, buf: np.ndarray, read: np.ndarray,
+             extra: np.ndarray | float = 0.0) -> np.ndarray:
+        """``nnz`` nonzeros reading ``read`` of the ``buf`` buffer rows."""
+        reuse = nnz / np.maximum(read, 1)
+        t = scale * ((1 - warm) * table.seconds(name, nnz, b, buf, reuse)
+                     + warm * table.seconds(f"{name}_warm", nnz, b, buf, reuse)) + extra
         kernel_time[:] += t
         return t
     exch = np.zeros(n)
@@ -169,17 +184,17 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         if len(src) == 0:
             return ready
         nbytes = lw.count * b * item
-        lat, bw = machine.link(node[src] == node[dst], active)
+        lat, tt = machine.link(nbytes, node[src] == node[dst], active)
         order = np.lexsort((dst, src))
-        s, d, nb, la, w = src[order], dst[order], nbytes[order], lat[order], bw[order]
+        s, d, la, tt = src[order], dst[order], lat[order], tt[order]
         # A sender's messages leave one after another through its link.
-        cum = np.cumsum(nb / w)
+        cum = np.cumsum(tt)
         first = np.searchsorted(s, s, side="left")
         before = np.where(first > 0, cum[first - 1], 0.0)
         arrive = t_post[s] + la + (cum - before)
         np.maximum.at(ready, d, arrive)
         # ...and a receiver's bytes come in through its own.
-        recv_time = np.bincount(d, weights=nb / w, minlength=n)
+        recv_time = np.bincount(d, weights=tt, minlength=n)
         start = np.full(n, np.inf)
         np.minimum.at(start, d, t_post[s] + la)
         has = np.isfinite(start)
@@ -188,17 +203,16 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
 
     def messages(lw, forward: bool) -> np.ndarray:
         """Each rank's CPU time for its messages of one exchange: the software cost per
-        message and, within a node, the copies: shared memory moves bytes with the CPUs of
-        both ends, inside the MPI calls the runtime makes between its chunks of work, so they
-        add to the work instead of overlapping it."""
+        message and, within a node, the copy of what it receives: shared memory moves bytes
+        with a CPU, inside the MPI calls the runtime makes between its chunks of work, so the
+        copy adds to the work instead of overlapping it."""
         src, dst = (lw.src, lw.dst) if forward else (lw.dst, lw.src)
         total = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
         cpu = total * rt["message_s"] + (total > 0) * rt["exchange_layer_s"]
         local = node[src] == node[dst]
         if local.any():
-            _, bw = machine.link(np.ones(int(local.sum()), bool), active)
-            copy = lw.count[local] * b * item / bw
-            cpu += np.bincount(src[local], weights=copy, minlength=n)
+            _, copy = machine.link(lw.count[local] * b * item, np.ones(int(local.sum()), bool),
+                                   active)
             cpu += np.bincount(dst[local], weights=copy, minlength=n)
         return cpu
 
@@ -207,8 +221,8 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         t0 = clock.copy()
         buf = lw.buffer_rows
         post = messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
-        own = rt["layer_forward_s"] + kern("forward", lw.nnz_owned, buf)
-        ghost = kern("forward", lw.nnz_ghost, buf)
+        own = rt["layer_forward_s"] + kern("forward", lw.nnz_owned, buf, lw.prev_rows)
+        ghost = kern("forward", lw.nnz_ghost, buf, lw.ghosts)
         ready = exchange(lw, True, clock + post)
         done_own = clock + post + own
         start = np.maximum(done_own, ready)
@@ -236,13 +250,14 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         buf = lw.buffer_rows
         values = (lw.nnz + lw.rows) * item
         if i == 0:
-            work_s = rt["layer_backward_s"] + kern("gradient", lw.nnz, buf, lw.rows * b * ew)
+            work_s = rt["layer_backward_s"] + kern("gradient", lw.nnz, buf, buf, lw.rows * b * ew)
             clock = clock + work_s
             compute += work_s
         else:
-            ghost = rt["layer_backward_s"] + kern("backward", lw.nnz_ghost, buf, lw.rows * b * ew)
+            ghost = rt["layer_backward_s"] + kern("backward", lw.nnz_ghost, buf, lw.ghosts,
+                                                  lw.rows * b * ew)
             post = messages(lw, False)
-            own = kern("backward", lw.nnz_owned, buf, lw.prev_rows * b * ew)
+            own = kern("backward", lw.nnz_owned, buf, lw.prev_rows, lw.prev_rows * b * ew)
             ready = exchange(lw, False, clock + ghost + post)
             done_own = clock + ghost + post + own
             start = np.maximum(done_own, ready)
@@ -253,7 +268,8 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
             exch += post + (start - done_own)
         if arnet is not None:
             sums.append((clock.copy(), np.array([
-                allreduce_seconds(v, replicas, arnet, ew * 1e9 / item) for v in values])))
+                allreduce_seconds(v, replicas, arnet, e * 1e9 / item)
+                for v, e in zip(values, ew)])))
         layers[i]["backward"] = float(np.max(clock - t0))
     if arnet is not None:
         done = np.zeros(n)
@@ -269,6 +285,26 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     compute += update + rt["step_s"]
     kernel_time += update
     return _result(work, replicas, batch, clock, compute, exch, grad, layers, kernel_time)
+
+
+def working_set(work: Workload, batch: int, itemsize: int) -> np.ndarray:
+    """Bytes one training step touches on each rank: per nonzero its value and index in the
+    layer and in its transposed copy, the transposition's order, the gradient and the
+    momentum; per sample the X buffer and the stored pre-activations and activations."""
+    ws = np.zeros(work.parts)
+    for lw in work.layers:
+        ws += lw.nnz * (4 * itemsize + 12) + (lw.buffer_rows + 2 * lw.rows) * batch * itemsize
+    return ws
+
+
+def warm_share(work: Workload, batch: int, itemsize: int, cache: float) -> np.ndarray:
+    """Per rank, the weight of the warm-cache kernel table against the cold one: 1 when the
+    step's working set fits in the rank's share of the last-level cache, 0 from 4x that on,
+    linear in log2 between (0 everywhere when the cache size is unknown)."""
+    if cache <= 0:
+        return np.zeros(work.parts)
+    ws = np.maximum(working_set(work, batch, itemsize), 1.0)
+    return np.clip(np.log2(4 * cache / ws) / 2, 0.0, 1.0)
 
 
 def _collective_latency(machine: Machine, n: int, active: int) -> float:

@@ -2,22 +2,34 @@
 fixed costs, the network between two ranks) and a cluster description that overrides the
 network part. Both are small JSON files, validated field by field when read.
 
-Calibration (``spdnn-calibration/1``)::
+Calibration (``spdnn-calibration/2``)::
 
-    {"format": "spdnn-calibration/1", "host": "...", "ranks": 2, "backend": "numba",
+    {"format": "spdnn-calibration/2", "host": "...", "ranks": 2, "backend": "numba",
      "kernels": {"float32": K, "float64": K},
      "runtime": {"layer_forward_s", "layer_backward_s", "step_s", "message_s",
                  "exchange_layer_s", "pack_ns_per_byte", "update_ns_per_value",
                  "elementwise_ns_per_value", "collective_s",
-                 "compute_scale_alone", "compute_scale_all"},
+                 "compute_scale_alone", "compute_scale_all",
+                 "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes"},
      "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
-                 "allreduce_bandwidth_Bps"} or null}
+                 "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]}}
+                or null}
 
-where K = {"batches": [...], "inputs": [...], "forward": T, "backward": T, "gradient": T} and
-T[j][i] is ns per stored nonzero x sample at inputs[j] buffer rows and batches[i] samples.
+where K = {"batches": [...], "inputs": [...], "reuses": [...], "forward": T, "backward": T,
+"gradient": T, "forward_warm": T, "backward_warm": T, "gradient_warm": T} and T[r][j][i] is ns
+per stored nonzero x sample at reuses[r] nonzeros per buffer row, inputs[j] buffer rows and
+batches[i] samples, from cold caches (``_warm``: warm caches). ``cache_bytes``: the host's
+last-level cache, shared by the calibrated ranks; a rank whose step fits in its share runs
+warm. The reuse axis matters: a layer whose nonzeros read each buffer row many times (an
+unpartitioned square layer: its fan-in) pays the row's trip from memory once per many
+products, a partitioned layer's ghost rows nearly once each. (Format 1 had no reuse axis and
+one cold table; its tables came from layers of one reuse per batch size, up to 2x off for real
+layers. It is refused: calibrate again.)
 ``compute_scale_alone`` / ``_all``: measured over predicted kernel time of real training steps
-of reference networks, with one rank running and with every calibrated rank running at once
-(what isolated kernel loops miss: caches shared with a step's other buffers, contention).
+of reference networks that run in cache, with one rank running and with every calibrated rank
+running at once (what isolated kernel loops miss: caches shared with a step's other buffers,
+contention); ``compute_scale_cold_*`` the same for a network far larger than the cache (the
+tables are measured with every rank busy: alone, such a network runs faster than they say).
 
 Cluster (``spdnn-cluster/1``)::
 
@@ -42,37 +54,54 @@ import numpy as np
 
 from .errors import InputError
 
-CALIBRATION_FORMAT = "spdnn-calibration/1"
+CALIBRATION_FORMAT = "spdnn-calibration/2"
 CLUSTER_FORMAT = "spdnn-cluster/1"
 KERNELS = ("forward", "backward", "gradient")
+TABLE_KEYS = KERNELS + tuple(f"{k}_warm" for k in KERNELS)
 RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchange_layer_s",
            "pack_ns_per_byte", "update_ns_per_value", "elementwise_ns_per_value",
-           "collective_s", "compute_scale_alone", "compute_scale_all")
+           "collective_s", "compute_scale_alone", "compute_scale_all",
+           "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes")
 NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps")
 
 
 @dataclass(frozen=True)
 class KernelTable:
-    """ns per nonzero x sample of the three local products, on a grid of batch sizes and
-    X-buffer rows; looked up by bilinear interpolation in log2 of both (clamped)."""
+    """ns per nonzero x sample of the three local products, on a grid of batch sizes, X-buffer
+    rows and reuse (nonzeros per buffer row they read); looked up by trilinear interpolation
+    in log2 of all three (clamped to the grid)."""
 
     batches: tuple[int, ...]
     inputs: tuple[int, ...]
-    ns: dict[str, np.ndarray]  # kernel -> (len(inputs), len(batches))
+    reuses: tuple[int, ...]
+    ns: dict[str, np.ndarray]  # kernel -> (len(reuses), len(inputs), len(batches))
 
-    def seconds(self, kernel: str, nnz: np.ndarray, batch: int, inputs: np.ndarray
-                ) -> np.ndarray:
-        """Time of ``kernel`` over ``nnz`` nonzeros (per rank) with ``batch`` samples."""
+    def seconds(self, kernel: str, nnz: np.ndarray, batch: int, inputs: np.ndarray,
+                reuse: np.ndarray | None = None) -> np.ndarray:
+        """Time of ``kernel`` (a key of ``ns``: ``forward``, ``forward_warm``, ...) over ``nnz``
+        nonzeros (per rank) with ``batch`` samples, reading a buffer of ``inputs`` rows
+        ``reuse`` times each (default: nnz / inputs)."""
+        nnz = np.asarray(nnz, float)
+        inputs = np.maximum(np.asarray(inputs, float), 1.0)
+        if reuse is None:
+            reuse = nnz / inputs
         table = self.ns[kernel]
         xb = _position(self.batches, np.array([max(batch, 1)], float))
-        xi = _position(self.inputs, np.maximum(np.asarray(inputs, float), 1.0))
-        i0, fb = np.floor(xb).astype(int), xb - np.floor(xb)
-        j0, fi = np.floor(xi).astype(int), xi - np.floor(xi)
-        i1 = np.minimum(i0 + 1, len(self.batches) - 1)
-        j1 = np.minimum(j0 + 1, len(self.inputs) - 1)
-        per = ((1 - fi) * ((1 - fb) * table[j0, i0] + fb * table[j0, i1])
-               + fi * ((1 - fb) * table[j1, i0] + fb * table[j1, i1]))
-        return np.asarray(nnz, float) * batch * per * 1e-9
+        xi = _position(self.inputs, inputs)
+        xr = _position(self.reuses, np.maximum(np.asarray(reuse, float), 2.0**-20))
+        per = np.zeros(np.broadcast(xi, xr).shape)
+        for r_idx, r_w in _corners(xr, len(self.reuses)):
+            for i_idx, i_w in _corners(xi, len(self.inputs)):
+                for b_idx, b_w in _corners(xb, len(self.batches)):
+                    per = per + r_w * i_w * b_w * table[r_idx, i_idx, b_idx]
+        return nnz * batch * per * 1e-9
+
+
+def _corners(x: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The two grid indices around fractional positions ``x`` and their weights."""
+    lo = np.floor(x).astype(int)
+    frac = x - lo
+    return [(lo, 1 - frac), (np.minimum(lo + 1, n - 1), frac)]
 
 
 def _position(grid: tuple[int, ...], values: np.ndarray) -> np.ndarray:
@@ -85,12 +114,28 @@ def _position(grid: tuple[int, ...], values: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Network:
     """Point-to-point latency (s) and per-rank bandwidth (bytes/s), and the same for the
-    all-reduce's steps."""
+    all-reduce's steps; optionally the measured ping-pong curve (message bytes, half a round
+    trip in seconds), which replaces ``bytes / bandwidth``: through shared memory the rate
+    grows with the message (1.8 GB/s at 128 KiB, 7.8 at 16 MiB on the 2-core VM)."""
 
     latency_s: float
     bandwidth_Bps: float
     allreduce_latency_s: float
     allreduce_bandwidth_Bps: float
+    pingpong_bytes: tuple[float, ...] = ()
+    pingpong_s: tuple[float, ...] = ()
+
+    def transfer(self, nbytes: np.ndarray) -> np.ndarray:
+        """Seconds a message of ``nbytes`` takes beyond the latency: the ping-pong curve
+        interpolated linearly (past its end at its last segment's rate), else the bandwidth."""
+        nbytes = np.asarray(nbytes, float)
+        if len(self.pingpong_bytes) < 2:
+            return nbytes / self.bandwidth_Bps
+        size, t = np.array(self.pingpong_bytes), np.array(self.pingpong_s)
+        t = np.maximum.accumulate(t - t[0])  # a noisy dip is not a faster message
+        rate = max((t[-1] - t[-2]) / (size[-1] - size[-2]), 1.0 / self.bandwidth_Bps * 1e-3)
+        inside = np.interp(nbytes, size, t)
+        return np.where(nbytes > size[-1], t[-1] + (nbytes - size[-1]) * rate, inside)
 
 
 @dataclass(frozen=True)
@@ -109,10 +154,14 @@ class Calibration:
         return {"format": CALIBRATION_FORMAT, "host": self.host, "ranks": self.ranks,
                 "backend": self.backend,
                 "kernels": {d: {"batches": list(t.batches), "inputs": list(t.inputs),
-                                **{k: t.ns[k].round(4).tolist() for k in KERNELS}}
+                                "reuses": list(t.reuses),
+                                **{k: t.ns[k].round(4).tolist() for k in TABLE_KEYS}}
                             for d, t in self.kernels.items()},
                 "runtime": dict(self.runtime),
-                "network": None if self.network is None else dict(vars(self.network))}
+                "network": None if self.network is None else {
+                    **{k: getattr(self.network, k) for k in NETWORK},
+                    "pingpong": {"bytes": list(self.network.pingpong_bytes),
+                                 "seconds": list(self.network.pingpong_s)}}}
 
 
 @dataclass(frozen=True)
@@ -152,9 +201,21 @@ def _read_json(path: str | os.PathLike, fmt: str) -> tuple[str, dict]:
         raise InputError(path, "is a directory") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(path, f"not valid JSON ({exc})") from None
+    if fmt == CALIBRATION_FORMAT and isinstance(data, dict) \
+            and data.get("format") == "spdnn-calibration/1":
+        raise InputError(path, "an older calibration (spdnn-calibration/1, no reuse axis in its "
+                               "kernel tables): run spdnn calibrate again")
     if not isinstance(data, dict) or data.get("format") != fmt:
         raise InputError(path, f"not a {fmt} file (its 'format' field must be {fmt!r})")
     return path, data
+
+
+def _has_shape(value: Any, shape: tuple[int, ...]) -> bool:
+    """``value`` is nested lists of exactly ``shape`` (checked before numpy sees it)."""
+    if not shape:
+        return not isinstance(value, list)
+    return isinstance(value, list) and len(value) == shape[0] and all(
+        _has_shape(v, shape[1:]) for v in value)
 
 
 def load_calibration(path: str | os.PathLike) -> Calibration:
@@ -165,7 +226,7 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
         raise InputError(path, "'kernels' must map float32 and/or float64 to tables")
     for dtype, t in raw.items():
         axes = []
-        for axis in ("batches", "inputs"):
+        for axis in ("batches", "inputs", "reuses"):
             v = _field(path, t, axis, f"kernels.{dtype}.")
             if not (isinstance(v, list) and 1 <= len(v) <= 64 and all(
                     isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
@@ -173,15 +234,16 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
                 raise InputError(path, f"kernels.{dtype}.{axis} must be increasing integers >= 1")
             axes.append(tuple(v))
         ns = {}
-        for k in KERNELS:
+        for k in TABLE_KEYS:
             v = _field(path, t, k, f"kernels.{dtype}.")
-            arr = np.array(v, dtype=object)
-            if arr.shape != (len(axes[1]), len(axes[0])):
-                raise InputError(path, f"kernels.{dtype}.{k} must be {len(axes[1])} rows of "
-                                       f"{len(axes[0])} numbers")
-            ns[k] = np.array([[_number(path, f"kernels.{dtype}.{k}", x, positive=True)
-                               for x in row] for row in v])
-        kernels[dtype] = KernelTable(axes[0], axes[1], ns)
+            shape = (len(axes[2]), len(axes[1]), len(axes[0]))
+            if not _has_shape(v, shape):
+                raise InputError(path, f"kernels.{dtype}.{k} must be {shape[0]} blocks of "
+                                       f"{shape[1]} rows of {shape[2]} numbers (reuses x inputs "
+                                       "x batches)")
+            ns[k] = np.array([[[_number(path, f"kernels.{dtype}.{k}", x, positive=True)
+                                for x in row] for row in block] for block in v])
+        kernels[dtype] = KernelTable(axes[0], axes[1], axes[2], ns)
     rt = _field(path, data, "runtime")
     runtime = {k: _number(path, f"runtime.{k}", _field(path, rt, k, "runtime.")) for k in RUNTIME}
     net = _field(path, data, "network")
@@ -189,7 +251,18 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     if net is not None:
         vals = {k: _number(path, f"network.{k}", _field(path, net, k, "network."),
                            positive=k.endswith("Bps")) for k in NETWORK}
-        network = Network(**vals)
+        pp = net.get("pingpong") or {"bytes": [], "seconds": []}
+        sizes, secs = _field(path, pp, "bytes", "network.pingpong."), \
+            _field(path, pp, "seconds", "network.pingpong.")
+        if not (isinstance(sizes, list) and isinstance(secs, list) and len(sizes) == len(secs)
+                and len(sizes) <= 64):
+            raise InputError(path, "network.pingpong must hold 'bytes' and 'seconds' lists of "
+                                   "one length (at most 64)")
+        sizes_f = [_number(path, "network.pingpong.bytes", x, positive=True) for x in sizes]
+        if sizes_f != sorted(set(sizes_f)):
+            raise InputError(path, "network.pingpong.bytes must be increasing")
+        secs_f = [_number(path, "network.pingpong.seconds", x) for x in secs]
+        network = Network(**vals, pingpong_bytes=tuple(sizes_f), pingpong_s=tuple(secs_f))
     ranks = _field(path, data, "ranks")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise InputError(path, "'ranks' must be an integer >= 1")

@@ -29,14 +29,16 @@ from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, assert_one_line_error, run_
 RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "message_s": 1e-6,
            "exchange_layer_s": 4e-5, "pack_ns_per_byte": 0.1, "update_ns_per_value": 0.8,
            "elementwise_ns_per_value": 0.2, "collective_s": 2e-6, "compute_scale_alone": 1.0,
-           "compute_scale_all": 1.0}
+           "compute_scale_all": 1.0, "compute_scale_cold_alone": 1.0,
+           "compute_scale_cold_all": 1.0, "cache_bytes": 0.0}
 
 
 def calibration(ns: float = 0.5, network: bool = True) -> Calibration:
     """A calibration with flat kernel tables (``ns`` per nonzero x sample)."""
-    table = KernelTable((8, 512), (256, 65536),
-                        {k: np.full((2, 2), ns * f) for k, f in
-                         (("forward", 1.0), ("backward", 2.0), ("gradient", 1.0))})
+    table = KernelTable((8, 512), (256, 65536), (1, 128),
+                        {k + warm: np.full((2, 2, 2), ns * f) for k, f in
+                         (("forward", 1.0), ("backward", 2.0), ("gradient", 1.0))
+                         for warm in ("", "_warm")})
     net = Network(2e-6, 5e9, 5e-6, 3e9) if network else None
     return Calibration("test", 2, "numba", {"float32": table, "float64": table}, dict(RUNTIME),
                        net)
@@ -64,6 +66,25 @@ def test_one_rank_prediction_is_the_sum_of_its_terms():
     assert p.exchange == pytest.approx(LOSS_COLLECTIVES * RUNTIME["collective_s"])
     inference = predict(w, Machine(cal), b, 1, training=False)
     assert inference.seconds == pytest.approx(forward + loss, rel=1e-12)
+
+
+def test_kernel_table_interpolates_in_log2_of_reuse_and_clamps():
+    ns = np.empty((2, 2, 2))
+    ns[0], ns[1] = 2.0, 0.5  # reuse 1: 2 ns per nonzero x sample; reuse 128: 0.5
+    table = KernelTable((8, 512), (256, 65536), (1, 128), {"forward": ns})
+    nnz, b = np.array([1e6, 1e6, 1e6, 1e6]), 64
+    t = table.seconds("forward", nnz, b, np.array([1024] * 4), np.array([0.25, 1, 2**3.5, 1e4]))
+    assert t == pytest.approx(nnz * b * 1e-9 * np.array([2.0, 2.0, 1.25, 0.5]), rel=1e-12)
+    # Without an explicit reuse, nonzeros per buffer row.
+    default = table.seconds("forward", np.array([128 * 1024.0]), b, np.array([1024]))
+    assert default == pytest.approx(128 * 1024 * b * 0.5e-9, rel=1e-12)
+
+
+def test_measured_pingpong_curve_replaces_the_bandwidth():
+    net = Network(1e-6, 1e9, 1e-6, 1e9, (8.0, 1024.0, 2048.0), (1e-6, 2e-6, 4e-6))
+    got = net.transfer(np.array([8, 1024, 1536, 3072]))
+    assert got == pytest.approx([0.0, 1e-6, 2e-6, 5e-6], rel=1e-12)  # past the end: 2 us/KiB
+    assert Network(1e-6, 1e9, 1e-6, 1e9).transfer(np.array([1e9])) == pytest.approx([1.0])
 
 
 def test_parts_replicas_and_networks_move_the_prediction_the_right_way():
@@ -114,8 +135,16 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
     bad = {
         "missing network field": lambda d: d["network"].pop("bandwidth_Bps"),
         "negative bandwidth": lambda d: d["network"].update(bandwidth_Bps=-1.0),
-        "NaN kernel time": lambda d: d["kernels"]["float32"]["forward"][0].__setitem__(0, "nan"),
+        "NaN kernel time": lambda d: d["kernels"]["float32"]["forward"][0][0].__setitem__(
+            0, "nan"),
         "ragged table": lambda d: d["kernels"]["float32"]["forward"].pop(),
+        "ragged block": lambda d: d["kernels"]["float32"]["forward"][1][0].pop(),
+        "missing reuse axis": lambda d: d["kernels"]["float32"].pop("reuses"),
+        "older format": lambda d: d.update(format="spdnn-calibration/1"),
+        "unsorted ping-pong": lambda d: d["network"].update(
+            pingpong={"bytes": [1024, 8], "seconds": [1e-6, 2e-6]}),
+        "ragged ping-pong": lambda d: d["network"].update(
+            pingpong={"bytes": [8, 1024], "seconds": [1e-6]}),
         "unsorted batches": lambda d: d["kernels"]["float32"].update(batches=[512, 8]),
         "wrong format": lambda d: d.update(format="spdnn-cluster/1"),
     }
