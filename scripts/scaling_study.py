@@ -57,25 +57,26 @@ def main() -> int:
     from spdnn.costmodel import Machine, predict
     from spdnn.machine import load_calibration, load_cluster
     from spdnn.plan import network_patterns
-    from spdnn.workload import workload
+    from spdnn.workload import locality, workload
 
     machine = Machine(load_calibration(args.calibration), load_cluster(args.cluster))
     ranks = [2**i for i in range(args.max_ranks.bit_length()) if 2**i <= args.max_ranks]
     sections = []
     for key, title, net in networks():
         pats = network_patterns(net)
+        local = locality(pats)  # once per network, not per plan
         works: dict[str, dict[int, object]] = {"block": {}, "cyclic": {}, "hypergraph": {}}
         notes = []
         for n in ranks:
             for method in ("block", "cyclic"):
-                works[method][n] = workload(pats, partition_network(pats, n, method))
+                works[method][n] = workload(pats, partition_network(pats, n, method), local)
             print(f"{key}: block and cyclic plans for {n} parts", flush=True)
             if key == "gc1024" and 1 < n <= args.hypergraph_up_to and \
                     not any("stopped" in x for x in notes):
                 t0 = time.perf_counter()
                 plan = partition_network(pats, n, "hypergraph", seed=0)
                 seconds = time.perf_counter() - t0
-                works["hypergraph"][n] = workload(pats, plan)
+                works["hypergraph"][n] = workload(pats, plan, local)
                 notes.append(f"hypergraph plan for {n} parts: {seconds:.0f} s")
                 print(f"{key}: {notes[-1]}", flush=True)
                 if seconds > args.partition_limit:

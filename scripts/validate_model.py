@@ -2,7 +2,8 @@
 
     python scripts/validate_model.py [--rounds 3] [--steps 20] [--calibration FILE]
                                      [--batch 32 256] [--networks mlp random radixnet]
-                                     [--no-write]
+                                     [--no-write] [--save-measurements FILE]
+    python scripts/validate_model.py --measurements FILE --calibration FILE --no-write
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `mlp`, the MNIST MLP
 784 -> 1024 -> 1024 (fan-in 32); `random`, 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first

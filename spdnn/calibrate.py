@@ -21,7 +21,7 @@ from . import kernels
 from .bundle import save_network
 from .comm import Communicator
 from .generate import fixed_fan_in
-from .machine import KERNELS, TABLE_KEYS, Calibration, KernelTable, Network
+from .machine import KERNELS, TABLE_KEYS, Calibration, KernelTable, Network, Structure
 from .optim import SGD, SGDConfig, interleave
 
 BATCHES = (8, 16, 32, 64, 128, 256, 512)
@@ -114,6 +114,33 @@ def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelT
                 for k, c, h in zip(KERNELS, cold, warm):
                     ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
     return KernelTable(BATCHES, INPUTS, REUSES, ns)
+
+
+STRUCTURED = 16384  # neurons of the RadiX-Net layer timed against a random one
+STRUCTURE_BATCHES = (8, 32, 128, 512)
+
+
+def structure_ratios(dtype: str, rng: np.random.Generator, reps: int = 3) -> Structure:
+    """A RadiX-Net layer's kernel times over those of a random layer of its shape (the mean of
+    cold and warm caches), per batch size: what the tables, built on random columns, miss on
+    layers whose neighbouring rows share columns (``spdnn.workload.locality``)."""
+    from .generate import radixnet
+    from .workload import locality
+
+    structured = radixnet(STRUCTURED, 1, seed=0, dtype=dtype).layers[0].weight
+    random = fixed_fan_in(STRUCTURED, STRUCTURED, FAN_IN, rng, dtype)
+    evict = _Evict()
+    ratio: dict[str, list[float]] = {k: [] for k in KERNELS}
+    for b in STRUCTURE_BATCHES:
+        x = rng.random((STRUCTURED, b)).astype(dtype)
+        d = rng.random((STRUCTURED, b)).astype(dtype)
+        times = [np.add(_kernel_ns(w, x, d, reps, evict), _kernel_ns(w, x, d, reps, lambda: None))
+                 for w in (structured, random)]
+        for k, r in zip(KERNELS, times[0] / times[1]):
+            ratio[k].append(float(r))
+    gap = locality([(structured.indptr, structured.indices, structured.shape)])[0]
+    return Structure(STRUCTURE_BATCHES, {k: tuple(v) for k, v in ratio.items()},
+                     (float(gap[0]), float(gap[1])))
 
 
 def cache_bytes() -> int:
@@ -340,6 +367,11 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
             f"input sizes x {len(BATCHES)} batch sizes")
         comm.barrier()
         tables[dt] = kernel_table(dt, rng)
+    say(f"a RadiX-Net layer against a random one, {dtypes[0]}: structured columns")
+    comm.barrier()
+    mine = structure_ratios(dtypes[0], rng)
+    structure = Structure(mine.batches, {k: tuple(float(x) for x in comm.allreduce(
+        np.array(v)) / comm.size) for k, v in mine.ratio.items()}, mine.gap)
     say("fixed costs of the runtime (per layer, step, message) and element-wise work")
     comm.barrier()
     runtime = runtime_costs(dtypes[0], rng)
@@ -365,7 +397,7 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
         say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks")
     network = network_costs(comm, runtime["message_s"])
     host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
-    return Calibration(host, comm.size, kernels.backend(), tables, runtime, network)
+    return Calibration(host, comm.size, kernels.backend(), tables, runtime, network, structure)
 
 
 def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:

@@ -165,12 +165,17 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     compute = np.zeros(n)
     kernel_time = np.zeros(n)  # the part of ``compute`` that the kernel tables predict
 
-    def kern(name: str, nnz: np.ndarray, buf: np.ndarray, read: np.ndarray,
+    def kern(name: str, layer: int, nnz: np.ndarray, buf: np.ndarray, read: np.ndarray,
              extra: np.ndarray | float = 0.0) -> np.ndarray:
-        """``nnz`` nonzeros reading ``read`` of the ``buf`` buffer rows."""
+        """``nnz`` nonzeros of ``layer`` reading ``read`` of the ``buf`` buffer rows."""
         reuse = nnz / np.maximum(read, 1)
-        t = scale * ((1 - warm) * table.seconds(name, nnz, b, buf, reuse)
-                     + warm * table.seconds(f"{name}_warm", nnz, b, buf, reuse)) + extra
+        structured = 1.0
+        if cal.structure is not None and work.locality is not None:
+            gap = work.locality[layer, 1 if name == "backward" else 0]
+            structured = cal.structure.factor(name, b, float(gap))
+        t = scale * structured * ((1 - warm) * table.seconds(name, nnz, b, buf, reuse)
+                                  + warm * table.seconds(f"{name}_warm", nnz, b, buf, reuse)) \
+            + extra
         kernel_time[:] += t
         return t
     exch = np.zeros(n)
@@ -221,8 +226,8 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         t0 = clock.copy()
         buf = lw.buffer_rows
         post = messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
-        own = rt["layer_forward_s"] + kern("forward", lw.nnz_owned, buf, lw.prev_rows)
-        ghost = kern("forward", lw.nnz_ghost, buf, lw.ghosts)
+        own = rt["layer_forward_s"] + kern("forward", i, lw.nnz_owned, buf, lw.prev_rows)
+        ghost = kern("forward", i, lw.nnz_ghost, buf, lw.ghosts)
         ready = exchange(lw, True, clock + post)
         done_own = clock + post + own
         start = np.maximum(done_own, ready)
@@ -250,14 +255,15 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         buf = lw.buffer_rows
         values = (lw.nnz + lw.rows) * item
         if i == 0:
-            work_s = rt["layer_backward_s"] + kern("gradient", lw.nnz, buf, buf, lw.rows * b * ew)
+            work_s = rt["layer_backward_s"] + kern("gradient", i, lw.nnz, buf, buf,
+                                                   lw.rows * b * ew)
             clock = clock + work_s
             compute += work_s
         else:
-            ghost = rt["layer_backward_s"] + kern("backward", lw.nnz_ghost, buf, lw.ghosts,
+            ghost = rt["layer_backward_s"] + kern("backward", i, lw.nnz_ghost, buf, lw.ghosts,
                                                   lw.rows * b * ew)
             post = messages(lw, False)
-            own = kern("backward", lw.nnz_owned, buf, lw.prev_rows, lw.prev_rows * b * ew)
+            own = kern("backward", i, lw.nnz_owned, buf, lw.prev_rows, lw.prev_rows * b * ew)
             ready = exchange(lw, False, clock + ghost + post)
             done_own = clock + ghost + post + own
             start = np.maximum(done_own, ready)

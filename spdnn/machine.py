@@ -11,6 +11,8 @@ Calibration (``spdnn-calibration/2``)::
                  "elementwise_ns_per_value", "collective_s",
                  "compute_scale_alone", "compute_scale_all",
                  "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes"},
+     "structure": {"batches": [...], "forward": [...], "backward": [...], "gradient": [...],
+                   "gap_forward", "gap_backward"} or null,
      "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
                  "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]}}
                 or null}
@@ -139,6 +141,30 @@ class Network:
 
 
 @dataclass(frozen=True)
+class Structure:
+    """A RadiX-Net layer's kernel times over a random layer's of the same shape, per batch
+    size, and its ``spdnn.workload.locality`` (forward, backward): how much faster products
+    run whose neighbouring rows share columns."""
+
+    batches: tuple[int, ...]
+    ratio: dict[str, tuple[float, ...]]  # kernel -> per batch
+    gap: tuple[float, float]
+
+    def factor(self, kernel: str, batch: int, gap: float) -> float:
+        """Time factor of ``kernel`` on a layer of locality ``gap`` (0: random, 1x)."""
+        ref = self.gap[1 if kernel == "backward" else 0]
+        if ref <= 0 or gap <= 0:
+            return 1.0
+        rho = float(np.interp(np.log2(max(batch, 1)), np.log2(np.array(self.batches, float)),
+                              np.array(self.ratio[kernel])))
+        return 1.0 + (rho - 1.0) * min(gap / ref, 1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batches": list(self.batches), **{k: list(v) for k, v in self.ratio.items()},
+                "gap_forward": self.gap[0], "gap_backward": self.gap[1]}
+
+
+@dataclass(frozen=True)
 class Calibration:
     host: str
     ranks: int
@@ -146,6 +172,7 @@ class Calibration:
     kernels: dict[str, KernelTable]  # dtype name -> table
     runtime: dict[str, float]
     network: Network | None
+    structure: Structure | None = None
 
     def table(self, dtype: str) -> KernelTable:
         return self.kernels.get(dtype) or next(iter(self.kernels.values()))
@@ -158,6 +185,7 @@ class Calibration:
                                 **{k: t.ns[k].round(4).tolist() for k in TABLE_KEYS}}
                             for d, t in self.kernels.items()},
                 "runtime": dict(self.runtime),
+                "structure": None if self.structure is None else self.structure.to_json(),
                 "network": None if self.network is None else {
                     **{k: getattr(self.network, k) for k in NETWORK},
                     "pingpong": {"bytes": list(self.network.pingpong_bytes),
@@ -267,7 +295,27 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise InputError(path, "'ranks' must be an integer >= 1")
     return Calibration(str(data.get("host", "?")), ranks, str(data.get("backend", "?")),
-                       kernels, runtime, network)
+                       kernels, runtime, network, _structure(path, data.get("structure")))
+
+
+def _structure(path: str, raw: Any) -> Structure | None:
+    if raw is None:
+        return None
+    batches = _field(path, raw, "batches", "structure.")
+    if not (isinstance(batches, list) and 1 <= len(batches) <= 64 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in batches)
+            and batches == sorted(set(batches))):
+        raise InputError(path, "structure.batches must be increasing integers >= 1")
+    ratio = {}
+    for k in KERNELS:
+        v = _field(path, raw, k, "structure.")
+        if not (isinstance(v, list) and len(v) == len(batches)):
+            raise InputError(path, f"structure.{k} must be {len(batches)} numbers")
+        ratio[k] = tuple(_number(path, f"structure.{k}", x, positive=True) for x in v)
+    gap = tuple(_number(path, f"structure.gap_{side}", _field(path, raw, f"gap_{side}",
+                                                               "structure."))
+                for side in ("forward", "backward"))
+    return Structure(tuple(batches), ratio, (gap[0], gap[1]))
 
 
 def load_cluster(path: str | os.PathLike) -> Cluster:

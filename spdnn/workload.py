@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .errors import SpdnnError
 from .plan import Pattern, Plan, cut_pairs
@@ -43,6 +44,7 @@ class Workload:
     sizes: tuple[int, ...]
     method: str
     layers: tuple[LayerWork, ...]
+    locality: np.ndarray | None = None  # (layers, 2): ``locality`` of the network
 
     def counts(self, batch: int, replicas: int, itemsize: int) -> dict[str, list[int]]:
         """Messages, rows and bytes one training step moves per layer (index k-1), summed
@@ -72,8 +74,47 @@ class Workload:
                 "rows_per_layer": [int(lw.count.sum()) for lw in self.layers]}
 
 
-def workload(patterns: list[Pattern], plan: Plan) -> Workload:
-    """Per-rank work and messages of ``plan`` on a network given by its patterns."""
+BLOCK = 16  # rows (columns) per block in ``locality``
+
+
+def locality(patterns: list[Pattern]) -> np.ndarray:
+    """Per layer, how much fewer distinct rows the products gather than random columns would:
+    over blocks of 16 consecutive rows (the forward product, the weight gradient) and of 16
+    consecutive columns (the transposed product), the expected share of distinct among the
+    read rows for uniformly random columns with the same counts, minus the layer's own. 0 for
+    a random layer; about 0.44 forward and backward for RadiX-Net 16384 (its neighbouring rows
+    share columns), whose products run up to 2x faster than random ones of the same shape."""
+    out = np.zeros((len(patterns), 2))
+    for k, (indptr, indices, (n_out, n_in)) in enumerate(patterns):
+        nnz = len(indices)
+        if nnz == 0:
+            continue
+        w = sp.csr_matrix((np.ones(nnz, np.float32), indices, indptr), shape=(n_out, n_in))
+        # Distinct (block, row read) pairs: the nonzeros of block-summing products (sparse
+        # products run in C; a sort of the pairs took 25x longer).
+        row_blocks = _blocks(n_out)
+        col_blocks = _blocks(n_in)
+        for side, (distinct, n_other, counts) in enumerate((
+                ((row_blocks @ w).nnz, n_in, np.diff(indptr)),
+                ((w @ col_blocks.T).nnz, n_out, np.bincount(indices, minlength=n_in)))):
+            # E[distinct] of random columns: n (1 - prod over the block's lines (1 - k / n)).
+            logs = np.log1p(-np.minimum(counts, n_other - 0.5) / n_other)
+            sums = np.add.reduceat(logs, np.arange(0, len(counts), BLOCK))
+            expected = float(np.sum(n_other * -np.expm1(sums)))
+            out[k, side] = max(expected - distinct, 0.0) / nnz
+    return out
+
+
+def _blocks(n: int) -> sp.csr_matrix:
+    """The (n / BLOCK) x n matrix that sums consecutive blocks of BLOCK lines."""
+    return sp.csr_matrix((np.ones(n, np.float32), (np.arange(n) // BLOCK, np.arange(n))),
+                         shape=(-(-n // BLOCK), n))
+
+
+def workload(patterns: list[Pattern], plan: Plan, pattern_locality: np.ndarray | None = None
+             ) -> Workload:
+    """Per-rank work and messages of ``plan`` on a network given by its patterns
+    (``pattern_locality``: their ``locality``, computed when not given)."""
     n = plan.nparts
     if len(patterns) != len(plan.owners) - 1:
         raise SpdnnError(f"the plan has {len(plan.owners) - 1} layers, the network "
@@ -95,4 +136,5 @@ def workload(patterns: list[Pattern], plan: Plan) -> Workload:
             nnz_ghost=np.bincount(row_rank[~local], minlength=n),
             ghosts=np.bincount(p, minlength=n), sent=np.bincount(src, minlength=n),
             src=key // n, dst=key % n, count=count))
-    return Workload(n, plan.sizes, str(plan.meta.get("method", "plan")), tuple(layers))
+    return Workload(n, plan.sizes, str(plan.meta.get("method", "plan")), tuple(layers),
+                    locality(patterns) if pattern_locality is None else pattern_locality)

@@ -15,15 +15,17 @@ from partition.methods import partition_network
 from spdnn.bundle import save_network
 from spdnn.costmodel import LOSS_COLLECTIVES, Machine, allreduce_seconds, predict, single_part
 from spdnn.errors import InputError
+from spdnn.generate import radixnet, random_network
 from spdnn.machine import (
     Calibration,
     KernelTable,
     Network,
+    Structure,
     load_calibration,
     load_cluster,
 )
 from spdnn.plan import network_patterns, save_plan
-from spdnn.workload import workload
+from spdnn.workload import locality, workload
 from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, assert_one_line_error, run_spdnn, small_network
 
 RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "message_s": 1e-6,
@@ -33,7 +35,8 @@ RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "m
            "compute_scale_cold_all": 1.0, "cache_bytes": 0.0}
 
 
-def calibration(ns: float = 0.5, network: bool = True) -> Calibration:
+def calibration(ns: float = 0.5, network: bool = True, structure: Structure | None = None
+                ) -> Calibration:
     """A calibration with flat kernel tables (``ns`` per nonzero x sample)."""
     table = KernelTable((8, 512), (256, 65536), (1, 128),
                         {k + warm: np.full((2, 2, 2), ns * f) for k, f in
@@ -41,7 +44,7 @@ def calibration(ns: float = 0.5, network: bool = True) -> Calibration:
                          for warm in ("", "_warm")})
     net = Network(2e-6, 5e9, 5e-6, 3e9) if network else None
     return Calibration("test", 2, "numba", {"float32": table, "float64": table}, dict(RUNTIME),
-                       net)
+                       net, structure)
 
 
 CLUSTER = {"format": "spdnn-cluster/1", "name": "test", "ranks_per_node": 4,
@@ -87,6 +90,39 @@ def test_measured_pingpong_curve_replaces_the_bandwidth():
     assert Network(1e-6, 1e9, 1e-6, 1e9).transfer(np.array([1e9])) == pytest.approx([1.0])
 
 
+def test_locality_is_zero_for_random_columns_and_large_for_shared_ones():
+    rand = locality(network_patterns(random_network([1024, 1024, 1024], 32, seed=0)))
+    assert rand.shape == (2, 2) and np.all(np.abs(rand) < 0.02), rand
+    rx = locality(network_patterns(radixnet(1024, 2, seed=0)))
+    assert np.all(rx > 0.15), rx
+    # Rows in pairs reading the same 8 columns: a block of 16 rows reads 8 x 8 distinct rows
+    # of 128 reads, where random columns out of 4096 would give ~126.
+    rng = np.random.default_rng(0)
+    cols = np.sort(np.repeat(rng.random((512, 4096)).argsort(axis=1)[:, :8], 2, axis=0), axis=1)
+    pattern = (np.arange(0, 1024 * 8 + 1, 8), cols.ravel(), (1024, 4096))
+    gap = locality([pattern])[0]
+    assert gap[0] == pytest.approx((126.04 - 64) / 128, abs=0.01)
+
+
+def test_structure_factor_scales_kernels_by_locality():
+    st = Structure((8, 512), {"forward": (0.5, 0.5), "backward": (0.4, 0.6),
+                              "gradient": (1.0, 1.0)}, (0.4, 0.2))
+    assert st.factor("forward", 64, 0.0) == 1.0  # random columns: the tables as they are
+    assert st.factor("forward", 64, 0.2) == pytest.approx(0.75)
+    assert st.factor("forward", 64, 0.8) == pytest.approx(0.5)  # clamped at the reference
+    assert st.factor("backward", 64, 0.2) == pytest.approx(0.5)  # halfway in log2 of batch
+    net = radixnet(1024, 3, seed=0)
+    work = workload(network_patterns(net), single_part(net.sizes))
+    plain, structured = calibration(), calibration()
+    structured = Calibration(**{**vars(plain), "structure": st})
+    assert predict(work, Machine(structured), 64).seconds < \
+        0.9 * predict(work, Machine(plain), 64).seconds
+    rand = random_network([1024, 1024, 1024], 32, seed=0)
+    rwork = workload(network_patterns(rand), single_part(rand.sizes))
+    assert predict(rwork, Machine(structured), 64).seconds == pytest.approx(
+        predict(rwork, Machine(plain), 64).seconds, rel=0.02)
+
+
 def test_parts_replicas_and_networks_move_the_prediction_the_right_way():
     net = small_network((64, 256, 256, 10), fan_in=16, seed=2)
     pats = network_patterns(net)
@@ -126,11 +162,13 @@ def test_allreduce_model():
 
 
 def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path):
-    cal = calibration()
+    cal = calibration(structure=Structure((8, 64), {"forward": (0.6, 0.7), "backward": (
+        0.4, 0.5), "gradient": (0.8, 0.9)}, (0.45, 0.44)))
     path = tmp_path / "m.json"
     path.write_text(json.dumps(cal.to_json()))
     back = load_calibration(path)
     assert back.runtime == cal.runtime and back.network == cal.network
+    assert back.structure == cal.structure
     assert np.array_equal(back.table("float32").ns["backward"], cal.table("float32").ns["backward"])
     bad = {
         "missing network field": lambda d: d["network"].pop("bandwidth_Bps"),
@@ -143,6 +181,8 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
         "older format": lambda d: d.update(format="spdnn-calibration/1"),
         "unsorted ping-pong": lambda d: d["network"].update(
             pingpong={"bytes": [1024, 8], "seconds": [1e-6, 2e-6]}),
+        "short structure": lambda d: d["structure"]["backward"].pop(),
+        "negative structure gap": lambda d: d["structure"].update(gap_forward=-0.1),
         "ragged ping-pong": lambda d: d["network"].update(
             pingpong={"bytes": [8, 1024], "seconds": [1e-6]}),
         "unsorted batches": lambda d: d["kernels"]["float32"].update(batches=[512, 8]),
