@@ -197,30 +197,39 @@ WARM_REFERENCES = (((1024, 1024, 1024), (32, 256)), ((4096, 4096, 4096), (32,)))
 COLD_REFERENCES = (((16384, 16384, 16384), (256,)),)
 
 
-def _reference_steps(dtype: str, references: tuple, reps: int = 5
-                     ) -> list[tuple[object, int, float]]:
-    """Median seconds of real training steps of reference networks on this rank alone (one
-    model part): what the kernel tables miss in a real step (caches shared with the other
-    buffers, chunked calls) shows up against their prediction."""
-    from .generate import random_network
-    from .plan import network_patterns
-    from .session import open_network
-    from .workload import workload
+REFERENCE_ROUNDS = 3
 
-    out = []
-    for sizes, batches in references:
-        net = random_network(list(sizes), FAN_IN, seed=1, n_classes=10, dtype=dtype)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "reference.npz")
-            save_network(net, path)
-            run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
-        dnet = run.dnet
-        work = workload(network_patterns(net), run.plan)
-        opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
-        for batch in batches:
-            out.append((work, batch, _step_time(dnet, opt, batch, reps)))  # >= 0.5 s each
-        dnet.grid.free()
-    return out
+
+class _References:
+    """Reference networks opened on this rank alone (one model part), to time real training
+    steps: what the kernel tables miss in a real step (caches shared with the other buffers,
+    chunked calls) shows up against their prediction."""
+
+    def __init__(self, dtype: str, references: tuple) -> None:
+        from .generate import random_network
+        from .plan import network_patterns
+        from .session import open_network
+        from .workload import workload
+
+        self.cases = []
+        for sizes, batches in references:
+            net = random_network(list(sizes), FAN_IN, seed=1, n_classes=10, dtype=dtype)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "reference.npz")
+                save_network(net, path)
+                run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
+            opt = SGD(SGDConfig(0.001, 0.9), run.dnet.parameters())
+            self.cases.append((run.dnet, opt, workload(network_patterns(net), run.plan),
+                               batches))
+
+    def steps(self, reps: int = 5) -> list[tuple[object, int, float]]:
+        """(workload, batch, median seconds of a step) per reference network and batch."""
+        return [(work, batch, _step_time(dnet, opt, batch, reps))  # >= 0.5 s each
+                for dnet, opt, work, batches in self.cases for batch in batches]
+
+    def free(self) -> None:
+        for dnet, *_ in self.cases:
+            dnet.grid.free()
 
 
 def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
@@ -237,13 +246,15 @@ def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
 
 
 def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, KernelTable],
-                  runtime: dict[str, float], dtype: str) -> float:
-    """Measured over predicted compute of the reference steps (the median ratio)."""
+                  runtime: dict[str, float], dtype: str, running: int = 1) -> float:
+    """Measured over predicted compute of the reference steps (the median ratio), measured
+    with ``running`` ranks at once (sharing the last-level cache)."""
     from .costmodel import Machine, predict
 
     ones = dict.fromkeys(("compute_scale_alone", "compute_scale_all",
                           "compute_scale_cold_alone", "compute_scale_cold_all"), 1.0)
-    machine = Machine(Calibration("", 1, "", tables, {**runtime, **ones}, None))
+    shared = {**runtime, **ones, "cache_bytes": runtime["cache_bytes"] / running}
+    machine = Machine(Calibration("", 1, "", tables, shared, None))
     ratios = []
     for work, batch, seconds in steps:
         p = predict(work, machine, batch, 1, dtype)  # type: ignore[arg-type]
@@ -355,6 +366,30 @@ def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
     return float(times[0]), float(bw)
 
 
+def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],
+                     runtime: dict[str, float]) -> dict[str, float]:
+    """The four compute scales (warm / cold reference networks, rank 0 alone / every rank at
+    once), each the median of interleaved rounds (the host's speed drifts), and their spread:
+    the largest relative distance of a round from its median."""
+    rounds: dict[str, list[float]] = {}
+    for suffix, refs in (("", WARM_REFERENCES), ("_cold", COLD_REFERENCES)):
+        ref = _References(dtype, refs)
+        for _ in range(REFERENCE_ROUNDS):
+            comm.barrier()
+            alone = compute_scale(ref.steps(), tables, runtime, dtype) if comm.rank == 0 else 0.0
+            comm.barrier()
+            together = compute_scale(ref.steps(), tables, runtime, dtype, comm.size)
+            rounds.setdefault(f"compute_scale{suffix}_alone", []).append(
+                float(comm.bcast(alone)))
+            rounds.setdefault(f"compute_scale{suffix}_all", []).append(
+                float(comm.allreduce(np.array([together]))[0] / comm.size))
+        ref.free()
+    out = {k: float(np.median(v)) for k, v in rounds.items()}
+    out["compute_scale_spread"] = max(float(np.max(np.abs(np.array(v) / out[k] - 1)))
+                                      for k, v in rounds.items())
+    return out
+
+
 def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64"),
               log: Callable[[str], None] | None = None) -> Calibration:
     """Measure on every rank of ``comm``; every rank returns the same calibration."""
@@ -382,17 +417,9 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
-    say("real steps of reference networks in and beyond the cache: rank 0 alone, then every "
-        "rank at once")
-    for suffix, refs in (("", WARM_REFERENCES), ("_cold", COLD_REFERENCES)):
-        comm.barrier()
-        alone = compute_scale(_reference_steps(dtypes[0], refs), tables, runtime, dtypes[0]) \
-            if comm.rank == 0 else 0.0
-        comm.barrier()
-        together = compute_scale(_reference_steps(dtypes[0], refs), tables, runtime, dtypes[0])
-        runtime[f"compute_scale{suffix}_alone"] = float(comm.bcast(alone))
-        runtime[f"compute_scale{suffix}_all"] = float(
-            comm.allreduce(np.array([together]))[0] / comm.size)
+    say(f"real steps of reference networks in and beyond the cache, {REFERENCE_ROUNDS} rounds: "
+        "rank 0 alone, then every rank at once")
+    runtime.update(reference_scales(comm, dtypes[0], tables, runtime))
     if comm.size > 1:
         say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks")
     network = network_costs(comm, runtime["message_s"])
@@ -428,4 +455,9 @@ def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
               f"{cal.runtime['layer_forward_s'] * 1e6:.0f} + "
               f"{cal.runtime['layer_backward_s'] * 1e6:.0f} us fixed per layer (forward + "
               f"backward); {where}; {time.perf_counter() - start:.0f} s", flush=True)
+        spread = cal.runtime["compute_scale_spread"]
+        print(f"the host's speed moved up to {spread:.0%} between the {REFERENCE_ROUNDS} rounds "
+              "of reference steps: predictions from this file carry at least that much noise"
+              + ("; calibrate again when the host is quieter" if spread > 0.15 else ""),
+              flush=True)
     return 0

@@ -158,7 +158,9 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     rpn = machine.ranks_per_node
     active = min(rpn, n * replicas)
     node = np.arange(n) // rpn
-    warm = warm_share(work, b, item, rt["cache_bytes"] / max(cal.ranks, 1))
+    # The LLC is shared by the ranks running on the node; beyond the calibrated count, each is
+    # assumed to keep the share it had in calibration (a cluster node has its own cache).
+    warm = warm_share(work, b, item, rt["cache_bytes"] / max(1, min(active, cal.ranks)))
     scale = machine.compute_scale(active, warm)  # per rank
     ew = scale * rt["elementwise_ns_per_value"] * 1e-9
     clock = np.zeros(n)

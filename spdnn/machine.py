@@ -32,6 +32,9 @@ of reference networks that run in cache, with one rank running and with every ca
 running at once (what isolated kernel loops miss: caches shared with a step's other buffers,
 contention); ``compute_scale_cold_*`` the same for a network far larger than the cache (the
 tables are measured with every rank busy: alone, such a network runs faster than they say).
+Optional: ``compute_scale_spread``, the largest relative distance of one round of reference
+steps from the median of the rounds (how far the calibration itself can be trusted; 0 when
+unknown).
 
 Cluster (``spdnn-cluster/1``)::
 
@@ -64,6 +67,8 @@ RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchan
            "pack_ns_per_byte", "update_ns_per_value", "elementwise_ns_per_value",
            "collective_s", "compute_scale_alone", "compute_scale_all",
            "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes")
+# Optional runtime fields (absent from calibrations of 2026-11-23/24): their default.
+RUNTIME_OPTIONAL = {"compute_scale_spread": 0.0}
 NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps")
 
 
@@ -274,6 +279,8 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
         kernels[dtype] = KernelTable(axes[0], axes[1], axes[2], ns)
     rt = _field(path, data, "runtime")
     runtime = {k: _number(path, f"runtime.{k}", _field(path, rt, k, "runtime.")) for k in RUNTIME}
+    runtime.update({k: _number(path, f"runtime.{k}", rt.get(k, default))
+                    for k, default in RUNTIME_OPTIONAL.items()})
     net = _field(path, data, "network")
     network = None
     if net is not None:

@@ -13,7 +13,14 @@ import pytest
 
 from partition.methods import partition_network
 from spdnn.bundle import save_network
-from spdnn.costmodel import LOSS_COLLECTIVES, Machine, allreduce_seconds, predict, single_part
+from spdnn.costmodel import (
+    LOSS_COLLECTIVES,
+    Machine,
+    allreduce_seconds,
+    predict,
+    single_part,
+    working_set,
+)
 from spdnn.errors import InputError
 from spdnn.generate import radixnet, random_network
 from spdnn.machine import (
@@ -32,7 +39,7 @@ RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "m
            "exchange_layer_s": 4e-5, "pack_ns_per_byte": 0.1, "update_ns_per_value": 0.8,
            "elementwise_ns_per_value": 0.2, "collective_s": 2e-6, "compute_scale_alone": 1.0,
            "compute_scale_all": 1.0, "compute_scale_cold_alone": 1.0,
-           "compute_scale_cold_all": 1.0, "cache_bytes": 0.0}
+           "compute_scale_cold_all": 1.0, "cache_bytes": 0.0, "compute_scale_spread": 0.1}
 
 
 def calibration(ns: float = 0.5, network: bool = True, structure: Structure | None = None
@@ -152,6 +159,30 @@ def load_cluster_dict(data: dict):
         return load_cluster(path)
 
 
+def test_a_rank_shares_the_last_level_cache_with_the_ranks_running_beside_it():
+    net = random_network([4096, 4096, 4096], 32, seed=2, dtype="float32")
+    pats = network_patterns(net)
+    one = workload(pats, single_part(net.sizes))
+    two = workload(pats, partition_network(pats, 2, "block"))
+    base = calibration()
+    tables = {dt: KernelTable(t.batches, t.inputs, t.reuses, {
+        k: v * (0.5 if k.endswith("_warm") else 1.0) for k, v in t.ns.items()})
+        for dt, t in base.kernels.items()}
+
+    def machine(ranks: int, cache: float) -> Machine:
+        return Machine(Calibration("t", ranks, "numba", tables, {**RUNTIME, "cache_bytes": cache},
+                                   base.network))
+
+    cache = float(working_set(one, 64, 4)[0])  # one rank's step just fits
+    alone = predict(one, machine(2, cache), 64).seconds
+    # Alone on the node, a rank has the whole cache, however many ranks were calibrated...
+    assert alone == predict(one, machine(1, cache), 64).seconds
+    assert alone < predict(one, machine(1, cache / 2), 64).seconds
+    # ...and beside another, half of it.
+    assert predict(two, machine(2, cache), 64).seconds == predict(two, machine(3, cache), 64
+                                                                   ).seconds
+
+
 def test_allreduce_model():
     net = Network(1e-6, 1e9, 1e-6, 1e9)
     assert allreduce_seconds(1e6, 1, net, 0.0) == 0.0
@@ -183,11 +214,16 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
             pingpong={"bytes": [1024, 8], "seconds": [1e-6, 2e-6]}),
         "short structure": lambda d: d["structure"]["backward"].pop(),
         "negative structure gap": lambda d: d["structure"].update(gap_forward=-0.1),
+        "negative spread": lambda d: d["runtime"].update(compute_scale_spread=-0.1),
         "ragged ping-pong": lambda d: d["network"].update(
             pingpong={"bytes": [8, 1024], "seconds": [1e-6]}),
         "unsorted batches": lambda d: d["kernels"]["float32"].update(batches=[512, 8]),
         "wrong format": lambda d: d.update(format="spdnn-cluster/1"),
     }
+    data = cal.to_json()
+    del data["runtime"]["compute_scale_spread"]  # optional: calibrations before it had none
+    path.write_text(json.dumps(data))
+    assert load_calibration(path).runtime["compute_scale_spread"] == 0.0
     for change in bad.values():
         data = cal.to_json()
         change(data)
