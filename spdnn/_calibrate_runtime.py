@@ -1,0 +1,248 @@
+"""The runtime's fixed costs, the reference steps that scale the kernel tables to real steps,
+and the network between ranks. Part of ``spdnn calibrate``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from . import kernels
+from ._calibrate_kernels import FAN_IN, cache_bytes, median_time
+from .bundle import save_network
+from .comm import Communicator
+from .generate import fixed_fan_in
+from .machine import Calibration, KernelTable, Network
+from .optim import SGD, SGDConfig, interleave
+
+SIZES = (8, 1024, 16384, 131072, 1048576, 4194304, 16777216)  # bytes: ping-pong, all-reduce
+
+
+def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
+    """Forward and whole-step seconds of a tiny network (8 neurons per layer, batch 1) on
+    this rank alone: the runtime's fixed costs per layer and per step."""
+    from .network import Layer, Network
+    from .session import open_network
+
+    rng = np.random.default_rng(layers)
+    net_layers = [Layer(fixed_fan_in(8, 8, 2, rng, dtype), np.zeros(8, dtype))
+                  for _ in range(layers)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tiny.npz")
+        save_network(Network(tuple(net_layers)), path)
+        run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
+    dnet = run.dnet
+    x = np.ones((8, 1), dtype)
+    y = np.zeros(1, np.int64)
+    opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
+
+    def step() -> None:
+        fwd = dnet.forward(x)
+        _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy", 1)
+        opt.step(interleave(gw, gb))
+        dnet.sync()
+
+    forward = median_time(lambda: [dnet.forward(x) for _ in range(20)], reps) / 20
+    whole = median_time(lambda: [step() for _ in range(20)], reps) / 20
+    dnet.grid.free()
+    return forward, whole
+
+
+# Reference networks (widths of 3 fan-in 32 layers, batch sizes): in cache, and far beyond it.
+WARM_REFERENCES = (((1024, 1024, 1024), (32, 256)), ((4096, 4096, 4096), (32,)))
+COLD_REFERENCES = (((16384, 16384, 16384), (256,)),)
+
+
+REFERENCE_ROUNDS = 3
+
+
+class _References:
+    """Reference networks opened on this rank alone (one model part), to time real training
+    steps: what the kernel tables miss in a real step (caches shared with the other buffers,
+    chunked calls) shows up against their prediction."""
+
+    def __init__(self, dtype: str, references: tuple) -> None:
+        from .generate import random_network
+        from .plan import network_patterns
+        from .session import open_network
+        from .workload import workload
+
+        self.cases = []
+        for sizes, batches in references:
+            net = random_network(list(sizes), FAN_IN, seed=1, n_classes=10, dtype=dtype)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "reference.npz")
+                save_network(net, path)
+                run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
+            opt = SGD(SGDConfig(0.001, 0.9), run.dnet.parameters())
+            self.cases.append((run.dnet, opt, workload(network_patterns(net), run.plan),
+                               batches))
+
+    def steps(self, reps: int = 5) -> list[tuple[object, int, float]]:
+        """(workload, batch, median seconds of a step) per reference network and batch."""
+        return [(work, batch, _step_time(dnet, opt, batch, reps))  # >= 0.5 s each
+                for dnet, opt, work, batches in self.cases for batch in batches]
+
+    def free(self) -> None:
+        for dnet, *_ in self.cases:
+            dnet.grid.free()
+
+
+def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
+    x = np.ones((dnet.sizes[0], batch), dnet.dtype)
+    y = np.zeros(batch, np.int64)
+
+    def step() -> None:
+        fwd = dnet.forward(x)
+        _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy", batch)
+        opt.step(interleave(gw, gb))
+        dnet.sync()
+
+    return median_time(step, reps, min_seconds=0.5)
+
+
+def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, KernelTable],
+                  runtime: dict[str, float], dtype: str, running: int = 1) -> float:
+    """Measured over predicted compute of the reference steps (the median ratio), measured
+    with ``running`` ranks at once (sharing the last-level cache)."""
+    from .costmodel import Machine, predict
+
+    ones = dict.fromkeys(("compute_scale_alone", "compute_scale_all",
+                          "compute_scale_cold_alone", "compute_scale_cold_all"), 1.0)
+    shared = {**runtime, **ones, "cache_bytes": runtime["cache_bytes"] / running}
+    machine = Machine(Calibration("", 1, "", tables, shared, None))
+    ratios = []
+    for work, batch, seconds in steps:
+        p = predict(work, machine, batch, 1, dtype)  # type: ignore[arg-type]
+        fixed = p.seconds - p.compute_kernels
+        ratios.append(max(seconds - fixed, 1e-9) / max(p.compute_kernels, 1e-9))
+    return float(np.median(ratios))
+
+
+def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[str, float]:
+    """Fixed costs of the Python runtime and the element-wise work, on this rank alone."""
+    # Straight lines through forward and whole-step times of 2..18 tiny layers: the slopes
+    # are the fixed costs per layer, the whole step's intercept the cost per step.
+    counts = np.array([2, 6, 10, 18])
+    times = np.array([_tiny_step_times(int(n), dtype, reps) for n in counts])
+    layer_f, _ = np.polyfit(counts, times[:, 0], 1)
+    slope, step0 = np.polyfit(counts, times[:, 1], 1)
+    layer_f = max(float(layer_f), 0.0)
+    layer_b = max(float(slope) - layer_f, 0.0)
+    me = Communicator.self_only()
+    tiny = np.zeros(1, np.float64)
+    got = np.zeros(1, np.float64)
+
+    def pair() -> None:
+        reqs = [me.irecv(got, 0, 7), me.isend(tiny, 0, 7)]
+        me.waitall(reqs)
+
+    message = median_time(lambda: [pair() for _ in range(200)], reps) / 400
+    # A layer that exchanges runs its owned product in chunks, progressing the messages.
+    w = fixed_fan_in(64, 64, 4, rng, dtype)
+    x = np.ones((64, 1), dtype)
+    z = np.empty((64, 1), dtype)
+    bias = np.zeros(64, dtype)
+
+    def chunked() -> None:
+        pending = [me.irecv(got, 0, 8)]
+        for r in range(8):
+            kernels.spmm(w, x, bias, z, (8 * r, 8 * r + 8))
+            me.progress(pending)
+        me.waitall([me.isend(tiny, 0, 8)] + pending)
+
+    def whole() -> None:
+        kernels.spmm(w, x, bias, z)
+        pair()
+
+    exchange_layer = max(median_time(lambda: [chunked() for _ in range(100)], reps)
+                         - median_time(lambda: [whole() for _ in range(100)], reps), 0.0) / 100
+    big = rng.random((4096, 256)).astype(dtype)
+    rows = np.sort(rng.choice(4096, 1024, replace=False))
+    out = np.empty((1024, 256), dtype)
+    pack = median_time(lambda: np.take(big, rows, axis=0, out=out), reps) / out.nbytes * 1e9
+    zz = rng.standard_normal(big.shape).astype(dtype)
+    elementwise = median_time(lambda: kernels.apply_slope(big, zz, None), reps) / big.size * 1e9
+    params = [rng.random(2**20).astype(dtype), rng.random(1024).astype(dtype)]
+    grads = [p.copy() for p in params]
+    opt = SGD(SGDConfig(0.001, 0.9), params)
+    opt.step(grads)
+    update = median_time(lambda: opt.step(grads), reps) / (2**20 + 1024) * 1e9
+    vec = np.zeros(64, dtype)
+    collective = median_time(lambda: [me.allreduce(vec) for _ in range(100)], reps) / 100
+    step = max(float(step0) - 4 * collective, 0.0)  # negative only by noise
+    return {"layer_forward_s": layer_f, "layer_backward_s": layer_b, "step_s": step,
+            "message_s": message, "exchange_layer_s": exchange_layer,
+            "pack_ns_per_byte": pack, "update_ns_per_value": update,
+            "elementwise_ns_per_value": elementwise, "collective_s": collective,
+            "cache_bytes": float(cache_bytes())}
+
+
+def network_costs(comm: Communicator, message_s: float, reps: int = 20) -> Network | None:
+    """Latency and bandwidth between ranks 0 and 1 (ping-pong), and of the all-reduce over
+    every rank; None on one rank."""
+    if comm.size < 2:
+        return None
+    half, ar = [], []
+    for size in SIZES:  # the median of single round trips: robust to a busy machine
+        buf = np.zeros(size // 8, np.float64)
+        comm.barrier()
+        trips = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            if comm.rank == 0:
+                comm.waitall([comm.isend(buf, 1, 9)])
+                comm.waitall([comm.irecv(buf, 1, 9)])
+            elif comm.rank == 1:
+                comm.waitall([comm.irecv(buf, 0, 9)])
+                comm.waitall([comm.isend(buf, 0, 9)])
+            trips.append(time.perf_counter() - t)
+        half.append(float(np.median(trips)) / 2)
+        comm.barrier()
+        sums = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            comm.waitall([comm.iallreduce_sum(buf)])
+            sums.append(time.perf_counter() - t)
+        ar.append(float(np.median(sums)))
+    half_t, ar_t = comm.bcast((half, ar))
+    sizes = np.array(SIZES, float)
+    lat, bw = _fit(sizes, np.array(half_t))
+    ar_lat, ar_bw = _fit(sizes, np.array(ar_t))
+    latency = max(lat - 2 * message_s, 0.0)
+    return Network(latency, bw, ar_lat, ar_bw, tuple(float(s) for s in SIZES),
+                   tuple(float(t) for t in half_t))
+
+
+def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
+    """t = latency + size / bandwidth: the latency from the smallest size, the bandwidth from
+    the largest against the smallest (the difference of the two largest, used before, swung
+    by 6x between runs on a busy machine)."""
+    bw = (sizes[-1] - sizes[0]) / max(times[-1] - times[0], 1e-12)
+    return float(times[0]), float(bw)
+
+
+def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],
+                     runtime: dict[str, float]) -> dict[str, float]:
+    """The four compute scales (warm / cold reference networks, rank 0 alone / every rank at
+    once), each the median of interleaved rounds (the host's speed drifts), and their spread:
+    the largest relative distance of a round from its median."""
+    rounds: dict[str, list[float]] = {}
+    for suffix, refs in (("", WARM_REFERENCES), ("_cold", COLD_REFERENCES)):
+        ref = _References(dtype, refs)
+        for _ in range(REFERENCE_ROUNDS):
+            comm.barrier()
+            alone = compute_scale(ref.steps(), tables, runtime, dtype) if comm.rank == 0 else 0.0
+            comm.barrier()
+            together = compute_scale(ref.steps(), tables, runtime, dtype, comm.size)
+            rounds.setdefault(f"compute_scale{suffix}_alone", []).append(
+                float(comm.bcast(alone)))
+            rounds.setdefault(f"compute_scale{suffix}_all", []).append(
+                float(comm.allreduce(np.array([together]))[0] / comm.size))
+        ref.free()
+    out = {k: float(np.median(v)) for k, v in rounds.items()}
+    out["compute_scale_spread"] = max(float(np.max(np.abs(np.array(v) / out[k] - 1)))
+                                      for k, v in rounds.items())
+    return out
