@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -35,15 +36,7 @@ def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
         run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
     dnet = run.dnet
     x = np.ones((8, 1), dtype)
-    y = np.zeros(1, np.int64)
-    opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
-
-    def step() -> None:
-        fwd = dnet.forward(x)
-        _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy", 1)
-        opt.step(interleave(gw, gb))
-        dnet.sync()
-
+    step = _training_step(dnet, SGD(SGDConfig(0.001, 0.9), dnet.parameters()), 1)
     forward = median_time(lambda: [dnet.forward(x) for _ in range(20)], reps) / 20
     whole = median_time(lambda: [step() for _ in range(20)], reps) / 20
     dnet.grid.free()
@@ -90,7 +83,8 @@ class _References:
             dnet.grid.free()
 
 
-def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
+def _training_step(dnet, opt: SGD, batch: int) -> Callable[[], None]:  # noqa: ANN001
+    """One SGD step of ``dnet`` on a constant batch, as the training loop runs it."""
     x = np.ones((dnet.sizes[0], batch), dnet.dtype)
     y = np.zeros(batch, np.int64)
 
@@ -100,7 +94,11 @@ def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
         opt.step(interleave(gw, gb))
         dnet.sync()
 
-    return median_time(step, reps, min_seconds=0.5)
+    return step
+
+
+def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
+    return median_time(_training_step(dnet, opt, batch), reps, min_seconds=0.5)
 
 
 def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, KernelTable],
