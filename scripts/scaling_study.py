@@ -128,11 +128,15 @@ def main() -> int:
         cmd = (f"python scripts/scaling_study.py --calibration {args.calibration} --batch "
                f"{args.batch} --max-ranks {args.max_ranks} --hypergraph-up-to "
                f"{args.hypergraph_up_to}")
+        memory = "" if machine.cluster.memory_bandwidth_Bps is None else (
+            f"; copies within a node share its {machine.cluster.memory_bandwidth_Bps / 1e9:.0f} "
+            "GB/s of memory bandwidth")
         body = (f"Command: `mpirun -n 2 spdnn calibrate -o {args.calibration}` (this 2-core "
                 f"machine: the compute side), then `{cmd}`. Network: "
                 f"`{os.path.relpath(args.cluster, ROOT)}` ({machine.cluster.name}; its numbers "
                 "are assumptions with sources named in the file: one 25 GB/s HDR port per "
-                f"node shared by its {machine.cluster.ranks_per_node} ranks). Every figure here "
+                f"node shared by its {machine.cluster.ranks_per_node} ranks{memory}). Every "
+                "figure here "
                 "is a prediction: beyond P = 2 nothing was measured, and the compute side "
                 "carries the misses of the validation (\"Where it misses\"). Batch "
                 f"{args.batch}, float32, `--exchange dense` bytes.\n\n"

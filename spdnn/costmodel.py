@@ -75,22 +75,26 @@ class Machine:
     def link(self, nbytes: np.ndarray, same_node: np.ndarray, active_per_node: int
              ) -> tuple[np.ndarray, np.ndarray]:
         """Latency and transfer seconds of messages of ``nbytes`` within or across nodes
-        (across: the node's injection bandwidth shared by its active ranks)."""
+        (across: the node's injection bandwidth shared by its active ranks; within: at most
+        a rank's share of the node's memory bandwidth, when the cluster gives it)."""
         if self.cluster is None:
             net = self.calibration.network
             assert net is not None
             return np.full(same_node.shape, net.latency_s), net.transfer(nbytes)
         intra, inter = self.cluster.intra, self.cluster.inter
         share = inter.bandwidth_Bps / max(1, active_per_node)
+        within = np.maximum(intra.transfer(nbytes),
+                            nbytes / self.cluster.intra_bandwidth(active_per_node))
         return (np.where(same_node, intra.latency_s, inter.latency_s),
-                np.where(same_node, intra.transfer(nbytes), nbytes / share))
+                np.where(same_node, within, nbytes / share))
 
     def allreduce_network(self, spans_nodes: bool, active_per_node: int) -> Network:
         if self.cluster is None:
             assert self.calibration.network is not None
             return self.calibration.network
         net = self.cluster.inter if spans_nodes else self.cluster.intra
-        bw = net.bandwidth_Bps / max(1, active_per_node) if spans_nodes else net.bandwidth_Bps
+        bw = net.bandwidth_Bps / max(1, active_per_node) if spans_nodes else \
+            self.cluster.intra_bandwidth(active_per_node)
         return Network(net.latency_s, bw, net.latency_s, bw)
 
 

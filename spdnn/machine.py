@@ -41,10 +41,13 @@ Cluster (``spdnn-cluster/1``)::
     {"format": "spdnn-cluster/1", "name": "...", "ranks_per_node": 64,
      "intra_node": {"latency_us": 0.4, "bandwidth_GBps": 8.0},
      "inter_node": {"latency_us": 1.3, "bandwidth_GBps": 23.0},
-     "sources": ["..."], "assumptions": "..."}
+     "node_memory_bandwidth_GBps": 330.0, "sources": ["..."], "assumptions": "..."}
 
 ``inter_node.bandwidth_GBps`` is one node's injection bandwidth, shared by its ranks;
-``intra_node`` is per rank pair.
+``intra_node`` is per rank pair. Optional: ``node_memory_bandwidth_GBps``, a node's sustained
+memory bandwidth; a message or all-reduce within a node then gets at most its share of it,
+each byte moved costing a read and a write (without it, the pairs' bandwidth is assumed to
+hold for every rank of the node at once).
 """
 
 from __future__ import annotations
@@ -205,6 +208,16 @@ class Cluster:
     inter: Network  # bandwidth: one node's injection bandwidth
     sources: tuple[str, ...]
     assumptions: str
+    memory_bandwidth_Bps: float | None = None  # a node's, shared by its ranks' copies
+
+    def intra_bandwidth(self, active_per_node: int) -> float:
+        """A rank pair's bandwidth within a node while ``active_per_node`` ranks copy at once:
+        the pair's own, or the rank's share of the node's memory bandwidth (a read and a
+        write per byte), whichever is less."""
+        bw = self.intra.bandwidth_Bps
+        if self.memory_bandwidth_Bps is None:
+            return bw
+        return min(bw, self.memory_bandwidth_Bps / (2 * max(1, active_per_node)))
 
 
 def _number(path: str, where: str, value: Any, *, positive: bool = False) -> float:
@@ -338,8 +351,11 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
         bw = _number(path, f"{name}.bandwidth_GBps",
                      _field(path, link, "bandwidth_GBps", f"{name}."), positive=True)
         links.append(Network(lat * 1e-6, bw * 1e9, lat * 1e-6, bw * 1e9))
+    memory = data.get("node_memory_bandwidth_GBps")
+    if memory is not None:
+        memory = _number(path, "node_memory_bandwidth_GBps", memory, positive=True) * 1e9
     sources = data.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
         raise InputError(path, "'sources' must be a list of strings")
     return Cluster(str(data.get("name", os.path.basename(path))), rpn, links[0], links[1],
-                   tuple(sources), str(data.get("assumptions", "")))
+                   tuple(sources), str(data.get("assumptions", "")), memory)

@@ -159,6 +159,27 @@ def load_cluster_dict(data: dict):
         return load_cluster(path)
 
 
+def test_ranks_copying_within_a_node_share_its_memory_bandwidth():
+    # 8 ranks on one node, pairs at 10 GB/s: 8 ranks copying at once through 40 GB/s of
+    # memory (a read and a write per byte) get 2.5 GB/s each.
+    capped = load_cluster_dict(CLUSTER | {"ranks_per_node": 8, "node_memory_bandwidth_GBps": 40})
+    assert capped.intra_bandwidth(8) == pytest.approx(2.5e9)
+    assert capped.intra_bandwidth(1) == pytest.approx(10e9)  # the pair's own, at most
+    free = load_cluster_dict(CLUSTER | {"ranks_per_node": 8})
+    assert free.intra_bandwidth(8) == pytest.approx(10e9)
+    net = small_network((64, 512, 512, 10), fan_in=16, seed=2)
+    pats = network_patterns(net)
+    eight = workload(pats, partition_network(pats, 8, "cyclic"))
+    single = workload(pats, single_part(net.sizes))
+    m_free, m_capped = Machine(calibration(), free), Machine(calibration(), capped)
+    assert predict(eight, m_capped, 256).exchange > predict(eight, m_free, 256).exchange
+    lat = m_capped.allreduce_network(False, 8)
+    assert lat.allreduce_bandwidth_Bps == pytest.approx(2.5e9)
+    assert predict(single, m_capped, 256, 8).gradient > predict(single, m_free, 256, 8).gradient
+    # Across nodes the port is the limit, as before.
+    assert m_capped.allreduce_network(True, 8).allreduce_bandwidth_Bps == pytest.approx(20e9 / 8)
+
+
 def test_a_rank_shares_the_last_level_cache_with_the_ranks_running_beside_it():
     net = random_network([4096, 4096, 4096], 32, seed=2, dtype="float32")
     pats = network_patterns(net)
@@ -233,7 +254,9 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
     cluster_changes = [lambda d: d["inter_node"].pop("latency_us"),  # missing field
                        lambda d: d["intra_node"].update(bandwidth_GBps=-2),
                        lambda d: d.update(ranks_per_node=0),
-                       lambda d: d["inter_node"].update(latency_us=True)]  # a bool
+                       lambda d: d["inter_node"].update(latency_us=True),  # a bool
+                       lambda d: d.update(node_memory_bandwidth_GBps=-1),
+                       lambda d: d.update(node_memory_bandwidth_GBps="fast")]
     for change in cluster_changes:
         data = json.loads(json.dumps(CLUSTER))
         change(data)
