@@ -182,6 +182,7 @@ def main() -> int:
         Path(args.save_measurements).write_text(json.dumps(
             {repr(case): times for case, times in measured.items()}, indent=1))
     noise: list[float] = []
+    ms = lambda t: f"{1e3 * t:.3g}"  # noqa: E731 (0.687 and 102 alike)
     label = lambda c: f"{c[0]} {c[1] or ''}".strip()  # noqa: E731
     for name in args.networks:
         for batch in args.batch:
@@ -198,8 +199,8 @@ def main() -> int:
                 method = c[1] or "-"
                 if c[1] == "hypergraph" and identical[name]:
                     method = "hypergraph = block"
-                rows.append([name, str(batch), c[0], method, f"{1e3 * meas[c]:.1f}",
-                             f"{1e3 * lo:.1f}-{1e3 * hi:.1f}", f"{1e3 * pred[c]:.1f}",
+                rows.append([name, str(batch), c[0], method, ms(meas[c]),
+                             f"{ms(lo)}-{ms(hi)}", ms(pred[c]),
                              f"{100 * err:+.0f}%",
                              f"{100 * p.compute / p.seconds:.0f} / "
                              f"{100 * p.exchange / p.seconds:.0f} / "

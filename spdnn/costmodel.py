@@ -14,8 +14,9 @@ rank of a replica, layer by layer:
 - backward: the ghost rows' products, post the fold, the owned rows' products, start this
   layer's gradient sum over the replicas, wait for the partial sums and add them;
 - the gradient sums run one after another in the background (Rabenseifner's reduce-scatter +
-  allgather or recursive doubling, the faster: what MPICH and Open MPI pick by size); the step
-  ends when the last is done, then the SGD update.
+  allgather or recursive doubling, the faster: what MPICH and Open MPI pick by size; across
+  nodes node-aware, ``Machine.gradient_sum_stages``); the step ends when the last is done,
+  then the SGD update.
 
 Kernel times come from the calibration's tables, looked up by batch, X-buffer rows and reuse
 (nonzeros per row read: the owned and the ghost products each their own), blended between the
@@ -87,6 +88,20 @@ class Machine:
                             nbytes / self.cluster.intra_bandwidth(active_per_node))
         return (np.where(same_node, intra.latency_s, inter.latency_s),
                 np.where(same_node, within, nbytes / share))
+
+    def gradient_sum_stages(self, parts: int, replicas: int, active_per_node: int
+                            ) -> list[tuple[Network, int, float]]:
+        """The gradient sum over ``replicas`` as MPI is assumed to run it, node-aware (MPICH's
+        SMP all-reduce: within each node, across nodes, within again), in its bandwidth-optimal
+        form: (network, ranks, share of the bytes) per stage. Within a node the members of a
+        replica group sum the whole gradient; across nodes each sums its 1/members slice with
+        one member per node, every rank of a node at once through the node's port."""
+        members = max(1, min(replicas, self.ranks_per_node // max(parts, 1)))
+        nodes = -(-replicas // members)
+        stages = [(self.allreduce_network(False, active_per_node), members, 1.0)]
+        if nodes > 1:
+            stages.append((self.allreduce_network(True, active_per_node), nodes, 1.0 / members))
+        return stages
 
     def allreduce_network(self, spans_nodes: bool, active_per_node: int) -> Network:
         if self.cluster is None:
@@ -255,7 +270,7 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     # ---------------------------------------------------------------- backward
     grad = np.zeros(n)
     sums: list[tuple[np.ndarray, np.ndarray]] = []  # (start, seconds) per layer, per rank
-    arnet = machine.allreduce_network(n * replicas > rpn, active) if replicas > 1 else None
+    stages = machine.gradient_sum_stages(n, replicas, active) if replicas > 1 else None
     for i in range(len(work.layers) - 1, -1, -1):
         lw, t0 = work.layers[i], clock.copy()
         buf = lw.buffer_rows
@@ -278,18 +293,19 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
             clock = start + add
             compute += ghost + own + add
             exch += post + (start - done_own)
-        if arnet is not None:
+        if stages is not None:
             sums.append((clock.copy(), np.array([
-                allreduce_seconds(v, replicas, arnet, e * 1e9 / item)
-                for v, e in zip(values, ew)])))
+                sum(allreduce_seconds(v * share, ranks, net, e * 1e9 / item)
+                    for net, ranks, share in stages) for v, e in zip(values, ew)])))
         layers[i]["backward"] = float(np.max(clock - t0))
-    if arnet is not None:
+    if stages is not None:
         done = np.zeros(n)
         for start, seconds in sums:  # one after another, each from its layer's gradient
             done = np.maximum(done, start) + seconds
         end = np.maximum(clock, done)
         grad += end - clock
-        clock = end + rt["collective_s"] + _allreduce_latency(arnet, replicas)
+        clock = end + rt["collective_s"] + sum(_allreduce_latency(net, ranks)
+                                               for net, ranks, _ in stages)
         grad += rt["collective_s"]
     update = sum((lw.nnz + lw.rows) for lw in work.layers) * scale \
         * rt["update_ns_per_value"] * 1e-9
