@@ -3,7 +3,7 @@
     python scripts/validate_model.py [--rounds 3] [--steps 20] [--calibration FILE]
                                      [--batch 32 256] [--networks mlp random radixnet]
                                      [--no-write] [--save-measurements FILE]
-    python scripts/validate_model.py --measurements FILE --calibration FILE --no-write
+    python scripts/validate_model.py --measurements FILE [--calibration FILE] --no-write
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `mlp`, the MNIST MLP
 784 -> 1024 -> 1024 (fan-in 32); `random`, 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first
@@ -39,6 +39,7 @@ from benchlib import ROOT, table, write_section  # noqa: E402
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
 SCALING = ROOT / "docs" / "SCALING.md"
+MEASUREMENTS_FORMAT = "spdnn-validation/1"  # {"steps": {case: [s per round]}, "calibrations"}
 CONFIGS = (("1x1", None, 1), ("2x1", "hypergraph", 1), ("2x1", "block", 1), ("1x2", None, 2))
 
 
@@ -109,10 +110,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--save-measurements", metavar="FILE",
-                    help="write the measured step times (JSON), to predict them again later")
+                    help="write the measured step times and each round's calibration (JSON), "
+                         "to predict them again later")
     ap.add_argument("--measurements", metavar="FILE",
-                    help="predict these saved measurements instead of measuring (needs "
-                         "--calibration: the model against earlier runs)")
+                    help="predict these saved measurements instead of measuring, each round "
+                         "from its saved calibration (or from --calibration: a model change "
+                         "or another calibration against the same runs)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)
     ap.add_argument("--plan", help=argparse.SUPPRESS)
@@ -128,15 +131,19 @@ def main() -> int:
     from spdnn.plan import network_patterns, save_plan
     from spdnn.workload import workload
 
-    if args.measurements and not args.calibration:
-        ap.error("--measurements needs --calibration")
     rows, misses, orders, pairs = [], [], [], [0, 0, 0]
     identical: dict[str, bool] = {}
     cases = [(name, batch, c) for name in args.networks for batch in args.batch for c in CONFIGS]
     measured: dict[tuple, list[float]] = {case: [] for case in cases}
-    saved = json.loads(Path(args.measurements).read_text()) if args.measurements else None
-    if saved is not None:
+    saved, saved_cals = None, None
+    if args.measurements:
+        saved = json.loads(Path(args.measurements).read_text())
+        if saved.get("format") == MEASUREMENTS_FORMAT:
+            saved, saved_cals = saved["steps"], saved["calibrations"]
+        if saved_cals is None and not args.calibration:  # written before 2026-11-25
+            ap.error(f"{args.measurements} holds no calibrations: give --calibration")
         args.rounds = min(len(saved[repr(case)]) for case in cases)
+    calibrations: list[dict] = []
     predicted: dict[tuple, list] = {case: [] for case in cases}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -161,9 +168,13 @@ def main() -> int:
             path = args.calibration
             if path is None:
                 path = str(work / f"calibration-{r}.json")
-                subprocess.run([str(BIN / "mpiexec"), "-n", "2", str(BIN / "spdnn"), "calibrate",
-                                "-o", path, "--dtype", "float32"], check=True,
-                               capture_output=True, timeout=600)
+                if saved_cals is not None:
+                    Path(path).write_text(json.dumps(saved_cals[r]))
+                else:
+                    subprocess.run([str(BIN / "mpiexec"), "-n", "2", str(BIN / "spdnn"),
+                                    "calibrate", "-o", path, "--dtype", "float32"], check=True,
+                                   capture_output=True, timeout=600)
+            calibrations.append(json.loads(Path(path).read_text()))
             machine = Machine(load_calibration(path))
             # Each round runs a (network, batch)'s configurations in another order: a position
             # in the sequence (what ran just before) must not favour one of them every time.
@@ -179,8 +190,12 @@ def main() -> int:
                 predicted[case].append(predict(works[name, method], machine, batch, replicas))
             print(f"round {r + 1} of {args.rounds} done", flush=True)
     if args.save_measurements:
-        Path(args.save_measurements).write_text(json.dumps(
-            {repr(case): times for case, times in measured.items()}, indent=1))
+        out = Path(args.save_measurements)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps({"format": MEASUREMENTS_FORMAT, "steps": {
+            repr(case): times for case, times in measured.items()},
+            "calibrations": calibrations}, separators=(",", ":")))
+        os.replace(tmp, out)
     noise: list[float] = []
     ms = lambda t: f"{1e3 * t:.3g}"  # noqa: E731 (0.687 and 102 alike)
     label = lambda c: f"{c[0]} {c[1] or ''}".strip()  # noqa: E731
