@@ -3,6 +3,7 @@ and the network between ranks. Part of ``spdnn calibrate``."""
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -15,7 +16,7 @@ from ._calibrate_kernels import FAN_IN, cache_bytes, median_time
 from .bundle import save_network
 from .comm import Communicator
 from .generate import fixed_fan_in
-from .machine import Calibration, KernelTable, Network
+from .machine import SCALE_KEYS, Calibration, KernelTable, Network, Scales
 from .optim import SGD, SGDConfig, interleave
 
 SIZES = (8, 1024, 16384, 131072, 1048576, 4194304, 16777216)  # bytes: ping-pong, all-reduce
@@ -43,9 +44,11 @@ def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
     return forward, whole
 
 
-# Reference networks (widths of 3 fan-in 32 layers, batch sizes): in cache, and far beyond it.
-WARM_REFERENCES = (((1024, 1024, 1024), (32, 256)), ((4096, 4096, 4096), (32,)))
-COLD_REFERENCES = (((16384, 16384, 16384), (256,)),)
+# Reference networks (widths of 3 fan-in 32 layers, batch sizes): in cache, and far beyond it;
+# each class at every batch of the scales (REFERENCE_BATCHES).
+REFERENCE_BATCHES = (32, 256)
+WARM_REFERENCES = (((1024, 1024, 1024), REFERENCE_BATCHES), ((4096, 4096, 4096), (32,)))
+COLD_REFERENCES = (((16384, 16384, 16384), REFERENCE_BATCHES),)
 
 
 REFERENCE_ROUNDS = 3
@@ -73,10 +76,42 @@ class _References:
             self.cases.append((run.dnet, opt, workload(network_patterns(net), run.plan),
                                batches))
 
-    def steps(self, reps: int = 5) -> list[tuple[object, int, float]]:
-        """(workload, batch, median seconds of a step) per reference network and batch."""
-        return [(work, batch, _step_time(dnet, opt, batch, reps))  # >= 0.5 s each
-                for dnet, opt, work, batches in self.cases for batch in batches]
+    def paired_steps(self, comm: Communicator, min_seconds: float = 0.5
+                     ) -> tuple[list[tuple[object, int, float]], list[tuple[object, int, float]]]:
+        """(workload, batch, median seconds of a step) per reference network and batch, on
+        rank 0 alone and on every rank at once (the slowest rank of each step: a step that
+        synchronises its ranks waits for it), sampled in turns (alone, together, alone, ...)
+        for at least ``min_seconds`` each. Every rank returns the same lists.
+
+        Why in turns: the model needs the ratio of the two, and this host's speed moves by
+        10-40% within seconds; timed one after the other, the ratio came out anywhere from
+        0.9 to 1.6 between calibrations. Why the slowest rank: one core of this virtual
+        machine often runs 10-35% slower than the other for seconds at a time (other tenants
+        share its physical core), and the mean over ranks hid it."""
+        alone, together = [], []
+        for dnet, opt, work, batches in self.cases:
+            for batch in batches:
+                step = _training_step(dnet, opt, batch)
+                step()  # warm: pages faulted in, code compiled
+                t = time.perf_counter()
+                step()
+                first = comm.bcast(time.perf_counter() - t)
+                pairs = int(np.clip(math.ceil(min_seconds / max(first, 1e-6)), 5, 500))
+                solo, both = [], []
+                for _ in range(pairs):
+                    comm.barrier()
+                    if comm.rank == 0:
+                        t = time.perf_counter()
+                        step()
+                        solo.append(time.perf_counter() - t)
+                    comm.barrier()
+                    t = time.perf_counter()
+                    step()
+                    both.append(time.perf_counter() - t)
+                slowest = np.max(np.array(comm.allgather(both)), axis=0)
+                alone.append((work, batch, float(comm.bcast(np.median(solo) if solo else 0.0))))
+                together.append((work, batch, float(np.median(slowest))))
+        return alone, together
 
     def free(self) -> None:
         for dnet, *_ in self.cases:
@@ -95,10 +130,6 @@ def _training_step(dnet, opt: SGD, batch: int) -> Callable[[], None]:  # noqa: A
         dnet.sync()
 
     return step
-
-
-def _step_time(dnet, opt: SGD, batch: int, reps: int) -> float:  # noqa: ANN001
-    return median_time(_training_step(dnet, opt, batch), reps, min_seconds=0.5)
 
 
 def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, KernelTable],
@@ -223,24 +254,26 @@ def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
 
 
 def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],
-                     runtime: dict[str, float]) -> dict[str, float]:
-    """The four compute scales (warm / cold reference networks, rank 0 alone / every rank at
-    once), each the median of interleaved rounds (the host's speed drifts), and their spread:
-    the largest relative distance of a round from its median."""
-    rounds: dict[str, list[float]] = {}
-    for suffix, refs in (("", WARM_REFERENCES), ("_cold", COLD_REFERENCES)):
+                     runtime: dict[str, float]) -> tuple[dict[str, float], Scales]:
+    """The four compute scales (warm / cold reference networks, rank 0 alone / the slowest of
+    every rank at once) per reference batch size, each the median of rounds (the host's speed
+    drifts); and as ``runtime`` values, the median over the batches and the spread: the
+    largest relative distance of a round from its median. Every rank computes the same
+    (``paired_steps`` shares the times)."""
+    rounds: dict[tuple[str, int], list[float]] = {}
+    for cls, refs in (("", WARM_REFERENCES), ("cold_", COLD_REFERENCES)):
         ref = _References(dtype, refs)
         for _ in range(REFERENCE_ROUNDS):
-            comm.barrier()
-            alone = compute_scale(ref.steps(), tables, runtime, dtype) if comm.rank == 0 else 0.0
-            comm.barrier()
-            together = compute_scale(ref.steps(), tables, runtime, dtype, comm.size)
-            rounds.setdefault(f"compute_scale{suffix}_alone", []).append(
-                float(comm.bcast(alone)))
-            rounds.setdefault(f"compute_scale{suffix}_all", []).append(
-                float(comm.allreduce(np.array([together]))[0] / comm.size))
+            solo, both = ref.paired_steps(comm)
+            for key, steps, running in (("alone", solo, 1), ("all", both, comm.size)):
+                for batch in REFERENCE_BATCHES:
+                    rounds.setdefault((cls + key, batch), []).append(compute_scale(
+                        [s for s in steps if s[1] == batch], tables, runtime, dtype, running))
         ref.free()
-    out = {k: float(np.median(v)) for k, v in rounds.items()}
-    out["compute_scale_spread"] = max(float(np.max(np.abs(np.array(v) / out[k] - 1)))
+    median = {k: float(np.median(v)) for k, v in rounds.items()}
+    scales = Scales(REFERENCE_BATCHES, {k: tuple(median[k, b] for b in REFERENCE_BATCHES)
+                                        for k in SCALE_KEYS})
+    out = {f"compute_scale_{k}": float(np.median(v)) for k, v in scales.values.items()}
+    out["compute_scale_spread"] = max(float(np.max(np.abs(np.array(v) / median[k] - 1)))
                                       for k, v in rounds.items())
-    return out
+    return out, scales

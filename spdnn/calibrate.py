@@ -17,7 +17,13 @@ import numpy as np
 
 from . import kernels
 from ._calibrate_kernels import BATCHES, INPUTS, REUSES, kernel_table, structure_ratios
-from ._calibrate_runtime import REFERENCE_ROUNDS, network_costs, reference_scales, runtime_costs
+from ._calibrate_runtime import (
+    REFERENCE_BATCHES,
+    REFERENCE_ROUNDS,
+    network_costs,
+    reference_scales,
+    runtime_costs,
+)
 from .comm import Communicator
 from .machine import KERNELS, Calibration, KernelTable, Structure
 
@@ -49,14 +55,17 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
-    say(f"real steps of reference networks in and beyond the cache, {REFERENCE_ROUNDS} rounds: "
-        "rank 0 alone, then every rank at once")
-    runtime.update(reference_scales(comm, dtypes[0], tables, runtime))
+    say(f"real steps of reference networks in and beyond the cache at batch "
+        f"{' and '.join(map(str, REFERENCE_BATCHES))}, {REFERENCE_ROUNDS} rounds: rank 0 alone "
+        "and every rank at once, in turns")
+    scalars, scales = reference_scales(comm, dtypes[0], tables, runtime)
+    runtime.update(scalars)
     if comm.size > 1:
         say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks")
     network = network_costs(comm, runtime["message_s"])
     host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
-    return Calibration(host, comm.size, kernels.backend(), tables, runtime, network, structure)
+    return Calibration(host, comm.size, kernels.backend(), tables, runtime, network, structure,
+                       scales)
 
 
 def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:

@@ -22,7 +22,7 @@ Kernel times come from the calibration's tables, looked up by batch, X-buffer ro
 (nonzeros per row read: the owned and the ghost products each their own), blended between the
 cold-cache and the warm-cache table by how far the rank's working set for a step exceeds its
 share of the last-level cache (``warm_share``), then scaled by the calibration's reference
-steps.
+steps at the replica's batch size.
 
 Ranks are placed as the runtime numbers them (rank = replica x parts + part, consecutive ranks
 on one node); every replica does the same work, so one replica is replayed. Bytes are those of
@@ -60,12 +60,14 @@ class Machine:
     def ranks_per_node(self) -> int:
         return self.cluster.ranks_per_node if self.cluster else 2**62
 
-    def compute_scale(self, active: int, warm: np.ndarray | float = 1.0) -> np.ndarray:
-        """Real steps over kernel tables with ``active`` ranks running on a node: measured
-        alone and with all calibrated ranks at once, linear in between, the latter beyond
-        (more ranks per node than calibrated: assumed no worse than those); from reference
-        steps that run in cache and from one that does not, blended by ``warm``."""
-        rt, ranks = self.calibration.runtime, self.calibration.ranks
+    def compute_scale(self, active: int, warm: np.ndarray | float = 1.0, batch: int = 256
+                      ) -> np.ndarray:
+        """Real steps over kernel tables with ``active`` ranks running on a node and ``batch``
+        samples per rank: measured alone and with all calibrated ranks at once (the slowest
+        rank), linear in between, the latter beyond (more ranks per node than calibrated:
+        assumed no worse than those); from reference steps that run in cache and from one
+        that does not, blended by ``warm``."""
+        rt, ranks = self.calibration.scales_at(batch), self.calibration.ranks
         share = 0.0 if active <= 1 or ranks <= 1 else min(1.0, (active - 1) / (ranks - 1))
         hot = rt["compute_scale_alone"] + (rt["compute_scale_all"] - rt["compute_scale_alone"]) \
             * share
@@ -180,7 +182,7 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     # The LLC is shared by the ranks running on the node; beyond the calibrated count, each is
     # assumed to keep the share it had in calibration (a cluster node has its own cache).
     warm = warm_share(work, b, item, rt["cache_bytes"] / max(1, min(active, cal.ranks)))
-    scale = machine.compute_scale(active, warm)  # per rank
+    scale = machine.compute_scale(active, warm, b)  # per rank
     ew = scale * rt["elementwise_ns_per_value"] * 1e-9
     clock = np.zeros(n)
     compute = np.zeros(n)

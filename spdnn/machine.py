@@ -13,6 +13,8 @@ Calibration (``spdnn-calibration/2``)::
                  "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes"},
      "structure": {"batches": [...], "forward": [...], "backward": [...], "gradient": [...],
                    "gap_forward", "gap_backward"} or null,
+     "scales": {"batches": [...], "alone": [...], "all": [...], "cold_alone": [...],
+                "cold_all": [...]} (optional),
      "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
                  "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]}}
                 or null}
@@ -29,12 +31,19 @@ one cold table; its tables came from layers of one reuse per batch size, up to 2
 layers. It is refused: calibrate again.)
 ``compute_scale_alone`` / ``_all``: measured over predicted kernel time of real training steps
 of reference networks that run in cache, with one rank running and with every calibrated rank
-running at once (what isolated kernel loops miss: caches shared with a step's other buffers,
-contention); ``compute_scale_cold_*`` the same for a network far larger than the cache (the
-tables are measured with every rank busy: alone, such a network runs faster than they say).
+running at once, timed in turns (what isolated kernel loops miss: caches shared with a step's
+other buffers, contention); ``_all`` is the slowest rank's of each step, which a
+synchronised step waits for (calibrations before 2026-11-25 hold the mean over ranks);
+``compute_scale_cold_*`` the same for a network far larger than the cache (the tables are
+measured with every rank busy: alone, such a network runs faster than they say).
 Optional: ``compute_scale_spread``, the largest relative distance of one round of reference
 steps from the median of the rounds (how far the calibration itself can be trusted; 0 when
-unknown).
+unknown). Optional: ``scales``, the four compute scales per batch size of the reference steps
+(samples per rank), interpolated in log2 of the batch and clamped; when present they replace
+the four ``runtime`` values (then the median over the batches). Real steps run a different
+fraction of their table time at different batch sizes: on the 2-core VM the network far beyond
+the cache ran 1.1x its tables at batch 32 and 0.55x at 256 (calibrations before 2026-11-25 had
+batch 256 only, and under-predicted batch 32 by 14-24%).
 
 Cluster (``spdnn-cluster/1``)::
 
@@ -172,6 +181,27 @@ class Structure:
                 "gap_forward": self.gap[0], "gap_backward": self.gap[1]}
 
 
+SCALE_KEYS = ("alone", "all", "cold_alone", "cold_all")
+
+
+@dataclass(frozen=True)
+class Scales:
+    """Real training steps over kernel-table predictions (``runtime.compute_scale_*``), per
+    batch size of the reference steps."""
+
+    batches: tuple[int, ...]
+    values: dict[str, tuple[float, ...]]  # SCALE_KEYS -> per batch
+
+    def at(self, batch: int) -> dict[str, float]:
+        g = np.log2(np.array(self.batches, float))
+        x = float(np.clip(np.log2(max(batch, 1)), g[0], g[-1]))
+        return {f"compute_scale_{k}": float(np.interp(x, g, np.array(v)))
+                for k, v in self.values.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batches": list(self.batches), **{k: list(v) for k, v in self.values.items()}}
+
+
 @dataclass(frozen=True)
 class Calibration:
     host: str
@@ -181,9 +211,17 @@ class Calibration:
     runtime: dict[str, float]
     network: Network | None
     structure: Structure | None = None
+    scales: Scales | None = None
 
     def table(self, dtype: str) -> KernelTable:
         return self.kernels.get(dtype) or next(iter(self.kernels.values()))
+
+    def scales_at(self, batch: int) -> dict[str, float]:
+        """The four compute scales for ``batch`` samples per rank (the file's single values
+        when it has none per batch)."""
+        if self.scales is None:
+            return {f"compute_scale_{k}": self.runtime[f"compute_scale_{k}"] for k in SCALE_KEYS}
+        return self.scales.at(batch)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": CALIBRATION_FORMAT, "host": self.host, "ranks": self.ranks,
@@ -194,6 +232,7 @@ class Calibration:
                             for d, t in self.kernels.items()},
                 "runtime": dict(self.runtime),
                 "structure": None if self.structure is None else self.structure.to_json(),
+                **({} if self.scales is None else {"scales": self.scales.to_json()}),
                 "network": None if self.network is None else {
                     **{k: getattr(self.network, k) for k in NETWORK},
                     "pingpong": {"bytes": list(self.network.pingpong_bytes),
@@ -315,27 +354,43 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise InputError(path, "'ranks' must be an integer >= 1")
     return Calibration(str(data.get("host", "?")), ranks, str(data.get("backend", "?")),
-                       kernels, runtime, network, _structure(path, data.get("structure")))
+                       kernels, runtime, network, _structure(path, data.get("structure")),
+                       _scales(path, data.get("scales")))
+
+
+def _batches(path: str, raw: Any, where: str) -> tuple[int, ...]:
+    batches = _field(path, raw, "batches", f"{where}.")
+    if not (isinstance(batches, list) and 1 <= len(batches) <= 64 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in batches)
+            and batches == sorted(set(batches))):
+        raise InputError(path, f"{where}.batches must be increasing integers >= 1")
+    return tuple(batches)
+
+
+def _series(path: str, raw: Any, key: str, where: str, n: int) -> tuple[float, ...]:
+    v = _field(path, raw, key, f"{where}.")
+    if not (isinstance(v, list) and len(v) == n):
+        raise InputError(path, f"{where}.{key} must be {n} numbers")
+    return tuple(_number(path, f"{where}.{key}", x, positive=True) for x in v)
+
+
+def _scales(path: str, raw: Any) -> Scales | None:
+    if raw is None:
+        return None
+    batches = _batches(path, raw, "scales")
+    return Scales(batches, {k: _series(path, raw, k, "scales", len(batches))
+                            for k in SCALE_KEYS})
 
 
 def _structure(path: str, raw: Any) -> Structure | None:
     if raw is None:
         return None
-    batches = _field(path, raw, "batches", "structure.")
-    if not (isinstance(batches, list) and 1 <= len(batches) <= 64 and all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in batches)
-            and batches == sorted(set(batches))):
-        raise InputError(path, "structure.batches must be increasing integers >= 1")
-    ratio = {}
-    for k in KERNELS:
-        v = _field(path, raw, k, "structure.")
-        if not (isinstance(v, list) and len(v) == len(batches)):
-            raise InputError(path, f"structure.{k} must be {len(batches)} numbers")
-        ratio[k] = tuple(_number(path, f"structure.{k}", x, positive=True) for x in v)
+    batches = _batches(path, raw, "structure")
+    ratio = {k: _series(path, raw, k, "structure", len(batches)) for k in KERNELS}
     gap = tuple(_number(path, f"structure.gap_{side}", _field(path, raw, f"gap_{side}",
                                                                "structure."))
                 for side in ("forward", "backward"))
-    return Structure(tuple(batches), ratio, (gap[0], gap[1]))
+    return Structure(batches, ratio, (gap[0], gap[1]))
 
 
 def load_cluster(path: str | os.PathLike) -> Cluster:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,9 +25,11 @@ from spdnn.costmodel import (
 from spdnn.errors import InputError
 from spdnn.generate import radixnet, random_network
 from spdnn.machine import (
+    SCALE_KEYS,
     Calibration,
     KernelTable,
     Network,
+    Scales,
     Structure,
     load_calibration,
     load_cluster,
@@ -53,6 +56,11 @@ def calibration(ns: float = 0.5, network: bool = True, structure: Structure | No
     return Calibration("test", 2, "numba", {"float32": table, "float64": table}, dict(RUNTIME),
                        net, structure)
 
+
+# Per batch: alone 2.0 at 32 and 1.0 at 256, every rank at once 3.0 and 1.5 (cache_bytes is 0:
+# every step runs on the cold scales, set to the same).
+SCALES = Scales((32, 256), {"alone": (2.0, 1.0), "all": (3.0, 1.5), "cold_alone": (2.0, 1.0),
+                            "cold_all": (3.0, 1.5)})
 
 CLUSTER = {"format": "spdnn-cluster/1", "name": "test", "ranks_per_node": 4,
            "intra_node": {"latency_us": 0.5, "bandwidth_GBps": 10},
@@ -225,6 +233,27 @@ def test_a_rank_shares_the_last_level_cache_with_the_ranks_running_beside_it():
                                                                    ).seconds
 
 
+def test_compute_scales_follow_the_batch_size_of_a_rank():
+    """Real steps run another fraction of their table time at batch 32 than at 256 (1.1x and
+    0.55x beyond the cache on the 2-core VM): the scales are read at the replica's batch."""
+    cal = replace(calibration(), scales=SCALES)
+    assert cal.scales_at(32)["compute_scale_alone"] == 2.0
+    assert cal.scales_at(8)["compute_scale_alone"] == 2.0  # clamped
+    assert cal.scales_at(256)["compute_scale_all"] == 1.5
+    assert cal.scales_at(64)["compute_scale_alone"] == pytest.approx(2.0 - 1.0 / 3)  # log2
+    net = random_network([256, 512, 512], 8, seed=3, dtype="float32")
+    one = workload(network_patterns(net), single_part(net.sizes))
+    flat, scaled = Machine(calibration()), Machine(cal)  # flat: 1.0 everywhere
+
+    def kernels(m: Machine, batch: int, replicas: int = 1) -> float:
+        return predict(one, m, batch, replicas).compute_kernels
+
+    assert kernels(scaled, 32) == pytest.approx(2.0 * kernels(flat, 32))  # alone, batch 32
+    assert kernels(scaled, 256) == pytest.approx(1.0 * kernels(flat, 256))
+    # Two replicas of 64 samples: 32 per rank, both ranks busy ("all").
+    assert kernels(scaled, 64, 2) == pytest.approx(3.0 * kernels(flat, 64, 2))
+
+
 def test_allreduce_model():
     net = Network(1e-6, 1e9, 1e-6, 1e9)
     assert allreduce_seconds(1e6, 1, net, 0.0) == 0.0
@@ -235,13 +264,13 @@ def test_allreduce_model():
 
 
 def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path):
-    cal = calibration(structure=Structure((8, 64), {"forward": (0.6, 0.7), "backward": (
-        0.4, 0.5), "gradient": (0.8, 0.9)}, (0.45, 0.44)))
+    cal = replace(calibration(structure=Structure((8, 64), {"forward": (0.6, 0.7), "backward": (
+        0.4, 0.5), "gradient": (0.8, 0.9)}, (0.45, 0.44))), scales=SCALES)
     path = tmp_path / "m.json"
     path.write_text(json.dumps(cal.to_json()))
     back = load_calibration(path)
     assert back.runtime == cal.runtime and back.network == cal.network
-    assert back.structure == cal.structure
+    assert back.structure == cal.structure and back.scales == cal.scales
     assert np.array_equal(back.table("float32").ns["backward"], cal.table("float32").ns["backward"])
     bad = {
         "missing network field": lambda d: d["network"].pop("bandwidth_Bps"),
@@ -257,6 +286,10 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
         "short structure": lambda d: d["structure"]["backward"].pop(),
         "negative structure gap": lambda d: d["structure"].update(gap_forward=-0.1),
         "negative spread": lambda d: d["runtime"].update(compute_scale_spread=-0.1),
+        "short scales": lambda d: d["scales"]["cold_all"].pop(),
+        "zero scale": lambda d: d["scales"]["alone"].__setitem__(0, 0.0),
+        "unsorted scale batches": lambda d: d["scales"].update(batches=[256, 32]),
+        "missing scale": lambda d: d["scales"].pop("all"),
         "ragged ping-pong": lambda d: d["network"].update(
             pingpong={"bytes": [8, 1024], "seconds": [1e-6]}),
         "unsorted batches": lambda d: d["kernels"]["float32"].update(batches=[512, 8]),
@@ -264,8 +297,12 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
     }
     data = cal.to_json()
     del data["runtime"]["compute_scale_spread"]  # optional: calibrations before it had none
+    del data["scales"]  # likewise: then the single runtime values hold for every batch
     path.write_text(json.dumps(data))
-    assert load_calibration(path).runtime["compute_scale_spread"] == 0.0
+    old = load_calibration(path)
+    assert old.runtime["compute_scale_spread"] == 0.0 and old.scales is None
+    assert old.scales_at(32) == old.scales_at(256) == {
+        f"compute_scale_{k}": RUNTIME[f"compute_scale_{k}"] for k in SCALE_KEYS}
     for change in bad.values():
         data = cal.to_json()
         change(data)

@@ -1,8 +1,12 @@
 """The cost model counts what the runtime sends: per layer, direction and axis, the messages,
 rows, bytes and gradient-sum values of one training step equal the runtime's own counts, for
-every grid of the communicator (run under mpiexec -n 1..4; a serial test runs 8 ranks)."""
+every grid of the communicator (run under mpiexec -n 1..4; a serial test runs 8 ranks); and the
+calibration times its reference steps as the model reads them (rank 0 alone, the slowest rank
+of all)."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -52,3 +56,26 @@ def test_predicted_counts_equal_the_runtime_counts(mpi_tmp_path):
     with Communicator() as comm:
         done = check_counts(comm, mpi_tmp_path)
     assert len(done) == 2 * len(grids(comm.size))
+
+
+def test_reference_steps_time_rank_0_alone_and_the_slowest_rank_together(monkeypatch):
+    """Calibration's reference steps, sampled in turns: ``alone`` is rank 0's step, ``together``
+    the slowest rank's of each step (a synchronised step waits for it), the same on every
+    rank; before 2026-11-25 the mean over ranks hid a slow core."""
+    from spdnn import _calibrate_runtime as cr
+
+    with Communicator() as comm:
+        slow = comm.size > 1 and comm.rank == comm.size - 1
+        monkeypatch.setattr(cr, "_training_step", lambda dnet, opt, batch: lambda: time.sleep(
+            0.03 if slow else 0.002))
+        ref = cr._References("float32", (((32, 32, 32), (4, 8)),))
+        alone, together = ref.paired_steps(comm, min_seconds=0.05)
+        ref.free()
+        assert [b for _, b, _ in alone] == [b for _, b, _ in together] == [4, 8]
+        every = comm.allgather([(b, t) for _, b, t in alone + together])
+    assert all(mine == every[0] for mine in every)
+    assert all(0.002 <= t < 0.015 for _, _, t in alone), alone
+    if comm.size > 1:
+        assert all(t >= 0.03 for _, _, t in together), together
+    else:
+        assert all(0.002 <= t < 0.015 for _, _, t in together), together
