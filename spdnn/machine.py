@@ -42,8 +42,9 @@ unknown). Optional: ``scales``, the four compute scales per batch size of the re
 (samples per rank), interpolated in log2 of the batch and clamped; when present they replace
 the four ``runtime`` values (then the median over the batches). Real steps run a different
 fraction of their table time at different batch sizes: on the 2-core VM the network far beyond
-the cache ran 1.1x its tables at batch 32 and 0.55x at 256 (calibrations before 2026-11-25 had
-batch 256 only, and under-predicted batch 32 by 14-24%).
+the cache ran 1.1x its tables at batch 32 and 0.55x at 256 (before 2026-11-25 that network was
+timed at batch 256 only, and one rank at batch 32 beyond the cache was under-predicted by
+7-24%).
 
 Cluster (``spdnn-cluster/1``)::
 
