@@ -53,7 +53,7 @@ def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
 
     path = Path(args.plans) / f"{key}-hypergraph-{n}.npz" if args.plans else None
     if path is not None and path.exists():
-        plan = load_plan(path)
+        plan = load_plan(path)  # a plan for another network: one line, exit 2 (main)
         plan.check_for(net.sizes, net.fingerprint(), str(path))
         if plan.nparts == n and "study_seconds" in plan.meta:
             return plan, float(plan.meta["study_seconds"])
@@ -83,6 +83,10 @@ def main() -> int:
                                                    "them (checked against the network)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.jobs < 1 or args.partition_limit <= 0 or args.hypergraph_up_to < 1:
+        ap.error("--jobs and --hypergraph-up-to must be at least 1, --partition-limit above 0")
+    if args.plans and os.path.exists(args.plans) and not os.path.isdir(args.plans):
+        ap.error(f"--plans {args.plans}: not a directory")
 
     from partition.methods import partition_network
     from spdnn.costmodel import Machine, predict
@@ -170,4 +174,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from spdnn.errors import SpdnnError
+
+    try:
+        sys.exit(main())
+    except SpdnnError as exc:  # a bad --plans file or calibration: one line, not a traceback
+        print(f"scaling_study.py: {exc}", file=sys.stderr)
+        sys.exit(2)
