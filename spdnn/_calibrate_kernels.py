@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import kernels
 from .generate import fixed_fan_in
-from .machine import KERNELS, TABLE_KEYS, KernelTable, Structure
+from .machine import KERNELS, TABLE_KEYS, DenseTable, KernelTable, Structure
 
 BATCHES = (8, 16, 32, 64, 128, 256, 512)
 INPUTS = (256, 1024, 4096, 16384, 65536)
@@ -103,6 +104,31 @@ def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelT
                 for k, c, h in zip(KERNELS, cold, warm):
                     ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
     return KernelTable(BATCHES, INPUTS, REUSES, ns)
+
+
+# Dense layers (rows x columns): a split and a whole 10-way head, a wide head, a dense
+# hidden layer; timed at every batch of BATCHES up to DENSE_UNITS per call.
+DENSE_SHAPES = ((4, 512), (16, 1024), (64, 4096), (256, 4096))
+DENSE_UNITS = 2**27
+
+
+def dense_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> DenseTable:
+    """ns per nonzero x sample of the three products of dense layers (warm caches: such
+    layers are small or compute-bound); cells past ``DENSE_UNITS`` copy the smaller batch."""
+    ns = {k: np.zeros((len(DENSE_SHAPES), len(BATCHES))) for k in KERNELS}
+    for n, (rows, cols) in enumerate(DENSE_SHAPES):
+        w = sp.csr_matrix(rng.random((rows, cols)).astype(dtype))
+        w.sort_indices()
+        for i, b in enumerate(BATCHES):
+            if i > 0 and rows * cols * b > DENSE_UNITS:
+                for k in KERNELS:
+                    ns[k][n, i] = ns[k][n, i - 1]
+                continue
+            x = rng.random((cols, b)).astype(dtype)
+            d = rng.random((rows, b)).astype(dtype)
+            for k, v in zip(KERNELS, _kernel_ns(w, x, d, reps, lambda: None)):
+                ns[k][n, i] = v
+    return DenseTable(tuple(r * c for r, c in DENSE_SHAPES), BATCHES, ns)
 
 
 STRUCTURED = 16384  # neurons of the RadiX-Net layer timed against a random one

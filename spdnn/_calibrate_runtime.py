@@ -199,23 +199,29 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
     opt = SGD(SGDConfig(0.001, 0.9), params)
     opt.step(grads)
     update = median_time(lambda: opt.step(grads), reps) / (2**20 + 1024) * 1e9
+    # After the update every layer refreshes its transposed copy (and with ghost columns its
+    # two column blocks): a gather of its values in a transposition's order.
+    layer = fixed_fan_in(4096, 4096, FAN_IN, rng, dtype)
+    wt, order = kernels.transpose(layer)
+    gather = median_time(lambda: np.take(layer.data, order, out=wt.data, mode="clip"), reps) \
+        / len(order) * 1e9
     vec = np.zeros(64, dtype)
     collective = median_time(lambda: [me.allreduce(vec) for _ in range(100)], reps) / 100
     step = max(float(step0) - 4 * collective, 0.0)  # negative only by noise
     return {"layer_forward_s": layer_f, "layer_backward_s": layer_b, "step_s": step,
             "message_s": message, "exchange_layer_s": exchange_layer,
             "pack_ns_per_byte": pack, "update_ns_per_value": update,
+            "gather_ns_per_value": gather,
             "elementwise_ns_per_value": elementwise, "collective_s": collective,
             "cache_bytes": float(cache_bytes())}
 
 
-def network_costs(comm: Communicator, message_s: float, reps: int = 20) -> Network | None:
-    """Latency and bandwidth between ranks 0 and 1 (ping-pong), and of the all-reduce over
-    every rank; None on one rank."""
-    if comm.size < 2:
-        return None
+def network_sweep(comm: Communicator, reps: int = 20) -> tuple[list[float], list[float]]:
+    """Per size of ``SIZES``: half a ping-pong round trip between ranks 0 and 1, and an
+    all-reduce over every rank (seconds, medians of single calls: robust to a busy machine);
+    every rank returns the same."""
     half, ar = [], []
-    for size in SIZES:  # the median of single round trips: robust to a busy machine
+    for size in SIZES:
         buf = np.zeros(size // 8, np.float64)
         comm.barrier()
         trips = []
@@ -236,13 +242,26 @@ def network_costs(comm: Communicator, message_s: float, reps: int = 20) -> Netwo
             comm.waitall([comm.iallreduce_sum(buf)])
             sums.append(time.perf_counter() - t)
         ar.append(float(np.median(sums)))
-    half_t, ar_t = comm.bcast((half, ar))
+    return comm.bcast((half, ar))
+
+
+def network_costs(comm: Communicator, message_s: float,
+                  sweeps: list[tuple[list[float], list[float]]]) -> Network | None:
+    """Latency and bandwidth between ranks 0 and 1 (ping-pong), the all-reduce over every
+    rank, and both measured curves: per size the median of ``sweeps`` (``network_sweep``
+    taken at several moments: on the 2-core VM, shared-memory transfers ran 2.8x slower for
+    minutes at a time, and one sweep caught either state); None on one rank."""
+    if comm.size < 2 or not sweeps:
+        return None
+    half_t = np.median(np.array([h for h, _ in sweeps]), axis=0)
+    ar_t = np.median(np.array([a for _, a in sweeps]), axis=0)
     sizes = np.array(SIZES, float)
-    lat, bw = _fit(sizes, np.array(half_t))
-    ar_lat, ar_bw = _fit(sizes, np.array(ar_t))
+    lat, bw = _fit(sizes, half_t)
+    ar_lat, ar_bw = _fit(sizes, ar_t)
     latency = max(lat - 2 * message_s, 0.0)
     return Network(latency, bw, ar_lat, ar_bw, tuple(float(s) for s in SIZES),
-                   tuple(float(t) for t in half_t))
+                   tuple(float(t) for t in half_t), tuple(float(s) for s in SIZES),
+                   tuple(float(t) for t in ar_t))
 
 
 def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:

@@ -2,7 +2,8 @@
 
 Every rank measures the kernels and the runtime's fixed costs at the same time, as they run in
 a job (memory bandwidth and caches are shared), and the mean over ranks is kept; ranks 0 and 1
-then measure point-to-point latency and bandwidth (ping-pong), and all ranks the all-reduce.
+measure point-to-point latency and bandwidth (ping-pong), and all ranks the all-reduce, four
+times spread over the calibration (the median per message size).
 Run it with as many ranks per node as the jobs it will predict (one per core).
 """
 
@@ -12,15 +13,25 @@ import platform
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from . import kernels
-from ._calibrate_kernels import BATCHES, INPUTS, REUSES, kernel_table, structure_ratios
+from ._calibrate_kernels import (
+    BATCHES,
+    INPUTS,
+    REUSES,
+    dense_table,
+    kernel_table,
+    structure_ratios,
+)
 from ._calibrate_runtime import (
     REFERENCE_BATCHES,
     REFERENCE_ROUNDS,
+    SIZES,
     network_costs,
+    network_sweep,
     reference_scales,
     runtime_costs,
 )
@@ -34,12 +45,20 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     kernels.warm_up()
     rng = np.random.default_rng(comm.rank)
     say = log or (lambda _msg: None)
+    sweeps = []  # the network, at moments spread over the calibration (its speed flips)
+
+    def sweep() -> None:
+        if comm.size > 1:
+            sweeps.append(network_sweep(comm))
+
+    sweep()
     tables = {}
     for dt in dtypes:
         say(f"kernels, {dt}: {len(KERNELS)} products x {len(REUSES)} reuses x {len(INPUTS)} "
-            f"input sizes x {len(BATCHES)} batch sizes")
+            f"input sizes x {len(BATCHES)} batch sizes, and dense layers")
         comm.barrier()
-        tables[dt] = kernel_table(dt, rng)
+        tables[dt] = replace(kernel_table(dt, rng), dense=dense_table(dt, rng))
+    sweep()
     say(f"a RadiX-Net layer against a random one, {dtypes[0]}: structured columns")
     comm.barrier()
     mine = structure_ratios(dtypes[0], rng)
@@ -48,10 +67,14 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     say("fixed costs of the runtime (per layer, step, message) and element-wise work")
     comm.barrier()
     runtime = runtime_costs(dtypes[0], rng)
+    sweep()
     # The mean over ranks: all measured at once, as in a job.
     for dt, t in tables.items():
+        dense = t.dense if t.dense is None else replace(t.dense, ns={
+            k: comm.allreduce(v) / comm.size for k, v in t.dense.ns.items()})
         tables[dt] = KernelTable(t.batches, t.inputs, t.reuses,
-                                 {k: comm.allreduce(v) / comm.size for k, v in t.ns.items()})
+                                 {k: comm.allreduce(v) / comm.size for k, v in t.ns.items()},
+                                 dense)
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
@@ -61,8 +84,16 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     scalars, scales = reference_scales(comm, dtypes[0], tables, runtime)
     runtime.update(scalars)
     if comm.size > 1:
-        say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks")
-    network = network_costs(comm, runtime["message_s"])
+        say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks "
+            f"(and {len(sweeps)} times before)")
+    sweep()
+    network = network_costs(comm, runtime["message_s"], sweeps)
+    if sweeps:
+        mid = [h[SIZES.index(131072)] for h, _ in sweeps]
+        if max(mid) > 1.5 * min(mid):
+            say(f"the network's speed moved between the {len(sweeps)} measurements: a "
+                f"128 KiB message took {min(mid) * 1e6:.0f}-{max(mid) * 1e6:.0f} us "
+                "(the median is kept)")
     host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
     return Calibration(host, comm.size, kernels.backend(), tables, runtime, network, structure,
                        scales)

@@ -12,14 +12,22 @@ rank of a replica, layer by layer:
   (charging both ends, as before 2026-11-24, over-predicted every 2 x 1 case by 20-35%);
 - loss: the small all-reduces over the parts (every clock meets there);
 - backward: the ghost rows' products, post the fold, the owned rows' products, start this
-  layer's gradient sum over the replicas, wait for the partial sums and add them;
-- the gradient sums run one after another in the background (Rabenseifner's reduce-scatter +
-  allgather or recursive doubling, the faster: what MPICH and Open MPI pick by size; across
-  nodes node-aware, ``Machine.gradient_sum_stages``); the step ends when the last is done,
-  then the SGD update.
+  layer's gradient sums over the replicas (its weights' and its biases'), wait for the
+  partial sums and add them;
+- the gradient sums run one after another (Rabenseifner's reduce-scatter + allgather or
+  recursive doubling, the faster: what MPICH and Open MPI pick by size; across nodes
+  node-aware, ``Machine.gradient_sum_stages``; without a cluster, the measured all-reduce
+  curve), but MPI moves a non-blocking collective only inside MPI calls: they advance while
+  a rank runs a layer that folds (its owned rows in chunks, MPI called between them, and the
+  wait for the partial sums); what is left when the backward pass ends runs then, before the
+  SGD update and the refresh of the derived matrices. (Measured: a 135 KB sum beside 300 us
+  of work finished in the background with 8 MPI calls, not at all with 0-2; before
+  2026-11-25 (afternoon) the model overlapped them with the whole backward pass, and one rank
+  x 2 replicas of the MLP at batch 32 spent 4x the predicted time in them.)
 
 Kernel times come from the calibration's tables, looked up by batch, X-buffer rows and reuse
-(nonzeros per row read: the owned and the ghost products each their own), blended between the
+(nonzeros per row read: the owned and the ghost products each their own; a dense block, which
+the runtime hands to BLAS, from its dense table by size and batch), blended between the
 cold-cache and the warm-cache table by how far the rank's working set for a step exceeds its
 share of the last-level cache (``warm_share``), then scaled by the calibration's reference
 steps at the replica's batch size.
@@ -128,11 +136,17 @@ def load_machine(calibration: str, cluster: str | None = None) -> Machine:
     return machine
 
 
-def allreduce_seconds(nbytes: float, ranks: int, net: Network, add_ns_per_byte: float) -> float:
-    """Time of an all-reduce of ``nbytes`` per rank over ``ranks`` ranks."""
+def allreduce_seconds(nbytes: float, ranks: int, net: Network, add_ns_per_byte: float,
+                      measured_ranks: int = 0) -> float:
+    """Time of an all-reduce of ``nbytes`` per rank over ``ranks`` ranks: from the network's
+    measured curve when it has one (taken over ``measured_ranks``; for other counts scaled by
+    the steps of recursive doubling), else from its latency and bandwidth."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     steps = math.ceil(math.log2(ranks))
+    curve = net.allreduce(nbytes) if measured_ranks > 1 else None
+    if curve is not None:
+        return curve * steps / math.ceil(math.log2(measured_ranks))
     lat, bw = net.allreduce_latency_s, net.allreduce_bandwidth_Bps
     doubling = steps * (lat + nbytes / bw + nbytes * add_ns_per_byte * 1e-9)
     frac = (ranks - 1) / ranks
@@ -189,16 +203,19 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
     kernel_time = np.zeros(n)  # the part of ``compute`` that the kernel tables predict
 
     def kern(name: str, layer: int, nnz: np.ndarray, buf: np.ndarray, read: np.ndarray,
-             extra: np.ndarray | float = 0.0) -> np.ndarray:
-        """``nnz`` nonzeros of ``layer`` reading ``read`` of the ``buf`` buffer rows."""
+             extra: np.ndarray | float = 0.0, dense: np.ndarray | None = None) -> np.ndarray:
+        """``nnz`` nonzeros of ``layer`` reading ``read`` of the ``buf`` buffer rows; where
+        ``dense`` (per rank), a dense block, which the runtime hands to BLAS."""
         reuse = nnz / np.maximum(read, 1)
         structured = 1.0
         if cal.structure is not None and work.locality is not None:
             gap = work.locality[layer, 1 if name == "backward" else 0]
             structured = cal.structure.factor(name, b, float(gap))
-        t = scale * structured * ((1 - warm) * table.seconds(name, nnz, b, buf, reuse)
-                                  + warm * table.seconds(f"{name}_warm", nnz, b, buf, reuse)) \
-            + extra
+        sparse = structured * ((1 - warm) * table.seconds(name, nnz, b, buf, reuse)
+                               + warm * table.seconds(f"{name}_warm", nnz, b, buf, reuse))
+        if table.dense is not None and dense is not None and dense.any():
+            sparse = np.where(dense, table.dense.seconds(name, nnz, b), sparse)
+        t = scale * sparse + extra
         kernel_time[:] += t
         return t
     exch = np.zeros(n)
@@ -249,8 +266,10 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         t0 = clock.copy()
         buf = lw.buffer_rows
         post = messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
-        own = rt["layer_forward_s"] + kern("forward", i, lw.nnz_owned, buf, lw.prev_rows)
-        ghost = kern("forward", i, lw.nnz_ghost, buf, lw.ghosts)
+        own = rt["layer_forward_s"] + kern("forward", i, lw.nnz_owned, buf, lw.prev_rows,
+                                           dense=lw.nnz_owned == lw.rows * lw.prev_rows)
+        ghost = kern("forward", i, lw.nnz_ghost, buf, lw.ghosts,
+                     dense=lw.nnz_ghost == lw.rows * lw.ghosts)
         ready = exchange(lw, True, clock + post)
         done_own = clock + post + own
         start = np.maximum(done_own, ready)
@@ -271,46 +290,54 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
                        kernel_time)
     # ---------------------------------------------------------------- backward
     grad = np.zeros(n)
-    sums: list[tuple[np.ndarray, np.ndarray]] = []  # (start, seconds) per layer, per rank
     stages = machine.gradient_sum_stages(n, replicas, active) if replicas > 1 else None
+    measured = cal.ranks if machine.cluster is None else 0  # the all-reduce curve's ranks
+    # Per rank: seconds so far in which MPI was called (the sums advance only then), and in
+    # those seconds, when the sums started so far would be done.
+    progress, queue = np.zeros(n), np.zeros(n)
     for i in range(len(work.layers) - 1, -1, -1):
         lw, t0 = work.layers[i], clock.copy()
         buf = lw.buffer_rows
-        values = (lw.nnz + lw.rows) * item
+        dense = lw.nnz == lw.rows * buf  # the whole local layer: its transpose too
         if i == 0:
             work_s = rt["layer_backward_s"] + kern("gradient", i, lw.nnz, buf, buf,
-                                                   lw.rows * b * ew)
+                                                   lw.rows * b * ew, dense)
             clock = clock + work_s
             compute += work_s
         else:
             ghost = rt["layer_backward_s"] + kern("backward", i, lw.nnz_ghost, buf, lw.ghosts,
-                                                  lw.rows * b * ew)
+                                                  lw.rows * b * ew, dense)
             post = messages(lw, False)
-            own = kern("backward", i, lw.nnz_owned, buf, lw.prev_rows, lw.prev_rows * b * ew)
+            own = kern("backward", i, lw.nnz_owned, buf, lw.prev_rows, lw.prev_rows * b * ew,
+                       dense)
             ready = exchange(lw, False, clock + ghost + post)
             done_own = clock + ghost + post + own
             start = np.maximum(done_own, ready)
+            # MPI is called between the owned rows' chunks and in the wait: the sums move.
+            folds = (np.bincount(lw.src, minlength=n) + np.bincount(lw.dst, minlength=n)) > 0
+            progress += np.where(folds, start - (clock + ghost + post), 0.0)
             add = lw.sent * b * ew
             kernel_time += add
             clock = start + add
             compute += ghost + own + add
             exch += post + (start - done_own)
         if stages is not None:
-            sums.append((clock.copy(), np.array([
-                sum(allreduce_seconds(v * share, ranks, net, e * 1e9 / item)
-                    for net, ranks, share in stages) for v, e in zip(values, ew)])))
+            # One after another, in the time MPI is called (``progress``) from this layer on.
+            seconds = np.array([sum(
+                allreduce_seconds(v * share, ranks, net, e * 1e9 / item, measured)
+                for net, ranks, share in stages for v in arrays)
+                for arrays, e in zip(zip(lw.nnz * item, lw.rows * item), ew)])
+            queue = np.maximum(queue, progress) + seconds
         layers[i]["backward"] = float(np.max(clock - t0))
     if stages is not None:
-        done = np.zeros(n)
-        for start, seconds in sums:  # one after another, each from its layer's gradient
-            done = np.maximum(done, start) + seconds
-        end = np.maximum(clock, done)
-        grad += end - clock
-        clock = end + rt["collective_s"] + sum(_allreduce_latency(net, ranks)
-                                               for net, ranks, _ in stages)
-        grad += rt["collective_s"]
-    update = sum((lw.nnz + lw.rows) for lw in work.layers) * scale \
-        * rt["update_ns_per_value"] * 1e-9
+        left = np.maximum(queue - progress, 0.0)  # no MPI call since: they run now
+        grad += left + rt["collective_s"]
+        clock = clock + left + rt["collective_s"]
+    # The update, then every layer's derived matrices gathered from its new values: the
+    # transposed copy, and the owned- and ghost-column blocks of a layer that has both.
+    update = sum((lw.nnz + lw.rows) * rt["update_ns_per_value"]
+                 + (lw.nnz + lw.nnz * ((lw.ghosts > 0) & (lw.prev_rows > 0)))
+                 * rt.get("gather_ns_per_value", 0.0) for lw in work.layers) * scale * 1e-9
     clock = clock + update + rt["step_s"]
     compute += update + rt["step_s"]
     kernel_time += update

@@ -16,19 +16,23 @@ Calibration (``spdnn-calibration/2``)::
      "scales": {"batches": [...], "alone": [...], "all": [...], "cold_alone": [...],
                 "cold_all": [...]} (optional),
      "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
-                 "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]}}
+                 "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]},
+                 "allreduce": {"bytes": [...], "seconds": [...]} (optional)}
                 or null}
 
 where K = {"batches": [...], "inputs": [...], "reuses": [...], "forward": T, "backward": T,
-"gradient": T, "forward_warm": T, "backward_warm": T, "gradient_warm": T} and T[r][j][i] is ns
-per stored nonzero x sample at reuses[r] nonzeros per buffer row, inputs[j] buffer rows and
-batches[i] samples, from cold caches (``_warm``: warm caches). ``cache_bytes``: the host's
-last-level cache, shared by the calibrated ranks; a rank whose step fits in its share runs
-warm. The reuse axis matters: a layer whose nonzeros read each buffer row many times (an
-unpartitioned square layer: its fan-in) pays the row's trip from memory once per many
-products, a partitioned layer's ghost rows nearly once each. (Format 1 had no reuse axis and
-one cold table; its tables came from layers of one reuse per batch size, up to 2x off for real
-layers. It is refused: calibrate again.)
+"gradient": T, "forward_warm": T, "backward_warm": T, "gradient_warm": T, "dense": D (optional)}
+and T[r][j][i] is ns per stored nonzero x sample at reuses[r] nonzeros per buffer row, inputs[j]
+buffer rows and batches[i] samples, from cold caches (``_warm``: warm caches). D = {"nnz": [...],
+"batches": [...], "forward": [[...]], "backward": [[...]], "gradient": [[...]]}: the same for
+dense layers (BLAS), D[k][n][i] at nnz[n] values and batches[i] samples; without it, dense
+layers are timed as sparse ones (up to 2x high for a 10-way head on the 2-core VM).
+``cache_bytes``: the host's last-level cache, shared by the calibrated ranks; a rank whose
+step fits in its share runs warm. The reuse axis matters: a layer whose nonzeros read each
+buffer row many times (an unpartitioned square layer: its fan-in) pays the row's trip from
+memory once per many products, a partitioned layer's ghost rows nearly once each. (Format 1
+had no reuse axis and one cold table; its tables came from layers of one reuse per batch size,
+up to 2x off for real layers. It is refused: calibrate again.)
 ``compute_scale_alone`` / ``_all``: measured over predicted kernel time of real training steps
 of reference networks that run in cache, with one rank running and with every calibrated rank
 running at once, timed in turns (what isolated kernel loops miss: caches shared with a step's
@@ -36,6 +40,12 @@ other buffers, contention); ``_all`` is the slowest rank's of each step, which a
 synchronised step waits for (calibrations before 2026-11-25 hold the mean over ranks);
 ``compute_scale_cold_*`` the same for a network far larger than the cache (the tables are
 measured with every rank busy: alone, such a network runs faster than they say).
+Optional: ``gather_ns_per_value``, the refresh of a layer's derived matrices after the
+update (a gather of its values, ``LocalLayer.sync_views``); absent from calibrations before
+2026-11-25 (afternoon), whose compute scales absorbed it (0 then). Optional:
+``network.allreduce``, the measured all-reduce over the calibrated ranks (bytes per rank,
+seconds of a blocking call), which replaces the straight line of ``allreduce_latency_s`` and
+``allreduce_bandwidth_Bps``: on the 2-core VM that line was 2x low at 128 KiB.
 Optional: ``compute_scale_spread``, the largest relative distance of one round of reference
 steps from the median of the rounds (how far the calibration itself can be trusted; 0 when
 unknown). Optional: ``scales``, the four compute scales per batch size of the reference steps
@@ -81,8 +91,32 @@ RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchan
            "collective_s", "compute_scale_alone", "compute_scale_all",
            "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes")
 # Optional runtime fields (absent from calibrations of 2026-11-23/24): their default.
-RUNTIME_OPTIONAL = {"compute_scale_spread": 0.0}
+RUNTIME_OPTIONAL = {"compute_scale_spread": 0.0, "gather_ns_per_value": 0.0}
 NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps")
+
+
+@dataclass(frozen=True)
+class DenseTable:
+    """ns per nonzero x sample of the three products of a dense layer (the runtime hands
+    those to BLAS), per layer size (nonzeros) and batch; bilinear in log2 of both, clamped."""
+
+    nnz: tuple[int, ...]
+    batches: tuple[int, ...]
+    ns: dict[str, np.ndarray]  # kernel -> (len(nnz), len(batches))
+
+    def seconds(self, kernel: str, nnz: np.ndarray, batch: int) -> np.ndarray:
+        nnz = np.asarray(nnz, float)
+        xb = _position(self.batches, np.array([max(batch, 1)], float))
+        xn = _position(self.nnz, np.maximum(nnz, 1.0))
+        per = np.zeros(xn.shape)
+        for n_idx, n_w in _corners(xn, len(self.nnz)):
+            for b_idx, b_w in _corners(xb, len(self.batches)):
+                per = per + n_w * b_w * self.ns[kernel][n_idx, b_idx]
+        return nnz * batch * per * 1e-9
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nnz": list(self.nnz), "batches": list(self.batches),
+                **{k: self.ns[k].round(4).tolist() for k in KERNELS}}
 
 
 @dataclass(frozen=True)
@@ -95,6 +129,7 @@ class KernelTable:
     inputs: tuple[int, ...]
     reuses: tuple[int, ...]
     ns: dict[str, np.ndarray]  # kernel -> (len(reuses), len(inputs), len(batches))
+    dense: DenseTable | None = None  # dense layers (absent from files before 2026-11-25)
 
     def seconds(self, kernel: str, nnz: np.ndarray, batch: int, inputs: np.ndarray,
                 reuse: np.ndarray | None = None) -> np.ndarray:
@@ -136,7 +171,8 @@ class Network:
     """Point-to-point latency (s) and per-rank bandwidth (bytes/s), and the same for the
     all-reduce's steps; optionally the measured ping-pong curve (message bytes, half a round
     trip in seconds), which replaces ``bytes / bandwidth``: through shared memory the rate
-    grows with the message (1.8 GB/s at 128 KiB, 7.8 at 16 MiB on the 2-core VM)."""
+    grows with the message (1.8 GB/s at 128 KiB, 7.8 at 16 MiB on the 2-core VM); and the
+    measured all-reduce curve (bytes per rank, seconds) over the calibrated ranks."""
 
     latency_s: float
     bandwidth_Bps: float
@@ -144,6 +180,16 @@ class Network:
     allreduce_bandwidth_Bps: float
     pingpong_bytes: tuple[float, ...] = ()
     pingpong_s: tuple[float, ...] = ()
+    allreduce_bytes: tuple[float, ...] = ()
+    allreduce_s: tuple[float, ...] = ()
+
+    def allreduce(self, nbytes: float) -> float | None:
+        """Seconds of a blocking all-reduce of ``nbytes`` per rank over the calibrated ranks,
+        from the measured curve (None without one)."""
+        if len(self.allreduce_bytes) < 2:
+            return None
+        return float(_curve(self.allreduce_bytes, self.allreduce_s, np.asarray(nbytes, float),
+                            self.allreduce_bandwidth_Bps, from_zero=False))
 
     def transfer(self, nbytes: np.ndarray) -> np.ndarray:
         """Seconds a message of ``nbytes`` takes beyond the latency: the ping-pong curve
@@ -151,11 +197,19 @@ class Network:
         nbytes = np.asarray(nbytes, float)
         if len(self.pingpong_bytes) < 2:
             return nbytes / self.bandwidth_Bps
-        size, t = np.array(self.pingpong_bytes), np.array(self.pingpong_s)
-        t = np.maximum.accumulate(t - t[0])  # a noisy dip is not a faster message
-        rate = max((t[-1] - t[-2]) / (size[-1] - size[-2]), 1.0 / self.bandwidth_Bps * 1e-3)
-        inside = np.interp(nbytes, size, t)
-        return np.where(nbytes > size[-1], t[-1] + (nbytes - size[-1]) * rate, inside)
+        return _curve(self.pingpong_bytes, self.pingpong_s, nbytes, self.bandwidth_Bps,
+                      from_zero=True)
+
+
+def _curve(sizes: tuple[float, ...], seconds: tuple[float, ...], nbytes: np.ndarray,
+           bandwidth: float, from_zero: bool) -> np.ndarray:
+    """A measured time curve interpolated linearly (past its end at its last segment's rate;
+    ``from_zero``: less its first point, the time beyond the latency)."""
+    size, t = np.array(sizes), np.array(seconds)
+    t = np.maximum.accumulate(t - t[0] if from_zero else t)  # a noisy dip is not faster
+    rate = max((t[-1] - t[-2]) / (size[-1] - size[-2]), 1.0 / bandwidth * 1e-3)
+    inside = np.interp(nbytes, size, t)
+    return np.where(nbytes > size[-1], t[-1] + (nbytes - size[-1]) * rate, inside)
 
 
 @dataclass(frozen=True)
@@ -229,7 +283,8 @@ class Calibration:
                 "backend": self.backend,
                 "kernels": {d: {"batches": list(t.batches), "inputs": list(t.inputs),
                                 "reuses": list(t.reuses),
-                                **{k: t.ns[k].round(4).tolist() for k in TABLE_KEYS}}
+                                **{k: t.ns[k].round(4).tolist() for k in TABLE_KEYS},
+                                **({} if t.dense is None else {"dense": t.dense.to_json()})}
                             for d, t in self.kernels.items()},
                 "runtime": dict(self.runtime),
                 "structure": None if self.structure is None else self.structure.to_json(),
@@ -237,7 +292,10 @@ class Calibration:
                 "network": None if self.network is None else {
                     **{k: getattr(self.network, k) for k in NETWORK},
                     "pingpong": {"bytes": list(self.network.pingpong_bytes),
-                                 "seconds": list(self.network.pingpong_s)}}}
+                                 "seconds": list(self.network.pingpong_s)},
+                    **({} if not self.network.allreduce_bytes else {"allreduce": {
+                        "bytes": list(self.network.allreduce_bytes),
+                        "seconds": list(self.network.allreduce_s)}})}}
 
 
 @dataclass(frozen=True)
@@ -311,14 +369,8 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     if not isinstance(raw, dict) or not raw or not set(raw) <= {"float32", "float64"}:
         raise InputError(path, "'kernels' must map float32 and/or float64 to tables")
     for dtype, t in raw.items():
-        axes = []
-        for axis in ("batches", "inputs", "reuses"):
-            v = _field(path, t, axis, f"kernels.{dtype}.")
-            if not (isinstance(v, list) and 1 <= len(v) <= 64 and all(
-                    isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
-                    and v == sorted(set(v))):
-                raise InputError(path, f"kernels.{dtype}.{axis} must be increasing integers >= 1")
-            axes.append(tuple(v))
+        axes = [_axis(path, t, axis, f"kernels.{dtype}") for axis in ("batches", "inputs",
+                                                                       "reuses")]
         ns = {}
         for k in TABLE_KEYS:
             v = _field(path, t, k, f"kernels.{dtype}.")
@@ -329,7 +381,8 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
                                        "x batches)")
             ns[k] = np.array([[[_number(path, f"kernels.{dtype}.{k}", x, positive=True)
                                 for x in row] for row in block] for block in v])
-        kernels[dtype] = KernelTable(axes[0], axes[1], axes[2], ns)
+        kernels[dtype] = KernelTable(axes[0], axes[1], axes[2], ns,
+                                     _dense_table(path, t.get("dense"), f"kernels.{dtype}.dense"))
     rt = _field(path, data, "runtime")
     runtime = {k: _number(path, f"runtime.{k}", _field(path, rt, k, "runtime.")) for k in RUNTIME}
     runtime.update({k: _number(path, f"runtime.{k}", rt.get(k, default))
@@ -339,18 +392,10 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     if net is not None:
         vals = {k: _number(path, f"network.{k}", _field(path, net, k, "network."),
                            positive=k.endswith("Bps")) for k in NETWORK}
-        pp = net.get("pingpong") or {"bytes": [], "seconds": []}
-        sizes, secs = _field(path, pp, "bytes", "network.pingpong."), \
-            _field(path, pp, "seconds", "network.pingpong.")
-        if not (isinstance(sizes, list) and isinstance(secs, list) and len(sizes) == len(secs)
-                and len(sizes) <= 64):
-            raise InputError(path, "network.pingpong must hold 'bytes' and 'seconds' lists of "
-                                   "one length (at most 64)")
-        sizes_f = [_number(path, "network.pingpong.bytes", x, positive=True) for x in sizes]
-        if sizes_f != sorted(set(sizes_f)):
-            raise InputError(path, "network.pingpong.bytes must be increasing")
-        secs_f = [_number(path, "network.pingpong.seconds", x) for x in secs]
-        network = Network(**vals, pingpong_bytes=tuple(sizes_f), pingpong_s=tuple(secs_f))
+        pp_bytes, pp_s = _measured_curve(path, net, "pingpong")
+        ar_bytes, ar_s = _measured_curve(path, net, "allreduce")
+        network = Network(**vals, pingpong_bytes=pp_bytes, pingpong_s=pp_s,
+                          allreduce_bytes=ar_bytes, allreduce_s=ar_s)
     ranks = _field(path, data, "ranks")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise InputError(path, "'ranks' must be an integer >= 1")
@@ -359,13 +404,32 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
                        _scales(path, data.get("scales")))
 
 
-def _batches(path: str, raw: Any, where: str) -> tuple[int, ...]:
-    batches = _field(path, raw, "batches", f"{where}.")
-    if not (isinstance(batches, list) and 1 <= len(batches) <= 64 and all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in batches)
-            and batches == sorted(set(batches))):
-        raise InputError(path, f"{where}.batches must be increasing integers >= 1")
-    return tuple(batches)
+def _measured_curve(path: str, net: dict, key: str
+                    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``network.<key>``: increasing byte counts and their seconds (absent: none)."""
+    raw = net.get(key) or {"bytes": [], "seconds": []}
+    where = f"network.{key}"
+    sizes, secs = _field(path, raw, "bytes", where + "."), _field(path, raw, "seconds",
+                                                                  where + ".")
+    if not (isinstance(sizes, list) and isinstance(secs, list) and len(sizes) == len(secs)
+            and len(sizes) <= 64):
+        raise InputError(path, f"{where} must hold 'bytes' and 'seconds' lists of one length "
+                               "(at most 64)")
+    sizes_f = [_number(path, f"{where}.bytes", x, positive=True) for x in sizes]
+    if sizes_f != sorted(set(sizes_f)):
+        raise InputError(path, f"{where}.bytes must be increasing")
+    return tuple(sizes_f), tuple(_number(path, f"{where}.seconds", x) for x in secs)
+
+
+def _axis(path: str, raw: Any, key: str, where: str) -> tuple[int, ...]:
+    """``<where>.<key>``: 1 to 64 increasing integers >= 1 (a table's axis)."""
+    v = _field(path, raw, key, f"{where}.")
+    if not (isinstance(v, list) and 1 <= len(v) <= 64 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
+            and v == sorted(set(v))):
+        raise InputError(path, f"{where}.{key} must be increasing integers >= 1")
+    return tuple(v)
+
 
 
 def _series(path: str, raw: Any, key: str, where: str, n: int) -> tuple[float, ...]:
@@ -375,10 +439,25 @@ def _series(path: str, raw: Any, key: str, where: str, n: int) -> tuple[float, .
     return tuple(_number(path, f"{where}.{key}", x, positive=True) for x in v)
 
 
+def _dense_table(path: str, raw: Any, where: str) -> DenseTable | None:
+    if raw is None:
+        return None
+    axes = [_axis(path, raw, axis, where) for axis in ("nnz", "batches")]
+    ns = {}
+    for k in KERNELS:
+        v = _field(path, raw, k, f"{where}.")
+        if not _has_shape(v, (len(axes[0]), len(axes[1]))):
+            raise InputError(path, f"{where}.{k} must be {len(axes[0])} rows of "
+                                   f"{len(axes[1])} numbers (nnz x batches)")
+        ns[k] = np.array([[_number(path, f"{where}.{k}", x, positive=True) for x in row]
+                          for row in v])
+    return DenseTable(axes[0], axes[1], ns)
+
+
 def _scales(path: str, raw: Any) -> Scales | None:
     if raw is None:
         return None
-    batches = _batches(path, raw, "scales")
+    batches = _axis(path, raw, "batches", "scales")
     return Scales(batches, {k: _series(path, raw, k, "scales", len(batches))
                             for k in SCALE_KEYS})
 
@@ -386,7 +465,7 @@ def _scales(path: str, raw: Any) -> Scales | None:
 def _structure(path: str, raw: Any) -> Structure | None:
     if raw is None:
         return None
-    batches = _batches(path, raw, "structure")
+    batches = _axis(path, raw, "batches", "structure")
     ratio = {k: _series(path, raw, k, "structure", len(batches)) for k in KERNELS}
     gap = tuple(_number(path, f"structure.gap_{side}", _field(path, raw, f"gap_{side}",
                                                                "structure."))

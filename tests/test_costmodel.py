@@ -23,10 +23,11 @@ from spdnn.costmodel import (
     working_set,
 )
 from spdnn.errors import InputError
-from spdnn.generate import radixnet, random_network
+from spdnn.generate import add_head, radixnet, random_network
 from spdnn.machine import (
     SCALE_KEYS,
     Calibration,
+    DenseTable,
     KernelTable,
     Network,
     Scales,
@@ -42,7 +43,8 @@ RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "m
            "exchange_layer_s": 4e-5, "pack_ns_per_byte": 0.1, "update_ns_per_value": 0.8,
            "elementwise_ns_per_value": 0.2, "collective_s": 2e-6, "compute_scale_alone": 1.0,
            "compute_scale_all": 1.0, "compute_scale_cold_alone": 1.0,
-           "compute_scale_cold_all": 1.0, "cache_bytes": 0.0, "compute_scale_spread": 0.1}
+           "compute_scale_cold_all": 1.0, "cache_bytes": 0.0, "compute_scale_spread": 0.1,
+           "gather_ns_per_value": 0.3}
 
 
 def calibration(ns: float = 0.5, network: bool = True, structure: Structure | None = None
@@ -52,7 +54,8 @@ def calibration(ns: float = 0.5, network: bool = True, structure: Structure | No
                         {k + warm: np.full((2, 2, 2), ns * f) for k, f in
                          (("forward", 1.0), ("backward", 2.0), ("gradient", 1.0))
                          for warm in ("", "_warm")})
-    net = Network(2e-6, 5e9, 5e-6, 3e9) if network else None
+    net = Network(2e-6, 5e9, 5e-6, 3e9, (), (), (8.0, 2**20), (5e-6, 5e-6 + 2**20 / 3e9)) \
+        if network else None
     return Calibration("test", 2, "numba", {"float32": table, "float64": table}, dict(RUNTIME),
                        net, structure)
 
@@ -78,7 +81,10 @@ def test_one_rank_prediction_is_the_sum_of_its_terms():
     loss = LOSS_COLLECTIVES * RUNTIME["collective_s"] + rows[-1] * b * 4 * ew
     backward = (RUNTIME["layer_backward_s"] + 0.5e-9 * nnz[0] * b + rows[0] * b * ew) + \
         (RUNTIME["layer_backward_s"] + 1e-9 * nnz[1] * b + rows[1] * b * ew + 30 * b * ew)
-    update = (sum(nnz) + sum(rows)) * RUNTIME["update_ns_per_value"] * 1e-9 + RUNTIME["step_s"]
+    # The update, and the transposed copy of each layer gathered from its new values (one part:
+    # no column blocks).
+    update = ((sum(nnz) + sum(rows)) * RUNTIME["update_ns_per_value"]
+              + sum(nnz) * RUNTIME["gather_ns_per_value"]) * 1e-9 + RUNTIME["step_s"]
     p = predict(w, Machine(cal), b, 1)
     assert p.seconds == pytest.approx(forward + loss + backward + update, rel=1e-12)
     assert p.exchange == pytest.approx(LOSS_COLLECTIVES * RUNTIME["collective_s"])
@@ -103,6 +109,66 @@ def test_measured_pingpong_curve_replaces_the_bandwidth():
     got = net.transfer(np.array([8, 1024, 1536, 3072]))
     assert got == pytest.approx([0.0, 1e-6, 2e-6, 5e-6], rel=1e-12)  # past the end: 2 us/KiB
     assert Network(1e-6, 1e9, 1e-6, 1e9).transfer(np.array([1e9])) == pytest.approx([1.0])
+
+
+def test_dense_blocks_are_timed_from_the_dense_table():
+    """A dense layer goes to BLAS in the runtime: its blocks (a whole head on one part, its
+    owned and ghost column blocks on two) take the dense table's time, sparse layers the
+    sparse one's."""
+    dense_ns = {"forward": np.full((2, 2), 0.05), "backward": np.full((2, 2), 0.1),
+                "gradient": np.full((2, 2), 0.05)}
+    flat = calibration()
+    with_dense = replace(flat, kernels={d: replace(t, dense=DenseTable((1024, 2**20), (8, 512),
+                                                                        dense_ns))
+                                        for d, t in flat.kernels.items()})
+    net = add_head(random_network([256, 512], 16, seed=4, dtype="float32"), 10, seed=0)
+    pats = network_patterns(net)
+    b = 32
+    head = 10 * 512 * b * 1e-9  # the head's nonzeros x samples, in ns -> s
+    for plan in (single_part(net.sizes), partition_network(pats, 2, "block", seed=0)):
+        w = workload(pats, plan)
+        sparse, dense = predict(w, Machine(flat), b, 1), predict(w, Machine(with_dense), b, 1)
+        # Forward 0.5 -> 0.05 ns, backward 1.0 -> 0.1 ns per nonzero x sample: the head only.
+        saved = head * (0.45 + 0.9) / plan.nparts
+        assert sparse.compute_kernels - dense.compute_kernels == pytest.approx(saved, rel=1e-9)
+        assert dense.layers[0] == pytest.approx(sparse.layers[0], rel=1e-12)
+
+
+def test_measured_allreduce_curve_replaces_the_straight_line():
+    net = Network(1e-6, 1e9, 1e-6, 1e9, (), (), (8.0, 1024.0, 2048.0), (3e-6, 5e-6, 9e-6))
+    assert net.allreduce(512) == pytest.approx(3e-6 + 2e-6 * 504 / 1016)
+    assert net.allreduce(4) == pytest.approx(3e-6)  # below the curve: its first point
+    assert net.allreduce(3072) == pytest.approx(13e-6)  # past the end: its last rate
+    assert Network(1e-6, 1e9, 1e-6, 1e9).allreduce(512) is None
+    # Over the ranks it was measured on, as measured; over 8, three doubling steps for one.
+    assert allreduce_seconds(1024, 2, net, 0.0, measured_ranks=2) == pytest.approx(5e-6)
+    assert allreduce_seconds(1024, 8, net, 0.0, measured_ranks=2) == pytest.approx(15e-6)
+    assert allreduce_seconds(1024, 2, net, 0.0) == pytest.approx(1e-6 + 1024 / 1e9)  # no curve
+
+
+def test_gradient_sums_move_only_while_a_rank_calls_mpi():
+    """Replicas without model parts never call MPI in the backward pass: every layer's sums
+    (weights, then biases) run after it. A layer that folds calls MPI between its chunks: the
+    sums started before it run meanwhile."""
+    net = random_network([256, 512, 512, 512], 16, seed=2, dtype="float32")
+    pats = network_patterns(net)
+    cal = calibration()
+    machine = Machine(cal)
+    item, b = 4, 64
+    one = workload(pats, single_part(net.sizes))
+    p2 = predict(one, machine, b, 2)
+    seconds = sum(cal.network.allreduce(v * item) for lay in net.layers
+                  for v in (lay.nnz, lay.n_out))
+    after = predict(one, machine, b // 2, 1).seconds
+    assert p2.gradient == pytest.approx(seconds + RUNTIME["collective_s"], rel=1e-9)
+    assert p2.seconds == pytest.approx(after + p2.gradient, rel=1e-9)  # on top of the step
+    block = workload(pats, partition_network(pats, 2, "block", seed=0))
+    folding = predict(block, machine, b, 2)
+    # Layers 3 and 2 fold (MPI calls): the last layer's sums run while layer 2 folds; those of
+    # layers 2 and 1, started after the last fold, remain (each rank holds half the rows).
+    left = sum(cal.network.allreduce(v * item) for lay in net.layers[:2]
+               for v in (lay.nnz // 2, lay.n_out // 2))
+    assert folding.gradient == pytest.approx(left + RUNTIME["collective_s"], rel=0.02)
 
 
 def test_locality_is_zero_for_random_columns_and_large_for_shared_ones():
@@ -266,12 +332,16 @@ def test_allreduce_model():
 def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path):
     cal = replace(calibration(structure=Structure((8, 64), {"forward": (0.6, 0.7), "backward": (
         0.4, 0.5), "gradient": (0.8, 0.9)}, (0.45, 0.44))), scales=SCALES)
+    dense = DenseTable((1024, 2**20), (8, 512), {k: np.array([[0.1, 0.2], [0.3, 0.4]])
+                                                 for k in ("forward", "backward", "gradient")})
+    cal = replace(cal, kernels={d: replace(t, dense=dense) for d, t in cal.kernels.items()})
     path = tmp_path / "m.json"
     path.write_text(json.dumps(cal.to_json()))
     back = load_calibration(path)
     assert back.runtime == cal.runtime and back.network == cal.network
     assert back.structure == cal.structure and back.scales == cal.scales
     assert np.array_equal(back.table("float32").ns["backward"], cal.table("float32").ns["backward"])
+    assert np.array_equal(back.table("float64").dense.ns["gradient"], dense.ns["gradient"])
     bad = {
         "missing network field": lambda d: d["network"].pop("bandwidth_Bps"),
         "negative bandwidth": lambda d: d["network"].update(bandwidth_Bps=-1.0),
@@ -283,6 +353,15 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
         "older format": lambda d: d.update(format="spdnn-calibration/1"),
         "unsorted ping-pong": lambda d: d["network"].update(
             pingpong={"bytes": [1024, 8], "seconds": [1e-6, 2e-6]}),
+        "ragged all-reduce": lambda d: d["network"]["allreduce"]["seconds"].pop(),
+        "negative all-reduce time": lambda d: d["network"]["allreduce"].update(
+            seconds=[-1e-6, 1e-6]),
+        "negative gather cost": lambda d: d["runtime"].update(gather_ns_per_value=-0.1),
+        "ragged dense table": lambda d: d["kernels"]["float32"]["dense"]["forward"].pop(),
+        "zero dense time": lambda d: d["kernels"]["float32"]["dense"]["gradient"][0].__setitem__(
+            0, 0.0),
+        "unsorted dense sizes": lambda d: d["kernels"]["float32"]["dense"].update(
+            nnz=[2**20, 1024]),
         "short structure": lambda d: d["structure"]["backward"].pop(),
         "negative structure gap": lambda d: d["structure"].update(gap_forward=-0.1),
         "negative spread": lambda d: d["runtime"].update(compute_scale_spread=-0.1),
@@ -297,10 +376,16 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
     }
     data = cal.to_json()
     del data["runtime"]["compute_scale_spread"]  # optional: calibrations before it had none
+    del data["runtime"]["gather_ns_per_value"]
+    del data["network"]["allreduce"]
+    for table in data["kernels"].values():
+        del table["dense"]
     del data["scales"]  # likewise: then the single runtime values hold for every batch
     path.write_text(json.dumps(data))
     old = load_calibration(path)
     assert old.runtime["compute_scale_spread"] == 0.0 and old.scales is None
+    assert old.runtime["gather_ns_per_value"] == 0.0 and old.network.allreduce(1024) is None
+    assert old.table("float32").dense is None
     assert old.scales_at(32) == old.scales_at(256) == {
         f"compute_scale_{k}": RUNTIME[f"compute_scale_{k}"] for k in SCALE_KEYS}
     for change in bad.values():
@@ -444,6 +529,7 @@ def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slo
         want = "1 part(s) x 2 replica(s)"
     else:  # the gradient sums crawl: the 2-part plan wins
         cal["network"]["allreduce_bandwidth_Bps"] = 1.0
+        cal["network"]["allreduce"]["seconds"] = [1.0, 2.0]  # the measured curve wins
         want = "2 part(s) x 1 replica(s)"
     (t / "slow.json").write_text(json.dumps(cal))
     proc = subprocess.run(
