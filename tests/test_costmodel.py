@@ -484,8 +484,28 @@ def test_calibrate_command(tmp_path):
     assert cal.network is None and cal.ranks == 1 and set(cal.kernels) == {"float32"}
     assert all(v >= 0 for v in cal.runtime.values()), cal.runtime
     assert all(cal.runtime[k] > 0 for k in ("layer_forward_s", "layer_backward_s", "message_s",
-                                             "update_ns_per_value")), cal.runtime
+                                             "update_ns_per_value", "gather_ns_per_value")
+               ), cal.runtime
+    dense = cal.table("float32").dense  # the table for dense layers (BLAS)
+    assert dense is not None and np.all(dense.ns["forward"] > 0)
     assert "no network part" in proc.stdout
+
+
+def test_network_is_the_median_of_its_sweeps():
+    """Measured several times over a calibration (this host's transfer speed flips between
+    two states for minutes), the median per size is kept, for the ping-pong and the
+    all-reduce alike."""
+    from types import SimpleNamespace
+
+    from spdnn._calibrate_runtime import SIZES, network_costs
+
+    fast = [1e-6 * (1 + i) for i in range(len(SIZES))]
+    slow = [3 * t for t in fast]
+    sweeps = [(fast, slow), (slow, fast), (fast, fast)]
+    net = network_costs(SimpleNamespace(size=2), 0.0, sweeps)
+    assert net.pingpong_s == pytest.approx(fast) and net.allreduce_s == pytest.approx(fast)
+    assert net.allreduce(SIZES[2]) == pytest.approx(fast[2])
+    assert network_costs(SimpleNamespace(size=1), 0.0, sweeps) is None
 
 
 def test_counts_equal_the_runtime_on_8_ranks(tmp_path):
