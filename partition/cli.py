@@ -10,9 +10,10 @@ from collections.abc import Sequence
 
 from spdnn import threads  # noqa: F401  (pins BLAS threads before numpy loads)
 from spdnn.errors import SpdnnError
-from spdnn.options import check_outputs
+from spdnn.io.paths import check_outputs
 
 from .budget import search_budget
+from .inputs import load_network_patterns
 from .reports import (
     format_compare,
     format_stats,
@@ -124,18 +125,14 @@ def _parser_import() -> argparse.ArgumentParser:
     return p
 
 
-def _load(path: str):  # noqa: ANN202
-    from spdnn.bundle import NetworkBundle
-    from spdnn.plan import network_patterns
-
-    bundle = NetworkBundle(path)
-    bundle.validate()  # every array, before any of it reaches native code
-    return bundle, network_patterns(bundle)
-
-
 def _check_nparts(nparts: int, sizes: Sequence[int]) -> None:
     if nparts < 1:
         raise SpdnnError(f"-P must be at least 1, not {nparts}")
+    if nparts > max(sizes):
+        # Arrays of P entries (loads, counts per part) are allocated: refuse a P that no layer
+        # could use before sizing anything by it.
+        raise SpdnnError(f"-P {nparts} exceeds the largest layer ({max(sizes)} neurons): every "
+                         "part would own nothing in every layer")
     small = [k for k, n in enumerate(sizes) if n < nparts]
     if small:
         print(f"note: P={nparts} exceeds the neuron count of layer(s) "
@@ -144,11 +141,13 @@ def _check_nparts(nparts: int, sizes: Sequence[int]) -> None:
 
 
 def cmd_partition(argv: Sequence[str]) -> None:
-    from spdnn.plan import balance_report, imbalance_limits, plan_statistics, save_plan
+    from spdnn.io.planfile import save_plan
+    from spdnn.model.plan import balance_report, imbalance_limits, plan_statistics
 
     from .methods import partition_network
 
     args = _parser_partition().parse_args(argv)
+    check_outputs([("-o", args.output)])  # before any work
     if not 0 < args.epsilon < 1:
         raise SpdnnError(f"--epsilon must be in (0, 1), not {args.epsilon}")
     if args.exact_sweeps < 0:
@@ -160,7 +159,7 @@ def cmd_partition(argv: Sequence[str]) -> None:
                          f"{args.time_limit}")
     if args.jobs < 1:
         raise SpdnnError(f"--jobs must be at least 1, not {args.jobs}")
-    bundle, patterns = _load(args.network)
+    bundle, patterns = load_network_patterns(args.network)
     _check_nparts(args.nparts, bundle.sizes)
     t0 = time.perf_counter()
 
@@ -193,16 +192,12 @@ def cmd_partition(argv: Sequence[str]) -> None:
 
 
 def cmd_stats(argv: Sequence[str]) -> None:
-    from spdnn.plan import (
-        balance_report,
-        imbalance_limits,
-        load_plan,
-        plan_statistics,
-        step_values,
-    )
+    from spdnn.io.planfile import load_plan
+    from spdnn.model.plan import balance_report, imbalance_limits, plan_statistics, step_values
 
     args = _parser_stats().parse_args(argv)
-    bundle, patterns = _load(args.network)
+    check_outputs([("--plot", args.plot)])
+    bundle, patterns = load_network_patterns(args.network)
     plan = load_plan(args.plan)
     plan.check_for(bundle.sizes, bundle.fingerprint(), args.plan)
     stats = plan_statistics(patterns, plan.owners, plan.nparts)
@@ -213,8 +208,6 @@ def cmd_stats(argv: Sequence[str]) -> None:
     print(f"plan {args.plan}: P={plan.nparts}, method {plan.meta.get('method', '?')}, "
           f"objective {objective}; {balance_report(stats, limits)}")
     print(format_stats(stats, bundle.sizes, limits, objective))
-    if args.plot:
-        check_outputs([("--plot", args.plot)])
     if args.compare or args.plot:
         method = plan.meta.get("method", "plan")
         named = named_stats(patterns, plan.owners, plan.nparts, method,
@@ -222,7 +215,7 @@ def cmd_stats(argv: Sequence[str]) -> None:
         if args.compare:
             print(format_compare(named, "block"))
         if args.plot:
-            from spdnn.plots import plot_plan
+            from spdnn.io.plots import plot_plan
 
             plot_plan(named, bundle.sizes, f"{os.path.basename(args.plan)}: P={plan.nparts}, "
                       f"{method} plan and baselines", args.plot)
@@ -239,7 +232,8 @@ def cmd_export(argv: Sequence[str]) -> None:
     from .hypergraph import build_hypergraph, write_hmetis
 
     args = _parser_export().parse_args(argv)
-    _, patterns = _load(args.network)
+    check_outputs([("-o", args.output)])  # before any work
+    _, patterns = load_network_patterns(args.network)
     hg = build_hypergraph(patterns, args.objective)
     write_hmetis(hg, args.output)
     print(f"wrote {args.output}: {hg.n_nets:,} nets, {hg.n_vertices:,} vertices (layer k's "
@@ -247,12 +241,14 @@ def cmd_export(argv: Sequence[str]) -> None:
 
 
 def cmd_import(argv: Sequence[str]) -> None:
-    from spdnn.plan import Plan, plan_statistics, save_plan
+    from spdnn.io.planfile import save_plan
+    from spdnn.model.plan import Plan, plan_statistics
 
     from .hypergraph import build_hypergraph, read_partition
 
     args = _parser_import().parse_args(argv)
-    bundle, patterns = _load(args.network)
+    check_outputs([("-o", args.output)])  # before any work
+    bundle, patterns = load_network_patterns(args.network)
     _check_nparts(args.nparts, bundle.sizes)
     hg = build_hypergraph(patterns)
     parts = read_partition(args.partition, hg.n_vertices, args.nparts)

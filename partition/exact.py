@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from spdnn.network import concat_ranges
+from spdnn.kernels.ranges import concat_ranges
 
 from .hypergraph import Hypergraph, km1
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.atomic import write_text
 from spdnn.errors import InputError, SpdnnError
-from spdnn.plan import Pattern
+from spdnn.io.atomic import write_text
+from spdnn.model.plan import Pattern
 
 from ._kernels import connectivity, contract_nets
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.network import concat_ranges
+from spdnn.kernels.ranges import concat_ranges
 
 from .backends import Problem, solve
 from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress, duration

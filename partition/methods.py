@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.plan import Pattern, Plan, plan_statistics
+from spdnn.model.plan import Pattern, Plan, plan_statistics
 
 from .backends import check_backend
 from .budget import Deadline, Log

@@ -1,5 +1,5 @@
 """``spdnn-partition model``: predicted time per training step (or inference batch) of a network
-under plans and grids, from a calibration (spdnn.machine, spdnn.costmodel)."""
+under plans and grids, from a calibration (spdnn.cost.machine, spdnn.cost.costmodel)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import argparse
 import json
 from collections.abc import Sequence
 
+from spdnn.cli.options import OneLineParser, positive_int
 from spdnn.errors import SpdnnError
-from spdnn.options import OneLineParser, check_outputs, positive_int
+from spdnn.io.paths import check_outputs
 
 EXAMPLES = """\
 examples:
@@ -64,16 +65,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_model(argv: Sequence[str]) -> None:
-    from spdnn.costmodel import load_machine, predict, single_part
-    from spdnn.plan import load_plan
-    from spdnn.workload import workload
+    from spdnn.cost.costmodel import load_machine, predict, single_part
+    from spdnn.cost.workload import workload
+    from spdnn.io.planfile import load_plan
 
-    from .cli import _load
+    from .inputs import load_network_patterns
 
     args = parser().parse_args(argv)
     check_outputs([("--plot", args.plot), ("--json", args.json)])
     machine = load_machine(args.calibration, args.cluster)
-    bundle, patterns = _load(args.network)
+    bundle, patterns = load_network_patterns(args.network)
     fingerprint = bundle.fingerprint()
     works = []
     for path in args.plans:
@@ -101,7 +102,7 @@ def cmd_model(argv: Sequence[str]) -> None:
           f"{1e3 * base.seconds:.2f} ms")
     print(format_model(rows, base.seconds))
     if args.json:
-        from spdnn.atomic import write_text
+        from spdnn.io.atomic import write_text
 
         payload = {"batch": args.batch_size, "dtype": args.dtype, "training": not args.infer,
                    "one_rank": base.to_json(),
@@ -109,7 +110,7 @@ def cmd_model(argv: Sequence[str]) -> None:
         write_text(args.json, json.dumps(payload, indent=1) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
-        from spdnn.plots import plot_scaling
+        from spdnn.io.plots import plot_scaling
 
         best: dict[str, dict[int, float]] = {}  # per method, the fastest grid at each P
         for _, p in rows:
@@ -121,7 +122,7 @@ def cmd_model(argv: Sequence[str]) -> None:
 
 
 def format_model(rows: list, one_rank: float) -> str:  # noqa: ANN001
-    from spdnn.plots import best_by_ranks
+    from spdnn.io.plots import best_by_ranks
 
     lines = [f"{'P':>6}  {'grid':>11}  {'plan':<24} {'ms/step':>9}  {'speed-up':>8}  "
              f"{'compute':>7}  {'exchange':>8}  {'grad sum':>8}"]

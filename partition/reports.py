@@ -52,7 +52,7 @@ def format_compare(named: dict, ref: str) -> str:
 
 def named_stats(patterns, owners, nparts: int, name: str, seed: int) -> dict:  # noqa: ANN001
     """The plan's statistics, then each baseline's."""
-    from spdnn.plan import plan_statistics
+    from spdnn.model.plan import plan_statistics
 
     from .methods import BASELINES, baseline_owners
 

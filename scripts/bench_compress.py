@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-from spdnn import compress as C
+from spdnn.lossy import compress as C
 
 import numpy as np  # noqa: E402
 
@@ -40,13 +40,13 @@ def record(steps: int) -> tuple[list[list[np.ndarray]], str]:
     """Per layer, the gradient (weights then biases) of every step."""
     import tempfile
 
-    from spdnn.batching import batch_order, batches, columns
-    from spdnn.bundle import save_network
     from spdnn.comm import Communicator
-    from spdnn.datasets import load_dataset
-    from spdnn.generate import random_network
-    from spdnn.optim import SGD, SGDConfig, interleave
-    from spdnn.session import open_network
+    from spdnn.io.bundle import save_network
+    from spdnn.io.datasets import load_dataset
+    from spdnn.model.batching import batch_order, batches, columns
+    from spdnn.model.generate import random_network
+    from spdnn.model.optim import SGD, SGDConfig, interleave
+    from spdnn.runtime.session import open_network
 
     mnist = SHARED / "mnist"
     if not (mnist / "train-images-idx3-ubyte.gz").is_file():

@@ -61,10 +61,10 @@ def partition(work: Path, net: Path, ranks: int, extra: list[str]) -> Path:
 
 def cases(work: Path) -> list[tuple[str, int, list[str], str]]:
     """(label, ranks, spdnn arguments without --exchange, time metric)."""
-    from spdnn.bundle import save_network
-    from spdnn.formats import write_mtx
-    from spdnn.generate import radixnet, random_network
-    from spdnn.graphchallenge import read_graphchallenge
+    from spdnn.io.bundle import save_network
+    from spdnn.io.formats import write_mtx
+    from spdnn.io.graphchallenge import read_graphchallenge
+    from spdnn.model.generate import radixnet, random_network
 
     out = []
     gc = SHARED / "graphchallenge"
@@ -107,7 +107,7 @@ def _time_encoders(x, rows: np.ndarray, repeats: int) -> dict[str, float]:  # no
     import numpy as np
     from benchlib import interleaved
 
-    from spdnn import encoding
+    from spdnn.kernels import encoding
 
     n = len(rows) * x.shape[1]
     starts = np.array([0, len(rows)], np.int64)
@@ -132,7 +132,7 @@ def _time_encoders(x, rows: np.ndarray, repeats: int) -> dict[str, float]:  # no
 
 def kernel_rows(repeats: int) -> list[list[str]]:
     """ns per entry of each encoder step, both backends, beside the dense gather."""
-    from spdnn import kernels
+    from spdnn.kernels import products as kernels
 
     rng = np.random.default_rng(0)
     blocks = {"GC layer 2 (1,098 samples, 27% nonzero)": (1098, 0.27, 0.0),

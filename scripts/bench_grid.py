@@ -32,9 +32,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import SHARED, table, write_section  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
-from spdnn.bundle import save_network  # noqa: E402
-from spdnn.generate import add_head, radixnet, random_network  # noqa: E402
-from spdnn.plan import network_patterns, plan_statistics, save_plan, step_values  # noqa: E402
+from spdnn.io.bundle import save_network  # noqa: E402
+from spdnn.io.planfile import save_plan  # noqa: E402
+from spdnn.model.generate import add_head, radixnet, random_network  # noqa: E402
+from spdnn.model.plan import network_patterns, plan_statistics, step_values
 
 BIN = Path(sys.executable).parent
 

@@ -31,11 +31,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import SHARED, table, write_section  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
-from spdnn.bundle import save_network  # noqa: E402
-from spdnn.formats import read_inputs, write_mtx  # noqa: E402
-from spdnn.generate import radixnet  # noqa: E402
-from spdnn.graphchallenge import read_graphchallenge  # noqa: E402
-from spdnn.plan import network_patterns, save_plan  # noqa: E402
+from spdnn.io.bundle import save_network  # noqa: E402
+from spdnn.io.formats import read_inputs, write_mtx  # noqa: E402
+from spdnn.io.graphchallenge import read_graphchallenge  # noqa: E402
+from spdnn.io.planfile import save_plan  # noqa: E402
+from spdnn.model.generate import radixnet  # noqa: E402
+from spdnn.model.plan import network_patterns
 from spdnn.reference import challenge_infer  # noqa: E402
 
 BIN = Path(sys.executable).parent

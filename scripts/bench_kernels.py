@@ -37,8 +37,8 @@ import scipy.sparse as sp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import interleaved, table, write_section  # noqa: E402
 
-from spdnn import kernels  # noqa: E402
-from spdnn.generate import fixed_fan_in  # noqa: E402
+from spdnn.kernels import products as kernels  # noqa: E402
+from spdnn.model.generate import fixed_fan_in  # noqa: E402
 
 
 @nb.njit(cache=True, nogil=True)

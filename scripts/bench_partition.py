@@ -35,18 +35,18 @@ from benchlib import write_section
 
 import spdnn.threads  # noqa: F401
 from partition.methods import BASELINES, baseline_owners, partition_network
-from spdnn.generate import prune_dense, radixnet, random_network
-from spdnn.graphchallenge import read_graphchallenge
-from spdnn.network import Layer, Network
-from spdnn.plan import balance_limit, network_patterns, plan_statistics
+from spdnn.io.graphchallenge import read_graphchallenge
+from spdnn.model.generate import prune_dense, radixnet, random_network
+from spdnn.model.network import Layer, Network
+from spdnn.model.plan import balance_limit, network_patterns, plan_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
 
 
 def mnist_pruned() -> Network | None:
-    from spdnn.datasets import load_mnist
-    from spdnn.optim import SGDConfig
+    from spdnn.io.datasets import load_mnist
+    from spdnn.model.optim import SGDConfig
     from spdnn.reference import train
 
     if not (SHARED / "mnist").is_dir():

@@ -91,7 +91,7 @@ def run_one(args: argparse.Namespace, neurons: int) -> dict:
     seconds, peak, code = measured(cmd, work / f"log-{tag}.txt")
     if code != 0:
         raise SystemExit(f"spdnn-partition failed ({code}): see {work / f'log-{tag}.txt'}")
-    from spdnn.plan import load_plan
+    from spdnn.io.planfile import load_plan
 
     meta = load_plan(plan).meta
     with np.load(network) as f:
@@ -127,9 +127,9 @@ def before_after(args: argparse.Namespace) -> int:
     import os
     import statistics
 
-    from spdnn.bundle import save_network
-    from spdnn.graphchallenge import read_graphchallenge
-    from spdnn.network import Network
+    from spdnn.io.bundle import save_network
+    from spdnn.io.graphchallenge import read_graphchallenge
+    from spdnn.model.network import Network
 
     gc = Path(__file__).resolve().parents[2] / "shared" / "data" / "graphchallenge" / "neuron1024"
     if not gc.is_dir():
@@ -151,7 +151,7 @@ def before_after(args: argparse.Namespace) -> int:
                             str(args.nparts), "-o", str(plan), "--quiet"], check=True, env=env,
                            stdout=subprocess.DEVNULL, cwd=tree)
             seconds[name].append(time.monotonic() - t0)
-            from spdnn.plan import load_plan
+            from spdnn.io.planfile import load_plan
 
             volume[name] = load_plan(plan).meta["stats"]["volume"]
     rows = [[name, f"{statistics.median(seconds[name]):.1f}",

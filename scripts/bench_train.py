@@ -42,13 +42,13 @@ HERE = Path(__file__).resolve()
 def worker(args: argparse.Namespace) -> None:
     """One configuration's step times (and spdnn's per-layer split) as JSON on stdout."""
     rng = np.random.default_rng(0)
-    from spdnn.bundle import load_network
+    from spdnn.io.bundle import load_network
 
     if args.worker == "spdnn":
-        from spdnn import kernels
         from spdnn.comm import Communicator
-        from spdnn.optim import SGD, SGDConfig, interleave
-        from spdnn.session import open_network
+        from spdnn.kernels import products as kernels
+        from spdnn.model.optim import SGD, SGDConfig, interleave
+        from spdnn.runtime.session import open_network
 
         kernels.set_threads(args.threads)
         comm = Communicator()
@@ -142,8 +142,9 @@ def configurations(have_torch: bool) -> list[tuple[str, str, int, int, str | Non
 
 def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], str]:  # noqa: ANN001
     from partition.methods import partition_network
-    from spdnn.bundle import save_network
-    from spdnn.plan import network_patterns, plan_statistics, save_plan
+    from spdnn.io.bundle import save_network
+    from spdnn.io.planfile import save_plan
+    from spdnn.model.plan import network_patterns, plan_statistics
 
     try:
         import torch  # noqa: F401
@@ -210,7 +211,7 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
 
 
 def build(structure: str, hidden: int):  # noqa: ANN201
-    from spdnn.generate import add_head, radixnet, random_network
+    from spdnn.model.generate import add_head, radixnet, random_network
 
     if structure == "random":
         return random_network([4096, hidden, hidden, hidden], 32, seed=0, n_classes=10)

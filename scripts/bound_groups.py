@@ -22,10 +22,10 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
 from partition.methods import identical_row_clusters
-from spdnn.bundle import load_network
-from spdnn.graphchallenge import read_graphchallenge
-from spdnn.network import Network
-from spdnn.plan import network_patterns
+from spdnn.io.bundle import load_network
+from spdnn.io.graphchallenge import read_graphchallenge
+from spdnn.model.network import Network
+from spdnn.model.plan import network_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
 GC = ROOT.parent / "shared" / "data" / "graphchallenge" / "neuron1024"

@@ -28,9 +28,9 @@ from partition.exact import inputs_with_a_user, layer_milp, sweep_exact, window_
 from partition.hypergraph import Hypergraph, build_hypergraph, contract, km1
 from partition.methods import identical_row_clusters, majority, partition_network
 from partition.refine import Refiner
-from spdnn.graphchallenge import read_graphchallenge
-from spdnn.network import Network
-from spdnn.plan import network_patterns
+from spdnn.io.graphchallenge import read_graphchallenge
+from spdnn.model.network import Network
+from spdnn.model.plan import network_patterns
 
 GC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "graphchallenge" / \
     "neuron1024"

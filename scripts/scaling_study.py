@@ -13,7 +13,7 @@ counts up to --hypergraph-up-to on both networks, each within --partition-limit 
 --jobs worker processes (the partitioner's --time-limit and --jobs: the best plan found by then,
 never worse than the baselines); --plans DIR keeps them and reuses them on the next run (a run
 that only changes the calibration then takes minutes). For every P, every grid n parts x P/n
-replicas with a plan of n parts is predicted (spdnn.costmodel) and the fastest kept, per method
+replicas with a plan of n parts is predicted (spdnn.cost.costmodel) and the fastest kept, per method
 and overall. Writes the tables to docs/SCALING.md and one plot per network to
 docs/scaling-*.png.
 """
@@ -33,8 +33,8 @@ SCALING = ROOT / "docs" / "SCALING.md"
 
 
 def networks():  # noqa: ANN201
-    from spdnn.generate import radixnet
-    from spdnn.graphchallenge import read_graphchallenge
+    from spdnn.io.graphchallenge import read_graphchallenge
+    from spdnn.model.generate import radixnet
 
     gc = SHARED / "graphchallenge" / "neuron1024"
     if gc.is_dir():
@@ -49,7 +49,8 @@ def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
     """The search's plan for ``n`` parts and the seconds it took: from ``--plans`` when made
     before for this network, else made now (and kept there)."""
     from partition.methods import partition_network
-    from spdnn.plan import Plan, load_plan, save_plan
+    from spdnn.io.planfile import load_plan, save_plan
+    from spdnn.model.plan import Plan
 
     path = Path(args.plans) / f"{key}-hypergraph-{n}.npz" if args.plans else None
     if path is not None and path.exists():
@@ -89,10 +90,10 @@ def main() -> int:
         ap.error(f"--plans {args.plans}: not a directory")
 
     from partition.methods import partition_network
-    from spdnn.costmodel import Machine, predict
-    from spdnn.machine import load_calibration, load_cluster
-    from spdnn.plan import network_patterns
-    from spdnn.workload import locality, workload
+    from spdnn.cost.costmodel import Machine, predict
+    from spdnn.cost.machine import load_calibration, load_cluster
+    from spdnn.cost.workload import locality, workload
+    from spdnn.model.plan import network_patterns
 
     machine = Machine(load_calibration(args.calibration), load_cluster(args.cluster))
     ranks = [2**i for i in range(args.max_ranks.bit_length()) if 2**i <= args.max_ranks]
@@ -138,7 +139,7 @@ def main() -> int:
             print(" | ".join(rows[-1]), flush=True)
         png = ROOT / "docs" / f"scaling-{key}.png"
         if not args.no_write:
-            from spdnn.plots import plot_scaling
+            from spdnn.io.plots import plot_scaling
 
             plot_scaling(curves, f"{title}: predicted training step, batch {args.batch}, "
                                  f"{machine.cluster.name}", png, top_hyper)

@@ -11,13 +11,16 @@ find /dev/shm -maxdepth 1 -user "$(id -u)" -name 'mpich_shm_*' -mmin +60 -delete
 
 PYTEST=(python -m pytest --color=no -q -rs --timeout=300 --timeout-method=thread)
 
+SUITE_START=$SECONDS
 step() {
     local name=$1; shift
     echo "== $name"
+    local start=$SECONDS
     set +e
     "$@"
     local rc=$?
     set -e
+    echo "   ($name: $((SECONDS - start)) s)"
     if [ $rc -eq 5 ]; then
         echo "FAILED: $name collected no tests (pytest exit 5)"; exit 1
     elif [ $rc -ne 0 ]; then
@@ -46,4 +49,4 @@ fi
 step "MPI tests, 3 ranks, Open MPI" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     timeout 960 "$OMPI_VENV/bin/mpiexec" --oversubscribe -n 3 "$OMPI_VENV/bin/python" -m pytest \
     --color=no -q -rs --timeout=300 --timeout-method=thread --with-mpi -m mpi tests
-echo "== all test runs passed"
+echo "== all test runs passed in $((SECONDS - SUITE_START)) s"

@@ -155,7 +155,7 @@ def check(variant: str, seed: int = 0) -> float:
     """Largest relative difference between the variant's gradients and spdnn's serial
     reference on a small float64 network with a dense head; raises if above 1e-10."""
     from spdnn import reference
-    from spdnn.generate import random_network
+    from spdnn.model.generate import random_network
 
     net = random_network([64, 96, 80, 48], 8, seed=seed, n_classes=10, dtype="float64")
     rng = np.random.default_rng(seed)

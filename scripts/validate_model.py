@@ -47,8 +47,8 @@ def worker(args: argparse.Namespace) -> None:
     """One configuration's median step (the parent imported spdnn first, so BLAS and numba
     run one thread per rank here too: the pinned variables are inherited)."""
     from spdnn.comm import Communicator
-    from spdnn.optim import SGD, SGDConfig, interleave
-    from spdnn.session import open_network
+    from spdnn.model.optim import SGD, SGDConfig, interleave
+    from spdnn.runtime.session import open_network
 
     comm = Communicator()
     batch = args.batch[0]
@@ -90,7 +90,7 @@ def measure(work: Path, net: str, plan: str | None, replicas: int, batch: int,
 
 
 def build(name: str):  # noqa: ANN201
-    from spdnn.generate import add_head, radixnet, random_network
+    from spdnn.model.generate import add_head, radixnet, random_network
 
     if name == "mlp":
         return random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
@@ -125,11 +125,12 @@ def main() -> int:
         worker(args)
         return 0
     from partition.methods import partition_network
-    from spdnn.bundle import save_network
-    from spdnn.costmodel import Machine, predict, single_part
-    from spdnn.machine import load_calibration
-    from spdnn.plan import network_patterns, save_plan
-    from spdnn.workload import workload
+    from spdnn.cost.costmodel import Machine, predict, single_part
+    from spdnn.cost.machine import load_calibration
+    from spdnn.cost.workload import workload
+    from spdnn.io.bundle import save_network
+    from spdnn.io.planfile import save_plan
+    from spdnn.model.plan import network_patterns
 
     rows, misses, orders, pairs = [], [], [], [0, 0, 0]
     identical: dict[str, bool] = {}

@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from .errors import SpdnnError
+from spdnn.errors import SpdnnError
 
 Request = MPI.Request
 
@@ -130,6 +130,28 @@ class Communicator:
     def abort(self, code: int = 1) -> None:
         self._comm.Abort(code)
 
+    def guard(self, fn: Callable[[], Any]) -> Any:  # noqa: ANN401
+        """Run a collective body: an error every rank agreed on (``check``/``agree``) is raised
+        on every rank; any other exception on one rank, which the others cannot know of,
+        prints its cause and aborts the job (with one rank it is simply raised)."""
+        try:
+            return fn()
+        except AgreedError:
+            raise
+        except BaseException as exc:
+            if self.size == 1:
+                raise
+            if isinstance(exc, SpdnnError):
+                print(f"spdnn: error: {exc}", file=sys.stderr, flush=True)
+                code = exc.exit_code
+            else:
+                traceback.print_exc()
+                sys.stderr.write(f"spdnn: rank {self.rank} failed; aborting all {self.size} "
+                                 "ranks\n")
+                code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+            _abort(self, code)
+            raise
+
     def alltoall_lists(self, lists: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Send lists[p] (int64) to rank p; return what every rank sent here."""
         counts = np.array([len(x) for x in lists], dtype=np.int64)
@@ -145,6 +167,11 @@ class Communicator:
 
 
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def world() -> MPI.Comm:
+    """The communicator of every rank of the job (the default of every entry point)."""
+    return MPI.COMM_WORLD
 
 
 def world_size() -> int:

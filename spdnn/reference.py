@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .batching import batch_order, batches, columns
-from .datasets import Dataset
-from .network import Network
-from .ops import activate, activation_slope, loss_and_gradient, output
-from .optim import SGD, SGDConfig, interleave, parameters
-from .reports import ChallengeResult, EpochReport
+from spdnn.io.datasets import Dataset
+from spdnn.model.batching import batch_order, batches, columns
+from spdnn.model.network import Network
+from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output
+from spdnn.model.optim import SGD, SGDConfig, interleave, parameters
+from spdnn.model.reports import ChallengeResult, EpochReport
 
 
 def sampled_products(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray) -> np.ndarray:

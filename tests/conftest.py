@@ -1,4 +1,4 @@
-"""Shared fixtures; the MPI abort-on-failure hook lives in spdnn.testing."""
+"""Shared fixtures; the MPI abort-on-failure hook lives in tests/mpi_plugin.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import spdnn.threads  # noqa: F401  (one thread per rank, before numpy)
 
-pytest_plugins = ["spdnn.testing"]
+pytest_plugins = ["mpi_plugin"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SPDNN_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -20,7 +20,7 @@ MNIST = SHARED_DATA / "mnist"
 @pytest.fixture(params=["scipy", "numba"])
 def backend(request):
     """Run a test once per kernel backend (the same tests, the same tolerances)."""
-    from spdnn import kernels
+    from spdnn.kernels import products as kernels
 
     if request.param not in kernels.available_backends():
         pytest.skip(f"kernel backend {request.param} is not installed")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spdnn.generate import random_network
-from spdnn.network import Network
+from spdnn.model.generate import random_network
+from spdnn.model.network import Network
 
 ROOT = Path(__file__).resolve().parent.parent
 

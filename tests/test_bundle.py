@@ -4,8 +4,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from spdnn.bundle import NETWORK_FORMAT, NetworkBundle, load_network, save_network
 from spdnn.errors import InputError
+from spdnn.io.bundle import NETWORK_FORMAT, NetworkBundle, load_network, save_network
 from tests.helpers import small_network
 
 

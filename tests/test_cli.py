@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from spdnn.bundle import load_network, save_network
-from spdnn.formats import write_idx
+from spdnn.io.bundle import load_network, save_network
+from spdnn.io.formats import write_idx
 from tests.helpers import assert_one_line_error, run_spdnn, small_network
 
 
@@ -214,7 +214,8 @@ def test_progress_lines_under_mpirun_with_stdout_in_a_file(tmp_path):
     if MPIEXEC is None:
         pytest.skip("no MPI launcher")
     from partition.methods import partition_network
-    from spdnn.plan import network_patterns, save_plan
+    from spdnn.io.planfile import save_plan
+    from spdnn.model.plan import network_patterns
 
     net = small_network((64, 16, 10))
     save_network(net, tmp_path / "net.npz")

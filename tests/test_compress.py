@@ -1,4 +1,4 @@
-"""Gradient compressors (spdnn.compress) against brute-force references and scipy's fits; the
+"""Gradient compressors (spdnn.lossy.compress) against brute-force references and scipy's fits; the
 critical set's choice; the options' errors."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spdnn import _numba_compress as nbc
-from spdnn import compress as C
-from spdnn.critical import CriticalSet
+from spdnn.lossy import _numba_compress as nbc
+from spdnn.lossy import compress as C
+from spdnn.lossy.critical import CriticalSet
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -219,8 +219,8 @@ def test_critical_set_picks_the_highest_losses_with_ties_by_index():
     (["--critical-set", "0.5", "--refresh", "0"], "positive integer"),
 ])
 def test_bad_options_get_one_line_and_exit_2(tmp_path, args, message):
-    from spdnn.bundle import save_network
-    from spdnn.generate import random_network
+    from spdnn.io.bundle import save_network
+    from spdnn.model.generate import random_network
 
     save_network(random_network([64, 16, 10], 8, 0), tmp_path / "n.npz")
     p = subprocess.run([sys.executable, "-m", "spdnn", "train", "--network",

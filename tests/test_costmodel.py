@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from partition.methods import partition_network
-from spdnn.bundle import save_network
-from spdnn.costmodel import (
+from spdnn.cost.costmodel import (
     LOSS_COLLECTIVES,
     Machine,
     allreduce_seconds,
@@ -22,9 +21,7 @@ from spdnn.costmodel import (
     single_part,
     working_set,
 )
-from spdnn.errors import InputError
-from spdnn.generate import add_head, radixnet, random_network
-from spdnn.machine import (
+from spdnn.cost.machine import (
     SCALE_KEYS,
     Calibration,
     DenseTable,
@@ -35,8 +32,12 @@ from spdnn.machine import (
     load_calibration,
     load_cluster,
 )
-from spdnn.plan import network_patterns, save_plan
-from spdnn.workload import locality, workload
+from spdnn.cost.workload import locality, workload
+from spdnn.errors import InputError
+from spdnn.io.bundle import save_network
+from spdnn.io.planfile import save_plan
+from spdnn.model.generate import add_head, radixnet, random_network
+from spdnn.model.plan import network_patterns
 from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, assert_one_line_error, run_spdnn, small_network
 
 RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "message_s": 1e-6,
@@ -497,7 +498,7 @@ def test_network_is_the_median_of_its_sweeps():
     all-reduce alike."""
     from types import SimpleNamespace
 
-    from spdnn._calibrate_runtime import SIZES, network_costs
+    from spdnn.cost._calibrate_runtime import SIZES, network_costs
 
     fast = [1e-6 * (1 + i) for i in range(len(SIZES))]
     slow = [3 * t for t in fast]

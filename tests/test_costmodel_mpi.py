@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from spdnn.comm import Communicator
-from spdnn.plan import network_patterns
-from spdnn.workload import workload
+from spdnn.cost.workload import workload
+from spdnn.model.plan import network_patterns
 from tests.helpers import small_network
 from tests.test_replicas_mpi import _open, grids
 
@@ -62,7 +62,7 @@ def test_reference_steps_time_rank_0_alone_and_the_slowest_rank_together(monkeyp
     """Calibration's reference steps, sampled in turns: ``alone`` is rank 0's step, ``together``
     the slowest rank's of each step (a synchronised step waits for it), the same on every
     rank; before 2026-11-25 the mean over ranks hid a slow core."""
-    from spdnn import _calibrate_runtime as cr
+    from spdnn.cost import _calibrate_runtime as cr
 
     with Communicator() as comm:
         slow = comm.size > 1 and comm.rank == comm.size - 1

@@ -5,8 +5,9 @@ messages, and one format shared by both backends."""
 import numpy as np
 import pytest
 
-from spdnn import kernels
-from spdnn.encoding import (
+from spdnn.errors import SpdnnError
+from spdnn.kernels import products as kernels
+from spdnn.kernels.encoding import (
     HEADER,
     add_rows,
     decode_rows,
@@ -18,7 +19,6 @@ from spdnn.encoding import (
     slope_count,
     slope_mask,
 )
-from spdnn.errors import SpdnnError
 
 
 def _blocks(dtype, cap):

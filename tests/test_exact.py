@@ -13,10 +13,11 @@ from partition.exact import (
 from partition.hypergraph import build_hypergraph, km1
 from partition.methods import partition_network
 from partition.refine import Refiner
-from spdnn.bundle import save_network
 from spdnn.errors import SpdnnError
-from spdnn.generate import radixnet
-from spdnn.plan import balance_limit, load_plan, network_patterns, plan_statistics
+from spdnn.io.bundle import save_network
+from spdnn.io.planfile import load_plan
+from spdnn.model.generate import radixnet
+from spdnn.model.plan import balance_limit, network_patterns, plan_statistics
 from tests.helpers import assert_one_line_error, run_spdnn, small_network
 
 

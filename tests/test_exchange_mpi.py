@@ -9,11 +9,11 @@ import scipy.sparse as sp
 
 from spdnn import reference
 from spdnn.comm import Communicator
-from spdnn.encoding import MODES, slope_mask
-from spdnn.generate import radixnet
-from spdnn.inference import challenge_infer
-from spdnn.network import Layer, Network
+from spdnn.kernels.encoding import MODES, slope_mask
+from spdnn.model.generate import radixnet
+from spdnn.model.network import Layer, Network
 from spdnn.reference import challenge_infer as reference_challenge
+from spdnn.runtime.inference import challenge_infer
 from tests.helpers import small_network
 from tests.test_runtime_mpi import _images, _setup, _train_and_compare
 

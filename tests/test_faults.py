@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from partition.methods import partition_network
-from spdnn.bundle import load_network, save_network
-from spdnn.generate import random_network
-from spdnn.plan import network_patterns, save_plan
+from spdnn.io.bundle import load_network, save_network
+from spdnn.io.planfile import save_plan
+from spdnn.model.generate import random_network
+from spdnn.model.plan import network_patterns
 from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT
 
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason=NO_MPIEXEC)

@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
-from spdnn.formats import (
+from spdnn.io.formats import (
     read_categories,
     read_idx,
     read_inputs,
@@ -16,8 +16,8 @@ from spdnn.formats import (
     write_mtx,
     write_triples,
 )
-from spdnn.generate import radixnet
-from spdnn.graphchallenge import read_graphchallenge, write_graphchallenge
+from spdnn.io.graphchallenge import read_graphchallenge, write_graphchallenge
+from spdnn.model.generate import radixnet
 
 
 def _random_sparse(shape=(7, 5), density=0.4, seed=0):
@@ -160,7 +160,7 @@ def test_graphchallenge_directory_problems(tmp_path):
 
 
 def test_training_npz_round_trip_and_errors(tmp_path):
-    from spdnn.datasets import load_npz
+    from spdnn.io.datasets import load_npz
 
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((6, 4)), np.array([0, 2, 1, 1, 0, 2])

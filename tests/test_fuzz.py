@@ -22,13 +22,15 @@ import pytest
 import scipy.sparse as sp
 
 from partition.methods import partition_network
-from spdnn.bundle import NetworkBundle, load_network, save_network
-from spdnn.checkpoint import _shard_layer, read_manifest
 from spdnn.errors import InputError
-from spdnn.formats import read_idx, read_mtx, read_triples, write_idx, write_mtx, write_triples
-from spdnn.npz import NpzReader
-from spdnn.plan import load_plan, network_patterns, save_plan
-from spdnn.safetensors_io import read_safetensors, write_safetensors
+from spdnn.io.bundle import NetworkBundle, load_network, save_network
+from spdnn.io.checkpoint_format import read_manifest
+from spdnn.io.checkpoint_format import shard_layer as _shard_layer
+from spdnn.io.formats import read_idx, read_mtx, read_triples, write_idx, write_mtx, write_triples
+from spdnn.io.npz import NpzReader
+from spdnn.io.planfile import load_plan, save_plan
+from spdnn.io.safetensors import read_safetensors, write_safetensors
+from spdnn.model.plan import network_patterns
 from tests.helpers import small_network
 
 CASES = int(os.environ.get("SPDNN_FUZZ_CASES", "60"))

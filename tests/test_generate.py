@@ -3,15 +3,9 @@ import pytest
 
 from spdnn import reference
 from spdnn.errors import InputError
-from spdnn.generate import (
-    add_head,
-    local_network,
-    prune_dense,
-    prune_file,
-    radixnet,
-    random_network,
-)
-from spdnn.graphchallenge import read_graphchallenge
+from spdnn.io.dense import prune_file
+from spdnn.io.graphchallenge import read_graphchallenge
+from spdnn.model.generate import add_head, local_network, prune_dense, radixnet, random_network
 
 
 def test_radixnet_reproduces_official_layers_1_to_6(graphchallenge_dir):
@@ -123,7 +117,7 @@ def test_local_network_shuffle_renumbers_the_same_function():
 
 def test_local_network_hypergraph_plan_beats_block_when_shuffled():
     from partition.methods import baseline_owners, partition_network
-    from spdnn.plan import network_patterns, plan_statistics
+    from spdnn.model.plan import network_patterns, plan_statistics
 
     patterns = network_patterns(local_network("8x8", ["16x16", "16x16"], 1, n_classes=10))
     plan = partition_network(patterns, 2, seed=0)

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from partition.methods import partition_network
-from spdnn.bundle import save_network
-from spdnn.plan import network_patterns, save_plan
+from spdnn.io.bundle import save_network
+from spdnn.io.planfile import save_plan
+from spdnn.model.plan import network_patterns
 from tests.helpers import MPIEXEC, ROOT, small_network
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "MPIEXEC_TIMEOUT": "60"}
@@ -299,7 +300,7 @@ def test_malformed_checkpoints(base, ranks):
 
 
 def _mnist_dir(d: Path, name: str, train_images: bytes | None = None) -> Path:
-    from spdnn.formats import write_idx
+    from spdnn.io.formats import write_idx
 
     m = d / name
     m.mkdir(exist_ok=True)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spdnn import kernels
+from spdnn.kernels import products as kernels
 
 
 def test_both_backends_are_installed():

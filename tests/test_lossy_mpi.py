@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from spdnn.checkpoint import load_checkpoint
 from spdnn.comm import Communicator
-from spdnn.compress import parse_compress
-from spdnn.session import gather_network
-from spdnn.training import TrainConfig, resumed_lossy, train
+from spdnn.lossy.compress import parse_compress
+from spdnn.runtime.checkpoint import load_checkpoint
+from spdnn.runtime.session import gather_network
+from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 from tests.helpers import small_network
 from tests.test_replicas_mpi import SGD, _assert_close, _data, _digest, _open, grids
 
@@ -116,8 +116,8 @@ def test_resume_refuses_other_lossy_settings_and_damaged_state(comm, mpi_tmp_pat
     from pathlib import Path
 
     from spdnn.comm import AgreedError
-    from spdnn.critical import CriticalSet
-    from spdnn.lossy import load_lossy
+    from spdnn.lossy.critical import CriticalSet
+    from spdnn.lossy.state import load_lossy
 
     net = small_network((20, 40, 30, 6), fan_in=8, seed=7, bias_scale=0.3)
     data = _data(net)

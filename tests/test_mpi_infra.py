@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from spdnn.bundle import NetworkBundle, save_network
 from spdnn.comm import Communicator
+from spdnn.io.bundle import NetworkBundle, save_network
 from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, small_network
 
 
@@ -60,10 +60,10 @@ def test_a_failure_on_one_rank_aborts_the_whole_job(tmp_path):
             assert comm.rank != 1, "deliberate failure on rank 1"
             comm.Barrier()  # rank 0 would wait here forever without the abort hook
     """))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     t0 = time.monotonic()
     proc = subprocess.run(
-        [MPIEXEC, "-n", "2", sys.executable, "-m", "pytest", "-p", "spdnn.testing",
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "pytest", "-p", "mpi_plugin",
          "-p", "no:cacheprovider", "--with-mpi", "--color=no", "-q", "test_hang.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
     )

@@ -3,7 +3,8 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
-from spdnn.network import Layer, Network, concat_ranges
+from spdnn.kernels.ranges import concat_ranges
+from spdnn.model.network import Layer, Network
 from tests.helpers import small_network
 
 

@@ -3,10 +3,11 @@ import pytest
 
 from partition.hypergraph import build_hypergraph, km1, read_partition, write_hmetis
 from partition.methods import BASELINES, baseline_owners, partition_network
-from spdnn.bundle import save_network
 from spdnn.errors import InputError, SpdnnError
-from spdnn.generate import radixnet, random_network
-from spdnn.plan import balance_limit, load_plan, network_patterns, plan_statistics
+from spdnn.io.bundle import save_network
+from spdnn.io.planfile import load_plan
+from spdnn.model.generate import radixnet, random_network
+from spdnn.model.plan import balance_limit, network_patterns, plan_statistics
 from tests.helpers import assert_one_line_error, run_spdnn, small_network
 
 NETWORKS = {

@@ -2,13 +2,8 @@ import numpy as np
 import pytest
 
 from spdnn.errors import InputError
-from spdnn.plan import (
-    Plan,
-    load_plan,
-    network_patterns,
-    plan_statistics,
-    save_plan,
-)
+from spdnn.io.planfile import load_plan, save_plan
+from spdnn.model.plan import Plan, network_patterns, plan_statistics
 from tests.helpers import small_network
 
 
@@ -94,8 +89,8 @@ def test_bad_plan_files(tmp_path):
 
 def test_step_values_and_the_stats_command(tmp_path):
     from partition.methods import partition_network
-    from spdnn.bundle import save_network
-    from spdnn.plan import step_values
+    from spdnn.io.bundle import save_network
+    from spdnn.model.plan import step_values
     from tests.helpers import assert_one_line_error, run_spdnn
 
     net = small_network()
@@ -120,7 +115,7 @@ def test_step_values_and_the_stats_command(tmp_path):
 
 
 def test_imbalance_limits_and_the_balance_report():
-    from spdnn.plan import PlanStats, balance_report, imbalance_limits
+    from spdnn.model.plan import PlanStats, balance_report, imbalance_limits
 
     # Layer 1: 8 rows of 2 nonzeros; layer 2: 3 heavy rows (a head) of 8.
     one = (np.arange(0, 17, 2), np.zeros(16, np.int64), (8, 4))

@@ -57,7 +57,7 @@ def test_bad_inputs_are_one_line_errors(run):
 
 
 def test_without_matplotlib_the_message_says_how_to_get_it(monkeypatch, tmp_path):
-    from spdnn import plots
+    from spdnn.io import plots
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if absent
     (tmp_path / "m.json").write_text(json.dumps(

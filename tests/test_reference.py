@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from spdnn.batching import batch_order, columns
-from spdnn.datasets import Dataset, load_digits
-from spdnn.formats import read_categories, read_inputs
-from spdnn.graphchallenge import read_graphchallenge
-from spdnn.ops import loss_and_gradient, output
-from spdnn.optim import SGDConfig, parameters
+from spdnn.io.datasets import Dataset, load_digits
+from spdnn.io.formats import read_categories, read_inputs
+from spdnn.io.graphchallenge import read_graphchallenge
+from spdnn.model.batching import batch_order, columns
+from spdnn.model.ops import loss_and_gradient, output
+from spdnn.model.optim import SGDConfig, parameters
 from spdnn.reference import backward, challenge_infer, forward, train
 from tests.helpers import small_network
 
@@ -92,7 +92,7 @@ def test_last_batch_is_smaller_and_counted():
 
 
 def test_digits_training_learns():
-    from spdnn.generate import random_network
+    from spdnn.model.generate import random_network
 
     data = load_digits()
     assert data.x_train.shape == (1437, 64) and data.x_test.shape == (360, 64)

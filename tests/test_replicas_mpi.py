@@ -9,19 +9,20 @@ import numpy as np
 import pytest
 
 from partition.methods import partition_network
-from spdnn.bundle import save_network
-from spdnn.checkpoint import load_checkpoint
 from spdnn.comm import AgreedError, Communicator
-from spdnn.datasets import Dataset
-from spdnn.generate import radixnet
-from spdnn.inference import challenge_infer, evaluate, local_inputs
-from spdnn.optim import SGDConfig
-from spdnn.plan import network_patterns, save_plan
+from spdnn.io.bundle import save_network
+from spdnn.io.datasets import Dataset
+from spdnn.io.planfile import save_plan
+from spdnn.model.generate import radixnet
+from spdnn.model.optim import SGDConfig
+from spdnn.model.plan import network_patterns
 from spdnn.reference import accuracy
 from spdnn.reference import challenge_infer as reference_challenge
 from spdnn.reference import train as reference_train
-from spdnn.session import gather_network, open_network
-from spdnn.training import TrainConfig, train
+from spdnn.runtime.checkpoint import load_checkpoint
+from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs
+from spdnn.runtime.session import gather_network, open_network
+from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
 from tests.test_runtime_mpi import _images
 
@@ -146,8 +147,8 @@ def test_graph_challenge_mode_on_every_grid(comm, mpi_tmp_path):
 
 
 def test_graph_challenge_subset_on_grids_with_replicas(comm, mpi_tmp_path, graphchallenge_dir):
-    from spdnn.formats import read_categories, read_inputs
-    from spdnn.graphchallenge import read_graphchallenge
+    from spdnn.io.formats import read_categories, read_inputs
+    from spdnn.io.graphchallenge import read_graphchallenge
 
     if comm.size not in (2, 4):
         pytest.skip("the 1 x 2 and 2 x 2 grids need 2 or 4 ranks")
@@ -170,8 +171,8 @@ def test_replicas_that_do_not_fit_the_job(comm, mpi_tmp_path):
 
 
 def test_counted_values_per_layer_and_axis_equal_the_prediction(comm, mpi_tmp_path):
-    from spdnn.accounting import accounting, plan_volume
-    from spdnn.plan import plan_statistics, step_values
+    from spdnn.model.plan import plan_statistics, step_values
+    from spdnn.runtime.accounting import accounting, plan_volume
 
     net = small_network((30, 40, 40, 8), fan_in=6, seed=2)
     rng = np.random.default_rng(0)

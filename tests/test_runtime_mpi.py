@@ -10,20 +10,21 @@ import pytest
 import scipy.sparse as sp
 
 from partition.methods import partition_network
-from spdnn.accounting import accounting, plan_volume
-from spdnn.bundle import save_network
-from spdnn.checkpoint import load_checkpoint
 from spdnn.comm import AgreedError, Communicator
-from spdnn.datasets import Dataset
-from spdnn.encoding import HEADER, MODES
-from spdnn.generate import radixnet
-from spdnn.inference import challenge_infer
-from spdnn.optim import SGDConfig
-from spdnn.plan import Plan, network_patterns, plan_statistics, save_plan
+from spdnn.io.bundle import save_network
+from spdnn.io.datasets import Dataset
+from spdnn.io.planfile import save_plan
+from spdnn.kernels.encoding import HEADER, MODES
+from spdnn.model.generate import radixnet
+from spdnn.model.optim import SGDConfig
+from spdnn.model.plan import Plan, network_patterns, plan_statistics
 from spdnn.reference import challenge_infer as reference_challenge
 from spdnn.reference import train as reference_train
-from spdnn.session import gather_network, open_network
-from spdnn.training import TrainConfig, train
+from spdnn.runtime.accounting import accounting, plan_volume
+from spdnn.runtime.checkpoint import load_checkpoint
+from spdnn.runtime.inference import challenge_infer
+from spdnn.runtime.session import gather_network, open_network
+from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
 
 pytestmark = pytest.mark.mpi
@@ -244,8 +245,8 @@ def test_graph_challenge_mode_equals_the_reference_on_a_synthetic_network(
 
 @pytest.mark.parametrize("exchange", MODES)
 def test_graph_challenge_subset_categories(comm, mpi_tmp_path, graphchallenge_dir, exchange):
-    from spdnn.formats import read_categories, read_inputs
-    from spdnn.graphchallenge import read_graphchallenge
+    from spdnn.io.formats import read_categories, read_inputs
+    from spdnn.io.graphchallenge import read_graphchallenge
 
     path = mpi_tmp_path / "gc.npz"
     if comm.rank == 0:

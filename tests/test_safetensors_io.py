@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from spdnn import reference
-from spdnn.bundle import load_network
 from spdnn.errors import InputError
-from spdnn.safetensors_io import read_safetensors, write_safetensors
+from spdnn.io.bundle import load_network
+from spdnn.io.safetensors import read_safetensors, write_safetensors
 from tests.helpers import assert_one_line_error, run_spdnn
 
 CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.float16): "F16",

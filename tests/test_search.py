@@ -12,9 +12,10 @@ from partition.budget import Deadline
 from partition.hypergraph import build_hypergraph, km1, layer_limits
 from partition.methods import BASELINES, baseline_owners, partition_network
 from partition.search import balanced
-from spdnn.bundle import save_network
-from spdnn.generate import radixnet, random_network
-from spdnn.plan import load_plan, network_patterns
+from spdnn.io.bundle import save_network
+from spdnn.io.planfile import load_plan
+from spdnn.model.generate import radixnet, random_network
+from spdnn.model.plan import network_patterns
 from tests.helpers import assert_one_line_error, run_spdnn
 
 
@@ -149,7 +150,7 @@ def test_no_shortcut_on_networks_with_groups_of_identical_rows():
 
 def test_auto_backend_kahypar_on_grouped_layers_mtkahypar_on_the_others():
     pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
-    from spdnn.network import Network
+    from spdnn.model.network import Network
 
     grouped = radixnet(1024, 2, seed=0)
     mixed = Network([*grouped.layers, *random_network([1024, 1024], 8, seed=0).layers])

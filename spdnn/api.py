@@ -1,0 +1,71 @@
+"""The Python API: train and evaluate a network on the ranks of an MPI job, from a script or a
+notebook (``mpirun -n P python my_script.py``); the ``spdnn`` command is a thin layer over it.
+
+``train`` and ``infer`` are collective: every rank calls them with the same arguments. An error
+that every rank finds (a bad file, a plan for another P) is raised on every rank as an
+``SpdnnError``; an exception on one rank alone aborts the whole job, so that no rank is left
+waiting in a collective. Each rank reads only its own rows of the network file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spdnn.model.network import Network
+from spdnn.model.records import (
+    InferResult,
+    Path,
+    RunOptions,
+    TrainOptions,
+    TrainResult,
+)
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from spdnn.comm import Communicator
+    from spdnn.model.reports import EpochReport
+
+__all__ = ["InferResult", "RunOptions", "TrainOptions", "TrainResult", "infer", "train"]
+
+def _communicator(comm: MPI.Comm | Communicator | None) -> Communicator:
+    from spdnn.comm import Communicator, world
+
+    if comm is None:
+        return Communicator(world())
+    return comm if isinstance(comm, Communicator) else Communicator(comm)
+
+
+def train(network: Path | Network, *, data: str = "digits", run: RunOptions | None = None,
+          options: TrainOptions | None = None, save: Path | None = None,
+          metrics_out: Path | None = None, comm: MPI.Comm | Communicator | None = None,
+          verbose: bool = False, on_epoch: Callable[[EpochReport], None] | None = None
+          ) -> TrainResult:
+    """Train ``network`` (a bundle's path, or a ``Network`` that every rank holds) on ``data``
+    (``digits``, ``npz:FILE`` or ``mnist:DIR``) across the ranks of ``comm`` (default: every
+    rank of the job); with
+    ``save``, write the trained network, with ``metrics_out`` the metrics as JSON.
+    ``verbose``: rank 0 prints what ``spdnn train`` prints; ``on_epoch`` is called on rank 0
+    after each epoch. Collective."""
+    from spdnn.jobs.train import run_training
+
+    c = _communicator(comm)
+    return c.guard(lambda: run_training(c, network, data, run or RunOptions(),
+                                        options or TrainOptions(), save, metrics_out, verbose,
+                                        on_epoch))
+
+
+def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | None = None,
+          truth: Path | None = None, categories_out: Path | None = None,
+          metrics_out: Path | None = None, comm: MPI.Comm | Communicator | None = None,
+          verbose: bool = False) -> InferResult:
+    """Inference with ``network`` (a path or a ``Network``): accuracy on the test split of a
+    data set (``digits``, ``npz:FILE``, ``mnist:DIR``), or the Graph Challenge categories of
+    an images file (``.tsv`` / ``.mtx``; with ``truth``, compared with an official category
+    file; ``categories_out`` writes them, 1-based). Collective."""
+    from spdnn.jobs.infer import run_inference
+
+    c = _communicator(comm)
+    return c.guard(lambda: run_inference(c, network, inputs, run or RunOptions(), truth,
+                                         categories_out, metrics_out, verbose))

@@ -1,0 +1,1 @@
+"""The ``spdnn`` command line: the parser, the commands, option checks and progress lines."""

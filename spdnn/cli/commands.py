@@ -1,0 +1,183 @@
+"""What each ``spdnn`` subcommand does, given its parsed arguments (the parser is in cli.py).
+
+``train`` and ``infer`` run on every rank of the job (``collectively``); ``convert`` and
+``generate`` are serial. Heavy modules are imported inside the commands so that ``--help`` and
+argument errors stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spdnn.cli.options import check_fan_in
+from spdnn.errors import InputError, SpdnnError
+from spdnn.io.paths import check_outputs
+from spdnn.model.reports import short_sizes
+
+
+def cmd_convert(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from spdnn.io.bundle import load_network, save_network
+    from spdnn.io.formats import read_sparse_matrix, write_mtx
+    from spdnn.io.graphchallenge import read_graphchallenge, write_graphchallenge
+    from spdnn.io.safetensors import read_safetensors, write_safetensors
+    from spdnn.jobs.progress import Progress
+    from spdnn.model.network import Layer, Network
+
+    names = args.layers if isinstance(args.layers, list) else None
+    count = args.layers if isinstance(args.layers, int) else None
+    if names is not None and "safetensors" not in (args.source, args.to):
+        raise InputError(args.inputs[0], "--layers takes names only with safetensors; give "
+                                         "a number of layers")
+    if args.to in ("network", "safetensors"):
+        check_outputs([("-o", args.output)])
+    else:
+        check_outputs([], [("-o", args.output)])
+    if args.source == "graphchallenge":
+        if len(args.inputs) != 1:
+            raise InputError(args.inputs[1], "graphchallenge takes one directory")
+        bar = Progress("reading layers", args.layers or 1)
+        net = read_graphchallenge(args.inputs[0], args.bias, args.cap, count, args.dtype,
+                                  progress=lambda k, n: (setattr(bar, "total", n),
+                                                         bar.update(k)))
+        bar.close()
+        if args.output_activation:
+            net = Network(net.layers, net.activation, net.cap, args.output_activation, net.extra)
+    elif args.source == "mtx":
+        layers = []
+        for f in args.inputs[:count]:
+            w = read_sparse_matrix(f).astype(args.dtype)
+            layers.append(Layer(w, np.full(w.shape[0], args.bias, dtype=args.dtype)))
+        net = Network(tuple(layers), cap=args.cap,
+                      output_activation=args.output_activation or "linear")
+        net.validate(" ".join(args.inputs))
+    elif args.source == "safetensors":
+        if len(args.inputs) != 1:
+            raise InputError(args.inputs[1], "safetensors takes one file")
+        net = read_safetensors(args.inputs[0], names if args.to == "network" else None,
+                               args.dtype, args.cap, args.output_activation or "linear")
+    else:
+        net = load_network(args.inputs[0], args.dtype)
+    if count is not None and args.source in ("safetensors", "network"):
+        net = Network(net.layers[:count], net.activation, net.cap, net.output_activation,
+                      net.extra)
+    if args.to == "network":
+        save_network(net, args.output)
+    elif args.to == "safetensors":
+        write_safetensors(net, args.output, names if args.source != "safetensors" else None)
+    elif args.to == "graphchallenge":
+        write_graphchallenge(net, args.output)
+    else:
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+        for k, layer in enumerate(net.layers, start=1):
+            write_mtx(Path(args.output) / f"layer{k}.mtx", layer.weight,
+                      f"spdnn layer {k}: rows = output neurons")
+    print(f"wrote {args.output}: {net.n_layers} layers, sizes {short_sizes(net.sizes)}, "
+          f"{net.nnz:,} nonzeros")
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from spdnn.io.bundle import save_network
+    from spdnn.model import generate
+
+    check_outputs([("-o", args.output)])
+    if args.kind == "random":
+        check_fan_in(args.fan_in, args.sizes)
+    try:
+        if args.kind == "radixnet":
+            net = generate.radixnet(args.neurons, args.layers, args.seed, args.bias, args.cap,
+                                    args.dtype)
+            if args.head:
+                net = generate.add_head(net, args.head, args.seed)
+        elif args.kind == "random":
+            net = generate.random_network(args.sizes, args.fan_in, args.seed, args.head,
+                                          args.cap, args.dtype)
+        elif args.kind == "local":
+            net = generate.local_network(args.image, args.hidden, args.radius, args.seed,
+                                         args.head, not args.no_shuffle, args.cap, args.dtype)
+        else:
+            net = generate.prune_file(args.weights, args.density, args.seed, args.head,
+                                      args.dtype)
+    except ValueError as exc:
+        raise SpdnnError(str(exc)) from None
+    save_network(net, args.output)
+    print(f"wrote {args.output}: {args.kind}, sizes {short_sizes(net.sizes)}, {net.nnz:,} "
+          "nonzeros, "
+          f"fingerprint {net.fingerprint()}")
+
+
+def collectively(body: Callable[[Any, argparse.Namespace], int]
+                 ) -> Callable[[argparse.Namespace], int]:
+    """A subcommand that runs on every rank: errors agreed, an exception aborts the job."""
+    def run(args: argparse.Namespace) -> int:
+        import numpy as np
+
+        from spdnn.comm import run_collectively
+
+        # Overflow and NaN are detected and reported as one line (non-finite loss or
+        # weights); numpy's warnings about them would only precede that line.
+        with np.errstate(all="ignore"):
+            return run_collectively(lambda comm: body(comm, args))
+    return run
+
+
+def _run_options(args: argparse.Namespace) -> Any:  # noqa: ANN401 (a RunOptions)
+    from spdnn.model.records import RunOptions
+
+    plans = args.plan if isinstance(args.plan, list) else ([args.plan] if args.plan else [])
+    return RunOptions(plan=plans[0] if plans else None, plans=tuple(plans[1:]),
+                      replicas=args.replicas, calibration=getattr(args, "calibration", None),
+                      cluster=getattr(args, "cluster", None), dtype=args.dtype,
+                      exchange=args.exchange, threads=args.threads)
+
+
+@collectively
+def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from spdnn.api import train
+    from spdnn.model.records import TrainOptions
+
+    options = TrainOptions(
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
+        weight_decay=args.weight_decay, loss=args.loss, seed=args.seed,
+        shuffle=not args.no_shuffle, max_steps=args.max_steps,
+        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, resume_with_changes=args.resume_with_changes,
+        compress=args.compress.text(), compress_min_values=args.compress_min_values,
+        critical_set=args.critical_set, refresh=args.refresh)
+    train(args.network, data=args.data, run=_run_options(args), options=options,
+          save=args.save, metrics_out=args.metrics_out, comm=comm, verbose=True)
+    return 0
+
+
+@collectively
+def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from spdnn.api import infer
+
+    infer(args.network, inputs=args.inputs, run=_run_options(args), truth=args.truth,
+          categories_out=args.categories_out, metrics_out=args.metrics_out, comm=comm,
+          verbose=True)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from spdnn.io.plots import plot_training
+
+    check_outputs([("-o", args.output)])
+    plot_training(args.metrics, args.output)
+    print(f"wrote {args.output}")
+
+
+@collectively
+def cmd_calibrate(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from spdnn.cost.calibrate import run_calibrate
+
+    return run_calibrate(comm, args.output, args.dtype)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
+    "convert": cmd_convert, "generate": cmd_generate, "train": cmd_train, "infer": cmd_infer,
+    "plot": cmd_plot, "calibrate": cmd_calibrate}

@@ -1,0 +1,97 @@
+"""Command-line options checked at parse time: value types and ranges, output paths, and
+argument errors as one line printed by one rank.
+
+Under ``mpirun`` every rank parses the same arguments and reaches the same verdict; only the
+launcher's rank 0 (read from the launcher's environment, before MPI starts) prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Any, NoReturn
+
+from spdnn.errors import SpdnnError
+
+# Environment variables through which MPI launchers tell a process its rank.
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int:
+    """This process's rank as its launcher set it (0 when not started by a launcher)."""
+    for var in _RANK_VARIABLES:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def report(prog: str, message: str) -> None:
+    """``PROG: error: MESSAGE`` on stderr, from the launcher's rank 0 only."""
+    if launcher_rank() == 0:
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (with a pointer to --help), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        report(self.prog, f"{message} (see {self.prog} --help)")
+        sys.exit(2)
+
+
+def _integer(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if not least <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be {what}, not {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _integer(text, 1, "a positive integer")
+
+
+def seed(text: str) -> int:
+    return _integer(text, 0, "an integer >= 0")
+
+
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], not {text}")
+    return value
+
+
+def compressor(text: str) -> Any:  # noqa: ANN401 (a spdnn.compress.CompressSpec)
+    from spdnn.lossy.compress import parse_compress
+
+    try:
+        return parse_compress(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_fan_in(fan_in: int, sizes: list[int]) -> None:
+    for k, n_in in enumerate(sizes[:-1]):
+        if fan_in > n_in:
+            raise SpdnnError(f"--fan-in {fan_in} is larger than layer {k}'s {n_in} inputs: each "
+                             "row would need more distinct inputs than there are")

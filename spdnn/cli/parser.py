@@ -1,0 +1,370 @@
+"""The ``spdnn`` command line: the parser and ``main`` (the commands are in commands.py).
+
+Errors in the user's input print one line (``spdnn: error: FILE[:LINE]: problem``) and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from spdnn.cli.options import (
+    OneLineParser,
+    compressor,
+    fraction,
+    non_negative,
+    positive_int,
+    report,
+    seed,
+)
+from spdnn.errors import SpdnnError
+from spdnn.kernels.encoding import MODES
+from spdnn.threads import default_threads, reserve_threads
+
+EXAMPLES = """\
+examples:
+  spdnn generate random --sizes 64,256,256 --fan-in 16 --head 10 -o net.npz
+  spdnn train --network net.npz --data digits --epochs 30 --batch-size 32 --lr 0.05 \\
+      --momentum 0.9 --save trained.npz
+  spdnn infer --network trained.npz --inputs digits
+  spdnn convert graphchallenge ../shared/data/graphchallenge/neuron1024 --bias -0.3 --cap 32 \\
+      -o gc1024.npz
+  spdnn infer --network gc1024.npz \\
+      --inputs ../shared/data/graphchallenge/sparse-images-1024_subset.mtx \\
+      --categories-out categories.tsv
+"""
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be integers: {text}") from None
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("need at least two positive sizes, e.g. 784,1024,1024")
+    return sizes
+
+
+def _layers(text: str) -> int | list[str]:
+    """A layer count, or comma-separated layer names."""
+    if text.strip().isdigit():
+        return positive_int(text)
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"empty layer name in {text!r}")
+    return names
+
+
+def _cap(text: str) -> float | None:
+    return None if text.lower() in ("none", "null", "") else float(text)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Examples kept as written; every option that has a default shows it after its help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings \
+                and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+EXAMPLES_BY_COMMAND = {
+    "convert": """\
+examples:
+  spdnn convert graphchallenge ../shared/data/graphchallenge/neuron1024 --bias -0.3 --cap 32 \\
+      -o gc1024.npz
+  spdnn convert mtx layer1.mtx layer2.mtx --bias 0 -o net.npz
+  spdnn convert network net.npz --to mtx -o net-mtx/
+  spdnn convert safetensors pruned_mlp.safetensors --layers fc1,fc2,fc3 -o mlp.npz
+  spdnn convert network trained.npz --to safetensors -o trained.safetensors
+""",
+    "plot": """\
+examples:
+  spdnn train --network net.npz --data digits --epochs 20 --metrics-out train.json
+  spdnn plot train.json -o train.png
+""",
+    "radixnet": """\
+examples:
+  spdnn generate radixnet --neurons 1024 --layers 120 --seed 0 -o rx1024.npz
+  spdnn generate radixnet --neurons 4096 --layers 3 --head 10 -o rx4096-head.npz
+""",
+    "local": """\
+examples:
+  spdnn generate local --image 8x8 --hidden 16x16,16x16 --radius 1 --head 10 -o local.npz
+  spdnn generate local --image 28x28 --hidden 32x32,32x32 --radius 2 --head 10 -o mnist-local.npz
+""",
+    "random": """\
+examples:
+  spdnn generate random --sizes 784,1024,1024 --fan-in 32 --head 10 -o mlp.npz
+  spdnn generate random --sizes 64,256,256 --fan-in 16 --head 10 -o net.npz
+""",
+    "prune": """\
+examples:
+  spdnn generate prune --weights dense.npz --density 0.05 --head 10 -o pruned.npz
+""",
+    "train": """\
+examples:
+  spdnn train --network net.npz --data digits --epochs 30 --batch-size 32 --save trained.npz
+  mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits \\
+      --checkpoint-dir ckpt --checkpoint-every 500
+  mpirun -n 3 spdnn train --network net.npz --plan plan3.npz --data digits --resume ckpt
+  mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --replicas 2 --data digits
+  mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --plan plan4.npz \\
+      --replicas auto --calibration machine.json --data digits   # the grid the model picks
+  spdnn train --network net.npz --data digits --threads 2       # one rank, 2 kernel threads
+  mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits --exchange dense
+""",
+    "calibrate": """\
+examples:
+  mpirun -n 2 spdnn calibrate -o machine.json      # one rank per core of a node
+  spdnn-partition model net.npz --plans plan2.npz plan4.npz --batch-size 256 \\
+      --calibration machine.json --replicas 1,2,4
+""",
+    "infer": """\
+examples:
+  spdnn infer --network trained.npz --inputs digits
+  mpirun -n 2 spdnn infer --network gc1024.npz --plan plan2.npz \\
+      --inputs ../shared/data/graphchallenge/sparse-images-1024_subset.mtx \\
+      --categories-out categories.tsv
+""",
+}
+DTYPES = ["float32", "float64"]
+
+
+def _command(sub, name: str, help: str, description: str,  # noqa: ANN001, A002
+             examples: str | None = None) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=description,
+                          epilog=EXAMPLES_BY_COMMAND.get(examples or name),
+                          formatter_class=_Formatter)
+
+
+def _replicas(text: str) -> int | str:
+    return "auto" if text == "auto" else positive_int(text)
+
+
+def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) -> None:
+    """Options of the commands that run on P ranks: the network, plan, grid and dtype."""
+    p.add_argument("--network", required=True, help="network bundle (.npz)")
+    if auto:
+        p.add_argument("--plan", action="append",
+                       help="plan from spdnn-partition (required with more ranks than "
+                            "replicas); with --replicas auto, once per candidate")
+        p.add_argument("--replicas", type=_replicas, default=1, metavar="R|auto",
+                       help=f"replicas of the partitioned network: {replicas}; auto: the grid "
+                            "the cost model predicts fastest for this P, among the --plan "
+                            "candidates and pure data parallelism (needs --calibration)")
+        p.add_argument("--calibration", help="from spdnn calibrate, for --replicas auto")
+        p.add_argument("--cluster", help="cluster description for --replicas auto (README, "
+                                         "'The cost model')")
+    else:
+        p.add_argument("--plan", help="plan from spdnn-partition (required with more ranks "
+                                      "than replicas)")
+        p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
+                       help=f"replicas of the partitioned network: {replicas}")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
+    p.add_argument("--exchange", choices=MODES, default="auto",
+                   help="how cut rows travel (the results are the same): auto (default), per "
+                        "message the smaller of dense rows and a sparse form (forward: the "
+                        "values that are neither 0 nor at the cap, with bitmaps; backward: only "
+                        "the entries with a nonzero activation slope); dense; or sparse "
+                        "(README, \"Sparse exchange\")")
+    p.add_argument("--threads", type=positive_int, default=default_threads(), metavar="N",
+                   help="threads of each rank's sparse kernels (default: SPDNN_THREADS, else "
+                        "1); keep ranks per node x N <= cores")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="spdnn",
+        description="Sparse DNN training and inference, distributed over MPI ranks by a plan.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    conv = _command(sub, "convert", "convert between network formats",
+                    "Convert a network to or from the spdnn bundle.")
+    conv.add_argument("source", choices=["graphchallenge", "mtx", "network", "safetensors"],
+                      help="input format: a Graph Challenge directory, Matrix Market files "
+                           "(one per layer, rows = outputs), an spdnn bundle, or a PyTorch "
+                           ".safetensors file of linear layers (NAME.weight [out, in], "
+                           "NAME.bias; the sparsity from NAME.weight_mask as torch's pruning "
+                           "stores it, else the weight's zeros)")
+    conv.add_argument("inputs", nargs="+", help="directory or files")
+    conv.add_argument("-o", "--output", required=True,
+                      help="bundle .npz, a directory with --to graphchallenge|mtx, or a "
+                           ".safetensors file")
+    conv.add_argument("--to", choices=["network", "graphchallenge", "mtx", "safetensors"],
+                      default="network",
+                      help="output format; safetensors writes dense NAME.weight and NAME.bias "
+                           "(or NAME.weight_orig and NAME.weight_mask for a network read from a "
+                           "pruned model) for model.load_state_dict")
+    conv.add_argument("--bias", type=float, default=0.0, help="bias of every neuron")
+    conv.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    conv.add_argument("--output-activation", choices=["linear", "relu"], default=None,
+                      help="last layer's activation (none: relu for graphchallenge, linear "
+                           "otherwise)")
+    conv.add_argument("--layers", type=_layers, metavar="L|NAMES",
+                      help="read only the first L layers; for safetensors, the layer names in "
+                           "order (fc1,fc2,fc3; default: every NAME.weight in natural order, "
+                           "and on output the names the network was read with, else fc1, "
+                           "fc2, ...)")
+    conv.add_argument("--dtype", choices=DTYPES, default="float32", help="value type")
+
+    gen = sub.add_parser("generate", help="generate a sparse network",
+                         description="Generate a sparse network bundle: `spdnn generate KIND "
+                                     "--help` for each kind.", formatter_class=_Formatter)
+    kinds = gen.add_subparsers(dest="kind", required=True, metavar="KIND")
+    rx = _command(kinds, "radixnet", "RadiX-Net (the Graph Challenge structure)",
+                  "RadiX-Net layers: kron(ones(16,16), I + S^p)/16 for p = 1, 2, 4, ..., with "
+                  "random row and column permutations from layer 7 on (seeded).")
+    rx.add_argument("--neurons", type=int, default=1024, help="1024, 4096, 16384 or 65536")
+    rx.add_argument("--layers", type=positive_int, default=120, help="depth")
+    rx.add_argument("--bias", type=float, default=-0.3, help="bias of every neuron")
+    rx.add_argument("--cap", type=_cap, default=32.0, help="ReLU cap")
+    rnd = _command(kinds, "random", "random fixed fan-in layers",
+                   "Layers with a fixed number of random inputs per neuron (seeded).")
+    rnd.add_argument("--sizes", type=_sizes, required=True,
+                     help="layer sizes n_0,n_1,...,n_L")
+    rnd.add_argument("--fan-in", type=positive_int, default=32, help="nonzeros per row")
+    rnd.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    loc = _command(kinds, "local", "locally connected layers over an image",
+                   "Locally connected layers (a convolution without weight sharing): each "
+                   "neuron of a hidden grid reads a (2R+1) x (2R+1) window of the grid below; "
+                   "the input grid is the image's pixels, row-major. Hidden neurons are "
+                   "numbered in a seeded random order unless --no-shuffle, as a pruned "
+                   "network's neurons have no spatial order (a block plan then cuts about half "
+                   "the connections; the hypergraph plan finds the spatial split).")
+    loc.add_argument("--image", default="8x8", metavar="HxW", help="input grid (the pixels)")
+    loc.add_argument("--hidden", type=lambda t: t.split(","), default="16x16,16x16",
+                     metavar="HxW,...", help="hidden grids, comma-separated")
+    loc.add_argument("--radius", type=int, default=1, help="window radius R")
+    loc.add_argument("--no-shuffle", action="store_true",
+                     help="number hidden neurons row-major instead of in a random order")
+    loc.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    pr = _command(kinds, "prune", "magnitude-pruned dense weights",
+                  "Keep the largest weights of dense layers (and one per row).")
+    pr.add_argument("--weights", required=True,
+                    help="dense weights: .npz with W1..WL (n_k x n_{k-1}), optional b1..bL, or "
+                         "one .npy matrix")
+    pr.add_argument("--density", type=float, default=0.05, help="fraction of weights kept")
+    for kind in (rx, rnd, loc, pr):
+        kind.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
+        kind.add_argument("--head", type=positive_int,
+                          help="add a dense linear classifier with C outputs")
+        kind.add_argument("--seed", type=seed, default=0, help="random seed")
+        kind.add_argument("--dtype", choices=DTYPES, default="float32", help="value type")
+
+    tr = _command(sub, "train", "train with minibatch SGD",
+                  "Minibatch SGD with torch.optim.SGD semantics, on one process or on P ranks "
+                  "under mpirun (P = replicas x the plan's parts).")
+    _run_options(tr, "mpirun -n R x the plan's parts; the ranks of one replica are "
+                     "consecutive", auto=True)
+    tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
+    tr.add_argument("--epochs", type=positive_int, default=10,
+                    help="epochs in all (a resumed run counts the ones already done)")
+    tr.add_argument("--batch-size", type=positive_int, default=64, help="samples per SGD step")
+    tr.add_argument("--lr", type=non_negative, default=0.05, help="learning rate")
+    tr.add_argument("--momentum", type=non_negative, default=0.9,
+                    help="momentum (no dampening, no Nesterov)")
+    tr.add_argument("--weight-decay", type=non_negative, default=0.0,
+                    help="L2 weight decay on every parameter, biases included")
+    tr.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy",
+                    help="softmax cross-entropy (mean over the batch) or mean squared error")
+    tr.add_argument("--seed", type=seed, default=0, help="seed of the sample shuffling")
+    tr.add_argument("--no-shuffle", action="store_true", help="batches in file order")
+    tr.add_argument("--max-steps", type=positive_int,
+                    help="stop after this many SGD steps in all")
+    tr.add_argument("--save", help="write the trained network as one bundle")
+    tr.add_argument("--checkpoint-dir", help="write checkpoints here (every N steps, and at the "
+                                             "end)")
+    tr.add_argument("--checkpoint-every", type=positive_int, help="steps between checkpoints")
+    tr.add_argument("--resume", help="continue from this checkpoint directory (any P and plan)")
+    tr.add_argument("--resume-with-changes", action="store_true",
+                    help="resume even though --batch-size, --seed, --no-shuffle or --dtype "
+                         "differ from the run that wrote the checkpoint (the result then "
+                         "differs from an uninterrupted run)")
+    tr.add_argument("--metrics-out", help="write per-epoch metrics, traffic and timing as JSON")
+    lossy = tr.add_argument_group(
+        "lossy speed-ups (opt-in; README, \"Lossy training\")")
+    lossy.add_argument("--compress", type=compressor, default="none", metavar="SPEC",
+                       help="compress the gradient sums over replicas, with error feedback: "
+                            "none, topk:RATIO, dgc:RATIO or sidco:RATIO[:exp|gamma|gpareto]; "
+                            "RATIO = fraction of the values a rank sends, e.g. 0.01")
+    lossy.add_argument("--compress-min-values", type=seed, default=0, metavar="N",
+                       help="sum layers with fewer gradient values than N on a rank exactly")
+    lossy.add_argument("--critical-set", type=fraction, metavar="FRACTION",
+                       help="between full passes, train only on this fraction of the samples "
+                            "with the highest loss in the last full pass")
+    lossy.add_argument("--refresh", type=positive_int, metavar="K",
+                       help="with --critical-set: a full pass every K epochs (default 2)")
+
+    inf = _command(sub, "infer", "run inference",
+                   "Classification accuracy on a data set, or Graph Challenge inference on "
+                   "input images (TSV or Matrix Market), on one process or on P ranks.")
+    _run_options(inf, "each takes a share of the inputs")
+    inf.add_argument("--inputs", required=True,
+                     help="digits | npz:FILE | mnist:DIR (test split), or an images .tsv/.mtx")
+    inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
+    inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
+    inf.add_argument("--metrics-out", help="write metrics as JSON")
+
+    cal = _command(sub, "calibrate", "measure this machine for the cost model",
+                   "Measure, on every rank at once, the time per nonzero x sample of the local "
+                   "products over a grid of batch sizes, input rows and reuse, from cold and "
+                   "warm caches, the runtime's fixed costs per layer, step and message, and (on "
+                   "2 or more ranks) the latency and bandwidth between ranks 0 and 1 and of the "
+                   "all-reduce. Run it with as many ranks as a node will run; it takes about a "
+                   "minute. The file feeds spdnn-partition model and spdnn train --replicas "
+                   "auto.")
+    cal.add_argument("-o", "--output", required=True, help="calibration to write (.json)")
+    cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
+                     help="kernel tables to measure")
+
+    pl = _command(sub, "plot", "plot a training run",
+                  "Loss, train and test accuracy and samples/s per epoch of a run, from its "
+                  "--metrics-out file (needs matplotlib: pip install matplotlib).")
+    pl.add_argument("metrics", help="JSON from spdnn train --metrics-out")
+    pl.add_argument("-o", "--output", required=True, help="image to write: .png, .pdf or .svg")
+    return parser
+
+
+# Options that only mean something beside another one: checked at parse time, so that the
+# error is one line from the launcher's rank 0 and exit 2 under any number of ranks.
+_NEEDS = {"train": (("checkpoint_every", "checkpoint_dir"), ("refresh", "critical_set"))}
+
+
+def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for option, needed in _NEEDS.get(args.command, ()):
+        if getattr(args, option, None) is not None and not getattr(args, needed, None):
+            flag, other = (f"--{name.replace('_', '-')}" for name in (option, needed))
+            parser.error(f"{flag} needs {other}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_combinations(parser, args)
+    if getattr(args, "threads", None):
+        reserve_threads(args.threads)  # before anything loads numba
+    try:
+        from spdnn.cli.commands import COMMANDS
+
+        return COMMANDS[args.command](args) or 0
+    except SpdnnError as exc:
+        report("spdnn", str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("spdnn: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("spdnn: error: out of memory", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

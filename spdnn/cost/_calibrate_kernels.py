@@ -1,0 +1,177 @@
+"""Kernel tables for the cost model: the three local products timed per nonzero x sample
+over reuse x buffer rows x batch, from cold and warm caches, and a RadiX-Net layer against a
+random one (structured columns). Part of ``spdnn calibrate``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.cost.machine import KERNELS, TABLE_KEYS, DenseTable, KernelTable, Structure
+from spdnn.kernels import products as kernels
+from spdnn.model.generate import fixed_fan_in
+
+BATCHES = (8, 16, 32, 64, 128, 256, 512)
+INPUTS = (256, 1024, 4096, 16384, 65536)
+REUSES = (1, 4, 32)  # nonzeros per buffer row: a cut layer's ghosts .. a whole square layer
+FAN_IN = 32
+MAX_UNITS = 2**27  # nonzeros x samples per timed call, at most (time and memory)
+
+
+def median_time(fn: Callable[[], object], reps: int, min_seconds: float = 0.0,
+                 before: Callable[[], object] | None = None) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls, or more until ``min_seconds`` are spent
+    (a shared machine's noise hits short calls hardest); ``before`` runs untimed before
+    each call."""
+    fn()  # warm: pages faulted in, code compiled
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < reps or (time.perf_counter() - start < min_seconds and len(times) < 1000):
+        if before is not None:
+            before()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+class _Evict:
+    """Writes a buffer larger than the last-level cache: a kernel then starts with cold
+    caches, as in a real step, where the other layers' arrays have been through them."""
+
+    def __init__(self, nbytes: int | None = None) -> None:
+        self.buf = np.zeros((nbytes or _evict_bytes()) // 8)
+        self.tick = 0.0
+
+    def __call__(self) -> None:
+        self.tick += 1.0
+        self.buf.fill(self.tick)
+
+
+def _evict_bytes() -> int:
+    """1.5x the last-level cache (64 MiB if the CPU reports none), at most 512 MiB: past
+    that, writing it would dominate the calibration's time."""
+    return int(min(max(1.5 * cache_bytes(), 64 * 2**20), 512 * 2**20))
+
+
+def _kernel_ns(w, x: np.ndarray, d: np.ndarray, reps: int,  # noqa: ANN001
+               evict: _Evict) -> list[float]:
+    """ns per nonzero x sample of the three products of one layer ``w`` on inputs ``x``,
+    each call after ``evict`` (a no-op: warm caches)."""
+    rows, b, dtype = w.shape[0], x.shape[1], x.dtype
+    wt, order = kernels.transpose(w)
+    z, h = np.empty((rows, b), dtype), np.empty((rows, b), dtype)
+    g = np.empty((x.shape[0], b), dtype)
+    gw, gb, bias = np.empty(w.nnz, dtype), np.empty(rows, dtype), np.zeros(rows, dtype)
+    units = w.nnz * b * 1e-9
+    return [median_time(lambda: kernels.spmm_act(w, x, bias, None, z, h), reps, 0.01, evict)
+            / units,
+            median_time(lambda: kernels.backward_products(wt, order, d, x, g, gw), reps, 0.01,
+                         evict) / units,
+            median_time(lambda: kernels.sddmm(w, d, x, out=gw, bias_grad=gb), reps, 0.01,
+                         evict) / units]
+
+
+def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelTable:
+    """ns per nonzero x sample of the forward product, the two backward products (one pass)
+    and the weight gradient alone (first layer), on random fixed fan-in layers whose nonzeros
+    read each of their input rows ``reuse`` times on average; each from cold caches (after
+    writing a buffer larger than the last-level cache) and warm (called again and again).
+    Cells that would pass ``MAX_UNITS`` per call (the largest buffers at the largest batches
+    and reuses) copy the next lower reuse's value: per-nonzero costs fall with reuse, so these
+    lean pessimistic."""
+    ns = {k: np.zeros((len(REUSES), len(INPUTS), len(BATCHES))) for k in TABLE_KEYS}
+    evict = _Evict()  # one buffer for the whole table
+    x_all = rng.random(max(INPUTS) * max(BATCHES)).astype(dtype)
+    d_all = rng.random(MAX_UNITS // FAN_IN).astype(dtype)
+    for r, reuse in enumerate(REUSES):
+        for j, n_in in enumerate(INPUTS):
+            for i, b in enumerate(BATCHES):
+                rows = max(8, reuse * n_in // FAN_IN)
+                if r > 0 and rows * FAN_IN * b > MAX_UNITS:
+                    for k in TABLE_KEYS:
+                        ns[k][r, j, i] = ns[k][r - 1, j, i]
+                    continue
+                w = fixed_fan_in(rows, n_in, FAN_IN, rng, dtype)
+                x = x_all[: n_in * b].reshape(n_in, b)
+                d = d_all[: rows * b].reshape(rows, b)
+                cold = _kernel_ns(w, x, d, reps, evict)
+                warm = _kernel_ns(w, x, d, reps, lambda: None)
+                for k, c, h in zip(KERNELS, cold, warm):
+                    ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
+    return KernelTable(BATCHES, INPUTS, REUSES, ns)
+
+
+# Dense layers (rows x columns): a split and a whole 10-way head, a wide head, a dense
+# hidden layer; timed at every batch of BATCHES up to DENSE_UNITS per call.
+DENSE_SHAPES = ((4, 512), (16, 1024), (64, 4096), (256, 4096))
+DENSE_UNITS = 2**27
+
+
+def dense_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> DenseTable:
+    """ns per nonzero x sample of the three products of dense layers (warm caches: such
+    layers are small or compute-bound); cells past ``DENSE_UNITS`` copy the smaller batch."""
+    ns = {k: np.zeros((len(DENSE_SHAPES), len(BATCHES))) for k in KERNELS}
+    for n, (rows, cols) in enumerate(DENSE_SHAPES):
+        w = sp.csr_matrix(rng.random((rows, cols)).astype(dtype))
+        w.sort_indices()
+        for i, b in enumerate(BATCHES):
+            if i > 0 and rows * cols * b > DENSE_UNITS:
+                for k in KERNELS:
+                    ns[k][n, i] = ns[k][n, i - 1]
+                continue
+            x = rng.random((cols, b)).astype(dtype)
+            d = rng.random((rows, b)).astype(dtype)
+            for k, v in zip(KERNELS, _kernel_ns(w, x, d, reps, lambda: None)):
+                ns[k][n, i] = v
+    return DenseTable(tuple(r * c for r, c in DENSE_SHAPES), BATCHES, ns)
+
+
+STRUCTURED = 16384  # neurons of the RadiX-Net layer timed against a random one
+STRUCTURE_BATCHES = (8, 32, 128, 512)
+
+
+def structure_ratios(dtype: str, rng: np.random.Generator, reps: int = 3) -> Structure:
+    """A RadiX-Net layer's kernel times over those of a random layer of its shape (the mean of
+    cold and warm caches), per batch size: what the tables, built on random columns, miss on
+    layers whose neighbouring rows share columns (``spdnn.workload.locality``)."""
+    from spdnn.cost.workload import locality
+    from spdnn.model.generate import radixnet
+
+    structured = radixnet(STRUCTURED, 1, seed=0, dtype=dtype).layers[0].weight
+    random = fixed_fan_in(STRUCTURED, STRUCTURED, FAN_IN, rng, dtype)
+    evict = _Evict()
+    ratio: dict[str, list[float]] = {k: [] for k in KERNELS}
+    for b in STRUCTURE_BATCHES:
+        x = rng.random((STRUCTURED, b)).astype(dtype)
+        d = rng.random((STRUCTURED, b)).astype(dtype)
+        times = [np.add(_kernel_ns(w, x, d, reps, evict), _kernel_ns(w, x, d, reps, lambda: None))
+                 for w in (structured, random)]
+        for k, r in zip(KERNELS, times[0] / times[1]):
+            ratio[k].append(float(r))
+    gap = locality([(structured.indptr, structured.indices, structured.shape)])[0]
+    return Structure(STRUCTURE_BATCHES, {k: tuple(v) for k, v in ratio.items()},
+                     (float(gap[0]), float(gap[1])))
+
+
+def cache_bytes() -> int:
+    """The largest cache this CPU reports (0 when it reports none)."""
+    largest = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = [e for e in os.listdir(base) if e.startswith("index")]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            with open(os.path.join(base, entry, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+            largest = max(largest, int(text.rstrip("KMG")) * scale)
+        except (OSError, ValueError):
+            continue
+    return largest

@@ -1,0 +1,135 @@
+"""``spdnn calibrate``: measure what the cost model needs on this host (spdnn.cost.machine).
+
+Every rank measures the kernels and the runtime's fixed costs at the same time, as they run in
+a job (memory bandwidth and caches are shared), and the mean over ranks is kept; ranks 0 and 1
+measure point-to-point latency and bandwidth (ping-pong), and all ranks the all-reduce, four
+times spread over the calibration (the median per message size).
+Run it with as many ranks per node as the jobs it will predict (one per core).
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from spdnn.comm import Communicator
+from spdnn.cost._calibrate_kernels import (
+    BATCHES,
+    INPUTS,
+    REUSES,
+    dense_table,
+    kernel_table,
+    structure_ratios,
+)
+from spdnn.cost._calibrate_runtime import (
+    REFERENCE_BATCHES,
+    REFERENCE_ROUNDS,
+    SIZES,
+    network_costs,
+    network_sweep,
+    reference_scales,
+    runtime_costs,
+)
+from spdnn.cost.machine import KERNELS, Calibration, KernelTable, Structure
+from spdnn.kernels import products as kernels
+
+
+def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64"),
+              log: Callable[[str], None] | None = None) -> Calibration:
+    """Measure on every rank of ``comm``; every rank returns the same calibration."""
+    kernels.warm_up()
+    rng = np.random.default_rng(comm.rank)
+    say = log or (lambda _msg: None)
+    sweeps = []  # the network, at moments spread over the calibration (its speed flips)
+
+    def sweep() -> None:
+        if comm.size > 1:
+            sweeps.append(network_sweep(comm))
+
+    sweep()
+    tables = {}
+    for dt in dtypes:
+        say(f"kernels, {dt}: {len(KERNELS)} products x {len(REUSES)} reuses x {len(INPUTS)} "
+            f"input sizes x {len(BATCHES)} batch sizes, and dense layers")
+        comm.barrier()
+        tables[dt] = replace(kernel_table(dt, rng), dense=dense_table(dt, rng))
+    sweep()
+    say(f"a RadiX-Net layer against a random one, {dtypes[0]}: structured columns")
+    comm.barrier()
+    mine = structure_ratios(dtypes[0], rng)
+    structure = Structure(mine.batches, {k: tuple(float(x) for x in comm.allreduce(
+        np.array(v)) / comm.size) for k, v in mine.ratio.items()}, mine.gap)
+    say("fixed costs of the runtime (per layer, step, message) and element-wise work")
+    comm.barrier()
+    runtime = runtime_costs(dtypes[0], rng)
+    sweep()
+    # The mean over ranks: all measured at once, as in a job.
+    for dt, t in tables.items():
+        dense = t.dense if t.dense is None else replace(t.dense, ns={
+            k: comm.allreduce(v) / comm.size for k, v in t.dense.ns.items()})
+        tables[dt] = KernelTable(t.batches, t.inputs, t.reuses,
+                                 {k: comm.allreduce(v) / comm.size for k, v in t.ns.items()},
+                                 dense)
+    keys = sorted(runtime)
+    mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
+    runtime = dict(zip(keys, (float(v) for v in mean)))
+    say(f"real steps of reference networks in and beyond the cache at batch "
+        f"{' and '.join(map(str, REFERENCE_BATCHES))}, {REFERENCE_ROUNDS} rounds: rank 0 alone "
+        "and every rank at once, in turns")
+    scalars, scales = reference_scales(comm, dtypes[0], tables, runtime)
+    runtime.update(scalars)
+    if comm.size > 1:
+        say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks "
+            f"(and {len(sweeps)} times before)")
+    sweep()
+    network = network_costs(comm, runtime["message_s"], sweeps)
+    if sweeps:
+        mid = [h[SIZES.index(131072)] for h, _ in sweeps]
+        if max(mid) > 1.5 * min(mid):
+            say(f"the network's speed moved between the {len(sweeps)} measurements: a "
+                f"128 KiB message took {min(mid) * 1e6:.0f}-{max(mid) * 1e6:.0f} us "
+                "(the median is kept)")
+    host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
+    return Calibration(host, comm.size, kernels.backend(), tables, runtime, network, structure,
+                       scales)
+
+
+def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
+    """``spdnn calibrate``: measure, then rank 0 writes the file (checked before measuring)."""
+    import json
+
+    from spdnn.io.atomic import write_text
+    from spdnn.io.paths import check_outputs
+
+    comm.check(lambda: check_outputs([("--output", output)]) if comm.rank == 0 else None)
+    start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        if comm.rank == 0:
+            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", flush=True)
+
+    dtypes = ("float32", "float64") if dtype == "both" else (dtype,)
+    cal = calibrate(comm, dtypes, log)
+    comm.check(lambda: write_text(output, json.dumps(cal.to_json(), indent=1) + "\n")
+               if comm.rank == 0 else None)
+    if comm.rank == 0:
+        net = cal.network
+        where = "no network part (1 rank: give spdnn-partition model a --cluster file)" \
+            if net is None else (f"ping-pong latency {net.latency_s * 1e6:.1f} us beyond the "
+                                 f"{cal.runtime['message_s'] * 1e6:.1f} us of software per "
+                                 f"message, {net.bandwidth_Bps / 1e9:.1f} GB/s")
+        print(f"wrote {output}: {comm.size} rank(s), backend {cal.backend}, "
+              f"{cal.runtime['layer_forward_s'] * 1e6:.0f} + "
+              f"{cal.runtime['layer_backward_s'] * 1e6:.0f} us fixed per layer (forward + "
+              f"backward); {where}; {time.perf_counter() - start:.0f} s", flush=True)
+        spread = cal.runtime["compute_scale_spread"]
+        print(f"the host's speed moved up to {spread:.0%} between the {REFERENCE_ROUNDS} rounds "
+              "of reference steps: predictions from this file carry at least that much noise"
+              + ("; calibrate again when the host is quieter" if spread > 0.15 else ""),
+              flush=True)
+    return 0

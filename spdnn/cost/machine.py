@@ -1,0 +1,496 @@
+"""What a machine costs: the calibration ``spdnn calibrate`` measures (kernels, the runtime's
+fixed costs, the network between two ranks) and a cluster description that overrides the
+network part. Both are small JSON files, validated field by field when read.
+
+Calibration (``spdnn-calibration/2``)::
+
+    {"format": "spdnn-calibration/2", "host": "...", "ranks": 2, "backend": "numba",
+     "kernels": {"float32": K, "float64": K},
+     "runtime": {"layer_forward_s", "layer_backward_s", "step_s", "message_s",
+                 "exchange_layer_s", "pack_ns_per_byte", "update_ns_per_value",
+                 "elementwise_ns_per_value", "collective_s",
+                 "compute_scale_alone", "compute_scale_all",
+                 "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes"},
+     "structure": {"batches": [...], "forward": [...], "backward": [...], "gradient": [...],
+                   "gap_forward", "gap_backward"} or null,
+     "scales": {"batches": [...], "alone": [...], "all": [...], "cold_alone": [...],
+                "cold_all": [...]} (optional),
+     "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
+                 "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]},
+                 "allreduce": {"bytes": [...], "seconds": [...]} (optional)}
+                or null}
+
+where K = {"batches": [...], "inputs": [...], "reuses": [...], "forward": T, "backward": T,
+"gradient": T, "forward_warm": T, "backward_warm": T, "gradient_warm": T, "dense": D (optional)}
+and T[r][j][i] is ns per stored nonzero x sample at reuses[r] nonzeros per buffer row, inputs[j]
+buffer rows and batches[i] samples, from cold caches (``_warm``: warm caches). D = {"nnz": [...],
+"batches": [...], "forward": [[...]], "backward": [[...]], "gradient": [[...]]}: the same for
+dense layers (BLAS), D[k][n][i] at nnz[n] values and batches[i] samples; without it, dense
+layers are timed as sparse ones (up to 2x high for a 10-way head on the 2-core VM).
+``cache_bytes``: the host's last-level cache, shared by the calibrated ranks; a rank whose
+step fits in its share runs warm. The reuse axis matters: a layer whose nonzeros read each
+buffer row many times (an unpartitioned square layer: its fan-in) pays the row's trip from
+memory once per many products, a partitioned layer's ghost rows nearly once each. (Format 1
+had no reuse axis and one cold table; its tables came from layers of one reuse per batch size,
+up to 2x off for real layers. It is refused: calibrate again.)
+``compute_scale_alone`` / ``_all``: measured over predicted kernel time of real training steps
+of reference networks that run in cache, with one rank running and with every calibrated rank
+running at once, timed in turns (what isolated kernel loops miss: caches shared with a step's
+other buffers, contention); ``_all`` is the slowest rank's of each step, which a
+synchronised step waits for (calibrations before 2026-11-25 hold the mean over ranks);
+``compute_scale_cold_*`` the same for a network far larger than the cache (the tables are
+measured with every rank busy: alone, such a network runs faster than they say).
+Optional: ``gather_ns_per_value``, the refresh of a layer's derived matrices after the
+update (a gather of its values, ``LocalLayer.sync_views``); absent from calibrations before
+2026-11-25 (afternoon), whose compute scales absorbed it (0 then). Optional:
+``network.allreduce``, the measured all-reduce over the calibrated ranks (bytes per rank,
+seconds of a blocking call), which replaces the straight line of ``allreduce_latency_s`` and
+``allreduce_bandwidth_Bps``: on the 2-core VM that line was 2x low at 128 KiB.
+Optional: ``compute_scale_spread``, the largest relative distance of one round of reference
+steps from the median of the rounds (how far the calibration itself can be trusted; 0 when
+unknown). Optional: ``scales``, the four compute scales per batch size of the reference steps
+(samples per rank), interpolated in log2 of the batch and clamped; when present they replace
+the four ``runtime`` values (then the median over the batches). Real steps run a different
+fraction of their table time at different batch sizes: on the 2-core VM the network far beyond
+the cache ran 1.1x its tables at batch 32 and 0.55x at 256 (before 2026-11-25 that network was
+timed at batch 256 only, and one rank at batch 32 beyond the cache was under-predicted by
+7-24%).
+
+Cluster (``spdnn-cluster/1``)::
+
+    {"format": "spdnn-cluster/1", "name": "...", "ranks_per_node": 64,
+     "intra_node": {"latency_us": 0.4, "bandwidth_GBps": 8.0},
+     "inter_node": {"latency_us": 1.3, "bandwidth_GBps": 23.0},
+     "node_memory_bandwidth_GBps": 330.0, "sources": ["..."], "assumptions": "..."}
+
+``inter_node.bandwidth_GBps`` is one node's injection bandwidth, shared by its ranks;
+``intra_node`` is per rank pair. Optional: ``node_memory_bandwidth_GBps``, a node's sustained
+memory bandwidth; a message or all-reduce within a node then gets at most its share of it,
+each byte moved costing a read and a write (without it, the pairs' bandwidth is assumed to
+hold for every rank of the node at once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spdnn.errors import InputError
+
+CALIBRATION_FORMAT = "spdnn-calibration/2"
+CLUSTER_FORMAT = "spdnn-cluster/1"
+KERNELS = ("forward", "backward", "gradient")
+TABLE_KEYS = KERNELS + tuple(f"{k}_warm" for k in KERNELS)
+RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchange_layer_s",
+           "pack_ns_per_byte", "update_ns_per_value", "elementwise_ns_per_value",
+           "collective_s", "compute_scale_alone", "compute_scale_all",
+           "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes")
+# Optional runtime fields (absent from calibrations of 2026-11-23/24): their default.
+RUNTIME_OPTIONAL = {"compute_scale_spread": 0.0, "gather_ns_per_value": 0.0}
+NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps")
+
+
+@dataclass(frozen=True)
+class DenseTable:
+    """ns per nonzero x sample of the three products of a dense layer (the runtime hands
+    those to BLAS), per layer size (nonzeros) and batch; bilinear in log2 of both, clamped."""
+
+    nnz: tuple[int, ...]
+    batches: tuple[int, ...]
+    ns: dict[str, np.ndarray]  # kernel -> (len(nnz), len(batches))
+
+    def seconds(self, kernel: str, nnz: np.ndarray, batch: int) -> np.ndarray:
+        nnz = np.asarray(nnz, float)
+        xb = _position(self.batches, np.array([max(batch, 1)], float))
+        xn = _position(self.nnz, np.maximum(nnz, 1.0))
+        per = np.zeros(xn.shape)
+        for n_idx, n_w in _corners(xn, len(self.nnz)):
+            for b_idx, b_w in _corners(xb, len(self.batches)):
+                per = per + n_w * b_w * self.ns[kernel][n_idx, b_idx]
+        return nnz * batch * per * 1e-9
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nnz": list(self.nnz), "batches": list(self.batches),
+                **{k: self.ns[k].round(4).tolist() for k in KERNELS}}
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """ns per nonzero x sample of the three local products, on a grid of batch sizes, X-buffer
+    rows and reuse (nonzeros per buffer row they read); looked up by trilinear interpolation
+    in log2 of all three (clamped to the grid)."""
+
+    batches: tuple[int, ...]
+    inputs: tuple[int, ...]
+    reuses: tuple[int, ...]
+    ns: dict[str, np.ndarray]  # kernel -> (len(reuses), len(inputs), len(batches))
+    dense: DenseTable | None = None  # dense layers (absent from files before 2026-11-25)
+
+    def seconds(self, kernel: str, nnz: np.ndarray, batch: int, inputs: np.ndarray,
+                reuse: np.ndarray | None = None) -> np.ndarray:
+        """Time of ``kernel`` (a key of ``ns``: ``forward``, ``forward_warm``, ...) over ``nnz``
+        nonzeros (per rank) with ``batch`` samples, reading a buffer of ``inputs`` rows
+        ``reuse`` times each (default: nnz / inputs)."""
+        nnz = np.asarray(nnz, float)
+        inputs = np.maximum(np.asarray(inputs, float), 1.0)
+        if reuse is None:
+            reuse = nnz / inputs
+        table = self.ns[kernel]
+        xb = _position(self.batches, np.array([max(batch, 1)], float))
+        xi = _position(self.inputs, inputs)
+        xr = _position(self.reuses, np.maximum(np.asarray(reuse, float), 2.0**-20))
+        per = np.zeros(np.broadcast(xi, xr).shape)
+        for r_idx, r_w in _corners(xr, len(self.reuses)):
+            for i_idx, i_w in _corners(xi, len(self.inputs)):
+                for b_idx, b_w in _corners(xb, len(self.batches)):
+                    per = per + r_w * i_w * b_w * table[r_idx, i_idx, b_idx]
+        return nnz * batch * per * 1e-9
+
+
+def _corners(x: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The two grid indices around fractional positions ``x`` and their weights."""
+    lo = np.floor(x).astype(int)
+    frac = x - lo
+    return [(lo, 1 - frac), (np.minimum(lo + 1, n - 1), frac)]
+
+
+def _position(grid: tuple[int, ...], values: np.ndarray) -> np.ndarray:
+    """Fractional index of ``values`` on ``grid`` in log2, clamped to the grid."""
+    g = np.log2(np.array(grid, float))
+    v = np.clip(np.log2(values), g[0], g[-1])
+    return np.interp(v, g, np.arange(len(g), dtype=float))
+
+
+@dataclass(frozen=True)
+class Network:
+    """Point-to-point latency (s) and per-rank bandwidth (bytes/s), and the same for the
+    all-reduce's steps; optionally the measured ping-pong curve (message bytes, half a round
+    trip in seconds), which replaces ``bytes / bandwidth``: through shared memory the rate
+    grows with the message (1.8 GB/s at 128 KiB, 7.8 at 16 MiB on the 2-core VM); and the
+    measured all-reduce curve (bytes per rank, seconds) over the calibrated ranks."""
+
+    latency_s: float
+    bandwidth_Bps: float
+    allreduce_latency_s: float
+    allreduce_bandwidth_Bps: float
+    pingpong_bytes: tuple[float, ...] = ()
+    pingpong_s: tuple[float, ...] = ()
+    allreduce_bytes: tuple[float, ...] = ()
+    allreduce_s: tuple[float, ...] = ()
+
+    def allreduce(self, nbytes: float) -> float | None:
+        """Seconds of a blocking all-reduce of ``nbytes`` per rank over the calibrated ranks,
+        from the measured curve (None without one)."""
+        if len(self.allreduce_bytes) < 2:
+            return None
+        return float(_curve(self.allreduce_bytes, self.allreduce_s, np.asarray(nbytes, float),
+                            self.allreduce_bandwidth_Bps, from_zero=False))
+
+    def transfer(self, nbytes: np.ndarray) -> np.ndarray:
+        """Seconds a message of ``nbytes`` takes beyond the latency: the ping-pong curve
+        interpolated linearly (past its end at its last segment's rate), else the bandwidth."""
+        nbytes = np.asarray(nbytes, float)
+        if len(self.pingpong_bytes) < 2:
+            return nbytes / self.bandwidth_Bps
+        return _curve(self.pingpong_bytes, self.pingpong_s, nbytes, self.bandwidth_Bps,
+                      from_zero=True)
+
+
+def _curve(sizes: tuple[float, ...], seconds: tuple[float, ...], nbytes: np.ndarray,
+           bandwidth: float, from_zero: bool) -> np.ndarray:
+    """A measured time curve interpolated linearly (past its end at its last segment's rate;
+    ``from_zero``: less its first point, the time beyond the latency)."""
+    size, t = np.array(sizes), np.array(seconds)
+    t = np.maximum.accumulate(t - t[0] if from_zero else t)  # a noisy dip is not faster
+    rate = max((t[-1] - t[-2]) / (size[-1] - size[-2]), 1.0 / bandwidth * 1e-3)
+    inside = np.interp(nbytes, size, t)
+    return np.where(nbytes > size[-1], t[-1] + (nbytes - size[-1]) * rate, inside)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """A RadiX-Net layer's kernel times over a random layer's of the same shape, per batch
+    size, and its ``spdnn.workload.locality`` (forward, backward): how much faster products
+    run whose neighbouring rows share columns."""
+
+    batches: tuple[int, ...]
+    ratio: dict[str, tuple[float, ...]]  # kernel -> per batch
+    gap: tuple[float, float]
+
+    def factor(self, kernel: str, batch: int, gap: float) -> float:
+        """Time factor of ``kernel`` on a layer of locality ``gap`` (0: random, 1x)."""
+        ref = self.gap[1 if kernel == "backward" else 0]
+        if ref <= 0 or gap <= 0:
+            return 1.0
+        rho = float(np.interp(np.log2(max(batch, 1)), np.log2(np.array(self.batches, float)),
+                              np.array(self.ratio[kernel])))
+        return 1.0 + (rho - 1.0) * min(gap / ref, 1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batches": list(self.batches), **{k: list(v) for k, v in self.ratio.items()},
+                "gap_forward": self.gap[0], "gap_backward": self.gap[1]}
+
+
+SCALE_KEYS = ("alone", "all", "cold_alone", "cold_all")
+
+
+@dataclass(frozen=True)
+class Scales:
+    """Real training steps over kernel-table predictions (``runtime.compute_scale_*``), per
+    batch size of the reference steps."""
+
+    batches: tuple[int, ...]
+    values: dict[str, tuple[float, ...]]  # SCALE_KEYS -> per batch
+
+    def at(self, batch: int) -> dict[str, float]:
+        g = np.log2(np.array(self.batches, float))
+        x = float(np.clip(np.log2(max(batch, 1)), g[0], g[-1]))
+        return {f"compute_scale_{k}": float(np.interp(x, g, np.array(v)))
+                for k, v in self.values.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batches": list(self.batches), **{k: list(v) for k, v in self.values.items()}}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    host: str
+    ranks: int
+    backend: str
+    kernels: dict[str, KernelTable]  # dtype name -> table
+    runtime: dict[str, float]
+    network: Network | None
+    structure: Structure | None = None
+    scales: Scales | None = None
+
+    def table(self, dtype: str) -> KernelTable:
+        return self.kernels.get(dtype) or next(iter(self.kernels.values()))
+
+    def scales_at(self, batch: int) -> dict[str, float]:
+        """The four compute scales for ``batch`` samples per rank (the file's single values
+        when it has none per batch)."""
+        if self.scales is None:
+            return {f"compute_scale_{k}": self.runtime[f"compute_scale_{k}"] for k in SCALE_KEYS}
+        return self.scales.at(batch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": CALIBRATION_FORMAT, "host": self.host, "ranks": self.ranks,
+                "backend": self.backend,
+                "kernels": {d: {"batches": list(t.batches), "inputs": list(t.inputs),
+                                "reuses": list(t.reuses),
+                                **{k: t.ns[k].round(4).tolist() for k in TABLE_KEYS},
+                                **({} if t.dense is None else {"dense": t.dense.to_json()})}
+                            for d, t in self.kernels.items()},
+                "runtime": dict(self.runtime),
+                "structure": None if self.structure is None else self.structure.to_json(),
+                **({} if self.scales is None else {"scales": self.scales.to_json()}),
+                "network": None if self.network is None else {
+                    **{k: getattr(self.network, k) for k in NETWORK},
+                    "pingpong": {"bytes": list(self.network.pingpong_bytes),
+                                 "seconds": list(self.network.pingpong_s)},
+                    **({} if not self.network.allreduce_bytes else {"allreduce": {
+                        "bytes": list(self.network.allreduce_bytes),
+                        "seconds": list(self.network.allreduce_s)}})}}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    ranks_per_node: int
+    intra: Network
+    inter: Network  # bandwidth: one node's injection bandwidth
+    sources: tuple[str, ...]
+    assumptions: str
+    memory_bandwidth_Bps: float | None = None  # a node's, shared by its ranks' copies
+
+    def intra_bandwidth(self, active_per_node: int) -> float:
+        """A rank pair's bandwidth within a node while ``active_per_node`` ranks copy at once:
+        the pair's own, or the rank's share of the node's memory bandwidth (a read and a
+        write per byte), whichever is less."""
+        bw = self.intra.bandwidth_Bps
+        if self.memory_bandwidth_Bps is None:
+            return bw
+        return min(bw, self.memory_bandwidth_Bps / (2 * max(1, active_per_node)))
+
+
+def _number(path: str, where: str, value: Any, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(path, f"{where} must be a finite number (got {value!r})")
+    if value < 0 or (positive and value == 0):
+        raise InputError(path, f"{where} must be {'> 0' if positive else '>= 0'} (got {value})")
+    return float(value)
+
+
+def _field(path: str, obj: Any, key: str, where: str = "") -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise InputError(path, f"missing field {where + key!r}")
+    return obj[key]
+
+
+def _read_json(path: str | os.PathLike, fmt: str) -> tuple[str, dict]:
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if os.fstat(f.fileno()).st_size > 16 * 2**20:
+                raise InputError(path, "larger than 16 MiB: not a machine description")
+            data = json.load(f)
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(path, f"not valid JSON ({exc})") from None
+    if fmt == CALIBRATION_FORMAT and isinstance(data, dict) \
+            and data.get("format") == "spdnn-calibration/1":
+        raise InputError(path, "an older calibration (spdnn-calibration/1, no reuse axis in its "
+                               "kernel tables): run spdnn calibrate again")
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise InputError(path, f"not a {fmt} file (its 'format' field must be {fmt!r})")
+    return path, data
+
+
+def _has_shape(value: Any, shape: tuple[int, ...]) -> bool:
+    """``value`` is nested lists of exactly ``shape`` (checked before numpy sees it)."""
+    if not shape:
+        return not isinstance(value, list)
+    return isinstance(value, list) and len(value) == shape[0] and all(
+        _has_shape(v, shape[1:]) for v in value)
+
+
+def load_calibration(path: str | os.PathLike) -> Calibration:
+    path, data = _read_json(path, CALIBRATION_FORMAT)
+    kernels = {}
+    raw = _field(path, data, "kernels")
+    if not isinstance(raw, dict) or not raw or not set(raw) <= {"float32", "float64"}:
+        raise InputError(path, "'kernels' must map float32 and/or float64 to tables")
+    for dtype, t in raw.items():
+        axes = [_axis(path, t, axis, f"kernels.{dtype}") for axis in ("batches", "inputs",
+                                                                       "reuses")]
+        ns = {}
+        for k in TABLE_KEYS:
+            v = _field(path, t, k, f"kernels.{dtype}.")
+            shape = (len(axes[2]), len(axes[1]), len(axes[0]))
+            if not _has_shape(v, shape):
+                raise InputError(path, f"kernels.{dtype}.{k} must be {shape[0]} blocks of "
+                                       f"{shape[1]} rows of {shape[2]} numbers (reuses x inputs "
+                                       "x batches)")
+            ns[k] = np.array([[[_number(path, f"kernels.{dtype}.{k}", x, positive=True)
+                                for x in row] for row in block] for block in v])
+        kernels[dtype] = KernelTable(axes[0], axes[1], axes[2], ns,
+                                     _dense_table(path, t.get("dense"), f"kernels.{dtype}.dense"))
+    rt = _field(path, data, "runtime")
+    runtime = {k: _number(path, f"runtime.{k}", _field(path, rt, k, "runtime.")) for k in RUNTIME}
+    runtime.update({k: _number(path, f"runtime.{k}", rt.get(k, default))
+                    for k, default in RUNTIME_OPTIONAL.items()})
+    net = _field(path, data, "network")
+    network = None
+    if net is not None:
+        vals = {k: _number(path, f"network.{k}", _field(path, net, k, "network."),
+                           positive=k.endswith("Bps")) for k in NETWORK}
+        pp_bytes, pp_s = _measured_curve(path, net, "pingpong")
+        ar_bytes, ar_s = _measured_curve(path, net, "allreduce")
+        network = Network(**vals, pingpong_bytes=pp_bytes, pingpong_s=pp_s,
+                          allreduce_bytes=ar_bytes, allreduce_s=ar_s)
+    ranks = _field(path, data, "ranks")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise InputError(path, "'ranks' must be an integer >= 1")
+    return Calibration(str(data.get("host", "?")), ranks, str(data.get("backend", "?")),
+                       kernels, runtime, network, _structure(path, data.get("structure")),
+                       _scales(path, data.get("scales")))
+
+
+def _measured_curve(path: str, net: dict, key: str
+                    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``network.<key>``: increasing byte counts and their seconds (absent: none)."""
+    raw = net.get(key) or {"bytes": [], "seconds": []}
+    where = f"network.{key}"
+    sizes, secs = _field(path, raw, "bytes", where + "."), _field(path, raw, "seconds",
+                                                                  where + ".")
+    if not (isinstance(sizes, list) and isinstance(secs, list) and len(sizes) == len(secs)
+            and len(sizes) <= 64):
+        raise InputError(path, f"{where} must hold 'bytes' and 'seconds' lists of one length "
+                               "(at most 64)")
+    sizes_f = [_number(path, f"{where}.bytes", x, positive=True) for x in sizes]
+    if sizes_f != sorted(set(sizes_f)):
+        raise InputError(path, f"{where}.bytes must be increasing")
+    return tuple(sizes_f), tuple(_number(path, f"{where}.seconds", x) for x in secs)
+
+
+def _axis(path: str, raw: Any, key: str, where: str) -> tuple[int, ...]:
+    """``<where>.<key>``: 1 to 64 increasing integers >= 1 (a table's axis)."""
+    v = _field(path, raw, key, f"{where}.")
+    if not (isinstance(v, list) and 1 <= len(v) <= 64 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
+            and v == sorted(set(v))):
+        raise InputError(path, f"{where}.{key} must be increasing integers >= 1")
+    return tuple(v)
+
+
+
+def _series(path: str, raw: Any, key: str, where: str, n: int) -> tuple[float, ...]:
+    v = _field(path, raw, key, f"{where}.")
+    if not (isinstance(v, list) and len(v) == n):
+        raise InputError(path, f"{where}.{key} must be {n} numbers")
+    return tuple(_number(path, f"{where}.{key}", x, positive=True) for x in v)
+
+
+def _dense_table(path: str, raw: Any, where: str) -> DenseTable | None:
+    if raw is None:
+        return None
+    axes = [_axis(path, raw, axis, where) for axis in ("nnz", "batches")]
+    ns = {}
+    for k in KERNELS:
+        v = _field(path, raw, k, f"{where}.")
+        if not _has_shape(v, (len(axes[0]), len(axes[1]))):
+            raise InputError(path, f"{where}.{k} must be {len(axes[0])} rows of "
+                                   f"{len(axes[1])} numbers (nnz x batches)")
+        ns[k] = np.array([[_number(path, f"{where}.{k}", x, positive=True) for x in row]
+                          for row in v])
+    return DenseTable(axes[0], axes[1], ns)
+
+
+def _scales(path: str, raw: Any) -> Scales | None:
+    if raw is None:
+        return None
+    batches = _axis(path, raw, "batches", "scales")
+    return Scales(batches, {k: _series(path, raw, k, "scales", len(batches))
+                            for k in SCALE_KEYS})
+
+
+def _structure(path: str, raw: Any) -> Structure | None:
+    if raw is None:
+        return None
+    batches = _axis(path, raw, "batches", "structure")
+    ratio = {k: _series(path, raw, k, "structure", len(batches)) for k in KERNELS}
+    gap = tuple(_number(path, f"structure.gap_{side}", _field(path, raw, f"gap_{side}",
+                                                               "structure."))
+                for side in ("forward", "backward"))
+    return Structure(batches, ratio, (gap[0], gap[1]))
+
+
+def load_cluster(path: str | os.PathLike) -> Cluster:
+    path, data = _read_json(path, CLUSTER_FORMAT)
+    rpn = _field(path, data, "ranks_per_node")
+    if isinstance(rpn, bool) or not isinstance(rpn, int) or not 1 <= rpn <= 2**20:
+        raise InputError(path, f"ranks_per_node must be an integer from 1 to 2**20 (got {rpn!r})")
+    links = []
+    for name in ("intra_node", "inter_node"):
+        link = _field(path, data, name)
+        lat = _number(path, f"{name}.latency_us",
+                      _field(path, link, "latency_us", f"{name}."))
+        bw = _number(path, f"{name}.bandwidth_GBps",
+                     _field(path, link, "bandwidth_GBps", f"{name}."), positive=True)
+        links.append(Network(lat * 1e-6, bw * 1e9, lat * 1e-6, bw * 1e9))
+    memory = data.get("node_memory_bandwidth_GBps")
+    if memory is not None:
+        memory = _number(path, "node_memory_bandwidth_GBps", memory, positive=True) * 1e9
+    sources = data.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise InputError(path, "'sources' must be a list of strings")
+    return Cluster(str(data.get("name", os.path.basename(path))), rpn, links[0], links[1],
+                   tuple(sources), str(data.get("assumptions", "")), memory)

@@ -1,0 +1,214 @@
+"""The network bundle: one ``.npz`` file, format ``spdnn-network/1`` (see README, "File formats").
+
+Keys: ``format``, ``n_layers``, ``meta`` (JSON string) and for k = 1..L ``W{k}_indptr``,
+``W{k}_indices``, ``W{k}_data``, ``W{k}_shape`` (= [n_k, n_{k-1}]) and ``b{k}``. An ``.npz`` is
+a zip of ``.npy`` members, so one layer is read without reading the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spdnn.errors import InputError
+from spdnn.io.atomic import atomic_path
+from spdnn.io.npz import NpzReader
+from spdnn.kernels.ranges import concat_ranges
+from spdnn.model.network import (
+    Fingerprint,
+    Layer,
+    Network,
+    check_indptr,
+    check_pattern,
+    fingerprint_of,
+    validate_meta,
+)
+
+NETWORK_FORMAT = "spdnn-network/1"
+
+
+class NetworkBundle:
+    """Reader of a network bundle; ``layer(k)`` loads and validates layer k alone."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._npz = NpzReader(path, "network")
+        self.path = self._npz.path
+        self._npz.check_headers()
+        fmt = self._npz.text("format")
+        if fmt != NETWORK_FORMAT:
+            raise InputError(self.path,
+                             f"unknown format version '{fmt}' (expected {NETWORK_FORMAT})")
+        self.n_layers = self._npz.integer("n_layers")
+        if self.n_layers < 1:
+            raise InputError(self.path, f"n_layers is {self.n_layers}, expected at least 1")
+        try:
+            meta = json.loads(self._npz.text("meta"))
+        except json.JSONDecodeError as exc:
+            raise InputError(self.path, f"meta is not valid JSON ({exc})") from None
+        if not isinstance(meta, dict):
+            raise InputError(self.path, "meta must be a JSON object")
+        validate_meta(meta, self.path)
+        self.meta: dict[str, Any] = meta
+        shapes = []
+        for k in range(1, self.n_layers + 1):
+            shape = self._npz.get(f"W{k}_shape")
+            if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer):
+                raise InputError(self.path, f"W{k}_shape must be two integers")
+            if not (1 <= int(shape[0]) < 2**31 and 1 <= int(shape[1]) < 2**31):
+                raise InputError(self.path, f"W{k}_shape {shape.tolist()} must be two positive "
+                                            "integers below 2**31")
+            shapes.append((int(shape[0]), int(shape[1])))
+            self._check_members(k, shapes[-1][0])
+        for k in range(1, self.n_layers):
+            if shapes[k][1] != shapes[k - 1][0]:
+                raise InputError(
+                    self.path,
+                    f"layer {k + 1} has {shapes[k][1]} inputs but layer {k} has "
+                    f"{shapes[k - 1][0]} outputs: shapes do not chain",
+                )
+        self.shapes = tuple(shapes)
+
+    def _check_members(self, k: int, n_out: int) -> None:
+        """The members of layer k agree with its claimed shape (headers only, nothing read):
+        a header that claims 10**9 rows is refused here, before any rank allocates by it."""
+        members = {name: self._npz.header(f"{name}{k}" if name == "b" else f"W{k}_{name}")
+                   for name in ("indptr", "indices", "data", "b")}
+        for name, (shape, dtype) in members.items():
+            if len(shape) != 1:
+                raise InputError(self.path, f"layer {k}: {name} must be a 1-D array, not "
+                                            f"shape {shape}")
+            want_kind = "iu" if name in ("indptr", "indices") else "f"
+            if np.dtype(dtype).kind not in want_kind:
+                kind = "an integer" if want_kind == "iu" else "a floating-point"
+                raise InputError(self.path, f"layer {k}: {name} must be {kind} array, not "
+                                            f"{np.dtype(dtype)}")
+        if members["indptr"][0][0] != n_out + 1:
+            raise InputError(self.path, f"layer {k}: indptr has length {members['indptr'][0][0]}"
+                                        f", but W{k}_shape claims {n_out} rows")
+        if members["b"][0][0] != n_out:
+            raise InputError(self.path, f"layer {k}: bias has length {members['b'][0][0]}, "
+                                        f"but W{k}_shape claims {n_out} rows")
+        if members["indices"][0] != members["data"][0]:
+            raise InputError(self.path, f"layer {k}: indptr, indices and data lengths do not "
+                                        "agree")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return (self.shapes[0][1], *(s[0] for s in self.shapes))
+
+    def pattern(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """indptr and indices of layer k (1-based), without the values, validated (they go on
+        to native partitioners)."""
+        indptr = self._npz.get(f"W{k}_indptr")
+        indices = self._npz.get(f"W{k}_indices")
+        indptr = check_pattern(indptr, indices, self.shapes[k - 1], self.path, f"layer {k}")
+        # Native partitioners get one index type, whatever integer type the file stored.
+        return indptr, indices.astype(np.int32 if len(indices) < 2**31 else np.int64, copy=False)
+
+    def nnz(self, k: int) -> int:
+        """Stored nonzeros of layer k, from the member header alone."""
+        shape, _ = self._npz.header(f"W{k}_indices")
+        return shape[0] if len(shape) == 1 else -1
+
+    def rows(self, k: int, rows: np.ndarray, dtype: Any = None,
+             fingerprint: Fingerprint | None = None) -> Layer:
+        """Rows ``rows`` (ascending) of layer k, validated, without reading the other rows'
+        indices and values; with ``fingerprint``, the whole pattern is read once and added to
+        it (the rank that computes the network's fingerprint)."""
+        n_out, n_in = self.shapes[k - 1]
+        what = f"layer {k}"
+        nnz = self.nnz(k)
+        if nnz < 0:
+            raise InputError(self.path, f"{what}: indices must be a 1-D array")
+        indptr = self._npz.get(f"W{k}_indptr")
+        indptr = check_indptr(indptr, n_out, nnz, self.path, what)
+        data_shape, _ = self._npz.header(f"W{k}_data")
+        if data_shape != (nnz,):
+            raise InputError(self.path, f"{what}: indptr, indices and data lengths do not agree")
+        counts = np.diff(indptr)[rows]
+        starts = indptr[:-1][rows]
+        if fingerprint is not None:
+            indices = self._npz.get(f"W{k}_indices")
+            fingerprint.add(indptr, indices)
+            mine = indices[concat_ranges(starts, counts)]
+        else:
+            mine = self._npz.ranges(f"W{k}_indices", starts, counts)
+        data = self._npz.ranges(f"W{k}_data", starts, counts)
+        bias = self._npz.get(f"b{k}")
+        if bias.shape != (n_out,):
+            raise InputError(self.path, f"{what}: bias has shape {bias.shape}, expected "
+                                        f"({n_out},)")
+        local_indptr = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        return Layer.from_arrays(local_indptr, mine, data, (len(rows), n_in), bias[rows],
+                                 self.path, what, dtype, min_rows=0)
+
+    def layer(self, k: int, dtype: Any = None) -> Layer:
+        if not 1 <= k <= self.n_layers:
+            raise IndexError(k)
+        indptr, indices = self.pattern(k)
+        data = self._npz.get(f"W{k}_data")
+        bias = self._npz.get(f"b{k}")
+        return Layer.from_arrays(indptr, indices, data, self.shapes[k - 1], bias, self.path,
+                                 f"layer {k}", dtype)
+
+    def validate(self) -> None:
+        """Read and check every layer (one at a time), as loading the network would."""
+        for k in range(1, self.n_layers + 1):
+            self.layer(k)
+
+    def layers(self, dtype: Any = None) -> Iterator[Layer]:
+        for k in range(1, self.n_layers + 1):
+            yield self.layer(k, dtype)
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.sizes, (self.pattern(k) for k in range(1, self.n_layers + 1)))
+
+    def network(self, dtype: Any = None) -> Network:
+        extra = {k: v for k, v in self.meta.items()
+                 if k not in ("activation", "cap", "output_activation")}
+        return Network(
+            tuple(self.layers(dtype)),
+            activation=self.meta["activation"],
+            cap=None if self.meta["cap"] is None else float(self.meta["cap"]),
+            output_activation=self.meta["output_activation"],
+            extra=extra,
+        )
+
+    def close(self) -> None:
+        self._npz.close()
+
+    def __enter__(self) -> NetworkBundle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_network(path: str | os.PathLike, dtype: Any = None) -> Network:
+    """Load and validate a whole network bundle."""
+    with NetworkBundle(path) as bundle:
+        return bundle.network(dtype)
+
+
+def save_network(network: Network, path: str | os.PathLike) -> None:
+    """Write a network bundle atomically (temporary name, then rename)."""
+    network.validate(os.fspath(path))
+    arrays: dict[str, np.ndarray] = {
+        "format": np.array(NETWORK_FORMAT),
+        "n_layers": np.array(network.n_layers, dtype=np.int64),
+        "meta": np.array(json.dumps(network.meta(), sort_keys=True)),
+    }
+    for k, layer in enumerate(network.layers, start=1):
+        w = layer.weight
+        arrays[f"W{k}_indptr"] = w.indptr
+        arrays[f"W{k}_indices"] = w.indices
+        arrays[f"W{k}_data"] = w.data
+        arrays[f"W{k}_shape"] = np.array(w.shape, dtype=np.int64)
+        arrays[f"b{k}"] = layer.bias
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)

@@ -1,0 +1,160 @@
+"""Training data: ``digits`` (embedded), ``npz:FILE`` and ``mnist:DIR``.
+
+Samples are rows (samples x features) here; the engines transpose batches into the column
+convention. Labels are integers in [0, C).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spdnn.errors import InputError
+from spdnn.io.formats import read_idx
+from spdnn.io.npz import NpzReader
+from spdnn.model.network import as_dtype
+
+
+def _digits_path() -> Path:
+    """The digits file: package data when installed (``spdnn.data``), else the checkout's
+    ``data/`` (running from a source tree with ``PYTHONPATH``)."""
+    checkout = Path(__file__).resolve().parents[2] / "data" / "digits.csv.gz"
+    if checkout.is_file():
+        return checkout
+    return Path(str(resources.files("spdnn.data").joinpath("digits.csv.gz")))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+
+    @property
+    def n_features(self) -> int:
+        return int(self.x_train.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        ys = [self.y_train] + ([self.y_test] if self.y_test is not None else [])
+        return int(max(int(y.max(initial=0)) for y in ys)) + 1
+
+
+def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any) -> tuple:
+    if x.ndim != 2:
+        raise InputError(source, f"x_{split} must be 2-D (samples x features), has shape {x.shape}")
+    if len(x) == 0:
+        raise InputError(source, f"x_{split} has no samples" + (" (no training samples)"
+                                                               if split == "train" else ""))
+    if y.ndim != 1 or len(y) != len(x):
+        raise InputError(source, f"y_{split} must hold one label per row of x_{split}")
+    if not np.issubdtype(y.dtype, np.integer):
+        if not np.issubdtype(y.dtype, np.floating) or np.any(y != np.round(y)):
+            raise InputError(source, f"y_{split} must hold integer labels")
+    if len(y) and int(y.min()) < 0:
+        raise InputError(source, f"y_{split} has a negative label")
+    if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
+        raise InputError(source, f"x_{split} must hold finite numbers")
+    dt = as_dtype(dtype)
+    with np.errstate(over="ignore"):
+        cast = x.astype(dt, copy=False)
+    if not np.all(np.isfinite(cast)):
+        raise InputError(source, f"x_{split} has values beyond the {dt} range (use --dtype "
+                                 "float64)")
+    return cast, y.astype(np.int64)
+
+
+def load_npz(path: str | os.PathLike, dtype: Any = "float32") -> Dataset:
+    npz = NpzReader(path, "training data")
+    source = npz.path
+    x, y = _check_xy(source, npz.get("x_train"), npz.get("y_train"), "train", dtype)
+    x_test = y_test = None
+    if "x_test" in npz.keys or "y_test" in npz.keys:
+        x_test, y_test = _check_xy(source, npz.get("x_test"), npz.get("y_test"), "test", dtype)
+        if x_test.shape[1] != x.shape[1]:
+            raise InputError(source, "x_test and x_train have different feature counts")
+    npz.close()
+    return Dataset(Path(source).name, x, y, x_test, y_test)
+
+
+def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
+    """MNIST from its IDX files (``train-images-idx3-ubyte[.gz]`` etc.), pixels scaled to [0, 1]."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(d, "no such directory")
+
+    def find(stem: str) -> Path:
+        for name in (stem, stem + ".gz"):
+            if (d / name).is_file():
+                return d / name
+        raise InputError(d / stem, "no such file (nor .gz)")
+
+    def images(stem: str) -> np.ndarray:
+        f = find(stem)
+        a = read_idx(f)
+        if a.ndim != 3 or a.dtype != np.uint8:
+            raise InputError(f, "expected a 3-D uint8 image array")
+        if len(a) == 0:
+            raise InputError(f, "holds no images")
+        return (a.reshape(len(a), -1).astype(as_dtype(dtype)) / 255).astype(as_dtype(dtype))
+
+    def labels(stem: str, n: int) -> np.ndarray:
+        f = find(stem)
+        a = read_idx(f)
+        if a.ndim != 1 or len(a) != n:
+            raise InputError(f, f"expected {n} labels, found shape {a.shape}")
+        return a.astype(np.int64)
+
+    x = images("train-images-idx3-ubyte")
+    y = labels("train-labels-idx1-ubyte", len(x))
+    xt = images("t10k-images-idx3-ubyte")
+    yt = labels("t10k-labels-idx1-ubyte", len(xt))
+    return Dataset("mnist", x, y, xt, yt)
+
+
+def load_digits(dtype: Any = "float32") -> Dataset:
+    """The UCI/scikit-learn handwritten digits (1,797 8x8 images) shipped in ``data/``.
+
+    Pixels are scaled to [0, 1]; a fixed seeded permutation puts 1,437 samples in the
+    training split and 360 in the test split.
+    """
+    with gzip.open(_digits_path(), "rt") as fh:
+        table = np.loadtxt(fh, delimiter=",")
+    x = (table[:, :-1] / 16.0).astype(as_dtype(dtype))
+    y = table[:, -1].astype(np.int64)
+    order = np.random.default_rng(20260101).permutation(len(x))
+    n_test = 360
+    train, test = order[:-n_test], order[-n_test:]
+    return Dataset("digits", x[train], y[train], x[test], y[test])
+
+
+def load_dataset(spec: str, dtype: Any = "float32") -> Dataset:
+    """``digits``, ``npz:FILE`` or ``mnist:DIR``."""
+    if spec == "digits":
+        return load_digits(dtype)
+    kind, _, arg = spec.partition(":")
+    if kind == "npz" and arg:
+        return load_npz(arg, dtype)
+    if kind == "mnist" and arg:
+        return load_mnist(arg, dtype)
+    raise InputError(spec, "unknown data source (use digits, npz:FILE or mnist:DIR)")
+
+
+def check_fits(data: Dataset, sizes: Sequence[int], source: str) -> None:
+    """The data must match the network: features = layer 0, labels below the outputs."""
+    if data.n_features != sizes[0]:
+        raise InputError(source, f"data has {data.n_features} features but the network's "
+                                 f"layer 0 has {sizes[0]} neurons")
+    if data.n_classes > sizes[-1]:
+        raise InputError(source, f"data has labels up to {data.n_classes - 1} "
+                                 f"({data.n_classes} classes) but the network has {sizes[-1]} "
+                                 "outputs")

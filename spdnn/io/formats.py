@@ -1,0 +1,297 @@
+"""Readers and writers for the field's file formats (README, "File formats").
+
+- Text triples (1-based ``row<TAB>col<TAB>value``), as Graph Challenge input images; category
+  files with one 1-based index per line (network directories: ``spdnn.io.graphchallenge``).
+- Matrix Market coordinate files (real, integer or pattern; general).
+- MNIST IDX files, gzipped or not.
+
+Every reader reports a malformed file as InputError naming the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import InputError
+from spdnn.io.atomic import atomic_path, write_text
+
+# --------------------------------------------------------------------------- text tables
+
+# The largest row or column count a text or Matrix Market file may declare or imply: it bounds
+# the row pointers built for a file (1 GiB at this size) whatever the file claims.
+MAX_DIMENSION = 2**27
+
+
+def _read_bytes(path: str | os.PathLike) -> bytes:
+    """A file's bytes, gunzipped when it starts with the gzip magic."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise InputError(p, "no such file")
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read()
+        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(p, f"cannot read ({exc})") from None
+
+
+def _read_text(path: str | os.PathLike) -> str:
+    try:
+        return _read_bytes(path).decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not a text file ({exc})") from None
+
+
+def _parse_rows(
+    path: str, lines: Sequence[str], first_line: int, ncols: Sequence[int]
+) -> np.ndarray:
+    """Parse whitespace-separated numeric rows; ``first_line`` is the 1-based number of lines[0].
+
+    Blank lines are skipped. Errors name the first line with a wrong field count or a
+    non-numeric field.
+    """
+    fields = [ln.split() for ln in lines]
+    widths = [len(f) for f in fields if f]
+    if not widths:
+        return np.zeros((0, ncols[0]))
+    width = widths[0]
+    for offset, f in enumerate(fields):
+        if f and (len(f) != width or len(f) not in ncols):
+            want = " or ".join(str(c) for c in ncols)
+            raise InputError(path, f"expected {want} fields, found {len(f)}", first_line + offset)
+    try:
+        return np.array([x for f in fields for x in f], dtype=np.float64).reshape(-1, width)
+    except ValueError:
+        for offset, f in enumerate(fields):
+            for x in f:
+                try:
+                    float(x)
+                except ValueError:
+                    raise InputError(path, f"non-numeric field '{x}'",
+                                     first_line + offset) from None
+        raise
+
+
+def _locate(path: str, lines: Sequence[str], first_line: int, entry: int) -> int:
+    """1-based line number of the ``entry``-th non-blank line."""
+    seen = -1
+    for offset, ln in enumerate(lines):
+        if ln.strip():
+            seen += 1
+            if seen == entry:
+                return first_line + offset
+    return first_line + len(lines)
+
+
+def _check_indices(
+    path: str, lines: Sequence[str], first_line: int, values: np.ndarray, upper: int | None,
+    what: str,
+) -> np.ndarray:
+    """Check 1-based integer indices in [1, upper]; return them 0-based as int64."""
+    bad_int = values != np.floor(values)
+    if np.any(bad_int):
+        e = int(np.argmax(bad_int))
+        raise InputError(path, f"{what} {values[e]:g} is not an integer",
+                         _locate(path, lines, first_line, e))
+    low = values < 1
+    if np.any(low):
+        e = int(np.argmax(low))
+        raise InputError(path, f"{what} {int(values[e])} is not a 1-based index (must be >= 1)",
+                         _locate(path, lines, first_line, e))
+    upper = MAX_DIMENSION if upper is None else upper
+    high = values > upper
+    if np.any(high):
+        e = int(np.argmax(high))
+        raise InputError(path, f"{what} {int(values[e])} out of range [1, {upper}]",
+                         _locate(path, lines, first_line, e))
+    return values.astype(np.int64) - 1
+
+
+# --------------------------------------------------------------------------- triples / TSV
+
+
+def read_triples(
+    path: str | os.PathLike, shape: tuple[int | None, int | None] = (None, None)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """Read 1-based ``row col value`` lines; return 0-based rows, cols, values and the shape.
+
+    A dimension given as None is taken from the largest index present.
+    """
+    p = os.fspath(path)
+    lines = _read_text(p).splitlines()
+    table = _parse_rows(p, lines, 1, (3,))
+    rows = _check_indices(p, lines, 1, table[:, 0], shape[0], "row index")
+    cols = _check_indices(p, lines, 1, table[:, 1], shape[1], "column index")
+    vals = table[:, 2]
+    if not np.all(np.isfinite(vals)):
+        e = int(np.argmax(~np.isfinite(vals)))
+        raise InputError(p, "non-finite value", _locate(p, lines, 1, e))
+    n_rows = shape[0] if shape[0] is not None else int(rows.max(initial=-1)) + 1
+    n_cols = shape[1] if shape[1] is not None else int(cols.max(initial=-1)) + 1
+    return rows, cols, vals, (n_rows, n_cols)
+
+
+def write_triples(path: str | os.PathLike, matrix: sp.spmatrix) -> None:
+    coo = sp.coo_matrix(matrix)
+    order = np.lexsort((coo.col, coo.row))
+    lines = [f"{r + 1}\t{c + 1}\t{v:.17g}" for r, c, v in
+             zip(coo.row[order], coo.col[order], coo.data[order])]
+    write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+
+
+def coo_to_csr(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+                shape: tuple[int, int]) -> sp.csr_matrix:
+    key = rows * shape[1] + cols
+    if len(np.unique(key)) != len(key):
+        raise InputError(path, "duplicate entry for the same (row, column)")
+    m = sp.csr_matrix((vals, (rows, cols)), shape=shape)
+    m.sort_indices()
+    return m
+
+
+# --------------------------------------------------------------------------- Matrix Market
+
+_MM_HEADER = re.compile(r"%%MatrixMarket\s+matrix\s+(\w+)\s+(\w+)\s+(\w+)", re.IGNORECASE)
+
+
+def read_mtx(path: str | os.PathLike) -> sp.csr_matrix:
+    """Read a Matrix Market coordinate file (real/integer/pattern, general) as float64 CSR."""
+    p = os.fspath(path)
+    lines = _read_text(p).splitlines()
+    if not lines:
+        raise InputError(p, "empty file, expected a %%MatrixMarket header", 1)
+    m = _MM_HEADER.match(lines[0])
+    if not m:
+        raise InputError(p, "missing '%%MatrixMarket matrix ...' header", 1)
+    layout, field, symmetry = (g.lower() for g in m.groups())
+    if layout != "coordinate" or field not in ("real", "integer", "pattern", "double"):
+        raise InputError(p, f"unsupported Matrix Market type '{layout} {field}'", 1)
+    if symmetry != "general":
+        raise InputError(p, f"unsupported Matrix Market symmetry '{symmetry}'", 1)
+    i = 1
+    while i < len(lines) and (lines[i].startswith("%") or not lines[i].strip()):
+        i += 1
+    if i == len(lines):
+        raise InputError(p, "truncated: no size line", i)
+    size = lines[i].split()
+    if len(size) != 3 or not all(s.isdigit() for s in size):
+        raise InputError(p, "size line must be 'rows cols entries'", i + 1)
+    n_rows, n_cols, nnz = (int(s) for s in size)
+    for what, n in (("rows", n_rows), ("columns", n_cols)):
+        if n > MAX_DIMENSION:
+            raise InputError(p, f"size line declares {n:,} {what}; spdnn reads at most "
+                                f"{MAX_DIMENSION:,}", i + 1)
+    data_lines = [ln for ln in lines[i + 1:] if not ln.startswith("%")]
+    width = 2 if field == "pattern" else 3
+    table = _parse_rows(p, data_lines, i + 2, (width,))
+    if len(table) != nnz:
+        problem = "truncated" if len(table) < nnz else "too many entries"
+        raise InputError(p, f"{problem}: size line says {nnz} entries, found {len(table)}")
+    rows = _check_indices(p, data_lines, i + 2, table[:, 0], n_rows, "row index")
+    cols = _check_indices(p, data_lines, i + 2, table[:, 1], n_cols, "column index")
+    vals = np.ones(nnz) if field == "pattern" else table[:, 2]
+    if not np.all(np.isfinite(vals)):
+        e = int(np.argmax(~np.isfinite(vals)))
+        raise InputError(p, "non-finite value", _locate(p, data_lines, i + 2, e))
+    return coo_to_csr(p, rows, cols, vals, (n_rows, n_cols))
+
+
+def write_mtx(path: str | os.PathLike, matrix: sp.spmatrix, comment: str = "") -> None:
+    coo = sp.coo_matrix(matrix)
+    order = np.lexsort((coo.col, coo.row))
+    head = ["%%MatrixMarket matrix coordinate real general"]
+    head += [f"% {c}" for c in comment.splitlines()]
+    head.append(f"{coo.shape[0]} {coo.shape[1]} {coo.nnz}")
+    body = [f"{r + 1} {c + 1} {v:.17g}" for r, c, v in
+            zip(coo.row[order], coo.col[order], coo.data[order])]
+    write_text(path, "\n".join(head + body) + "\n")
+
+
+# --------------------------------------------------------------------------- inputs, categories
+
+
+def read_sparse_matrix(path: str | os.PathLike,
+                       n_cols: int | None = None) -> sp.csr_matrix:
+    """Read TSV triples (``.tsv``/``.txt``) or Matrix Market (``.mtx``) as CSR."""
+    p = os.fspath(path)
+    if p.endswith((".mtx", ".mtx.gz")):
+        m = read_mtx(p)
+        if n_cols is not None and m.shape[1] != n_cols:
+            raise InputError(p, f"has {m.shape[1]} columns, expected {n_cols}")
+        return m
+    rows, cols, vals, shape = read_triples(p, (None, n_cols))
+    return coo_to_csr(p, rows, cols, vals, shape)
+
+
+def read_inputs(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
+    """Graph Challenge input images: samples x features (TSV triples or Matrix Market)."""
+    images = read_sparse_matrix(path, n_features)
+    if images.shape[0] == 0:
+        raise InputError(path, "no inputs (the file holds no samples)")
+    return images
+
+
+def read_categories(path: str | os.PathLike) -> np.ndarray:
+    """1-based category indices: one per line (TSV) or an n x 1 Matrix Market pattern."""
+    p = os.fspath(path)
+    if p.endswith((".mtx", ".mtx.gz")):
+        m = read_mtx(p)
+        if m.shape[1] != 1:
+            raise InputError(p, f"a category file has one column, this one has {m.shape[1]}")
+        return np.sort(m.tocoo().row.astype(np.int64) + 1)
+    lines = _read_text(p).splitlines()
+    table = _parse_rows(p, lines, 1, (1,))
+    cats = _check_indices(p, lines, 1, table[:, 0], None, "category") + 1
+    return np.sort(cats)
+
+
+def write_categories(path: str | os.PathLike, categories: np.ndarray) -> None:
+    write_text(path, "".join(f"{int(c)}\n" for c in categories))
+
+
+# --------------------------------------------------------------------------- Graph Challenge
+
+
+
+# --------------------------------------------------------------------------- MNIST IDX
+
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read an IDX file (gzipped or not): magic 0x0000TTDD, D big-endian sizes, then the data."""
+    p = os.fspath(path)
+    raw = _read_bytes(p)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+        raise InputError(p, "not an IDX file (bad magic number)")
+    ndim = raw[3]
+    if ndim < 1 or len(raw) < 4 + 4 * ndim:
+        raise InputError(p, "truncated IDX header")
+    dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", ndim, 4))
+    dtype = np.dtype(_IDX_TYPES[raw[2]])
+    need = math.prod(dims) * dtype.itemsize  # Python integers: no overflow
+    body = raw[4 + 4 * ndim:]
+    if len(body) < need:
+        raise InputError(p, f"truncated: header promises {need} data bytes, found {len(body)}")
+    if len(body) > need:
+        raise InputError(p, f"{len(body) - need} bytes of trailing data after the IDX payload")
+    return np.frombuffer(body, dtype, math.prod(dims)).reshape(dims)
+
+
+def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
+    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09}
+    arr = np.ascontiguousarray(array)
+    if arr.dtype not in codes:
+        raise ValueError("write_idx supports uint8 and int8 arrays")
+    head = bytes([0, 0, codes[arr.dtype], arr.ndim]) + np.array(arr.shape, ">u4").tobytes()
+    with atomic_path(path) as tmp:
+        data = head + arr.tobytes()
+        tmp.write_bytes(gzip.compress(data) if os.fspath(path).endswith(".gz") else data)

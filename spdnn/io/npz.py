@@ -1,0 +1,182 @@
+"""Pickle-free ``.npz`` access shared by every file format of spdnn (networks, plans,
+checkpoints, data sets, dense weights).
+
+An ``.npz`` is a zip of ``.npy`` members. ``NpzReader`` reads a member's header before its data
+and refuses one that claims more elements than the member holds, so no allocation is sized by a
+file's own claims alone; ``ranges`` reads parts of a 1-D member without reading the rest (members
+written by ``np.savez`` are stored uncompressed, so the parts are read in place). Every failure
+becomes an ``InputError`` naming the file and the member.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zipfile
+import zlib
+from typing import Any
+
+import numpy as np
+from numpy.lib import format as npy
+
+from spdnn.errors import InputError
+from spdnn.kernels.ranges import concat_ranges
+
+# Failures of the zip and npy layers that mean "this file is damaged", not "spdnn is broken".
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError,
+                struct.error, NotImplementedError, RuntimeError, SyntaxError)
+# Elements read per block by ``ranges`` (bounds the temporary to 32 MB of int64 or float64).
+RANGE_BLOCK = 1 << 22
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+
+
+class NpzReader:
+    """Lazy access to one ``.npz`` file; ``kind`` names it in errors ("network", "plan"...)."""
+
+    def __init__(self, path: str | os.PathLike, kind: str) -> None:
+        self.path = os.fspath(path)
+        self.kind = kind
+        if not os.path.exists(self.path):
+            raise InputError(self.path, "no such file")
+        if os.path.isdir(self.path):
+            raise InputError(self.path, f"is a directory, not a {kind} .npz file")
+        try:
+            self._zip = zipfile.ZipFile(self.path)
+            members = self._zip.namelist()
+        except _READ_ERRORS as exc:
+            raise InputError(self.path, f"not a readable {kind} .npz file ({exc})") from None
+        self._members = {m[:-4]: m for m in members if m.endswith(".npy")}
+        if not self._members:
+            raise InputError(self.path, f"not a {kind} .npz file (no .npy members)")
+        self.keys = set(self._members)
+
+    def _member(self, key: str) -> zipfile.ZipInfo:
+        if key not in self._members:
+            raise InputError(self.path, f"missing key '{key}'")
+        return self._zip.getinfo(self._members[key])
+
+    def _fail(self, key: str, problem: str) -> InputError:
+        return InputError(self.path, f"key '{key}' {problem}")
+
+    def _open(self, key: str) -> tuple[Any, tuple[int, ...], np.dtype]:
+        """The member opened just after its header, with the validated shape and dtype."""
+        info = self._member(key)
+        try:
+            fh = self._zip.open(info)
+            version = npy.read_magic(fh)
+            read = npy.read_array_header_1_0 if version == (1, 0) else \
+                npy.read_array_header_2_0
+            shape, fortran, dtype = read(fh, max_header_size=10_000)
+        except _READ_ERRORS as exc:
+            raise self._fail(key, f"is corrupt ({exc})") from None
+        if dtype.hasobject:
+            fh.close()
+            raise self._fail(key, "holds Python objects (only plain arrays are read)")
+        if fortran and len(shape) > 1:
+            fh.close()
+            raise self._fail(key, "is in Fortran order (only C order is read)")
+        claimed = dtype.itemsize
+        for n in shape:
+            claimed *= int(n)
+        if claimed > info.file_size:
+            fh.close()
+            raise self._fail(key, f"claims {shape} of {dtype} ({claimed:,} bytes) but the "
+                                  f"member holds {info.file_size:,} bytes")
+        return fh, tuple(int(n) for n in shape), dtype
+
+    def check_headers(self) -> None:
+        """Read every member's header (not its data): a file whose members cannot be read, or
+        claim more than they hold, is refused before anything is loaded from it."""
+        for key in sorted(self.keys):
+            self.header(key)
+
+    def header(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
+        """Shape and dtype of a member, from its header alone."""
+        fh, shape, dtype = self._open(key)
+        fh.close()
+        return shape, dtype
+
+    def get(self, key: str) -> np.ndarray:
+        fh, shape, dtype = self._open(key)
+        count = int(np.prod(shape, dtype=np.int64))
+        try:
+            with fh:
+                raw = fh.read(count * dtype.itemsize)
+        except _READ_ERRORS as exc:
+            raise self._fail(key, f"is corrupt ({exc})") from None
+        if len(raw) != count * dtype.itemsize:
+            raise self._fail(key, "is truncated")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def ranges(self, key: str, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Elements [start, start + count) of a 1-D member, concatenated (starts ascending).
+
+        A stored member is read in place, block by block over the span the ranges cover; a
+        compressed one is read whole."""
+        idx = concat_ranges(starts, counts)
+        fh, shape, dtype = self._open(key)
+        fh.close()
+        if len(shape) != 1:
+            raise self._fail(key, f"must be 1-D, has shape {shape}")
+        if len(idx) and (idx[0] < 0 or idx[-1] >= shape[0]):
+            raise self._fail(key, f"is shorter ({shape[0]:,}) than the ranges read from it")
+        info = self._member(key)
+        if info.compress_type != zipfile.ZIP_STORED:
+            return self.get(key)[idx]
+        out = np.empty(len(idx), dtype=dtype)
+        start = self._data_offset(key, info)
+        try:
+            with open(self.path, "rb") as f:
+                done = 0
+                while done < len(idx):
+                    lo = int(idx[done])
+                    stop = int(np.searchsorted(idx, lo + RANGE_BLOCK, side="left"))
+                    hi = int(idx[stop - 1]) + 1
+                    f.seek(start + lo * dtype.itemsize)
+                    raw = f.read((hi - lo) * dtype.itemsize)
+                    if len(raw) != (hi - lo) * dtype.itemsize:
+                        raise self._fail(key, "is truncated")
+                    block = np.frombuffer(raw, dtype=dtype)
+                    out[done:stop] = block[idx[done:stop] - lo]
+                    done = stop
+        except OSError as exc:
+            raise self._fail(key, f"could not be read ({exc})") from None
+        return out
+
+    def _data_offset(self, key: str, info: zipfile.ZipInfo) -> int:
+        """Offset in the file of a stored member's array data (after the .npy header)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(info.header_offset)
+                sig, name_len, extra_len = _LOCAL_HEADER.unpack(f.read(30))
+            with self._zip.open(info) as fh:
+                version = npy.read_magic(fh)
+                (npy.read_array_header_1_0 if version == (1, 0) else
+                 npy.read_array_header_2_0)(fh, max_header_size=10_000)
+                header_len = fh.tell()
+        except _READ_ERRORS as exc:
+            raise self._fail(key, f"is corrupt ({exc})") from None
+        if sig != b"PK\x03\x04":
+            raise self._fail(key, "has a corrupt zip entry header")
+        return info.header_offset + 30 + name_len + extra_len + header_len
+
+    def text(self, key: str) -> str:
+        value = self.get(key)
+        if value.shape != () or value.dtype.kind != "U":
+            raise self._fail(key, "must be a string")
+        return str(value)
+
+    def integer(self, key: str) -> int:
+        value = self.get(key)
+        if value.size != 1 or not np.issubdtype(value.dtype, np.integer):
+            raise self._fail(key, "must be one integer")
+        return int(value.reshape(-1)[0])
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def __enter__(self) -> NpzReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,46 @@
+"""Output paths checked before any work starts: a run must not compute for an hour and then
+fail to write its result."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from spdnn.errors import InputError
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> None:
+    """An output file's directory must exist and be writable; the path itself must not be a
+    directory."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(p, f"{option} names a directory, not a file")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(p, f"{option}: output directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(p, f"{option}: output directory {parent} is not writable")
+
+
+def check_output_dir(path: str | os.PathLike, option: str) -> None:
+    """An output directory may exist (as a writable directory) or be creatable."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(p, f"{option}: exists and is not a directory")
+    parent = p if p.exists() else (p.parent if str(p.parent) else Path("."))
+    if not parent.is_dir():
+        raise InputError(p, f"{option}: {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(p, f"{option}: {parent} is not writable")
+
+
+def check_outputs(files: Iterable[tuple[str, str | None]],
+                  dirs: Iterable[tuple[str, str | None]] = ()) -> None:
+    """Check (option, path) pairs of output files and directories that were given."""
+    for option, path in files:
+        if path:
+            check_output_file(path, option)
+    for option, path in dirs:
+        if path:
+            check_output_dir(path, option)

@@ -1,0 +1,56 @@
+"""Plan files: one ``.npz`` of format ``spdnn-plan/1`` (docs/formats.md): ``nparts``,
+``owner{k}`` for k = 0..L (int32, length n_k) and ``meta`` (JSON: method, epsilon, seed,
+backend, the network's fingerprint, statistics, partitioning time)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from spdnn.errors import InputError
+from spdnn.io.atomic import atomic_path
+from spdnn.io.npz import NpzReader
+from spdnn.model.plan import Plan, check_owners
+
+PLAN_FORMAT = "spdnn-plan/1"
+
+
+def save_plan(plan: Plan, path: str | os.PathLike) -> None:
+    check_owners(plan.owners, plan.nparts, os.fspath(path))
+    arrays = {
+        "format": np.array(PLAN_FORMAT),
+        "nparts": np.array(plan.nparts, dtype=np.int64),
+        "n_layers": np.array(len(plan.owners) - 1, dtype=np.int64),
+        "meta": np.array(json.dumps(plan.meta, sort_keys=True)),
+    }
+    for k, o in enumerate(plan.owners):
+        arrays[f"owner{k}"] = o.astype(np.int32)
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def load_plan(path: str | os.PathLike) -> Plan:
+    npz = NpzReader(path, "plan")
+    fmt = npz.text("format")
+    if fmt != PLAN_FORMAT:
+        raise InputError(npz.path, f"unknown format version '{fmt}' (expected {PLAN_FORMAT})")
+    nparts = npz.integer("nparts")
+    try:
+        meta = json.loads(npz.text("meta"))
+    except json.JSONDecodeError as exc:
+        raise InputError(npz.path, f"meta is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise InputError(npz.path, "meta must be a JSON object")
+    owners = []
+    k = 0
+    while f"owner{k}" in npz.keys:
+        owners.append(npz.get(f"owner{k}"))
+        k += 1
+    if len(owners) < 2:
+        raise InputError(npz.path, "a plan needs owner0 and at least owner1")
+    check_owners(owners, nparts, npz.path)
+    npz.close()
+    return Plan(nparts, tuple(o.astype(np.int32) for o in owners), meta)

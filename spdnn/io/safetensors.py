@@ -1,0 +1,210 @@
+"""PyTorch interop: a sequence of linear layers to and from a ``.safetensors`` file.
+
+The format (https://huggingface.co/docs/safetensors): 8 bytes of little-endian header length N,
+N bytes of JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
+{...}}``, then the tensors' bytes (C order, little-endian). It is read and written here directly:
+the header is validated (sizes, offsets, dtypes, overlaps) before any tensor is allocated, so a
+damaged or hostile file is one line of error, and spdnn needs no extra package. Files written
+here load with ``safetensors.torch.load_file`` (tests check it when the package is installed).
+
+Layers follow ``nn.Linear``: ``NAME.weight`` [out, in] and ``NAME.bias`` [out] (absent: zero).
+The sparsity is ``NAME.weight_mask`` when present (``torch.nn.utils.prune`` stores it beside
+``NAME.weight_orig``), else the nonzeros of ``NAME.weight``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import InputError
+from spdnn.io.atomic import atomic_path
+from spdnn.model.network import Layer, Network
+
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
+          "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+          "BOOL": np.bool_}
+MAX_HEADER = 100 << 20  # the reference implementation's limit
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+class SafetensorsFile:
+    """The validated header of one file; tensors are read on demand."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            raise InputError(self.path, "no such file" if not os.path.exists(self.path)
+                             else "not a file")
+        size = os.path.getsize(self.path)
+        with open(self.path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise InputError(self.path, "not a safetensors file (shorter than 8 bytes)")
+            (n,) = struct.unpack("<Q", head)
+            if n > min(MAX_HEADER, size - 8):
+                raise InputError(self.path, f"not a safetensors file (header of {n:,} bytes in "
+                                            f"a file of {size:,})")
+            raw = f.read(n)
+        try:
+            header = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(self.path, f"not a safetensors file (header: {exc})") from None
+        if not isinstance(header, dict):
+            raise InputError(self.path, "not a safetensors file (header is not a JSON object)")
+        self.metadata = header.pop("__metadata__", None) or {}
+        self.data_start, data_len = 8 + n, size - 8 - n
+        self.tensors: dict[str, tuple[np.dtype, tuple[int, ...], int, int]] = {}
+        spans = []
+        for name, entry in header.items():
+            self.tensors[name] = self._entry(name, entry, data_len)
+            spans.append(self.tensors[name][2:])
+        spans.sort()
+        for (_, e0), (b1, _) in zip(spans, spans[1:]):
+            if b1 < e0:
+                raise InputError(self.path, "tensors overlap in the data section")
+
+    def _entry(self, name: str, entry: Any, data_len: int
+               ) -> tuple[np.dtype, tuple[int, ...], int, int]:
+        bad = InputError(self.path, f"tensor '{name}': malformed header entry")
+        if not isinstance(entry, dict):
+            raise bad
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in DTYPES:
+            raise InputError(self.path, f"tensor '{name}': unsupported dtype {dtype!r}")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool)
+                                                and 0 <= d < 2**40 for d in shape)):
+            raise bad
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+            raise bad
+        begin, end = offsets
+        dt = np.dtype(DTYPES[dtype])
+        count = int(np.prod(shape, dtype=object))
+        if not 0 <= begin <= end <= data_len or end - begin != count * dt.itemsize:
+            raise InputError(self.path, f"tensor '{name}': offsets {begin}..{end} do not hold "
+                                        f"{count:,} {dtype} values in {data_len:,} data bytes")
+        return dt if dtype != "BF16" else np.dtype("V2"), tuple(shape), begin, end
+
+    def read(self, name: str) -> np.ndarray:
+        """One tensor as a float64 (floating dtypes, BF16 included) or native array."""
+        if name not in self.tensors:
+            raise InputError(self.path, f"no tensor '{name}'")
+        dt, shape, begin, end = self.tensors[name]
+        with open(self.path, "rb") as f:
+            f.seek(self.data_start + begin)
+            raw = f.read(end - begin)
+        if dt == np.dtype("V2"):  # bfloat16: the upper half of a float32
+            bits = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
+            return bits.view(np.float32).reshape(shape)
+        return np.frombuffer(raw, dt.newbyteorder("<")).reshape(shape).astype(dt.newbyteorder("="))
+
+
+def _layer_names(st: SafetensorsFile, names: Sequence[str] | None) -> list[str]:
+    found = sorted({n.rsplit(".", 1)[0] for n in st.tensors
+                    if n.endswith((".weight", ".weight_orig"))}, key=_natural)
+    if names is None:
+        if not found:
+            raise InputError(st.path, "no linear layers (no tensor named NAME.weight or "
+                                      "NAME.weight_orig)")
+        return found
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise InputError(st.path, f"no layer named {missing[0]!r} (layers: "
+                                  f"{', '.join(found) or 'none'})")
+    return list(names)
+
+
+def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None,
+                     dtype: Any = np.float32, cap: float | None = None,
+                     output_activation: str = "linear") -> Network:
+    """The linear layers ``names`` (default: every NAME.weight, in natural order) as a network;
+    the names and the pruning style are kept in its metadata for ``write_safetensors``."""
+    st = SafetensorsFile(path)
+    names = _layer_names(st, names)
+    layers, pruned = [], False
+    for name in names:
+        values_key = f"{name}.weight_orig" if f"{name}.weight_orig" in st.tensors \
+            else f"{name}.weight"
+        values = st.read(values_key)
+        if values.ndim != 2 or not np.issubdtype(values.dtype, np.floating):
+            raise InputError(path, f"'{values_key}' is not a 2-D floating point [out, in] matrix")
+        if f"{name}.weight_mask" in st.tensors:
+            mask = st.read(f"{name}.weight_mask")
+            if mask.shape != values.shape:
+                raise InputError(path, f"'{name}.weight_mask' has shape {mask.shape}, the "
+                                       f"weight {values.shape}")
+            keep, pruned = mask != 0, True
+        else:
+            keep = values != 0
+        if not np.all(np.isfinite(values[keep])):
+            raise InputError(path, f"'{values_key}': non-finite value (NaN or Inf)")
+        rows, cols = np.nonzero(keep)
+        w = sp.csr_matrix((values[rows, cols].astype(np.float64), (rows, cols)),
+                          shape=values.shape)
+        w.sort_indices()
+        bias = st.read(f"{name}.bias") if f"{name}.bias" in st.tensors \
+            else np.zeros(values.shape[0])
+        if bias.shape != (values.shape[0],) or not np.issubdtype(bias.dtype, np.floating):
+            raise InputError(path, f"'{name}.bias' is not {values.shape[0]} floating point "
+                                   "values")
+        layers.append(Layer.from_arrays(w.indptr, w.indices, w.data, w.shape,
+                                        bias.astype(np.float64), str(path), f"layer '{name}'",
+                                        dtype, min_rows=1))
+    for k in range(1, len(layers)):
+        if layers[k].n_in != layers[k - 1].n_out:
+            raise InputError(path, f"layer '{names[k]}' takes {layers[k].n_in} inputs but "
+                                   f"'{names[k - 1]}' gives {layers[k - 1].n_out} (name the "
+                                   "layers in order with --layers)")
+    net = Network(tuple(layers), cap=cap, output_activation=output_activation,
+                  extra={"safetensors": {"names": names, "pruned": pruned}})
+    net.validate(str(path))
+    return net
+
+
+def write_safetensors(net: Network, path: str | os.PathLike,
+                      names: Sequence[str] | None = None, pruned: bool | None = None) -> None:
+    """Each layer as dense ``NAME.weight`` [out, in] and ``NAME.bias`` (float32), or, when
+    ``pruned``, as ``NAME.weight_orig`` and ``NAME.weight_mask`` (what a module under
+    ``torch.nn.utils.prune`` loads). Names and style default to those the network was read
+    with, else fc1, fc2, ... and plain weights."""
+    known = net.extra.get("safetensors", {}) if isinstance(net.extra, dict) else {}
+    names = list(names or known.get("names") or
+                 [f"fc{k}" for k in range(1, net.n_layers + 1)])
+    if len(names) != net.n_layers:
+        raise InputError(path, f"{len(names)} layer names for {net.n_layers} layers")
+    pruned = bool(known.get("pruned", False)) if pruned is None else pruned
+    tensors: list[tuple[str, np.ndarray]] = []
+    for name, layer in zip(names, net.layers):
+        dense = layer.weight.astype(np.float32).toarray()
+        if pruned:
+            mask = np.zeros(dense.shape, np.float32)
+            coo = layer.weight.tocoo()  # the pattern, stored zeros included
+            mask[coo.row, coo.col] = 1
+            tensors += [(f"{name}.weight_orig", dense), (f"{name}.weight_mask", mask)]
+        else:
+            tensors.append((f"{name}.weight", dense))
+        tensors.append((f"{name}.bias", layer.bias.astype(np.float32)))
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "written_by": "spdnn"}}
+    offset = 0
+    for name, a in tensors:
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for _, a in tensors:
+            f.write(np.ascontiguousarray(a, "<f4").tobytes())

@@ -1,0 +1,55 @@
+"""Opening a job: options checked on rank 0 (the verdict agreed), the kernels' threads set,
+the grid chosen, the network opened under its plan."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from spdnn.comm import Communicator
+from spdnn.errors import SpdnnError
+from spdnn.io.paths import check_outputs
+from spdnn.kernels import products as kernels
+from spdnn.model.network import Network
+from spdnn.model.records import RunOptions, candidate_plans, check_run_options
+from spdnn.runtime.session import Opened, open_network
+
+
+def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunOptions,
+             batch: int,
+             files: Sequence[tuple[str, str | None]] = (),
+             dirs: Sequence[tuple[str, str | None]] = (), verbose: bool = False) -> Opened:
+    """Check ``run`` and the output paths, set the threads, choose the grid, open the
+    network (a bundle's path, or a ``Network`` every rank holds) on every rank. Collective."""
+    if not isinstance(network, Network):
+        network = os.fspath(network)
+
+    def check() -> None:
+        check_run_options(run)
+        check_outputs(files, dirs)
+        kernels.backend()  # an unknown SPDNN_KERNELS value is an error now, not mid-run
+
+    def threads() -> None:
+        cores = os.cpu_count() or 1
+        if run.threads > cores:
+            raise SpdnnError(f"--threads {run.threads}: more than the {cores} cores of this "
+                             "node (threads per rank x ranks per node should not exceed them)")
+        try:
+            kernels.set_threads(run.threads)
+        except ValueError as exc:
+            raise SpdnnError(f"--threads: {exc}") from None
+
+    comm.check(lambda: check() if comm.rank == 0 else None)
+    comm.check(threads)
+    plans = candidate_plans(run)
+    plan, replicas = plans[0] if plans else None, run.replicas
+    if len(plans) > 1 or replicas == "auto":
+        from spdnn.cost.autogrid import choose_grid
+
+        if isinstance(network, Network) or not all(isinstance(p, str) for p in plans):
+            comm.agree("replicas='auto' compares plan files for a network file: give paths")
+        plan, replicas = choose_grid(comm, network=network, plans=plans,
+                                     replicas=run.replicas, calibration=run.calibration,
+                                     cluster=run.cluster, batch=batch, dtype=run.dtype,
+                                     verbose=verbose)
+    return open_network(comm, network, plan, run.dtype, replicas, run.exchange)

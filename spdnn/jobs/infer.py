@@ -1,0 +1,90 @@
+"""An inference job: accuracy on a labelled data set, or the Graph Challenge categories of an
+images file (compared with a truth file when one is given)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from spdnn.comm import Communicator
+from spdnn.io.datasets import check_fits, load_dataset
+from spdnn.io.formats import read_categories, read_inputs, write_categories
+from spdnn.jobs._open import open_job
+from spdnn.model.network import Network
+from spdnn.model.records import InferResult, RunOptions
+from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
+from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs
+from spdnn.runtime.session import write_json
+
+DATA_SETS = ("digits", "npz:", "mnist:")
+
+
+def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec: str,
+                  run: RunOptions,
+                  truth: str | os.PathLike | None, categories_out: str | os.PathLike | None,
+                  metrics_out: str | os.PathLike | None, verbose: bool) -> InferResult:
+    """The job behind ``spdnn.infer`` and ``spdnn infer``. Collective."""
+    categories_out = None if categories_out is None else os.fspath(categories_out)
+    metrics_out = None if metrics_out is None else os.fspath(metrics_out)
+    job = open_job(comm, network, run, 1,
+                   [("--categories-out", categories_out), ("--metrics-out", metrics_out)])
+    dnet = job.dnet
+    show = comm.rank == 0 and verbose
+
+    def traffic() -> dict:
+        volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data)
+
+    if spec == "digits" or spec.startswith(DATA_SETS[1:]):
+        data = comm.check(lambda: load_dataset(spec, run.dtype))
+        x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
+                                                                            data.y_train)
+        comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
+        x_local = comm.check(lambda: local_inputs(dnet, x, spec))
+        t0 = time.perf_counter()
+        acc = evaluate(dnet, x_local, y)
+        seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+        counted = traffic()
+        if show:
+            print(f"accuracy {acc:.4f} on {len(y):,} samples with {comm.size} rank(s) "
+                  f"({len(y) / seconds:,.0f} samples/s)")
+            print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
+        write_json(comm, metrics_out, {"accuracy": acc, "samples": len(y), "seconds": seconds,
+                                       "ranks": comm.size, "traffic": counted})
+        return InferResult(rank=comm.rank, samples=len(y), seconds=seconds, ranks=comm.size,
+                           accuracy=acc, traffic=counted)
+    if truth is not None:
+        truth = os.fspath(truth)
+    expected = comm.check(lambda: read_categories(truth)) if truth else None
+    images = comm.check(lambda: read_inputs(spec, job.bundle.sizes[0]))
+    result = challenge_infer(comm, dnet, images, job.nnz)
+    counted = traffic()
+    metrics = {"categories": len(result.categories), "inputs": result.n_inputs,
+               "seconds": result.seconds, "rate": result.rate, "ranks": comm.size,
+               "traffic": counted, "timing": timing(comm, dnet.timers)}
+    if show:
+        print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
+              f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "
+              f"{result.rate:.4g} edges/s")
+        print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
+    if categories_out:
+        comm.check(lambda: write_categories(categories_out, result.categories)
+                   if comm.rank == 0 else None)
+    out = InferResult(rank=comm.rank, samples=result.n_inputs, seconds=result.seconds,
+                      ranks=comm.size, categories=result.categories, rate=result.rate,
+                      traffic=counted, timing=metrics["timing"])
+    if expected is not None:
+        match = bool(np.array_equal(expected, result.categories))
+        metrics["truth_match"] = match
+        if show:
+            print("categories match the truth file" if match else
+                  f"categories DIFFER from the truth file ({len(expected)} expected)")
+        write_json(comm, metrics_out, metrics)
+        if not match:
+            comm.agree(f"{truth}: categories do not match")
+        return out
+    write_json(comm, metrics_out, metrics)
+    return out
+

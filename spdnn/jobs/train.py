@@ -1,0 +1,160 @@
+"""A training job: open the network under its plan, load the data, resume if asked, run SGD,
+report traffic and timing, save the trained network, write the metrics."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+from spdnn.comm import Communicator
+from spdnn.errors import SpdnnError
+from spdnn.io.datasets import check_fits, load_dataset
+from spdnn.kernels.products import backend as kernels_backend
+from spdnn.lossy.compress import parse_compress
+from spdnn.model.network import Network
+from spdnn.model.optim import SGDConfig
+from spdnn.model.records import RunOptions, TrainOptions, TrainResult
+from spdnn.model.reports import EpochReport, short_sizes
+from spdnn.runtime.accounting import (
+    accounting,
+    format_timing,
+    format_traffic,
+    plan_volume,
+    timing,
+)
+from spdnn.runtime.checkpoint import check_position, directory_lock, load_checkpoint
+from spdnn.runtime.session import save_trained, write_json
+from spdnn.runtime.training import TrainConfig, resumed_lossy, train
+
+
+def _config(opt: TrainOptions) -> TrainConfig:
+    if opt.checkpoint_every is not None and not opt.checkpoint_dir:
+        raise SpdnnError("--checkpoint-every needs --checkpoint-dir")
+    if opt.refresh is not None and opt.critical_set is None:
+        raise SpdnnError("--refresh needs --critical-set")
+    try:
+        compress = parse_compress(opt.compress, opt.compress_min_values)
+    except ValueError as exc:
+        raise SpdnnError(f"--compress: {exc}") from None
+    return TrainConfig(epochs=opt.epochs, batch_size=opt.batch_size,
+                       sgd=SGDConfig(opt.lr, opt.momentum, opt.weight_decay), seed=opt.seed,
+                       shuffle=opt.shuffle, loss=opt.loss, max_steps=opt.max_steps,
+                       checkpoint_dir=None if opt.checkpoint_dir is None else
+                       os.fspath(opt.checkpoint_dir),
+                       checkpoint_every=opt.checkpoint_every, compress=compress,
+                       critical_set=opt.critical_set, refresh=opt.refresh or 2)
+
+
+def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
+    note = ""
+    if cfg.compress.enabled:
+        note += f"; gradient sums compressed {cfg.compress.text()}" if replicas > 1 else \
+            f"; --compress {cfg.compress.text()} has no effect with one replica (no sums)"
+    if cfg.critical_set:
+        note += f"; critical set {cfg.critical_set:g}, full pass every {cfg.refresh} epochs"
+    return note
+
+
+def run_training(comm: Communicator, network: str | os.PathLike | Network, data_spec: str,
+                 run: RunOptions, opt: TrainOptions, save: str | os.PathLike | None,
+                 metrics_out: str | os.PathLike | None, verbose: bool,
+                 on_epoch: Callable[[EpochReport], None] | None) -> TrainResult:
+    """The job behind ``spdnn.train`` and ``spdnn train``. Collective."""
+    from spdnn.jobs.progress import Progress
+
+    cfg = comm.check(lambda: _config(opt))
+    save = None if save is None else os.fspath(save)
+    metrics_out = None if metrics_out is None else os.fspath(metrics_out)
+    job = open_training(comm, network, run, cfg, save, metrics_out, verbose)
+    sizes, dnet = job.bundle.sizes, job.dnet
+    data = comm.check(lambda: load_dataset(data_spec, run.dtype))
+    comm.check(lambda: check_fits(data, sizes, data_spec))
+    position, momentum, lossy = None, None, None
+    if opt.resume:
+        resume = os.fspath(opt.resume)
+        position, momentum = comm.check(lambda: load_checkpoint(
+            dnet, resume, cfg.settings(), opt.resume_with_changes))
+        lossy = comm.check(lambda: resumed_lossy(dnet, resume, cfg, len(data.y_train),
+                                                 opt.resume_with_changes))
+        comm.check(lambda: check_position(position, resume, cfg.batch_size, cfg.max_steps,
+                                           len(data.y_train)))
+        if position.epoch >= cfg.epochs or cfg.max_steps == position.step:
+            if comm.rank == 0 and verbose:
+                limit = f"--epochs {cfg.epochs}" if position.epoch >= cfg.epochs else \
+                    f"--max-steps {cfg.max_steps}"
+                print(f"{resume} is at step {position.step} (epoch {position.epoch + 1}, "
+                      f"batch {position.batch}), already at {limit}: nothing to do; nothing "
+                      "written", flush=True)
+            return TrainResult(rank=comm.rank, epochs=(), ranks=comm.size,
+                               parts=dnet.grid.parts,
+                               replicas=dnet.grid.replicas,
+                               plan_method=job.plan.meta.get("method"),
+                               kernels=kernels_backend())
+    if comm.rank == 0 and verbose:
+        resumed = f", resumed at step {position.step}" if position else ""
+        grid = f" ({dnet.grid.parts} part(s) x {dnet.grid.replicas} replicas)" \
+            if dnet.grid.replicas > 1 else ""
+        print(f"training {short_sizes(sizes)} ({job.nnz:,} weights) on {data.name} "
+              f"with {comm.size} rank(s){grid}, plan "
+              f"{job.plan.meta.get('method', '?')}: {len(data.x_train):,} samples, batch "
+              f"{cfg.batch_size}, lr {opt.lr}, momentum {opt.momentum}, weight decay "
+              f"{opt.weight_decay}{resumed}{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
+    bars: list = []
+
+    def on_step(done: int, total: int) -> None:
+        """A progress bar (lines in a log) per epoch, on rank 0."""
+        if not bars or done <= bars[-1].done:
+            bars.append(Progress("  steps", total, enabled=comm.rank == 0 and verbose,
+                                 unit="samples", per_item=cfg.batch_size))
+            bars[-1].start = done  # timing starts after this step
+        bars[-1].done = done
+        bars[-1].update(done)
+        if done == total:
+            bars[-1].close()
+
+    result: dict[str, Any] = {}
+
+    def finish() -> None:
+        """Report the traffic and save the trained network, before the final checkpoint."""
+        volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        result["traffic"] = acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize,
+                                             dnet.grid.data)
+        result["timing"] = tm = timing(comm, dnet.timers)
+        if comm.rank == 0 and verbose:
+            print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
+            print(format_timing(tm), flush=True)
+        if save:
+            save_trained(comm, dnet, save, {"trained_by": "spdnn train", "data": data.name})
+            if comm.rank == 0 and verbose:
+                print(f"saved {save}")
+
+    def epoch_done(report: EpochReport) -> None:
+        if verbose:
+            print(report.line(), flush=True)
+        if on_epoch is not None:
+            on_epoch(report)
+
+    lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
+    with lock:
+        reports = train(comm, dnet, data, cfg, position, momentum, lossy,
+                        epoch_done if comm.rank == 0 else None, on_step, finish)
+    out = TrainResult(rank=comm.rank, epochs=tuple(reports), ranks=comm.size,
+                      parts=dnet.grid.parts,
+                      replicas=dnet.grid.replicas, plan_method=job.plan.meta.get("method"),
+                      kernels=kernels_backend(), traffic=result["traffic"],
+                      timing=result["timing"])
+    write_json(comm, metrics_out, out.metrics())
+    return out
+
+
+def open_training(comm: Communicator, network: str | os.PathLike | Network, run: RunOptions,
+                  cfg: TrainConfig, save: str | None, metrics_out: str | None, verbose: bool):
+    """Open the job with its outputs checked first (nothing is computed for an hour and then
+    fails to be written)."""
+    from spdnn.jobs._open import open_job
+
+    return open_job(comm, network, run, cfg.batch_size,
+                    [("--save", save), ("--metrics-out", metrics_out)],
+                    [("--checkpoint-dir", cfg.checkpoint_dir)], verbose)

@@ -1,0 +1,24 @@
+"""Local kernels, no MPI: the sparse products behind one interface with interchangeable backends
+(``scipy``, ``numba``), the exchange encodings, and index helpers.
+
+>>> from spdnn import kernels
+>>> kernels.set_backend("scipy")
+"""
+
+from spdnn.kernels.products import (
+    BACKENDS,
+    apply_slope,
+    available_backends,
+    backend,
+    max_threads,
+    sddmm,
+    set_backend,
+    set_threads,
+    spmm,
+    spmm_act,
+    threads,
+    transpose,
+)
+
+__all__ = ["BACKENDS", "apply_slope", "available_backends", "backend", "max_threads", "sddmm",
+           "set_backend", "set_threads", "spmm", "spmm_act", "threads", "transpose"]

@@ -1,0 +1,258 @@
+"""Local sparse kernels behind one interface with interchangeable backends; no MPI here.
+
+Activations are (neurons x batch) C-contiguous arrays, so one neuron's row is contiguous (the
+unit the runtime exchanges).
+
+- ``spmm(W, X, bias, out, rows, accumulate)``: Z = W X + b 1^T on a row range, or Z += W X.
+  W^T G is ``spmm`` on a stored transpose (``transpose``): a gather, not a scatter.
+- ``spmm_act(...)``: the same, fused with X' = min(max(Z, 0), cap) for the next layer.
+- ``sddmm(W, D, X, out, bias_grad)``: out[e] = D[i_e, :] . X[j_e, :] for every stored
+  (i_e, j_e) of W (the weight gradient) without an nnz x B temporary, and the row sums of D.
+- ``apply_slope(G, Z, cap)``: G *= h'(Z) in place.
+
+Backends: ``scipy`` (reference) and ``numba`` (faster; see docs/BENCHMARKS.md). The default is
+numba when it is installed, else scipy; ``SPDNN_KERNELS=scipy|numba`` or ``set_backend`` choose.
+A matrix with every entry stored (a dense head) goes to BLAS in either backend. ``set_threads``
+sets the numba kernels' threads (default 1: one per rank).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import SpdnnError
+from spdnn.threads import default_threads
+
+# Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
+SDDMM_CHUNK = 1 << 22
+BACKENDS = ("scipy", "numba")
+_NO_ALIVE = np.zeros(0, dtype=np.int32)
+_NO_BIAS = {np.dtype(t).char: np.zeros(0, dtype=t) for t in (np.float32, np.float64)}
+_state: dict = {"backend": None, "threads": default_threads(), "numba_ready": False}
+
+
+def available_backends() -> list[str]:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return ["scipy"]
+    return ["scipy", "numba"]
+
+
+def set_backend(name: str) -> None:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown kernel backend {name!r}; choose from {BACKENDS}")
+    if name not in available_backends():
+        raise ValueError(f"kernel backend {name!r} is not installed (pip install {name})")
+    _state["backend"] = name
+
+
+def backend() -> str:
+    if _state["backend"] is None:
+        wanted = os.environ.get("SPDNN_KERNELS", "auto")
+        if wanted == "auto":
+            wanted = "numba" if "numba" in available_backends() else "scipy"
+        try:
+            set_backend(wanted)
+        except ValueError as exc:
+            raise SpdnnError(f"SPDNN_KERNELS={wanted!r}: {exc}") from None
+    return str(_state["backend"])
+
+
+def max_threads() -> int:
+    """The most threads the numba kernels can use in this process (its pool size, fixed when
+    numba loads: ``NUMBA_NUM_THREADS``; see spdnn.threads)."""
+    if "numba" not in available_backends():
+        return 1
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def set_threads(n: int) -> None:
+    """Threads of the numba kernels in this rank (the scipy backend stays on one)."""
+    if n < 1 or n > max_threads():
+        raise ValueError(f"threads must be between 1 and {max_threads()} (this process's "
+                         f"pool, NUMBA_NUM_THREADS), not {n}")
+    _state["threads"] = n
+    if "numba" in available_backends():
+        import numba
+
+        numba.set_num_threads(n)
+
+
+def threads() -> int:
+    return int(_state["threads"])
+
+
+def _nb():  # noqa: ANN202
+    from spdnn.kernels import _numba_kernels
+
+    if not _state["numba_ready"]:  # numba's own default is its whole pool
+        _state["numba_ready"] = True
+        set_threads(min(_state["threads"], max_threads()))
+    return _numba_kernels
+
+
+def warm_up() -> None:
+    """Load (or compile) the active backend's kernels now, outside any timed loop."""
+    if backend() == "numba":
+        _nb().warm_up()
+
+
+def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
+    """The row index of every stored entry of a CSR matrix."""
+    return np.repeat(np.arange(w.shape[0], dtype=w.indices.dtype), np.diff(w.indptr))
+
+
+def transpose(w: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """W^T as CSR with sorted indices, and the position in ``w.data`` of each of its entries
+    (refresh its values with ``np.take(w.data, gather, out=wt.data)``)."""
+    rows = row_of_entries(w)
+    gather = np.lexsort((rows, w.indices)).astype(np.int64)  # by column, then row
+    counts = np.bincount(w.indices, minlength=w.shape[1])
+    indptr = np.zeros(w.shape[1] + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    index_dtype = np.int32 if max(w.shape) < 2**31 and w.nnz < 2**31 else np.int64
+    wt = sp.csr_matrix((w.data[gather], rows[gather].astype(index_dtype),
+                        indptr.astype(index_dtype)), shape=(w.shape[1], w.shape[0]))
+    wt.has_sorted_indices = True
+    return wt, gather
+
+
+def _dense(w: sp.csr_matrix) -> np.ndarray | None:
+    """W's values as a dense (rows x cols) view when every entry is stored in order (a dense
+    layer): then W.data is the row-major dense matrix and BLAS does the products."""
+    rows, cols = w.shape
+    if w.nnz != rows * cols or w.nnz == 0 or not w.has_sorted_indices:
+        return None
+    return w.data.reshape(rows, cols)
+
+
+Rows = tuple[int, int]
+
+
+def _range(w: sp.csr_matrix, rows: Rows | None) -> Rows:
+    return (0, w.shape[0]) if rows is None else rows
+
+
+def spmm(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None = None,
+         out: np.ndarray | None = None, rows: Rows | None = None,
+         accumulate: bool = False) -> np.ndarray:
+    """out[r0:r1] = W[r0:r1] x + bias[r0:r1] (or + out[r0:r1] when ``accumulate``)."""
+    if out is None:
+        out = np.empty((w.shape[0], x.shape[1]), dtype=x.dtype)
+    spmm_act(w, x, bias, None, out, None, rows, accumulate)
+    return out
+
+
+def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: float | None,
+             out_z: np.ndarray, out_x: np.ndarray | None, rows: Rows | None = None,
+             accumulate: bool = False, alive: np.ndarray | None = None) -> None:
+    """As spmm into out_z, and h(Z) rows into out_x when it is given (fused in the numba
+    backend); ``alive`` (int32 per column), if given, is set to 1 where h(Z) is nonzero."""
+    r0, r1 = _range(w, rows)
+    dense = _dense(w)
+    if dense is None and backend() == "numba":
+        init = 0 if accumulate else (1 if bias is not None else 2)
+        _nb().spmm_rows(w.indptr, w.indices, w.data, x, _NO_BIAS[x.dtype.char] if bias is None
+                        else bias,
+                        out_z, r0, r1, init, -1.0 if cap is None else float(cap),
+                        out_x is not None, out_z if out_x is None else out_x,
+                        _NO_ALIVE if alive is None else alive)
+        return
+    zr = out_z[r0:r1]
+    if dense is not None and not accumulate:
+        np.matmul(dense[r0:r1], x, out=zr)
+    elif dense is not None:
+        zr += dense[r0:r1] @ x
+    else:
+        part = w[r0:r1] @ x if (r0, r1) != (0, w.shape[0]) else w @ x
+        if accumulate:
+            zr += part
+        else:
+            zr[...] = part
+    if bias is not None and not accumulate:
+        zr += bias[r0:r1, None]
+    if out_x is not None:
+        h = np.maximum(out_z[r0:r1], 0)
+        if cap is not None:
+            np.minimum(h, cap, out=h)
+        out_x[r0:r1] = h
+        if alive is not None and h.size:
+            alive |= np.any(h != 0, axis=0)
+
+
+def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray | None = None,
+          rows: np.ndarray | None = None, bias_grad: np.ndarray | None = None) -> np.ndarray:
+    """Sampled dense-dense product on W's pattern (``rows``: W's ``row_of_entries``, for the
+    scipy backend); with ``bias_grad``, also its row sums of d."""
+    nnz = w.nnz
+    if out is None:
+        out = np.empty(nnz, dtype=np.result_type(d, x))
+    dense = _dense(w)
+    if dense is None and backend() == "numba":
+        _nb().sddmm(w.indptr, w.indices, d, x, out, out if bias_grad is None else bias_grad,
+                    bias_grad is not None)
+        return out
+    if bias_grad is not None:
+        np.sum(d, axis=1, out=bias_grad)
+    if dense is not None:
+        np.matmul(d, x.T, out=out.reshape(dense.shape))
+        return out
+    _sampled(d, x, row_of_entries(w) if rows is None else rows, w.indices, out)
+    return out
+
+
+def _sampled(d: np.ndarray, x: np.ndarray, i: np.ndarray, j: np.ndarray,
+             out: np.ndarray) -> None:
+    """out[e] = d[i[e]] . x[j[e]], in chunks that bound the temporaries (scipy backend)."""
+    step = max(1, SDDMM_CHUNK // max(1, d.shape[1]))
+    for start in range(0, len(out), step):
+        stop = min(len(out), start + step)
+        np.einsum("ij,ij->i", d[i[start:stop]], x[j[start:stop]], out=out[start:stop])
+
+
+def backward_products(wt: sp.csr_matrix, order: np.ndarray, d: np.ndarray, x: np.ndarray,
+                      out: np.ndarray, grad_w: np.ndarray, rows: Rows | None = None,
+                      base: int = 0, z: np.ndarray | None = None,
+                      cap: float | None = None) -> None:
+    """A layer's two backward products on the rows [r0, r1) of its stored transpose W^T (from
+    ``transpose(W)``, ``order`` its map into W's entries): out[r - base] = (W^T d)[r], times
+    h'(z[r]) when ``z`` is given, and grad_w[order[e]] = d[i_e] . x[r] for the entries of those
+    rows (the weight gradient, in W's order). One pass in the numba backend."""
+    r0, r1 = _range(wt, rows)
+    dense = _dense(wt)
+    if dense is None and backend() == "numba":
+        mask = z is not None
+        _nb().backward_rows(wt.indptr, wt.indices, wt.data, order, d, x, out, base, grad_w,
+                            r0, r1, z if mask else out, -1.0 if cap is None else float(cap),
+                            mask)
+        return
+    sub = out[r0 - base:r1 - base]
+    if dense is not None:  # W dense: grad_w is W's row-major layout, rows of W^T its columns
+        np.matmul(dense[r0:r1], d, out=sub)
+        grad_w.reshape(wt.shape[1], wt.shape[0])[:, r0:r1] = d @ x[r0:r1].T
+    else:
+        sub[...] = wt[r0:r1] @ d
+        lo, hi = wt.indptr[r0], wt.indptr[r1]
+        part = np.empty(hi - lo, dtype=grad_w.dtype)
+        own_rows = np.repeat(np.arange(r0, r1), np.diff(wt.indptr[r0:r1 + 1]))
+        _sampled(d, x, wt.indices[lo:hi], own_rows, part)
+        grad_w[order[lo:hi]] = part
+    if z is not None:
+        apply_slope(sub, z[r0:r1], cap)
+
+
+def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:
+    """g *= h'(z) in place (ReLU, capped when ``cap`` is given: 0 at and beyond the cap)."""
+    if backend() == "numba" and g.flags.c_contiguous and z.flags.c_contiguous:
+        _nb().apply_slope(g, z, -1.0 if cap is None else float(cap))
+        return
+    keep = z > 0
+    if cap is not None:
+        keep &= z < cap
+    np.multiply(g, keep, out=g)

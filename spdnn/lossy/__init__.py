@@ -1,0 +1,2 @@
+"""Lossy training: gradient compressors with error feedback, critical sets, and their state in a
+checkpoint."""

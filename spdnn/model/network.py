@@ -1,0 +1,278 @@
+"""The sparse network model shared by every part of spdnn.
+
+Column convention (README, "What is computed"): layer k maps X_{k-1} (n_{k-1} x B) to
+X_k = h(W_k X_{k-1} + b_k), W_k is CSR with one row per output neuron.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import InputError
+
+ACTIVATIONS = ("relu",)
+OUTPUT_ACTIVATIONS = ("linear", "relu")
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def as_dtype(dtype: Any) -> np.dtype:
+    """Normalise a dtype name or object to float32/float64, refusing anything else."""
+    dt = np.dtype(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, not {dt}")
+    return dt
+
+
+def check_indptr(indptr: np.ndarray, n_rows: int, nnz: int, source: str, what: str
+                 ) -> np.ndarray:
+    """Row pointers of a CSR matrix: 1-D integers, n_rows + 1 of them, from 0 to nnz, never
+    decreasing (checked before anything is sized or sliced by them). Returns them as int64:
+    differences of unsigned or narrow integers wrap (a decreasing uint64 pointer has a huge
+    positive difference), so they are compared only after the cast."""
+    if indptr.ndim != 1 or not np.issubdtype(indptr.dtype, np.integer):
+        raise InputError(source, f"{what}: indptr must be a 1-D integer array")
+    if len(indptr) != n_rows + 1:
+        raise InputError(source, f"{what}: indptr has length {len(indptr)}, expected {n_rows + 1}")
+    if indptr.dtype.kind == "u" and len(indptr) and int(indptr.max()) >= 2**63:
+        raise InputError(source, f"{what}: indptr holds values beyond 2**63")
+    indptr = indptr.astype(np.int64, copy=False)
+    if indptr[0] != 0 or indptr[-1] != nnz:
+        raise InputError(source, f"{what}: indptr, indices and data lengths do not agree")
+    if np.any(np.diff(indptr) < 0):
+        raise InputError(source, f"{what}: indptr is not non-decreasing")
+    return indptr
+
+
+def check_pattern(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    shape: tuple[int, int],
+    source: str,
+    what: str,
+    min_rows: int = 1,
+) -> np.ndarray:
+    """Validate a CSR sparsity pattern: chained pointers, sorted unique in-range indices.
+    ``min_rows=0`` accepts the empty slice a rank may own of a layer. Returns the pointers as
+    int64 (``check_indptr``)."""
+    n_rows, n_cols = shape
+    if n_rows < min_rows or n_cols < 1:
+        raise InputError(source, f"{what}: shape {shape} must be positive")
+    if indices.ndim != 1:
+        raise InputError(source, f"{what}: indices must be a 1-D array, not {indices.shape}")
+    if not np.issubdtype(indices.dtype, np.integer):
+        raise InputError(source, f"{what}: indptr and indices must be integer arrays")
+    nnz = len(indices)
+    indptr = check_indptr(indptr, n_rows, nnz, source, what)
+    if nnz:
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= n_cols:
+            bad = lo if lo < 0 else hi
+            raise InputError(source, f"{what}: column index {bad} out of range [0, {n_cols})")
+        # Within a row, indices must strictly increase (sorted, no duplicate entries).
+        step = np.diff(indices.astype(np.int64))
+        row_start = np.zeros(nnz, dtype=bool)
+        starts = indptr[:-1][np.diff(indptr) > 0]
+        row_start[starts] = True
+        bad = (step <= 0) & ~row_start[1:]
+        if np.any(bad):
+            pos = int(np.argmax(bad)) + 1
+            row = int(np.searchsorted(indptr, pos, side="right")) - 1
+            kind = "duplicate" if step[pos - 1] == 0 else "unsorted"
+            raise InputError(source, f"{what}: {kind} column index in row {row}")
+    return indptr
+
+
+def check_csr(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    shape: tuple[int, int],
+    source: str,
+    what: str,
+    min_rows: int = 1,
+) -> None:
+    """Validate raw CSR arrays: a valid pattern (``check_pattern``) and finite values."""
+    if data.ndim != 1 or len(data) != len(indices):
+        raise InputError(source, f"{what}: indptr, indices and data lengths do not agree")
+    check_pattern(indptr, indices, shape, source, what, min_rows)
+    if not np.issubdtype(data.dtype, np.floating):
+        raise InputError(source, f"{what}: values must be floating point, not {data.dtype}")
+    if not np.all(np.isfinite(data)):
+        raise InputError(source, f"{what}: non-finite value (NaN or Inf)")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer: W (n_out x n_in, CSR) and bias b (n_out)."""
+
+    weight: sp.csr_matrix
+    bias: np.ndarray
+
+    @property
+    def n_out(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def n_in(self) -> int:
+        return int(self.weight.shape[1])
+
+    @property
+    def nnz(self) -> int:
+        return int(self.weight.nnz)
+
+    @staticmethod
+    def from_arrays(
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        data: np.ndarray,
+        shape: Sequence[int],
+        bias: np.ndarray,
+        source: str = "network",
+        what: str = "layer",
+        dtype: Any = None,
+        min_rows: int = 1,
+    ) -> Layer:
+        """Build a validated layer from raw CSR arrays (as stored in a bundle)."""
+        shape_t = (int(shape[0]), int(shape[1]))
+        check_csr(indptr, indices, data, shape_t, source, what, min_rows)
+        bias = np.asarray(bias)
+        if bias.shape != (shape_t[0],):
+            raise InputError(source,
+                             f"{what}: bias has shape {bias.shape}, expected ({shape_t[0]},)")
+        if not np.issubdtype(bias.dtype, np.floating) or not np.all(np.isfinite(bias)):
+            raise InputError(source, f"{what}: bias must be finite floating point values")
+        dt = as_dtype(dtype if dtype is not None else data.dtype)
+        # Keep int32 indices where they fit: scipy's kernels are fastest on them.
+        itype = np.int32 if len(indices) < 2**31 and shape_t[1] < 2**31 else np.int64
+        with np.errstate(over="ignore"):
+            values, bias = data.astype(dt, copy=False), bias.astype(dt, copy=False)
+        if not (np.all(np.isfinite(values)) and np.all(np.isfinite(bias))):
+            raise InputError(source, f"{what}: values beyond the {dt} range (use float64)")
+        w = sp.csr_matrix(
+            (values, indices.astype(itype, copy=False), indptr.astype(itype, copy=False)),
+            shape=shape_t,
+        )
+        return Layer(w, bias)
+
+
+@dataclass(frozen=True)
+class Network:
+    """An ordered list of sparse layers plus the activation settings.
+
+    ``activation`` is the hidden activation (ReLU, optionally capped at ``cap``);
+    ``output_activation`` is "linear" (a softmax/MSE head) or "relu" (the hidden activation and
+    cap on the last layer too, as in the Graph Challenge). ``extra`` holds further metadata.
+    """
+
+    layers: tuple[Layer, ...]
+    activation: str = "relu"
+    cap: float | None = None
+    output_activation: str = "linear"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Neuron counts n_0..n_L."""
+        return (self.layers[0].n_in, *(layer.n_out for layer in self.layers))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.layers[0].weight.dtype
+
+    @property
+    def nnz(self) -> int:
+        return sum(layer.nnz for layer in self.layers)
+
+    def meta(self) -> dict[str, Any]:
+        """The JSON-able metadata stored in a bundle's ``meta`` key."""
+        return {
+            **self.extra,
+            "activation": self.activation,
+            "cap": self.cap,
+            "output_activation": self.output_activation,
+        }
+
+    def validate(self, source: str = "network") -> Network:
+        """Check shapes chain, indices are sorted, unique and in range, values finite."""
+        validate_meta(self.meta(), source)
+        if not self.layers:
+            raise InputError(source, "network has no layers")
+        for k, layer in enumerate(self.layers, start=1):
+            w = layer.weight
+            if not sp.isspmatrix_csr(w) and not isinstance(w, sp.csr_array):
+                raise InputError(source, f"layer {k}: weight is not CSR")
+            Layer.from_arrays(w.indptr, w.indices, w.data, w.shape, layer.bias, source,
+                              f"layer {k}")
+            if k > 1 and layer.n_in != self.layers[k - 2].n_out:
+                raise InputError(
+                    source,
+                    f"layer {k} has {layer.n_in} inputs but layer {k - 1} has "
+                    f"{self.layers[k - 2].n_out} outputs: shapes do not chain",
+                )
+        return self
+
+    def astype(self, dtype: Any) -> Network:
+        dt = as_dtype(dtype)
+        if dt == self.dtype:
+            return self
+        layers = [Layer(lay.weight.astype(dt), lay.bias.astype(dt)) for lay in self.layers]
+        return replace(self, layers=tuple(layers))
+
+    def copy(self) -> Network:
+        layers = [Layer(lay.weight.copy(), lay.bias.copy()) for lay in self.layers]
+        return replace(self, layers=tuple(layers), extra=dict(self.extra))
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(
+            self.sizes, ((lay.weight.indptr, lay.weight.indices) for lay in self.layers)
+        )
+
+
+def validate_meta(meta: dict[str, Any], source: str) -> None:
+    if meta.get("activation") not in ACTIVATIONS:
+        raise InputError(source, f"meta: activation must be one of {ACTIVATIONS}")
+    cap = meta.get("cap")
+    if cap is not None and (not isinstance(cap, (int, float)) or not np.isfinite(cap) or cap <= 0):
+        raise InputError(source, "meta: cap must be null or a positive number")
+    if meta.get("output_activation") not in OUTPUT_ACTIVATIONS:
+        raise InputError(source, f"meta: output_activation must be one of {OUTPUT_ACTIVATIONS}")
+
+
+class Fingerprint:
+    """A stable hash of the layer sizes and sparsity patterns (not the values), fed layer by
+    layer. Index dtype and byte order do not change it: everything is hashed as little-endian
+    int64."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self._h = hashlib.sha256(json.dumps([int(n) for n in sizes]).encode())
+
+    def add(self, indptr: np.ndarray, indices: np.ndarray) -> None:
+        self._h.update(np.asarray(indptr, dtype="<i8").tobytes())
+        self._h.update(np.asarray(indices, dtype="<i8").tobytes())
+
+    def hexdigest(self) -> str:
+        return "sha256:" + self._h.hexdigest()[:32]
+
+
+def fingerprint_of(
+    sizes: Sequence[int], patterns: Iterable[tuple[np.ndarray, np.ndarray]]
+) -> str:
+    """The fingerprint of a whole network given as (indptr, indices) per layer."""
+    f = Fingerprint(sizes)
+    for indptr, indices in patterns:
+        f.add(indptr, indices)
+    return f.hexdigest()

@@ -1,0 +1,116 @@
+"""Option records and results of the Python API (``spdnn.train``, ``spdnn.infer``) and of
+the commands built on it. Built by keyword; string choices are ``Literal``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from spdnn.errors import SpdnnError
+from spdnn.model.plan import Plan
+from spdnn.model.reports import EpochReport
+
+Path = str | os.PathLike
+Dtype = Literal["float32", "float64"]
+Exchange = Literal["auto", "dense", "sparse"]
+Loss = Literal["cross_entropy", "mse"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """Where and how a job runs: the plan (``None``: one part), replicas of it (P = replicas x
+    the plan's parts; ``"auto"``: the grid the cost model predicts fastest among ``plans`` and
+    pure data parallelism, from a ``calibration`` file), arithmetic and exchange."""
+
+    plan: Path | Plan | None = None  # a plan file, or a Plan in memory
+    replicas: int | Literal["auto"] = 1
+    plans: tuple[Path, ...] = ()  # the candidates of replicas="auto" (besides ``plan``)
+    calibration: Path | None = None
+    cluster: Path | None = None
+    dtype: Dtype = "float32"
+    exchange: Exchange = "auto"
+    threads: int = 1  # of each rank's sparse kernels
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainOptions:
+    """Minibatch SGD with ``torch.optim.SGD`` semantics, checkpoints and the lossy speed-ups
+    (``compress``: none, topk:R, dgc:R or sidco:R[:exp|gamma|gpareto])."""
+
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    loss: Loss = "cross_entropy"
+    seed: int = 0
+    shuffle: bool = True
+    max_steps: int | None = None
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int | None = None
+    resume: Path | None = None
+    resume_with_changes: bool = False
+    compress: str = "none"
+    compress_min_values: int = 0
+    critical_set: float | None = None
+    refresh: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainResult:
+    """What ``train`` returns on every rank (the metrics ``--metrics-out`` writes)."""
+
+    epochs: tuple[EpochReport, ...]
+    rank: int  # of this process in the job's communicator (print on rank 0 only)
+    ranks: int
+    parts: int
+    replicas: int
+    plan_method: str | None
+    kernels: str
+    traffic: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.epochs[-1].test_accuracy if self.epochs else None
+
+    def metrics(self) -> dict[str, Any]:
+        return {"ranks": self.ranks, "epochs": [r.as_dict() for r in self.epochs],
+                "traffic": self.traffic, "timing": self.timing, "plan": self.plan_method,
+                "kernels": self.kernels}
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferResult:
+    """What ``infer`` returns on every rank: the accuracy on a labelled data set, or the
+    Graph Challenge categories (``categories``, 0-based, and the rate in edges per second)."""
+
+    samples: int
+    seconds: float
+    rank: int  # of this process in the job's communicator
+    ranks: int
+    accuracy: float | None = None
+    categories: Any = None  # np.ndarray of the inputs that reach the last layer
+    rate: float | None = None
+    traffic: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
+
+
+def check_run_options(run: RunOptions) -> None:
+    """Values a RunOptions may hold (the CLI's parser checks the same on its side)."""
+    if run.replicas != "auto" and (not isinstance(run.replicas, int) or run.replicas < 1):
+        raise SpdnnError(f"replicas must be a positive integer or 'auto', not {run.replicas!r}")
+    if run.dtype not in ("float32", "float64"):
+        raise SpdnnError(f"dtype must be float32 or float64, not {run.dtype!r}")
+    if run.exchange not in ("auto", "dense", "sparse"):
+        raise SpdnnError(f"exchange must be auto, dense or sparse, not {run.exchange!r}")
+    if run.threads < 1:
+        raise SpdnnError(f"threads must be at least 1, not {run.threads}")
+
+
+def candidate_plans(run: RunOptions) -> list[str | Plan]:
+    """Every plan the options name: ``plan`` first, then ``plans`` (paths as strings)."""
+    out: Sequence[Path | Plan] = ([run.plan] if run.plan is not None else []) + list(run.plans)
+    return [p if isinstance(p, Plan) else os.fspath(p) for p in out]

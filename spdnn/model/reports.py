@@ -1,0 +1,74 @@
+"""Result records shared by the serial reference and the MPI runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """One epoch (or the part of it that ran): mean loss and accuracy over the samples seen."""
+
+    epoch: int
+    steps: int  # SGD steps completed so far, over the whole run
+    loss: float
+    train_accuracy: float
+    test_accuracy: float | None
+    seconds: float
+    samples_per_second: float
+    megabytes_sent: float = 0.0  # by the training steps (evaluation passes not included)
+    epoch_steps: int = 0  # steps run in this report
+    epoch_batches: int = 0  # batches of a whole epoch (epoch_steps is fewer when resumed or cut)
+    samples: int = 0  # processed by this report's steps
+    model_values: float = 0.0  # carried by the exchange between parts (all ranks)
+    gradient_values: float = 0.0  # put into the gradient sums over replicas (all ranks)
+    gradient_megabytes: float = 0.0
+    compression_ratio: float | None = None  # achieved: values sent / values (with --compress)
+    select_seconds: float = 0.0  # compressors' selection time, slowest rank
+
+    @property
+    def partial(self) -> bool:
+        return self.epoch_steps < self.epoch_batches
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        """The epoch's line in the run's output."""
+        test = f", test accuracy {self.test_accuracy:.4f}" if self.test_accuracy is not None \
+            else ""
+        part = f" ({self.epoch_steps} of {self.epoch_batches} steps)" if self.partial else ""
+        sums = f", gradient sums {self.gradient_megabytes:,.1f} MB" \
+            if self.gradient_values else ""
+        if self.compression_ratio is not None:
+            sums += f" (ratio {self.compression_ratio:.4f}, selection {self.select_seconds:.2f} s)"
+        return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, train accuracy "
+                f"{self.train_accuracy:.4f}{test}, {self.samples:,} samples, "
+                f"{self.samples_per_second:,.0f} samples/s, "
+                f"{self.megabytes_sent:,.1f} MB exchanged by its steps{sums}")
+
+
+@dataclass(frozen=True)
+class ChallengeResult:
+    """Graph Challenge inference: the categories and the official rate."""
+
+    categories: np.ndarray  # 1-based indices of inputs whose last activation row is nonzero
+    seconds: float  # the inference loop alone
+    n_inputs: int
+    edges: int  # sum of nnz over layers
+
+    @property
+    def rate(self) -> float:
+        """inputs x edges / seconds."""
+        return self.n_inputs * self.edges / max(self.seconds, 1e-12)
+
+
+def short_sizes(sizes: Sequence[int]) -> str:
+    """Layer sizes as ``64x256x10``, or first and last with the layer count when long."""
+    if len(sizes) <= 6:
+        return "x".join(map(str, sizes))
+    return f"{sizes[0]}x...x{sizes[-1]} ({len(sizes) - 1} layers)"

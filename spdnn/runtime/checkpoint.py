@@ -1,0 +1,203 @@
+"""Checkpoints: a directory with ``manifest.json`` and one ``step{S}-rank{r}.npz`` per rank
+(format in README, "File formats"). Rank files are written first, the manifest last, each under
+a temporary name then renamed: the manifest is the commit point, so an interrupted write keeps
+the previous checkpoint. Only finite state is written. Resume works on any P and plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spdnn.comm import AgreedError, Communicator
+from spdnn.errors import InputError, SpdnnError
+from spdnn.io.atomic import atomic_path, write_text
+from spdnn.io.checkpoint_format import (
+    CHECKPOINT_FORMAT,
+    manifest_path,
+    positions,
+    read_manifest,
+    shard_layer,
+)
+from spdnn.io.npz import NpzReader
+from spdnn.lossy.critical import CriticalSet
+from spdnn.lossy.state import lossy_files, write_lossy
+from spdnn.runtime.distributed import DistributedNetwork
+
+
+@dataclass
+class Position:
+    """Where training stands: completed steps, and the batch of the epoch to run next."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+
+
+def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list, pos: Position,
+                    directory: str, settings: dict[str, Any],
+                    crit: CriticalSet | None = None) -> None:
+    """Each rank of replica 0 writes its rows (global indices), values and momentum
+    ``buffers``; with compression every rank its residuals, with a critical set rank 0 its
+    losses (spdnn.lossy.state); rank 0 then commits a manifest naming the files. Collective over
+    ``comm`` (all ranks)."""
+    d = Path(directory)
+    arrays: dict[str, np.ndarray] = {}
+    for i, layer in enumerate(dnet.layers):
+        k = layer.index
+        arrays[f"rows{k}"] = layer.rows
+        arrays[f"counts{k}"] = np.diff(layer.weight.indptr)
+        arrays[f"cols{k}"] = layer.global_columns()
+        arrays[f"w{k}"] = layer.weight.data
+        arrays[f"b{k}"] = layer.bias
+        for j, name in ((2 * i, "mw"), (2 * i + 1, "mb")):
+            if buffers[j] is not None:
+                arrays[f"{name}{k}"] = buffers[j]
+    finite = all(np.all(np.isfinite(a)) for a in arrays.values() if a.dtype.kind == "f")
+    if not comm.allreduce_scalar(float(finite), "min"):
+        kept = (f"the last good checkpoint in {directory} is kept"
+                if (d / "manifest.json").is_file() else "no checkpoint was written")
+        raise AgreedError(f"weights became non-finite (NaN or Inf) by step {pos.step}: {kept} "
+                          "(lower --lr?)")
+    # One file per model part, written by replica 0 (replicas hold identical values).
+    name = f"step{pos.step:09d}-rank{dnet.grid.model.rank:05d}.npz"
+    writes = dnet.grid.replica == 0
+
+    def write() -> None:
+        if not writes:
+            return
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with atomic_path(d / name, "the checkpoint") as tmp, open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+        except OSError as exc:
+            raise InputError(d / name, f"cannot write the checkpoint ({exc.strerror or exc})"
+                             ) from None
+
+    comm.check(write)
+    lossy = write_lossy(comm, dnet, crit, pos.step, d)
+    comm.check(lambda: _commit(d, pos, dnet.grid.parts, dnet, {**settings, **lossy})
+               if comm.rank == 0 else None)
+    comm.barrier()
+
+
+def _commit(d: Path, pos: Position, nparts: int, dnet: DistributedNetwork,
+            settings: dict[str, Any]) -> None:
+    """Rank 0: write the manifest naming the rank files (the commit point), then remove the
+    rank files no manifest names any more."""
+    manifest = {
+        "format": CHECKPOINT_FORMAT, "step": pos.step, "epoch": pos.epoch,
+        "batch": pos.batch, "nparts": nparts, "fingerprint": dnet.fingerprint,
+        "dtype": str(dnet.dtype), "n_layers": dnet.n_layers, **settings,
+        "files": [f"step{pos.step:09d}-rank{r:05d}.npz" for r in range(nparts)],
+    }
+    write_text(d / "manifest.json", json.dumps(manifest, indent=2) + "\n",
+               "the checkpoint manifest")
+    # Rank files of earlier checkpoints, and any a killed run left behind, are no longer
+    # named by the manifest (the directory is locked by this run: no other writer).
+    named = set(manifest["files"]) | set(lossy_files(manifest))
+    for f in [*d.glob("step*-rank*.npz"), *d.glob("step*-critical.npz")]:
+        if f.name not in named and f.is_file():
+            f.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
+    """Hold ``DIRECTORY/lock`` (host and process id of rank 0) while a run writes checkpoints
+    there: a second live run is refused; a lock left by a process that no longer runs on this
+    host is taken over, and temporary files left by a killed run are removed."""
+    d = Path(directory)
+    lock = d / "lock"
+
+    def take() -> bool:
+        created = not d.exists()
+        d.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                host, _, pid = lock.read_text(errors="replace").strip().partition(" ")
+                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                    lock.unlink(missing_ok=True)  # its run ended without releasing it
+                    continue
+                raise InputError(lock, f"another run (process {pid or '?'} on {host or '?'}) "
+                                       "uses this checkpoint directory; if it has ended, "
+                                       "remove the lock file") from None
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{socket.gethostname()} {os.getpid()}\n")
+            for tmp in d.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+            return created
+        raise InputError(lock, "could not take the lock")
+
+    created = comm.check(lambda: take() if comm.rank == 0 else False)
+    try:
+        yield
+    finally:
+        if comm.rank == 0:
+            lock.unlink(missing_ok=True)
+            if created and d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str, Any],
+                    allow_changes: bool = False) -> tuple[Position, list]:
+    """Fill my rows (any P and plan) from a checkpoint written by a run with the same
+    ``settings`` and dtype (or other ones, with ``allow_changes``: a changed batch size then
+    resumes at the batch holding the first sample not yet seen in the epoch); returns the
+    position and momentum."""
+    settings = {**settings, "dtype": str(dnet.dtype)}
+    manifest = read_manifest(directory, dnet.fingerprint, settings, allow_changes)
+    readers = [NpzReader(Path(directory) / f, "checkpoint") for f in manifest["files"]]
+    momentum = []
+    for layer in dnet.layers:
+        k = layer.index
+        shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in readers]
+        if any("mw" in a for a in shards) and not all("mw" in a for a in shards):
+            raise InputError(directory, f"only some rank files hold momentum for layer {k}")
+        idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
+        layer.weight.data[:] = np.concatenate([a["w"] for a in shards])[idx]
+        layer.bias[:] = np.concatenate([a["b"] for a in shards])[bias]
+        if shards and "mw" in shards[0]:
+            momentum += [np.concatenate([a["mw"] for a in shards])[idx].astype(dnet.dtype),
+                         np.concatenate([a["mb"] for a in shards])[bias].astype(dnet.dtype)]
+        else:
+            momentum += [None, None]
+    for r in readers:
+        r.close()
+    dnet.sync()
+    batch = manifest["batch"]
+    old_size, new_size = manifest.get("batch_size"), settings.get("batch_size")
+    if isinstance(old_size, int) and old_size > 0 and new_size and old_size != new_size:
+        batch = batch * old_size // new_size
+    return Position(manifest["step"], manifest["epoch"], batch), momentum
+
+
+def check_position(position: Position, directory: str, batch_size: int, max_steps: int | None,
+                   n_samples: int) -> None:
+    """A resumed position must lie inside this run: a batch of the epoch, below --max-steps."""
+    per_epoch = -(-n_samples // batch_size)
+    if position.batch >= per_epoch:
+        raise InputError(manifest_path(directory), f"batch {position.batch} is beyond the "
+                                                   f"{per_epoch} batches of an epoch")
+    if max_steps is not None and max_steps < position.step:
+        raise SpdnnError(f"--max-steps {max_steps} is below the checkpoint's step "
+                         f"{position.step}: nothing would run")

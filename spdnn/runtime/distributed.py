@@ -1,0 +1,308 @@
+"""The distributed network: each rank's rows of every layer, and the distributed passes.
+
+Forward: expand ghost rows while the owned-column part of every row is computed. Backward: fold
+ghost partial sums to their owners while the owned part is computed. The weight gradient needs no
+communication. Loss and prediction all-reduce per-sample vectors only. Math: README, "What is
+computed".
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spdnn.io.bundle import NetworkBundle
+from spdnn.kernels import products as kernels
+from spdnn.kernels.encoding import MODES
+from spdnn.model.network import Fingerprint
+from spdnn.model.ops import activation_slope, check_loss, output
+from spdnn.model.optim import parameters
+from spdnn.model.plan import Plan
+from spdnn.runtime.accounting import Timers
+from spdnn.runtime.gradsum import GradientSums
+from spdnn.runtime.grid import Grid
+from spdnn.runtime.halo import Traffic
+from spdnn.runtime.local_layer import LocalLayer
+from spdnn.runtime.workspace import PingPong, Workspace
+
+# Row chunks of the local products that overlap a message exchange; between chunks the
+# messages are progressed (MPI moves large messages only inside MPI calls).
+OVERLAP_CHUNKS = 8
+# Dead columns stay zero, so they ride along until enough died that a copy pays for itself.
+COMPACT_BELOW = 0.75
+
+
+def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
+    bounds = np.linspace(0, n, max(1, min(parts, n)) + 1).astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+@dataclass(frozen=True)
+class Forward:
+    """The result of ``DistributedNetwork.forward``: this rank's rows of Z_L for the samples
+    ``ids`` (columns of the input; all of them unless dead ones were dropped). Without
+    ``keep`` the arrays are reused by the next forward pass of the same width."""
+
+    z_last: np.ndarray
+    ids: np.ndarray
+    workspace: Workspace | None  # kept for backward (forward with keep=True)
+
+
+class DistributedNetwork:
+    """This rank's part of a network under a plan."""
+
+    def __init__(self, grid: Grid, plan: Plan, layers: list[LocalLayer],
+                 meta: dict[str, Any], dtype: np.dtype, sizes: tuple[int, ...],
+                 fingerprint: str) -> None:
+        self.grid, self.plan, self.layers = grid, plan, layers
+        self.comm = grid.model  # the parts of this replica
+        self.fingerprint = fingerprint  # of the network (sizes and patterns)
+        self.cap = meta["cap"]
+        self.output_activation = meta["output_activation"]
+        self.meta = meta
+        self.dtype = dtype
+        self.sizes = sizes
+        self.input_rows = plan.rows_of(self.comm.rank, 0)
+        self.traffic = Traffic.zeros(len(layers))
+        self.timers = Timers(len(layers))
+        self.sums = GradientSums(grid.data, self.traffic, self.timers,
+                                 [(layer.weight.nnz, len(layer.bias)) for layer in layers], dtype)
+        self._workspaces: dict[int, Workspace] = {}
+        self._pingpong: dict[int, PingPong] = {}
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @staticmethod
+    def load(bundle: NetworkBundle, plan: Plan, grid: Grid,
+             dtype: Any = None) -> DistributedNetwork:
+        """Read this rank's rows of every layer (and no other rows' values) and build the
+        exchange schedules of its replica. World rank 0 also hashes every pattern on the way
+        for the network's fingerprint, known to every rank. Collective; input errors are
+        agreed over all ranks."""
+        world, comm = grid.world, grid.model
+        fp = Fingerprint(bundle.sizes) if world.rank == 0 else None
+        layers = []
+        for k in range(1, bundle.n_layers + 1):
+            rows = plan.rows_of(comm.rank, k)
+            mine = world.check(lambda k=k, rows=rows: bundle.rows(k, rows, dtype, fp))
+            layers.append(LocalLayer.build(comm, plan, k, mine))
+        meta = dict(bundle.meta)  # other keys (a PyTorch model's layer names) carry through
+        pool: dict = {}  # exchanges run one at a time: every layer's can use the same buffers
+        for layer in layers:
+            layer.exchange.share_buffers(pool)
+        dt = np.dtype(layers[0].weight.dtype)
+        fingerprint = world.bcast(fp.hexdigest() if fp is not None else None)
+        return DistributedNetwork(grid, plan, layers, meta, dt, bundle.sizes, fingerprint)
+
+    # ------------------------------------------------------------------ forward
+
+    def workspace(self, batch: int) -> Workspace:
+        ws = self._workspaces.get(batch)
+        if ws is None:
+            ws = self._workspaces[batch] = Workspace(self.layers, self.dtype, batch)
+        return ws
+
+    def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
+                      next_top: np.ndarray | None, alive: np.ndarray | None = None) -> None:
+        """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled. While its ghost
+        rows arrive, Z = W[:, owned] X_owned + b is computed in row chunks (progressing the
+        messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
+        ``next_top`` when given (and a 1 in ``alive`` for every nonzero column)."""
+        layer, t, comm = self.layers[i], self.timers, self.comm
+        n_own = layer.n_owned_prev
+        t0 = time.perf_counter()
+        reqs, sent = layer.exchange.start_expand(xbuf)
+        self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
+                           sent, len(layer.exchange.send_peers))
+        t1 = time.perf_counter()
+        own = layer.view("owned_cols")
+        for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
+            kernels.spmm(own, xbuf[:n_own], layer.bias, z, rows)
+            comm.progress(reqs)
+        t2 = time.perf_counter()
+        layer.exchange.finish_expand(reqs, xbuf)
+        t3 = time.perf_counter()
+        kernels.spmm_act(layer.view("ghost_cols"), xbuf[n_own:], None, self.cap, z, next_top,
+                         accumulate=True, alive=alive)
+        t4 = time.perf_counter()
+        t.add("forward", i, compute=(t2 - t1) + (t4 - t3), comm=t1 - t0, wait=t3 - t2)
+
+    def forward(self, x0: np.ndarray, *, keep: bool = True, drop_dead: bool = False) -> Forward:
+        """x0: this rank's input rows (n_owned_0 x B).
+
+        ``keep``: every layer's X buffer and Z stay in the workspace of this batch size, for
+        ``backward``. Otherwise two buffers are reused layer after layer, and ``drop_dead``
+        drops the columns (samples) that are zero on every rank, which stay zero when no bias
+        is positive (the Graph Challenge mode); ``Forward.ids`` says which samples remain.
+        """
+        if keep and drop_dead:
+            raise ValueError("drop_dead needs keep=False (backward needs every sample)")
+        width = x0.shape[1]
+        ws = self.workspace(width) if keep else None
+        pp = None
+        if not keep:
+            pp = self._pingpong.get(width) or self._pingpong.setdefault(
+                width, PingPong(self.layers, self.dtype, width))
+        ids = np.arange(width)
+        cur = 0  # which ping-pong buffer holds X_i
+
+        def xview(i: int, which: int, cols: int) -> np.ndarray:
+            if ws is not None:
+                return ws.xbufs[i]
+            rows = self.layers[i].n_buffer_rows
+            return pp.x[which][: rows * cols].reshape(rows, cols)
+
+        x = xview(0, cur, width)
+        x[: self.layers[0].n_owned_prev] = x0
+        for i, layer in enumerate(self.layers):
+            n = len(layer.rows)
+            z = ws.zs[i] if ws is not None else pp.z[: n * width].reshape(n, width)
+            last = i + 1 == self.n_layers
+            nxt = None if last else xview(i + 1, 1 - cur, width)
+            flags = np.zeros(width, np.int32) if drop_dead and not last else None
+            self.forward_layer(i, x, z, None if nxt is None else nxt[:n], flags)
+            if flags is not None:
+                alive = (self.comm.allreduce(flags, "max") if self.comm.size > 1 else flags) > 0
+                kept = int(alive.sum())
+                if kept <= COMPACT_BELOW * width:
+                    keep_cols = np.flatnonzero(alive)
+                    compact = xview(i + 1, cur, kept)  # X_i is no longer needed
+                    np.take(nxt[:n], keep_cols, axis=1, out=compact[:n], mode="clip")
+                    nxt, width, ids = compact, kept, ids[keep_cols]
+                    cur = 1 - cur
+            if nxt is not None:
+                x = nxt
+                cur = 1 - cur
+        return Forward(z, ids, ws)
+
+    # ------------------------------------------------------------------ loss and backward
+
+    def output(self, z_last: np.ndarray) -> np.ndarray:
+        return output(z_last, self.output_activation, self.cap)
+
+    def _global_max(self, out: np.ndarray) -> np.ndarray:
+        local = out.max(axis=0) if len(out) else np.full(out.shape[1], -np.inf, out.dtype)
+        return self.comm.allreduce(local, "max")
+
+    def predict_classes(self, out: np.ndarray) -> np.ndarray:
+        """Global argmax over the distributed output rows (first index among ties)."""
+        gmax = self._global_max(out)
+        rows = self.layers[-1].rows
+        none = np.iinfo(np.int64).max
+        cand = np.where(out == gmax[None, :], rows[:, None], none)
+        local_arg = cand.min(axis=0) if len(out) else np.full(out.shape[1], none)
+        return self.comm.allreduce(local_arg.astype(np.int64), "min")
+
+    def loss_and_gradient(self, out: np.ndarray, y: np.ndarray, loss: str,
+                          scale: int | None = None, sample_losses: np.ndarray | None = None
+                          ) -> tuple[float, np.ndarray]:
+        """As ``ops.loss_and_gradient``, with the output rows spread over the ranks (only
+        per-sample vectors are all-reduced) and the mean taken over ``scale`` samples (the
+        whole minibatch, of which this replica holds the columns of ``out``); each sample's
+        own loss into ``sample_losses`` when given."""
+        check_loss(loss)
+        batch = out.shape[1]
+        scale = batch if scale is None else scale
+        local = np.full(self.sizes[-1], -1, dtype=np.int64)
+        local[self.layers[-1].rows] = np.arange(len(self.layers[-1].rows))
+        cols = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
+        if loss == "cross_entropy":
+            shifted = out - self._global_max(out)[None, :]
+            expo = np.exp(shifted)
+            packed = np.zeros((2, batch), dtype=out.dtype)
+            packed[0] = expo.sum(axis=0)
+            packed[1, cols] = shifted[local[y[cols]], cols]
+            total, target = self.comm.allreduce(packed)
+            grad = expo / total[None, :]
+            grad[local[y[cols]], cols] -= 1
+            per_sample = np.log(total) - target
+            if sample_losses is not None:
+                sample_losses[:] = per_sample
+            return float(np.sum(per_sample)) / scale, grad / scale
+        diff = out.copy()
+        diff[local[y[cols]], cols] -= 1
+        n = self.sizes[-1] * scale
+        value = self.comm.allreduce_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
+        if sample_losses is not None:
+            squares = np.sum(diff.astype(np.float64) ** 2, axis=0)
+            sample_losses[:] = self.comm.allreduce(squares) / self.sizes[-1]
+        return value, diff * (2.0 / n)
+
+    def backward(self, fwd: Forward, y: np.ndarray, loss: str, scale: int | None = None,
+                 sample_losses: np.ndarray | None = None
+                 ) -> tuple[float, int, list[np.ndarray], list[np.ndarray]]:
+        """Loss, correct predictions and this rank's gradients (W data and bias per layer)
+        after ``forward(..., keep=True)``; the loss is a mean over ``scale`` samples (default:
+        this batch). With replicas, each layer's gradients are summed over them (started as
+        soon as the layer's gradient is complete, while the earlier layers run); the loss and
+        the count are those of this replica's samples (and ``sample_losses``, when given)."""
+        ws, t, comm = fwd.workspace, self.timers, self.comm
+        assert ws is not None, "backward needs forward(keep=True)"
+        out = self.output(fwd.z_last)
+        value, grad = self.loss_and_gradient(out, y, loss, scale, sample_losses)
+        correct = int(np.sum(self.predict_classes(out) == y))
+        delta = grad if self.output_activation == "linear" else \
+            grad * activation_slope(fwd.z_last, self.cap)
+        for i in range(self.n_layers - 1, -1, -1):
+            layer = self.layers[i]
+            t0 = time.perf_counter()
+            if i == 0:  # no W^T G below the first layer: the weight gradient alone
+                kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
+                              rows=layer.entry_rows, bias_grad=ws.grad_b[i])
+                self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
+                t.add("backward", i, compute=time.perf_counter() - t0)
+                break
+            np.sum(delta, axis=1, out=ws.grad_b[i])
+            ex = layer.exchange
+            wt, order = layer.view("transposed"), layer.transpose_order
+            n_own, n_buf = layer.n_owned_prev, layer.n_buffer_rows
+            # Ghost rows first: their partial sums travel while the owned rows are computed.
+            kernels.backward_products(wt, order, delta, ws.xbufs[i], ws.ghost[i], ws.grad_w[i],
+                                      (n_own, n_buf), base=n_own)
+            t1 = time.perf_counter()
+            reqs, recv, sent = ex.start_fold(ws.ghost[i], ws.xbufs[i])
+            self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize, sent,
+                               len(ex.recv_peers))
+            t2 = time.perf_counter()
+            g = ws.partial[i]
+            # With no partials coming in, the activation mask is applied inside the pass.
+            z_prev = ws.zs[i - 1] if ex.rows_sent == 0 else None
+            for rows in _chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
+                kernels.backward_products(wt, order, delta, ws.xbufs[i], g, ws.grad_w[i], rows,
+                                          z=z_prev, cap=self.cap)
+                comm.progress(reqs + self.sums.requests())
+            self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
+            t3 = time.perf_counter()
+            ex.finish_fold(reqs, recv, g, ws.xbufs[i])
+            t4 = time.perf_counter()
+            if z_prev is None:
+                kernels.apply_slope(g, ws.zs[i - 1], self.cap)
+            delta = g
+            t5 = time.perf_counter()
+            t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,
+                  wait=t4 - t3)
+        self.sums.finish(ws.grad_w, ws.grad_b)
+        return value, correct, ws.grad_w, ws.grad_b
+
+    # ------------------------------------------------------------------ parameters
+
+    def parameters(self) -> list[np.ndarray]:
+        return parameters(self.layers)
+
+    def set_exchange(self, mode: str) -> None:
+        """How rows travel (``spdnn.encoding.MODES``): dense, sparse, or the smaller per
+        message (auto). Every mode computes the same result."""
+        if mode not in MODES:
+            raise ValueError(f"unknown exchange mode {mode!r}; choose from {MODES}")
+        for layer in self.layers:
+            layer.exchange.mode, layer.exchange.cap = mode, self.cap
+
+    def sync(self) -> None:
+        """Refresh the derived matrices after the weights changed."""
+        for layer in self.layers:
+            layer.sync_views()

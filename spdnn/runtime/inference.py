@@ -1,0 +1,63 @@
+"""Distributed inference: classification accuracy, and the Graph Challenge mode (categories
+and the official rate), both on ``DistributedNetwork.forward``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.comm import Communicator
+from spdnn.errors import InputError
+from spdnn.model.batching import columns
+from spdnn.model.ops import activate
+from spdnn.model.reports import ChallengeResult
+from spdnn.runtime.distributed import DistributedNetwork
+
+
+def local_inputs(dnet: DistributedNetwork, x: np.ndarray, source: str) -> np.ndarray:
+    """This rank's feature columns of a (samples x features) array, C-contiguous."""
+    if x.shape[1] != dnet.sizes[0]:
+        raise InputError(source, f"data has {x.shape[1]} features but the network's layer 0 "
+                                 f"has {dnet.sizes[0]} neurons")
+    return np.ascontiguousarray(x[:, dnet.input_rows], dtype=dnet.dtype)
+
+
+def evaluate(dnet: DistributedNetwork, x_local: np.ndarray, y: np.ndarray,
+             batch_size: int = 1024) -> float:
+    """Accuracy on samples whose features ``x_local`` (samples x my features) this rank owns;
+    replicas take contiguous shares of the samples."""
+    grid = dnet.grid
+    share = grid.share(len(y))
+    x_local, y_mine = x_local[share], y[share]
+    correct = 0
+    for start in range(0, len(y_mine), batch_size):
+        fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False)
+        pred = dnet.predict_classes(dnet.output(fwd.z_last))
+        correct += int(np.sum(pred == y_mine[start:start + batch_size]))
+    if grid.replicas > 1:
+        correct = int(grid.data.allreduce_scalar(correct))
+    return correct / len(y) if len(y) else float("nan")
+
+
+def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr_matrix,
+                    edges: int) -> ChallengeResult:
+    """Graph Challenge inference: the hidden activation and cap on every layer; when no bias is
+    positive, samples whose activation column died are dropped on every rank alike. Replicas
+    take contiguous shares of the inputs; the categories come back in input order."""
+    share = dnet.grid.share(images.shape[0])
+    mine = images[share]
+    x0 = np.ascontiguousarray(mine[:, dnet.input_rows].T.toarray(), dtype=dnet.dtype)
+    top_bias = max((float(lay.bias.max(initial=0)) for lay in dnet.layers), default=0.0)
+    can_drop = comm.allreduce_scalar(top_bias, "max") <= 0
+    comm.barrier()
+    t0 = time.perf_counter()
+    fwd = dnet.forward(x0, keep=False, drop_dead=can_drop)
+    last = activate(fwd.z_last.copy(), dnet.cap)
+    seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+    final = dnet.comm.allreduce(np.any(last != 0, axis=0).astype(np.int32), "max") > 0
+    found = fwd.ids[final] + share.start + 1
+    if dnet.grid.replicas > 1:
+        found = np.concatenate(dnet.grid.data.allgather(found))
+    return ChallengeResult(np.sort(found), seconds, images.shape[0], edges)

@@ -1,0 +1,148 @@
+"""Opening a distributed run and writing its results: the network bundle, the plan and this
+rank's part, checked against each other on every rank; the trained network and metrics."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.comm import Communicator
+from spdnn.errors import InputError, SpdnnError
+from spdnn.io.atomic import write_text
+from spdnn.io.bundle import NetworkBundle, save_network
+from spdnn.io.planfile import load_plan
+from spdnn.kernels import encoding
+from spdnn.kernels import products as kernels
+from spdnn.model.network import Layer, Network
+from spdnn.model.plan import Plan
+from spdnn.runtime.distributed import DistributedNetwork
+from spdnn.runtime.grid import Grid
+
+
+@dataclass(frozen=True)
+class Opened:
+    bundle: NetworkBundle | InMemory
+    plan: Plan
+    dnet: DistributedNetwork
+
+    @property
+    def nnz(self) -> int:
+        """Stored weights of the whole network (from the file's headers)."""
+        return sum(self.bundle.nnz(k) for k in range(1, self.bundle.n_layers + 1))
+
+
+class InMemory:
+    """A ``Network`` held by every rank, read through a bundle's interface (each rank keeps
+    only its rows of it in the distributed network)."""
+
+    path = "network"
+
+    def __init__(self, network: Network) -> None:
+        self._net = network.validate()
+        self.n_layers = network.n_layers
+        self.sizes = network.sizes
+        self.meta = network.meta()
+
+    def nnz(self, k: int) -> int:
+        return self._net.layers[k - 1].weight.nnz
+
+    def rows(self, k: int, rows: np.ndarray, dtype: Any = None,  # noqa: ANN401
+             fingerprint: Any = None) -> Layer:  # noqa: ANN401
+        layer = self._net.layers[k - 1]
+        w = layer.weight
+        if fingerprint is not None:
+            fingerprint.add(w.indptr, w.indices)
+        mine = w[rows]
+        return Layer.from_arrays(mine.indptr, mine.indices, mine.data, (len(rows), w.shape[1]),
+                                 layer.bias[rows], self.path, f"layer {k}", dtype, min_rows=0)
+
+
+def open_network(comm: Communicator, network: str | Network, plan_path: str | Plan | None,
+                 dtype: Any = None, replicas: int = 1, exchange: str = "auto") -> Opened:
+    """Open the network (a bundle's path, or a ``Network`` every rank holds) and the plan (a
+    path or a ``Plan``) on every rank, check they fit this job (``replicas`` x the plan's
+    parts = ranks), split the ranks into the grid and load my rows; rows travel as
+    ``exchange`` says (spdnn.kernels.encoding.MODES). Collective."""
+    bundle = comm.check(lambda: InMemory(network) if isinstance(network, Network)
+                        else NetworkBundle(network))
+    source = plan_path if isinstance(plan_path, str) else "plan"
+
+    def get_plan() -> Plan:
+        if replicas < 1:
+            raise SpdnnError(f"--replicas must be at least 1, not {replicas}")
+        if plan_path is None:
+            if replicas == 1 and comm.size > 1:
+                raise SpdnnError(f"--plan is required with {comm.size} ranks (make one with "
+                                 "spdnn-partition)")
+            if comm.size != replicas:
+                raise SpdnnError(f"--replicas {replicas} without a plan need mpirun -n "
+                                 f"{replicas}, this job has {comm.size} rank(s) (with more "
+                                 "ranks than replicas, give --plan)")
+            return Plan(1, tuple(np.zeros(n, dtype=np.int32) for n in bundle.sizes),
+                        {"method": "single"})
+        plan = plan_path if isinstance(plan_path, Plan) else load_plan(plan_path)
+        if plan.nparts * replicas != comm.size:
+            if replicas == 1:
+                raise InputError(source, f"plan is for P={plan.nparts} ranks but this job "
+                                            f"has {comm.size} (mpirun -n {plan.nparts})")
+            raise InputError(source, f"--replicas {replicas} of this plan's {plan.nparts} "
+                                        f"part(s) need mpirun -n {plan.nparts * replicas}, "
+                                        f"this job has {comm.size} ranks")
+        plan.check_for(bundle.sizes, None, source)
+        return plan
+
+    plan = comm.check(get_plan)
+    grid = Grid.make(comm, plan.nparts)
+    dnet = DistributedNetwork.load(bundle, plan, grid, dtype)
+    dnet.set_exchange(exchange)
+    comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint,
+                                      source if plan_path is not None else bundle.path))
+    kernels.warm_up()
+    encoding.warm_up()
+    return Opened(bundle, plan, dnet)
+
+
+def gather_network(dnet: DistributedNetwork) -> Network | None:
+    """The whole network on rank 0 of each replica (None elsewhere), layer by layer."""
+    layers = []
+    for layer in dnet.layers:
+        w = layer.weight
+        parts = dnet.comm.gather((layer.rows, np.diff(w.indptr), layer.global_columns(),
+                                  w.data, layer.bias))
+        if parts is None:
+            continue
+        rows, counts, cols, data, bias = (np.concatenate(a) for a in zip(*parts))
+        n_out, n_in = dnet.sizes[layer.index], dnet.sizes[layer.index - 1]
+        order = np.argsort(np.repeat(rows, counts).astype(np.int64) * n_in + cols,
+                           kind="stable")
+        indptr = np.zeros(n_out + 1, dtype=np.int64)
+        np.add.at(indptr, rows + 1, counts)
+        b = np.empty(n_out, dtype=bias.dtype)
+        b[rows] = bias
+        w = sp.csr_matrix((data[order], cols[order], np.cumsum(indptr)), shape=(n_out, n_in))
+        layers.append(Layer(w, b))
+    if dnet.comm.rank != 0:
+        return None
+    return Network(tuple(layers), dnet.meta["activation"], dnet.cap, dnet.output_activation)
+
+
+def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
+                 extra: dict[str, Any]) -> None:
+    net = gather_network(dnet) if dnet.grid.replica == 0 else None
+    if net is not None:
+        kept = {k: v for k, v in dnet.meta.items()
+                if k not in ("activation", "cap", "output_activation")}
+        net = Network(net.layers, net.activation, net.cap, net.output_activation,
+                      {**kept, **extra})
+    comm.check(lambda: save_network(net, path) if net is not None else None)
+
+
+def write_json(comm: Communicator, path: str | None, payload: dict[str, Any]) -> None:
+    if path:
+        comm.check(lambda: write_text(path, json.dumps(payload, indent=2, sort_keys=True,
+                                                        default=float) + "\n")
+                   if comm.rank == 0 else None)

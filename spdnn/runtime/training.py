@@ -1,0 +1,165 @@
+"""Distributed minibatch SGD: the serial run's batches, losses and updates on P ranks.
+
+Sample order (``batching``), losses (``ops``) and the optimizer (``optim``) are the ones the
+serial reference uses, so P ranks compute what one process computes. With replicas, each
+minibatch is cut into contiguous slices, one per replica; the loss is a mean over the whole
+minibatch, so the gradient summed over the replicas is the serial one, and every replica
+applies the identical update.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spdnn.comm import AgreedError, Communicator
+from spdnn.io.checkpoint_format import manifest_path
+from spdnn.io.datasets import Dataset
+from spdnn.lossy.compress import CompressSpec
+from spdnn.lossy.critical import CriticalSet
+from spdnn.lossy.state import LossyState, load_lossy
+from spdnn.model.batching import batch_order, batches, columns, n_batches
+from spdnn.model.optim import SGD, SGDConfig, interleave
+from spdnn.model.reports import EpochReport
+from spdnn.runtime.accounting import Counters
+from spdnn.runtime.checkpoint import Position, save_checkpoint
+from spdnn.runtime.distributed import DistributedNetwork
+from spdnn.runtime.inference import evaluate, local_inputs
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int
+    batch_size: int
+    sgd: SGDConfig
+    seed: int = 0
+    shuffle: bool = True
+    loss: str = "cross_entropy"
+    max_steps: int | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    compress: CompressSpec = CompressSpec()  # of the gradient sums over replicas
+    critical_set: float | None = None  # train between full passes on this fraction
+    refresh: int = 2  # epochs between full passes (with critical_set)
+
+    def settings(self) -> dict[str, Any]:
+        """What a checkpoint records to refuse a resume that would not continue this run."""
+        return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle}
+
+
+def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: TrainConfig,
+          position: Position | None = None, momentum: list | None = None,
+          lossy: LossyState | None = None,
+          on_epoch: Callable[[EpochReport], None] | None = None,
+          on_step: Callable[[int, int], None] | None = None,
+          on_finish: Callable[[], None] | None = None) -> list[EpochReport]:
+    """Minibatch SGD; returns one report per epoch run (all ranks get the same reports).
+
+    ``on_finish`` (e.g. saving the trained network) runs before the final checkpoint; the
+    checkpoint is written even when it fails, and the other way round. ``lossy``: the
+    compressors' residuals and the critical set of a resumed run."""
+    pos = position or Position()
+    grid = dnet.grid
+    if len(data.y_train) == 0:
+        raise AgreedError(f"{data.name}: no training samples")
+    opt = SGD(cfg.sgd, dnet.parameters(), momentum or [])
+    x_local = local_inputs(dnet, data.x_train, data.name)
+    xt_local = local_inputs(dnet, data.x_test, data.name) if data.x_test is not None else None
+    reports = []
+    n = len(data.y_train)
+    dnet.sums.set_compression(cfg.compress, cfg.seed, (grid.world.rank,))
+    crit = CriticalSet(n, cfg.critical_set, cfg.refresh) if cfg.critical_set else None
+    if lossy is not None:
+        lossy.apply(dnet, crit)
+
+    def checkpoint() -> None:
+        save_checkpoint(comm, dnet, opt.buffers, pos, str(cfg.checkpoint_dir), cfg.settings(),
+                        crit)
+
+    while pos.epoch < cfg.epochs:
+        t0 = time.perf_counter()
+        before = Counters.now(dnet)
+        total_loss, correct, seen, steps = 0.0, 0, 0, 0
+        full = crit is None or crit.full(pos.epoch)
+        order = crit.order(pos.epoch, cfg.seed, cfg.shuffle) if crit is not None else \
+            batch_order(n, pos.epoch, cfg.seed, cfg.shuffle)
+        per_epoch = n_batches(len(order), cfg.batch_size)
+        stop = False
+        for b, idx in enumerate(batches(order, cfg.batch_size)):
+            if b < pos.batch:
+                continue  # resumed mid-epoch: these batches were done before
+            mine = idx[grid.share(len(idx))]  # this replica's slice of the serial batch
+            fwd = dnet.forward(columns(x_local, mine))
+            per_sample = np.empty(len(mine)) if crit is not None and full else None
+            dnet.sums.step = pos.step  # compressors draw by step: a resume draws the same
+            value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx),
+                                              per_sample)
+            if per_sample is not None:
+                crit.record(mine, per_sample)
+            if grid.replicas > 1:
+                value, ok = grid.data.allreduce(np.array([value, ok], dtype=np.float64))
+                ok = int(ok)
+            if not np.isfinite(value):
+                kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
+                        if cfg.checkpoint_dir and manifest_path(cfg.checkpoint_dir).is_file()
+                        else "")
+                raise AgreedError(f"non-finite loss ({value}) at epoch {pos.epoch + 1}, step "
+                                  f"{pos.step + 1}: the weights or activations overflowed "
+                                  f"{dnet.dtype} (a lower --lr may help){kept}")
+            opt.step(interleave(gw, gb))
+            dnet.sync()
+            total_loss += value * len(idx)
+            correct += ok
+            seen += len(idx)
+            steps += 1
+            pos.step += 1
+            pos.batch = b + 1
+            if pos.batch == per_epoch:
+                if crit is not None and full:
+                    crit.end_pass(grid.data)
+                pos.epoch, pos.batch = pos.epoch + 1, 0
+            if on_step:
+                on_step(b + 1, per_epoch)
+            stop = cfg.max_steps is not None and pos.step >= cfg.max_steps
+            if cfg.checkpoint_dir and cfg.checkpoint_every and \
+                    pos.step % cfg.checkpoint_every == 0 and not stop:
+                checkpoint()
+            if stop:
+                break
+        seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+        moved = Counters.now(dnet).minus(before).total(comm)
+        test = evaluate(dnet, xt_local, data.y_test) if xt_local is not None else None
+        epoch_done = pos.epoch if pos.batch == 0 else pos.epoch + 1
+        report = EpochReport(epoch_done, pos.step, total_loss / max(seen, 1),
+                             correct / max(seen, 1), test, seconds,
+                             seen / max(seconds, 1e-12), moved.sent / 1e6, steps, per_epoch,
+                             seen, moved.model_values, moved.gradient_values,
+                             moved.gradient_bytes / 1e6, moved.ratio(cfg.compress),
+                             moved.select_seconds)
+        reports.append(report)
+        if on_epoch:
+            on_epoch(report)
+        if stop:
+            break
+    failed: list[AgreedError] = []
+    for step in (on_finish, checkpoint if cfg.checkpoint_dir else None):
+        try:
+            if step:
+                step()
+        except AgreedError as exc:
+            failed.append(exc)
+    if failed:
+        raise failed[0]
+    return reports
+
+
+def resumed_lossy(dnet: DistributedNetwork, directory: str, cfg: TrainConfig, n_samples: int,
+                  allow_changes: bool = False) -> LossyState | None:
+    """The compressors' residuals and the critical set of a checkpoint (None when this run
+    uses neither and the checkpoint holds neither)."""
+    crit = CriticalSet(n_samples, cfg.critical_set, cfg.refresh) if cfg.critical_set else None
+    return load_lossy(dnet, directory, cfg.compress, crit, allow_changes)
