@@ -1,4 +1,4 @@
-"""The hypergraph over the neurons of all layers (README, "The spdnn-partition command").
+"""The hypergraph over the neurons of all layers (docs/partitioner.md).
 
 Vertices: every neuron of layers 0..L, numbered layer after layer (``offsets[k] + i``).
 Vertex weight of neuron i of layer k >= 1: nnz(W_k[i, :]); layer 0 carries no work (weight 0).

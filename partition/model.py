@@ -51,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
                    help="samples per step (split between replicas)")
     p.add_argument("--calibration", required=True, help="from spdnn calibrate")
     p.add_argument("--cluster", help="cluster description: its network replaces the "
-                                     "calibration's (README, 'The cost model')")
+                                     "calibration's (docs/cost-model.md)")
     p.add_argument("--replicas", type=_replicas, default=[1], metavar="R,R,...",
                    help="replica counts to try with every plan (default: 1)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",

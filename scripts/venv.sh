@@ -9,8 +9,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 stamp="$VENV/.spdnn-installed"
 if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
-    echo "[setup] installing spdnn and its dependencies (numpy, scipy, mpi4py, mpich, kahypar, pytest...)"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]"
+    echo "[setup] installing spdnn and its dependencies (numpy, scipy, mpi4py, mpich, kahypar, pytest, sphinx...)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test,docs]"
     touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

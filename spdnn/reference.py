@@ -2,7 +2,7 @@
 
 Every distributed result is tested against this module, so nothing on the distributed path
 imports it; it shares only the pointwise pieces (``ops``), the optimizer (``optim``) and the
-sample order (``batching``) with the runtime. Semantics: README, "What is computed".
+sample order (``batching``) with the runtime. Semantics: docs/formats.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """One thread per rank: pin the BLAS/OpenMP thread pools before numpy is imported.
 
-Threaded kernels collapse when ranks x threads exceed the cores (README, "Performance
-settings"), so the default is one; ``SPDNN_THREADS`` (or an explicit ``OMP_NUM_THREADS``)
-raises it. numba's pool is sized when numba loads (``NUMBA_NUM_THREADS``, its upper bound), and
-spdnn loads numba lazily, so ``--threads N`` can still size it (``reserve_threads``). The pool
+Threaded kernels collapse when ranks x threads exceed the cores (docs/running.md,
+"Performance settings"), so the default is one; ``SPDNN_THREADS`` (or an explicit
+``OMP_NUM_THREADS``) raises it. numba's pool is sized when numba loads
+(``NUMBA_NUM_THREADS``, its upper bound), and spdnn loads numba lazily, so ``--threads N``
+can still size it (``reserve_threads``). The pool
 is not sized to the cores: idle OpenMP workers of every rank would compete for them.
 """
 

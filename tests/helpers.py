@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from spdnn.model.generate import random_network
 from spdnn.model.network import Network
@@ -42,12 +43,53 @@ def small_network(sizes=(12, 9, 7, 4), fan_in=4, seed=0, dtype="float64", cap=No
     return Network(net.layers, cap=cap, output_activation=output_activation)
 
 
-def run_spdnn(*args: str, cwd: Path | None = None, timeout: float = 300,
+def launch(*args: object, ranks: int = 0, module: str = "spdnn", cwd: Path | None = None,
+           env: dict[str, str] | None = None, timeout: float = 180
+           ) -> subprocess.CompletedProcess:
+    """The one launcher of the tests: ``python -m MODULE ARGS`` in a new process, alone
+    (``ranks=0``) or under ``mpiexec -n RANKS`` (skips without a launcher), with this checkout
+    on the path. ``MPIEXEC_TIMEOUT`` ends a hung job a little before ``timeout`` would."""
+    cmd = [sys.executable, "-m", module, *map(str, args)]
+    if ranks:
+        if MPIEXEC is None:
+            pytest.skip(NO_MPIEXEC)
+        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT),
+                "MPIEXEC_TIMEOUT": str(max(int(timeout) - 10, 10)), **(env or {})}
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+
+
+def run_spdnn(*args: object, cwd: Path | None = None, timeout: float = 300,
               module: str = "spdnn") -> subprocess.CompletedProcess:
-    """Run ``python -m spdnn ARGS`` (or another module) and capture its output."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    """``python -m spdnn ARGS`` (or another module) in one process."""
+    return launch(*args, module=module, cwd=cwd, timeout=timeout)
+
+
+def run_cli(*args: object, module: str = "spdnn") -> subprocess.CompletedProcess:
+    """A serial command (``spdnn convert|generate|plot``, every ``spdnn-partition`` command)
+    through its entry point in this process: what ``run_spdnn`` checks, without a new
+    process's start-up. Distributed commands (``train``, ``infer``, ``calibrate``) start MPI and
+    run in their own process (``launch``)."""
+    import contextlib
+    import io
+
+    if module == "spdnn":
+        from spdnn.cli.parser import main
+        if args and str(args[0]) in ("train", "infer", "calibrate"):
+            raise ValueError(f"spdnn {args[0]} starts MPI: run it with launch()")
+    elif module == "partition":
+        from partition.cli import main
+    else:
+        raise ValueError(module)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's --help and errors
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess([module, *map(str, args)], code or 0, out.getvalue(),
+                                       err.getvalue())
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:

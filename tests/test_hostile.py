@@ -23,7 +23,7 @@ from partition.methods import partition_network
 from spdnn.io.bundle import save_network
 from spdnn.io.planfile import save_plan
 from spdnn.model.plan import network_patterns
-from tests.helpers import MPIEXEC, ROOT, small_network
+from tests.helpers import ROOT, launch, run_cli, small_network
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "MPIEXEC_TIMEOUT": "60"}
 SIZES = (12, 9, 7, 4)
@@ -31,14 +31,16 @@ SIZES = (12, 9, 7, 4)
 
 def run(ranks: int, *args: object, module: str = "spdnn", env: dict | None = None,
         timeout: float = 90) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", module, *map(str, args)]
-    if ranks > 1:
-        if MPIEXEC is None:
-            pytest.skip("no MPI launcher")
-        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
+    """One case: a serial command without an environment of its own runs in this process
+    through its entry point (``run_cli``); train, infer, calibrate and every case under 2 ranks
+    run as a user runs them, in new processes (``launch``)."""
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**ENV, **(env or {})})
+    serial = module == "partition" or str(args[0]) in ("convert", "generate", "plot")
+    if ranks <= 1 and serial and not env:
+        proc = run_cli(*args, module=module)
+    else:
+        proc = launch(*args, ranks=ranks if ranks > 1 else 0, module=module,
+                      env={"MPIEXEC_TIMEOUT": "60", **(env or {})}, timeout=timeout)
     assert time.monotonic() - t0 < 60, f"took {time.monotonic() - t0:.0f} s"
     return proc
 

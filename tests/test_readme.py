@@ -1,6 +1,8 @@
-"""The README's shell blocks run as written: every ```bash block that does not need ``../shared``
-runs, in order, in one empty directory, with the commands a user has after ``source
-.venv/bin/activate`` (``spdnn``, ``spdnn-partition``, ``mpirun``, ``python``)."""
+"""The README's and the docs pages' shell blocks run as written: every ```bash block that does
+not need ``../shared`` runs, in order (the README, then the pages of its "Read on" list), in one
+empty directory, with the commands a user has after ``source .venv/bin/activate`` (``spdnn``,
+``spdnn-partition``, ``mpirun``, ``python``). The README's Python example runs under
+``mpirun -n 2 python`` in an empty directory."""
 
 from __future__ import annotations
 
@@ -20,9 +22,21 @@ BIN = Path(sys.executable).parent
 NOT_HERE = {"bash scripts/test.sh", "bash scripts/main.sh"}
 
 
+# The pages whose blocks run after the README's, in the order of its "Read on" list.
+PAGES = ("running", "partitioner", "formats", "failures", "sparse-exchange", "lossy",
+         "cost-model", "cluster", "architecture")
+
+
+def blocks(language: str, pages: bool = True) -> list[str]:
+    texts = [(ROOT / "README.md").read_text()]
+    if pages:
+        texts += [(ROOT / "docs" / f"{page}.md").read_text() for page in PAGES]
+    return [b for text in texts for b in re.findall(rf"^```{language}\n(.*?)^```", text,
+                                                     re.S | re.M)]
+
+
 def shell_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    return re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
+    return blocks("bash")
 
 
 def runnable_blocks() -> list[str]:
@@ -60,7 +74,7 @@ def test_readme_blocks_run_as_written(tmp_path):
     for block in runnable_blocks():
         proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, f"README block failed:\n{block}\n{proc.stdout[-3000:]}" \
+        assert proc.returncode == 0, f"block failed:\n{block}\n{proc.stdout[-3000:]}" \
                                      f"\n{proc.stderr[-3000:]}"
     # What the blocks promise to leave behind.
     for name in ("trained.npz", "plan4.npz", "plan2.npz", "imported8.npz", "train1.png",
@@ -78,3 +92,19 @@ def test_the_main_job_prints_both_plans(tmp_path):
     assert re.search(r"^\s*hypergraph\s", summary, re.M), summary
     assert re.search(r"^\s*block\s", summary, re.M), summary
     assert "fewer rows" in summary and "counted traffic equals each plan" in summary, summary
+
+
+def test_the_python_example_runs_under_two_ranks(tmp_path):
+    env = user_env()
+    example = blocks("python", pages=False)[0]
+    (tmp_path / "example.py").write_text(example)
+    proc = subprocess.run([str(BIN / "mpirun"), "-n", "2", sys.executable, "example.py"],
+                          cwd=tmp_path, env={**env, "MPIEXEC_TIMEOUT": "240"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Printed once (rank 0), with a trained accuracy well above chance (10 classes).
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("loss ")]
+    assert len(lines) == 1, proc.stdout
+    accuracy = float(lines[0].rsplit(" ", 1)[1])
+    assert accuracy > 0.8, lines[0]
+    assert (tmp_path / "trained.npz").stat().st_size > 0

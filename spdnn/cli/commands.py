@@ -100,14 +100,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
             net = generate.local_network(args.image, args.hidden, args.radius, args.seed,
                                          args.head, not args.no_shuffle, args.cap, args.dtype)
         else:
-            net = generate.prune_file(args.weights, args.density, args.seed, args.head,
-                                      args.dtype)
+            from spdnn.io.dense import prune_file
+
+            net = prune_file(args.weights, args.density, args.seed, args.head, args.dtype)
     except ValueError as exc:
         raise SpdnnError(str(exc)) from None
     save_network(net, args.output)
     print(f"wrote {args.output}: {args.kind}, sizes {short_sizes(net.sizes)}, {net.nnz:,} "
-          "nonzeros, "
-          f"fingerprint {net.fingerprint()}")
+          f"nonzeros, fingerprint {net.fingerprint()}")
 
 
 def collectively(body: Callable[[Any, argparse.Namespace], int]

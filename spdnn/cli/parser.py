@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from spdnn.cli._examples import EXAMPLES, EXAMPLES_BY_COMMAND
 from spdnn.cli.options import (
     OneLineParser,
     compressor,
@@ -21,19 +22,6 @@ from spdnn.cli.options import (
 from spdnn.errors import SpdnnError
 from spdnn.kernels.encoding import MODES
 from spdnn.threads import default_threads, reserve_threads
-
-EXAMPLES = """\
-examples:
-  spdnn generate random --sizes 64,256,256 --fan-in 16 --head 10 -o net.npz
-  spdnn train --network net.npz --data digits --epochs 30 --batch-size 32 --lr 0.05 \\
-      --momentum 0.9 --save trained.npz
-  spdnn infer --network trained.npz --inputs digits
-  spdnn convert graphchallenge ../shared/data/graphchallenge/neuron1024 --bias -0.3 --cap 32 \\
-      -o gc1024.npz
-  spdnn infer --network gc1024.npz \\
-      --inputs ../shared/data/graphchallenge/sparse-images-1024_subset.mtx \\
-      --categories-out categories.tsv
-"""
 
 
 def _sizes(text: str) -> list[int]:
@@ -71,66 +59,6 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-EXAMPLES_BY_COMMAND = {
-    "convert": """\
-examples:
-  spdnn convert graphchallenge ../shared/data/graphchallenge/neuron1024 --bias -0.3 --cap 32 \\
-      -o gc1024.npz
-  spdnn convert mtx layer1.mtx layer2.mtx --bias 0 -o net.npz
-  spdnn convert network net.npz --to mtx -o net-mtx/
-  spdnn convert safetensors pruned_mlp.safetensors --layers fc1,fc2,fc3 -o mlp.npz
-  spdnn convert network trained.npz --to safetensors -o trained.safetensors
-""",
-    "plot": """\
-examples:
-  spdnn train --network net.npz --data digits --epochs 20 --metrics-out train.json
-  spdnn plot train.json -o train.png
-""",
-    "radixnet": """\
-examples:
-  spdnn generate radixnet --neurons 1024 --layers 120 --seed 0 -o rx1024.npz
-  spdnn generate radixnet --neurons 4096 --layers 3 --head 10 -o rx4096-head.npz
-""",
-    "local": """\
-examples:
-  spdnn generate local --image 8x8 --hidden 16x16,16x16 --radius 1 --head 10 -o local.npz
-  spdnn generate local --image 28x28 --hidden 32x32,32x32 --radius 2 --head 10 -o mnist-local.npz
-""",
-    "random": """\
-examples:
-  spdnn generate random --sizes 784,1024,1024 --fan-in 32 --head 10 -o mlp.npz
-  spdnn generate random --sizes 64,256,256 --fan-in 16 --head 10 -o net.npz
-""",
-    "prune": """\
-examples:
-  spdnn generate prune --weights dense.npz --density 0.05 --head 10 -o pruned.npz
-""",
-    "train": """\
-examples:
-  spdnn train --network net.npz --data digits --epochs 30 --batch-size 32 --save trained.npz
-  mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits \\
-      --checkpoint-dir ckpt --checkpoint-every 500
-  mpirun -n 3 spdnn train --network net.npz --plan plan3.npz --data digits --resume ckpt
-  mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --replicas 2 --data digits
-  mpirun -n 4 spdnn train --network net.npz --plan plan2.npz --plan plan4.npz \\
-      --replicas auto --calibration machine.json --data digits   # the grid the model picks
-  spdnn train --network net.npz --data digits --threads 2       # one rank, 2 kernel threads
-  mpirun -n 2 spdnn train --network net.npz --plan plan2.npz --data digits --exchange dense
-""",
-    "calibrate": """\
-examples:
-  mpirun -n 2 spdnn calibrate -o machine.json      # one rank per core of a node
-  spdnn-partition model net.npz --plans plan2.npz plan4.npz --batch-size 256 \\
-      --calibration machine.json --replicas 1,2,4
-""",
-    "infer": """\
-examples:
-  spdnn infer --network trained.npz --inputs digits
-  mpirun -n 2 spdnn infer --network gc1024.npz --plan plan2.npz \\
-      --inputs ../shared/data/graphchallenge/sparse-images-1024_subset.mtx \\
-      --categories-out categories.tsv
-""",
-}
 DTYPES = ["float32", "float64"]
 
 
@@ -157,8 +85,8 @@ def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) 
                             "the cost model predicts fastest for this P, among the --plan "
                             "candidates and pure data parallelism (needs --calibration)")
         p.add_argument("--calibration", help="from spdnn calibrate, for --replicas auto")
-        p.add_argument("--cluster", help="cluster description for --replicas auto (README, "
-                                         "'The cost model')")
+        p.add_argument("--cluster", help="cluster description for --replicas auto "
+                                         "(docs/cost-model.md)")
     else:
         p.add_argument("--plan", help="plan from spdnn-partition (required with more ranks "
                                       "than replicas)")
@@ -170,7 +98,7 @@ def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) 
                         "message the smaller of dense rows and a sparse form (forward: the "
                         "values that are neither 0 nor at the cap, with bitmaps; backward: only "
                         "the entries with a nonzero activation slope); dense; or sparse "
-                        "(README, \"Sparse exchange\")")
+                        "(docs/sparse-exchange.md)")
     p.add_argument("--threads", type=positive_int, default=default_threads(), metavar="N",
                    help="threads of each rank's sparse kernels (default: SPDNN_THREADS, else "
                         "1); keep ranks per node x N <= cores")
@@ -289,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "differs from an uninterrupted run)")
     tr.add_argument("--metrics-out", help="write per-epoch metrics, traffic and timing as JSON")
     lossy = tr.add_argument_group(
-        "lossy speed-ups (opt-in; README, \"Lossy training\")")
+        "lossy speed-ups (opt-in; docs/lossy.md)")
     lossy.add_argument("--compress", type=compressor, default="none", metavar="SPEC",
                        help="compress the gradient sums over replicas, with error feedback: "
                             "none, topk:RATIO, dgc:RATIO or sidco:RATIO[:exp|gamma|gpareto]; "

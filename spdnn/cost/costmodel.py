@@ -1,7 +1,9 @@
 """Predicted time of a training step and of an inference batch on a grid of model parts x
 replicas, from a ``Workload`` (what each rank computes and sends) and a machine (calibration,
-optionally a cluster description). No MPI: a replay of the runtime's schedule, one clock per
-rank of a replica, layer by layer:
+optionally a cluster description). One concern in one module (over 320 lines): the replay is
+a single schedule whose terms (compute, messages, gradient sums) interleave per layer and rank
+on shared clocks; split apart, each part would need the others' clocks. No MPI: a replay of
+the runtime's schedule, one clock per rank of a replica, layer by layer:
 
 - forward: post the expand (per message a software cost, and the packing of the rows), compute
   the owned-column product while the messages travel (latency + bytes / bandwidth, one

@@ -1,6 +1,8 @@
 """What a machine costs: the calibration ``spdnn calibrate`` measures (kernels, the runtime's
 fixed costs, the network between two ranks) and a cluster description that overrides the
-network part. Both are small JSON files, validated field by field when read.
+network part. Both are small JSON files, validated field by field when read. One concern in
+one module (over 320 lines): the two machine files, their lookup tables and their validation;
+a third of it is this description of the formats.
 
 Calibration (``spdnn-calibration/2``)::
 

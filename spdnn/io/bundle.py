@@ -1,4 +1,4 @@
-"""The network bundle: one ``.npz`` file, format ``spdnn-network/1`` (see README, "File formats").
+"""The network bundle: one ``.npz`` file, format ``spdnn-network/1`` (see docs/formats.md).
 
 Keys: ``format``, ``n_layers``, ``meta`` (JSON string) and for k = 1..L ``W{k}_indptr``,
 ``W{k}_indices``, ``W{k}_data``, ``W{k}_shape`` (= [n_k, n_{k-1}]) and ``b{k}``. An ``.npz`` is

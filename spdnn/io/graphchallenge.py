@@ -1,6 +1,6 @@
 """Graph Challenge network directories: ``n{N}-l{k}.tsv`` weight files, 1-based
 ``row<TAB>col<TAB>value`` where W(i,j) is the edge from input neuron i to output neuron j, so
-transposed into spdnn's rows-are-outputs convention (README, "File formats")."""
+transposed into spdnn's rows-are-outputs convention (docs/formats.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lossless encodings of the blocks the exchanges send (README, "Sparse exchange"); no MPI here.
+"""Lossless encodings of the blocks the exchanges send (docs/sparse-exchange.md); no MPI here.
 
 Expand (forward): a block of activation rows (rows x B) travels as one byte message:
 - dense: header (-1, 0), then the values;

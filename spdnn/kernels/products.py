@@ -8,7 +8,7 @@ unit the runtime exchanges).
 - ``spmm_act(...)``: the same, fused with X' = min(max(Z, 0), cap) for the next layer.
 - ``sddmm(W, D, X, out, bias_grad)``: out[e] = D[i_e, :] . X[j_e, :] for every stored
   (i_e, j_e) of W (the weight gradient) without an nnz x B temporary, and the row sums of D.
-- ``apply_slope(G, Z, cap)``: G *= h'(Z) in place.
+- ``apply_slope(G, Z, cap)``: ``G *= h'(Z)`` in place.
 
 Backends: ``scipy`` (reference) and ``numba`` (faster; see docs/BENCHMARKS.md). The default is
 numba when it is installed, else scipy; ``SPDNN_KERNELS=scipy|numba`` or ``set_backend`` choose.
@@ -248,7 +248,7 @@ def backward_products(wt: sp.csr_matrix, order: np.ndarray, d: np.ndarray, x: np
 
 
 def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:
-    """g *= h'(z) in place (ReLU, capped when ``cap`` is given: 0 at and beyond the cap)."""
+    """``g *= h'(z)`` in place (ReLU, capped when ``cap`` is given: 0 at and beyond the cap)."""
     if backend() == "numba" and g.flags.c_contiguous and z.flags.c_contiguous:
         _nb().apply_slope(g, z, -1.0 if cap is None else float(cap))
         return

@@ -9,7 +9,7 @@
   pass has measured so far, and ``losses``, those of the last complete one (absent before).
 
 The manifest names the files and the settings (``compress``, ``replicas``, ``critical_set``,
-``refresh``); README, "File formats".
+``refresh``); docs/formats.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The sparse network model shared by every part of spdnn.
 
-Column convention (README, "What is computed"): layer k maps X_{k-1} (n_{k-1} x B) to
+Column convention (docs/formats.md): layer k maps X_{k-1} (n_{k-1} x B) to
 X_k = h(W_k X_{k-1} + b_k), W_k is CSR with one row per output neuron.
 """
 

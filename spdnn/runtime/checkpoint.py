@@ -1,5 +1,5 @@
 """Checkpoints: a directory with ``manifest.json`` and one ``step{S}-rank{r}.npz`` per rank
-(format in README, "File formats"). Rank files are written first, the manifest last, each under
+(format in docs/formats.md). Rank files are written first, the manifest last, each under
 a temporary name then renamed: the manifest is the commit point, so an interrupted write keeps
 the previous checkpoint. Only finite state is written. Resume works on any P and plan.
 """

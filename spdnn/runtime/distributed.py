@@ -2,8 +2,8 @@
 
 Forward: expand ghost rows while the owned-column part of every row is computed. Backward: fold
 ghost partial sums to their owners while the owned part is computed. The weight gradient needs no
-communication. Loss and prediction all-reduce per-sample vectors only. Math: README, "What is
-computed".
+communication. Loss and prediction all-reduce per-sample vectors only. Math:
+docs/formats.md.
 """
 
 from __future__ import annotations

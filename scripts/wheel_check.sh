@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The product as a user installs it: builds the wheel, installs it into a fresh virtual
+# environment (dependencies from PyPI), and runs the main job from an empty directory with no
+# checkout beside it (the embedded digits come from the wheel's package data).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+python3 -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$ROOT"
+python3 -m venv "$WORK/venv"
+"$WORK/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$WORK"/dist/*.whl
+# The main job's two scripts, alone in an empty directory: venv.sh finds the environment made
+# (the stamp) and no pyproject.toml to install from, so nothing comes from the checkout.
+mkdir -p "$WORK/job/scripts"
+cp "$ROOT/scripts/main.sh" "$ROOT/scripts/venv.sh" "$WORK/job/scripts/"
+touch "$WORK/venv/.spdnn-installed"
+cd "$WORK/job"
+env -u PYTHONPATH SPDNN_VENV="$WORK/venv" SPDNN_OUT="$WORK/job/out" bash scripts/main.sh
+"$WORK/venv/bin/python" -c "import spdnn, sys; assert '$ROOT' not in spdnn.__file__, spdnn.__file__; print('wheel:', spdnn.__file__)"
