@@ -32,7 +32,7 @@ step() {
 }
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
-step "serial tests" timeout 1200 "${PYTEST[@]}" -n 2 -m "not mpi" tests
+step "serial tests" timeout 1200 "${PYTEST[@]}" -n 2 --dist worksteal -m "not mpi" tests
 for n in 1 2 3 4; do
     step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 timeout 960 \
         mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi tests

@@ -15,5 +15,12 @@ mkdir -p "$WORK/job/scripts"
 cp "$ROOT/scripts/main.sh" "$ROOT/scripts/venv.sh" "$WORK/job/scripts/"
 touch "$WORK/venv/.spdnn-installed"
 cd "$WORK/job"
-env -u PYTHONPATH SPDNN_VENV="$WORK/venv" SPDNN_OUT="$WORK/job/out" bash scripts/main.sh
+env -u PYTHONPATH SPDNN_VENV="$WORK/venv" SPDNN_OUT="$WORK/job/out" bash scripts/main.sh \
+    | tee "$WORK/main.log"
+# What the main job promises to print: both plans side by side, the hypergraph plan's saving,
+# and the counted traffic equal to each plan's prediction.
+summary="$(sed -n '/^== 5\./,$p' "$WORK/main.log")"
+for expected in "hypergraph " "block " "fewer rows" "counted traffic equals each plan"; do
+    grep -qF -- "$expected" <<<"$summary" || { echo "main job: '$expected' missing"; exit 1; }
+done
 "$WORK/venv/bin/python" -c "import spdnn, sys; assert '$ROOT' not in spdnn.__file__, spdnn.__file__; print('wheel:', spdnn.__file__)"

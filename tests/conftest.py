@@ -1,4 +1,6 @@
-"""Shared fixtures; the MPI abort-on-failure hook lives in tests/mpi_plugin.py."""
+"""Shared fixtures: kernel backends, the real data, and the MPI fixtures (``comm``; pytest-mpi
+gives ``mpi_tmp_path``). The MPI abort-on-failure hook lives in tests/mpi_plugin.py. Nothing
+here imports MPI unless an MPI test asks for it: a serial test process never starts MPI."""
 
 from __future__ import annotations
 
@@ -35,3 +37,12 @@ def graphchallenge_dir() -> Path:
     if not (GRAPHCHALLENGE / "neuron1024" / "n1024-l1.tsv").is_file():
         pytest.skip(f"Graph Challenge data not found under {GRAPHCHALLENGE} (../shared absent)")
     return GRAPHCHALLENGE
+
+
+@pytest.fixture
+def comm():
+    """A private duplicate of COMM_WORLD for one MPI test, freed after it."""
+    from spdnn.comm import Communicator
+
+    with Communicator() as c:
+        yield c

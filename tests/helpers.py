@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,27 +44,43 @@ def small_network(sizes=(12, 9, 7, 4), fan_in=4, seed=0, dtype="float64", cap=No
     return Network(net.layers, cap=cap, output_activation=output_activation)
 
 
-def launch(*args: object, ranks: int = 0, module: str = "spdnn", cwd: Path | None = None,
-           env: dict[str, str] | None = None, timeout: float = 180
-           ) -> subprocess.CompletedProcess:
-    """The one launcher of the tests: ``python -m MODULE ARGS`` in a new process, alone
-    (``ranks=0``) or under ``mpiexec -n RANKS`` (skips without a launcher), with this checkout
-    on the path. ``MPIEXEC_TIMEOUT`` ends a hung job a little before ``timeout`` would."""
-    cmd = [sys.executable, "-m", module, *map(str, args)]
+def _command(ranks: int, args: Sequence[object], module: str | None) -> list[str]:
+    cmd = [sys.executable, *(["-m", module] if module else []), *map(str, args)]
     if ranks:
         if MPIEXEC is None:
             pytest.skip(NO_MPIEXEC)
         cmd = [MPIEXEC, "-n", str(ranks), *cmd]
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT),
-                "MPIEXEC_TIMEOUT": str(max(int(timeout) - 10, 10)), **(env or {})}
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=full_env)
+    return cmd
+
+
+def _environment(env: dict[str, str] | None, timeout: float) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT),
+            "MPIEXEC_TIMEOUT": str(max(int(timeout) - 10, 10)), **(env or {})}
+
+
+def launch(ranks: int, *args: object, module: str | None = "spdnn", cwd: Path | None = None,
+           env: dict[str, str] | None = None, timeout: float = 180
+           ) -> subprocess.CompletedProcess:
+    """The one launcher of the tests: ``python -m MODULE ARGS`` (``module=None``: ``python
+    ARGS``, a script) in a new process, alone (``ranks=0``) or under ``mpiexec -n RANKS``
+    (skipped without a launcher), with this checkout on the path; ``MPIEXEC_TIMEOUT`` ends a
+    hung job a little before ``timeout`` would."""
+    return subprocess.run(_command(ranks, args, module), cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=_environment(env, timeout))
+
+
+def start(ranks: int, *args: object, module: str | None = "spdnn",
+          env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.Popen:
+    """``launch`` without waiting: the job's Popen (stdout and stderr piped, text)."""
+    return subprocess.Popen(_command(ranks, args, module), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=_environment(env, timeout))
 
 
 def run_spdnn(*args: object, cwd: Path | None = None, timeout: float = 300,
               module: str = "spdnn") -> subprocess.CompletedProcess:
     """``python -m spdnn ARGS`` (or another module) in one process."""
-    return launch(*args, module=module, cwd=cwd, timeout=timeout)
+    return launch(0, *args, module=module, cwd=cwd, timeout=timeout)
 
 
 def run_cli(*args: object, module: str = "spdnn") -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ import pytest
 
 from spdnn.io.bundle import load_network, save_network
 from spdnn.io.formats import write_idx
-from tests.helpers import assert_one_line_error, run_spdnn, small_network
+from tests.helpers import assert_one_line_error, launch, run_spdnn, small_network
 
 
 def test_help_has_an_example():
@@ -57,20 +57,42 @@ def test_threads_give_the_same_weights_and_bad_counts_fail(tmp_path):
 
 
 def test_train_on_npz_and_mnist_idx(tmp_path):
+    import json
+
+    from spdnn.io.bundle import load_network
+    from spdnn.io.datasets import load_dataset
+
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (40, 4, 4), dtype=np.uint8)
     y = (x.reshape(40, -1).mean(axis=1) > 127).astype(np.uint8)
     for split, n in (("train", 30), ("t10k", 10)):
         write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", x[:n] if split == "train" else x[30:])
         write_idx(tmp_path / f"{split}-labels-idx1-ubyte", y[:n] if split == "train" else y[30:])
+    # What the reader makes of the IDX files: pixels / 255, the labels as written, both splits.
+    data = load_dataset(f"mnist:{tmp_path}", "float32")
+    assert data.x_train.dtype == np.float32 and data.x_train.shape == (30, 16)
+    np.testing.assert_allclose(data.x_train, x[:30].reshape(30, -1) / 255, rtol=1e-6)
+    np.testing.assert_array_equal(data.y_train, y[:30])
+    np.testing.assert_array_equal(data.y_test, y[30:])
     save_network(small_network((16, 8, 2)), tmp_path / "net.npz")
     proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data", f"mnist:{tmp_path}",
-                     "--epochs", "1", "--batch-size", "8")
+                     "--epochs", "1", "--batch-size", "8", "--metrics-out", tmp_path / "m.json")
     assert proc.returncode == 0, proc.stderr
+    assert "30 samples" in proc.stdout, proc.stdout
+    epoch = json.loads((tmp_path / "m.json").read_text())["epochs"][0]
+    assert epoch["samples"] == 30 and epoch["epoch_steps"] == 4  # 8 + 8 + 8 + 6
+    assert epoch["test_accuracy"] is not None and 0 <= epoch["test_accuracy"] <= 1
+    # npz data, float64 arithmetic: the trained network comes back in float64.
     np.savez(tmp_path / "d.npz", x_train=x.reshape(40, -1) / 255.0, y_train=y)
     proc = run_spdnn("train", "--network", tmp_path / "net.npz", "--data",
-                     f"npz:{tmp_path / 'd.npz'}", "--epochs", "1", "--dtype", "float64")
+                     f"npz:{tmp_path / 'd.npz'}", "--epochs", "1", "--dtype", "float64",
+                     "--batch-size", "16", "--save", tmp_path / "t64.npz",
+                     "--metrics-out", tmp_path / "m64.json")
     assert proc.returncode == 0, proc.stderr
+    assert "40 samples" in proc.stdout, proc.stdout
+    epoch = json.loads((tmp_path / "m64.json").read_text())["epochs"][0]
+    assert epoch["samples"] == 40 and epoch["test_accuracy"] is None  # no test split
+    assert load_network(tmp_path / "t64.npz").dtype == np.float64
 
 
 def test_convert_round_trips_through_mtx_and_graphchallenge(tmp_path):
@@ -205,14 +227,6 @@ def test_reports_say_what_happened(tmp_path):
 
 
 def test_progress_lines_under_mpirun_with_stdout_in_a_file(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from tests.helpers import MPIEXEC, ROOT
-
-    if MPIEXEC is None:
-        pytest.skip("no MPI launcher")
     from partition.methods import partition_network
     from spdnn.io.planfile import save_plan
     from spdnn.model.plan import network_patterns
@@ -221,16 +235,11 @@ def test_progress_lines_under_mpirun_with_stdout_in_a_file(tmp_path):
     save_network(net, tmp_path / "net.npz")
     save_plan(partition_network(network_patterns(net), 2, "cyclic",
                                 fingerprint=net.fingerprint()), tmp_path / "plan.npz")
-    log = tmp_path / "run.log"
-    with open(log, "w") as out:
-        proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "spdnn", "train",
-                               "--network", str(tmp_path / "net.npz"), "--plan",
-                               str(tmp_path / "plan.npz"), "--data", "digits", "--epochs", "1"],
-                              stdout=out, stderr=subprocess.PIPE, text=True, timeout=120,
-                              env={**os.environ, "PYTHONPATH": str(ROOT),
-                                   "SPDNN_PROGRESS_SECONDS": "0"})
+    proc = launch(2, "train", "--network", tmp_path / "net.npz", "--plan", tmp_path / "plan.npz",
+                  "--data", "digits", "--epochs", "1", env={"SPDNN_PROGRESS_SECONDS": "0"},
+                  timeout=120)  # stdout is a pipe, as a log file would be: not a terminal
     assert proc.returncode == 0, proc.stderr
-    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("  steps: ")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("  steps: ")]
     assert len(lines) == 22  # steps 2..23 of the epoch, printed once (rank 0)
     assert lines[0].startswith("  steps: 2/23 (") and "samples/s, ETA" in lines[0]
     assert lines[-1].startswith("  steps: 23/23 (")

@@ -4,8 +4,6 @@ critical set's choice; the options' errors."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from scipy import stats
 from spdnn.lossy import _numba_compress as nbc
 from spdnn.lossy import compress as C
 from spdnn.lossy.critical import CriticalSet
+from tests.helpers import launch
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -223,9 +222,7 @@ def test_bad_options_get_one_line_and_exit_2(tmp_path, args, message):
     from spdnn.model.generate import random_network
 
     save_network(random_network([64, 16, 10], 8, 0), tmp_path / "n.npz")
-    p = subprocess.run([sys.executable, "-m", "spdnn", "train", "--network",
-                        str(tmp_path / "n.npz"), "--epochs", "1", *args],
-                       capture_output=True, text=True, timeout=120)
+    p = launch(0, "train", "--network", tmp_path / "n.npz", "--epochs", "1", *args, timeout=120)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], p.stderr

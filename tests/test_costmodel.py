@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from dataclasses import replace
 
@@ -38,7 +36,15 @@ from spdnn.io.bundle import save_network
 from spdnn.io.planfile import save_plan
 from spdnn.model.generate import add_head, radixnet, random_network
 from spdnn.model.plan import network_patterns
-from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, assert_one_line_error, run_spdnn, small_network
+from tests.helpers import (
+    MPIEXEC,
+    NO_MPIEXEC,
+    ROOT,
+    assert_one_line_error,
+    launch,
+    run_spdnn,
+    small_network,
+)
 
 RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "message_s": 1e-6,
            "exchange_layer_s": 4e-5, "pack_ns_per_byte": 0.1, "update_ns_per_value": 0.8,
@@ -474,24 +480,6 @@ def test_model_command_bad_inputs(model_files, tmp_path_factory):
     assert_one_line_error(proc, "one-rank.json", "no network part")
 
 
-def test_calibrate_command(tmp_path):
-    start = time.perf_counter()
-    proc = run_spdnn("calibrate", "-o", tmp_path / "machine.json", "--dtype", "float32",
-                     timeout=300)
-    seconds = time.perf_counter() - start
-    assert proc.returncode == 0, proc.stderr
-    assert seconds < 120, seconds
-    cal = load_calibration(tmp_path / "machine.json")
-    assert cal.network is None and cal.ranks == 1 and set(cal.kernels) == {"float32"}
-    assert all(v >= 0 for v in cal.runtime.values()), cal.runtime
-    assert all(cal.runtime[k] > 0 for k in ("layer_forward_s", "layer_backward_s", "message_s",
-                                             "update_ns_per_value", "gather_ns_per_value")
-               ), cal.runtime
-    dense = cal.table("float32").dense  # the table for dense layers (BLAS)
-    assert dense is not None and np.all(dense.ns["forward"] > 0)
-    assert "no network part" in proc.stdout
-
-
 def test_network_is_the_median_of_its_sweeps():
     """Measured several times over a calibration (this host's transfer speed flips between
     two states for minutes), the median per size is kept, for the ping-pong and the
@@ -516,9 +504,7 @@ def test_counts_equal_the_runtime_on_8_ranks(tmp_path):
             "from tests.test_costmodel_mpi import check_counts; "
             "sys.exit(run_collectively(lambda c: 0 if len(check_counts(c, Path(sys.argv[1]))) "
             "== 8 else 1))")
-    proc = subprocess.run([MPIEXEC, "-n", "8", sys.executable, "-c", code, str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    proc = launch(8, "-c", code, tmp_path, module=None, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -553,12 +539,10 @@ def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slo
         cal["network"]["allreduce"]["seconds"] = [1.0, 2.0]  # the measured curve wins
         want = "2 part(s) x 1 replica(s)"
     (t / "slow.json").write_text(json.dumps(cal))
-    proc = subprocess.run(
-        [MPIEXEC, "-n", "2", sys.executable, "-m", "spdnn", "train", "--network", t / "net.npz",
-         "--plan", t / "block2.npz", "--plan", t / "cyclic4.npz", "--replicas", "auto",
-         "--calibration", t / "slow.json", "--data", "digits", "--max-steps", "2",
-         "--batch-size", "32"], capture_output=True, text=True, timeout=300, cwd=t,
-        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    proc = launch(2, "train", "--network", t / "net.npz", "--plan", t / "block2.npz", "--plan",
+                  t / "cyclic4.npz", "--replicas", "auto", "--calibration", t / "slow.json",
+                  "--data", "digits", "--max-steps", "2", "--batch-size", "32", cwd=t,
+                  timeout=300)
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
     assert first.startswith(f"--replicas auto: {want}"), proc.stdout

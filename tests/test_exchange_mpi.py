@@ -8,7 +8,6 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn import reference
-from spdnn.comm import Communicator
 from spdnn.kernels.encoding import MODES, slope_mask
 from spdnn.model.generate import radixnet
 from spdnn.model.network import Layer, Network
@@ -18,12 +17,6 @@ from tests.helpers import small_network
 from tests.test_runtime_mpi import _images, _setup, _train_and_compare
 
 pytestmark = pytest.mark.mpi
-
-
-@pytest.fixture
-def comm():
-    with Communicator() as c:
-        yield c
 
 
 def _shaped_network(cap):

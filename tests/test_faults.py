@@ -19,18 +19,9 @@ from spdnn.io.bundle import load_network, save_network
 from spdnn.io.planfile import save_plan
 from spdnn.model.generate import random_network
 from spdnn.model.plan import network_patterns
-from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT
+from tests.helpers import MPIEXEC, NO_MPIEXEC, launch, start
 
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason=NO_MPIEXEC)
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "MPIEXEC_TIMEOUT": "120"}
-
-
-def mpirun(n: int, *args: str, timeout: float = 180, module: str = "spdnn"):
-    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", module,
-                           *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=ENV)
-
-
 @pytest.fixture
 def digits_net(tmp_path):
     net = random_network([64, 32, 32], 8, seed=0, n_classes=10, dtype="float64")
@@ -47,7 +38,7 @@ def _error_lines(stderr: str) -> list[str]:
 
 def test_plan_for_another_p_fails_fast_with_one_line(digits_net):
     t0 = time.monotonic()
-    proc = mpirun(2, "train", "--network", digits_net / "net.npz", "--plan",
+    proc = launch(2, "train", "--network", digits_net / "net.npz", "--plan",
                   digits_net / "plan3.npz", "--epochs", "1")
     assert proc.returncode != 0
     assert time.monotonic() - t0 < 60
@@ -57,13 +48,13 @@ def test_plan_for_another_p_fails_fast_with_one_line(digits_net):
 
 
 def test_missing_plan_and_wrong_features(digits_net, tmp_path):
-    proc = mpirun(2, "train", "--network", digits_net / "net.npz", "--epochs", "1")
+    proc = launch(2, "train", "--network", digits_net / "net.npz", "--epochs", "1")
     assert proc.returncode != 0 and "--plan is required with 2 ranks" in proc.stderr
     other = random_network([10, 8, 4], 3, seed=0)
     save_network(other, tmp_path / "other.npz")
     save_plan(partition_network(network_patterns(other), 2, "block",
                                 fingerprint=other.fingerprint()), tmp_path / "other-plan.npz")
-    proc = mpirun(2, "train", "--network", tmp_path / "other.npz", "--plan",
+    proc = launch(2, "train", "--network", tmp_path / "other.npz", "--plan",
                   tmp_path / "other-plan.npz", "--data", "digits")
     assert proc.returncode != 0
     lines = _error_lines(proc.stderr)
@@ -84,8 +75,7 @@ def test_an_exception_on_one_rank_aborts_the_job(tmp_path):
         raise SystemExit(run_collectively(main))
     """))
     t0 = time.monotonic()
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=120, env=ENV)
+    proc = launch(2, script, module=None, timeout=120)
     assert proc.returncode != 0 and time.monotonic() - t0 < 60
     assert "boom on rank 1" in proc.stderr and "aborting all 2 ranks" in proc.stderr
 
@@ -110,10 +100,8 @@ def test_killed_rank_ends_the_job_and_resume_matches_uninterrupted(digits_net):
     common = ["--network", digits_net / "net.npz", "--plan", digits_net / "plan2.npz",
               "--data", "digits", "--epochs", "30", "--batch-size", "32", "--lr", "0.05",
               "--momentum", "0.9", "--weight-decay", "1e-4", "--dtype", "float64"]
-    job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "spdnn", "train",
-                            *map(str, common), "--checkpoint-dir", str(ckpt),
-                            "--checkpoint-every", "15"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, env=ENV)
+    job = start(2, "train", *common, "--checkpoint-dir", ckpt, "--checkpoint-every", "15",
+                timeout=130)
     deadline = time.monotonic() + 120
     while not (ckpt / "manifest.json").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -133,12 +121,12 @@ def test_killed_rank_ends_the_job_and_resume_matches_uninterrupted(digits_net):
     assert 0 < step < 30 * 45, step
 
     # Resume on 3 ranks with another plan; compare with an uninterrupted 2-rank run.
-    resumed = mpirun(3, "train", *[c if c != digits_net / "plan2.npz" else
+    resumed = launch(3, "train", *[c if c != digits_net / "plan2.npz" else
                                    digits_net / "plan3.npz" for c in common],
                      "--resume", ckpt, "--save", digits_net / "resumed.npz")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed at step {step}" in resumed.stdout
-    whole = mpirun(2, "train", *common, "--save", digits_net / "whole.npz")
+    whole = launch(2, "train", *common, "--save", digits_net / "whole.npz")
     assert whole.returncode == 0, whole.stderr
     a, b = load_network(digits_net / "resumed.npz"), load_network(digits_net / "whole.npz")
     for la, lb in zip(a.layers, b.layers):
@@ -148,7 +136,7 @@ def test_killed_rank_ends_the_job_and_resume_matches_uninterrupted(digits_net):
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(digits_net):
     ckpt = digits_net / "ckpt-nan"
-    proc = mpirun(2, "train", "--network", digits_net / "net.npz", "--plan",
+    proc = launch(2, "train", "--network", digits_net / "net.npz", "--plan",
                   digits_net / "plan2.npz", "--epochs", "5", "--lr", "1e6", "--momentum", "0.9",
                   "--checkpoint-dir", ckpt, "--checkpoint-every", "1", "--save",
                   digits_net / "never.npz")
@@ -171,19 +159,19 @@ def test_missing_or_corrupt_checkpoint(digits_net):
     ckpt = digits_net / "ckpt-ok"
     base = ["--network", digits_net / "net.npz", "--plan", digits_net / "plan2.npz",
             "--epochs", "1", "--batch-size", "64"]
-    assert mpirun(2, "train", *base, "--checkpoint-dir", ckpt).returncode == 0
+    assert launch(2, "train", *base, "--checkpoint-dir", ckpt).returncode == 0
     manifest = json.loads((ckpt / "manifest.json").read_text())
-    proc = mpirun(2, "train", *base, "--resume", digits_net / "nowhere")
+    proc = launch(2, "train", *base, "--resume", digits_net / "nowhere")
     lines = _error_lines(proc.stderr)
     assert proc.returncode != 0 and len(lines) == 1 and "no checkpoint manifest" in lines[0]
     rank1 = ckpt / manifest["files"][1]
     raw = rank1.read_bytes()
     rank1.write_bytes(raw[: len(raw) // 3])
-    proc = mpirun(2, "train", *base, "--resume", ckpt)
+    proc = launch(2, "train", *base, "--resume", ckpt)
     lines = _error_lines(proc.stderr)
     assert proc.returncode != 0 and len(lines) == 1 and manifest["files"][1] in lines[0]
     (ckpt / "manifest.json").write_text("{ not json")
-    proc = mpirun(2, "train", *base, "--resume", ckpt)
+    proc = launch(2, "train", *base, "--resume", ckpt)
     lines = _error_lines(proc.stderr)
     assert proc.returncode != 0 and len(lines) == 1 and "corrupt checkpoint manifest" in lines[0]
 
@@ -193,9 +181,9 @@ def test_replicas_from_the_command_line(digits_net):
     plan: both train to the weights of one process."""
     common = ["--network", digits_net / "net.npz", "--data", "digits", "--epochs", "2",
               "--batch-size", "33", "--lr", "0.05", "--momentum", "0.9", "--dtype", "float64"]
-    one = mpirun(1, "train", *common, "--save", digits_net / "one.npz")
+    one = launch(1, "train", *common, "--save", digits_net / "one.npz")
     assert one.returncode == 0, one.stderr
-    two = mpirun(2, "train", *common, "--replicas", "2", "--save", digits_net / "two.npz",
+    two = launch(2, "train", *common, "--replicas", "2", "--save", digits_net / "two.npz",
                  "--metrics-out", digits_net / "two.json")
     assert two.returncode == 0, two.stderr
     assert "2 rank(s) (1 part(s) x 2 replicas)" in two.stdout

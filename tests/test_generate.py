@@ -6,6 +6,7 @@ from spdnn.errors import InputError
 from spdnn.io.dense import prune_file
 from spdnn.io.graphchallenge import read_graphchallenge
 from spdnn.model.generate import add_head, local_network, prune_dense, radixnet, random_network
+from spdnn.reference import forward
 
 
 def test_radixnet_reproduces_official_layers_1_to_6(graphchallenge_dir):
@@ -81,8 +82,20 @@ def test_prune_keeps_the_largest_magnitudes(tmp_path):
 
 
 def test_add_head_makes_the_output_linear():
-    net = add_head(radixnet(1024, 2), 10)
-    assert net.sizes[-1] == 10 and net.output_activation == "linear" and net.cap == 32
+    base = radixnet(1024, 2, dtype="float64")
+    net = add_head(base, 10, seed=3)
+    assert net.sizes == (*base.sizes, 10) and net.output_activation == "linear"
+    assert net.cap == base.cap == 32 and net.extra["head"] == 10
+    head = net.layers[-1]
+    # A dense head (every weight stored), PyTorch's uniform init bound, zero biases.
+    assert head.weight.nnz == 10 * 1024 and head.bias.tolist() == [0.0] * 10
+    assert 0 < np.abs(head.weight.data).max() <= 1 / np.sqrt(1024)
+    # The function: the base's last layer now goes through the capped ReLU, the head is linear.
+    x = np.random.default_rng(0).uniform(0, 1, (1024, 5))
+    zs, _ = forward(base, x)
+    hidden = np.clip(zs[-1], 0, 32)
+    np.testing.assert_allclose(forward(net, x)[0][-1], head.weight @ hidden, rtol=1e-12)
+    assert add_head(base, 10, seed=3).fingerprint() == net.fingerprint()
 
 
 def test_local_network_windows_and_fan_in():

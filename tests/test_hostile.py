@@ -39,7 +39,7 @@ def run(ranks: int, *args: object, module: str = "spdnn", env: dict | None = Non
     if ranks <= 1 and serial and not env:
         proc = run_cli(*args, module=module)
     else:
-        proc = launch(*args, ranks=ranks if ranks > 1 else 0, module=module,
+        proc = launch(ranks if ranks > 1 else 0, *args, module=module,
                       env={"MPIEXEC_TIMEOUT": "60", **(env or {})}, timeout=timeout)
     assert time.monotonic() - t0 < 60, f"took {time.monotonic() - t0:.0f} s"
     return proc
@@ -141,6 +141,9 @@ def _bad_networks(d: Path) -> dict[str, tuple[Path, str]]:
     dec[1], dec[2] = dec[2], dec[1]
     wrap = ptr.astype(np.int64)
     wrap[-1] = np.iinfo(np.int64).max
+    int8_wrap = ptr.astype(np.int64)
+    int8_wrap[3], int8_wrap[4] = 127, -128  # in int8, -128 - 127 wraps to +1
+    int8_wrap = int8_wrap.astype(np.int8)
     cases = {
         "negative column": ({"W1_indices": neg}, "column index -1"),
         "unsorted": ({"W1_indices": unsorted}, "unsorted column index"),
@@ -152,6 +155,12 @@ def _bad_networks(d: Path) -> dict[str, tuple[Path, str]]:
         "huge shape": ({"W1_shape": np.array([10**12, 10**12])}, "W1_shape"),
         "uint64 shape": ({"W1_shape": np.array([2**64 - 1, 12], dtype=np.uint64)}, "W1_shape"),
         "meta not an object": ({"meta": np.array("[1, 2]")}, "meta must be a JSON object"),
+        # Regressions found by the held-out battery (2026-11-25): a shape claim below 2**31
+        # that the members do not hold, and pointers whose differences wrap in their own type.
+        "shape claims 10^9 rows": ({"W1_shape": np.array([10**9, 12])}, "claims 1000000000"),
+        "indptr uint64 decreases": ({"W1_indptr": dec.astype(np.uint64)},
+                                    "indptr is not non-decreasing"),
+        "indptr int8 wraps": ({"W1_indptr": int8_wrap}, "indptr is not non-decreasing"),
     }
     made = {name: (rewrite(good, out / f"{i}.npz", **ch), frag)
             for i, (name, (ch, frag)) in enumerate(cases.items())}
@@ -363,6 +372,8 @@ def test_bad_options_and_data(base, ranks):
     infer = ["infer", "--network", d / "net.npz", *plan]
     cases = [
         ([*train, "--seed", "-1"], {}, ["--seed", "-1"]),
+        ([*train, "--checkpoint-every", "5"], {}, ["--checkpoint-every needs --checkpoint-dir"]),
+        ([*train, "--refresh", "2"], {}, ["--refresh needs --critical-set"]),
         ([*train, "--lr", "-0.1"], {}, ["--lr", "-0.1"]),
         ([*train, "--momentum", "-0.5"], {}, ["--momentum"]),
         ([*train, "--weight-decay", "-1"], {}, ["--weight-decay"]),
@@ -454,6 +465,7 @@ def test_a_killed_runs_temporary_file_is_removed_by_the_next_write(base, tmp_pat
 def test_outputs_honour_the_umask(base, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
+    # A shell sets the umask of the run (the one case not started through launch()).
     proc = subprocess.run(["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m",
                            "spdnn", *map(str, _train_args(base, "--save", out / "t.npz",
                                                           "--metrics-out", out / "m.json",
@@ -505,7 +517,41 @@ def test_values_beyond_float32_and_warnings_as_errors(base, tmp_path):
     big = _data_file(tmp_path, "big.npz", x_train=np.full((20, 12), 1e39))
     proc = run(1, "train", "--network", base / "net.npz", "--data", big, "--epochs", "1")
     assert_one_line(proc, "big.npz", "beyond the float32 range")
-    cmd = [sys.executable, "-W", "error", "-m", "spdnn", *map(str, _train_args(
-        base, "--lr", "1e30", "--epochs", "20", "--checkpoint-dir", tmp_path / "ck"))]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
+    proc = launch(0, "-W", "error", "-m", "spdnn", *_train_args(
+        base, "--lr", "1e30", "--epochs", "20", "--checkpoint-dir", tmp_path / "ck"),
+        module=None, timeout=120)
     assert_one_line(proc, "non-finite")
+
+
+def test_partitioner_outputs_and_part_counts_are_checked_before_work(base):
+    """Regressions of 2026-11-25: an existing directory as -o ended in the rename's traceback,
+    and a part count of 10^9 was allocated before any check."""
+    (base / "a-dir").mkdir(exist_ok=True)
+    net = base / "net.npz"
+    check_cases([
+        ([net, "-P", "2", "-o", base / "a-dir"], ["a-dir", "directory"]),
+        (["export", net, "-o", base / "a-dir"], ["a-dir", "directory"]),
+        (["import", net, base / "net.npz", "-P", "2", "-o", base / "a-dir"],
+         ["a-dir", "directory"]),
+        ([net, "-P", "1000000000", "--method", "cyclic", "-o", base / "p.npz"],
+         ["-P 1000000000", "largest layer"]),
+        (["stats", net, base / "plan2.npz", "--plot", base / "a-dir"], ["a-dir", "directory"]),
+    ], module="partition")
+    assert not (base / "p.npz").exists()
+
+
+def test_a_file_size_limit_is_one_line(base, tmp_path):
+    """--save beyond the file-size limit (the write fails with EFBIG: Python ignores SIGXFSZ)
+    ends in one line naming the file, not numpy's zip writer's traceback; nothing is left."""
+    # The limit is set once MPI is up (its transport writes larger files of its own).
+    limited = ("import resource, runpy, sys; from mpi4py import MPI; "
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); "
+               "sys.argv = ['spdnn', *sys.argv[1:]]; "
+               "runpy.run_module('spdnn', run_name='__main__')")
+    big = small_network((12, 64, 64, 4), fan_in=32)
+    save_network(big, tmp_path / "big.npz")
+    proc = launch(0, "-c", limited, "train", "--network", tmp_path / "big.npz", "--data",
+                  f"npz:{base / 'data.npz'}", "--epochs", "1", "--save", tmp_path / "t.npz",
+                  module=None, timeout=120)
+    assert_one_line(proc, "t.npz", "cannot write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npz"]

@@ -7,8 +7,32 @@ import scipy.sparse as sp
 from spdnn.kernels import products as kernels
 
 
-def test_both_backends_are_installed():
-    assert kernels.available_backends() == ["scipy", "numba"]
+def test_backend_choice(monkeypatch):
+    """SPDNN_KERNELS picks a backend, auto prefers numba when it is importable, and a name
+    that is unknown or not installed is an error naming it."""
+    from spdnn.errors import SpdnnError
+
+    before = kernels.backend()
+    # A process chooses its backend once and caches it (in ``_state``): reset between cases.
+    try:
+        for wanted, got in (("scipy", "scipy"), ("auto", kernels.available_backends()[-1])):
+            monkeypatch.setenv("SPDNN_KERNELS", wanted)
+            kernels._state["backend"] = None
+            assert kernels.backend() == got
+        monkeypatch.setenv("SPDNN_KERNELS", "cuda")
+        kernels._state["backend"] = None
+        with pytest.raises(SpdnnError, match="SPDNN_KERNELS='cuda'"):
+            kernels.backend()
+        # Without numba: auto falls back to scipy, asking for numba says how to install it.
+        monkeypatch.setattr(kernels, "available_backends", lambda: ["scipy"])
+        monkeypatch.setenv("SPDNN_KERNELS", "auto")
+        kernels._state["backend"] = None
+        assert kernels.backend() == "scipy"
+        with pytest.raises(ValueError, match="pip install numba"):
+            kernels.set_backend("numba")
+    finally:
+        monkeypatch.undo()
+        kernels.set_backend(before)
 
 
 def _case(dtype, n_out=37, n_in=29, batch=11, seed=0):

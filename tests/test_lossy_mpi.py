@@ -19,12 +19,6 @@ from tests.test_replicas_mpi import SGD, _assert_close, _data, _digest, _open, g
 pytestmark = pytest.mark.mpi
 
 
-@pytest.fixture
-def comm():
-    with Communicator() as c:
-        yield c
-
-
 def _replicated(size: int) -> list[tuple[int, int]]:
     return [g for g in grids(size) if g[1] > 1]
 

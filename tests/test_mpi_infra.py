@@ -1,7 +1,6 @@
 """The MPI test infrastructure itself: ranks agree, and a failure on one rank ends the job."""
 
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -10,7 +9,7 @@ import pytest
 
 from spdnn.comm import Communicator
 from spdnn.io.bundle import NetworkBundle, save_network
-from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, small_network
+from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, launch, small_network
 
 
 @pytest.mark.mpi
@@ -60,13 +59,10 @@ def test_a_failure_on_one_rank_aborts_the_whole_job(tmp_path):
             assert comm.rank != 1, "deliberate failure on rank 1"
             comm.Barrier()  # rank 0 would wait here forever without the abort hook
     """))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     t0 = time.monotonic()
-    proc = subprocess.run(
-        [MPIEXEC, "-n", "2", sys.executable, "-m", "pytest", "-p", "mpi_plugin",
-         "-p", "no:cacheprovider", "--with-mpi", "--color=no", "-q", "test_hang.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
-    )
+    proc = launch(2, "-p", "mpi_plugin", "-p", "no:cacheprovider", "--with-mpi", "--color=no",
+                  "-q", "test_hang.py", module="pytest", cwd=tmp_path, timeout=120,
+                  env={"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])})
     elapsed = time.monotonic() - t0
     assert proc.returncode != 0
     assert "aborting all ranks" in proc.stderr + proc.stdout

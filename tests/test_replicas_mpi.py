@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from partition.methods import partition_network
-from spdnn.comm import AgreedError, Communicator
+from spdnn.comm import AgreedError
 from spdnn.io.bundle import save_network
 from spdnn.io.datasets import Dataset
 from spdnn.io.planfile import save_plan
@@ -28,12 +28,6 @@ from tests.test_runtime_mpi import _images
 
 pytestmark = pytest.mark.mpi
 SGD = SGDConfig(lr=0.05, momentum=0.9, weight_decay=0.01)
-
-
-@pytest.fixture
-def comm():
-    with Communicator() as c:
-        yield c
 
 
 def grids(size: int) -> list[tuple[int, int]]:

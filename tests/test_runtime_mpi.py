@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from partition.methods import partition_network
-from spdnn.comm import AgreedError, Communicator
+from spdnn.comm import AgreedError
 from spdnn.io.bundle import save_network
 from spdnn.io.datasets import Dataset
 from spdnn.io.planfile import save_plan
@@ -28,13 +28,6 @@ from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
 
 pytestmark = pytest.mark.mpi
-
-
-@pytest.fixture
-def comm():
-    with Communicator() as c:
-        yield c
-
 
 
 def _data(net, n=50, seed=4):

@@ -1,0 +1,158 @@
+"""Seeded mutants of every file the distributed commands read (``spdnn train`` and ``spdnn infer``:
+network, plan, data, checkpoint manifest and rank file, Graph Challenge inputs and truth,
+calibration, cluster), run through the command's entry point on every rank of the job. Each
+mutant must run, or end with exit code 2 and one line on rank 0 naming a file of the case, and
+nothing on the other ranks. Run under 1, 2, 3 and 4 ranks (and Open MPI) by the test command;
+an error found by one rank alone would abort the job, which fails the run.
+
+The serial commands' readers (``spdnn-partition``, ``convert``, ``generate prune``, ``plot``)
+are fuzzed in-process by tests/test_fuzz.py and tests/test_hostile.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import ROOT, small_network
+from tests.test_fuzz import mutate
+
+pytestmark = pytest.mark.mpi
+MUTANTS = 6
+SIZES = (12, 9, 7, 4)
+
+
+@pytest.fixture
+def case_files(comm, mpi_tmp_path) -> Path:
+    """A network, its plan for this job, data, a checkpoint, Graph Challenge inputs and the
+    cost model's files, written by rank 0."""
+    d = mpi_tmp_path / "fuzz"
+    if comm.rank == 0:
+        from partition.api import partition
+        from spdnn.api import train
+        from spdnn.io.bundle import save_network
+        from spdnn.io.formats import write_categories, write_triples
+        from spdnn.io.planfile import save_plan
+        from spdnn.model.records import RunOptions, TrainOptions
+
+        d.mkdir()
+        net = small_network(SIZES, dtype="float64")
+        save_network(net, d / "net.npz")
+        rng = np.random.default_rng(0)
+        np.savez(d / "data.npz", x_train=rng.standard_normal((24, SIZES[0])),
+                 y_train=rng.integers(0, SIZES[-1], 24))
+        # A checkpoint written by a one-rank run (resumable on any P).
+        from spdnn.comm import Communicator
+
+        with Communicator.self_only() as alone:
+            train(d / "net.npz", data=f"npz:{d / 'data.npz'}", run=RunOptions(dtype="float64"),
+                  options=TrainOptions(epochs=1, batch_size=8, checkpoint_dir=d / "ck",
+                                       max_steps=2), comm=alone)
+        for p in (1, 2, 3, 4):
+            save_plan(partition(net, parts=p, method="cyclic"), d / f"plan{p}.npz")
+        import scipy.sparse as sp
+
+        from spdnn.api import infer
+
+        images = sp.random(5, SIZES[0], density=0.4, random_state=1, format="csr")
+        write_triples(d / "images.tsv", images)
+        with Communicator.self_only() as alone:
+            found = infer(d / "net.npz", inputs=str(d / "images.tsv"), comm=alone)
+        write_categories(d / "truth.tsv", found.categories)
+        shutil.copy(ROOT / "docs" / "calibration-2core-vm.json", d / "machine.json")
+        shutil.copy(ROOT / "docs" / "cluster-hdr-infiniband.json", d / "cluster.json")
+    comm.barrier()
+    return d
+
+
+def _cases(d: Path, ranks: int) -> list[tuple[str, list[object]]]:
+    """(file to mutate, the command that reads it)."""
+    plan = ["--plan", d / f"plan{ranks}.npz"] if ranks > 1 else []
+    data = ["--data", f"npz:{d / 'data.npz'}", "--epochs", "1", "--batch-size", "8",
+            "--dtype", "float64"]
+    train = ["train", "--network", d / "net.npz", *plan, *data]
+    return [
+        ("net.npz", train),
+        ("data.npz", train),
+        ("ck/manifest.json", [*train, "--resume", d / "ck", "--epochs", "2"]),
+        ("ck/step000000002-rank00000.npz", [*train, "--resume", d / "ck", "--epochs", "2"]),
+        ("machine.json", ["train", "--network", d / "net.npz", "--plan", d / f"plan{ranks}.npz",
+                          "--replicas", "auto", "--calibration", d / "machine.json", *data]),
+        ("cluster.json", ["train", "--network", d / "net.npz", "--replicas", "auto",
+                          "--calibration", d / "machine.json", "--cluster",
+                          d / "cluster.json", *data]),
+        ("net.npz", ["infer", "--network", d / "net.npz", *plan, "--inputs", d / "images.tsv"]),
+        ("images.tsv", ["infer", "--network", d / "net.npz", *plan,
+                        "--inputs", d / "images.tsv"]),
+        ("truth.tsv", ["infer", "--network", d / "net.npz", *plan, "--inputs",
+                       d / "images.tsv", "--truth", d / "truth.tsv"]),
+        (f"plan{ranks}.npz" if ranks > 1 else "plan1.npz",
+         ["infer", "--network", d / "net.npz", "--plan", d / f"plan{ranks}.npz",
+          "--inputs", f"npz:{d / 'data.npz'}"]),
+    ]
+
+
+def _run(argv: list[object]) -> tuple[int, str]:
+    from spdnn.cli.parser import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, err.getvalue()
+
+
+def test_mutated_inputs_of_the_distributed_commands(comm, case_files):
+    d = case_files
+    failures = []
+    refused = total = 0
+    for i, (name, argv) in enumerate(_cases(d, comm.size)):
+        target = d / name
+        valid = target.read_bytes() if comm.rank == 0 else b""
+        rng = np.random.default_rng(1000 + i)
+        for m in range(MUTANTS):
+            mutant = mutate(valid, rng) if comm.rank == 0 else b""
+            if comm.rank == 0:
+                target.write_bytes(mutant)
+            comm.barrier()
+            code, err = _run(argv)
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            verdicts = comm.allgather((code, lines))
+            where = f"{name} mutant {m} ({' '.join(map(str, argv[:1]))})"
+            if {c for c, _ in verdicts} - {0, 2} or len({c for c, _ in verdicts}) > 1:
+                failures.append(f"{where}: exit codes {[c for c, _ in verdicts]}: {verdicts}")
+            elif verdicts[0][0] == 2:
+                refused += 1
+                first = verdicts[0][1]
+                # The line names a file of the case, or says the mutant's values diverged.
+                if len(first) != 1 or "Traceback" in "".join(first) or \
+                        not first[0].startswith("spdnn: error: ") or \
+                        (str(d) not in first[0] and "non-finite" not in first[0]):
+                    failures.append(f"{where}: rank 0 printed {first}")
+                if any(lines for _, lines in verdicts[1:]):
+                    failures.append(f"{where}: other ranks printed {verdicts[1:]}")
+            total += 1
+            comm.barrier()
+        if comm.rank == 0:
+            target.write_bytes(valid)
+        comm.barrier()
+    assert not failures, "\n".join(failures[:8])
+    # The mutations reach the error paths: most mutants are refused, as they should be.
+    assert refused >= total // 3, f"only {refused} of {total} mutants were refused"
+
+
+def test_every_case_reads_a_valid_file_cleanly(comm, case_files):
+    """The cases themselves run on the valid files (so a mutant's error is the mutant's)."""
+    for name, argv in _cases(case_files, comm.size):
+        code, err = _run(argv)
+        assert (code, err) == (0, ""), (name, argv, err)
+    if comm.rank == 0:
+        json.loads((case_files / "ck" / "manifest.json").read_text())
