@@ -27,7 +27,7 @@ KAHYPAR_INI = Path(__file__).resolve().parent / "kahypar_km1.ini"
 BACKENDS = ("kahypar", "mtkahypar")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Problem:
     """A hypergraph partitioning problem in flat arrays (what the backends take)."""
 

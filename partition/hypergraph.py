@@ -24,7 +24,7 @@ from spdnn.model.plan import Pattern
 from ._kernels import connectivity, contract_nets
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Hypergraph:
     offsets: np.ndarray  # offsets[k] = first vertex of layer k; offsets[-1] = n_vertices
     vertex_weights: np.ndarray  # int64, 0 for layer 0
@@ -100,8 +100,10 @@ def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> H
         pin_parts.append(pins)
         netw.append(np.full(n_in, 1 if k == 1 else 1 + fold, dtype=np.int64))
         netl.append(np.full(n_in, k - 1, dtype=np.int32))
-    return Hypergraph(offsets, np.concatenate(weights), np.concatenate(ptr_parts),
-                      np.concatenate(pin_parts), np.concatenate(netw), np.concatenate(netl))
+    return Hypergraph(offsets=offsets, vertex_weights=np.concatenate(weights),
+                      net_indptr=np.concatenate(ptr_parts),
+                      net_pins=np.concatenate(pin_parts), net_weights=np.concatenate(netw),
+                          net_layer=np.concatenate(netl))
 
 
 def layer_limits(hg: Hypergraph, nparts: int, epsilon: float) -> np.ndarray:
@@ -170,6 +172,7 @@ def contract(hg: Hypergraph, cluster: np.ndarray) -> tuple[Hypergraph, np.ndarra
     offsets = np.searchsorted(coarse_layer, np.arange(n_layers + 1)).astype(np.int64)
     weights = np.bincount(coarse_of, weights=hg.vertex_weights, minlength=len(uniq))
     indptr, pins, kept = contract_nets(hg.net_indptr, hg.net_pins, coarse_of, len(uniq))
-    coarse = Hypergraph(offsets, weights.astype(np.int64), indptr, pins, hg.net_weights[kept],
-                        hg.net_layer[kept])
+    coarse = Hypergraph(offsets=offsets, vertex_weights=weights.astype(np.int64),
+                        net_indptr=indptr, net_pins=pins, net_weights=hg.net_weights[kept],
+                        net_layer=hg.net_layer[kept])
     return coarse, coarse_of

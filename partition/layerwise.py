@@ -55,9 +55,11 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int,
         if len(nets) == 0:
             block = np.arange(hi - lo) % nparts
         else:
-            problem = Problem(int(hi - lo), indptr.astype(np.int64), pins.astype(np.int64),
-                              np.maximum(vw, 1), hg.net_weights[nets], nparts, epsilon,
-                              seed + k, fixed)
+            problem = Problem(n_vertices=int(hi - lo), net_indptr=indptr.astype(np.int64),
+                              net_pins=pins.astype(np.int64),
+                              vertex_weights=np.maximum(vw, 1), net_weights=hg.net_weights[nets],
+                                  nparts=nparts, epsilon=epsilon,
+                              seed=seed + k, fixed=fixed)
             try:
                 block = solve(problem, backends[k - 1], timeout=deadline.left(),
                               threads=threads if backends[k - 1] == "mtkahypar" else 1)

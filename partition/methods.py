@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -142,14 +142,14 @@ def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, part
 def partition_network(
     patterns: Sequence[Pattern],
     nparts: int,
-    method: str = "hypergraph",
+    method: Literal["hypergraph", "block", "cyclic", "random"] = "hypergraph",
     epsilon: float = 0.03,
     seed: int | None = 0,
-    backend: str = "auto",
+    backend: Literal["auto", "kahypar", "mtkahypar"] | str = "auto",
     fingerprint: str | None = None,
     log: Log | None = None,
     group_starts: int = 3,
-    objective: str = "train",
+    objective: Literal["train", "infer"] = "train",
     exact_sweeps: int = 0,
     threads: int = 1,
     time_limit: float | None = None,
@@ -214,8 +214,9 @@ def partition_network(
                 log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices of "
                     f"{hg.n_vertices:,}, too few to try group starts")
             coarse = coarse_of = None
-        s = Search(hg, coarse, coarse_of, nparts, epsilon, seed, backend, threads, deadline, log,
-                   grouped)
+        s = Search(hg=hg, coarse=coarse, coarse_of=coarse_of, nparts=nparts, epsilon=epsilon,
+                   seed=seed, backend=backend, threads=threads, deadline=deadline, log=log,
+                   grouped=grouped)
         chosen, best_parts, best_cost, candidates, unfinished, shortcuts_taken = search(
             s, baselines, group_starts, jobs, shortcuts)
         if exact_sweeps and deadline.passed():

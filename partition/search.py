@@ -30,7 +30,7 @@ from .layerwise import Skipped, layer_by_layer, majority
 from .refine import BalanceError, Refiner
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Search:
     hg: Hypergraph
     coarse: Hypergraph | None  # the groups of identical rows, where they shrink the hypergraph

@@ -59,11 +59,11 @@ def mnist_pruned() -> Network | None:
     for n_in, n_out in zip(sizes[:-1], sizes[1:]):
         w = rng.uniform(-1, 1, (n_out, n_in)) / np.sqrt(n_in)
         layers.append(Layer(sp.csr_matrix(w.astype(np.float32)), np.zeros(n_out, np.float32)))
-    dense = Network(tuple(layers))
+    dense = Network(layers=tuple(layers))
     trained, _ = train(dense, load_mnist(SHARED / "mnist"), 1, 128, SGDConfig(0.05, 0.9))
     pruned = prune_dense([lay.weight.toarray() for lay in trained.layers],
                          [lay.bias for lay in trained.layers], density=0.1)
-    return Network(tuple(pruned))
+    return Network(layers=tuple(pruned))
 
 
 NETWORKS = ("gc24", "radixnet", "mnist", "random", "gc120")
@@ -77,7 +77,8 @@ def networks(quick: bool, chosen: Sequence[str]) -> list[tuple[str, Network | No
         "gc24" in chosen or "gc120" in chosen) else None
     if "gc24" in chosen:
         out.append(("Graph Challenge 1024, 24 layers",
-                    None if gc_net is None else Network(gc_net.layers[:24]), "../shared absent"))
+                    None if gc_net is None else Network(layers=gc_net.layers[:24]),
+                        "../shared absent"))
     if "radixnet" in chosen:
         out.append(("RadiX-Net 4096, 12 layers (generated, seed 0)",
                     radixnet(4096, 12, seed=0), ""))

@@ -138,7 +138,8 @@ def before_after(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     network = work / f"gc1024x{args.gc_layers}.npz"
     if not network.exists():
-        save_network(Network(read_graphchallenge(gc, -0.3, 32).layers[:args.gc_layers]), network)
+        save_network(Network(layers=read_graphchallenge(gc, -0.3, 32).layers[:args.gc_layers]),
+                     network)
     trees = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parents[1]}
     seconds: dict[str, list[float]] = {k: [] for k in trees}
     volume: dict[str, int] = {}

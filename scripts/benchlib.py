@@ -29,9 +29,37 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def machine() -> str:
+    """The CPU a table was measured on, as this machine reports it (model, family, cores,
+    caches, memory)."""
+    import os
+
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    caches = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text()
+            if "Instruction" not in kind:
+                caches.append(f"L{level} {(index / 'size').read_text().strip()}")
+        except OSError:
+            continue
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{info.get('model name', 'unknown CPU')} (family {info.get('cpu family', '?')}, "
+            f"model {info.get('model', '?')}), {os.cpu_count()} cores, "
+            f"{', '.join(caches) or 'caches unknown'} (as cpu0 sees them), "
+            f"{memory:.0f} GiB")
+
+
 def write_section(marker: str, title: str, body: str, path: Path = BENCHMARKS) -> None:
-    """Replace the text between <!-- MARKER --> and <!-- /MARKER --> (or append it)."""
-    section = f"<!-- {marker} -->\n{body.rstrip()}\n<!-- /{marker} -->"
+    """Replace the text between <!-- MARKER --> and <!-- /MARKER --> (or append it); the
+    section's first line names the machine it was measured on."""
+    section = f"<!-- {marker} -->\nMachine: {machine()}.\n{body.rstrip()}\n<!-- /{marker} -->"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     pattern = re.compile(rf"<!-- {marker} -->.*?<!-- /{marker} -->", re.S)
     if pattern.search(text):

@@ -52,7 +52,7 @@ def main() -> int:
     else:
         print(f"bound_groups: {GC} absent; pass --network", file=sys.stderr)
         return 2
-    net = Network(net.layers[:args.layers])
+    net = Network(layers=net.layers[:args.layers])
     patterns = network_patterns(net)
     clusters = identical_row_clusters(patterns, args.nparts)
     offsets = np.concatenate([[0], np.cumsum(net.sizes)])

@@ -102,7 +102,7 @@ def main() -> int:
     if not GC.is_dir():
         print(f"exact_layers: {GC} absent", file=sys.stderr)
         return 2
-    net = Network(read_graphchallenge(GC, -0.3, 32).layers[:args.layers])
+    net = Network(layers=read_graphchallenge(GC, -0.3, 32).layers[:args.layers])
     patterns = network_patterns(net)
     t0 = time.perf_counter()
     plan = partition_network(patterns, args.nparts, objective=args.objective)

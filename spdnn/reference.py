@@ -103,9 +103,12 @@ def train(
         test_acc = None
         if data.x_test is not None and data.y_test is not None:
             test_acc = accuracy(net, data.x_test, data.y_test)
-        report = EpochReport(epoch + 1, steps, total_loss / max(seen, 1), correct / max(seen, 1),
-                             test_acc, seconds, seen / max(seconds, 1e-12), 0.0,
-                             steps - steps_before, -(-len(x) // batch_size), seen)
+        report = EpochReport(epoch=epoch + 1, steps=steps, loss=total_loss / max(seen, 1),
+                             train_accuracy=correct / max(seen, 1),
+                             test_accuracy=test_acc, seconds=seconds,
+                                 samples_per_second=seen / max(seconds, 1e-12), megabytes_sent=0.0,
+                             epoch_steps=steps - steps_before,
+                                 epoch_batches=-(-len(x) // batch_size), samples=seen)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

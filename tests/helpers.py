@@ -41,7 +41,7 @@ def small_network(sizes=(12, 9, 7, 4), fan_in=4, seed=0, dtype="float64", cap=No
     rng = np.random.default_rng(seed + 1000)
     for layer in net.layers:
         layer.bias[:] = rng.standard_normal(layer.n_out) * bias_scale
-    return Network(net.layers, cap=cap, output_activation=output_activation)
+    return Network(layers=net.layers, cap=cap, output_activation=output_activation)
 
 
 def _command(ranks: int, args: Sequence[object], module: str | None) -> list[str]:

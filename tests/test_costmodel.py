@@ -57,14 +57,18 @@ RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "m
 def calibration(ns: float = 0.5, network: bool = True, structure: Structure | None = None
                 ) -> Calibration:
     """A calibration with flat kernel tables (``ns`` per nonzero x sample)."""
-    table = KernelTable((8, 512), (256, 65536), (1, 128),
-                        {k + warm: np.full((2, 2, 2), ns * f) for k, f in
+    table = KernelTable(batches=(8, 512), inputs=(256, 65536), reuses=(1, 128),
+                        ns={k + warm: np.full((2, 2, 2), ns * f) for k, f in
                          (("forward", 1.0), ("backward", 2.0), ("gradient", 1.0))
                          for warm in ("", "_warm")})
-    net = Network(2e-6, 5e9, 5e-6, 3e9, (), (), (8.0, 2**20), (5e-6, 5e-6 + 2**20 / 3e9)) \
+    net = Network(latency_s=2e-6, bandwidth_Bps=5e9, allreduce_latency_s=5e-6,
+                  allreduce_bandwidth_Bps=3e9, pingpong_bytes=(), pingpong_s=(),
+        allreduce_bytes=(8.0, 2**20), allreduce_s=(5e-6, 5e-6 + 2**20 / 3e9)) \
         if network else None
-    return Calibration("test", 2, "numba", {"float32": table, "float64": table}, dict(RUNTIME),
-                       net, structure)
+    return Calibration(host="test", ranks=2, backend="numba", kernels={"float32": table,
+                                                                       "float64": table},
+        runtime=dict(RUNTIME),
+                       network=net, structure=structure)
 
 
 # Per batch: alone 2.0 at 32 and 1.0 at 256, every rank at once 3.0 and 1.5 (cache_bytes is 0:
@@ -102,7 +106,7 @@ def test_one_rank_prediction_is_the_sum_of_its_terms():
 def test_kernel_table_interpolates_in_log2_of_reuse_and_clamps():
     ns = np.empty((2, 2, 2))
     ns[0], ns[1] = 2.0, 0.5  # reuse 1: 2 ns per nonzero x sample; reuse 128: 0.5
-    table = KernelTable((8, 512), (256, 65536), (1, 128), {"forward": ns})
+    table = KernelTable(batches=(8, 512), inputs=(256, 65536), reuses=(1, 128), ns={"forward": ns})
     nnz, b = np.array([1e6, 1e6, 1e6, 1e6]), 64
     t = table.seconds("forward", nnz, b, np.array([1024] * 4), np.array([0.25, 1, 2**3.5, 1e4]))
     assert t == pytest.approx(nnz * b * 1e-9 * np.array([2.0, 2.0, 1.25, 0.5]), rel=1e-12)
@@ -112,10 +116,13 @@ def test_kernel_table_interpolates_in_log2_of_reuse_and_clamps():
 
 
 def test_measured_pingpong_curve_replaces_the_bandwidth():
-    net = Network(1e-6, 1e9, 1e-6, 1e9, (8.0, 1024.0, 2048.0), (1e-6, 2e-6, 4e-6))
+    net = Network(latency_s=1e-6, bandwidth_Bps=1e9, allreduce_latency_s=1e-6,
+                  allreduce_bandwidth_Bps=1e9, pingpong_bytes=(8.0, 1024.0, 2048.0),
+        pingpong_s=(1e-6, 2e-6, 4e-6))
     got = net.transfer(np.array([8, 1024, 1536, 3072]))
     assert got == pytest.approx([0.0, 1e-6, 2e-6, 5e-6], rel=1e-12)  # past the end: 2 us/KiB
-    assert Network(1e-6, 1e9, 1e-6, 1e9).transfer(np.array([1e9])) == pytest.approx([1.0])
+    assert Network(latency_s=1e-6, bandwidth_Bps=1e9, allreduce_latency_s=1e-6,
+                   allreduce_bandwidth_Bps=1e9).transfer(np.array([1e9])) == pytest.approx([1.0])
 
 
 def test_dense_blocks_are_timed_from_the_dense_table():
@@ -142,11 +149,14 @@ def test_dense_blocks_are_timed_from_the_dense_table():
 
 
 def test_measured_allreduce_curve_replaces_the_straight_line():
-    net = Network(1e-6, 1e9, 1e-6, 1e9, (), (), (8.0, 1024.0, 2048.0), (3e-6, 5e-6, 9e-6))
+    net = Network(latency_s=1e-6, bandwidth_Bps=1e9, allreduce_latency_s=1e-6,
+                  allreduce_bandwidth_Bps=1e9, pingpong_bytes=(), pingpong_s=(),
+        allreduce_bytes=(8.0, 1024.0, 2048.0), allreduce_s=(3e-6, 5e-6, 9e-6))
     assert net.allreduce(512) == pytest.approx(3e-6 + 2e-6 * 504 / 1016)
     assert net.allreduce(4) == pytest.approx(3e-6)  # below the curve: its first point
     assert net.allreduce(3072) == pytest.approx(13e-6)  # past the end: its last rate
-    assert Network(1e-6, 1e9, 1e-6, 1e9).allreduce(512) is None
+    assert Network(latency_s=1e-6, bandwidth_Bps=1e9, allreduce_latency_s=1e-6,
+                   allreduce_bandwidth_Bps=1e9).allreduce(512) is None
     # Over the ranks it was measured on, as measured; over 8, three doubling steps for one.
     assert allreduce_seconds(1024, 2, net, 0.0, measured_ranks=2) == pytest.approx(5e-6)
     assert allreduce_seconds(1024, 8, net, 0.0, measured_ranks=2) == pytest.approx(15e-6)
@@ -288,13 +298,14 @@ def test_a_rank_shares_the_last_level_cache_with_the_ranks_running_beside_it():
     one = workload(pats, single_part(net.sizes))
     two = workload(pats, partition_network(pats, 2, "block"))
     base = calibration()
-    tables = {dt: KernelTable(t.batches, t.inputs, t.reuses, {
+    tables = {dt: KernelTable(batches=t.batches, inputs=t.inputs, reuses=t.reuses, ns={
         k: v * (0.5 if k.endswith("_warm") else 1.0) for k, v in t.ns.items()})
         for dt, t in base.kernels.items()}
 
     def machine(ranks: int, cache: float) -> Machine:
-        return Machine(Calibration("t", ranks, "numba", tables, {**RUNTIME, "cache_bytes": cache},
-                                   base.network))
+        return Machine(Calibration(host="t", ranks=ranks, backend="numba", kernels=tables,
+                                   runtime={**RUNTIME, "cache_bytes": cache},
+                                   network=base.network))
 
     cache = float(working_set(one, 64, 4)[0])  # one rank's step just fits
     alone = predict(one, machine(2, cache), 64).seconds
@@ -328,7 +339,8 @@ def test_compute_scales_follow_the_batch_size_of_a_rank():
 
 
 def test_allreduce_model():
-    net = Network(1e-6, 1e9, 1e-6, 1e9)
+    net = Network(latency_s=1e-6, bandwidth_Bps=1e9, allreduce_latency_s=1e-6,
+                  allreduce_bandwidth_Bps=1e9)
     assert allreduce_seconds(1e6, 1, net, 0.0) == 0.0
     # Large: Rabenseifner, 2 log2 R latencies + 2 (R-1)/R of the bytes.
     assert allreduce_seconds(1e8, 4, net, 0.0) == pytest.approx(4e-6 + 1.5 * 1e8 / 1e9)

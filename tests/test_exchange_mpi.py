@@ -47,7 +47,7 @@ def _integer_network(cap):
                       data_rvs=lambda k: rng.integers(-2, 3, k).astype(float))
         w.eliminate_zeros()
         layers.append(Layer(w, rng.integers(-2, 3, n_out).astype(float)))
-    return Network(tuple(layers), cap=cap, output_activation="linear")
+    return Network(layers=tuple(layers), cap=cap, output_activation="linear")
 
 
 def _expected_bytes(net, x0, owners, size, exchange):

@@ -25,7 +25,7 @@ def test_fingerprint_depends_on_pattern_not_values_or_index_dtype():
     w = net.layers[0].weight
     w64 = sp.csr_matrix((w.data, w.indices.astype(np.int64), w.indptr.astype(np.int64)),
                         shape=w.shape)
-    assert Network((Layer(w64, net.layers[0].bias), *net.layers[1:])).fingerprint() == fp
+    assert Network(layers=(Layer(w64, net.layers[0].bias), *net.layers[1:])).fingerprint() == fp
     assert small_network(seed=1).fingerprint() != fp
 
 
@@ -68,7 +68,7 @@ def test_bias_validation():
 
 def test_shapes_must_chain():
     a, b = small_network().layers[:2]
-    bad = Network((b, a))
+    bad = Network(layers=(b, a))
     with pytest.raises(InputError, match="shapes do not chain"):
         bad.validate("x.npz")
 
@@ -76,9 +76,9 @@ def test_shapes_must_chain():
 def test_meta_validation():
     net = small_network()
     with pytest.raises(InputError, match="output_activation"):
-        Network(net.layers, output_activation="tanh").validate()
+        Network(layers=net.layers, output_activation="tanh").validate()
     with pytest.raises(InputError, match="cap"):
-        Network(net.layers, cap=-1.0).validate()
+        Network(layers=net.layers, cap=-1.0).validate()
 
 
 def test_concat_ranges_matches_a_loop_including_empty_ranges():

@@ -206,8 +206,10 @@ def test_a_kahypar_crash_becomes_an_error(tmp_path, monkeypatch):
     (tmp_path / "minimal.ini").write_text("mode=direct\nobjective=km1\n")
     monkeypatch.setattr(backends, "KAHYPAR_INI", tmp_path / "minimal.ini")
     hg = build_hypergraph(network_patterns(small_network()))
-    problem = backends.Problem(hg.n_vertices, hg.net_indptr, hg.net_pins,
-                               np.maximum(hg.vertex_weights, 1), hg.net_weights, 2, 0.03, 0)
+    problem = backends.Problem(n_vertices=hg.n_vertices, net_indptr=hg.net_indptr,
+                               net_pins=hg.net_pins,
+                               vertex_weights=np.maximum(hg.vertex_weights, 1),
+                                   net_weights=hg.net_weights, nparts=2, epsilon=0.03, seed=0)
     with pytest.raises(SpdnnError, match="KaHyPar failed .* k=2"):
         backends.solve(problem, "kahypar", timeout=60)
 
@@ -215,8 +217,9 @@ def test_a_kahypar_crash_becomes_an_error(tmp_path, monkeypatch):
 def test_backend_input_is_validated_before_c():
     from partition import backends
 
-    bad = backends.Problem(3, np.array([0, 1]), np.array([0]), np.ones(3, dtype=np.int64),
-                           np.ones(1, dtype=np.int64), 2, 0.03, 0)
+    bad = backends.Problem(n_vertices=3, net_indptr=np.array([0, 1]), net_pins=np.array([0]),
+                           vertex_weights=np.ones(3, dtype=np.int64),
+                           net_weights=np.ones(1, dtype=np.int64), nparts=2, epsilon=0.03, seed=0)
     with pytest.raises(SpdnnError, match="fewer than 2 pins"):
         backends.solve(bad)
 
@@ -262,8 +265,10 @@ def test_a_backend_that_runs_too_long_becomes_an_error(backend):
     if backend not in backends.available_backends():
         pytest.skip(f"{backend} is not installed")
     hg = build_hypergraph(network_patterns(random_network([256, 512, 512], 16, seed=2)))
-    problem = backends.Problem(hg.n_vertices, hg.net_indptr, hg.net_pins,
-                               np.maximum(hg.vertex_weights, 1), hg.net_weights, 4, 0.03, 0)
+    problem = backends.Problem(n_vertices=hg.n_vertices, net_indptr=hg.net_indptr,
+                               net_pins=hg.net_pins,
+                               vertex_weights=np.maximum(hg.vertex_weights, 1),
+                                   net_weights=hg.net_weights, nparts=4, epsilon=0.03, seed=0)
     name = {"kahypar": "KaHyPar", "mtkahypar": "Mt-KaHyPar"}[backend]
     with pytest.raises(SpdnnError, match=f"^{name} failed .* k=4: timed out after 0.001 s"):
         backends.solve(problem, backend, timeout=0.001)
@@ -277,8 +282,10 @@ def test_a_dead_mtkahypar_worker_is_an_error_then_replaced():
 
     pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
     hg = build_hypergraph(network_patterns(small_network()))
-    problem = backends.Problem(hg.n_vertices, hg.net_indptr, hg.net_pins,
-                               np.maximum(hg.vertex_weights, 1), hg.net_weights, 2, 0.03, 0)
+    problem = backends.Problem(n_vertices=hg.n_vertices, net_indptr=hg.net_indptr,
+                               net_pins=hg.net_pins,
+                               vertex_weights=np.maximum(hg.vertex_weights, 1),
+                                   net_weights=hg.net_weights, nparts=2, epsilon=0.03, seed=0)
     first = backends.solve(problem, "mtkahypar", threads=3)
     worker, _ = backends._WORKERS[(os.getpid(), 3)]
     worker.kill()

@@ -123,10 +123,14 @@ def test_imbalance_limits_and_the_balance_report():
     limits = imbalance_limits([one, head], 2, 0.03)
     # A part may hold (1 + eps) x average + the heaviest row: eps + w_max x P / total.
     assert limits == pytest.approx((0.03 + 2 * 2 / 16, 0.03 + 8 * 2 / 24))
-    within = PlanStats(2, (1, 2), (0, 2), (1, 1), (0.0, 1 / 3), (1, 1), (1, 1))
+    within = PlanStats(nparts=2, forward=(1, 2), backward=(0, 2), pairs=(1, 1), imbalance=(0.0,
+                                                                                           1 / 3),
+        sent=(1, 1), received=(1, 1))
     assert balance_report(within, limits).startswith("every layer within its balance limit")
     assert "33.33% on layer 2, whose limit is 69.67%" in balance_report(within, limits)
-    over = PlanStats(2, (1, 2), (0, 2), (1, 1), (0.5, 1 / 3), (1, 1), (1, 1))
+    over = PlanStats(nparts=2, forward=(1, 2), backward=(0, 2), pairs=(1, 1), imbalance=(0.5,
+                                                                                         1 / 3),
+        sent=(1, 1), received=(1, 1))
     assert balance_report(over, limits) == \
         "OVER the balance limit on layer(s) 1 (50.00% > 28.00%)"
     assert balance_report(over, None) == "max imbalance 50.00% (layer 1)"

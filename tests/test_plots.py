@@ -47,8 +47,8 @@ def test_plan_plot(run):
 def test_bad_inputs_are_one_line_errors(run):
     (run / "empty.json").write_text(json.dumps({"epochs": []}))
     (run / "junk.json").write_text("{not json")
-    for path, words in ((run / "empty.json", ["empty.json", "no epochs"]),
-                        (run / "junk.json", ["junk.json", "not a metrics JSON file"]),
+    for path, words in ((run / "empty.json", ["empty.json", "'epochs'", "length >= 1"]),
+                        (run / "junk.json", ["junk.json", "not valid JSON"]),
                         (run / "none.json", ["none.json", "no such file"])):
         assert_one_line_error(run_spdnn("plot", path, "-o", run / "x.png"), *words)
     assert_one_line_error(run_spdnn("plot", run / "train.json", "-o", run / "x.gif"),

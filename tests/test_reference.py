@@ -47,7 +47,7 @@ def test_sgd_follows_torch_semantics():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((10, net.sizes[0]))
     y = rng.integers(0, net.sizes[-1], 10)
-    data = Dataset("t", x, y)
+    data = Dataset(name="t", x_train=x, y_train=y)
     cfg = SGDConfig(lr=0.1, momentum=0.9, weight_decay=0.01)
     trained, _ = train(net, data, epochs=2, batch_size=4, sgd=cfg, shuffle=False)
     # Hand-rolled reference of the same steps.
@@ -82,7 +82,8 @@ def test_last_batch_is_smaller_and_counted():
     x = rng.standard_normal((10, net.sizes[0]))
     y = rng.integers(0, net.sizes[-1], 10)
     reports = []
-    train(net, Dataset("t", x, y), 1, 4, SGDConfig(0.0), on_epoch=reports.append)
+    train(net, Dataset(name="t", x_train=x, y_train=y), 1, 4, SGDConfig(0.0),
+          on_epoch=reports.append)
     whole = backward(net, columns(x, slice(None)), y, "cross_entropy")
     r = reports[0]
     assert r.steps == 3 and r.epoch == 1

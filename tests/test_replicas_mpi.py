@@ -38,9 +38,10 @@ def grids(size: int) -> list[tuple[int, int]]:
 def _data(net, n=49):
     """49 samples in batches of 16: the last batch (1 sample) is smaller than any R > 1."""
     rng = np.random.default_rng(4)
-    return Dataset("synthetic", rng.standard_normal((n, net.sizes[0])),
-                   rng.integers(0, net.sizes[-1], n), rng.standard_normal((13, net.sizes[0])),
-                   rng.integers(0, net.sizes[-1], 13))
+    return Dataset(name="synthetic", x_train=rng.standard_normal((n, net.sizes[0])),
+                   y_train=rng.integers(0, net.sizes[-1], n), x_test=rng.standard_normal((13,
+                                                                                          net.sizes[0])),
+                   y_test=rng.integers(0, net.sizes[-1], 13))
 
 
 def _open(comm, tmp, net, parts, replicas, method="hypergraph", name="net"):
@@ -111,7 +112,8 @@ def test_resume_on_another_grid_equals_the_uninterrupted_run(comm, mpi_tmp_path)
     first = (2, 2) if comm.size == 4 else grids(comm.size)[-1]
     ckpt = str(mpi_tmp_path / "ckpt")
     run = _open(comm, mpi_tmp_path, net, *first, name="first")
-    train(comm, run.dnet, data, TrainConfig(3, 16, SGD, 1, max_steps=6, checkpoint_dir=ckpt,
+    train(comm, run.dnet, data, TrainConfig(epochs=3, batch_size=16, sgd=SGD, seed=1, max_steps=6,
+                                            checkpoint_dir=ckpt,
                                             checkpoint_every=3))
     run.dnet.grid.free()
     size = 3 if comm.size == 4 else comm.size
@@ -170,10 +172,11 @@ def test_counted_values_per_layer_and_axis_equal_the_prediction(comm, mpi_tmp_pa
 
     net = small_network((30, 40, 40, 8), fan_in=6, seed=2)
     rng = np.random.default_rng(0)
-    data = Dataset("no test set", rng.standard_normal((48, 30)), rng.integers(0, 8, 48))
+    data = Dataset(name="no test set", x_train=rng.standard_normal((48, 30)),
+                   y_train=rng.integers(0, 8, 48))
     for parts, replicas in grids(comm.size):
         dnet = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
-        train(comm, dnet, data, TrainConfig(1, 16, SGD))  # 3 steps of 16
+        train(comm, dnet, data, TrainConfig(epochs=1, batch_size=16, sgd=SGD))  # 3 steps of 16
         volume = plan_volume(dnet.comm, dnet.plan, [lay.exchange.n_ghost for lay in dnet.layers])
         acc = accounting(comm, dnet.traffic, volume, 8, dnet.grid.data)
         assert acc["equal"], acc

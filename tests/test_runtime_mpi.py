@@ -36,7 +36,7 @@ def _data(net, n=50, seed=4):
     y = rng.integers(0, net.sizes[-1], n)
     xt = rng.standard_normal((13, net.sizes[0]))
     yt = rng.integers(0, net.sizes[-1], 13)
-    return Dataset("synthetic", x, y, xt, yt)
+    return Dataset(name="synthetic", x_train=x, y_train=y, x_test=xt, y_test=yt)
 
 
 def _setup(tmp, net, method, comm, name="net", dtype=None, exchange="auto"):
@@ -91,7 +91,7 @@ def test_mse_loss_equals_the_serial_reference(comm, mpi_tmp_path):
     net = small_network((20, 24, 18, 6), fan_in=5, seed=2, cap=2.0, output_activation="relu")
     data = _data(net)
     run = _setup(mpi_tmp_path, net, "hypergraph", comm)
-    cfg = TrainConfig(2, 16, SGDConfig(0.05, 0.9), seed=7, loss="mse")
+    cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGDConfig(0.05, 0.9), seed=7, loss="mse")
     train(comm, run.dnet, data, cfg)
     expected, _ = reference_train(net, data, 2, 16, SGDConfig(0.05, 0.9), seed=7, loss="mse")
     got = gather_network(run.dnet)
@@ -121,7 +121,8 @@ def test_a_rank_that_owns_no_row_of_a_layer(comm, mpi_tmp_path):
 def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
     net = small_network((30, 40, 40, 8), fan_in=6, seed=2)
     run = _setup(mpi_tmp_path, net, method, comm)
-    train(comm, run.dnet, _data(net, n=37), TrainConfig(1, 10, SGDConfig(0.01)))
+    train(comm, run.dnet, _data(net, n=37), TrainConfig(epochs=1, batch_size=10,
+                                                        sgd=SGDConfig(0.01)))
     dnet = run.dnet
     volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
     acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
@@ -166,7 +167,8 @@ def test_interrupted_and_resumed_equals_uninterrupted(comm, mpi_tmp_path):
     with comm.split(0 if comm.rank < first_size else 1) as sub:
         if comm.rank < first_size:
             part = _setup(mpi_tmp_path, net, "block", sub, "b").dnet
-            cfg = TrainConfig(3, 16, sgd, 1, max_steps=6, checkpoint_dir=ckpt,
+            cfg = TrainConfig(epochs=3, batch_size=16, sgd=sgd, seed=1, max_steps=6,
+                              checkpoint_dir=ckpt,
                               checkpoint_every=2)
             train(sub, part, data, cfg)
     comm.barrier()
@@ -205,9 +207,10 @@ def test_bad_inputs_fail_on_every_rank(comm, mpi_tmp_path):
     dnet = open_network(comm, str(mpi_tmp_path / "net.npz"), plan).dnet
     with pytest.raises(AgreedError, match="no checkpoint manifest"):
         comm.check(lambda: load_checkpoint(dnet, str(mpi_tmp_path / "none"), {}))
-    bad = Dataset("bad", np.zeros((4, 5)), np.zeros(4, dtype=np.int64))
+    bad = Dataset(name="bad", x_train=np.zeros((4, 5)), y_train=np.zeros(4, dtype=np.int64))
     with pytest.raises(AgreedError, match="5 features"):
-        comm.check(lambda: train(comm, dnet, bad, TrainConfig(1, 2, SGDConfig())))
+        comm.check(lambda: train(comm, dnet, bad, TrainConfig(epochs=1, batch_size=2,
+                                                              sgd=SGDConfig())))
 
 
 def _images(n, seed=5):

@@ -153,7 +153,7 @@ def test_auto_backend_kahypar_on_grouped_layers_mtkahypar_on_the_others():
     from spdnn.model.network import Network
 
     grouped = radixnet(1024, 2, seed=0)
-    mixed = Network([*grouped.layers, *random_network([1024, 1024], 8, seed=0).layers])
+    mixed = Network(layers=[*grouped.layers, *random_network([1024, 1024], 8, seed=0).layers])
     for net, fine in ((grouped, "kahypar"), (random_network([64, 96, 96], 6, seed=0),
                                              "mtkahypar"), (mixed, "kahypar+mtkahypar")):
         plan = partition_network(network_patterns(net), 3, seed=0)

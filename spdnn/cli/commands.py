@@ -46,13 +46,14 @@ def cmd_convert(args: argparse.Namespace) -> None:
                                                          bar.update(k)))
         bar.close()
         if args.output_activation:
-            net = Network(net.layers, net.activation, net.cap, args.output_activation, net.extra)
+            net = Network(layers=net.layers, activation=net.activation, cap=net.cap,
+                          output_activation=args.output_activation, extra=net.extra)
     elif args.source == "mtx":
         layers = []
         for f in args.inputs[:count]:
             w = read_sparse_matrix(f).astype(args.dtype)
             layers.append(Layer(w, np.full(w.shape[0], args.bias, dtype=args.dtype)))
-        net = Network(tuple(layers), cap=args.cap,
+        net = Network(layers=tuple(layers), cap=args.cap,
                       output_activation=args.output_activation or "linear")
         net.validate(" ".join(args.inputs))
     elif args.source == "safetensors":
@@ -63,8 +64,9 @@ def cmd_convert(args: argparse.Namespace) -> None:
     else:
         net = load_network(args.inputs[0], args.dtype)
     if count is not None and args.source in ("safetensors", "network"):
-        net = Network(net.layers[:count], net.activation, net.cap, net.output_activation,
-                      net.extra)
+        net = Network(layers=net.layers[:count], activation=net.activation, cap=net.cap,
+                      output_activation=net.output_activation,
+                      extra=net.extra)
     if args.to == "network":
         save_network(net, args.output)
     elif args.to == "safetensors":

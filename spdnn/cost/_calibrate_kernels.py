@@ -103,7 +103,7 @@ def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelT
                 warm = _kernel_ns(w, x, d, reps, lambda: None)
                 for k, c, h in zip(KERNELS, cold, warm):
                     ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
-    return KernelTable(BATCHES, INPUTS, REUSES, ns)
+    return KernelTable(batches=BATCHES, inputs=INPUTS, reuses=REUSES, ns=ns)
 
 
 # Dense layers (rows x columns): a split and a whole 10-way head, a wide head, a dense

@@ -33,7 +33,7 @@ def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
                   for _ in range(layers)]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "tiny.npz")
-        save_network(Network(tuple(net_layers)), path)
+        save_network(Network(layers=tuple(net_layers)), path)
         run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
     dnet = run.dnet
     x = np.ones((8, 1), dtype)
@@ -141,7 +141,8 @@ def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, Kern
     ones = dict.fromkeys(("compute_scale_alone", "compute_scale_all",
                           "compute_scale_cold_alone", "compute_scale_cold_all"), 1.0)
     shared = {**runtime, **ones, "cache_bytes": runtime["cache_bytes"] / running}
-    machine = Machine(Calibration("", 1, "", tables, shared, None))
+    machine = Machine(Calibration(host="", ranks=1, backend="", kernels=tables, runtime=shared,
+                                  network=None))
     ratios = []
     for work, batch, seconds in steps:
         p = predict(work, machine, batch, 1, dtype)  # type: ignore[arg-type]
@@ -259,9 +260,11 @@ def network_costs(comm: Communicator, message_s: float,
     lat, bw = _fit(sizes, half_t)
     ar_lat, ar_bw = _fit(sizes, ar_t)
     latency = max(lat - 2 * message_s, 0.0)
-    return Network(latency, bw, ar_lat, ar_bw, tuple(float(s) for s in SIZES),
-                   tuple(float(t) for t in half_t), tuple(float(s) for s in SIZES),
-                   tuple(float(t) for t in ar_t))
+    return Network(latency_s=latency, bandwidth_Bps=bw, allreduce_latency_s=ar_lat,
+                   allreduce_bandwidth_Bps=ar_bw, pingpong_bytes=tuple(float(s) for s in SIZES),
+                   pingpong_s=tuple(float(t) for t in half_t),
+                   allreduce_bytes=tuple(float(s) for s in SIZES),
+                   allreduce_s=tuple(float(t) for t in ar_t))
 
 
 def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:

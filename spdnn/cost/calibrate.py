@@ -72,9 +72,9 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
     for dt, t in tables.items():
         dense = t.dense if t.dense is None else replace(t.dense, ns={
             k: comm.allreduce(v) / comm.size for k, v in t.dense.ns.items()})
-        tables[dt] = KernelTable(t.batches, t.inputs, t.reuses,
-                                 {k: comm.allreduce(v) / comm.size for k, v in t.ns.items()},
-                                 dense)
+        tables[dt] = KernelTable(batches=t.batches, inputs=t.inputs, reuses=t.reuses,
+                                 ns={k: comm.allreduce(v) / comm.size for k, v in t.ns.items()},
+                                 dense=dense)
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
@@ -95,8 +95,9 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64
                 f"128 KiB message took {min(mid) * 1e6:.0f}-{max(mid) * 1e6:.0f} us "
                 "(the median is kept)")
     host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
-    return Calibration(host, comm.size, kernels.backend(), tables, runtime, network, structure,
-                       scales)
+    return Calibration(host=host, ranks=comm.size, backend=kernels.backend(), kernels=tables,
+                       runtime=runtime, network=network, structure=structure,
+                       scales=scales)
 
 
 def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:

@@ -122,7 +122,8 @@ class Machine:
         net = self.cluster.inter if spans_nodes else self.cluster.intra
         bw = net.bandwidth_Bps / max(1, active_per_node) if spans_nodes else \
             self.cluster.intra_bandwidth(active_per_node)
-        return Network(net.latency_s, bw, net.latency_s, bw)
+        return Network(latency_s=net.latency_s, bandwidth_Bps=bw,
+                       allreduce_latency_s=net.latency_s, allreduce_bandwidth_Bps=bw)
 
 
 def load_machine(calibration: str, cluster: str | None = None) -> Machine:
@@ -156,7 +157,7 @@ def allreduce_seconds(nbytes: float, ranks: int, net: Network, add_ns_per_byte: 
     return min(doubling, rabenseifner)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prediction:
     """Seconds of one step (training) or batch (inference) on ``parts`` x ``replicas``."""
 
@@ -381,9 +382,11 @@ def _result(work: Workload, replicas: int, batch: int, clock: np.ndarray, comput
             exch: np.ndarray, grad: np.ndarray, layers: list[dict[str, float]],
             kernel_time: np.ndarray) -> Prediction:
     p = int(np.argmax(clock))
-    return Prediction(work.method, work.parts, replicas, batch, float(clock[p]),
-                      float(compute[p]), float(exch[p]), float(grad[p]), layers,
-                      float(kernel_time[p]))
+    return Prediction(method=work.method, parts=work.parts, replicas=replicas, batch=batch,
+                      seconds=float(clock[p]),
+                      compute=float(compute[p]), exchange=float(exch[p]), gradient=float(grad[p]),
+                          layers=layers,
+                      compute_kernels=float(kernel_time[p]))
 
 
 def single_part(sizes: tuple[int, ...]) -> Plan:

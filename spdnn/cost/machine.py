@@ -1,8 +1,9 @@
 """What a machine costs: the calibration ``spdnn calibrate`` measures (kernels, the runtime's
 fixed costs, the network between two ranks) and a cluster description that overrides the
-network part. Both are small JSON files, validated field by field when read. One concern in
-one module (over 320 lines): the two machine files, their lookup tables and their validation;
-a third of it is this description of the formats.
+network part. Both are small JSON files, declared as typed structures in
+``spdnn.io.jsonfiles`` and validated field by field when read. One concern in one module (over
+320 lines): the two machine files and their lookup tables; a third of it is this description
+of the formats.
 
 Calibration (``spdnn-calibration/2``)::
 
@@ -74,15 +75,13 @@ hold for every rank of the node at once).
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from spdnn.errors import InputError
+from spdnn.io.jsonfiles import CalibrationFile, ClusterFile, read
 
 CALIBRATION_FORMAT = "spdnn-calibration/2"
 CLUSTER_FORMAT = "spdnn-cluster/1"
@@ -121,7 +120,7 @@ class DenseTable:
                 **{k: self.ns[k].round(4).tolist() for k in KERNELS}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KernelTable:
     """ns per nonzero x sample of the three local products, on a grid of batch sizes, X-buffer
     rows and reuse (nonzeros per buffer row they read); looked up by trilinear interpolation
@@ -168,7 +167,7 @@ def _position(grid: tuple[int, ...], values: np.ndarray) -> np.ndarray:
     return np.interp(v, g, np.arange(len(g), dtype=float))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Network:
     """Point-to-point latency (s) and per-rank bandwidth (bytes/s), and the same for the
     all-reduce's steps; optionally the measured ping-pong curve (message bytes, half a round
@@ -259,7 +258,7 @@ class Scales:
         return {"batches": list(self.batches), **{k: list(v) for k, v in self.values.items()}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Calibration:
     host: str
     ranks: int
@@ -300,7 +299,7 @@ class Calibration:
                         "seconds": list(self.network.allreduce_s)}})}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cluster:
     name: str
     ranks_per_node: int
@@ -320,179 +319,49 @@ class Cluster:
         return min(bw, self.memory_bandwidth_Bps / (2 * max(1, active_per_node)))
 
 
-def _number(path: str, where: str, value: Any, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(path, f"{where} must be a finite number (got {value!r})")
-    if value < 0 or (positive and value == 0):
-        raise InputError(path, f"{where} must be {'> 0' if positive else '>= 0'} (got {value})")
-    return float(value)
-
-
-def _field(path: str, obj: Any, key: str, where: str = "") -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise InputError(path, f"missing field {where + key!r}")
-    return obj[key]
-
-
-def _read_json(path: str | os.PathLike, fmt: str) -> tuple[str, dict]:
-    path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            if os.fstat(f.fileno()).st_size > 16 * 2**20:
-                raise InputError(path, "larger than 16 MiB: not a machine description")
-            data = json.load(f)
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(path, f"not valid JSON ({exc})") from None
-    if fmt == CALIBRATION_FORMAT and isinstance(data, dict) \
-            and data.get("format") == "spdnn-calibration/1":
-        raise InputError(path, "an older calibration (spdnn-calibration/1, no reuse axis in its "
-                               "kernel tables): run spdnn calibrate again")
-    if not isinstance(data, dict) or data.get("format") != fmt:
-        raise InputError(path, f"not a {fmt} file (its 'format' field must be {fmt!r})")
-    return path, data
-
-
-def _has_shape(value: Any, shape: tuple[int, ...]) -> bool:
-    """``value`` is nested lists of exactly ``shape`` (checked before numpy sees it)."""
-    if not shape:
-        return not isinstance(value, list)
-    return isinstance(value, list) and len(value) == shape[0] and all(
-        _has_shape(v, shape[1:]) for v in value)
-
-
 def load_calibration(path: str | os.PathLike) -> Calibration:
-    path, data = _read_json(path, CALIBRATION_FORMAT)
+    """A calibration file (``spdnn-calibration/2``), validated field by field
+    (``spdnn.io.jsonfiles.CalibrationFile``)."""
+    f = read(path, CalibrationFile)
     kernels = {}
-    raw = _field(path, data, "kernels")
-    if not isinstance(raw, dict) or not raw or not set(raw) <= {"float32", "float64"}:
-        raise InputError(path, "'kernels' must map float32 and/or float64 to tables")
-    for dtype, t in raw.items():
-        axes = [_axis(path, t, axis, f"kernels.{dtype}") for axis in ("batches", "inputs",
-                                                                       "reuses")]
-        ns = {}
-        for k in TABLE_KEYS:
-            v = _field(path, t, k, f"kernels.{dtype}.")
-            shape = (len(axes[2]), len(axes[1]), len(axes[0]))
-            if not _has_shape(v, shape):
-                raise InputError(path, f"kernels.{dtype}.{k} must be {shape[0]} blocks of "
-                                       f"{shape[1]} rows of {shape[2]} numbers (reuses x inputs "
-                                       "x batches)")
-            ns[k] = np.array([[[_number(path, f"kernels.{dtype}.{k}", x, positive=True)
-                                for x in row] for row in block] for block in v])
-        kernels[dtype] = KernelTable(axes[0], axes[1], axes[2], ns,
-                                     _dense_table(path, t.get("dense"), f"kernels.{dtype}.dense"))
-    rt = _field(path, data, "runtime")
-    runtime = {k: _number(path, f"runtime.{k}", _field(path, rt, k, "runtime.")) for k in RUNTIME}
-    runtime.update({k: _number(path, f"runtime.{k}", rt.get(k, default))
-                    for k, default in RUNTIME_OPTIONAL.items()})
-    net = _field(path, data, "network")
+    for dtype, t in f.kernels.items():
+        dense = None if t.dense is None else DenseTable(
+            nnz=tuple(t.dense.nnz), batches=tuple(t.dense.batches),
+            ns={k: np.array(getattr(t.dense, k), float) for k in KERNELS})
+        kernels[dtype] = KernelTable(batches=tuple(t.batches), inputs=tuple(t.inputs),
+                                     reuses=tuple(t.reuses),
+                                     ns={k: np.array(getattr(t, k), float) for k in TABLE_KEYS},
+                                     dense=dense)
+    runtime = {k: float(getattr(f.runtime, k)) for k in (*RUNTIME, *RUNTIME_OPTIONAL)}
     network = None
-    if net is not None:
-        vals = {k: _number(path, f"network.{k}", _field(path, net, k, "network."),
-                           positive=k.endswith("Bps")) for k in NETWORK}
-        pp_bytes, pp_s = _measured_curve(path, net, "pingpong")
-        ar_bytes, ar_s = _measured_curve(path, net, "allreduce")
-        network = Network(**vals, pingpong_bytes=pp_bytes, pingpong_s=pp_s,
-                          allreduce_bytes=ar_bytes, allreduce_s=ar_s)
-    ranks = _field(path, data, "ranks")
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise InputError(path, "'ranks' must be an integer >= 1")
-    return Calibration(str(data.get("host", "?")), ranks, str(data.get("backend", "?")),
-                       kernels, runtime, network, _structure(path, data.get("structure")),
-                       _scales(path, data.get("scales")))
-
-
-def _measured_curve(path: str, net: dict, key: str
-                    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """``network.<key>``: increasing byte counts and their seconds (absent: none)."""
-    raw = net.get(key) or {"bytes": [], "seconds": []}
-    where = f"network.{key}"
-    sizes, secs = _field(path, raw, "bytes", where + "."), _field(path, raw, "seconds",
-                                                                  where + ".")
-    if not (isinstance(sizes, list) and isinstance(secs, list) and len(sizes) == len(secs)
-            and len(sizes) <= 64):
-        raise InputError(path, f"{where} must hold 'bytes' and 'seconds' lists of one length "
-                               "(at most 64)")
-    sizes_f = [_number(path, f"{where}.bytes", x, positive=True) for x in sizes]
-    if sizes_f != sorted(set(sizes_f)):
-        raise InputError(path, f"{where}.bytes must be increasing")
-    return tuple(sizes_f), tuple(_number(path, f"{where}.seconds", x) for x in secs)
-
-
-def _axis(path: str, raw: Any, key: str, where: str) -> tuple[int, ...]:
-    """``<where>.<key>``: 1 to 64 increasing integers >= 1 (a table's axis)."""
-    v = _field(path, raw, key, f"{where}.")
-    if not (isinstance(v, list) and 1 <= len(v) <= 64 and all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
-            and v == sorted(set(v))):
-        raise InputError(path, f"{where}.{key} must be increasing integers >= 1")
-    return tuple(v)
-
-
-
-def _series(path: str, raw: Any, key: str, where: str, n: int) -> tuple[float, ...]:
-    v = _field(path, raw, key, f"{where}.")
-    if not (isinstance(v, list) and len(v) == n):
-        raise InputError(path, f"{where}.{key} must be {n} numbers")
-    return tuple(_number(path, f"{where}.{key}", x, positive=True) for x in v)
-
-
-def _dense_table(path: str, raw: Any, where: str) -> DenseTable | None:
-    if raw is None:
-        return None
-    axes = [_axis(path, raw, axis, where) for axis in ("nnz", "batches")]
-    ns = {}
-    for k in KERNELS:
-        v = _field(path, raw, k, f"{where}.")
-        if not _has_shape(v, (len(axes[0]), len(axes[1]))):
-            raise InputError(path, f"{where}.{k} must be {len(axes[0])} rows of "
-                                   f"{len(axes[1])} numbers (nnz x batches)")
-        ns[k] = np.array([[_number(path, f"{where}.{k}", x, positive=True) for x in row]
-                          for row in v])
-    return DenseTable(axes[0], axes[1], ns)
-
-
-def _scales(path: str, raw: Any) -> Scales | None:
-    if raw is None:
-        return None
-    batches = _axis(path, raw, "batches", "scales")
-    return Scales(batches, {k: _series(path, raw, k, "scales", len(batches))
-                            for k in SCALE_KEYS})
-
-
-def _structure(path: str, raw: Any) -> Structure | None:
-    if raw is None:
-        return None
-    batches = _axis(path, raw, "batches", "structure")
-    ratio = {k: _series(path, raw, k, "structure", len(batches)) for k in KERNELS}
-    gap = tuple(_number(path, f"structure.gap_{side}", _field(path, raw, f"gap_{side}",
-                                                               "structure."))
-                for side in ("forward", "backward"))
-    return Structure(batches, ratio, (gap[0], gap[1]))
+    if f.network is not None:
+        n, ar = f.network, f.network.allreduce
+        network = Network(latency_s=n.latency_s, bandwidth_Bps=n.bandwidth_Bps,
+                          allreduce_latency_s=n.allreduce_latency_s,
+                          allreduce_bandwidth_Bps=n.allreduce_bandwidth_Bps,
+                          pingpong_bytes=tuple(n.pingpong.bytes),
+                          pingpong_s=tuple(n.pingpong.seconds),
+                          allreduce_bytes=tuple(ar.bytes) if ar else (),
+                          allreduce_s=tuple(ar.seconds) if ar else ())
+    s, sc = f.structure, f.scales
+    structure = None if s is None else Structure(
+        tuple(s.batches), {k: tuple(getattr(s, k)) for k in KERNELS},
+        (s.gap_forward, s.gap_backward))
+    scales = None if sc is None else Scales(tuple(sc.batches),
+                                            {k: tuple(getattr(sc, k)) for k in SCALE_KEYS})
+    return Calibration(host=f.host, ranks=f.ranks, backend=f.backend, kernels=kernels,
+                       runtime=runtime, network=network, structure=structure, scales=scales)
 
 
 def load_cluster(path: str | os.PathLike) -> Cluster:
-    path, data = _read_json(path, CLUSTER_FORMAT)
-    rpn = _field(path, data, "ranks_per_node")
-    if isinstance(rpn, bool) or not isinstance(rpn, int) or not 1 <= rpn <= 2**20:
-        raise InputError(path, f"ranks_per_node must be an integer from 1 to 2**20 (got {rpn!r})")
-    links = []
-    for name in ("intra_node", "inter_node"):
-        link = _field(path, data, name)
-        lat = _number(path, f"{name}.latency_us",
-                      _field(path, link, "latency_us", f"{name}."))
-        bw = _number(path, f"{name}.bandwidth_GBps",
-                     _field(path, link, "bandwidth_GBps", f"{name}."), positive=True)
-        links.append(Network(lat * 1e-6, bw * 1e9, lat * 1e-6, bw * 1e9))
-    memory = data.get("node_memory_bandwidth_GBps")
-    if memory is not None:
-        memory = _number(path, "node_memory_bandwidth_GBps", memory, positive=True) * 1e9
-    sources = data.get("sources", [])
-    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
-        raise InputError(path, "'sources' must be a list of strings")
-    return Cluster(str(data.get("name", os.path.basename(path))), rpn, links[0], links[1],
-                   tuple(sources), str(data.get("assumptions", "")), memory)
+    """A cluster description (``spdnn-cluster/1``, ``spdnn.io.jsonfiles.ClusterFile``)."""
+    f = read(path, ClusterFile)
+    links = [Network(latency_s=link.latency_us * 1e-6, bandwidth_Bps=link.bandwidth_GBps * 1e9,
+                     allreduce_latency_s=link.latency_us * 1e-6,
+                     allreduce_bandwidth_Bps=link.bandwidth_GBps * 1e9)
+             for link in (f.intra_node, f.inter_node)]
+    memory = f.node_memory_bandwidth_GBps
+    return Cluster(name=f.name or os.path.basename(os.fspath(path)),
+                   ranks_per_node=f.ranks_per_node, intra=links[0], inter=links[1],
+                   sources=tuple(f.sources), assumptions=f.assumptions,
+                   memory_bandwidth_Bps=None if memory is None else memory * 1e9)

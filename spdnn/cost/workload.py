@@ -15,7 +15,7 @@ from spdnn.errors import SpdnnError
 from spdnn.model.plan import Pattern, Plan, cut_pairs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerWork:
     """Layer k of one replica, per part p (arrays of length ``parts``)."""
 
@@ -38,7 +38,7 @@ class LayerWork:
         return self.prev_rows + self.ghosts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     parts: int
     sizes: tuple[int, ...]
@@ -136,5 +136,6 @@ def workload(patterns: list[Pattern], plan: Plan, pattern_locality: np.ndarray |
             nnz_ghost=np.bincount(row_rank[~local], minlength=n),
             ghosts=np.bincount(p, minlength=n), sent=np.bincount(src, minlength=n),
             src=key // n, dst=key % n, count=count))
-    return Workload(n, plan.sizes, str(plan.meta.get("method", "plan")), tuple(layers),
-                    locality(patterns) if pattern_locality is None else pattern_locality)
+    return Workload(parts=n, sizes=plan.sizes, method=str(plan.meta.get("method", "plan")),
+                    layers=tuple(layers),
+                    locality=locality(patterns) if pattern_locality is None else pattern_locality)

@@ -172,7 +172,7 @@ class NetworkBundle:
         extra = {k: v for k, v in self.meta.items()
                  if k not in ("activation", "cap", "output_activation")}
         return Network(
-            tuple(self.layers(dtype)),
+            layers=tuple(self.layers(dtype)),
             activation=self.meta["activation"],
             cap=None if self.meta["cap"] is None else float(self.meta["cap"]),
             output_activation=self.meta["output_activation"],

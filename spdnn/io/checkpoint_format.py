@@ -4,13 +4,13 @@ through here."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from spdnn.errors import InputError
+from spdnn.io.jsonfiles import ManifestFile, as_dict, read
 from spdnn.io.npz import NpzReader
 
 CHECKPOINT_FORMAT = "spdnn-checkpoint/1"
@@ -25,43 +25,30 @@ def manifest_path(directory: str) -> Path:
     return Path(directory) / "manifest.json"
 
 
-def _count(manifest: dict[str, Any], key: str, path: Path, least: int = 0) -> int:
-    value = manifest.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise InputError(path, f"manifest field '{key}' must be an integer >= {least}, "
-                               f"not {value!r}")
-    return value
+def manifest_fields(directory: str) -> dict[str, Any]:
+    """The manifest's fields, validated (``spdnn.io.jsonfiles.ManifestFile``); the optional
+    ones that are absent are left out."""
+    path = manifest_path(directory)
+    if not path.is_file():
+        raise InputError(path, "no checkpoint manifest here")
+    return as_dict(read(path, ManifestFile))
 
 
 def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any],
                   allow_changes: bool = False) -> dict[str, Any]:
-    """The manifest, checked field by field against this network and this run's settings."""
+    """The manifest, checked field by field, then against this network and this run's
+    settings; the rank files it lists must exist."""
     path = manifest_path(directory)
-    if not path.is_file():
-        raise InputError(path, "no checkpoint manifest here")
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(path, f"corrupt checkpoint manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
-        raise InputError(path, f"not a {CHECKPOINT_FORMAT} manifest")
+    manifest = manifest_fields(directory)
     if manifest.get("fingerprint") not in (None, fingerprint):
         raise InputError(path, "checkpoint was written for another network")
-    for key in ("step", "epoch", "batch"):
-        _count(manifest, key, path)
-    nparts = _count(manifest, "nparts", path, 1)
     for key in RUN_SETTINGS:
         if key in manifest and key in settings and manifest[key] != settings[key] \
                 and not allow_changes:
             raise InputError(path, f"checkpoint was written with {key} {manifest[key]}, this "
                                    f"run has {settings[key]}: resume with the same "
                                    f"{_OPTIONS[key]} (or --resume-with-changes)")
-    files = manifest.get("files")
-    if not isinstance(files, list) or len(files) != nparts or \
-            not all(isinstance(f, str) and f and Path(f).name == f for f in files):
-        raise InputError(path, f"manifest field 'files' must list {nparts} file names in "
-                               "this directory")
-    for f in files:
+    for f in manifest["files"]:
         if not (Path(directory) / f).is_file():
             raise InputError(Path(directory) / f, "checkpoint file listed in the manifest is "
                                                   "missing")

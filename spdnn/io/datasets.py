@@ -31,7 +31,7 @@ def _digits_path() -> Path:
     return Path(str(resources.files("spdnn.data").joinpath("digits.csv.gz")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Dataset:
     name: str
     x_train: np.ndarray
@@ -83,7 +83,7 @@ def load_npz(path: str | os.PathLike, dtype: Any = "float32") -> Dataset:
         if x_test.shape[1] != x.shape[1]:
             raise InputError(source, "x_test and x_train have different feature counts")
     npz.close()
-    return Dataset(Path(source).name, x, y, x_test, y_test)
+    return Dataset(name=Path(source).name, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
 
 
 def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
@@ -118,7 +118,7 @@ def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
     y = labels("train-labels-idx1-ubyte", len(x))
     xt = images("t10k-images-idx3-ubyte")
     yt = labels("t10k-labels-idx1-ubyte", len(xt))
-    return Dataset("mnist", x, y, xt, yt)
+    return Dataset(name="mnist", x_train=x, y_train=y, x_test=xt, y_test=yt)
 
 
 def load_digits(dtype: Any = "float32") -> Dataset:
@@ -134,7 +134,8 @@ def load_digits(dtype: Any = "float32") -> Dataset:
     order = np.random.default_rng(20260101).permutation(len(x))
     n_test = 360
     train, test = order[:-n_test], order[-n_test:]
-    return Dataset("digits", x[train], y[train], x[test], y[test])
+    return Dataset(name="digits", x_train=x[train], y_train=y[train], x_test=x[test],
+                   y_test=y[test])
 
 
 def load_dataset(spec: str, dtype: Any = "float32") -> Dataset:

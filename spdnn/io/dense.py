@@ -49,5 +49,5 @@ def prune_file(path: str | os.PathLike, density: float, seed: int | None = 0,
               for lay in prune_dense(weights, biases, density)]
     if n_classes:
         layers.append(dense_head(n_classes, layers[-1].n_out, _rng(seed), dt))
-    return Network(tuple(layers), output_activation="linear",
+    return Network(layers=tuple(layers), output_activation="linear",
                    extra={"generator": "prune", "density": density})

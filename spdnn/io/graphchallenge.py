@@ -63,7 +63,7 @@ def read_graphchallenge(
         layers.append(Layer(w, np.full(n, bias, dtype=dt)))
         if progress:
             progress(k, len(files))
-    return Network(tuple(layers), cap=cap, output_activation="relu",
+    return Network(layers=tuple(layers), cap=cap, output_activation="relu",
                    extra={"source": "graphchallenge"}).validate(os.fspath(directory))
 
 

@@ -7,7 +7,6 @@ rows sent and received. Files are written under a temporary name and renamed.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,23 +36,11 @@ def _save(fig: Any, path: str | os.PathLike) -> None:
 
 
 def read_training_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The per-epoch records of a ``spdnn train --metrics-out`` file, validated."""
-    try:
-        with open(path) as f:
-            metrics = json.load(f)
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(path, f"not a metrics JSON file ({exc})") from None
-    epochs = metrics.get("epochs") if isinstance(metrics, dict) else None
-    if not isinstance(epochs, list) or not epochs:
-        raise InputError(path, "no epochs: not written by spdnn train --metrics-out")
-    for e in epochs:
-        if not isinstance(e, dict) or not all(
-                isinstance(e.get(k), (int, float)) for k in ("epoch", "loss",
-                                                              "samples_per_second")):
-            raise InputError(path, "an epoch record lacks epoch, loss or samples_per_second")
-    return epochs
+    """The per-epoch records of a ``spdnn train --metrics-out`` file, validated
+    (``spdnn.io.jsonfiles.TrainMetrics``)."""
+    from spdnn.io.jsonfiles import TrainMetrics, as_dict, read
+
+    return [as_dict(e) for e in read(path, TrainMetrics).epochs]
 
 
 def plot_training(metrics: str | os.PathLike, output: str | os.PathLike) -> None:

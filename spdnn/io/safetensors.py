@@ -166,7 +166,7 @@ def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None
             raise InputError(path, f"layer '{names[k]}' takes {layers[k].n_in} inputs but "
                                    f"'{names[k - 1]}' gives {layers[k - 1].n_out} (name the "
                                    "layers in order with --layers)")
-    net = Network(tuple(layers), cap=cap, output_activation=output_activation,
+    net = Network(layers=tuple(layers), cap=cap, output_activation=output_activation,
                   extra={"safetensors": {"names": names, "pruned": pruned}})
     net.validate(str(path))
     return net

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -45,9 +46,9 @@ class CompressSpec:
     """What ``--compress`` asked for; ``min_values``: layers with fewer gradient values on a
     rank are summed exactly (``--compress-min-values``)."""
 
-    kind: str = "none"
+    kind: Literal["none", "topk", "dgc", "sidco"] = "none"
     ratio: float = 1.0
-    distribution: str = "exp"
+    distribution: Literal["exp", "gamma", "gpareto"] = "exp"
     min_values: int = 0
 
     @property

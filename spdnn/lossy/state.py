@@ -14,7 +14,6 @@ The manifest names the files and the settings (``compress``, ``replicas``, ``cri
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,11 +108,10 @@ def _changed(path: Path, what: str, then: Any, now: Any) -> InputError:  # noqa:
 def load_lossy(dnet: Any, directory: str, spec: CompressSpec,  # noqa: ANN401
                crit: CriticalSet | None, allow_changes: bool = False) -> LossyState:
     """This rank's lossy state from a checkpoint that ``load_checkpoint`` accepted."""
-    from spdnn.io.checkpoint_format import manifest_path, positions
-    from spdnn.io.checkpoint_format import shard_layer as _shard_layer
+    from spdnn.io.checkpoint_format import manifest_fields, manifest_path, positions, shard_layer
 
     path = manifest_path(directory)
-    manifest = json.loads(path.read_text())
+    manifest = manifest_fields(directory)  # validated (load_checkpoint read it already)
     grid = dnet.grid
     none: list[np.ndarray | None] = [None] * dnet.n_layers
     residuals, states = list(none), list(none)
@@ -136,7 +134,7 @@ def load_lossy(dnet: Any, directory: str, spec: CompressSpec,  # noqa: ANN401
         same_plan = parts == grid.parts
         for i, layer in enumerate(dnet.layers):
             k = layer.index
-            shards = [_shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in weights]
+            shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in weights]
             if not any(f"rw{k}" in r.keys for r in mine):
                 continue
             rw, rb = [], []

@@ -66,7 +66,7 @@ def radixnet(
             w = w[rows][:, cols]
             w.sort_indices()
         layers.append(Layer(w.astype(dt), np.full(n, bias, dtype=dt)))
-    return Network(tuple(layers), cap=cap, output_activation="relu",
+    return Network(layers=tuple(layers), cap=cap, output_activation="relu",
                    extra={"generator": "radixnet", "seed": seed})
 
 
@@ -116,7 +116,7 @@ def random_network(
               for n_in, n_out in zip(sizes[:-1], sizes[1:])]
     if n_classes:
         layers.append(dense_head(n_classes, sizes[-1], rng, dt))
-    return Network(tuple(layers), cap=cap, output_activation="linear",
+    return Network(layers=tuple(layers), cap=cap, output_activation="linear",
                    extra={"generator": "random", "fan_in": fan_in, "seed": seed})
 
 
@@ -189,7 +189,7 @@ def local_network(
     if n_classes:
         head = dense_head(n_classes, layers[-1].n_out, values, dt)
         layers.append(Layer(sp.csr_matrix(head.weight.toarray()[:, below]), head.bias))
-    return Network(tuple(layers), cap=cap, output_activation="linear",
+    return Network(layers=tuple(layers), cap=cap, output_activation="linear",
                    extra={"generator": "local", "radius": radius, "shuffle": shuffle,
                           "seed": seed})
 
@@ -225,5 +225,6 @@ def prune_dense(weights: Sequence[np.ndarray], biases: Sequence[np.ndarray | Non
 def add_head(network: Network, n_classes: int, seed: int | None = 0) -> Network:
     """Top a network with a dense classifier head; the output becomes linear."""
     head = dense_head(n_classes, network.sizes[-1], _rng(seed), network.dtype)
-    return Network((*network.layers, head), network.activation, network.cap, "linear",
-                   {**network.extra, "head": n_classes})
+    return Network(layers=(*network.layers, head), activation=network.activation, cap=network.cap,
+                   output_activation="linear",
+                   extra={**network.extra, "head": n_classes})

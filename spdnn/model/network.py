@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -162,7 +162,7 @@ class Layer:
         return Layer(w, bias)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Network:
     """An ordered list of sparse layers plus the activation settings.
 
@@ -172,9 +172,9 @@ class Network:
     """
 
     layers: tuple[Layer, ...]
-    activation: str = "relu"
+    activation: Literal["relu"] = "relu"
     cap: float | None = None
-    output_activation: str = "linear"
+    output_activation: Literal["linear", "relu"] = "linear"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

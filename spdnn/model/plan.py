@@ -81,7 +81,7 @@ def cut_pairs(indptr: np.ndarray, indices: np.ndarray, owner_out: np.ndarray,
     return j[keep], p[keep]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanStats:
     """Communication and balance of a plan; volumes in rows of B values.
 
@@ -183,8 +183,9 @@ def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray],
         if k > 1:  # the fold goes the other way
             sent += fr
             recv += fs
-    return PlanStats(nparts, tuple(fwd), tuple(bwd), tuple(pairs), tuple(imb),
-                     tuple(int(s) for s in sent), tuple(int(r) for r in recv))
+    return PlanStats(nparts=nparts, forward=tuple(fwd), backward=tuple(bwd), pairs=tuple(pairs),
+                     imbalance=tuple(imb),
+                     sent=tuple(int(s) for s in sent), received=tuple(int(r) for r in recv))
 
 
 def network_patterns(network: Any) -> list[Pattern]:
@@ -201,7 +202,7 @@ def balance_limit(indptr: np.ndarray, nparts: int, epsilon: float) -> float:
     return (1 + epsilon) * weights.sum() / nparts + (int(weights.max()) if len(weights) else 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepValues:
     """Values one training step moves per layer (index k-1), over all ranks, for a minibatch
     of B samples on R replicas of a plan: ``expand`` (forward rows x B: the replicas' slices
@@ -224,8 +225,8 @@ def step_values(stats: PlanStats, nnz: Sequence[int], rows: Sequence[int], repli
                 batch: int) -> StepValues:
     """Predict ``StepValues`` from a plan's statistics and each layer's nnz and row count."""
     owned = [int(a) + int(b) for a, b in zip(nnz, rows)] if replicas > 1 else [0] * len(nnz)
-    return StepValues(replicas, batch,
-                      tuple(v * batch for v in stats.forward),
-                      tuple(v * batch for v in stats.backward),
-                      tuple(replicas * v for v in owned),
-                      tuple(2.0 * (replicas - 1) * v for v in owned))
+    return StepValues(replicas=replicas, batch=batch,
+                      expand=tuple(v * batch for v in stats.forward),
+                      fold=tuple(v * batch for v in stats.backward),
+                      gradient_in=tuple(replicas * v for v in owned),
+                      gradient_sent=tuple(2.0 * (replicas - 1) * v for v in owned))

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochReport:
     """One epoch (or the part of it that ran): mean loss and accuracy over the samples seen."""
 

@@ -4,7 +4,7 @@ and per-layer timers. Tables for rank 0 and dicts for ``--metrics-out``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -147,7 +147,7 @@ def format_timing(tm: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Counters:
     """What a rank has moved so far, per axis: the exchange between the parts of a replica
     (model axis: values of the rows carried, bytes sent) and the gradient sums between the
@@ -165,19 +165,24 @@ class Counters:
     @staticmethod
     def now(dnet: Any) -> Counters:  # noqa: ANN401 (a DistributedNetwork; no import cycle)
         t, item = dnet.traffic, dnet.dtype.itemsize
-        return Counters(float(t.bytes_sent),
-                        float(t.forward_bytes.sum() + t.backward_bytes.sum()) / item,
-                        float(t.grad_values.sum()), float(t.grad_bytes.sum()),
-                        float(t.grad_selected.sum()), float(t.grad_considered.sum()),
-                        float(dnet.timers.grad_select.sum()))
+        return Counters(sent=float(t.bytes_sent),
+                        model_values=float(t.forward_bytes.sum() + t.backward_bytes.sum()) / item,
+                        gradient_values=float(t.grad_values.sum()),
+                            gradient_bytes=float(t.grad_bytes.sum()),
+                        selected=float(t.grad_selected.sum()),
+                            considered=float(t.grad_considered.sum()),
+                        select_seconds=float(dnet.timers.grad_select.sum()))
 
     def minus(self, other: Counters) -> Counters:
-        return Counters(*[a - b for a, b in zip(astuple(self), astuple(other))])
+        return Counters(**{f.name: getattr(self, f.name) - getattr(other, f.name)
+                           for f in fields(self)})
 
     def total(self, comm: Communicator) -> Counters:
         """Summed over the ranks of ``comm``; the selection time is the slowest rank's."""
-        summed = comm.allreduce(np.array(astuple(self)[:-1]))
-        return Counters(*summed.tolist(), comm.allreduce_scalar(self.select_seconds, "max"))
+        names = [f.name for f in fields(self) if f.name != "select_seconds"]
+        summed = comm.allreduce(np.array([getattr(self, n) for n in names]))
+        return Counters(**dict(zip(names, summed.tolist())),
+                        select_seconds=comm.allreduce_scalar(self.select_seconds, "max"))
 
     def ratio(self, spec: Any) -> float | None:  # noqa: ANN401 (a CompressSpec)
         """Achieved compression ratio: selected / considered values (None: no compression)."""

@@ -21,7 +21,7 @@ from spdnn.runtime.accounting import Timers
 from spdnn.runtime.halo import Traffic
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Pending:
     layer: int
     requests: list[Request]
@@ -61,7 +61,7 @@ class GradientSums:
         comp = self.compressors[i]
         t = self.traffic
         if comp is None:
-            self._pending.append(_Pending(i, [self.data.iallreduce_sum(gw),
+            self._pending.append(_Pending(layer=i, requests=[self.data.iallreduce_sum(gw),
                                               self.data.iallreduce_sum(gb)]))
             t.grad_values[i] += len(gw) + len(gb)
             t.grad_bytes[i] += (len(gw) + len(gb)) * self.dtype.itemsize
@@ -76,8 +76,9 @@ class GradientSums:
             index = np.empty(total, dtype=idx.dtype)
             gathered = np.empty(total, dtype=self.dtype)
             self._pending.append(_Pending(
-                i, [self.data.iallgatherv(idx, index, counts),
-                    self.data.iallgatherv(values, gathered, counts)], index, gathered, counts))
+                layer=i, requests=[self.data.iallgatherv(idx, index, counts),
+                    self.data.iallgatherv(values, gathered, counts)], index=index, values=gathered,
+                        counts=counts))
             t.grad_values[i] += 2 * len(idx)  # positions travel as values too
             t.grad_bytes[i] += len(idx) * (idx.itemsize + self.dtype.itemsize)
             t.grad_selected[i] += len(idx)

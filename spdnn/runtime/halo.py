@@ -11,6 +11,7 @@ exchanges with the same tag are in flight at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -37,7 +38,7 @@ _SUMMED = ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes", "
            "backward_sent", "forward_messages", "backward_messages", *_GRAD)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Traffic:
     """What one rank sent, per layer (index k-1) and direction: rows, their bytes as dense
     rows, and the number of passes and samples they carried (to compare with the plan's
@@ -63,8 +64,7 @@ class Traffic:
 
     @staticmethod
     def zeros(n_layers: int) -> Traffic:
-        return Traffic(*[np.zeros(n_layers, dtype=np.int64)
-                         for _ in range(len(_FIELDS) + len(_GRAD))])
+        return Traffic(**{n: np.zeros(n_layers, dtype=np.int64) for n in (*_FIELDS, *_GRAD)})
 
     def count(self, direction: str, i: int, rows: int, batch: int, itemsize: int,
               sent: int, messages: int) -> None:
@@ -82,7 +82,7 @@ class Traffic:
     def total(self, comm: Communicator, data: Communicator | None = None) -> Traffic:
         """Rows, bytes and gradient-sum values summed over all ranks (``comm``); passes and
         samples summed over the replicas (``data``: the ranks of one part)."""
-        t = Traffic(*[getattr(self, n).copy() for n in (*_FIELDS, *_GRAD)])
+        t = Traffic(**{n: getattr(self, n).copy() for n in (*_FIELDS, *_GRAD)})
         for name in _SUMMED:
             setattr(t, name, comm.allreduce(getattr(self, name)))
         if data is not None:
@@ -92,7 +92,7 @@ class Traffic:
         return t
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Exchange:
     """Point-to-point schedule of one layer k: rows of X_{k-1} between owners and users.
 
@@ -111,7 +111,7 @@ class Exchange:
     send_rows: list[np.ndarray]
     recv_peers: list[int]
     recv_counts: list[int]
-    mode: str = "dense"
+    mode: Literal["auto", "dense", "sparse"] = "dense"
     cap: float | None = None
     _buffers: dict = field(default_factory=dict)  # slot or (slot, dtype) -> buffer
     _unpack: list = field(default_factory=list)  # (rows, received block or packed values)
@@ -156,8 +156,9 @@ class Exchange:
                 send_rows.append(local[rows])
         recv_peers = [q for q in range(comm.size) if len(requests[q])]
         recv_counts = [len(requests[q]) for q in recv_peers]
-        return Exchange(comm, layer, len(owned_prev), send_peers, send_rows, recv_peers,
-                        recv_counts)
+        return Exchange(comm=comm, layer=layer, n_owned=len(owned_prev), send_peers=send_peers,
+                        send_rows=send_rows, recv_peers=recv_peers,
+                        recv_counts=recv_counts)
 
     def share_buffers(self, pool: dict) -> None:
         """Use ``pool`` for the message buffers, shared with other exchanges that never run at

@@ -20,7 +20,7 @@ from spdnn.model.plan import Plan
 from spdnn.runtime.halo import Exchange
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LocalLayer:
     index: int  # k
     rows: np.ndarray  # global ids of the owned rows of layer k, ascending
@@ -86,8 +86,9 @@ class LocalLayer:
         views = {"owned_cols": _column_block(w, 0, n_own),
                  "ghost_cols": _column_block(w, n_own, len(buffer_rows))}
         views["transposed"] = kernels.transpose(w)
-        return LocalLayer(k, rows, buffer_rows, w, mine.bias.copy(), exchange,
-                          kernels.row_of_entries(w), views)
+        return LocalLayer(index=k, rows=rows, buffer_rows=buffer_rows, weight=w,
+                          bias=mine.bias.copy(), exchange=exchange,
+                          entry_rows=kernels.row_of_entries(w), _views=views)
 
 
 def _column_block(w: sp.csr_matrix, col_lo: int, col_hi: int

@@ -127,7 +127,8 @@ def gather_network(dnet: DistributedNetwork) -> Network | None:
         layers.append(Layer(w, b))
     if dnet.comm.rank != 0:
         return None
-    return Network(tuple(layers), dnet.meta["activation"], dnet.cap, dnet.output_activation)
+    return Network(layers=tuple(layers), activation=dnet.meta["activation"], cap=dnet.cap,
+                   output_activation=dnet.output_activation)
 
 
 def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
@@ -136,8 +137,9 @@ def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
     if net is not None:
         kept = {k: v for k, v in dnet.meta.items()
                 if k not in ("activation", "cap", "output_activation")}
-        net = Network(net.layers, net.activation, net.cap, net.output_activation,
-                      {**kept, **extra})
+        net = Network(layers=net.layers, activation=net.activation, cap=net.cap,
+                      output_activation=net.output_activation,
+                      extra={**kept, **extra})
     comm.check(lambda: save_network(net, path) if net is not None else None)
 
 

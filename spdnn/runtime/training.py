@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -31,14 +31,14 @@ from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import evaluate, local_inputs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     epochs: int
     batch_size: int
     sgd: SGDConfig
     seed: int = 0
     shuffle: bool = True
-    loss: str = "cross_entropy"
+    loss: Literal["cross_entropy", "mse"] = "cross_entropy"
     max_steps: int | None = None
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None
@@ -134,12 +134,17 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         moved = Counters.now(dnet).minus(before).total(comm)
         test = evaluate(dnet, xt_local, data.y_test) if xt_local is not None else None
         epoch_done = pos.epoch if pos.batch == 0 else pos.epoch + 1
-        report = EpochReport(epoch_done, pos.step, total_loss / max(seen, 1),
-                             correct / max(seen, 1), test, seconds,
-                             seen / max(seconds, 1e-12), moved.sent / 1e6, steps, per_epoch,
-                             seen, moved.model_values, moved.gradient_values,
-                             moved.gradient_bytes / 1e6, moved.ratio(cfg.compress),
-                             moved.select_seconds)
+        report = EpochReport(epoch=epoch_done, steps=pos.step, loss=total_loss / max(seen, 1),
+                             train_accuracy=correct / max(seen, 1), test_accuracy=test,
+                                 seconds=seconds,
+                             samples_per_second=seen / max(seconds, 1e-12),
+                                 megabytes_sent=moved.sent / 1e6, epoch_steps=steps,
+                                 epoch_batches=per_epoch,
+                             samples=seen, model_values=moved.model_values,
+                                 gradient_values=moved.gradient_values,
+                             gradient_megabytes=moved.gradient_bytes / 1e6,
+                                 compression_ratio=moved.ratio(cfg.compress),
+                             select_seconds=moved.select_seconds)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

@@ -1,0 +1,320 @@
+"""The JSON files spdnn reads, declared once as typed structures and validated by msgspec:
+the calibration (``spdnn-calibration/2``), the cluster description (``spdnn-cluster/1``), the
+checkpoint manifest (``spdnn-checkpoint/1``) and the metrics of ``--metrics-out``. Field
+formats are documented in docs/formats.md and docs/cost-model.md.
+
+``read(path, kind)`` returns the decoded structure or raises one ``InputError`` naming the file
+and the field: ``m.json: runtime.step_s: expected a number >= 0, got -1``. msgspec is
+imported here only, when a file is read (``spdnn --help`` does not load it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from msgspec import Meta, Struct, field
+
+from spdnn.errors import InputError
+
+MAX_BYTES = 16 * 2**20
+# Numbers bounded so that every value is finite (JSON has no NaN or infinity; 1e400 would be).
+Positive = Annotated[float, Meta(gt=0, lt=1e300)]
+NonNegative = Annotated[float, Meta(ge=0, lt=1e300)]
+Count = Annotated[int, Meta(ge=0, lt=2**62)]
+Axis = Annotated[list[Annotated[int, Meta(ge=1, lt=2**62)]], Meta(min_length=1, max_length=64)]
+Series = Annotated[list[Positive], Meta(max_length=64)]
+
+
+def _increasing(values: list, where: str) -> None:
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise ValueError(f"{where} must be increasing")
+
+
+def _shape(value: Any, shape: tuple[int, ...], where: str, axes: str) -> None:  # noqa: ANN401
+    def ok(v: Any, s: tuple[int, ...]) -> bool:  # noqa: ANN401
+        return not s or (isinstance(v, list) and len(v) == s[0] and all(ok(x, s[1:]) for x in v))
+    if not ok(value, shape):
+        raise ValueError(f"{where} must be {' x '.join(map(str, shape))} numbers ({axes})")
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+class DenseTableFile(Struct, kw_only=True):
+    nnz: Axis
+    batches: Axis
+    forward: list[list[Positive]]
+    backward: list[list[Positive]]
+    gradient: list[list[Positive]]
+
+    def __post_init__(self) -> None:
+        _increasing(self.nnz, "nnz")
+        _increasing(self.batches, "batches")
+        for k in ("forward", "backward", "gradient"):
+            _shape(getattr(self, k), (len(self.nnz), len(self.batches)), k, "nnz x batches")
+
+
+class KernelTableFile(Struct, kw_only=True):
+    batches: Axis
+    inputs: Axis
+    reuses: Axis
+    forward: list[list[list[Positive]]]
+    backward: list[list[list[Positive]]]
+    gradient: list[list[list[Positive]]]
+    forward_warm: list[list[list[Positive]]]
+    backward_warm: list[list[list[Positive]]]
+    gradient_warm: list[list[list[Positive]]]
+    dense: DenseTableFile | None = None
+
+    def __post_init__(self) -> None:
+        for axis in ("batches", "inputs", "reuses"):
+            _increasing(getattr(self, axis), axis)
+        shape = (len(self.reuses), len(self.inputs), len(self.batches))
+        for k in ("forward", "backward", "gradient", "forward_warm", "backward_warm",
+                  "gradient_warm"):
+            _shape(getattr(self, k), shape, k, "reuses x inputs x batches")
+
+
+class RuntimeFile(Struct, kw_only=True):
+    layer_forward_s: NonNegative
+    layer_backward_s: NonNegative
+    step_s: NonNegative
+    message_s: NonNegative
+    exchange_layer_s: NonNegative
+    pack_ns_per_byte: NonNegative
+    update_ns_per_value: NonNegative
+    elementwise_ns_per_value: NonNegative
+    collective_s: NonNegative
+    compute_scale_alone: NonNegative
+    compute_scale_all: NonNegative
+    compute_scale_cold_alone: NonNegative
+    compute_scale_cold_all: NonNegative
+    cache_bytes: NonNegative
+    # Absent from calibrations of 2026-11-23/24: these defaults then.
+    compute_scale_spread: NonNegative = 0.0
+    gather_ns_per_value: NonNegative = 0.0
+
+
+class CurveFile(Struct, kw_only=True):
+    bytes: Series
+    seconds: Annotated[list[NonNegative], Meta(max_length=64)]
+
+    def __post_init__(self) -> None:
+        if len(self.bytes) != len(self.seconds):
+            raise ValueError("'bytes' and 'seconds' must have one length")
+        _increasing(self.bytes, "bytes")
+
+
+class NetworkFile(Struct, kw_only=True):
+    latency_s: NonNegative
+    bandwidth_Bps: Positive
+    allreduce_latency_s: NonNegative
+    allreduce_bandwidth_Bps: Positive
+    pingpong: CurveFile = field(default_factory=lambda: CurveFile(bytes=[], seconds=[]))
+    allreduce: CurveFile | None = None
+
+
+class StructureFile(Struct, kw_only=True):
+    batches: Axis
+    forward: Series
+    backward: Series
+    gradient: Series
+    gap_forward: NonNegative
+    gap_backward: NonNegative
+
+    def __post_init__(self) -> None:
+        _increasing(self.batches, "batches")
+        for k in ("forward", "backward", "gradient"):
+            if len(getattr(self, k)) != len(self.batches):
+                raise ValueError(f"{k} must hold {len(self.batches)} numbers (one per batch)")
+
+
+class ScalesFile(Struct, kw_only=True):
+    batches: Axis
+    alone: Series
+    all: Series
+    cold_alone: Series
+    cold_all: Series
+
+    def __post_init__(self) -> None:
+        _increasing(self.batches, "batches")
+        for k in ("alone", "all", "cold_alone", "cold_all"):
+            if len(getattr(self, k)) != len(self.batches):
+                raise ValueError(f"{k} must hold {len(self.batches)} numbers (one per batch)")
+
+
+class CalibrationFile(Struct, kw_only=True):
+    format: Literal["spdnn-calibration/2"]
+    ranks: Annotated[int, Meta(ge=1, lt=2**31)]
+    kernels: Annotated[dict[Literal["float32", "float64"], KernelTableFile], Meta(min_length=1)]
+    runtime: RuntimeFile
+    network: NetworkFile | None
+    host: str = "?"
+    backend: str = "?"
+    structure: StructureFile | None = None
+    scales: ScalesFile | None = None
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class LinkFile(Struct, kw_only=True):
+    latency_us: NonNegative
+    bandwidth_GBps: Positive
+
+
+class ClusterFile(Struct, kw_only=True):
+    format: Literal["spdnn-cluster/1"]
+    ranks_per_node: Annotated[int, Meta(ge=1, le=2**20)]
+    intra_node: LinkFile
+    inter_node: LinkFile
+    name: str = ""
+    node_memory_bandwidth_GBps: Positive | None = None
+    sources: list[str] = []
+    assumptions: str = ""
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _file_name(name: str, where: str) -> None:
+    if not name or os.path.basename(name) != name:
+        raise ValueError(f"{where} must name a file in this directory, not {name!r}")
+
+
+class ManifestFile(Struct, kw_only=True):
+    """A checkpoint's ``manifest.json``; the run settings and the lossy fields are optional
+    (absent from checkpoints written before them)."""
+
+    format: Literal["spdnn-checkpoint/1"]
+    step: Count
+    epoch: Count
+    batch: Count
+    nparts: Annotated[int, Meta(ge=1, lt=2**31)]
+    files: list[str]
+    fingerprint: str | None = None
+    dtype: str | None = None
+    n_layers: Count | None = None
+    batch_size: Count | None = None
+    seed: Count | None = None
+    shuffle: bool | None = None
+    compress: str = "none"
+    compress_min_values: Count = 0
+    replicas: Annotated[int, Meta(ge=1, lt=2**31)] | None = None
+    residual_files: list[list[str]] | None = None
+    critical_set: float | None = None
+    refresh: Count | None = None
+    critical: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.files) != self.nparts:
+            raise ValueError(f"'files' must list {self.nparts} file names, one per part")
+        for f in self.files:
+            _file_name(f, "'files'")
+        for row in self.residual_files or []:
+            for f in row:
+                _file_name(f, "'residual_files'")
+        if self.critical is not None:
+            _file_name(self.critical, "'critical'")
+
+    def get(self, key: str, default: Any = None) -> Any:  # noqa: ANN401
+        """A field by name, or ``default`` when it is unset (None)."""
+        value = getattr(self, key, None)
+        return default if value is None else value
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class EpochMetrics(Struct, kw_only=True):
+    epoch: Count
+    loss: float
+    samples_per_second: NonNegative
+    train_accuracy: float | None = None
+    seconds: NonNegative | None = None
+    test_accuracy: float | None = None
+    steps: Count = 0
+    megabytes_sent: float = 0.0
+
+
+class TrainMetrics(Struct, kw_only=True):
+    """What ``spdnn train --metrics-out`` writes (the fields ``spdnn plot`` reads; the file
+    holds more: traffic, timing, the plan and the kernels)."""
+
+    epochs: Annotated[list[EpochMetrics], Meta(min_length=1)]  # "no epochs": refused
+    ranks: Annotated[int, Meta(ge=1)] = 1
+
+
+# --------------------------------------------------------------------------- reading
+
+S = TypeVar("S")
+_WHERE = re.compile(r"\s+- at (?:key in )?`\$\.?(.*)`$")
+
+
+def read(path: str | os.PathLike, kind: type[S]) -> S:
+    """Decode and validate the JSON file at ``path`` as ``kind``; any problem is one
+    ``InputError`` naming the file and the field."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_BYTES:
+                raise InputError(name, f"larger than {MAX_BYTES // 2**20} MiB: not a "
+                                       f"{_kind_name(kind)} file")
+            raw = fh.read()
+    except FileNotFoundError:
+        raise InputError(name, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(name, "is a directory") from None
+    except OSError as exc:
+        raise InputError(name, f"cannot read ({exc.strerror or exc})") from None
+    try:
+        head = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise InputError(name, f"not valid JSON ({exc})") from None
+    expected = _format_of(kind)
+    found = head.get("format") if isinstance(head, dict) else None
+    if expected and found != expected:
+        if found == "spdnn-calibration/1":
+            raise InputError(name, "an older calibration (spdnn-calibration/1, no reuse axis in "
+                                   "its kernel tables): run spdnn calibrate again")
+        noun = "manifest" if expected == "spdnn-checkpoint/1" else "file"
+        raise InputError(name, f"not a {expected} {noun} (its 'format' field must be "
+                               f"{expected!r})")
+    try:
+        return msgspec.convert(head, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InputError(name, _message(str(exc))) from None
+
+
+def _message(text: str) -> str:
+    """msgspec's ``Expected `float` >= 0, got `-1` - at `$.runtime.step_s``` as
+    ``runtime.step_s: expected a number >= 0, got -1``."""
+    m = _WHERE.search(text)
+    where = m.group(1) if m else ""
+    problem = _WHERE.sub("", text)
+    problem = problem.replace("`float`", "a number").replace("`int`", "an integer")
+    problem = problem.replace("`", "")
+    problem = problem[:1].lower() + problem[1:]
+    if problem.startswith("object missing required field"):
+        return f"missing field '{'.'.join(filter(None, (where, problem.split()[-1])))}'"
+    return f"field '{where}': {problem}" if where else problem
+
+
+def _format_of(kind: type) -> str | None:
+    hints = getattr(kind, "__annotations__", {})
+    ann = str(hints.get("format", ""))
+    m = re.search(r"Literal\[['\"]([^'\"]+)['\"]\]", ann)
+    return m.group(1) if m else None
+
+
+def _kind_name(kind: type) -> str:
+    return _format_of(kind) or kind.__name__
+
+
+
+def as_dict(record: Struct) -> dict[str, Any]:
+    """A decoded structure's fields, without the optional ones that were absent (None)."""
+    return {k: v for k, v in msgspec.structs.asdict(record).items() if v is not None}
