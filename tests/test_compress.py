@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spdnn.lossy import _numba_compress as nbc
+from spdnn.lossy import _numba_compress as nbc  # internal: its kernels are the unit tested
 from spdnn.lossy import compress as C
 from spdnn.lossy.critical import CriticalSet
 from tests.helpers import launch

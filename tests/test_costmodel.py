@@ -498,6 +498,7 @@ def test_network_is_the_median_of_its_sweeps():
     all-reduce alike."""
     from types import SimpleNamespace
 
+    # Internal: the median of the sweeps has no public entry but spdnn calibrate itself.
     from spdnn.cost._calibrate_runtime import SIZES, network_costs
 
     fast = [1e-6 * (1 + i) for i in range(len(SIZES))]

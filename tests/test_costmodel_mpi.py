@@ -62,6 +62,7 @@ def test_reference_steps_time_rank_0_alone_and_the_slowest_rank_together(monkeyp
     rank; before 2026-11-25 the mean over ranks hid a slow core."""
     from types import SimpleNamespace
 
+    # Internal: the reference steps are timed inside spdnn calibrate only.
     from spdnn.cost import _calibrate_runtime as cr
 
     with Communicator() as comm:

@@ -1,12 +1,14 @@
-"""Seeded mutants of every file the distributed commands read (``spdnn train`` and ``spdnn infer``:
-network, plan, data, checkpoint manifest and rank file, Graph Challenge inputs and truth,
-calibration, cluster), run through the command's entry point on every rank of the job. Each
-mutant must run, or end with exit code 2 and one line on rank 0 naming a file of the case, and
-nothing on the other ranks. Run under 1, 2, 3 and 4 ranks (and Open MPI) by the test command;
-an error found by one rank alone would abort the job, which fails the run.
+"""Seeded mutants of every file a command reads, run through the command's entry point on every
+rank of the job, under 1, 2, 3 and 4 ranks (and Open MPI) by the test command.
 
-The serial commands' readers (``spdnn-partition``, ``convert``, ``generate prune``, ``plot``)
-are fuzzed in-process by tests/test_fuzz.py and tests/test_hostile.py.
+- The distributed commands (``spdnn train`` and ``spdnn infer``: network, plan, data,
+  checkpoint manifest and rank file, Graph Challenge inputs and truth, calibration, cluster):
+  each mutant runs, or ends with exit code 2 on every rank and one line on rank 0 naming a file
+  of the case, nothing on the others; an error found by one rank alone would abort the job,
+  which fails the run.
+- The serial commands (every ``spdnn-partition`` command, ``spdnn convert``, ``generate
+  prune``, ``plot``), each rank running its own copy as ``mpirun -n P CMD`` would: exit 0, or
+  2 with one line naming a file of the case, no traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.test_fuzz import mutate
 
 pytestmark = pytest.mark.mpi
 MUTANTS = 6
+SERIAL_MUTANTS = 4
 SIZES = (12, 9, 7, 4)
 
 
@@ -156,3 +159,102 @@ def test_every_case_reads_a_valid_file_cleanly(comm, case_files):
         assert (code, err) == (0, ""), (name, argv, err)
     if comm.rank == 0:
         json.loads((case_files / "ck" / "manifest.json").read_text())
+
+
+def _serial_cases(d: Path, rank: int) -> list[tuple[str, str, list[object]]]:
+    """(file to mutate, module, the command that reads it); outputs are per rank."""
+    out = d / f"out{rank}"
+    net = d / "net.npz"
+    return [
+        ("net.npz", "partition", [net, "-P", "2", "-o", out / "p.npz", "--quiet"]),
+        ("net.npz", "partition", ["export", net, "-o", out / "n.hgr"]),
+        ("plan2.npz", "partition", ["stats", net, d / "plan2.npz"]),
+        ("net.hgr.part.2", "partition", ["import", net, d / "net.hgr.part.2", "-P", "2", "-o",
+                                         out / "i.npz"]),
+        ("machine.json", "partition", ["model", net, "--plans", d / "plan2.npz",
+                                       "--batch-size", "8", "--calibration", d / "machine.json"]),
+        ("cluster.json", "partition", ["model", net, "--plans", d / "plan2.npz",
+                                       "--batch-size", "8", "--calibration", d / "machine.json",
+                                       "--cluster", d / "cluster.json", "--replicas", "1,2"]),
+        ("net.npz", "spdnn", ["convert", "network", net, "--to", "mtx", "-o", out / "mtx"]),
+        ("layer1.mtx", "spdnn", ["convert", "mtx", d / "layer1.mtx", "-o", out / "c.npz"]),
+        ("gc/n12-l1.tsv", "spdnn", ["convert", "graphchallenge", d / "gc", "--bias", "-0.3",
+                                    "-o", out / "g.npz"]),
+        ("model.safetensors", "spdnn", ["convert", "safetensors", d / "model.safetensors",
+                                        "-o", out / "s.npz"]),
+        ("dense.npz", "spdnn", ["generate", "prune", "--weights", d / "dense.npz",
+                                "--density", "0.5", "-o", out / "pr.npz"]),
+        ("metrics.json", "spdnn", ["plot", d / "metrics.json", "-o", out / "m.svg"]),
+    ]
+
+
+@pytest.fixture
+def serial_files(comm, case_files) -> Path:
+    d = case_files
+    if comm.rank == 0:
+        from spdnn.io.bundle import load_network
+        from spdnn.io.formats import write_mtx
+        from spdnn.io.graphchallenge import write_graphchallenge
+        from spdnn.io.safetensors import write_safetensors
+        from spdnn.model.generate import random_network
+
+        net = load_network(d / "net.npz")
+        write_mtx(d / "layer1.mtx", net.layers[0].weight)
+        write_graphchallenge(random_network([12, 12], 3, seed=0), d / "gc")  # square layers
+        write_safetensors(net, d / "model.safetensors", pruned=True)
+        rng = np.random.default_rng(3)
+        np.savez(d / "dense.npz", W1=rng.standard_normal((8, 12)), W2=rng.standard_normal((4, 8)))
+        np.savetxt(d / "net.hgr.part.2", np.arange(sum(net.sizes)) % 2, fmt="%d")
+        (d / "metrics.json").write_text(json.dumps({"epochs": [
+            {"epoch": 1, "loss": 1.0, "train_accuracy": 0.5, "samples_per_second": 10.0}]}))
+    comm.barrier()
+    (d / f"out{comm.rank}").mkdir(exist_ok=True)
+    return d
+
+
+def _run_serial(module: str, argv: list[object]) -> tuple[int, str]:
+    from tests.helpers import run_cli
+
+    proc = run_cli(*argv, module=module)
+    return proc.returncode, proc.stderr
+
+
+def test_mutated_inputs_of_the_serial_commands(comm, serial_files):
+    pytest.importorskip("matplotlib")
+    d = serial_files
+    failures = []
+    cases = _serial_cases(d, comm.rank)
+    for i, (name, module, argv) in enumerate(cases):
+        code, err = _run_serial(module, argv)
+        valid_runs = comm.allgather((code, err[-300:]))
+        if any(c != 0 for c, _ in valid_runs):  # decided alike on every rank: no rank waits
+            failures.append(f"{name} ({module} {argv[0]}), valid file: {valid_runs}")
+            continue
+        target = d / name
+        valid = target.read_bytes() if comm.rank == 0 else b""
+        rng = np.random.default_rng(2000 + i)
+        for m in range(SERIAL_MUTANTS):
+            mutant = mutate(valid, rng) if comm.rank == 0 else b""
+            if comm.rank == 0:
+                target.write_bytes(mutant)
+            comm.barrier()
+            code, err = _run_serial(module, argv)
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            verdicts = comm.allgather((code, lines, "Traceback" in err))
+            where = f"{name} mutant {m} ({module} {argv[0]})"
+            codes = {c for c, _, _ in verdicts}
+            if len(codes) != 1 or codes - {0, 2}:
+                failures.append(f"{where}: exit codes {[c for c, _, _ in verdicts]}: {err[-300:]}")
+            elif codes == {2}:
+                # Rank 0 prints the one line (spdnn's other ranks stay quiet under a launcher,
+                # spdnn-partition's print theirs): it names a file of the case.
+                first = verdicts[0][1]
+                if len(first) != 1 or str(d) not in first[0] or \
+                        any(tb or len(ls) > 1 for _, ls, tb in verdicts):
+                    failures.append(f"{where}: printed {[ls for _, ls, _ in verdicts]}")
+            comm.barrier()
+        if comm.rank == 0:
+            target.write_bytes(valid)
+        comm.barrier()
+    everyone = comm.allgather(failures)
+    assert not any(everyone), "\n".join(f for fs in everyone for f in fs[:4])

@@ -232,15 +232,16 @@ def test_malformed_networks_under_two_ranks(base, name):
 # --------------------------------------------------------------------------- plans, checkpoints
 
 
-def _bad_plans(d: Path) -> dict[str, tuple[Path, str]]:
-    good = d / "plan2.npz"
-    out = d / "bad-plans"
+def _bad_plans(d: Path, parts: int = 2) -> dict[str, tuple[Path, str]]:
+    good = d / f"plan{parts}.npz"
+    out = d / f"bad-plans{parts}"
     out.mkdir(exist_ok=True)
     with np.load(good) as z:
         owner1 = z["owner1"]
     cases = {
         "meta not an object": ({"meta": np.array("[1]")}, "meta must be a JSON object"),
-        "owner out of range": ({"owner1": owner1 + 5}, "owner1 has ranks outside [0, 2)"),
+        "owner out of range": ({"owner1": owner1 + 5},
+                               f"owner1 has ranks outside [0, {parts})"),
         "owner wrong length": ({"owner1": owner1[:-1]}, "layer sizes"),
         "owner 2-D": ({"owner1": owner1.reshape(1, -1)}, "owner1 must be a 1-D integer array"),
         "nparts zero": ({"nparts": np.array(0)}, "nparts must be at least 1"),
@@ -252,16 +253,18 @@ def _bad_plans(d: Path) -> dict[str, tuple[Path, str]]:
     return made
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_malformed_plans(base, ranks):
-    plans = _bad_plans(base).values()
-    if ranks == 1:
-        check_cases([(["stats", base / "net.npz", path], [path.name, fragment])
-                     for path, fragment in plans], module="partition")
-    else:
-        check_cases([(["train", "--network", base / "net.npz", "--plan", path, "--data",
-                       f"npz:{base / 'data.npz'}", "--epochs", "1"], [path.name, fragment])
-                     for path, fragment in plans], ranks=2)
+def plan_cases(d: Path, parts: int) -> list[tuple[list, list]]:
+    return [(["train", "--network", d / "net.npz", "--plan", path, "--data",
+              f"npz:{d / 'data.npz'}", "--epochs", "1"], [path.name, fragment])
+            for path, fragment in _bad_plans(d, parts).values()]
+
+
+def test_malformed_plans(base):
+    """Through spdnn-partition stats here; through train on every rank count in
+    tests/test_hostile_mpi.py (and once under mpiexec -n 2 below)."""
+    check_cases([(["stats", base / "net.npz", path], [path.name, fragment])
+                 for path, fragment in _bad_plans(base).values()], module="partition")
+    check_cases(plan_cases(base, 2)[:1], ranks=2)
 
 
 def _bad_checkpoints(d: Path) -> dict[str, tuple[Path, str]]:
@@ -298,13 +301,17 @@ def _bad_checkpoints(d: Path) -> dict[str, tuple[Path, str]]:
     return made
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_malformed_checkpoints(base, ranks):
-    plan = ["--plan", base / "plan2.npz"] if ranks == 2 else []
-    check_cases([(["train", "--network", base / "net.npz", *plan, "--data",
-                   f"npz:{base / 'data.npz'}", "--epochs", "3", "--batch-size", "8",
-                   "--resume", path], [path.name, fragment])
-                 for path, fragment in _bad_checkpoints(base).values()], ranks)
+def checkpoint_cases(d: Path, plan: list) -> list[tuple[list, list]]:
+    return [(["train", "--network", d / "net.npz", *plan, "--data", f"npz:{d / 'data.npz'}",
+              "--epochs", "3", "--batch-size", "8", "--resume", path], [path.name, fragment])
+            for path, fragment in _bad_checkpoints(d).values()]
+
+
+def test_malformed_checkpoints(base):
+    """One process here; every rank count in-process in tests/test_hostile_mpi.py, and once
+    under mpiexec -n 2 below."""
+    check_cases(checkpoint_cases(base, []))
+    check_cases(checkpoint_cases(base, ["--plan", base / "plan2.npz"])[:1], ranks=2)
 
 
 # --------------------------------------------------------------------------- other formats
@@ -361,12 +368,10 @@ def _data_file(d: Path, name: str, **arrays: np.ndarray) -> str:
     return f"npz:{d / name}"
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_bad_options_and_data(base, ranks):
-    d = base
+def option_cases(d: Path, plan: list) -> list[tuple[list, dict, list]]:
+    """(arguments, environment, fragments of the one line) of bad options and data."""
     (d / "a-dir").mkdir(exist_ok=True)
     (d / "a-file").write_text("x")
-    plan = ["--plan", d / "plan2.npz"] if ranks == 2 else []
     train = ["train", "--network", d / "net.npz", *plan, "--data", f"npz:{d / 'data.npz'}",
              "--epochs", "1"]
     infer = ["infer", "--network", d / "net.npz", *plan]
@@ -408,7 +413,16 @@ def test_bad_options_and_data(base, ranks):
         ([*train, "--resume", d / "ckpt", "--batch-size", "8", "--dtype", "float64"], {},
          ["dtype float32", "this run has float64", "--resume-with-changes"]),
     ]
-    check_cases([(args, fragments, env) for args, env, fragments in cases], ranks)
+    return cases
+
+
+def test_bad_options_and_data(base):
+    """One process here; every rank count in-process in tests/test_hostile_mpi.py, and the
+    parse-time errors once under mpiexec -n 2 below (printed once, exit 2 on every rank)."""
+    check_cases([(args, fragments, env) for args, env, fragments in option_cases(base, [])])
+    two = option_cases(base, ["--plan", base / "plan2.npz"])
+    check_cases([(args, fragments, env) for args, env, fragments in two[:3] + two[9:11]],
+                ranks=2)
 
 
 def test_resume_with_changes_is_explicit(base, tmp_path):

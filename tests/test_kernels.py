@@ -107,6 +107,7 @@ def test_dense_layers_go_to_blas_with_the_same_results(backend, dtype):
     rng = np.random.default_rng(3)
     dense = rng.standard_normal((7, 13)).astype(dtype)
     w = sp.csr_matrix(dense)
+    # ``_dense`` (internal) is where a layer is routed to BLAS: what this test is about.
     assert w.nnz == dense.size and kernels._dense(w) is not None
     x = rng.standard_normal((13, 5)).astype(dtype)
     d = rng.standard_normal((7, 5)).astype(dtype)

@@ -162,6 +162,7 @@ def test_auto_backend_kahypar_on_grouped_layers_mtkahypar_on_the_others():
 
 
 def test_pin_passes_agree_with_scipy():
+    # Internal: the numba passes are checked against a plain loop.
     from partition._kernels import block_counts, vertex_nets
 
     hg = build_hypergraph(network_patterns(random_network([30, 40, 40, 6], 5, seed=4)))

@@ -50,12 +50,15 @@ def plot_training(metrics: str | os.PathLike, output: str | os.PathLike) -> None
     fig, (loss, acc, speed) = plt.subplots(1, 3, figsize=(13, 3.6))
     loss.plot(x, [e["loss"] for e in epochs], marker="o")
     loss.set(title="training loss", xlabel="epoch", yscale="log")
+    drawn = 0
     for key, label in (("train_accuracy", "train"), ("test_accuracy", "test")):
         pts = [(e["epoch"], e[key]) for e in epochs if isinstance(e.get(key), (int, float))]
         if pts:
             acc.plot(*zip(*pts), marker="o", label=label)
+            drawn += 1
     acc.set(title="accuracy", xlabel="epoch", ylim=(0, 1.02))
-    acc.legend(loc="lower right")
+    if drawn:  # a legend of nothing would only warn
+        acc.legend(loc="lower right")
     speed.plot(x, [e["samples_per_second"] for e in epochs], marker="o")
     speed.set(title="training speed", xlabel="epoch", ylabel="samples / s")
     speed.set_ylim(bottom=0)
