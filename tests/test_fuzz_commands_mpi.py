@@ -101,6 +101,22 @@ def _cases(d: Path, ranks: int) -> list[tuple[str, list[object]]]:
     ]
 
 
+def _mutants(comm, target: Path, seed: int, count: int):  # noqa: ANN001, ANN202
+    """Rank 0 writes ``count`` seeded mutants of ``target`` in turn (every rank waits for each
+    before it is yielded, and for every rank to be done with it); the valid file comes back."""
+    valid = target.read_bytes() if comm.rank == 0 else b""
+    rng = np.random.default_rng(seed)
+    for m in range(count):
+        if comm.rank == 0:
+            target.write_bytes(mutate(valid, rng))
+        comm.barrier()
+        yield m
+        comm.barrier()
+    if comm.rank == 0:
+        target.write_bytes(valid)
+    comm.barrier()
+
+
 def _run(argv: list[object]) -> tuple[int, str]:
     from spdnn.cli.parser import main
 
@@ -118,14 +134,7 @@ def test_mutated_inputs_of_the_distributed_commands(comm, case_files):
     failures = []
     refused = total = 0
     for i, (name, argv) in enumerate(_cases(d, comm.size)):
-        target = d / name
-        valid = target.read_bytes() if comm.rank == 0 else b""
-        rng = np.random.default_rng(1000 + i)
-        for m in range(MUTANTS):
-            mutant = mutate(valid, rng) if comm.rank == 0 else b""
-            if comm.rank == 0:
-                target.write_bytes(mutant)
-            comm.barrier()
+        for m in _mutants(comm, d / name, 1000 + i, MUTANTS):
             code, err = _run(argv)
             lines = [ln for ln in err.splitlines() if ln.strip()]
             verdicts = comm.allgather((code, lines))
@@ -143,10 +152,6 @@ def test_mutated_inputs_of_the_distributed_commands(comm, case_files):
                 if any(lines for _, lines in verdicts[1:]):
                     failures.append(f"{where}: other ranks printed {verdicts[1:]}")
             total += 1
-            comm.barrier()
-        if comm.rank == 0:
-            target.write_bytes(valid)
-        comm.barrier()
     assert not failures, "\n".join(failures[:8])
     # The mutations reach the error paths: most mutants are refused, as they should be.
     assert refused >= total // 3, f"only {refused} of {total} mutants were refused"
@@ -230,14 +235,7 @@ def test_mutated_inputs_of_the_serial_commands(comm, serial_files):
         if any(c != 0 for c, _ in valid_runs):  # decided alike on every rank: no rank waits
             failures.append(f"{name} ({module} {argv[0]}), valid file: {valid_runs}")
             continue
-        target = d / name
-        valid = target.read_bytes() if comm.rank == 0 else b""
-        rng = np.random.default_rng(2000 + i)
-        for m in range(SERIAL_MUTANTS):
-            mutant = mutate(valid, rng) if comm.rank == 0 else b""
-            if comm.rank == 0:
-                target.write_bytes(mutant)
-            comm.barrier()
+        for m in _mutants(comm, d / name, 2000 + i, SERIAL_MUTANTS):
             code, err = _run_serial(module, argv)
             lines = [ln for ln in err.splitlines() if ln.strip()]
             verdicts = comm.allgather((code, lines, "Traceback" in err))
@@ -252,9 +250,5 @@ def test_mutated_inputs_of_the_serial_commands(comm, serial_files):
                 if len(first) != 1 or str(d) not in first[0] or \
                         any(tb or len(ls) > 1 for _, ls, tb in verdicts):
                     failures.append(f"{where}: printed {[ls for _, ls, _ in verdicts]}")
-            comm.barrier()
-        if comm.rank == 0:
-            target.write_bytes(valid)
-        comm.barrier()
     everyone = comm.allgather(failures)
     assert not any(everyone), "\n".join(f for fs in everyone for f in fs[:4])

@@ -40,6 +40,14 @@ def _shape(value: Any, shape: tuple[int, ...], where: str, axes: str) -> None:  
         raise ValueError(f"{where} must be {' x '.join(map(str, shape))} numbers ({axes})")
 
 
+def _per_batch(record: Any, keys: tuple[str, ...]) -> None:  # noqa: ANN401
+    """``record.batches`` increasing, and one number per batch in each of ``keys``."""
+    _increasing(record.batches, "batches")
+    for k in keys:
+        if len(getattr(record, k)) != len(record.batches):
+            raise ValueError(f"{k} must hold {len(record.batches)} numbers (one per batch)")
+
+
 # --------------------------------------------------------------------------- calibration
 
 
@@ -126,10 +134,7 @@ class StructureFile(Struct, kw_only=True):
     gap_backward: NonNegative
 
     def __post_init__(self) -> None:
-        _increasing(self.batches, "batches")
-        for k in ("forward", "backward", "gradient"):
-            if len(getattr(self, k)) != len(self.batches):
-                raise ValueError(f"{k} must hold {len(self.batches)} numbers (one per batch)")
+        _per_batch(self, ("forward", "backward", "gradient"))
 
 
 class ScalesFile(Struct, kw_only=True):
@@ -140,10 +145,7 @@ class ScalesFile(Struct, kw_only=True):
     cold_all: Series
 
     def __post_init__(self) -> None:
-        _increasing(self.batches, "batches")
-        for k in ("alone", "all", "cold_alone", "cold_all"):
-            if len(getattr(self, k)) != len(self.batches):
-                raise ValueError(f"{k} must hold {len(self.batches)} numbers (one per batch)")
+        _per_batch(self, ("alone", "all", "cold_alone", "cold_all"))
 
 
 class CalibrationFile(Struct, kw_only=True):
