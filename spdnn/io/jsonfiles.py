@@ -264,7 +264,7 @@ def read(path: str | os.PathLike, kind: type[S]) -> S:
         with open(name, "rb") as fh:
             if os.fstat(fh.fileno()).st_size > MAX_BYTES:
                 raise InputError(name, f"larger than {MAX_BYTES // 2**20} MiB: not a "
-                                       f"{_kind_name(kind)} file")
+                                       f"{_format_of(kind) or kind.__name__} file")
             raw = fh.read()
     except FileNotFoundError:
         raise InputError(name, "no such file") from None
@@ -310,10 +310,6 @@ def _format_of(kind: type) -> str | None:
     ann = str(hints.get("format", ""))
     m = re.search(r"Literal\[['\"]([^'\"]+)['\"]\]", ann)
     return m.group(1) if m else None
-
-
-def _kind_name(kind: type) -> str:
-    return _format_of(kind) or kind.__name__
 
 
 
