@@ -96,6 +96,9 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
         return plan
 
     plan = comm.check(get_plan)
+    if isinstance(network, Network) or isinstance(plan_path, Plan):
+        _same_everywhere(comm, network if isinstance(network, Network) else None,
+                         plan if isinstance(plan_path, Plan) else None)
     grid = Grid.make(comm, plan.nparts)
     dnet = DistributedNetwork.load(bundle, plan, grid, dtype)
     dnet.set_exchange(exchange)
@@ -104,6 +107,28 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     kernels.warm_up()
     encoding.warm_up()
     return Opened(bundle, plan, dnet)
+
+
+def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | None) -> None:
+    """Objects in memory must be the same on every rank (a file is, by construction): a plan or
+    network that differs between ranks would give them schedules that do not match."""
+    import hashlib
+
+    def digest(arrays: list[np.ndarray]) -> str:
+        h = hashlib.sha256()
+        for a in arrays:
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+
+    mine = (None if network is None else digest(
+                [a for lay in network.layers for a in (lay.weight.indptr, lay.weight.indices,
+                                                       lay.weight.data, lay.bias)]),
+            None if plan is None else digest([np.asarray(plan.nparts), *plan.owners]))
+    seen = comm.allgather(mine)
+    for i, what in enumerate(("network", "plan")):
+        if len({s[i] for s in seen}) > 1:
+            comm.agree(f"the {what} given in memory differs between ranks: every rank must "
+                       f"pass the same one (or a file)")
 
 
 def gather_network(dnet: DistributedNetwork) -> Network | None:

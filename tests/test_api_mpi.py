@@ -1,0 +1,55 @@
+"""The Python API (``spdnn.train``, ``spdnn.infer``, ``partition.partition``) under any
+communicator size, against the serial reference; objects in memory that differ between ranks
+are refused on every rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import spdnn
+from partition import partition
+from spdnn.comm import AgreedError
+from spdnn.io.datasets import load_dataset
+from spdnn.model.optim import SGDConfig
+from spdnn.reference import accuracy
+from spdnn.reference import train as reference_train
+from tests.helpers import small_network
+
+pytestmark = pytest.mark.mpi
+
+
+def test_train_and_infer_from_memory_equal_the_serial_reference(comm, mpi_tmp_path):
+    net = small_network((64, 24, 18, 10), fan_in=6, seed=3)
+    plan = partition(net, parts=comm.size, method="cyclic")
+    options = spdnn.TrainOptions(epochs=2, batch_size=32, lr=0.05, momentum=0.9, seed=5,
+                                 max_steps=30)
+    run = spdnn.RunOptions(plan=plan, dtype="float64")
+    saved = mpi_tmp_path / "trained.npz"
+    result = spdnn.train(net, data="digits", run=run, options=options, save=saved, comm=comm)
+    assert (result.rank, result.ranks, result.parts) == (comm.rank, comm.size, comm.size)
+    data = load_dataset("digits", "float64")
+    expected, reports = reference_train(net, data, 2, 32, SGDConfig(0.05, 0.9), seed=5,
+                                        max_steps=30)
+    got = spdnn.load_network(saved)
+    for a, b in zip(got.layers, expected.layers):
+        np.testing.assert_allclose(a.weight.toarray(), b.weight.toarray(), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(a.bias, b.bias, rtol=0, atol=1e-10)
+    assert [r.loss for r in result.epochs] == pytest.approx([r.loss for r in reports],
+                                                            rel=1e-10)
+    test = spdnn.infer(saved, inputs="digits", run=run, comm=comm)
+    assert test.accuracy == pytest.approx(accuracy(expected, data.x_test, data.y_test))
+
+
+def test_objects_that_differ_between_ranks_are_refused(comm):
+    if comm.size == 1:
+        pytest.skip("one rank cannot disagree with itself")
+    net = small_network((64, 24, 10), fan_in=6, seed=3)
+    mine = partition(net, parts=comm.size, method="cyclic" if comm.rank else "block")
+    with pytest.raises(AgreedError, match="plan given in memory differs between ranks"):
+        spdnn.train(net, run=spdnn.RunOptions(plan=mine, dtype="float64"),
+                    options=spdnn.TrainOptions(epochs=1, max_steps=1), comm=comm)
+    other = small_network((64, 24, 10), fan_in=6, seed=3 + comm.rank)
+    plan = partition(net, parts=comm.size, method="cyclic")
+    with pytest.raises(AgreedError, match="network given in memory differs between ranks"):
+        spdnn.infer(other, run=spdnn.RunOptions(plan=plan), comm=comm)
