@@ -22,14 +22,12 @@ from spdnn.model.records import (
 )
 
 if TYPE_CHECKING:
-    from mpi4py import MPI
-
-    from spdnn.comm import Communicator
+    from spdnn.comm import Communicator, MPIComm
     from spdnn.model.reports import EpochReport
 
 __all__ = ["InferResult", "RunOptions", "TrainOptions", "TrainResult", "infer", "train"]
 
-def _communicator(comm: MPI.Comm | Communicator | None) -> Communicator:
+def _communicator(comm: MPIComm | Communicator | None) -> Communicator:
     from spdnn.comm import Communicator, world
 
     if comm is None:
@@ -39,7 +37,7 @@ def _communicator(comm: MPI.Comm | Communicator | None) -> Communicator:
 
 def train(network: Path | Network, *, data: str = "digits", run: RunOptions | None = None,
           options: TrainOptions | None = None, save: Path | None = None,
-          metrics_out: Path | None = None, comm: MPI.Comm | Communicator | None = None,
+          metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
           verbose: bool = False, on_epoch: Callable[[EpochReport], None] | None = None
           ) -> TrainResult:
     """Train ``network`` (a bundle's path, or a ``Network`` that every rank holds) on ``data``
@@ -58,7 +56,7 @@ def train(network: Path | Network, *, data: str = "digits", run: RunOptions | No
 
 def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | None = None,
           truth: Path | None = None, categories_out: Path | None = None,
-          metrics_out: Path | None = None, comm: MPI.Comm | Communicator | None = None,
+          metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
           verbose: bool = False) -> InferResult:
     """Inference with ``network`` (a path or a ``Network``): accuracy on the test split of a
     data set (``digits``, ``npz:FILE``, ``mnist:DIR``), or the Graph Challenge categories of

@@ -169,6 +169,11 @@ class Communicator:
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
+# The type of a caller's communicator (what entry points accept besides a Communicator), so
+# that annotations elsewhere need not import mpi4py.
+MPIComm = MPI.Comm
+
+
 def world() -> MPI.Comm:
     """The communicator of every rank of the job (the default of every entry point)."""
     return MPI.COMM_WORLD

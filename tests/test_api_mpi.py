@@ -53,3 +53,29 @@ def test_objects_that_differ_between_ranks_are_refused(comm):
     plan = partition(net, parts=comm.size, method="cyclic")
     with pytest.raises(AgreedError, match="network given in memory differs between ranks"):
         spdnn.infer(other, run=spdnn.RunOptions(plan=plan), comm=comm)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(epochs=0), "epochs must be an integer >= 1, not 0"),
+    (dict(batch_size=2.5), "batch_size must be an integer >= 1"),
+    (dict(lr=float("nan")), "lr must be a finite number >= 0"),
+    (dict(momentum=-0.1), "momentum must be a finite number >= 0"),
+    (dict(max_steps=0), "max_steps must be an integer >= 1"),
+    (dict(loss="hinge"), "loss must be cross_entropy or mse"),
+    (dict(critical_set=1.5), "critical_set must be a fraction in (0, 1]"),
+    (dict(checkpoint_every=5), "--checkpoint-every needs --checkpoint-dir"),
+    (dict(compress="topk:2"), "--compress"),
+])
+def test_bad_train_options_are_one_agreed_error(comm, options, message):
+    net = small_network((64, 24, 10), fan_in=6, seed=3)
+    plan = partition(net, parts=comm.size, method="cyclic")
+    with pytest.raises(AgreedError) as err:
+        spdnn.train(net, run=spdnn.RunOptions(plan=plan),
+                    options=spdnn.TrainOptions(**options), comm=comm)
+    assert message in str(err.value)
+
+
+def test_bad_run_options_are_one_agreed_error(comm):
+    net = small_network((64, 24, 10), fan_in=6, seed=3)
+    with pytest.raises(AgreedError, match="exchange must be auto, dense or sparse"):
+        spdnn.infer(net, run=spdnn.RunOptions(exchange="bitmaps"), comm=comm)

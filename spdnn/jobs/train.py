@@ -15,7 +15,7 @@ from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
 from spdnn.model.network import Network
 from spdnn.model.optim import SGDConfig
-from spdnn.model.records import RunOptions, TrainOptions, TrainResult
+from spdnn.model.records import RunOptions, TrainOptions, TrainResult, check_train_options
 from spdnn.model.reports import EpochReport, short_sizes
 from spdnn.runtime.accounting import (
     accounting,
@@ -30,6 +30,7 @@ from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
 def _config(opt: TrainOptions) -> TrainConfig:
+    check_train_options(opt)
     if opt.checkpoint_every is not None and not opt.checkpoint_dir:
         raise SpdnnError("--checkpoint-every needs --checkpoint-dir")
     if opt.refresh is not None and opt.critical_set is None:

@@ -3,6 +3,7 @@ the commands built on it. Built by keyword; string choices are ``Literal``."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,31 @@ def check_run_options(run: RunOptions) -> None:
         raise SpdnnError(f"exchange must be auto, dense or sparse, not {run.exchange!r}")
     if run.threads < 1:
         raise SpdnnError(f"threads must be at least 1, not {run.threads}")
+
+
+def check_train_options(opt: TrainOptions) -> None:
+    """Values a TrainOptions may hold (the CLI's parser checks the same on its side)."""
+    def count(name: str, least: int, optional: bool = False) -> None:
+        v = getattr(opt, name)
+        if not (optional and v is None) and (isinstance(v, bool) or not isinstance(v, int)
+                                              or v < least):
+            raise SpdnnError(f"{name} must be an integer >= {least}, not {v!r}")
+
+    for name in ("epochs", "batch_size"):
+        count(name, 1)
+    for name in ("max_steps", "checkpoint_every", "refresh"):
+        count(name, 1, optional=True)
+    for name in ("seed", "compress_min_values"):
+        count(name, 0)
+    for name in ("lr", "momentum", "weight_decay"):
+        v = getattr(opt, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v < 0:
+            raise SpdnnError(f"{name} must be a finite number >= 0, not {v!r}")
+    if opt.loss not in ("cross_entropy", "mse"):
+        raise SpdnnError(f"loss must be cross_entropy or mse, not {opt.loss!r}")
+    if opt.critical_set is not None and not 0 < opt.critical_set <= 1:
+        raise SpdnnError(f"critical_set must be a fraction in (0, 1], not {opt.critical_set}")
 
 
 def candidate_plans(run: RunOptions) -> list[str | Plan]:
