@@ -1,0 +1,85 @@
+"""Reading a Graph Challenge network (one TSV file of ``row col value`` triples per layer): the
+reader as it is (numpy's C parser, duplicate entries found by sorting) against the reader before
+2026-11-25 (every line split in Python, duplicates found by np.unique), side by side.
+
+    python scripts/bench_formats.py [--neurons 1024] [--layers 120] [--repeats 3] [--no-write]
+
+The network is a generated RadiX-Net of the challenge's shape (32 nonzeros per row), written as
+a Graph Challenge directory in a temporary folder, so that ../shared is not needed. Both readers
+must give the same network (its fingerprint) before a time is printed. Writes docs/BENCHMARKS.md,
+section "Reading Graph Challenge networks".
+"""
+
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from spdnn.io import formats
+from spdnn.io import graphchallenge as gc
+from spdnn.io.graphchallenge import read_graphchallenge, write_graphchallenge
+from spdnn.model.generate import radixnet
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import interleaved, table, write_section  # noqa: E402
+
+
+def _before(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+            shape: tuple[int, int]) -> sp.csr_matrix:
+    """The duplicate check as it was: np.unique over the entry keys."""
+    key = rows * shape[1] + cols
+    if len(np.unique(key)) != len(key):
+        raise ValueError(path)
+    m = sp.csr_matrix((vals, (rows, cols)), shape=shape)
+    m.sort_indices()
+    return m
+
+
+def read_as_before(directory: Path) -> object:
+    """The reader with the line-by-line parser and np.unique swapped in for the call."""
+    saved = formats._parse_rows, gc.coo_to_csr
+    formats._parse_rows, gc.coo_to_csr = formats._parse_lines, _before
+    try:
+        return read_graphchallenge(directory, -0.3, 32)
+    finally:
+        formats._parse_rows, gc.coo_to_csr = saved
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--neurons", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=120)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "network"
+        write_graphchallenge(radixnet(args.neurons, args.layers, seed=0), d)
+        now = read_graphchallenge(d, -0.3, 32)
+        assert read_as_before(d).fingerprint() == now.fingerprint(), "the readers disagree"
+        times = interleaved({"now": lambda: read_graphchallenge(d, -0.3, 32),
+                             "before": lambda: read_as_before(d)}, repeats=args.repeats)
+    rows = [[f"{args.neurons} x {args.layers}", f"{now.nnz:,}", f"{times['before']:.2f}",
+             f"{times['now']:.2f}", f"{times['before'] / times['now']:.2f}x"]]
+    header = ["network", "nonzeros", "before, s", "now, s", "speed-up"]
+    print(table(header, rows))
+    if args.no_write:
+        return
+    body = (f"Command: `python scripts/bench_formats.py --neurons {args.neurons} --layers "
+            f"{args.layers} --repeats {args.repeats}` (median of interleaved repeats, one "
+            "thread; a generated RadiX-Net written as Graph Challenge TSV files; both readers "
+            "give the same fingerprint). `before`: every line split in Python and duplicates "
+            "found by np.unique, as the reader was before 2026-11-25; `now`: numpy's C parser "
+            "(the line-by-line pass runs only to name a bad line) and duplicates found by "
+            "sorting.\n\n" + table(header, rows))
+    write_section("formats", "Reading Graph Challenge networks", body)
+
+
+if __name__ == "__main__":
+    main()
