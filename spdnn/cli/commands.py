@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spdnn.cli._emulate import cmd_emulate
 from spdnn.cli.options import check_fan_in
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.paths import check_outputs
@@ -182,4 +183,4 @@ def cmd_calibrate(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "convert": cmd_convert, "generate": cmd_generate, "train": cmd_train, "infer": cmd_infer,
-    "plot": cmd_plot, "calibrate": cmd_calibrate}
+    "plot": cmd_plot, "calibrate": cmd_calibrate, "emulate": cmd_emulate}

@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from spdnn.cli._emulate import add_parser as add_emulate
 from spdnn.cli._examples import EXAMPLES, EXAMPLES_BY_COMMAND
 from spdnn.cli.options import (
     OneLineParser,
@@ -251,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("-o", "--output", required=True, help="calibration to write (.json)")
     cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
                      help="kernel tables to measure")
+
+    add_emulate(sub, _Formatter)
 
     pl = _command(sub, "plot", "plot a training run",
                   "Loss, train and test accuracy and samples/s per epoch of a run, from its "
