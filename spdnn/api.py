@@ -35,6 +35,14 @@ def _communicator(comm: MPIComm | Communicator | None) -> Communicator:
     return comm if isinstance(comm, Communicator) else Communicator(comm)
 
 
+def _timeout(run: RunOptions) -> float | None:
+    """The watchdog's limit from the start of the job (a bad value is reported by the
+    options' check, which runs under no limit)."""
+    t = run.comm_timeout
+    ok = isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf")
+    return float(t) if ok else None
+
+
 def train(network: Path | Network, *, data: str = "digits", run: RunOptions | None = None,
           options: TrainOptions | None = None, save: Path | None = None,
           metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
@@ -49,9 +57,14 @@ def train(network: Path | Network, *, data: str = "digits", run: RunOptions | No
     from spdnn.jobs.train import run_training
 
     c = _communicator(comm)
-    return c.guard(lambda: run_training(c, network, data, run or RunOptions(),
-                                        options or TrainOptions(), save, metrics_out, verbose,
-                                        on_epoch))
+    run = run or RunOptions()
+    c.watch(_timeout(run))
+    try:
+        return c.guard(lambda: run_training(c, network, data, run,
+                                            options or TrainOptions(), save, metrics_out,
+                                            verbose, on_epoch))
+    finally:
+        c.watch(None)
 
 
 def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | None = None,
@@ -65,5 +78,10 @@ def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | 
     from spdnn.jobs.infer import run_inference
 
     c = _communicator(comm)
-    return c.guard(lambda: run_inference(c, network, inputs, run or RunOptions(), truth,
-                                         categories_out, metrics_out, verbose))
+    run = run or RunOptions()
+    c.watch(_timeout(run))
+    try:
+        return c.guard(lambda: run_inference(c, network, inputs, run, truth,
+                                             categories_out, metrics_out, verbose))
+    finally:
+        c.watch(None)

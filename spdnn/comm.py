@@ -5,11 +5,16 @@
   runtime needs, and agreement on errors.
 - ``run_collectively``: runs an entry point so that an exception on one rank ends every rank.
 - ``world_size`` / ``abort_world``: for the test plugin, which must abort without a collective.
+
+Every wait is watched: with a timeout set (``watch``), a wait that lasts longer ends the whole
+job with one line naming the rank, its host, the peers and what it waited for (exit code 3).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -20,6 +25,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from spdnn.errors import SpdnnError
+from spdnn.watchdog import Watchdog
 
 Request = MPI.Request
 
@@ -34,10 +40,36 @@ class Communicator:
     Construction is collective (``Dup``); ``free`` releases the duplicate.
     """
 
-    def __init__(self, comm: MPI.Comm = MPI.COMM_WORLD, *, duplicate: bool = True) -> None:
+    def __init__(self, comm: MPI.Comm = MPI.COMM_WORLD, *, duplicate: bool = True,
+                 _watchdog: Watchdog | None = None) -> None:
         self._comm = comm.Dup() if duplicate else comm
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
+        self._watchdog = _watchdog or Watchdog(MPI.COMM_WORLD.Get_rank(), _abort_from_thread)
+        self._world_ranks: list[int] | None = None
+
+    def watch(self, timeout: float | None) -> None:
+        """End the job when any wait here (or on a split) lasts over ``timeout`` s; None: no
+        limit."""
+        self._watchdog.set(timeout)
+
+    def before_timeout_abort(self, hook: Callable[[], None], add: bool = True) -> None:
+        """Run ``hook`` on this rank before the watchdog ends the job (``add=False``: stop)."""
+        hooks = self._watchdog.before_abort
+        if add:
+            hooks.append(hook)
+        elif hook in hooks:
+            hooks.remove(hook)
+
+    def _waiting(self, what: str, peers: Sequence[int] | None = None) -> _Waiting:
+        return _Waiting(self, what, peers)
+
+    def world_rank(self, rank: int) -> int:
+        """``rank`` of this communicator as a rank of the job (what the user sees)."""
+        if self._world_ranks is None:
+            self._world_ranks = list(MPI.Group.Translate_ranks(
+                self._comm.Get_group(), list(range(self.size)), MPI.COMM_WORLD.Get_group()))
+        return self._world_ranks[rank]
 
     @staticmethod
     def self_only() -> Communicator:
@@ -47,7 +79,7 @@ class Communicator:
     def split(self, color: int, key: int | None = None) -> Communicator:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``."""
         sub = self._comm.Split(color, self.rank if key is None else key)
-        return Communicator(sub, duplicate=False)
+        return Communicator(sub, duplicate=False, _watchdog=self._watchdog)
 
     def free(self) -> None:
         if self._comm not in (MPI.COMM_NULL, MPI.COMM_SELF, MPI.COMM_WORLD):
@@ -62,7 +94,7 @@ class Communicator:
     # -- agreement: every rank raises the same error, so none waits in a collective alone --
     def agree(self, error: str | None) -> None:
         """Raise AgreedError on every rank if any rank reports an error (first by rank)."""
-        for e in self._comm.allgather(error):
+        for e in self.allgather(error):
             if e is not None:
                 raise AgreedError(e)
 
@@ -82,10 +114,12 @@ class Communicator:
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
         return self._comm.Irecv(buf, source=source, tag=tag)
 
-    @staticmethod
-    def waitall(reqs: Sequence[Request]) -> None:
+    def waitall(self, reqs: Sequence[Request], what: str = "a point-to-point exchange",
+                peers: Sequence[int] | None = None) -> None:
+        """Wait for ``reqs``; ``what`` and ``peers`` (ranks here) name the wait if it stalls."""
         if reqs:
-            MPI.Request.Waitall(list(reqs))
+            with self._waiting(what, peers):
+                MPI.Request.Waitall(list(reqs))
 
     @staticmethod
     def progress(reqs: Sequence[Request]) -> None:
@@ -97,7 +131,8 @@ class Communicator:
     def allreduce(self, a: np.ndarray, op: str = "sum") -> np.ndarray:
         """Element-wise sum, max or min over the ranks, into a new array."""
         out = np.empty_like(a)
-        self._comm.Allreduce(np.ascontiguousarray(a), out, op=_OPS[op])
+        with self._waiting(f"an all-reduce ({op})"):
+            self._comm.Allreduce(np.ascontiguousarray(a), out, op=_OPS[op])
         return out
 
     def iallreduce_sum(self, buf: np.ndarray) -> Request:
@@ -113,19 +148,24 @@ class Communicator:
                                        dtlib.from_numpy_dtype(recv.dtype)])
 
     def allgather(self, obj: Any) -> list[Any]:
-        return self._comm.allgather(obj)
+        with self._waiting("an all-gather"):
+            return self._comm.allgather(obj)
 
     def allreduce_scalar(self, x: float, op: str = "sum") -> float:
-        return float(self._comm.allreduce(x, op=_OPS[op]))
+        with self._waiting(f"an all-reduce ({op})"):
+            return float(self._comm.allreduce(x, op=_OPS[op]))
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
-        return self._comm.gather(obj, root=root)
+        with self._waiting("a gather"):
+            return self._comm.gather(obj, root=root)
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
-        return self._comm.bcast(obj, root=root)
+        with self._waiting(f"a broadcast from rank {self.world_rank(root)}"):
+            return self._comm.bcast(obj, root=root)
 
     def barrier(self) -> None:
-        self._comm.Barrier()
+        with self._waiting("a barrier"):
+            self._comm.Barrier()
 
     def abort(self, code: int = 1) -> None:
         self._comm.Abort(code)
@@ -156,17 +196,35 @@ class Communicator:
         """Send lists[p] (int64) to rank p; return what every rank sent here."""
         counts = np.array([len(x) for x in lists], dtype=np.int64)
         recv_counts = np.empty(self.size, dtype=np.int64)
-        self._comm.Alltoall(counts, recv_counts)
+        with self._waiting("an all-to-all"):
+            self._comm.Alltoall(counts, recv_counts)
         send = np.concatenate(lists).astype(np.int64) if len(lists) else np.zeros(0, np.int64)
         recv = np.empty(int(recv_counts.sum()), dtype=np.int64)
         sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]])
         rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]])
-        self._comm.Alltoallv([send, counts, sdispl, MPI.INT64_T],
-                             [recv, recv_counts, rdispl, MPI.INT64_T])
+        with self._waiting("an all-to-all"):
+            self._comm.Alltoallv([send, counts, sdispl, MPI.INT64_T],
+                                 [recv, recv_counts, rdispl, MPI.INT64_T])
         return [recv[rdispl[p]:rdispl[p] + recv_counts[p]] for p in range(self.size)]
 
 
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+class _Waiting:
+    """Arms the watchdog for one wait (peers translated to ranks of the job)."""
+
+    def __init__(self, c: Communicator, what: str, peers: Sequence[int] | None) -> None:
+        self._c, self._what, self._peers = c, what, peers
+
+    def __enter__(self) -> None:
+        c = self._c
+        if c._watchdog.timeout is not None:
+            peers = range(c.size) if self._peers is None else self._peers
+            c._watchdog.arm(self._what, [c.world_rank(p) for p in peers if p != c.rank])
+
+    def __exit__(self, *exc: object) -> None:
+        self._c._watchdog.disarm()
 
 
 # The type of a caller's communicator (what entry points accept besides a Communicator), so
@@ -220,6 +278,13 @@ def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm = MPI.COM
         if c.size > 1:
             _abort(c, 1)
         return 1
+
+
+def _abort_from_thread(code: int) -> None:
+    """MPI_Abort from the watchdog's thread ends every rank; should it block (the main thread
+    holding MPI's lock), the process ends itself and the launcher ends the others."""
+    threading.Timer(10.0, os._exit, args=(code,)).start()
+    MPI.COMM_WORLD.Abort(code)
 
 
 def _abort(c: Communicator, code: int) -> None:

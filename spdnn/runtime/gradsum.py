@@ -94,7 +94,8 @@ class GradientSums:
         compressed layers are rebuilt from the gathered pairs."""
         for p in self._pending:
             t0 = time.perf_counter()
-            self.data.waitall(p.requests)
+            self.data.waitall(p.requests, f"the gradient sum of layer {p.layer + 1} over the "
+                              "replicas")
             if p.index is not None:
                 gw, gb = grad_w[p.layer], grad_b[p.layer]
                 total = np.zeros(len(gw) + len(gb), dtype=self.dtype)

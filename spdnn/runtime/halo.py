@@ -229,11 +229,14 @@ class Exchange:
 
     def finish_expand(self, reqs: list[Request], x: np.ndarray) -> None:
         """Wait, then (encoded modes) rebuild the ghost rows of ``x`` from the messages."""
-        self.comm.waitall(reqs)
+        self.comm.waitall(reqs, f"the forward exchange of layer {self.layer}", self._peers())
         if self.mode == "dense":
             return
         decode_blocks(self._stage, self._in_starts, x, self.n_owned, self._recv_counts, self.cap,
                       lambda p: f"layer {self.layer}, rows from rank {self.recv_peers[p]}")
+
+    def _peers(self) -> list[int]:
+        return sorted(set(self.recv_peers) | set(self.send_peers))
 
     def _ghost_index(self) -> np.ndarray:
         if len(self._ghosts) != self.n_ghost:
@@ -289,7 +292,7 @@ class Exchange:
         """Wait, then add the received partials into the owned rows of ``g``: dense blocks row
         by row, packed ones under their mask (the entries left out are exactly those the
         activation slope zeroes)."""
-        self.comm.waitall(reqs)
+        self.comm.waitall(reqs, f"the backward exchange of layer {self.layer}", self._peers())
         for rows, values in self._unpack:
             if values.ndim == 2:
                 add_rows(g, rows, values)

@@ -1,0 +1,66 @@
+"""The watchdog on every wait of spdnn's communication (``--comm-timeout``): a wait that lasts
+longer than the timeout means a peer that stalled, a link that went down or a rank that died,
+and the job ends with one line instead of hanging. It knows nothing of MPI: the communicator
+gives it this rank's number and a function that ends the job."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+TIMEOUT_EXIT = 3  # the exit code of a job ended by the watchdog
+
+
+class Watchdog:
+    """One per process, shared by a communicator and its splits: a thread that ends the job
+    when the wait in progress has lasted longer than ``timeout`` seconds."""
+
+    def __init__(self, rank: int, abort: Callable[[int], None]) -> None:
+        self._rank, self._abort = rank, abort
+        self.timeout: float | None = None
+        self._since = 0.0
+        self._what: tuple[str, Sequence[int]] | None = None
+        self._thread: threading.Thread | None = None
+        self.before_abort: list[Callable[[], None]] = []  # e.g. release a checkpoint lock
+
+    def set(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        if timeout is not None and (self._thread is None or not self._thread.is_alive()):
+            self._thread = threading.Thread(target=self._run, name="spdnn-watchdog",
+                                            daemon=True)
+            self._thread.start()
+
+    def arm(self, what: str, peers: Sequence[int]) -> None:
+        self._since = time.monotonic()  # before _what: the thread never sees an old start
+        self._what = (what, peers)
+
+    def disarm(self) -> None:
+        self._what = None
+
+    def _run(self) -> None:
+        while (timeout := self.timeout) is not None:  # no timeout: the thread ends
+            time.sleep(min(1.0, max(timeout / 20, 0.05)))
+            what = self._what
+            if what is None or time.monotonic() - self._since <= timeout:
+                continue
+            if self._rank != 0:
+                # Rank 0 usually waits too: let it end the job, releasing what it holds (the
+                # checkpoint directory's lock) and printing the line a user reads first.
+                time.sleep(2.0)
+            task, peers = what
+            names = ", ".join(map(str, peers)) if peers else "the others"
+            sys.stderr.write(f"spdnn: error: rank {self._rank} ({socket.gethostname()}) waited "
+                             f"{timeout:g} s for rank{'s' * (len(peers) != 1)} {names} in "
+                             f"{task} (--comm-timeout): a stalled peer, a lost link or a dead "
+                             "rank; ending the job\n")
+            sys.stderr.flush()
+            for hook in list(self.before_abort):
+                try:
+                    hook()
+                except Exception:  # noqa: BLE001 - ending the job matters more
+                    pass
+            self._abort(TIMEOUT_EXIT)
+            return

@@ -1,0 +1,175 @@
+"""Bounded-time failure across an emulated network (``--comm-timeout``): a peer whose link
+stalls, a link taken down, a rank killed during a gradient sum. Each ends the job in bounded
+time with a non-zero exit (the watchdog's: one line naming rank, peer and wait); the last
+complete checkpoint stays resumable; no namespace is left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import (
+    _environment,
+    emulation_refused,
+    launch,
+    mpi_families,
+    run_cli,
+    stale_namespaces,
+)
+
+REFUSED = emulation_refused()
+pytestmark = [pytest.mark.emulation,
+              pytest.mark.skipif(REFUSED is not None, reason=f"{REFUSED}")]
+TIMEOUT = 3  # --comm-timeout of these jobs
+# A bound on the whole job after the fault: the timeout, rank 0's first word (2 s), the
+# launcher's abort, a loaded machine.
+AFTER_FAULT = TIMEOUT + 15
+
+
+@pytest.fixture(scope="module")
+def job_files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("faults")
+    assert run_cli("generate", "local", "--image", "8x8", "--hidden", "16x16,16x16",
+                   "--radius", 1, "--head", 10, "--seed", 0, "-o", d / "net.npz").returncode == 0
+    proc = run_cli(d / "net.npz", "-P", 2, "-o", d / "plan.npz", "--quiet", module="partition")
+    assert proc.returncode == 0, proc.stderr
+    rng = np.random.default_rng(0)  # enough test samples for inference to last a while
+    x = rng.random((60_000, 64), dtype=np.float32)
+    np.savez(d / "many.npz", x_train=x[:100], y_train=rng.integers(0, 10, 100),
+             x_test=x, y_test=rng.integers(0, 10, len(x)))
+    return d
+
+
+def _train(d: Path, *extra: object, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "spdnn", "train", "--network", str(d / "net.npz"),
+            "--data", "digits", "--epochs", "2000", "--batch-size", "32",
+            "--comm-timeout", str(TIMEOUT), *map(str, extra)]
+
+
+def _emulate(link: str, *args: object) -> list[str]:
+    return ["emulate", "--nodes", "2", "--link", link, "--no-measure", *map(str, args), "--"]
+
+
+def _watchdog_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if "--comm-timeout" in ln]
+    assert lines, stderr
+    return lines[0]
+
+
+FAMILIES = mpi_families()
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_a_stalled_peer_ends_training_in_bounded_time_and_the_checkpoint_resumes(
+        family, job_files, tmp_path):
+    _, mpiexec, python = family
+    d, ckpt = job_files, tmp_path / "ckpt"
+    stall = 3.5  # the job is training by then (about 2 s to start)
+    start = time.monotonic()
+    proc = launch(0, *_emulate("1gbit", "--stall-after", stall, "--mpiexec", mpiexec),
+                  *_train(d, "--plan", d / "plan.npz", "--checkpoint-dir", ckpt,
+                          "--checkpoint-every", 100, python=python), timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert elapsed < stall + AFTER_FAULT, elapsed
+    line = _watchdog_line(proc.stderr)
+    assert f"waited {TIMEOUT} s for rank" in line and "exchange of layer" in line, line
+    assert "Traceback" not in proc.stderr
+    assert stale_namespaces() == []
+    # The last complete checkpoint: no lock left, resumable (here on one node, 2 ranks).
+    assert not (ckpt / "lock").exists()
+    steps = sorted(ckpt.glob("step*-rank00000.npz"))
+    assert steps, list(ckpt.iterdir())
+    step = int(steps[-1].name[4:13])
+    resumed = launch(2, "train", "--network", d / "net.npz", "--plan", d / "plan.npz",
+                     "--data", "digits", "--batch-size", 32, "--checkpoint-dir", ckpt,
+                     "--resume", ckpt, "--max-steps", step + 10, "--epochs", 2000)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed at step {step}" in resumed.stdout
+
+
+def _start(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "spdnn", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_environment(None, 120))
+
+
+def _wait_for_epoch(job: subprocess.Popen, epoch: int) -> None:
+    deadline = time.monotonic() + 60
+    assert job.stdout is not None
+    while time.monotonic() < deadline:
+        line = job.stdout.readline()
+        if line.startswith(f"epoch {epoch:3d}:"):
+            return
+        if not line and job.poll() is not None:
+            break
+    pytest.fail(f"the job did not reach epoch {epoch}: {job.stderr.read() if job.stderr else ''}")
+
+
+def _finish(job: subprocess.Popen) -> tuple[int, str, float]:
+    start = time.monotonic()
+    try:
+        _, err = job.communicate(timeout=AFTER_FAULT + 30)
+    finally:
+        job.kill()
+    return job.returncode, err, time.monotonic() - start
+
+
+def test_a_link_taken_down_mid_run_ends_the_job(job_files):
+    d = job_files
+    job = _start(_emulate("1gbit") + _train(d, "--plan", d / "plan.npz"))
+    _wait_for_epoch(job, 3)
+    subprocess.run(["ip", "-n", f"spdnn{job.pid}n1", "link", "set", "eth0", "down"],
+                   check=True)
+    code, err, elapsed = _finish(job)
+    assert code == 3, err[-2000:]
+    assert elapsed < AFTER_FAULT, elapsed
+    assert "rank" in _watchdog_line(err)
+    assert stale_namespaces() == []
+
+
+def test_a_rank_killed_during_the_gradient_sums_ends_the_job(job_files):
+    """Two replicas (pure data parallelism): every step ends in a gradient sum over the link."""
+    d = job_files
+    job = _start(_emulate("1gbit") + _train(d, "--replicas", 2))
+    _wait_for_epoch(job, 3)
+    pids = subprocess.run(["ip", "netns", "pids", f"spdnn{job.pid}n1"], capture_output=True,
+                          text=True).stdout.split()
+    ranks = [int(p) for p in pids if "train" in _cmdline(p) and "spdnn" in _cmdline(p)
+             and "hydra" not in _cmdline(p) and "unshare" not in _cmdline(p)
+             and "sh\0-c" not in _cmdline(p)]
+    assert ranks, [(p, _cmdline(p)) for p in pids]
+    for pid in ranks:
+        os.kill(pid, signal.SIGKILL)
+    code, err, elapsed = _finish(job)
+    assert code != 0, err[-2000:]
+    assert elapsed < AFTER_FAULT, elapsed
+    assert stale_namespaces() == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def test_a_stalled_peer_ends_inference_in_bounded_time(job_files):
+    d = job_files
+    stall = 3.0
+    start = time.monotonic()
+    proc = launch(0, *_emulate("20mbit", "--stall-after", stall),
+                  sys.executable, "-m", "spdnn", "infer", "--network", d / "net.npz",
+                  "--plan", d / "plan.npz", "--inputs", f"npz:{d / 'many.npz'}",
+                  "--exchange", "dense", "--comm-timeout", TIMEOUT, timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 3, (proc.stdout[-500:], proc.stderr[-2000:])
+    assert elapsed < stall + AFTER_FAULT, elapsed
+    assert "exchange of layer" in _watchdog_line(proc.stderr)
+    assert stale_namespaces() == []

@@ -1,0 +1,58 @@
+"""The watchdog alone (no MPI): a wait longer than the timeout ends the job with one line
+naming the rank, the peers and the wait; a shorter one, or none, does nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from spdnn.watchdog import TIMEOUT_EXIT, Watchdog
+
+
+def _watchdog(rank: int = 0):
+    ended = threading.Event()
+    codes: list[int] = []
+
+    def abort(code: int) -> None:
+        codes.append(code)
+        ended.set()
+
+    return Watchdog(rank, abort), ended, codes
+
+
+def test_a_wait_past_the_timeout_ends_the_job_with_one_line(capsys):
+    dog, ended, codes = _watchdog()
+    released = []
+    dog.before_abort.append(lambda: released.append(True))
+    dog.set(0.2)
+    dog.arm("the forward exchange of layer 2", [1])
+    assert ended.wait(5)
+    assert codes == [TIMEOUT_EXIT] and released == [True]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert "rank 0" in lines[0] and "rank 1 in the forward exchange of layer 2" in lines[0]
+    assert "--comm-timeout" in lines[0]
+
+
+def test_waits_shorter_than_the_timeout_and_computing_are_left_alone(capsys):
+    dog, ended, codes = _watchdog()
+    dog.set(0.5)
+    for _ in range(10):  # 10 short waits, 1 s in all: each under the limit
+        dog.arm("a barrier", [1, 2])
+        time.sleep(0.1)
+        dog.disarm()
+    time.sleep(0.8)  # computing (not waiting) longer than the limit
+    assert not ended.is_set() and codes == []
+    dog.set(None)  # the thread ends
+    time.sleep(0.2)
+    assert capsys.readouterr().err == ""
+
+
+def test_other_ranks_give_rank_0_the_first_word(capsys):
+    dog, ended, codes = _watchdog(rank=3)
+    dog.set(0.1)
+    start = time.monotonic()
+    dog.arm("the gradient sum of layer 1 over the replicas", [0, 1, 2])
+    assert ended.wait(10)
+    assert time.monotonic() - start >= 2.0  # rank 0's watchdog would have ended the job first
+    assert "rank 3" in capsys.readouterr().err
