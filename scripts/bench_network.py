@@ -1,0 +1,188 @@
+"""Over a network: training steps under each plan on emulated nodes (spdnn emulate), beside
+shared memory, measured and predicted by the cost model.
+
+    python scripts/bench_network.py [--networks main mlp radixnet] [--links shm 100mbit 1gbit
+        10gbit] [--layouts 2x1 2x2] [--batch 32] [--steps 10] [--rounds 3]
+        [--radixnet-layers 120] [--calibration FILE] [--no-write]
+
+Networks (float32): `main`, the main job's (8x8 digits -> 16x16 -> 16x16 locally connected,
+radius 1, shuffled neurons, 10-way head); `mlp`, the MNIST MLP 784 -> 1024 -> 1024 (fan-in 32)
++ head; `radixnet`, RadiX-Net 4096 x L + head. Layouts: `2x1`, 2 nodes x 1 rank (grids: 2 parts
+under the hypergraph, block and cyclic plans; 1 part x 2 replicas); `2x2`, 2 nodes x 2 ranks,
+oversubscribed on this 2-core machine (4 parts under each plan; 2 parts x 2 replicas under the
+hypergraph plan; 4 replicas). Links: `shm` is plain mpiexec on one node (shared memory); a rate
+is 2 emulated nodes whose links are shaped to it. Each configuration times `steps` SGD steps
+after 2 warm-up steps (scripts/validate_model.py's worker: the slowest rank's median step,
+`--exchange dense`, which the model assumes) in a fresh job; rounds interleave the
+configurations of a network and link in rotated order; medians are kept. Predictions: the cost
+model with this machine's calibration (taken first, unless given) and, over a link, a cluster
+whose inter-node network is the link as measured by the emulation's ping-pong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import table, write_section  # noqa: E402
+
+BIN = Path(sys.executable).parent
+WORKER = Path(__file__).resolve().parent / "validate_model.py"
+METHODS = ("hypergraph", "block", "cyclic")
+
+
+def layouts(name: str) -> tuple[int, list[tuple[str, int, str | None]]]:
+    """Ranks per node, and the grids: (label, replicas, plan method or None)."""
+    if name == "2x1":
+        return 1, [*((f"2x1 {m}", 1, m) for m in METHODS), ("1x2", 2, None)]
+    return 2, [*((f"4x1 {m}", 1, m) for m in METHODS), ("2x2 hypergraph", 2, "hypergraph"),
+               ("1x4", 4, None)]
+
+
+def build(name: str, layers: int):  # noqa: ANN201
+    from spdnn.model.generate import add_head, local_network, radixnet, random_network
+
+    if name == "main":
+        return local_network("8x8", ["16x16", "16x16"], radius=1, seed=0, n_classes=10)
+    if name == "mlp":
+        return random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
+    return add_head(radixnet(4096, layers, seed=0), 10, seed=0)
+
+
+def worker_command(work: Path, net: str, plan: str | None, replicas: int, batch: int,
+                   steps: int) -> list[str]:
+    cmd = [sys.executable, str(WORKER), "--worker", "--net", str(work / f"{net}.npz"),
+           "--batch", str(batch), "--steps", str(steps), "--replicas", str(replicas)]
+    return cmd + (["--plan", str(work / plan)] if plan else [])
+
+
+def median_step(proc: subprocess.CompletedProcess) -> float:
+    if proc.returncode != 0:
+        raise SystemExit(f"a configuration failed (exit {proc.returncode}):\n{proc.stderr}")
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["median"])
+
+
+def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
+               emu: object | None, machine: object, link: str = "shm") -> list[list[str]]:
+    """Every network's grids on one link and layout: interleaved rounds, medians, beside the
+    model's predictions; ratios to the layout's first grid (2 or 4 parts, hypergraph)."""
+    from spdnn.cost.costmodel import predict
+
+    per_node, grids = layouts(layout)
+    ranks, rows = 2 * per_node, []
+    for name in args.networks:
+        measured: dict[str, list[float]] = {g[0]: [] for g in grids}
+        for r in range(args.rounds):
+            for label, replicas, method in grids[r % len(grids):] + grids[:r % len(grids)]:
+                parts = ranks // replicas
+                plan = f"{name}-{parts}-{method}.npz" if parts > 1 else None
+                cmd = worker_command(work, name, plan, replicas, args.batch, args.steps)
+                if emu is None:
+                    proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(ranks), *cmd],
+                                          capture_output=True, text=True, timeout=3600)
+                else:
+                    proc = emu.run(cmd, ranks=ranks, capture=True, timeout=3600)
+                measured[label].append(median_step(proc))
+        base = pbase = None
+        for label, replicas, method in grids:
+            parts = ranks // replicas
+            pred = predict(works[name, parts, method if parts > 1 else None], machine,
+                           args.batch, replicas).seconds
+            t = statistics.median(measured[label])
+            base, pbase = base or t, pbase or pred
+            over = " (oversubscribed)" * (per_node > 1)
+            rows.append([name, link, f"{layout}{over}", label, f"{t * 1e3:.2f}",
+                         f"{pred * 1e3:.2f}", f"{t / base:.2f}", f"{pred / pbase:.2f}"])
+            print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--networks", nargs="+", choices=["main", "mlp", "radixnet"],
+                    default=["main", "mlp"])
+    ap.add_argument("--links", nargs="+", default=["shm", "100mbit", "1gbit", "10gbit"])
+    ap.add_argument("--layouts", nargs="+", choices=["2x1", "2x2"], default=["2x1"])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--radixnet-layers", type=int, default=120)
+    ap.add_argument("--calibration", help="calibration file (default: mpiexec -n 2 spdnn "
+                                          "calibrate first)")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+
+    from partition.methods import partition_network
+    from spdnn.cost.costmodel import Machine, single_part
+    from spdnn.cost.machine import Cluster, Network, load_calibration
+    from spdnn.cost.workload import workload
+    from spdnn.emulate import Cluster as Emulated
+    from spdnn.emulate import parse_rate
+    from spdnn.io.bundle import save_network
+    from spdnn.io.planfile import save_plan
+    from spdnn.model.plan import network_patterns
+
+    rows: list[list[str]] = []
+    links_seen: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cal_path = args.calibration or str(work / "calibration.json")
+        if not args.calibration:
+            print("calibrating (mpiexec -n 2 spdnn calibrate) ...", flush=True)
+            subprocess.run([str(BIN / "mpiexec"), "-n", "2", str(BIN / "spdnn"), "calibrate",
+                            "-o", cal_path, "--dtype", "float32"], check=True,
+                           capture_output=True, timeout=900)
+        cal = load_calibration(cal_path)
+        works = {}
+        for name in args.networks:
+            net = build(name, args.radixnet_layers)
+            save_network(net, work / f"{name}.npz")
+            pats = network_patterns(net)
+            works[name, 1, None] = workload(pats, single_part(net.sizes))
+            for parts in sorted({2} | ({4, 2} if "2x2" in args.layouts else set())):
+                for m in METHODS:
+                    plan = partition_network(pats, parts, m, seed=0,
+                                             fingerprint=net.fingerprint())
+                    save_plan(plan, work / f"{name}-{parts}-{m}.npz")
+                    works[name, parts, m] = workload(pats, plan)
+            print(f"{name}: {net.sizes}, plans made", flush=True)
+        for link in args.links:
+            for layout in args.layouts:
+                if link == "shm":
+                    rows += run_layout(work, args, works, layout, None, Machine(cal))
+                    continue
+                with Emulated(nodes=2, rate_bps=parse_rate(link)) as emu:
+                    m = emu.measure()
+                    links_seen[link] = m.describe(parse_rate(link))
+                    inter = Network(latency_s=m.latency, bandwidth_Bps=m.bandwidth,
+                                    allreduce_latency_s=m.latency,
+                                    allreduce_bandwidth_Bps=m.bandwidth)
+                    assert cal.network is not None
+                    machine = Machine(cal, Cluster(
+                        name=f"emulated {link}", ranks_per_node=layouts(layout)[0],
+                        intra=cal.network, inter=inter, sources=("measured",),
+                        assumptions="the emulated link as measured"))
+                    rows += run_layout(work, args, works, layout, emu, machine, link)
+    header = ["network", "link", "nodes x ranks", "grid, plan", "measured ms/step",
+              "predicted ms/step", "measured / first row", "predicted / first row"]
+    body = table(header, rows)
+    notes = "\n".join(f"- {k}: {v}" for k, v in links_seen.items())
+    print(body)
+    print(notes)
+    if not args.no_write:
+        cmdline = " ".join(["python scripts/bench_network.py", *sys.argv[1:]])
+        write_section("bench-network", "Over a network", f"`{cmdline}` (batch {args.batch}, "
+                      f"median of {args.rounds} rounds of {args.steps} steps)\n\n{body}\n\n"
+                      f"Links as measured by the emulation:\n{notes}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
