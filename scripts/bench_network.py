@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import table, write_section  # noqa: E402
+from benchlib import Ranks, table, write_section  # noqa: E402
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).resolve().parent / "validate_model.py"
@@ -64,8 +64,6 @@ def worker_command(work: Path, net: str, plan: str | None, replicas: int, batch:
 
 
 def median_step(proc: subprocess.CompletedProcess) -> float:
-    if proc.returncode != 0:
-        raise SystemExit(f"a configuration failed (exit {proc.returncode}):\n{proc.stderr}")
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["median"])
 
 
@@ -84,12 +82,7 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
                 parts = ranks // replicas
                 plan = f"{name}-{parts}-{method}.npz" if parts > 1 else None
                 cmd = worker_command(work, name, plan, replicas, args.batch, args.steps)
-                if emu is None:
-                    proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(ranks), *cmd],
-                                          capture_output=True, text=True, timeout=3600)
-                else:
-                    proc = emu.run(cmd, ranks=ranks, capture=True, timeout=3600)
-                measured[label].append(median_step(proc))
+                measured[label].append(median_step(Ranks(emu).run(cmd, ranks)))
         base = pbase = None
         for label, replicas, method in grids:
             parts = ranks // replicas

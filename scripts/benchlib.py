@@ -73,3 +73,27 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+class Ranks:
+    """Runs a command on P ranks: ``mpiexec -n P`` on this node, or, with an emulated cluster
+    (``spdnn.emulate.Cluster``, entered), on its nodes (P = 1 runs alone either way)."""
+
+    def __init__(self, emulated: object | None = None) -> None:
+        import sys
+
+        self.emulated = emulated
+        self._mpiexec = str(Path(sys.executable).parent / "mpiexec")
+
+    def run(self, cmd: list[str], ranks: int, timeout: float = 3600):  # noqa: ANN201
+        import subprocess
+
+        if self.emulated is not None and ranks > 1:
+            proc = self.emulated.run(cmd, ranks=ranks, capture=True, timeout=timeout)
+        else:
+            proc = subprocess.run(([self._mpiexec, "-n", str(ranks)] if ranks > 1 else [])
+                                  + cmd, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd[:4])} ... on {ranks} rank(s) failed "
+                             f"(exit {proc.returncode}):\n{proc.stderr}")
+        return proc

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import table  # noqa: E402
+from benchlib import Ranks, table  # noqa: E402
 from validate_model import MEASUREMENTS_FORMAT, build  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -122,6 +122,7 @@ def main() -> int:
                                              fingerprint=net.fingerprint())
                     save_plan(plan, work / f"{name}-{parts}-{method}.npz")
                     works[name, parts, method] = workload(pats, plan)
+            runner = Ranks(emu)
             steps: dict[str, list[float]] = {}
             predicted: dict[str, list[float]] = {}
             for r in range(args.rounds):
@@ -136,16 +137,7 @@ def main() -> int:
                                    "--steps", str(args.steps), "--replicas", str(replicas)]
                             if method:
                                 cmd += ["--plan", str(work / f"{name}-{parts}-{method}.npz")]
-                            ranks = parts * replicas
-                            if emu is not None:
-                                proc = emu.run(cmd, ranks=ranks, capture=True, timeout=3600)
-                            else:
-                                proc = subprocess.run(
-                                    ([str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1
-                                     else []) + cmd, capture_output=True, text=True,
-                                    timeout=3600)
-                            if proc.returncode != 0:
-                                raise SystemExit(f"{case} failed:\n{proc.stderr}")
+                            proc = runner.run(cmd, parts * replicas)
                             t = json.loads(proc.stdout.strip().splitlines()[-1])["median"]
                             steps.setdefault(case, []).append(float(t))
                             predicted.setdefault(case, []).append(predict(

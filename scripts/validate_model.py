@@ -21,11 +21,11 @@ reported as the resolution of the measurements. Writes the table to docs/SCALING
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, table, write_section  # noqa: E402
+from benchlib import ROOT, Ranks, table, write_section  # noqa: E402
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
@@ -76,16 +76,14 @@ def worker(args: argparse.Namespace) -> None:
         print(json.dumps({"median": statistics.median(times)}))
 
 
-def measure(work: Path, net: str, plan: str | None, replicas: int, batch: int,
+def measure(runner: Ranks, work: Path, net: str, plan: str | None, replicas: int, batch: int,
             steps: int) -> float:
-    ranks = 2 if plan or replicas > 1 else 1
+    """One configuration in a fresh job (2 ranks: on this node, or on 2 emulated nodes)."""
     cmd = [sys.executable, str(HERE), "--worker", "--net", str(work / net), "--batch",
            str(batch), "--steps", str(steps), "--replicas", str(replicas)]
     if plan:
         cmd += ["--plan", str(work / plan)]
-    if ranks > 1:
-        cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1200)
+    out = runner.run(cmd, 2 if plan or replicas > 1 else 1, timeout=1200)
     return float(json.loads(out.stdout.strip().splitlines()[-1])["median"])
 
 
@@ -116,6 +114,9 @@ def main() -> int:
                     help="predict these saved measurements instead of measuring, each round "
                          "from its saved calibration (or from --calibration: a model change "
                          "or another calibration against the same runs)")
+    ap.add_argument("--emulate", metavar="RATE",
+                    help="run the 2-rank configurations, and each round's calibration, on 2 "
+                         "emulated nodes linked at RATE (spdnn emulate; needs root)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)
     ap.add_argument("--plan", help=argparse.SUPPRESS)
@@ -146,8 +147,16 @@ def main() -> int:
         args.rounds = min(len(saved[repr(case)]) for case in cases)
     calibrations: list[dict] = []
     predicted: dict[tuple, list] = {case: [] for case in cases}
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        emulated = None
+        if args.emulate:
+            from spdnn.emulate import Cluster as Emulated
+            from spdnn.emulate import parse_rate
+
+            emulated = stack.enter_context(Emulated(nodes=2, rate_bps=parse_rate(args.emulate)))
+            print(emulated.measure().describe(emulated.rate_bps), flush=True)
+        runner = Ranks(emulated)
         works, owners = {}, {}
         for name in args.networks:
             net = build(name)
@@ -172,9 +181,8 @@ def main() -> int:
                 if saved_cals is not None:
                     Path(path).write_text(json.dumps(saved_cals[r]))
                 else:
-                    subprocess.run([str(BIN / "mpiexec"), "-n", "2", str(BIN / "spdnn"),
-                                    "calibrate", "-o", path, "--dtype", "float32"], check=True,
-                                   capture_output=True, timeout=600)
+                    runner.run([str(BIN / "spdnn"), "calibrate", "-o", path, "--dtype",
+                                "float32"], 2, timeout=600)
             calibrations.append(json.loads(Path(path).read_text()))
             machine = Machine(load_calibration(path))
             # Each round runs a (network, batch)'s configurations in another order: a position
@@ -186,8 +194,8 @@ def main() -> int:
                 if saved is not None:
                     measured[case].append(saved[repr(case)][r])
                 else:
-                    measured[case].append(measure(work, f"{name}.npz", plan, replicas, batch,
-                                                  args.steps))
+                    measured[case].append(measure(runner, work, f"{name}.npz", plan, replicas,
+                                                  batch, args.steps))
                 predicted[case].append(predict(works[name, method], machine, batch, replicas))
             print(f"round {r + 1} of {args.rounds} done", flush=True)
     if args.save_measurements:
@@ -254,7 +262,8 @@ def main() -> int:
         cal = "a calibration before each round (`mpiexec -n 2 spdnn calibrate --dtype " \
               "float32`)" if args.calibration is None else f"`{args.calibration}`"
         cmd = (f"python scripts/validate_model.py --rounds {args.rounds} --steps {args.steps} "
-               f"--networks {' '.join(args.networks)}")
+               f"--networks {' '.join(args.networks)}"
+               + (f" --emulate {args.emulate}" if args.emulate else ""))
         if args.save_measurements:
             cmd += f" --save-measurements {args.save_measurements}"
         body = (f"Command: `{cmd}`: {cal}; float32, `--exchange dense`, {args.rounds} "
@@ -266,7 +275,14 @@ def main() -> int:
                 "on the rank that finishes last.\n\n"
                 + table(["network", "batch", "grid", "plan", "measured ms", "range ms",
                          "predicted ms", "error", "share %"], rows) + "\n\n" + summary)
-        write_section("validation", "Validation on this machine", body, SCALING)
+        if args.emulate:
+            cal = cal.replace("mpiexec -n 2", f"spdnn emulate --nodes 2 --link {args.emulate}")
+            body = body.replace("Command:", f"On 2 emulated nodes linked at {args.emulate} "
+                                "(one rank each; the 1x1 rows run alone). Command:")
+            write_section(f"validation-{args.emulate}", "Validation over an emulated "
+                          f"{args.emulate} link", body, SCALING)
+        else:
+            write_section("validation", "Validation on this machine", body, SCALING)
     return 0
 
 
