@@ -3,7 +3,7 @@ shared memory, measured and predicted by the cost model.
 
     python scripts/bench_network.py [--networks main mlp radixnet] [--links shm 100mbit 1gbit
         10gbit] [--layouts 2x1 2x2] [--batch 32] [--steps 10] [--rounds 3]
-        [--radixnet-layers 120] [--calibration FILE] [--no-write]
+        [--radixnet-layers 120] [--calibration FILE] [--torch-python PY] [--no-write]
 
 Networks (float32): `main`, the main job's (8x8 digits -> 16x16 -> 16x16 locally connected,
 radius 1, shuffled neurons, 10-way head); `mlp`, the MNIST MLP 784 -> 1024 -> 1024 (fan-in 32)
@@ -15,8 +15,14 @@ is 2 emulated nodes whose links are shaped to it. Each configuration times `step
 after 2 warm-up steps (scripts/validate_model.py's worker: the slowest rank's median step,
 `--exchange dense`, which the model assumes) in a fresh job; rounds interleave the
 configurations of a network and link in rotated order; medians are kept. Predictions: the cost
-model with this machine's calibration (taken first, unless given) and, over a link, a cluster
-whose inter-node network is the link as measured by the emulation's ping-pong.
+model with this machine's calibration (taken first, unless given) and, over a link, with a
+calibration taken on the link (`spdnn calibrate` on 2 emulated nodes: its network part is the
+link's); for 2 nodes x 2 ranks, a cluster of the two (shared memory within a node). With a Python
+that has torch (`--torch-python`, default ./.venv-torch: `cp -a .venv .venv-torch;
+.venv-torch/bin/pip install torch==2.13.0`), the 2x1 layout adds PyTorch DistributedDataParallel
+(scripts/torch_ddp.py: gloo over TCP, the same global batch) and the ratio of the grid that
+`--replicas auto` would pick (the model's faster of the hypergraph partition and pure data
+parallelism) to it.
 """
 
 from __future__ import annotations
@@ -35,13 +41,18 @@ from benchlib import Ranks, table, write_section  # noqa: E402
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).resolve().parent / "validate_model.py"
+TORCH_DDP = Path(__file__).resolve().parent / "torch_ddp.py"
 METHODS = ("hypergraph", "block", "cyclic")
 
 
-def layouts(name: str) -> tuple[int, list[tuple[str, int, str | None]]]:
+DDP = "PyTorch DDP (gloo)"
+
+
+def layouts(name: str, ddp: bool = False) -> tuple[int, list[tuple[str, int, str | None]]]:
     """Ranks per node, and the grids: (label, replicas, plan method or None)."""
     if name == "2x1":
-        return 1, [*((f"2x1 {m}", 1, m) for m in METHODS), ("1x2", 2, None)]
+        return 1, [*((f"2x1 {m}", 1, m) for m in METHODS), ("1x2", 2, None),
+                   *([(DDP, 2, "ddp")] if ddp else [])]
     return 2, [*((f"4x1 {m}", 1, m) for m in METHODS), ("2x2 hypergraph", 2, "hypergraph"),
                ("1x4", 4, None)]
 
@@ -73,7 +84,7 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
     model's predictions; ratios to the layout's first grid (2 or 4 parts, hypergraph)."""
     from spdnn.cost.costmodel import predict
 
-    per_node, grids = layouts(layout)
+    per_node, grids = layouts(layout, bool(args.torch_python))
     ranks, rows = 2 * per_node, []
     for name in args.networks:
         measured: dict[str, list[float]] = {g[0]: [] for g in grids}
@@ -82,17 +93,37 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
                 parts = ranks // replicas
                 plan = f"{name}-{parts}-{method}.npz" if parts > 1 else None
                 cmd = worker_command(work, name, plan, replicas, args.batch, args.steps)
+                if method == "ddp":
+                    cmd = [args.torch_python, "-W", "ignore", str(TORCH_DDP), "--net",
+                           str(work / f"{name}.npz"), "--batch", str(args.batch), "--steps",
+                           str(args.steps), *(["--master", "127.77.0.1", "--iface", "eth0"]
+                                              if emu is not None else [])]
                 measured[label].append(median_step(Ranks(emu).run(cmd, ranks)))
         base = pbase = None
+        preds = {}
+        over = " (oversubscribed)" * (per_node > 1)
         for label, replicas, method in grids:
             parts = ranks // replicas
-            pred = predict(works[name, parts, method if parts > 1 else None], machine,
-                           args.batch, replicas).seconds
             t = statistics.median(measured[label])
-            base, pbase = base or t, pbase or pred
-            over = " (oversubscribed)" * (per_node > 1)
-            rows.append([name, link, f"{layout}{over}", label, f"{t * 1e3:.2f}",
-                         f"{pred * 1e3:.2f}", f"{t / base:.2f}", f"{pred / pbase:.2f}"])
+            base = base or t
+            if method == "ddp":
+                rows.append([name, link, f"{layout}{over}", label, f"{t * 1e3:.2f}", "-",
+                             f"{t / base:.2f}", "-"])
+            else:
+                pred = predict(works[name, parts, method if parts > 1 else None], machine,
+                               args.batch, replicas).seconds
+                pbase, preds[label] = pbase or pred, pred
+                rows.append([name, link, f"{layout}{over}", label, f"{t * 1e3:.2f}",
+                             f"{pred * 1e3:.2f}", f"{t / base:.2f}", f"{pred / pbase:.2f}"])
+            print(" | ".join(rows[-1]), flush=True)
+        if DDP in measured:
+            # What --replicas auto runs given the hypergraph plan: the grid the model predicts
+            # faster of the partition and pure data parallelism.
+            auto = min((g[0] for g in grids if g[0].endswith("hypergraph") or g[2] is None),
+                       key=lambda g: preds[g])
+            t, d = statistics.median(measured[auto]), statistics.median(measured[DDP])
+            rows.append([name, link, layout, f"--replicas auto ({auto}) / DDP", "-", "-",
+                         f"{t / d:.2f}", "-"])
             print(" | ".join(rows[-1]), flush=True)
     return rows
 
@@ -109,12 +140,19 @@ def main() -> int:
     ap.add_argument("--radixnet-layers", type=int, default=120)
     ap.add_argument("--calibration", help="calibration file (default: mpiexec -n 2 spdnn "
                                           "calibrate first)")
+    ap.add_argument("--torch-python", default=str(Path(__file__).resolve().parent.parent
+                                                  / ".venv-torch" / "bin" / "python"),
+                    help="a Python with torch==2.13.0 and spdnn, for the PyTorch DDP rows "
+                         "(layout 2x1; skipped when absent)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if not Path(args.torch_python).exists():
+        print(f"no {args.torch_python}: no PyTorch DDP rows", flush=True)
+        args.torch_python = None
 
     from partition.methods import partition_network
     from spdnn.cost.costmodel import Machine, single_part
-    from spdnn.cost.machine import Cluster, Network, load_calibration
+    from spdnn.cost.machine import Cluster, load_calibration
     from spdnn.cost.workload import workload
     from spdnn.emulate import Cluster as Emulated
     from spdnn.emulate import parse_rate
@@ -147,21 +185,26 @@ def main() -> int:
                     works[name, parts, m] = workload(pats, plan)
             print(f"{name}: {net.sizes}, plans made", flush=True)
         for link in args.links:
-            for layout in args.layouts:
-                if link == "shm":
+            if link == "shm":
+                for layout in args.layouts:
                     rows += run_layout(work, args, works, layout, None, Machine(cal))
-                    continue
-                with Emulated(nodes=2, rate_bps=parse_rate(link)) as emu:
-                    m = emu.measure()
-                    links_seen[link] = m.describe(parse_rate(link))
-                    inter = Network(latency_s=m.latency, bandwidth_Bps=m.bandwidth,
-                                    allreduce_latency_s=m.latency,
-                                    allreduce_bandwidth_Bps=m.bandwidth)
-                    assert cal.network is not None
-                    machine = Machine(cal, Cluster(
-                        name=f"emulated {link}", ranks_per_node=layouts(layout)[0],
-                        intra=cal.network, inter=inter, sources=("measured",),
-                        assumptions="the emulated link as measured"))
+                continue
+            with Emulated(nodes=2, rate_bps=parse_rate(link)) as emu:
+                links_seen[link] = emu.measure().describe(parse_rate(link))
+                # The link's own calibration: 1 rank per node, so its network part (latency,
+                # ping-pong and all-reduce curves, costs per message) is the link's.
+                path = work / f"calibration-{link}.json"
+                print(f"calibrating over {link} ...", flush=True)
+                Ranks(emu).run([str(BIN / "spdnn"), "calibrate", "-o", str(path), "--dtype",
+                                "float32"], 2, timeout=900)
+                over = load_calibration(path)
+                assert cal.network is not None and over.network is not None
+                for layout in args.layouts:
+                    machine = Machine(over) if layout == "2x1" else Machine(cal, Cluster(
+                        name=f"emulated {link}", ranks_per_node=2, intra=cal.network,
+                        inter=over.network, sources=("measured",),
+                        assumptions="shared memory within a node, the link between nodes, "
+                                    "each as calibrated"))
                     rows += run_layout(work, args, works, layout, emu, machine, link)
     header = ["network", "link", "nodes x ranks", "grid, plan", "measured ms/step",
               "predicted ms/step", "measured / first row", "predicted / first row"]
