@@ -202,11 +202,14 @@ def main() -> int:
                 over = load_calibration(path)
                 assert cal.network is not None and over.network is not None
                 for layout in args.layouts:
-                    machine = Machine(over) if layout == "2x1" else Machine(cal, Cluster(
-                        name=f"emulated {link}", ranks_per_node=2, intra=cal.network,
-                        inter=over.network, sources=("measured",),
-                        assumptions="shared memory within a node, the link between nodes, "
-                                    "each as calibrated"))
+                    # A cluster, so that the model knows the ranks are on separate nodes
+                    # (messages overlap with work instead of being copied by a CPU): shared
+                    # memory within a node, the link between them, each as calibrated.
+                    per_node = layouts(layout)[0]
+                    machine = Machine(over if per_node == 1 else cal, Cluster(
+                        name=f"emulated {link}", ranks_per_node=per_node, intra=cal.network,
+                        inter=over.network, sources=("spdnn calibrate",),
+                        assumptions="the calibrated shared memory and link"))
                     rows += run_layout(work, args, works, layout, emu, machine, link)
     header = ["network", "link", "nodes x ranks", "grid, plan", "measured ms/step",
               "predicted ms/step", "measured / first row", "predicted / first row"]
