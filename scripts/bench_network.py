@@ -219,7 +219,9 @@ def main() -> int:
     print(notes)
     if not args.no_write:
         cmdline = " ".join(["python scripts/bench_network.py", *sys.argv[1:]])
-        write_section("bench-network", "Over a network", f"`{cmdline}` (batch {args.batch}, "
+        nets = ", ".join(args.networks)
+        write_section(f"bench-network-{'-'.join(args.networks)}", f"Over a network: {nets}",
+                      f"`{cmdline}` (batch {args.batch}, "
                       f"median of {args.rounds} rounds of {args.steps} steps)\n\n{body}\n\n"
                       f"Links as measured by the emulation:\n{notes}\n")
     return 0
