@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -74,6 +75,25 @@ def worker_command(work: Path, net: str, plan: str | None, replicas: int, batch:
     return cmd + (["--plan", str(work / plan)] if plan else [])
 
 
+def ddp_step(args: argparse.Namespace, net: Path, emu: object | None) -> float:
+    """PyTorch DDP's median step on 2 ranks; a fresh port each time (a port of the run before
+    may linger), and one more try if gloo fails to start."""
+    for attempt in range(2):
+        with socket.socket() as s:  # a free port here; in a fresh namespace any is
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [args.torch_python, "-W", "ignore", str(TORCH_DDP), "--net", str(net), "--batch",
+               str(args.batch), "--steps", str(args.steps), "--port", str(port),
+               *(["--master", "127.77.0.1", "--iface", "eth0"] if emu is not None else [])]
+        try:
+            return median_step(Ranks(emu).run(cmd, 2))
+        except SystemExit as exc:
+            if attempt:
+                raise
+            print(f"PyTorch DDP failed once, trying again: {str(exc)[-200:]}", flush=True)
+    raise AssertionError("unreachable")
+
+
 def median_step(proc: subprocess.CompletedProcess) -> float:
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["median"])
 
@@ -94,10 +114,8 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
                 plan = f"{name}-{parts}-{method}.npz" if parts > 1 else None
                 cmd = worker_command(work, name, plan, replicas, args.batch, args.steps)
                 if method == "ddp":
-                    cmd = [args.torch_python, "-W", "ignore", str(TORCH_DDP), "--net",
-                           str(work / f"{name}.npz"), "--batch", str(args.batch), "--steps",
-                           str(args.steps), *(["--master", "127.77.0.1", "--iface", "eth0"]
-                                              if emu is not None else [])]
+                    measured[label].append(ddp_step(args, work / f"{name}.npz", emu))
+                    continue
                 measured[label].append(median_step(Ranks(emu).run(cmd, ranks)))
         base = pbase = None
         preds = {}
