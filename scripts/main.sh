@@ -34,8 +34,8 @@ echo "   b. with the block plan (the same network, seed and steps)"
     --metrics-out "$OUT/train-block.json"
 
 echo "   c. the same on 2 emulated nodes over a 100 Mbit/s link (spdnn emulate; 10 epochs each)"
-# 100 Mbit/s: there the rows each plan cuts cost more than the step's compute (at 1 Gbit/s this
-# small network's exchange is already below its fixed costs per step: 1.07x, docs/BENCHMARKS.md).
+# 100 Mbit/s: there the rows each plan cuts cost more than the step's compute (at 1 Gbit/s the
+# plans differ by 1.26x per step, at 10 Gbit/s not at all: docs/BENCHMARKS.md, Over a network).
 LINK=100mbit
 if NOTE=$(spdnn emulate --nodes 2 --link "$LINK" --no-measure -- true 2>&1); then
     for plan in plan block; do
