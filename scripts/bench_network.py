@@ -179,6 +179,7 @@ def main() -> int:
     from spdnn.io.bundle import save_network
     from spdnn.io.planfile import save_plan
     from spdnn.model.plan import network_patterns
+    from spdnn.model.reports import short_sizes
 
     rows: list[list[str]] = []
     links_seen: dict[str, str] = {}
@@ -203,7 +204,7 @@ def main() -> int:
                                              fingerprint=net.fingerprint())
                     save_plan(plan, work / f"{name}-{parts}-{m}.npz")
                     works[name, parts, m] = workload(pats, plan)
-            print(f"{name}: {net.sizes}, plans made", flush=True)
+            print(f"{name}: {short_sizes(net.sizes)}, plans made", flush=True)
         for link in args.links:
             if link == "shm":
                 for layout in args.layouts:

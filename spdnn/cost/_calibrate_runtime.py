@@ -217,31 +217,44 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
             "cache_bytes": float(cache_bytes())}
 
 
-def network_sweep(comm: Communicator, reps: int = 20) -> tuple[list[float], list[float]]:
+def network_sweep(comm: Communicator, reps: int = 20, budget_s: float = 0.5
+                  ) -> tuple[list[float], list[float]]:
     """Per size of ``SIZES``: half a ping-pong round trip between ranks 0 and 1, and an
     all-reduce over every rank (seconds, medians of single calls: robust to a busy machine);
-    every rank returns the same."""
+    every rank returns the same. Each size takes ``reps`` calls, or fewer (at least 3) when
+    they would take longer than ``budget_s``: over a slow link (100 Mbit/s) 20 round trips
+    of 16 MiB alone would take a minute."""
+
+    def trip(buf: np.ndarray) -> float:
+        t = time.perf_counter()
+        if comm.rank == 0:
+            comm.waitall([comm.isend(buf, 1, 9)])
+            comm.waitall([comm.irecv(buf, 1, 9)])
+        elif comm.rank == 1:
+            comm.waitall([comm.irecv(buf, 0, 9)])
+            comm.waitall([comm.isend(buf, 0, 9)])
+        return time.perf_counter() - t
+
+    def calls(first: float) -> int:  # the same count on every rank
+        return int(comm.bcast(max(3, min(reps, int(budget_s / max(first, 1e-9))))))
+
     half, ar = [], []
     for size in SIZES:
         buf = np.zeros(size // 8, np.float64)
         comm.barrier()
-        trips = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            if comm.rank == 0:
-                comm.waitall([comm.isend(buf, 1, 9)])
-                comm.waitall([comm.irecv(buf, 1, 9)])
-            elif comm.rank == 1:
-                comm.waitall([comm.irecv(buf, 0, 9)])
-                comm.waitall([comm.isend(buf, 0, 9)])
-            trips.append(time.perf_counter() - t)
+        trips = [trip(buf)]
+        trips += [trip(buf) for _ in range(calls(trips[0]) - 1)]
         half.append(float(np.median(trips)) / 2)
         comm.barrier()
         sums = []
-        for _ in range(reps):
+        for i in range(reps):
             t = time.perf_counter()
             comm.waitall([comm.iallreduce_sum(buf)])
             sums.append(time.perf_counter() - t)
+            if i == 0:
+                count = calls(sums[0])
+            if len(sums) >= count:
+                break
         ar.append(float(np.median(sums)))
     return comm.bcast((half, ar))
 
