@@ -33,7 +33,7 @@ echo "   b. with the block plan (the same network, seed and steps)"
 "${MPIRUN[@]}" spdnn train --network "$OUT/net.npz" --plan "$OUT/block.npz" "${TRAIN[@]}" \
     --metrics-out "$OUT/train-block.json"
 
-echo "   c. the same on 2 emulated nodes over a 100 Mbit/s link (spdnn emulate; 10 epochs each)"
+echo "   c. the same on 2 emulated nodes over a 100 Mbit/s link (spdnn emulate; 5 epochs each)"
 # 100 Mbit/s: there the rows each plan cuts cost more than the step's compute (at 1 Gbit/s the
 # plans differ by 1.26x per step, at 10 Gbit/s not at all: docs/BENCHMARKS.md, Over a network).
 LINK=100mbit
@@ -41,7 +41,7 @@ if NOTE=$(spdnn emulate --nodes 2 --link "$LINK" --no-measure -- true 2>&1); the
     for plan in plan block; do
         spdnn emulate --nodes 2 --link "$LINK" -n "$P" $( [ "$plan" = block ] && echo --no-measure ) \
             -- spdnn train --network "$OUT/net.npz" --plan "$OUT/$plan.npz" "${TRAIN[@]}" \
-            --epochs 10 --metrics-out "$OUT/train-$plan-$LINK.json" > "$OUT/train-$plan-$LINK.log"
+            --epochs 5 --metrics-out "$OUT/train-$plan-$LINK.json" > "$OUT/train-$plan-$LINK.log"
     done
 else
     echo "   (not run: ${NOTE##*error: })"
