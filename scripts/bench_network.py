@@ -239,7 +239,9 @@ def main() -> int:
     if not args.no_write:
         cmdline = " ".join(["python scripts/bench_network.py", *sys.argv[1:]])
         nets = ", ".join(args.networks)
-        write_section(f"bench-network-{'-'.join(args.networks)}", f"Over a network: {nets}",
+        tag = "-".join(args.networks) + ("" if args.batch == 32 else f"-batch{args.batch}")
+        title = nets + ("" if args.batch == 32 else f", batch {args.batch}")
+        write_section(f"bench-network-{tag}", f"Over a network: {title}",
                       f"`{cmdline}` (batch {args.batch}, "
                       f"median of {args.rounds} rounds of {args.steps} steps)\n\n{body}\n\n"
                       f"Links as measured by the emulation:\n{notes}\n")
