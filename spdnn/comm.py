@@ -121,6 +121,16 @@ class Communicator:
             with self._waiting(what, peers):
                 MPI.Request.Waitall(list(reqs))
 
+    def round_trip(self, buf: np.ndarray, tag: int) -> float:
+        """One ping-pong of ``buf`` between ranks 0 and 1 (others return at once): seconds."""
+        t = time.perf_counter()
+        if self.rank in (0, 1):
+            other = 1 - self.rank
+            first, then = (self.isend, self.irecv) if self.rank == 0 else (self.irecv, self.isend)
+            self.waitall([first(buf, other, tag)], "a ping-pong", [other])
+            self.waitall([then(buf, other, tag)], "a ping-pong", [other])
+        return time.perf_counter() - t
+
     @staticmethod
     def progress(reqs: Sequence[Request]) -> None:
         """Let MPI move pending messages (large ones advance only inside MPI calls)."""

@@ -138,10 +138,11 @@ def stale_namespaces() -> list[str]:
     alive on other test workers and the planted leftover of one test do not count."""
     import re
 
-    from spdnn.emulate.links import _pid_alive, namespaces
+    from spdnn.emulate.links import namespaces
+    from spdnn.processes import pid_alive
 
     return [ns for ns in namespaces() if not ns.startswith(f"spdnn{PLANTED_PID}")
-            and not _pid_alive(int(re.match(r"spdnn(\d+)", ns).group(1)))]
+            and not pid_alive(int(re.match(r"spdnn(\d+)", ns).group(1)))]
 
 
 def mpi_families() -> list[tuple[str, str, str]]:

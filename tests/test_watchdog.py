@@ -6,7 +6,12 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from spdnn.errors import SpdnnError
+from spdnn.model.records import RunOptions, check_run_options
 from spdnn.watchdog import TIMEOUT_EXIT, Watchdog
+from tests.helpers import launch
 
 
 def _watchdog(rank: int = 0):
@@ -56,3 +61,15 @@ def test_other_ranks_give_rank_0_the_first_word(capsys):
     assert ended.wait(10)
     assert time.monotonic() - start >= 2.0  # rank 0's watchdog would have ended the job first
     assert "rank 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [-1, 0.0, float("nan"), float("inf"), True, "5"])
+def test_a_bad_comm_timeout_in_run_options_is_refused(value):
+    with pytest.raises(SpdnnError, match="comm_timeout must be a positive number"):
+        check_run_options(RunOptions(comm_timeout=value))
+
+
+def test_a_bad_comm_timeout_on_the_command_line_is_one_line(tmp_path):
+    proc = launch(0, "train", "--network", tmp_path / "net.npz", "--comm-timeout", "-3")
+    assert proc.returncode == 2 and "--comm-timeout" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -225,16 +225,6 @@ def network_sweep(comm: Communicator, reps: int = 20, budget_s: float = 0.5
     they would take longer than ``budget_s``: over a slow link (100 Mbit/s) 20 round trips
     of 16 MiB alone would take a minute."""
 
-    def trip(buf: np.ndarray) -> float:
-        t = time.perf_counter()
-        if comm.rank == 0:
-            comm.waitall([comm.isend(buf, 1, 9)])
-            comm.waitall([comm.irecv(buf, 1, 9)])
-        elif comm.rank == 1:
-            comm.waitall([comm.irecv(buf, 0, 9)])
-            comm.waitall([comm.isend(buf, 0, 9)])
-        return time.perf_counter() - t
-
     def calls(first: float) -> int:  # the same count on every rank
         return int(comm.bcast(max(3, min(reps, int(budget_s / max(first, 1e-9))))))
 
@@ -242,8 +232,8 @@ def network_sweep(comm: Communicator, reps: int = 20, budget_s: float = 0.5
     for size in SIZES:
         buf = np.zeros(size // 8, np.float64)
         comm.barrier()
-        trips = [trip(buf)]
-        trips += [trip(buf) for _ in range(calls(trips[0]) - 1)]
+        trips = [comm.round_trip(buf, 9)]
+        trips += [comm.round_trip(buf, 9) for _ in range(calls(trips[0]) - 1)]
         half.append(float(np.median(trips)) / 2)
         comm.barrier()
         sums = []

@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass
 
 from spdnn.errors import SpdnnError
+from spdnn.processes import pid_alive
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _NAME = re.compile(r"^spdnn(\d+)(n\d+|sw)$")
@@ -66,16 +67,6 @@ def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def namespaces() -> list[str]:
     """The emulation namespaces that exist now (any run's)."""
     out = _run("ip", "netns", "list", check=False).stdout
@@ -85,7 +76,7 @@ def namespaces() -> list[str]:
 
 def remove_leftovers() -> list[str]:
     """Delete namespaces of runs whose process is gone (killed before it could clean up)."""
-    gone = [ns for ns in namespaces() if not _pid_alive(int(_NAME.match(ns).group(1)))]
+    gone = [ns for ns in namespaces() if not pid_alive(int(_NAME.match(ns).group(1)))]
     for ns in gone:
         _run("ip", "netns", "del", ns, check=False)
     return gone

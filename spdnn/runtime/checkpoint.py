@@ -30,6 +30,7 @@ from spdnn.io.checkpoint_format import (
 from spdnn.io.npz import NpzReader
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import lossy_files, write_lossy
+from spdnn.processes import pid_alive
 from spdnn.runtime.distributed import DistributedNetwork
 
 
@@ -125,7 +126,7 @@ def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 host, _, pid = lock.read_text(errors="replace").strip().partition(" ")
-                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
                     lock.unlink(missing_ok=True)  # its run ended without releasing it
                     continue
                 raise InputError(lock, f"another run (process {pid or '?'} on {host or '?'}) "
@@ -149,16 +150,6 @@ def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
             lock.unlink(missing_ok=True)
             if created and d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str, Any],
