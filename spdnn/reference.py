@@ -16,8 +16,9 @@ import scipy.sparse as sp
 
 from spdnn.io.datasets import Dataset
 from spdnn.model.batching import batch_order, batches, columns
+from spdnn.model.labels import MultiLabels, precision_at
 from spdnn.model.network import Network
-from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output
+from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
 from spdnn.model.optim import SGD, SGDConfig, interleave, parameters
 from spdnn.model.reports import ChallengeResult, EpochReport
 
@@ -56,7 +57,8 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str) -> Gradient
     zs, xs = forward(net, x0)
     out = output(zs[-1], net.output_activation, net.cap)
     value, grad = loss_and_gradient(out, y, loss)
-    correct = int(np.sum(np.argmax(out, axis=0) == y))
+    pred = np.argmax(out, axis=0)
+    correct = int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
     delta = grad if net.output_activation == "linear" else grad * activation_slope(zs[-1], net.cap)
     gw: list[np.ndarray] = [np.empty(0)] * net.n_layers
     gb: list[np.ndarray] = [np.empty(0)] * net.n_layers
@@ -87,10 +89,11 @@ def train(
     reports = []
     steps = 0
     x, y = data.x_train.astype(net.dtype, copy=False), data.y_train
+    n = x.shape[0]
     for epoch in range(epochs):
         t0 = time.perf_counter()
         total_loss, correct, seen, steps_before = 0.0, 0, 0, steps
-        for idx in batches(batch_order(len(x), epoch, seed, shuffle), batch_size):
+        for idx in batches(batch_order(n, epoch, seed, shuffle), batch_size):
             g = backward(net, columns(x, idx), y[idx], loss)
             opt.step(interleave(g.weights, g.biases))
             total_loss += g.loss * len(idx)
@@ -100,15 +103,20 @@ def train(
             if max_steps is not None and steps >= max_steps:
                 break
         seconds = time.perf_counter() - t0
-        test_acc = None
+        test_acc = p5 = None
         if data.x_test is not None and data.y_test is not None:
-            test_acc = accuracy(net, data.x_test, data.y_test)
+            if isinstance(data.y_test, MultiLabels):
+                test_acc, p5 = precisions(net, data.x_test, data.y_test)
+            else:
+                test_acc = accuracy(net, data.x_test, data.y_test)
         report = EpochReport(epoch=epoch + 1, steps=steps, loss=total_loss / max(seen, 1),
                              train_accuracy=correct / max(seen, 1),
                              test_accuracy=test_acc, seconds=seconds,
                                  samples_per_second=seen / max(seconds, 1e-12), megabytes_sent=0.0,
                              epoch_steps=steps - steps_before,
-                                 epoch_batches=-(-len(x) // batch_size), samples=seen)
+                                 epoch_batches=-(-n // batch_size), samples=seen,
+                             precision_at_1=test_acc if p5 is not None else None,
+                                 precision_at_5=p5)
         reports.append(report)
         if on_epoch:
             on_epoch(report)
@@ -120,7 +128,7 @@ def train(
 def predict(net: Network, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
     """Output block for samples x (samples x features), as (samples x outputs)."""
     outs = []
-    for start in range(0, len(x), batch_size):
+    for start in range(0, x.shape[0], batch_size):
         zs, _ = forward(net, columns(x.astype(net.dtype, copy=False),
                                      slice(start, start + batch_size)))
         outs.append(output(zs[-1], net.output_activation, net.cap).T)
@@ -129,6 +137,15 @@ def predict(net: Network, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
 
 def accuracy(net: Network, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.argmax(predict(net, x), axis=1) == y)) if len(y) else float("nan")
+
+
+def precisions(net: Network, x: np.ndarray | sp.csr_matrix, y: MultiLabels,
+               batch_size: int = 1024) -> tuple[float, float]:
+    """P@1 and P@5 on label sets."""
+    tops = [top_k(predict(net, x[start:start + batch_size]).T, 5)
+            for start in range(0, x.shape[0], batch_size)]
+    top = np.concatenate(tops) if tops else np.zeros((0, 5), dtype=np.int64)
+    return precision_at(y, top, 1), precision_at(y, top, 5)
 
 
 def challenge_infer(net: Network, images: sp.csr_matrix) -> ChallengeResult:

@@ -53,7 +53,31 @@ def test_compressed_sums_keep_replicas_identical(comm, mpi_tmp_path, kind):
         dense.grid.free()
 
 
-@pytest.mark.parametrize("kind", ["dgc:0.1", "sidco:0.05"])
+def test_hylo_sums_keep_replicas_identical_in_a_sixteenth_of_the_bytes(comm, mpi_tmp_path):
+    net = small_network((20, 40, 30, 6), fan_in=8, seed=3, bias_scale=0.3)
+    data = _data(net)
+    exact = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=2)
+    cfg = replace(exact, compress=parse_compress("hylo"))
+    for parts, replicas in _replicated(comm.size):
+        dense = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
+        exact_reports = train(comm, dense, data, exact)
+        # every layer below --compress-min-values: summed exactly, bit for bit
+        small = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
+        train(comm, small, data, replace(exact, compress=parse_compress("hylo", 10**6)))
+        assert small.sums.compressors == [None] * 3 and _digest(small) == _digest(dense)
+        run = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
+        reports = train(comm, run, data, cfg)
+        assert len(set(run.grid.data.allgather(_digest(run)))) == 1, (parts, replicas)
+        assert _digest(run) != _digest(dense)  # it is lossy
+        r, e = reports[-1], exact_reports[-1]
+        assert 0.05 < r.compression_ratio < 0.9  # the share of nonzero codes
+        assert r.gradient_megabytes * 14 < e.gradient_megabytes
+        assert r.loss < reports[0].loss + 0.5  # it still trains
+        for d in (run, small, dense):
+            d.grid.free()
+
+
+@pytest.mark.parametrize("kind", ["dgc:0.1", "sidco:0.05", "hylo"])
 def test_resume_with_compression_and_critical_set_equals_the_uninterrupted_run(
         comm, mpi_tmp_path, kind):
     net = small_network((20, 40, 30, 6), fan_in=8, seed=4, bias_scale=0.3)

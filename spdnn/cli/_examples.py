@@ -38,6 +38,12 @@ examples:
   spdnn generate local --image 8x8 --hidden 16x16,16x16 --radius 1 --head 10 -o local.npz
   spdnn generate local --image 28x28 --hidden 32x32,32x32 --radius 2 --head 10 -o mnist-local.npz
 """,
+    "xc-data": """\
+examples:
+  spdnn generate xc-data --samples 5000 --features 2000 --labels 1000 -o xc-small
+  spdnn generate random --sizes 2000,128,1000 --fan-in 128 -o xc-net.npz
+  spdnn train --network xc-net.npz --data xc:xc-small --epochs 5 --lr 0.5
+""",
     "random": """\
 examples:
   spdnn generate random --sizes 784,1024,1024 --fan-in 32 --head 10 -o mlp.npz

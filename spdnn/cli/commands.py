@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from spdnn.cli._emulate import cmd_emulate
+from spdnn.cli._xc import cmd_generate_xc
 from spdnn.cli.options import check_fan_in
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.paths import check_outputs
@@ -87,6 +88,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from spdnn.io.bundle import save_network
     from spdnn.model import generate
 
+    if args.kind == "xc-data":
+        cmd_generate_xc(args)
+        return
     check_outputs([("-o", args.output)])
     if args.kind == "random":
         check_fan_in(args.fan_in, args.sizes)

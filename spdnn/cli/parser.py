@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from spdnn.cli._emulate import add_parser as add_emulate
 from spdnn.cli._examples import EXAMPLES, EXAMPLES_BY_COMMAND
+from spdnn.cli._xc import add_parser as add_xc_data
 from spdnn.cli.options import (
     OneLineParser,
     compressor,
@@ -183,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="dense weights: .npz with W1..WL (n_k x n_{k-1}), optional b1..bL, or "
                          "one .npy matrix")
     pr.add_argument("--density", type=float, default=0.05, help="fraction of weights kept")
+    add_xc_data(kinds, _Formatter)
     for kind in (rx, rnd, loc, pr):
         kind.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
         kind.add_argument("--head", type=positive_int,
@@ -195,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
                   "under mpirun (P = replicas x the plan's parts).")
     _run_options(tr, "mpirun -n R x the plan's parts; the ranks of one replica are "
                      "consecutive", auto=True)
-    tr.add_argument("--data", default="digits", help="digits | npz:FILE | mnist:DIR")
+    tr.add_argument("--data", default="digits",
+                    help="digits | npz:FILE | mnist:DIR | xc:DIR (multi-label)")
     tr.add_argument("--epochs", type=positive_int, default=10,
                     help="epochs in all (a resumed run counts the ones already done)")
     tr.add_argument("--batch-size", type=positive_int, default=64, help="samples per SGD step")
@@ -224,8 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
         "lossy speed-ups (opt-in; docs/lossy.md)")
     lossy.add_argument("--compress", type=compressor, default="none", metavar="SPEC",
                        help="compress the gradient sums over replicas, with error feedback: "
-                            "none, topk:RATIO, dgc:RATIO or sidco:RATIO[:exp|gamma|gpareto]; "
-                            "RATIO = fraction of the values a rank sends, e.g. 0.01")
+                            "none, topk:RATIO, dgc:RATIO, sidco:RATIO[:exp|gamma|gpareto] or "
+                            "hylo (2 bits per value); RATIO = fraction of the values a rank "
+                            "sends, e.g. 0.01")
     lossy.add_argument("--compress-min-values", type=seed, default=0, metavar="N",
                        help="sum layers with fewer gradient values than N on a rank exactly")
     lossy.add_argument("--critical-set", type=fraction, metavar="FRACTION",
@@ -239,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "input images (TSV or Matrix Market), on one process or on P ranks.")
     _run_options(inf, "each takes a share of the inputs")
     inf.add_argument("--inputs", required=True,
-                     help="digits | npz:FILE | mnist:DIR (test split), or an images .tsv/.mtx")
+                     help="digits | npz:FILE | mnist:DIR | xc:DIR (test split), or an images "
+                          ".tsv/.mtx")
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
     inf.add_argument("--metrics-out", help="write metrics as JSON")

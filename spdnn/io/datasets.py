@@ -1,7 +1,8 @@
-"""Training data: ``digits`` (embedded), ``npz:FILE`` and ``mnist:DIR``.
+"""Training data: ``digits`` (embedded), ``npz:FILE``, ``mnist:DIR`` and ``xc:DIR``.
 
-Samples are rows (samples x features) here; the engines transpose batches into the column
-convention. Labels are integers in [0, C).
+Samples are rows (samples x features) here, dense or (``xc``) CSR; the engines transpose
+batches into the column convention. Labels are integers in [0, C), or label sets
+(``MultiLabels``, extreme classification).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from spdnn.errors import InputError
 from spdnn.io.formats import read_idx
 from spdnn.io.npz import NpzReader
+from spdnn.model.labels import MultiLabels
 from spdnn.model.network import as_dtype
 
 
@@ -34,17 +37,23 @@ def _digits_path() -> Path:
 @dataclass(frozen=True, kw_only=True)
 class Dataset:
     name: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray | None = None
-    y_test: np.ndarray | None = None
+    x_train: np.ndarray | sp.csr_matrix
+    y_train: np.ndarray | MultiLabels
+    x_test: np.ndarray | sp.csr_matrix | None = None
+    y_test: np.ndarray | MultiLabels | None = None
 
     @property
     def n_features(self) -> int:
         return int(self.x_train.shape[1])
 
     @property
+    def multi_label(self) -> bool:
+        return isinstance(self.y_train, MultiLabels)
+
+    @property
     def n_classes(self) -> int:
+        if isinstance(self.y_train, MultiLabels):
+            return self.y_train.n_labels
         ys = [self.y_train] + ([self.y_test] if self.y_test is not None else [])
         return int(max(int(y.max(initial=0)) for y in ys)) + 1
 
@@ -138,8 +147,27 @@ def load_digits(dtype: Any = "float32") -> Dataset:
                    y_test=y[test])
 
 
+def load_xc(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
+    """``DIR/train.txt`` and ``DIR/test.txt`` (when present) in the Extreme Classification
+    Repository's format (spdnn.io.xc)."""
+    from spdnn.io.xc import read_xc
+
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(d, "no such directory")
+    x, y = read_xc(d / "train.txt", as_dtype(dtype))
+    x_test = y_test = None
+    if (d / "test.txt").exists():
+        x_test, y_test = read_xc(d / "test.txt", as_dtype(dtype))
+        if x_test.shape[1] != x.shape[1] or y_test.n_labels != y.n_labels:
+            raise InputError(d / "test.txt", f"header has {x_test.shape[1]} features and "
+                                             f"{y_test.n_labels} labels, train.txt "
+                                             f"{x.shape[1]} and {y.n_labels}")
+    return Dataset(name=d.name or str(d), x_train=x, y_train=y, x_test=x_test, y_test=y_test)
+
+
 def load_dataset(spec: str, dtype: Any = "float32") -> Dataset:
-    """``digits``, ``npz:FILE`` or ``mnist:DIR``."""
+    """``digits``, ``npz:FILE``, ``mnist:DIR`` or ``xc:DIR``."""
     if spec == "digits":
         return load_digits(dtype)
     kind, _, arg = spec.partition(":")
@@ -147,7 +175,9 @@ def load_dataset(spec: str, dtype: Any = "float32") -> Dataset:
         return load_npz(arg, dtype)
     if kind == "mnist" and arg:
         return load_mnist(arg, dtype)
-    raise InputError(spec, "unknown data source (use digits, npz:FILE or mnist:DIR)")
+    if kind == "xc" and arg:
+        return load_xc(arg, dtype)
+    raise InputError(spec, "unknown data source (use digits, npz:FILE, mnist:DIR or xc:DIR)")
 
 
 def check_fits(data: Dataset, sizes: Sequence[int], source: str) -> None:

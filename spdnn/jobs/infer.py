@@ -15,10 +15,10 @@ from spdnn.jobs._open import open_job
 from spdnn.model.network import Network
 from spdnn.model.records import InferResult, RunOptions
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
-from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs
+from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, precisions
 from spdnn.runtime.session import write_json
 
-DATA_SETS = ("digits", "npz:", "mnist:")
+DATA_SETS = ("digits", "npz:", "mnist:", "xc:")
 
 
 def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec: str,
@@ -44,15 +44,23 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
         x_local = comm.check(lambda: local_inputs(dnet, x, spec))
         t0 = time.perf_counter()
-        acc = evaluate(dnet, x_local, y)
+        extra: dict = {}
+        if data.multi_label:
+            acc, p5 = precisions(dnet, x_local, y)
+            extra = {"precision_at_1": acc, "precision_at_5": p5}
+            what = f"P@1 {acc:.4f}, P@5 {p5:.4f}"
+        else:
+            acc = evaluate(dnet, x_local, y)
+            what = f"accuracy {acc:.4f}"
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
         counted = traffic()
         if show:
-            print(f"accuracy {acc:.4f} on {len(y):,} samples with {comm.size} rank(s) "
+            print(f"{what} on {len(y):,} samples with {comm.size} rank(s) "
                   f"({len(y) / seconds:,.0f} samples/s)")
             print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
-        write_json(comm, metrics_out, {"accuracy": acc, "samples": len(y), "seconds": seconds,
-                                       "ranks": comm.size, "traffic": counted})
+        write_json(comm, metrics_out, {"accuracy": acc, **extra, "samples": len(y),
+                                       "seconds": seconds, "ranks": comm.size,
+                                       "traffic": counted})
         return InferResult(rank=comm.rank, samples=len(y), seconds=seconds, ranks=comm.size,
                            accuracy=acc, traffic=counted)
     if truth is not None:

@@ -99,7 +99,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
             if dnet.grid.replicas > 1 else ""
         print(f"training {short_sizes(sizes)} ({job.nnz:,} weights) on {data.name} "
               f"with {comm.size} rank(s){grid}, plan "
-              f"{job.plan.meta.get('method', '?')}: {len(data.x_train):,} samples, batch "
+              f"{job.plan.meta.get('method', '?')}: {data.x_train.shape[0]:,} samples, batch "
               f"{cfg.batch_size}, lr {opt.lr}, momentum {opt.momentum}, weight decay "
               f"{opt.weight_decay}{resumed}{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
     bars: list = []

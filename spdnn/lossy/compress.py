@@ -8,6 +8,7 @@ zeroed in the residual, the rest waits for the next step. Selection:
 - ``dgc:R``    Deep Gradient Compression: the threshold is the top-R quantile of a random
                sample of the magnitudes (1%, at least 1,000); when far more pass it than
                asked, the exact top-k of those that passed (DGC's hierarchical selection);
+- ``hylo``     two bits per value, no positions (spdnn.lossy.hylo);
 - ``sidco:R[:exp|gamma|gpareto]``  SIDCo (Abdelmoniem et al., MLSys 2021): the threshold is
                the top-R quantile of a distribution fitted to the magnitudes, in stages: the
                first fits all of them at ratio 0.25, each later stage fits the excess of those
@@ -31,7 +32,7 @@ import numpy as np
 # numba and scipy load on first use: parsing --compress must not load numba before --threads
 # has sized its pool (spdnn.threads).
 
-KINDS = ("none", "topk", "dgc", "sidco")
+KINDS = ("none", "topk", "dgc", "sidco", "hylo")
 DISTRIBUTIONS = ("exp", "gamma", "gpareto")
 FIRST_RATIO = 0.25  # SIDCo's first stage
 ADAPT_EVERY = 5  # steps between changes of the stage count
@@ -46,7 +47,7 @@ class CompressSpec:
     """What ``--compress`` asked for; ``min_values``: layers with fewer gradient values on a
     rank are summed exactly (``--compress-min-values``)."""
 
-    kind: Literal["none", "topk", "dgc", "sidco"] = "none"
+    kind: Literal["none", "topk", "dgc", "sidco", "hylo"] = "none"
     ratio: float = 1.0
     distribution: Literal["exp", "gamma", "gpareto"] = "exp"
     min_values: int = 0
@@ -56,8 +57,8 @@ class CompressSpec:
         return self.kind != "none"
 
     def text(self) -> str:
-        if not self.enabled:
-            return "none"
+        if self.kind in ("none", "hylo"):
+            return self.kind
         dist = f":{self.distribution}" if self.kind == "sidco" else ""
         return f"{self.kind}:{self.ratio:g}{dist}"
 
@@ -66,16 +67,19 @@ class CompressSpec:
 
 
 def parse_compress(text: str, min_values: int = 0) -> CompressSpec:
-    """``none``, ``topk:R``, ``dgc:R`` or ``sidco:R[:exp|gamma|gpareto]`` with R in (0, 1]."""
+    """``none``, ``hylo``, ``topk:R``, ``dgc:R`` or ``sidco:R[:exp|gamma|gpareto]`` with R in
+    (0, 1]."""
     parts = text.strip().split(":")
     kind = parts[0].lower()
     if kind not in KINDS:
-        raise ValueError(f"unknown compressor {parts[0]!r}; choose none, topk:RATIO, "
+        raise ValueError(f"unknown compressor {parts[0]!r}; choose none, hylo, topk:RATIO, "
                          "dgc:RATIO or sidco:RATIO[:exp|gamma|gpareto]")
-    if kind == "none":
+    if min_values < 0:
+        raise ValueError(f"--compress-min-values must be >= 0, not {min_values}")
+    if kind in ("none", "hylo"):
         if len(parts) > 1:
-            raise ValueError("'none' takes no ratio")
-        return CompressSpec()
+            raise ValueError(f"'{kind}' takes no ratio")
+        return CompressSpec(kind=kind, min_values=min_values if kind == "hylo" else 0)
     if len(parts) < 2 or len(parts) > (3 if kind == "sidco" else 2):
         form = "sidco:RATIO[:exp|gamma|gpareto]" if kind == "sidco" else f"{kind}:RATIO"
         raise ValueError(f"{text!r}: write {form}")
@@ -89,8 +93,6 @@ def parse_compress(text: str, min_values: int = 0) -> CompressSpec:
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"{text!r}: unknown distribution {parts[2]!r}; choose exp, gamma or "
                          "gpareto")
-    if min_values < 0:
-        raise ValueError(f"--compress-min-values must be >= 0, not {min_values}")
     return CompressSpec(kind, ratio, dist, min_values)
 
 

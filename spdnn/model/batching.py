@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
 
 def batch_order(n_samples: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
@@ -27,6 +28,9 @@ def n_batches(n_samples: int, batch_size: int) -> int:
     return (n_samples + batch_size - 1) // batch_size
 
 
-def columns(x: np.ndarray, idx: np.ndarray | slice) -> np.ndarray:
-    """Samples ``idx`` of a (samples x features) array as a contiguous (features x B) block."""
+def columns(x: np.ndarray | sp.csr_matrix, idx: np.ndarray | slice) -> np.ndarray:
+    """Samples ``idx`` of a (samples x features) array, dense or CSR, as a contiguous
+    (features x B) block."""
+    if sp.issparse(x):
+        return np.ascontiguousarray(x[idx].T.toarray())
     return np.ascontiguousarray(x[idx].T)

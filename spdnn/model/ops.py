@@ -2,7 +2,8 @@
 
 h(z) = min(max(z, 0), cap) with h'(z) = 1 only for 0 < z < cap (ReLU'(0) = 0, flat above the
 cap); softmax cross-entropy averaged over the batch, or MSE averaged over all outputs (PyTorch's
-defaults). Blocks are (neurons x batch).
+defaults); with label sets (extreme classification), cross-entropy against the label mass
+split evenly over the sample's labels (spdnn.model.labels). Blocks are (neurons x batch).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from spdnn.model.labels import MultiLabels
 
 LOSSES = ("cross_entropy", "mse")
 
@@ -49,10 +52,43 @@ def check_loss(loss: str) -> None:
         raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
 
 
-def loss_and_gradient(out: np.ndarray, y: np.ndarray, loss: str) -> tuple[float, np.ndarray]:
-    """Loss of the output block (classes x batch) and its gradient w.r.t. that block."""
+def check_targets(y: np.ndarray | MultiLabels, loss: str) -> None:
     check_loss(loss)
+    if isinstance(y, MultiLabels) and loss != "cross_entropy":
+        raise ValueError("label sets (multi-label data) train with the cross_entropy loss")
+
+
+def multi_label_loss(out: np.ndarray, y: MultiLabels) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample losses and the gradient of their sum (classes x batch)."""
+    batch = out.shape[1]
+    shifted = out - out.max(axis=0, keepdims=True)
+    expo = np.exp(shifted)
+    total = expo.sum(axis=0)
+    rows, cols, w = y.indices, y.samples(), y.weights(out.dtype)
+    target = np.bincount(cols, weights=w * shifted[rows, cols], minlength=batch)
+    has = y.counts > 0
+    grad = expo / total[None, :]
+    grad[rows, cols] -= w
+    grad[:, ~has] = 0
+    return np.where(has, np.log(total) - target, 0.0), grad
+
+
+def top_k(out: np.ndarray, k: int) -> np.ndarray:
+    """The k largest outputs' rows per sample (samples x k), best first, the lower row first
+    among equal values."""
+    k = min(k, out.shape[0])
+    order = np.argsort(-out, axis=0, kind="stable")[:k]
+    return np.ascontiguousarray(order.T)
+
+
+def loss_and_gradient(out: np.ndarray, y: np.ndarray | MultiLabels, loss: str
+                      ) -> tuple[float, np.ndarray]:
+    """Loss of the output block (classes x batch) and its gradient w.r.t. that block."""
+    check_targets(y, loss)
     n_out, batch = out.shape
+    if isinstance(y, MultiLabels):
+        per_sample, grad = multi_label_loss(out, y)
+        return float(np.sum(per_sample)) / batch, grad / batch
     if loss == "cross_entropy":
         shifted = out - out.max(axis=0, keepdims=True)
         expo = np.exp(shifted)

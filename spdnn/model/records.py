@@ -41,7 +41,7 @@ class RunOptions:
 @dataclass(frozen=True, kw_only=True)
 class TrainOptions:
     """Minibatch SGD with ``torch.optim.SGD`` semantics, checkpoints and the lossy speed-ups
-    (``compress``: none, topk:R, dgc:R or sidco:R[:exp|gamma|gpareto])."""
+    (``compress``: none, topk:R, dgc:R, sidco:R[:exp|gamma|gpareto] or hylo)."""
 
     epochs: int = 10
     batch_size: int = 64

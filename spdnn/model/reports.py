@@ -29,6 +29,9 @@ class EpochReport:
     gradient_megabytes: float = 0.0
     compression_ratio: float | None = None  # achieved: values sent / values (with --compress)
     select_seconds: float = 0.0  # compressors' selection time, slowest rank
+    # label sets (extreme classification): on the test split; test_accuracy is P@1 then
+    precision_at_1: float | None = None
+    precision_at_5: float | None = None
 
     @property
     def partial(self) -> bool:
@@ -41,6 +44,8 @@ class EpochReport:
         """The epoch's line in the run's output."""
         test = f", test accuracy {self.test_accuracy:.4f}" if self.test_accuracy is not None \
             else ""
+        if self.precision_at_5 is not None:
+            test = f", test P@1 {self.precision_at_1:.4f}, P@5 {self.precision_at_5:.4f}"
         part = f" ({self.epoch_steps} of {self.epoch_batches} steps)" if self.partial else ""
         sums = f", gradient sums {self.gradient_megabytes:,.1f} MB" \
             if self.gradient_values else ""

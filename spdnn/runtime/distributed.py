@@ -18,9 +18,10 @@ from spdnn.io.bundle import NetworkBundle
 from spdnn.kernels import products as kernels
 from spdnn.kernels.encoding import MODES
 from spdnn.model.network import Fingerprint
-from spdnn.model.ops import activation_slope, check_loss, output
+from spdnn.model.ops import activation_slope, output
 from spdnn.model.optim import parameters
 from spdnn.model.plan import Plan
+from spdnn.runtime import outputs
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.gradsum import GradientSums
 from spdnn.runtime.grid import Grid
@@ -185,53 +186,13 @@ class DistributedNetwork:
     def output(self, z_last: np.ndarray) -> np.ndarray:
         return output(z_last, self.output_activation, self.cap)
 
-    def _global_max(self, out: np.ndarray) -> np.ndarray:
-        local = out.max(axis=0) if len(out) else np.full(out.shape[1], -np.inf, out.dtype)
-        return self.comm.allreduce(local, "max")
-
     def predict_classes(self, out: np.ndarray) -> np.ndarray:
         """Global argmax over the distributed output rows (first index among ties)."""
-        gmax = self._global_max(out)
-        rows = self.layers[-1].rows
-        none = np.iinfo(np.int64).max
-        cand = np.where(out == gmax[None, :], rows[:, None], none)
-        local_arg = cand.min(axis=0) if len(out) else np.full(out.shape[1], none)
-        return self.comm.allreduce(local_arg.astype(np.int64), "min")
+        return outputs.predict_classes(self.comm, self.layers[-1].rows, out)
 
-    def loss_and_gradient(self, out: np.ndarray, y: np.ndarray, loss: str,
-                          scale: int | None = None, sample_losses: np.ndarray | None = None
-                          ) -> tuple[float, np.ndarray]:
-        """As ``ops.loss_and_gradient``, with the output rows spread over the ranks (only
-        per-sample vectors are all-reduced) and the mean taken over ``scale`` samples (the
-        whole minibatch, of which this replica holds the columns of ``out``); each sample's
-        own loss into ``sample_losses`` when given."""
-        check_loss(loss)
-        batch = out.shape[1]
-        scale = batch if scale is None else scale
-        local = np.full(self.sizes[-1], -1, dtype=np.int64)
-        local[self.layers[-1].rows] = np.arange(len(self.layers[-1].rows))
-        cols = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
-        if loss == "cross_entropy":
-            shifted = out - self._global_max(out)[None, :]
-            expo = np.exp(shifted)
-            packed = np.zeros((2, batch), dtype=out.dtype)
-            packed[0] = expo.sum(axis=0)
-            packed[1, cols] = shifted[local[y[cols]], cols]
-            total, target = self.comm.allreduce(packed)
-            grad = expo / total[None, :]
-            grad[local[y[cols]], cols] -= 1
-            per_sample = np.log(total) - target
-            if sample_losses is not None:
-                sample_losses[:] = per_sample
-            return float(np.sum(per_sample)) / scale, grad / scale
-        diff = out.copy()
-        diff[local[y[cols]], cols] -= 1
-        n = self.sizes[-1] * scale
-        value = self.comm.allreduce_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
-        if sample_losses is not None:
-            squares = np.sum(diff.astype(np.float64) ** 2, axis=0)
-            sample_losses[:] = self.comm.allreduce(squares) / self.sizes[-1]
-        return value, diff * (2.0 / n)
+    def top_k(self, out: np.ndarray, k: int) -> np.ndarray:
+        """The k best global output rows per sample (samples x k), best first."""
+        return outputs.top_k(self.comm, self.layers[-1].rows, out, k, self.sizes[-1])
 
     def backward(self, fwd: Forward, y: np.ndarray, loss: str, scale: int | None = None,
                  sample_losses: np.ndarray | None = None
@@ -244,8 +205,11 @@ class DistributedNetwork:
         ws, t, comm = fwd.workspace, self.timers, self.comm
         assert ws is not None, "backward needs forward(keep=True)"
         out = self.output(fwd.z_last)
-        value, grad = self.loss_and_gradient(out, y, loss, scale, sample_losses)
-        correct = int(np.sum(self.predict_classes(out) == y))
+        rows = self.layers[-1].rows
+        value, grad = outputs.loss_and_gradient(
+            self.comm, rows, self.sizes[-1], out, y, loss,
+            out.shape[1] if scale is None else scale, sample_losses)
+        correct = outputs.correct(self.comm, rows, out, y)
         delta = grad if self.output_activation == "linear" else \
             grad * activation_slope(fwd.z_last, self.cap)
         for i in range(self.n_layers - 1, -1, -1):

@@ -4,8 +4,9 @@ soon as the layer's gradient is complete and finished after the backward pass.
 Exact (the default): a non-blocking all-reduce per array. Compressed (``--compress``): each
 rank's compressor (spdnn.lossy.compress, with error feedback) picks (position, value) pairs; every
 replica gathers all of them and adds them, replica by replica, into zeroed gradients, so every
-replica applies the same update, bit for bit. Layers with fewer values than
-``CompressSpec.min_values`` are summed exactly.
+replica applies the same update, bit for bit. ``--compress hylo`` (spdnn.lossy.hylo) gathers
+each replica's 2-bit codes and scale instead and adds them in the same order. Layers with
+fewer values than ``CompressSpec.min_values`` are summed exactly.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spdnn.comm import Communicator, Request
+from spdnn.lossy import hylo
 from spdnn.lossy.compress import Compressor, CompressSpec, warm_up
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.halo import Traffic
@@ -28,6 +30,7 @@ class _Pending:
     index: np.ndarray | None = None  # compressed: positions and values of every replica
     values: np.ndarray | None = None
     counts: np.ndarray | None = None
+    packed: np.ndarray | None = None  # hylo: every replica's message
 
 
 class GradientSums:
@@ -38,7 +41,7 @@ class GradientSums:
         self.data, self.traffic, self.timers = data, traffic, timers
         self.sizes, self.dtype = sizes, np.dtype(dtype)
         self.spec = CompressSpec()
-        self.compressors: list[Compressor | None] = [None] * len(sizes)
+        self.compressors: list[Compressor | hylo.HyloCompressor | None] = [None] * len(sizes)
         self.step = 0
         self._pending: list[_Pending] = []
 
@@ -47,10 +50,12 @@ class GradientSums:
         apart from the other ranks'."""
         self.spec = spec
         if spec.enabled and self.data.size > 1:
-            warm_up()  # load the kernels now, not in the first timed step
+            # load the kernels now, not in the first timed step
+            hylo.warm_up() if spec.kind == "hylo" else warm_up()
         self.compressors = [
+            None if self.data.size == 1 or not spec.applies(nw + nb) else
+            hylo.HyloCompressor(nw + nb, self.dtype) if spec.kind == "hylo" else
             Compressor(spec, nw + nb, self.dtype, seed, (*stream, i))
-            if self.data.size > 1 and spec.applies(nw + nb) else None
             for i, (nw, nb) in enumerate(self.sizes)]
 
     def start(self, i: int, gw: np.ndarray, gb: np.ndarray) -> None:
@@ -65,6 +70,17 @@ class GradientSums:
                                               self.data.iallreduce_sum(gb)]))
             t.grad_values[i] += len(gw) + len(gb)
             t.grad_bytes[i] += (len(gw) + len(gb)) * self.dtype.itemsize
+        elif isinstance(comp, hylo.HyloCompressor):
+            message, nonzero = comp.pack((gw, gb))
+            self.timers.grad_select[i] += time.perf_counter() - t0
+            size = self.data.size
+            packed = np.empty(size * len(message), dtype=np.uint8)
+            self._pending.append(_Pending(layer=i, requests=[self.data.iallgatherv(
+                message, packed, np.full(size, len(message), dtype=np.int64))], packed=packed))
+            t.grad_values[i] += len(message) / self.dtype.itemsize  # in values' worth of bytes
+            t.grad_bytes[i] += len(message)
+            t.grad_selected[i] += nonzero
+            t.grad_considered[i] += comp.n
         else:
             idx, values = comp.compress((gw, gb), self.step)
             t1 = time.perf_counter()
@@ -96,14 +112,18 @@ class GradientSums:
             t0 = time.perf_counter()
             self.data.waitall(p.requests, f"the gradient sum of layer {p.layer + 1} over the "
                               "replicas")
-            if p.index is not None:
-                gw, gb = grad_w[p.layer], grad_b[p.layer]
+            gw, gb = grad_w[p.layer], grad_b[p.layer]
+            if p.packed is not None or p.index is not None:
+                # replica by replica: the same order everywhere
                 total = np.zeros(len(gw) + len(gb), dtype=self.dtype)
-                start = 0
-                for c in p.counts:  # replica by replica: the same order everywhere
-                    seg = slice(start, start + int(c))
-                    total[p.index[seg]] += p.values[seg]  # positions unique within a replica
-                    start += int(c)
+                if p.packed is not None:
+                    hylo.add_messages(p.packed, len(total), total)
+                else:
+                    start = 0
+                    for c in p.counts:
+                        seg = slice(start, start + int(c))
+                        total[p.index[seg]] += p.values[seg]  # unique within a replica
+                        start += int(c)
                 gw[:] = total[:len(gw)]
                 gb[:] = total[len(gw):]
             self.timers.grad_wait[p.layer] += time.perf_counter() - t0

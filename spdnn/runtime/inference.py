@@ -11,23 +11,30 @@ import scipy.sparse as sp
 from spdnn.comm import Communicator
 from spdnn.errors import InputError
 from spdnn.model.batching import columns
+from spdnn.model.labels import MultiLabels
 from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime.distributed import DistributedNetwork
 
 
-def local_inputs(dnet: DistributedNetwork, x: np.ndarray, source: str) -> np.ndarray:
-    """This rank's feature columns of a (samples x features) array, C-contiguous."""
+def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
+                 source: str) -> np.ndarray | sp.csr_matrix:
+    """This rank's feature columns of a (samples x features) array, C-contiguous (or CSR, for
+    sparse data: batches are made dense one at a time)."""
     if x.shape[1] != dnet.sizes[0]:
         raise InputError(source, f"data has {x.shape[1]} features but the network's layer 0 "
                                  f"has {dnet.sizes[0]} neurons")
+    if sp.issparse(x):
+        return sp.csr_matrix(x[:, dnet.input_rows], dtype=dnet.dtype)
     return np.ascontiguousarray(x[:, dnet.input_rows], dtype=dnet.dtype)
 
 
-def evaluate(dnet: DistributedNetwork, x_local: np.ndarray, y: np.ndarray,
-             batch_size: int = 1024) -> float:
+def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
+             y: np.ndarray | MultiLabels, batch_size: int = 1024) -> float:
     """Accuracy on samples whose features ``x_local`` (samples x my features) this rank owns;
-    replicas take contiguous shares of the samples."""
+    replicas take contiguous shares of the samples. Label sets: P@1 (``precisions``)."""
+    if isinstance(y, MultiLabels):
+        return precisions(dnet, x_local, y, batch_size)[0]
     grid = dnet.grid
     share = grid.share(len(y))
     x_local, y_mine = x_local[share], y[share]
@@ -39,6 +46,24 @@ def evaluate(dnet: DistributedNetwork, x_local: np.ndarray, y: np.ndarray,
     if grid.replicas > 1:
         correct = int(grid.data.allreduce_scalar(correct))
     return correct / len(y) if len(y) else float("nan")
+
+
+def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y: MultiLabels,
+               batch_size: int = 1024) -> tuple[float, float]:
+    """P@1 and P@5 on label sets (as ``evaluate``)."""
+    grid = dnet.grid
+    share = grid.share(len(y))
+    x_local, y_mine = x_local[share], y[share]
+    hits = np.zeros(2)
+    for start in range(0, len(y_mine), batch_size):
+        fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False)
+        top = dnet.top_k(dnet.output(fwd.z_last), 5)
+        labels = y_mine[start:start + batch_size]
+        hits += [labels.hits(top[:, :1]).sum(), labels.hits(top).sum()]
+    if grid.replicas > 1:
+        hits = grid.data.allreduce(hits)
+    n = len(y)
+    return (hits[0] / n, hits[1] / (5 * n)) if n else (float("nan"), float("nan"))
 
 
 def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr_matrix,

@@ -28,7 +28,7 @@ from spdnn.model.reports import EpochReport
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
-from spdnn.runtime.inference import evaluate, local_inputs
+from spdnn.runtime.inference import evaluate, local_inputs, precisions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +132,11 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                 break
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
         moved = Counters.now(dnet).minus(before).total(comm)
-        test = evaluate(dnet, xt_local, data.y_test) if xt_local is not None else None
+        test = p5 = None
+        if xt_local is not None and data.multi_label:
+            test, p5 = precisions(dnet, xt_local, data.y_test)
+        elif xt_local is not None:
+            test = evaluate(dnet, xt_local, data.y_test)
         epoch_done = pos.epoch if pos.batch == 0 else pos.epoch + 1
         report = EpochReport(epoch=epoch_done, steps=pos.step, loss=total_loss / max(seen, 1),
                              train_accuracy=correct / max(seen, 1), test_accuracy=test,
@@ -144,7 +148,9 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                                  gradient_values=moved.gradient_values,
                              gradient_megabytes=moved.gradient_bytes / 1e6,
                                  compression_ratio=moved.ratio(cfg.compress),
-                             select_seconds=moved.select_seconds)
+                             select_seconds=moved.select_seconds,
+                             precision_at_1=test if p5 is not None else None,
+                                 precision_at_5=p5)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

@@ -1,0 +1,105 @@
+"""The output layer spread over the ranks of a replica: prediction, top-k, losses.
+
+Each rank holds the output rows ``rows`` (global ids, ascending) of a block (rows x batch);
+only per-sample vectors (maxima, sums, targets) and, for top-k, k candidates per sample travel.
+The results equal the serial ``ops`` functions on the whole block (ties: the lower row first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spdnn.comm import Communicator
+from spdnn.model.labels import MultiLabels
+from spdnn.model.ops import check_targets
+
+
+def global_max(comm: Communicator, out: np.ndarray) -> np.ndarray:
+    local = out.max(axis=0) if len(out) else np.full(out.shape[1], -np.inf, out.dtype)
+    return comm.allreduce(local, "max")
+
+
+def predict_classes(comm: Communicator, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Global argmax over the distributed output rows (first index among ties)."""
+    gmax = global_max(comm, out)
+    none = np.iinfo(np.int64).max
+    cand = np.where(out == gmax[None, :], rows[:, None], none)
+    local_arg = cand.min(axis=0) if len(out) else np.full(out.shape[1], none)
+    return comm.allreduce(local_arg.astype(np.int64), "min")
+
+
+def top_k(comm: Communicator, rows: np.ndarray, out: np.ndarray, k: int,
+          n_out: int) -> np.ndarray:
+    """The k largest outputs' global rows per sample (samples x k), best first: each rank's
+    own k best, gathered, merged."""
+    k = min(k, n_out)
+    batch = out.shape[1]
+    mine = min(k, len(rows))
+    order = np.argsort(-out, axis=0, kind="stable")[:mine]  # rows ascend: ties by id
+    values = np.take_along_axis(out, order, axis=0).T
+    ids = rows[order].T
+    parts = comm.allgather((values, ids)) if comm.size > 1 else [(values, ids)]
+    values = np.concatenate([p[0] for p in parts], axis=1)
+    ids = np.concatenate([p[1] for p in parts], axis=1)
+    pick = np.lexsort((ids, -values), axis=1)[:, :k] if batch else \
+        np.zeros((0, k), dtype=np.int64)
+    return np.take_along_axis(ids, pick, axis=1).astype(np.int64)
+
+
+def loss_and_gradient(comm: Communicator, rows: np.ndarray, n_out: int, out: np.ndarray,
+                      y: np.ndarray | MultiLabels, loss: str, scale: int,
+                      sample_losses: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """As ``ops.loss_and_gradient`` with the mean over ``scale`` samples (the whole minibatch,
+    of which ``out`` holds this replica's columns); each sample's loss into ``sample_losses``
+    when given."""
+    check_targets(y, loss)
+    batch = out.shape[1]
+    local = np.full(n_out, -1, dtype=np.int64)
+    local[rows] = np.arange(len(rows))
+    if isinstance(y, MultiLabels):
+        lab, smp = y.indices, y.samples()
+        mine = local[lab] >= 0  # the label rows this rank holds
+        r, c, w = local[lab[mine]], smp[mine], y.weights(out.dtype)[mine]
+        shifted = out - global_max(comm, out)[None, :]
+        expo = np.exp(shifted)
+        packed = np.zeros((2, batch), dtype=out.dtype)
+        packed[0] = expo.sum(axis=0)
+        packed[1] = np.bincount(c, weights=w * shifted[r, c], minlength=batch)
+        total, target = comm.allreduce(packed)
+        has = y.counts > 0
+        grad = expo / total[None, :]
+        grad[r, c] -= w
+        grad[:, ~has] = 0
+        per_sample = np.where(has, np.log(total) - target, 0.0)
+        if sample_losses is not None:
+            sample_losses[:] = per_sample
+        return float(np.sum(per_sample)) / scale, grad / scale
+    cols = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
+    if loss == "cross_entropy":
+        shifted = out - global_max(comm, out)[None, :]
+        expo = np.exp(shifted)
+        packed = np.zeros((2, batch), dtype=out.dtype)
+        packed[0] = expo.sum(axis=0)
+        packed[1, cols] = shifted[local[y[cols]], cols]
+        total, target = comm.allreduce(packed)
+        grad = expo / total[None, :]
+        grad[local[y[cols]], cols] -= 1
+        per_sample = np.log(total) - target
+        if sample_losses is not None:
+            sample_losses[:] = per_sample
+        return float(np.sum(per_sample)) / scale, grad / scale
+    diff = out.copy()
+    diff[local[y[cols]], cols] -= 1
+    n = n_out * scale
+    value = comm.allreduce_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
+    if sample_losses is not None:
+        squares = np.sum(diff.astype(np.float64) ** 2, axis=0)
+        sample_losses[:] = comm.allreduce(squares) / n_out
+    return value, diff * (2.0 / n)
+
+
+def correct(comm: Communicator, rows: np.ndarray, out: np.ndarray,
+            y: np.ndarray | MultiLabels) -> int:
+    """Samples whose top output is (one of) their label(s)."""
+    pred = predict_classes(comm, rows, out)
+    return int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
