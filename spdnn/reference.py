@@ -15,11 +15,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.io.datasets import Dataset
+from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.batching import batch_order, batches, columns
 from spdnn.model.labels import MultiLabels, precision_at
+from spdnn.model.lsh import HashFunctions, LshSpec, Tables, is_rebuild_step
 from spdnn.model.network import Network
 from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
-from spdnn.model.optim import SGD, SGDConfig, interleave, parameters
+from spdnn.model.optim import SGD, RowGrad, SGDConfig, interleave, parameters
 from spdnn.model.reports import ChallengeResult, EpochReport
 
 
@@ -60,15 +62,69 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str) -> Gradient
     pred = np.argmax(out, axis=0)
     correct = int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
     delta = grad if net.output_activation == "linear" else grad * activation_slope(zs[-1], net.cap)
-    gw: list[np.ndarray] = [np.empty(0)] * net.n_layers
-    gb: list[np.ndarray] = [np.empty(0)] * net.n_layers
-    for k in range(net.n_layers - 1, -1, -1):
+    gw: list = [np.empty(0)] * net.n_layers
+    gb: list = [np.empty(0)] * net.n_layers
+    _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb)
+    return Gradients(gw, gb, value, correct)
+
+
+def _backward_from(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
+                   delta: np.ndarray, top: int, gw: list, gb: list) -> None:
+    """Gradients of layers ``top`` down to the first, from the error block of layer ``top``."""
+    for k in range(top, -1, -1):
         w = net.layers[k].weight
         gw[k] = sampled_products(w, delta, xs[k])
         gb[k] = delta.sum(axis=1)
         if k > 0:
             delta = (w.T @ delta) * activation_slope(zs[k - 1], net.cap)
-    return Gradients(gw, gb, value, correct)
+
+
+def lsh_tables(net: Network, hashes: HashFunctions) -> Tables:
+    """Tables over every neuron of the last layer (its rows' current weights)."""
+    w = net.layers[-1].weight
+    return Tables.build(hashes.codes(w.indptr, w.indices, w.data))
+
+
+def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashFunctions,
+                     tables: Tables) -> tuple[Gradients, int]:
+    """SLIDE's step on one batch: the last layer's active (neuron, sample) pairs are the
+    buckets the samples' inputs hit plus their labels; softmax cross-entropy over those; the
+    last layer's gradients only for the rows active for some sample (as RowGrad). Also the
+    number of active pairs."""
+    last = net.layers[-1]
+    zs, xs = forward(net, x0)  # (the last layer's dense Z is not used)
+    h = xs[-1]
+    w, batch = last.weight, h.shape[1]
+    ptr, act, mass = tables.retrieve(hashes.codes_of_columns(h), net.sizes[-1], y.indptr,
+                                     y.indices, y.weights(h.dtype))
+    s = np.repeat(np.arange(batch), np.diff(ptr))
+    z = np.asarray(w[act].multiply(h[:, s].T).sum(axis=1)).ravel() + last.bias[act]
+    gmax = np.full(batch, -np.inf)
+    np.maximum.at(gmax, s, z)
+    e = np.exp(z - gmax[s])
+    total = np.bincount(s, weights=e, minlength=batch)
+    target = np.bincount(s, weights=mass * (z - gmax[s]), minlength=batch)
+    has = y.counts > 0
+    value = float(np.sum(np.where(has, np.log(np.where(has, total, 1)) - target, 0))) / batch
+    none = np.iinfo(np.int64).max
+    best = np.full(batch, none)
+    top = z == gmax[s]
+    np.minimum.at(best, s[top], act[top])  # the lowest row among the largest
+    correct = int(np.sum(y.contains(np.where(best == none, -1, best))))
+    delta = (e / np.where(has, total, 1)[s] - mass) / batch
+    delta[~has[s]] = 0
+    d = sp.csr_matrix((delta, (act, s)), shape=(net.sizes[-1], batch)).toarray()
+    union = np.unique(act)
+    counts = np.diff(w.indptr)[union]
+    gw: list = [np.empty(0)] * net.n_layers
+    gb: list = [np.empty(0)] * net.n_layers
+    gw[-1] = RowGrad(concat_ranges(w.indptr[union], counts),
+                     sampled_products(w, d, h)[concat_ranges(w.indptr[union], counts)])
+    gb[-1] = RowGrad(union, d.sum(axis=1)[union])
+    if net.n_layers > 1:
+        below = (w.T @ d) * activation_slope(zs[-2], net.cap)
+        _backward_from(net, zs, xs, below, net.n_layers - 2, gw, gb)
+    return Gradients(gw, gb, value, correct), len(act)
 
 
 def train(
@@ -82,19 +138,35 @@ def train(
     loss: str = "cross_entropy",
     max_steps: int | None = None,
     on_epoch: Callable[[EpochReport], None] | None = None,
+    lsh: LshSpec | None = None,
+    rehash: int = 50,
+    checkpoint_every: int | None = None,
 ) -> tuple[Network, list[EpochReport]]:
-    """Train a copy of ``net``; return it and one report per epoch."""
+    """Train a copy of ``net``; return it and one report per epoch. ``lsh``: SLIDE's sampled
+    output layer, its tables rebuilt as ``is_rebuild_step`` says (``checkpoint_every``: the
+    rebuilds of a run that writes checkpoints)."""
     net = net.copy()
     opt = SGD(sgd, parameters(net.layers))
     reports = []
     steps = 0
+    hashes = HashFunctions.make(lsh, net.sizes[-2], seed) if lsh is not None else None
+    tables = None
     x, y = data.x_train.astype(net.dtype, copy=False), data.y_train
     n = x.shape[0]
     for epoch in range(epochs):
         t0 = time.perf_counter()
         total_loss, correct, seen, steps_before = 0.0, 0, 0, steps
+        pairs = 0
         for idx in batches(batch_order(n, epoch, seed, shuffle), batch_size):
-            g = backward(net, columns(x, idx), y[idx], loss)
+            if hashes is not None:
+                if is_rebuild_step(steps, rehash, checkpoint_every) or tables is None:
+                    tables = lsh_tables(net, hashes)
+                labels = y[idx] if isinstance(y, MultiLabels) else \
+                    MultiLabels(np.arange(len(idx) + 1), y[idx].astype(np.int64), net.sizes[-1])
+                g, active = sampled_backward(net, columns(x, idx), labels, hashes, tables)
+                pairs += active
+            else:
+                g = backward(net, columns(x, idx), y[idx], loss)
             opt.step(interleave(g.weights, g.biases))
             total_loss += g.loss * len(idx)
             correct += g.correct
@@ -116,7 +188,8 @@ def train(
                              epoch_steps=steps - steps_before,
                                  epoch_batches=-(-n // batch_size), samples=seen,
                              precision_at_1=test_acc if p5 is not None else None,
-                                 precision_at_5=p5)
+                                 precision_at_5=p5,
+                             active_outputs=pairs / max(seen, 1) if hashes else None)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

@@ -16,9 +16,9 @@ from spdnn.io.npz import NpzReader
 CHECKPOINT_FORMAT = "spdnn-checkpoint/1"
 # Settings that fix the sample order and the arithmetic: resuming with other values would not
 # continue the run (unless the user says so: --resume-with-changes).
-RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype")
+RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash")
 _OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
-            "dtype": "--dtype"}
+            "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash"}
 
 
 def manifest_path(directory: str) -> Path:

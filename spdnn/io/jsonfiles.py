@@ -210,6 +210,8 @@ class ManifestFile(Struct, kw_only=True):
     critical_set: float | None = None
     refresh: Count | None = None
     critical: str | None = None
+    lsh: str = "none"
+    rehash: Count | None = None
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

@@ -34,6 +34,15 @@ def interleave(weights: list[np.ndarray], biases: list[np.ndarray]) -> list[np.n
     return [a for pair in zip(weights, biases) for a in pair]
 
 
+@dataclass(frozen=True)
+class RowGrad:
+    """The gradient of some entries of a parameter only (LSH-selected rows): the others are
+    not updated at all this step (no weight decay, no momentum), as SLIDE trains."""
+
+    positions: np.ndarray
+    values: np.ndarray
+
+
 @dataclass
 class SGD:
     """Updates ``params`` in place with one scratch array per parameter (no allocation per
@@ -48,9 +57,12 @@ class SGD:
             self.buffers = [None] * len(self.params)
         self._scratch = [np.empty_like(p) for p in self.params]
 
-    def step(self, grads: list[np.ndarray]) -> None:
+    def step(self, grads: list[np.ndarray | RowGrad]) -> None:
         c = self.config
         for i, (p, g) in enumerate(zip(self.params, grads)):
+            if isinstance(g, RowGrad):
+                self._step_rows(i, g)
+                continue
             d = self._scratch[i]
             if c.weight_decay:
                 np.multiply(p, c.weight_decay, out=d)
@@ -68,3 +80,21 @@ class SGD:
             else:
                 d *= c.lr
             p -= d
+
+    def _step_rows(self, i: int, g: RowGrad) -> None:
+        """The update of ``step`` on the entries ``g.positions`` alone; a momentum buffer
+        starts at zero, so an entry's first update uses its gradient as torch's first step."""
+        c, p, idx = self.config, self.params[i], g.positions
+        d = g.values.astype(p.dtype, copy=True)
+        if c.weight_decay:
+            d = p[idx] * c.weight_decay + d
+        if c.momentum:
+            if self.buffers[i] is None:
+                self.buffers[i] = np.zeros_like(p)
+            buf = self.buffers[i]
+            b = buf[idx] * c.momentum + d
+            buf[idx] = b
+            d = b * c.lr
+        else:
+            d *= c.lr
+        p[idx] -= d

@@ -32,6 +32,7 @@ class EpochReport:
     # label sets (extreme classification): on the test split; test_accuracy is P@1 then
     precision_at_1: float | None = None
     precision_at_5: float | None = None
+    active_outputs: float | None = None  # --lsh: mean active output neurons per sample
 
     @property
     def partial(self) -> bool:
@@ -49,6 +50,8 @@ class EpochReport:
         part = f" ({self.epoch_steps} of {self.epoch_batches} steps)" if self.partial else ""
         sums = f", gradient sums {self.gradient_megabytes:,.1f} MB" \
             if self.gradient_values else ""
+        if self.active_outputs is not None:
+            sums += f", {self.active_outputs:,.0f} active outputs per sample"
         if self.compression_ratio is not None:
             sums += f" (ratio {self.compression_ratio:.4f}, selection {self.select_seconds:.2f} s)"
         return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, train accuracy "

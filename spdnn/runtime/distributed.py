@@ -17,8 +17,10 @@ import numpy as np
 from spdnn.io.bundle import NetworkBundle
 from spdnn.kernels import products as kernels
 from spdnn.kernels.encoding import MODES
+from spdnn.model.labels import MultiLabels
+from spdnn.model.lsh import LshSpec
 from spdnn.model.network import Fingerprint
-from spdnn.model.ops import activation_slope, output
+from spdnn.model.ops import activation_slope, check_targets, output
 from spdnn.model.optim import parameters
 from spdnn.model.plan import Plan
 from spdnn.runtime import outputs
@@ -27,6 +29,7 @@ from spdnn.runtime.gradsum import GradientSums
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.halo import Traffic
 from spdnn.runtime.local_layer import LocalLayer
+from spdnn.runtime.sampled import SampledOutput, as_labels
 from spdnn.runtime.workspace import PingPong, Workspace
 
 # Row chunks of the local products that overlap a message exchange; between chunks the
@@ -50,6 +53,7 @@ class Forward:
     z_last: np.ndarray
     ids: np.ndarray
     workspace: Workspace | None  # kept for backward (forward with keep=True)
+    sampled: bool = False  # the last layer ran on its LSH-selected pairs (``sampled``)
 
 
 class DistributedNetwork:
@@ -73,6 +77,8 @@ class DistributedNetwork:
                                  [(layer.weight.nnz, len(layer.bias)) for layer in layers], dtype)
         self._workspaces: dict[int, Workspace] = {}
         self._pingpong: dict[int, PingPong] = {}
+        self.sampled: SampledOutput | None = None  # --lsh on the last layer
+        self._stale_views = False  # the sampled layer's derived matrices lag its weights
 
     @property
     def n_layers(self) -> int:
@@ -133,14 +139,23 @@ class DistributedNetwork:
         t4 = time.perf_counter()
         t.add("forward", i, compute=(t2 - t1) + (t4 - t3), comm=t1 - t0, wait=t3 - t2)
 
-    def forward(self, x0: np.ndarray, *, keep: bool = True, drop_dead: bool = False) -> Forward:
+    def forward(self, x0: np.ndarray, *, keep: bool = True, drop_dead: bool = False,
+                sampled: bool = False, labels: MultiLabels | None = None) -> Forward:
         """x0: this rank's input rows (n_owned_0 x B).
 
         ``keep``: every layer's X buffer and Z stay in the workspace of this batch size, for
         ``backward``. Otherwise two buffers are reused layer after layer, and ``drop_dead``
         drops the columns (samples) that are zero on every rank, which stay zero when no bias
         is positive (the Graph Challenge mode); ``Forward.ids`` says which samples remain.
+        ``sampled``: the last layer computes its LSH-selected pairs only (``self.sampled``),
+        with the ``labels`` of the samples joining them in training.
         """
+        if sampled and self.sampled is None:
+            raise ValueError("sampled forward pass without LSH tables (use_lsh)")
+        if not sampled and self._stale_views:
+            for layer in self.layers:
+                layer.sync_views()
+            self._stale_views = False
         if keep and drop_dead:
             raise ValueError("drop_dead needs keep=False (backward needs every sample)")
         width = x0.shape[1]
@@ -166,6 +181,9 @@ class DistributedNetwork:
             last = i + 1 == self.n_layers
             nxt = None if last else xview(i + 1, 1 - cur, width)
             flags = np.zeros(width, np.int32) if drop_dead and not last else None
+            if last and sampled:
+                self.sampled.forward_layer(x, labels)
+                break
             self.forward_layer(i, x, z, None if nxt is None else nxt[:n], flags)
             if flags is not None:
                 alive = (self.comm.allreduce(flags, "max") if self.comm.size > 1 else flags) > 0
@@ -179,7 +197,7 @@ class DistributedNetwork:
             if nxt is not None:
                 x = nxt
                 cur = 1 - cur
-        return Forward(z, ids, ws)
+        return Forward(z, ids, ws, sampled)
 
     # ------------------------------------------------------------------ loss and backward
 
@@ -204,17 +222,29 @@ class DistributedNetwork:
         the count are those of this replica's samples (and ``sample_losses``, when given)."""
         ws, t, comm = fwd.workspace, self.timers, self.comm
         assert ws is not None, "backward needs forward(keep=True)"
-        out = self.output(fwd.z_last)
-        rows = self.layers[-1].rows
-        value, grad = outputs.loss_and_gradient(
-            self.comm, rows, self.sizes[-1], out, y, loss,
-            out.shape[1] if scale is None else scale, sample_losses)
-        correct = outputs.correct(self.comm, rows, out, y)
-        delta = grad if self.output_activation == "linear" else \
-            grad * activation_slope(fwd.z_last, self.cap)
+        batch = ws.xbufs[0].shape[1]
+        scale = batch if scale is None else scale
+        grads_w: list = list(ws.grad_w)
+        grads_b: list = list(ws.grad_b)
+        if fwd.sampled:
+            assert self.sampled is not None
+            check_targets(y, loss)
+            value, correct, delta = self.sampled.loss(as_labels(y, self.sizes[-1]), scale,
+                                                      sample_losses)
+        else:
+            out = self.output(fwd.z_last)
+            rows = self.layers[-1].rows
+            value, grad = outputs.loss_and_gradient(self.comm, rows, self.sizes[-1], out, y,
+                                                    loss, scale, sample_losses)
+            correct = outputs.correct(self.comm, rows, out, y)
+            delta = grad if self.output_activation == "linear" else \
+                grad * activation_slope(fwd.z_last, self.cap)
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
+            if fwd.sampled and i == self.n_layers - 1:
+                grads_w[i], grads_b[i], delta = self.sampled.backward_layer(delta, ws)
+                continue
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
                 kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
                               rows=layer.entry_rows, bias_grad=ws.grad_b[i])
@@ -251,7 +281,17 @@ class DistributedNetwork:
             t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,
                   wait=t4 - t3)
         self.sums.finish(ws.grad_w, ws.grad_b)
-        return value, correct, ws.grad_w, ws.grad_b
+        return value, correct, grads_w, grads_b
+
+    def use_lsh(self, spec: LshSpec, seed: int) -> None:
+        """LSH tables on the last layer (``spec.layer`` must be it); build them with
+        ``sampled.rebuild()``. Its gradient sums stay exact."""
+        if spec.layer != self.n_layers:
+            raise ValueError(f"--lsh {spec.text()}: LSH runs on the output layer (layer "
+                             f"{self.n_layers}) only, so far")
+        self.sampled = SampledOutput(self.comm, self.grid.data, self.layers[-1],
+                                     self.sizes[-2], self.sizes[-1], spec, seed)
+        self.sampled.attach(self.traffic, self.timers, self.sums, self.cap)
 
     # ------------------------------------------------------------------ parameters
 
@@ -267,6 +307,10 @@ class DistributedNetwork:
             layer.exchange.mode, layer.exchange.cap = mode, self.cap
 
     def sync(self) -> None:
-        """Refresh the derived matrices after the weights changed."""
+        """Refresh the derived matrices after the weights changed (the LSH layer's when an
+        exact pass next needs them: its sampled passes read the weights themselves)."""
         for layer in self.layers:
-            layer.sync_views()
+            if self.sampled is not None and layer is self.layers[-1]:
+                self._stale_views = True
+            else:
+                layer.sync_views()

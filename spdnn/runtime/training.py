@@ -23,12 +23,14 @@ from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, batches, columns, n_batches
+from spdnn.model.lsh import LshSpec, is_rebuild_step
 from spdnn.model.optim import SGD, SGDConfig, interleave
 from spdnn.model.reports import EpochReport
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import evaluate, local_inputs, precisions
+from spdnn.runtime.sampled import as_labels
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,10 +47,14 @@ class TrainConfig:
     compress: CompressSpec = CompressSpec()  # of the gradient sums over replicas
     critical_set: float | None = None  # train between full passes on this fraction
     refresh: int = 2  # epochs between full passes (with critical_set)
+    lsh: LshSpec | None = None  # LSH-selected neurons of the output layer (SLIDE)
+    rehash: int = 50  # steps before the first rebuild of the LSH tables
 
     def settings(self) -> dict[str, Any]:
         """What a checkpoint records to refuse a resume that would not continue this run."""
-        return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle}
+        lsh = {"lsh": self.lsh.text(), "rehash": self.rehash} if self.lsh else {}
+        return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
+                **lsh}
 
 
 def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: TrainConfig,
@@ -72,6 +78,9 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     reports = []
     n = len(data.y_train)
     dnet.sums.set_compression(cfg.compress, cfg.seed, (grid.world.rank,))
+    if cfg.lsh is not None:
+        dnet.use_lsh(cfg.lsh, cfg.seed)
+        dnet.sums.compressors[-1] = None  # its compact gradients are summed exactly
     crit = CriticalSet(n, cfg.critical_set, cfg.refresh) if cfg.critical_set else None
     if lossy is not None:
         lossy.apply(dnet, crit)
@@ -83,6 +92,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     while pos.epoch < cfg.epochs:
         t0 = time.perf_counter()
         before = Counters.now(dnet)
+        pairs_before = dnet.sampled.active_pairs if dnet.sampled is not None else 0
         total_loss, correct, seen, steps = 0.0, 0, 0, 0
         full = crit is None or crit.full(pos.epoch)
         order = crit.order(pos.epoch, cfg.seed, cfg.shuffle) if crit is not None else \
@@ -93,7 +103,12 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             if b < pos.batch:
                 continue  # resumed mid-epoch: these batches were done before
             mine = idx[grid.share(len(idx))]  # this replica's slice of the serial batch
-            fwd = dnet.forward(columns(x_local, mine))
+            if dnet.sampled is not None and is_rebuild_step(
+                    pos.step, cfg.rehash, cfg.checkpoint_every if cfg.checkpoint_dir else None):
+                dnet.sampled.rebuild()
+            fwd = dnet.forward(columns(x_local, mine), sampled=dnet.sampled is not None,
+                               labels=as_labels(data.y_train[mine], dnet.sizes[-1])
+                               if dnet.sampled is not None else None)
             per_sample = np.empty(len(mine)) if crit is not None and full else None
             dnet.sums.step = pos.step  # compressors draw by step: a resume draws the same
             value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx),
@@ -132,6 +147,10 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                 break
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
         moved = Counters.now(dnet).minus(before).total(comm)
+        active = None
+        if dnet.sampled is not None:  # every rank's pairs, over the samples of all replicas
+            pairs = comm.allreduce_scalar(float(dnet.sampled.active_pairs - pairs_before))
+            active = pairs / max(seen, 1)
         test = p5 = None
         if xt_local is not None and data.multi_label:
             test, p5 = precisions(dnet, xt_local, data.y_test)
@@ -150,7 +169,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                                  compression_ratio=moved.ratio(cfg.compress),
                              select_seconds=moved.select_seconds,
                              precision_at_1=test if p5 is not None else None,
-                                 precision_at_5=p5)
+                                 precision_at_5=p5, active_outputs=active)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

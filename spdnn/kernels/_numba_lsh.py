@@ -1,0 +1,191 @@
+"""numba kernels of LSH-selected neurons (spdnn.model.lsh, spdnn.runtime.sampled): hash codes
+of sparse vectors, the union of the buckets a batch hits, and the forward and backward
+products on the (neuron, sample) pairs of that union only. No Python loop per sample.
+
+Vectors come as CSR rows (indptr, indices = input coordinates, data); a zero value counts as
+absent, so a neuron's stored zero and a sample's ReLU zero hash alike.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True, nogil=True)
+def _probe(f, attempt, n):
+    """The function whose winner an empty DWTA bin borrows at this attempt (densification)."""
+    return (f * 40503 + attempt * 2654435761 + attempt * attempt * 97) % n
+
+
+@nb.njit(cache=True, nogil=True)
+def dwta_codes(indptr, indices, data, bin_of, pos_of, k, tables, base, out):
+    """Densified winner-take-all: function f's code is the position (0..base-1) of the largest
+    nonzero value among its bin's coordinates (the first among equals); an empty bin borrows
+    the code of another function. Table t's bucket packs functions t*k..t*k+k-1 in base
+    ``base``. ``bin_of[p, c]``: the function of coordinate c in permutation p (-1: none)."""
+    n_fn = k * tables
+    best = np.empty(n_fn, dtype=np.float64)
+    arg = np.empty(n_fn, dtype=np.int64)
+    for i in range(len(indptr) - 1):
+        for f in range(n_fn):
+            best[f] = -np.inf
+            arg[f] = -1
+        for e in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[e])
+            if v == 0:
+                continue
+            c = indices[e]
+            for p in range(bin_of.shape[0]):
+                f = bin_of[p, c]
+                if f >= 0:
+                    q = pos_of[p, c]
+                    if v > best[f] or (v == best[f] and q < arg[f]):
+                        best[f] = v
+                        arg[f] = q
+        for t in range(tables):
+            code = 0
+            for j in range(k):
+                f = t * k + j
+                a = arg[f]
+                attempt = 1
+                while a < 0 and attempt <= 2 * n_fn:
+                    a = arg[_probe(f, attempt, n_fn)]
+                    attempt += 1
+                code = code * base + max(a, 0)
+            out[i, t] = code
+
+
+@nb.njit(cache=True, nogil=True)
+def simhash_codes(indptr, indices, data, col_ptr, col_fn, col_sign, k, tables, out):
+    """Signed random projections: bit j of table t is 1 when the projection of function
+    t*k+j (coordinate c feeds the functions col_fn[col_ptr[c]:col_ptr[c+1]] with signs
+    col_sign) is positive; sums in float64."""
+    n_fn = k * tables
+    acc = np.zeros(n_fn, dtype=np.float64)
+    for i in range(len(indptr) - 1):
+        acc[:] = 0.0
+        for e in range(indptr[i], indptr[i + 1]):
+            c = indices[e]
+            v = np.float64(data[e])
+            for j in range(col_ptr[c], col_ptr[c + 1]):
+                acc[col_fn[j]] += col_sign[j] * v
+        for t in range(tables):
+            code = 0
+            for j in range(k):
+                code = code * 2 + (1 if acc[t * k + j] > 0 else 0)
+            out[i, t] = code
+
+
+@nb.njit(cache=True, nogil=True)
+def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
+    """Per sample, the union of the rows in the buckets its codes hit (table t: rows[t]
+    ordered by keys[t]) and of its label rows (-1: not here), ascending. Returns the CSR of
+    the active pairs (ptr, rows) and each pair's target mass (0 unless a label)."""
+    batch, n_tables = codes.shape
+    stamp = np.full(n_rows, -1, dtype=np.int64)
+    counts = np.zeros(batch, dtype=np.int64)
+    has_labels = len(label_ptr) > 0
+    for s in range(batch):
+        c = 0
+        for t in range(n_tables):
+            lo = np.searchsorted(keys[t], codes[s, t], side="left")
+            hi = np.searchsorted(keys[t], codes[s, t], side="right")
+            for j in range(lo, hi):
+                r = rows[t, j]
+                if stamp[r] != s:
+                    stamp[r] = s
+                    c += 1
+        if has_labels:
+            for j in range(label_ptr[s], label_ptr[s + 1]):
+                r = label_rows[j]
+                if r >= 0 and stamp[r] != s:
+                    stamp[r] = s
+                    c += 1
+        counts[s] = c
+    ptr = np.zeros(batch + 1, dtype=np.int64)
+    for s in range(batch):
+        ptr[s + 1] = ptr[s] + counts[s]
+    out = np.empty(ptr[batch], dtype=np.int64)
+    mass = np.zeros(ptr[batch], dtype=label_weights.dtype)
+    stamp[:] = -1
+    for s in range(batch):
+        c = ptr[s]
+        for t in range(n_tables):
+            lo = np.searchsorted(keys[t], codes[s, t], side="left")
+            hi = np.searchsorted(keys[t], codes[s, t], side="right")
+            for j in range(lo, hi):
+                r = rows[t, j]
+                if stamp[r] != s:
+                    stamp[r] = s
+                    out[c] = r
+                    c += 1
+        if has_labels:
+            for j in range(label_ptr[s], label_ptr[s + 1]):
+                r = label_rows[j]
+                if r >= 0 and stamp[r] != s:
+                    stamp[r] = s
+                    out[c] = r
+                    c += 1
+        out[ptr[s]:c] = np.sort(out[ptr[s]:c])
+        if has_labels:
+            for j in range(label_ptr[s], label_ptr[s + 1]):
+                r = label_rows[j]
+                if r >= 0:
+                    a = ptr[s] + np.searchsorted(out[ptr[s]:c], r)
+                    mass[a] = label_weights[j]
+    return ptr, out, mass
+
+
+@nb.njit(cache=True, nogil=True)
+def sampled_forward(ptr, act, indptr, indices, data, bias, xt, z):
+    """z[a] = bias[r] + W[r] . xt[s] for every active pair a = (r, s); xt is (batch x inputs)."""
+    for s in range(len(ptr) - 1):
+        x = xt[s]
+        for a in range(ptr[s], ptr[s + 1]):
+            r = act[a]
+            acc = bias[r]
+            for e in range(indptr[r], indptr[r + 1]):
+                acc += data[e] * x[indices[e]]
+            z[a] = acc
+
+
+@nb.njit(cache=True, nogil=True)
+def sampled_backward(ptr, act, delta, indptr, indices, data, xt, slot, entry_start, gw, gb,
+                     part):
+    """For every active pair a = (r, s) with error delta[a]: the bias and weight gradients of
+    row r (at slot[r] of the compact arrays: gb[slot], gw[entry_start[slot] + entry]) and the
+    partial sums part[c, s] += delta W[r, c] of the inputs. Samples in order: the sums over a
+    batch are taken in sample order."""
+    for s in range(len(ptr) - 1):
+        x = xt[s]
+        for a in range(ptr[s], ptr[s + 1]):
+            r = act[a]
+            d = delta[a]
+            u = slot[r]
+            gb[u] += d
+            lo = indptr[r]
+            base = entry_start[u] - lo
+            for e in range(lo, indptr[r + 1]):
+                c = indices[e]
+                gw[base + e] += d * x[c]
+                part[c, s] += d * data[e]
+
+
+def warm_up() -> None:
+    """Compile the kernels for both value types now, not in a timed step."""
+    for dt in (np.float32, np.float64):
+        ip, ix, dd = np.array([0, 2]), np.array([0, 1]), np.ones(2, dt)
+        out = np.empty((1, 1), dtype=np.int64)
+        dwta_codes(ip, ix, dd, np.zeros((1, 2), np.int32), np.zeros((1, 2), np.int8), 1, 1, 2,
+                   out)
+        simhash_codes(ip, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
+                      np.ones(1, np.int8), 1, 1, out)
+        ptr, act, mass = retrieve(out, np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),
+                                  np.array([0, 1]), np.array([0]), np.ones(1, dt), 1)
+        z = np.empty(len(act), dtype=dt)
+        xt = np.ones((1, 2), dtype=dt)
+        sampled_forward(ptr, act, ip, ix, dd, np.zeros(1, dt), xt, z)
+        sampled_backward(ptr, act, z, ip, ix, dd, xt, np.zeros(1, np.int64),
+                         np.zeros(1, np.int64), np.zeros(2, dt), np.zeros(1, dt),
+                         np.zeros((2, 1), dt))

@@ -1,0 +1,169 @@
+"""Locality-sensitive hashing of a layer's neurons (SLIDE: Chen et al., MLSys 2020): the hash
+functions, the tables over a set of neurons, and the rebuild schedule. No MPI.
+
+``--lsh LAYER:K:L[:dwta|simhash]`` puts L tables of K functions each on a layer. A neuron is
+hashed by its weight row, a sample by the layer's input vector, both in the global input
+coordinates, so a neuron lands in the same buckets on every grid. The functions come from
+(seed, layer) alone:
+
+- ``dwta`` (densified winner-take-all, SLIDE's choice for Amazon-670K): K x L bins of
+  ``BIN`` coordinates cut from seeded permutations of the inputs; a function's code is the
+  position of the bin's largest nonzero value, an empty bin borrows another function's code;
+  a table's bucket packs its K codes (BIN^K buckets).
+- ``simhash`` (signed random projections): each function sums the coordinates with seeded
+  signs, each coordinate taking part with probability 1/3; a table's bucket is its K sign bits
+  (2^K buckets).
+
+The tables are rebuilt from the current weights at step 0 and then after ``--rehash N`` steps,
+each period 10% longer than the one before (SLIDE's exponentially growing period), and at every
+checkpoint step, so that a resumed run rebuilds exactly what an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+KINDS = ("dwta", "simhash")
+BIN = 8  # coordinates per DWTA bin (SLIDE's)
+SIMHASH_DENSITY = 1 / 3
+REHASH_GROWTH = 1.1
+
+
+@dataclass(frozen=True, kw_only=True)
+class LshSpec:
+    """What ``--lsh`` asked for: L tables of K functions on layer ``layer`` (from 1)."""
+
+    layer: int
+    k: int
+    tables: int
+    kind: Literal["dwta", "simhash"] = "dwta"
+
+    def text(self) -> str:
+        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}"
+
+
+def parse_lsh(text: str) -> LshSpec:
+    """``LAYER:K:L[:dwta|simhash]``."""
+    parts = text.strip().split(":")
+    if len(parts) not in (3, 4):
+        raise ValueError(f"{text!r}: write LAYER:K:L[:dwta|simhash], e.g. 2:6:50")
+    try:
+        layer, k, tables = (int(p) for p in parts[:3])
+    except ValueError:
+        raise ValueError(f"{text!r}: LAYER, K and L must be integers") from None
+    kind = parts[3].lower() if len(parts) == 4 else "dwta"
+    if kind not in KINDS:
+        raise ValueError(f"{text!r}: unknown hash {parts[3]!r}; choose dwta or simhash")
+    top = 20 if kind == "dwta" else 62  # the bucket id must fit 62 bits
+    if not 1 <= k <= top:
+        raise ValueError(f"{text!r}: K must lie in [1, {top}] for {kind}, not {k}")
+    if not 1 <= tables <= 1000:
+        raise ValueError(f"{text!r}: L must lie in [1, 1000], not {tables}")
+    if layer < 1:
+        raise ValueError(f"{text!r}: layers count from 1")
+    return LshSpec(layer=layer, k=k, tables=tables, kind=kind)
+
+
+def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) -> bool:
+    """Whether the tables are rebuilt before step ``step`` (0-based): at 0, after ``first``
+    steps and each period 10% longer than the last, and at every checkpoint step."""
+    if step == 0 or (checkpoint_every and step % checkpoint_every == 0):
+        return True
+    at, period = 0, first
+    while at < step:
+        at += period
+        period = math.ceil(period * REHASH_GROWTH)
+    return at == step
+
+
+@dataclass(frozen=True)
+class HashFunctions:
+    """The K x L functions of one layer over ``n_in`` input coordinates."""
+
+    spec: LshSpec
+    n_in: int
+    base: int  # DWTA: the code range (BIN, or n_in when smaller)
+    bin_of: np.ndarray  # DWTA: (permutations x n_in) function of each coordinate, -1: none
+    pos_of: np.ndarray  # DWTA: its position in the bin
+    col_ptr: np.ndarray  # SimHash: coordinate c feeds col_fn[col_ptr[c]:col_ptr[c + 1]]
+    col_fn: np.ndarray
+    col_sign: np.ndarray
+
+    @staticmethod
+    def make(spec: LshSpec, n_in: int, seed: int) -> HashFunctions:
+        rng = np.random.default_rng([seed, 0x51DE, spec.layer])
+        n_fn = spec.k * spec.tables
+        empty = np.zeros((0, n_in), dtype=np.int32)
+        if spec.kind == "dwta":
+            base = min(BIN, n_in)
+            per = n_in // base  # bins per permutation
+            n_perm = math.ceil(n_fn / per)
+            bin_of = np.full((n_perm, n_in), -1, dtype=np.int32)
+            pos_of = np.zeros((n_perm, n_in), dtype=np.int8)
+            for p in range(n_perm):
+                order = rng.permutation(n_in)[: per * base].reshape(per, base)
+                fns = p * per + np.arange(per)
+                ok = fns < n_fn
+                bin_of[p, order[ok]] = fns[ok, None]
+                pos_of[p, order[ok]] = np.arange(base, dtype=np.int8)[None, :]
+            return HashFunctions(spec, n_in, base, bin_of, pos_of, np.zeros(1, np.int64),
+                                 np.zeros(0, np.int32), np.zeros(0, np.int8))
+        member = rng.random((n_in, n_fn)) < SIMHASH_DENSITY
+        signs = np.where(rng.random((n_in, n_fn)) < 0.5, -1, 1).astype(np.int8)
+        col_ptr = np.zeros(n_in + 1, dtype=np.int64)
+        np.cumsum(member.sum(axis=1), out=col_ptr[1:])
+        col_fn = np.nonzero(member)[1].astype(np.int32)
+        return HashFunctions(spec, n_in, 2, empty, empty.astype(np.int8), col_ptr, col_fn,
+                             signs[member])
+
+    def codes(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """Bucket of every CSR row (vectors over the input coordinates) in every table:
+        (rows x L) int64."""
+        from spdnn.kernels import _numba_lsh as nbl
+
+        out = np.empty((len(indptr) - 1, self.spec.tables), dtype=np.int64)
+        if self.spec.kind == "dwta":
+            nbl.dwta_codes(indptr, indices, data, self.bin_of, self.pos_of, self.spec.k,
+                           self.spec.tables, self.base, out)
+        else:
+            nbl.simhash_codes(indptr, indices, data, self.col_ptr, self.col_fn, self.col_sign,
+                              self.spec.k, self.spec.tables, out)
+        return out
+
+    def codes_of_columns(self, x: np.ndarray) -> np.ndarray:
+        """Buckets of the columns of a dense (n_in x batch) block: (batch x L)."""
+        xt = np.ascontiguousarray(x.T)
+        nz = xt != 0
+        indptr = np.zeros(xt.shape[0] + 1, dtype=np.int64)
+        np.cumsum(nz.sum(axis=1), out=indptr[1:])
+        cols = np.nonzero(nz)[1]
+        return self.codes(indptr, cols, xt[nz])
+
+
+@dataclass(frozen=True)
+class Tables:
+    """L tables over a set of neurons: table t lists the neurons (local ids) ``rows[t]``
+    ordered by their bucket ``keys[t]`` (ties by id)."""
+
+    keys: np.ndarray  # (L x n) int64
+    rows: np.ndarray  # (L x n) int64
+
+    @staticmethod
+    def build(codes: np.ndarray) -> Tables:
+        order = np.argsort(codes.T, axis=1, kind="stable")
+        return Tables(np.ascontiguousarray(np.take_along_axis(codes.T, order, axis=1)),
+                      np.ascontiguousarray(order.astype(np.int64)))
+
+    def retrieve(self, sample_codes: np.ndarray, n_rows: int, label_ptr: np.ndarray,
+                 label_rows: np.ndarray, label_weights: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Active pairs of a batch: CSR (ptr, rows) over the samples, ascending rows, and each
+        pair's target mass (label_ptr empty: no labels added, as in inference)."""
+        from spdnn.kernels import _numba_lsh as nbl
+
+        return nbl.retrieve(sample_codes, self.keys, self.rows, label_ptr, label_rows,
+                            label_weights, n_rows)

@@ -1,0 +1,251 @@
+"""The output layer with LSH-selected neurons (``--lsh``, SLIDE) on one rank's rows.
+
+Each rank hashes the rows it owns into its own tables (spdnn.model.lsh). Per batch it hashes
+every sample's input vector (the layer's whole input: from the X buffer when the rank's rows
+read every input, else gathered from the owners), retrieves the union of the buckets hit plus,
+in training, the sample's labels it owns, and computes those (neuron, sample) pairs only. The
+softmax normaliser over the active outputs of all ranks is one small all-reduce per batch; the
+backward pass gives the gradients of the active rows only (compact: rows in the union over the
+replicas) and the partial sums of the inputs, which fold to their owners as in exact training.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from spdnn.comm import Communicator
+from spdnn.kernels import _numba_lsh as nbl
+from spdnn.kernels import products as kernels
+from spdnn.kernels.ranges import concat_ranges
+from spdnn.model.labels import MultiLabels
+from spdnn.model.lsh import HashFunctions, LshSpec, Tables
+from spdnn.model.optim import RowGrad
+from spdnn.runtime.accounting import Timers
+from spdnn.runtime.gradsum import GradientSums
+from spdnn.runtime.halo import Traffic
+from spdnn.runtime.local_layer import LocalLayer
+from spdnn.runtime.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class _Batch:
+    ptr: np.ndarray  # active pairs: CSR over the samples
+    act: np.ndarray  # local rows, ascending per sample
+    mass: np.ndarray  # target mass of each pair (training)
+    z: np.ndarray  # pre-activation of each pair
+    xt: np.ndarray  # the layer's input buffer, (batch x buffer rows)
+
+    @property
+    def samples(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))
+
+
+def as_labels(y: np.ndarray | MultiLabels, n_out: int) -> MultiLabels:
+    """Integer labels as one-label sets."""
+    if isinstance(y, MultiLabels):
+        return y
+    return MultiLabels(np.arange(len(y) + 1, dtype=np.int64), np.asarray(y, np.int64), n_out)
+
+
+class SampledOutput:
+    """One rank's LSH tables and sampled passes of the last layer (collective over the model
+    communicator ``comm``; the union of active rows also over the replicas, ``data``)."""
+
+    def __init__(self, comm: Communicator, data: Communicator, layer: LocalLayer, n_in: int,
+                 n_out: int, spec: LshSpec, seed: int) -> None:
+        nbl.warm_up()
+        self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
+        self.n_in, self.n_out = n_in, n_out
+        self.hashes = HashFunctions.make(spec, n_in, seed)
+        self.local = np.full(n_out, -1, dtype=np.int64)
+        self.local[layer.rows] = np.arange(len(layer.rows))
+        self.tables: Tables | None = None
+        self.active_pairs = 0  # counted over the batches, for the reports
+        self.samples_seen = 0
+        # every rank's buffer holds the whole input (a full layer): hash from it, else gather
+        whole = float(len(layer.buffer_rows) == n_in)
+        self._whole_buffer = (comm.allreduce_scalar(whole, "min") if comm.size > 1 else whole) > 0
+        owned = layer.buffer_rows[: layer.n_owned_prev]
+        every = [owned] if comm.size == 1 or self._whole_buffer else comm.allgather(owned)
+        self._owned_ids = np.concatenate(every)
+        self._owned_counts = np.array([len(o) for o in every], dtype=np.int64)
+        self._batch: _Batch | None = None
+
+    def attach(self, traffic: Traffic, timers: Timers, sums: GradientSums,
+               cap: float | None) -> None:
+        """The network's counters, timers and gradient sums, for the passes below."""
+        self._traffic, self._timers, self._sums, self._cap = traffic, timers, sums, cap
+
+    def forward_layer(self, xbuf: np.ndarray, labels: MultiLabels | None) -> None:
+        """The layer's forward pass: the usual expand of its inputs, then ``forward``."""
+        i, ex, t = self.layer.index - 1, self.layer.exchange, self._timers
+        t0 = time.perf_counter()
+        reqs, sent = ex.start_expand(xbuf)
+        self._traffic.count("forward", i, ex.rows_sent, xbuf.shape[1], xbuf.itemsize, sent,
+                            len(ex.send_peers))
+        t1 = time.perf_counter()
+        ex.finish_expand(reqs, xbuf)
+        t2 = time.perf_counter()
+        self.forward(xbuf, labels)
+        t.add("forward", i, compute=time.perf_counter() - t2, comm=t1 - t0, wait=t2 - t1)
+
+    def backward_layer(self, delta: np.ndarray, ws: Workspace
+                       ) -> tuple[RowGrad, RowGrad, np.ndarray]:
+        """The layer's backward pass: ``backward``, the sums of its compact gradients over the
+        replicas started, the partial sums folded to their owners and the slope applied;
+        returns the gradients and the error block of the layer below."""
+        i, ex, t = self.layer.index - 1, self.layer.exchange, self._timers
+        t0 = time.perf_counter()
+        g = ws.partial[i]
+        gw, gb = self.backward(delta, g, ws.ghost[i])
+        t1 = time.perf_counter()
+        if i == 0:  # nothing below
+            self._sums.start(i, gw.values, gb.values)
+            t.add("backward", i, compute=t1 - t0)
+            return gw, gb, g
+        reqs, recv, sent = ex.start_fold(ws.ghost[i], ws.xbufs[i])
+        self._traffic.count("backward", i, ex.n_ghost, g.shape[1], g.itemsize, sent,
+                            len(ex.recv_peers))
+        t2 = time.perf_counter()
+        self._sums.start(i, gw.values, gb.values)
+        t3 = time.perf_counter()
+        ex.finish_fold(reqs, recv, g, ws.xbufs[i])
+        t4 = time.perf_counter()
+        kernels.apply_slope(g, ws.zs[i - 1], self._cap)
+        t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (time.perf_counter() - t4),
+              comm=t2 - t1, wait=t4 - t3)
+        return gw, gb, g
+
+    def rebuild(self) -> None:
+        """Hash this rank's rows (their current weights) into fresh tables."""
+        w = self.layer.weight
+        self.tables = Tables.build(self.hashes.codes(w.indptr, self.layer.buffer_rows[w.indices],
+                                                     w.data))
+
+    def _sample_codes(self, xbuf: np.ndarray, xt: np.ndarray) -> np.ndarray:
+        if self._whole_buffer:
+            nz = xt != 0
+            indptr = np.zeros(xt.shape[0] + 1, dtype=np.int64)
+            np.cumsum(nz.sum(axis=1), out=indptr[1:])
+            cols = self.layer.buffer_rows[np.nonzero(nz)[1]]
+            return self.hashes.codes(indptr, cols, xt[nz])
+        own = np.ascontiguousarray(xbuf[: self.layer.n_owned_prev])
+        batch = xbuf.shape[1]
+        gathered = np.empty((int(self._owned_counts.sum()), batch), dtype=xbuf.dtype)
+        reqs = [self.comm.iallgatherv(own, gathered, self._owned_counts * batch)]
+        self.comm.waitall(reqs, f"the gathering of layer {self.layer.index - 1} for hashing")
+        full = np.zeros((self.n_in, batch), dtype=xbuf.dtype)
+        full[self._owned_ids] = gathered
+        return self.hashes.codes_of_columns(full)
+
+    def forward(self, xbuf: np.ndarray, labels: MultiLabels | None) -> None:
+        """The active pairs of this batch and their pre-activations (``xbuf``: the layer's input
+        buffer with its ghost rows filled); ``labels`` (training) join the active sets."""
+        assert self.tables is not None, "rebuild() before the first forward pass"
+        xt = np.ascontiguousarray(xbuf.T)
+        codes = self._sample_codes(xbuf, xt)
+        dtype = xbuf.dtype
+        if labels is not None:
+            lptr, lrows, lw = labels.indptr, self.local[labels.indices], labels.weights(dtype)
+        else:
+            lptr, lrows, lw = (np.zeros(0, np.int64), np.zeros(0, np.int64),
+                               np.zeros(0, dtype))
+        ptr, act, mass = self.tables.retrieve(codes, len(self.layer.rows), lptr, lrows, lw)
+        w = self.layer.weight
+        z = np.empty(len(act), dtype=dtype)
+        nbl.sampled_forward(ptr, act, w.indptr, w.indices, w.data, self.layer.bias, xt, z)
+        self._batch = _Batch(ptr, act, mass, z, xt)
+        self.active_pairs += len(act)
+        self.samples_seen += xbuf.shape[1]
+
+    def _best(self, b: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per sample: the largest active output over all ranks, its global row (the lowest
+        among equals; int64 max when nothing is active) and the pair's sample index."""
+        batch, samples = len(b.ptr) - 1, b.samples
+        local_max = np.full(batch, -np.inf, dtype=b.z.dtype)
+        np.maximum.at(local_max, samples, b.z)
+        gmax = self.comm.allreduce(local_max, "max") if self.comm.size > 1 else local_max
+        none = np.iinfo(np.int64).max
+        cand = np.full(batch, none, dtype=np.int64)
+        top = b.z == gmax[samples]
+        np.minimum.at(cand, samples[top], self.layer.rows[b.act[top]])
+        pred = self.comm.allreduce(cand, "min") if self.comm.size > 1 else cand
+        return gmax, pred, samples
+
+    def loss(self, labels: MultiLabels, scale: int, sample_losses: np.ndarray | None = None
+             ) -> tuple[float, int, np.ndarray]:
+        """Softmax cross-entropy over the active outputs of every rank, the target mass split
+        over the labels (always active in training): the loss (mean over ``scale`` samples),
+        the count of samples whose best active output is a label, and the error of each
+        active pair."""
+        b = self._batch
+        assert b is not None
+        gmax, pred, samples = self._best(b)
+        shifted = b.z - gmax[samples]
+        e = np.exp(shifted)
+        batch = len(b.ptr) - 1
+        packed = np.zeros((2, batch), dtype=b.z.dtype)
+        packed[0] = np.bincount(samples, weights=e, minlength=batch)
+        packed[1] = np.bincount(samples, weights=b.mass * shifted, minlength=batch)
+        total, target = self.comm.allreduce(packed) if self.comm.size > 1 else packed
+        has = labels.counts > 0
+        per_sample = np.where(has, np.log(np.where(has, total, 1)) - target, 0.0)
+        if sample_losses is not None:
+            sample_losses[:] = per_sample
+        delta = (e / np.where(has, total, 1)[samples] - b.mass) / scale
+        delta[~has[samples]] = 0
+        correct = int(np.sum(labels.contains(np.where(pred == np.iinfo(np.int64).max, -1,
+                                                      pred))))
+        return float(np.sum(per_sample)) / scale, correct, delta.astype(b.z.dtype, copy=False)
+
+    def backward(self, delta: np.ndarray, partial: np.ndarray, ghost: np.ndarray
+                 ) -> tuple[RowGrad, RowGrad]:
+        """The gradients of the rows active anywhere in this step's batch (the union over the
+        replicas, which sum them) and the inputs' partial sums: owned rows into ``partial``,
+        ghost rows into ``ghost``."""
+        b = self._batch
+        assert b is not None
+        mine = np.unique(b.act)
+        union = np.unique(np.concatenate(self.data.allgather(mine))) \
+            if self.data.size > 1 else mine
+        w = self.layer.weight
+        slot = np.full(len(self.layer.rows), -1, dtype=np.int64)
+        slot[union] = np.arange(len(union))
+        counts = np.diff(w.indptr)[union]
+        entry_start = np.zeros(len(union), dtype=np.int64)
+        np.cumsum(counts[:-1], out=entry_start[1:])
+        gw = np.zeros(int(counts.sum()), dtype=w.dtype)
+        gb = np.zeros(len(union), dtype=w.dtype)
+        part = np.zeros((self.layer.n_buffer_rows, len(b.ptr) - 1), dtype=w.dtype)
+        nbl.sampled_backward(b.ptr, b.act, delta, w.indptr, w.indices, w.data, b.xt, slot,
+                             entry_start, gw, gb, part)
+        n_own = self.layer.n_owned_prev
+        partial[:] = part[:n_own]
+        ghost[:] = part[n_own:]
+        positions = concat_ranges(w.indptr[union], counts)
+        return RowGrad(positions, gw), RowGrad(union, gb)
+
+    def top_k(self, k: int) -> np.ndarray:
+        """The k best active outputs' global rows per sample (samples x k, -1 past the active
+        ones), best first, ties by row: each rank's k best, gathered, merged."""
+        b = self._batch
+        assert b is not None
+        batch, samples = len(b.ptr) - 1, b.samples
+        rows = self.layer.rows[b.act]
+        order = np.lexsort((rows, -b.z, samples))
+        rank_in = np.arange(len(order)) - b.ptr[samples[order]]
+        keep = order[rank_in < k]
+        values = np.full((batch, k), -np.inf)
+        ids = np.full((batch, k), np.iinfo(np.int64).max, dtype=np.int64)
+        pos = rank_in[rank_in < k]
+        values[samples[keep], pos] = b.z[keep]
+        ids[samples[keep], pos] = rows[keep]
+        parts = self.comm.allgather((values, ids)) if self.comm.size > 1 else [(values, ids)]
+        values = np.concatenate([p[0] for p in parts], axis=1)
+        ids = np.concatenate([p[1] for p in parts], axis=1)
+        pick = np.lexsort((ids, -values), axis=1)[:, :k]
+        best = np.take_along_axis(ids, pick, axis=1)
+        return np.where(best == np.iinfo(np.int64).max, -1, best)

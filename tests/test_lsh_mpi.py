@@ -1,0 +1,76 @@
+"""LSH-selected output neurons (``--lsh``, SLIDE) on every grid equal the serial reference of
+the same sampled algorithm (the same active sets: the same count of active pairs, losses and
+weights within 1e-10); a resumed run equals the uninterrupted one. Run under mpiexec -n 1, 2,
+3 and 4."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spdnn.io.datasets import load_dataset
+from spdnn.model.lsh import parse_lsh
+from spdnn.reference import train as reference_train
+from spdnn.runtime.checkpoint import load_checkpoint
+from spdnn.runtime.session import gather_network
+from spdnn.runtime.training import TrainConfig, train
+from tests.helpers import small_network
+from tests.test_replicas_mpi import SGD, _assert_close, _digest, _open, grids
+
+pytestmark = pytest.mark.mpi
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "xc-sample"
+
+
+@pytest.mark.parametrize("spec", ["2:3:6:dwta", "2:5:6:simhash"])
+@pytest.mark.parametrize("method", ["block", "hypergraph"])
+def test_sampled_training_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, spec,
+                                                                   method):
+    data = load_dataset(f"xc:{SAMPLE}", "float64")
+    # a sparse output layer (fan-in 24 of 40): ranks hash a gathered input vector
+    net = small_network((256, 40, 128), fan_in=24, seed=5, bias_scale=0.1)
+    lsh = parse_lsh(spec)
+    cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=14, lsh=lsh,
+                      rehash=3)
+    expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=14, lsh=lsh,
+                                    rehash=3)
+    assert 0 < ref[0].active_outputs < 128
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, method, name="lsh")
+        reports = train(comm, run.dnet, data, cfg)
+        assert [r.active_outputs for r in reports] == [r.active_outputs for r in ref]
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=1e-12)
+        assert [r.train_accuracy for r in reports] == [r.train_accuracy for r in ref]
+        assert [r.precision_at_5 for r in reports] == [r.precision_at_5 for r in ref]
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        assert len(set(run.dnet.grid.data.allgather(_digest(run.dnet)))) == 1
+        run.dnet.grid.free()
+
+
+def test_sampled_training_resumes_exactly(comm, mpi_tmp_path):
+    data = load_dataset(f"xc:{SAMPLE}", "float64")
+    net = small_network((256, 40, 128), fan_in=40, seed=6, bias_scale=0.1)
+    grid = grids(comm.size)[-1]  # the most replicas
+    full = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=5, lsh=parse_lsh("2:4:5"),
+                       rehash=2)
+    ckpt = str(mpi_tmp_path / "ckpt-lsh")
+    whole = _open(comm, mpi_tmp_path, net, *grid, name="lsh-r").dnet
+    expected = train(comm, whole, data, replace(full, checkpoint_dir=str(mpi_tmp_path / "w"),
+                                                checkpoint_every=4))
+    first = _open(comm, mpi_tmp_path, net, *grid, name="lsh-r").dnet
+    train(comm, first, data, replace(full, max_steps=4, checkpoint_dir=ckpt,
+                                     checkpoint_every=4))
+    resumed = _open(comm, mpi_tmp_path, net, *grid, name="lsh-r").dnet
+    position, momentum = load_checkpoint(resumed, ckpt, full.settings())
+    assert position.step == 4
+    reports = train(comm, resumed, data, replace(full, checkpoint_dir=ckpt, checkpoint_every=4),
+                    position, momentum)
+    assert reports[-1].loss == expected[-1].loss
+    assert _digest(resumed) == _digest(whole)
+    for d in (whole, first, resumed):
+        d.grid.free()
