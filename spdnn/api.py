@@ -70,10 +70,11 @@ def train(network: Path | Network, *, data: str = "digits", run: RunOptions | No
 def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | None = None,
           truth: Path | None = None, categories_out: Path | None = None,
           metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
-          verbose: bool = False) -> InferResult:
+          verbose: bool = False, lsh: str | None = None) -> InferResult:
     """Inference with ``network`` (a path or a ``Network``): accuracy on the test split of a
-    data set (``digits``, ``npz:FILE``, ``mnist:DIR``), or the Graph Challenge categories of
-    an images file (``.tsv`` / ``.mtx``; with ``truth``, compared with an official category
+    data set (``digits``, ``npz:FILE``, ``mnist:DIR``; ``xc:DIR``: P@1 and P@5, among the
+    output neurons that ``lsh`` tables retrieve when given), or the Graph Challenge categories
+    of an images file (``.tsv`` / ``.mtx``; with ``truth``, compared with an official category
     file; ``categories_out`` writes them, 1-based). Collective."""
     from spdnn.jobs.infer import run_inference
 
@@ -82,6 +83,6 @@ def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | 
     c.watch(_timeout(run))
     try:
         return c.guard(lambda: run_inference(c, network, inputs, run, truth,
-                                             categories_out, metrics_out, verbose))
+                                             categories_out, metrics_out, verbose, lsh))
     finally:
         c.watch(None)

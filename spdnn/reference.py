@@ -15,10 +15,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.io.datasets import Dataset
+from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, is_rebuild_step
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.batching import batch_order, batches, columns
 from spdnn.model.labels import MultiLabels, precision_at
-from spdnn.model.lsh import HashFunctions, LshSpec, Tables, is_rebuild_step
 from spdnn.model.network import Network
 from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
 from spdnn.model.optim import SGD, RowGrad, SGDConfig, interleave, parameters

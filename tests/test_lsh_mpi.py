@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from spdnn.io.datasets import load_dataset
-from spdnn.model.lsh import parse_lsh
+from spdnn.kernels.lsh import parse_lsh
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
 from spdnn.runtime.session import gather_network

@@ -155,7 +155,8 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, resume_with_changes=args.resume_with_changes,
         compress=args.compress.text(), compress_min_values=args.compress_min_values,
-        critical_set=args.critical_set, refresh=args.refresh)
+        critical_set=args.critical_set, refresh=args.refresh, lsh=args.lsh,
+        rehash=args.rehash)
     train(args.network, data=args.data, run=_run_options(args), options=options,
           save=args.save, metrics_out=args.metrics_out, comm=comm, verbose=True)
     return 0
@@ -167,7 +168,7 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 
     infer(args.network, inputs=args.inputs, run=_run_options(args), truth=args.truth,
           categories_out=args.categories_out, metrics_out=args.metrics_out, comm=comm,
-          verbose=True)
+          verbose=True, lsh=args.lsh)
     return 0
 
 

@@ -11,11 +11,10 @@ from collections.abc import Sequence
 
 from spdnn.cli._emulate import add_parser as add_emulate
 from spdnn.cli._examples import EXAMPLES, EXAMPLES_BY_COMMAND
+from spdnn.cli._lossy import add_lossy, lsh_spec
 from spdnn.cli._xc import add_parser as add_xc_data
 from spdnn.cli.options import (
     OneLineParser,
-    compressor,
-    fraction,
     non_negative,
     positive_int,
     report,
@@ -223,20 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "differ from the run that wrote the checkpoint (the result then "
                          "differs from an uninterrupted run)")
     tr.add_argument("--metrics-out", help="write per-epoch metrics, traffic and timing as JSON")
-    lossy = tr.add_argument_group(
-        "lossy speed-ups (opt-in; docs/lossy.md)")
-    lossy.add_argument("--compress", type=compressor, default="none", metavar="SPEC",
-                       help="compress the gradient sums over replicas, with error feedback: "
-                            "none, topk:RATIO, dgc:RATIO, sidco:RATIO[:exp|gamma|gpareto] or "
-                            "hylo (2 bits per value); RATIO = fraction of the values a rank "
-                            "sends, e.g. 0.01")
-    lossy.add_argument("--compress-min-values", type=seed, default=0, metavar="N",
-                       help="sum layers with fewer gradient values than N on a rank exactly")
-    lossy.add_argument("--critical-set", type=fraction, metavar="FRACTION",
-                       help="between full passes, train only on this fraction of the samples "
-                            "with the highest loss in the last full pass")
-    lossy.add_argument("--refresh", type=positive_int, metavar="K",
-                       help="with --critical-set: a full pass every K epochs (default 2)")
+    add_lossy(tr)
 
     inf = _command(sub, "infer", "run inference",
                    "Classification accuracy on a data set, or Graph Challenge inference on "
@@ -248,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
     inf.add_argument("--metrics-out", help="write metrics as JSON")
+    inf.add_argument("--lsh", type=lsh_spec, metavar="LAYER:K:L[:dwta|simhash]",
+                     help="multi-label data: P@k among the output neurons that LSH tables "
+                          "built from the network's weights retrieve (default: every neuron)")
 
     cal = _command(sub, "calibrate", "measure this machine for the cost model",
                    "Measure, on every rank at once, the time per nonzero x sample of the local "

@@ -9,9 +9,11 @@ import time
 import numpy as np
 
 from spdnn.comm import Communicator
+from spdnn.errors import SpdnnError
 from spdnn.io.datasets import check_fits, load_dataset
 from spdnn.io.formats import read_categories, read_inputs, write_categories
 from spdnn.jobs._open import open_job
+from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.network import Network
 from spdnn.model.records import InferResult, RunOptions
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
@@ -21,10 +23,20 @@ from spdnn.runtime.session import write_json
 DATA_SETS = ("digits", "npz:", "mnist:", "xc:")
 
 
+def _lsh(text: str, sizes: tuple[int, ...]) -> LshSpec:
+    try:
+        spec = parse_lsh(text)
+    except ValueError as exc:
+        raise SpdnnError(f"--lsh: {exc}") from None
+    check_lsh_layer(spec, len(sizes) - 1)
+    return spec
+
+
 def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec: str,
                   run: RunOptions,
                   truth: str | os.PathLike | None, categories_out: str | os.PathLike | None,
-                  metrics_out: str | os.PathLike | None, verbose: bool) -> InferResult:
+                  metrics_out: str | os.PathLike | None, verbose: bool,
+                  lsh: str | None = None) -> InferResult:
     """The job behind ``spdnn.infer`` and ``spdnn infer``. Collective."""
     categories_out = None if categories_out is None else os.fspath(categories_out)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
@@ -46,9 +58,17 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         t0 = time.perf_counter()
         extra: dict = {}
         if data.multi_label:
-            acc, p5 = precisions(dnet, x_local, y)
+            if lsh is not None:
+                spec = comm.check(lambda: _lsh(lsh, job.bundle.sizes))
+                dnet.use_lsh(spec, 0)
+                dnet.sampled.rebuild()
+            acc, p5 = precisions(dnet, x_local, y, sampled=lsh is not None)
             extra = {"precision_at_1": acc, "precision_at_5": p5}
             what = f"P@1 {acc:.4f}, P@5 {p5:.4f}"
+            if lsh is not None:
+                active = comm.allreduce_scalar(float(dnet.sampled.active_pairs)) / len(y)
+                extra |= {"lsh": lsh, "active_outputs": active}
+                what += f" among the LSH-retrieved outputs ({active:,.0f} per sample)"
         else:
             acc = evaluate(dnet, x_local, y)
             what = f"accuracy {acc:.4f}"

@@ -11,6 +11,7 @@ from typing import Any
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.datasets import check_fits, load_dataset
+from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
 from spdnn.model.network import Network
@@ -39,13 +40,21 @@ def _config(opt: TrainOptions) -> TrainConfig:
         compress = parse_compress(opt.compress, opt.compress_min_values)
     except ValueError as exc:
         raise SpdnnError(f"--compress: {exc}") from None
+    try:
+        lsh = parse_lsh(opt.lsh) if opt.lsh is not None else None
+    except ValueError as exc:
+        raise SpdnnError(f"--lsh: {exc}") from None
+    if lsh is not None and opt.loss != "cross_entropy":
+        raise SpdnnError("--lsh trains with the cross_entropy loss (softmax over the active "
+                         "outputs)")
     return TrainConfig(epochs=opt.epochs, batch_size=opt.batch_size,
                        sgd=SGDConfig(opt.lr, opt.momentum, opt.weight_decay), seed=opt.seed,
                        shuffle=opt.shuffle, loss=opt.loss, max_steps=opt.max_steps,
                        checkpoint_dir=None if opt.checkpoint_dir is None else
                        os.fspath(opt.checkpoint_dir),
                        checkpoint_every=opt.checkpoint_every, compress=compress,
-                       critical_set=opt.critical_set, refresh=opt.refresh or 2)
+                       critical_set=opt.critical_set, refresh=opt.refresh or 2, lsh=lsh,
+                       rehash=opt.rehash)
 
 
 def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
@@ -53,6 +62,8 @@ def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
     if cfg.compress.enabled:
         note += f"; gradient sums compressed {cfg.compress.text()}" if replicas > 1 else \
             f"; --compress {cfg.compress.text()} has no effect with one replica (no sums)"
+    if cfg.lsh is not None:
+        note += f"; LSH {cfg.lsh.text()} on the output layer, rebuilt after {cfg.rehash} steps"
     if cfg.critical_set:
         note += f"; critical set {cfg.critical_set:g}, full pass every {cfg.refresh} epochs"
     return note
@@ -72,6 +83,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     sizes, dnet = job.bundle.sizes, job.dnet
     data = comm.check(lambda: load_dataset(data_spec, run.dtype))
     comm.check(lambda: check_fits(data, sizes, data_spec))
+    comm.check(lambda: check_lsh_layer(cfg.lsh, len(sizes) - 1))
     position, momentum, lossy = None, None, None
     if opt.resume:
         resume = os.fspath(opt.resume)

@@ -1,5 +1,5 @@
-"""numba kernels of LSH-selected neurons (spdnn.model.lsh, spdnn.runtime.sampled): hash codes
-of sparse vectors, the union of the buckets a batch hits, and the forward and backward
+"""numba kernels of LSH-selected neurons (spdnn.kernels.lsh, spdnn.runtime.sampled): hash
+codes of sparse vectors, the union of the buckets a batch hits, and the forward and backward
 products on the (neuron, sample) pairs of that union only. No Python loop per sample.
 
 Vectors come as CSR rows (indptr, indices = input coordinates, data); a zero value counts as
@@ -19,30 +19,28 @@ def _probe(f, attempt, n):
 
 
 @nb.njit(cache=True, nogil=True)
-def dwta_codes(indptr, indices, data, bin_of, pos_of, k, tables, base, out):
-    """Densified winner-take-all: function f's code is the position (0..base-1) of the largest
-    nonzero value among its bin's coordinates (the first among equals); an empty bin borrows
-    the code of another function. Table t's bucket packs functions t*k..t*k+k-1 in base
-    ``base``. ``bin_of[p, c]``: the function of coordinate c in permutation p (-1: none)."""
-    n_fn = k * tables
-    best = np.empty(n_fn, dtype=np.float64)
+def dwta_codes(indptr, indices, data, members, k, tables, n_in, out):
+    """Densified winner-take-all: function f's code is the position q of the largest nonzero
+    value among its bin's coordinates ``members[f]`` (the first among equals); an empty bin
+    borrows the code of another function. Table t's bucket packs functions t*k..t*k+k-1 in
+    base len(members[f])."""
+    n_fn, base = members.shape
+    dense = np.zeros(n_in, dtype=np.float64)
     arg = np.empty(n_fn, dtype=np.int64)
     for i in range(len(indptr) - 1):
-        for f in range(n_fn):
-            best[f] = -np.inf
-            arg[f] = -1
         for e in range(indptr[i], indptr[i + 1]):
-            v = np.float64(data[e])
-            if v == 0:
-                continue
-            c = indices[e]
-            for p in range(bin_of.shape[0]):
-                f = bin_of[p, c]
-                if f >= 0:
-                    q = pos_of[p, c]
-                    if v > best[f] or (v == best[f] and q < arg[f]):
-                        best[f] = v
-                        arg[f] = q
+            dense[indices[e]] = data[e]
+        for f in range(n_fn):
+            best = 0.0
+            a = -1
+            for q in range(base):
+                v = dense[members[f, q]]
+                if v != 0 and (a < 0 or v > best):
+                    best = v
+                    a = q
+            arg[f] = a
+        for e in range(indptr[i], indptr[i + 1]):
+            dense[indices[e]] = 0.0
         for t in range(tables):
             code = 0
             for j in range(k):
@@ -177,8 +175,7 @@ def warm_up() -> None:
     for dt in (np.float32, np.float64):
         ip, ix, dd = np.array([0, 2]), np.array([0, 1]), np.ones(2, dt)
         out = np.empty((1, 1), dtype=np.int64)
-        dwta_codes(ip, ix, dd, np.zeros((1, 2), np.int32), np.zeros((1, 2), np.int8), 1, 1, 2,
-                   out)
+        dwta_codes(ip, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, out)
         simhash_codes(ip, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
                       np.ones(1, np.int8), 1, 1, out)
         ptr, act, mass = retrieve(out, np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),

@@ -60,6 +60,8 @@ class TrainOptions:
     compress_min_values: int = 0
     critical_set: float | None = None
     refresh: int | None = None
+    lsh: str | None = None  # LAYER:K:L[:dwta|simhash], on the output layer (SLIDE)
+    rehash: int = 50  # steps before the first rebuild of the LSH tables
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +129,7 @@ def check_train_options(opt: TrainOptions) -> None:
                                               or v < least):
             raise SpdnnError(f"{name} must be an integer >= {least}, not {v!r}")
 
-    for name in ("epochs", "batch_size"):
+    for name in ("epochs", "batch_size", "rehash"):
         count(name, 1)
     for name in ("max_steps", "checkpoint_every", "refresh"):
         count(name, 1, optional=True)

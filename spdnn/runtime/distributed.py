@@ -17,8 +17,8 @@ import numpy as np
 from spdnn.io.bundle import NetworkBundle
 from spdnn.kernels import products as kernels
 from spdnn.kernels.encoding import MODES
+from spdnn.kernels.lsh import LshSpec
 from spdnn.model.labels import MultiLabels
-from spdnn.model.lsh import LshSpec
 from spdnn.model.network import Fingerprint
 from spdnn.model.ops import activation_slope, check_targets, output
 from spdnn.model.optim import parameters

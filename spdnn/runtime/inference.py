@@ -49,15 +49,17 @@ def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
 
 
 def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y: MultiLabels,
-               batch_size: int = 1024) -> tuple[float, float]:
-    """P@1 and P@5 on label sets (as ``evaluate``)."""
+               batch_size: int = 1024, sampled: bool = False) -> tuple[float, float]:
+    """P@1 and P@5 on label sets (as ``evaluate``); ``sampled``: among the outputs that the
+    LSH tables retrieve (``dnet.sampled``), the others count as misses."""
     grid = dnet.grid
     share = grid.share(len(y))
     x_local, y_mine = x_local[share], y[share]
     hits = np.zeros(2)
     for start in range(0, len(y_mine), batch_size):
-        fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False)
-        top = dnet.top_k(dnet.output(fwd.z_last), 5)
+        fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False,
+                           sampled=sampled)
+        top = dnet.sampled.top_k(5) if sampled else dnet.top_k(dnet.output(fwd.z_last), 5)
         labels = y_mine[start:start + batch_size]
         hits += [labels.hits(top[:, :1]).sum(), labels.hits(top).sum()]
     if grid.replicas > 1:

@@ -1,6 +1,6 @@
 """The output layer with LSH-selected neurons (``--lsh``, SLIDE) on one rank's rows.
 
-Each rank hashes the rows it owns into its own tables (spdnn.model.lsh). Per batch it hashes
+Each rank hashes the rows it owns into its own tables (spdnn.kernels.lsh). Per batch it hashes
 every sample's input vector (the layer's whole input: from the X buffer when the rank's rows
 read every input, else gathered from the owners), retrieves the union of the buckets hit plus,
 in training, the sample's labels it owns, and computes those (neuron, sample) pairs only. The
@@ -19,9 +19,9 @@ import numpy as np
 from spdnn.comm import Communicator
 from spdnn.kernels import _numba_lsh as nbl
 from spdnn.kernels import products as kernels
+from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.labels import MultiLabels
-from spdnn.model.lsh import HashFunctions, LshSpec, Tables
 from spdnn.model.optim import RowGrad
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.gradsum import GradientSums

@@ -19,11 +19,11 @@ import numpy as np
 from spdnn.comm import AgreedError, Communicator
 from spdnn.io.checkpoint_format import manifest_path
 from spdnn.io.datasets import Dataset
+from spdnn.kernels.lsh import LshSpec, is_rebuild_step
 from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, batches, columns, n_batches
-from spdnn.model.lsh import LshSpec, is_rebuild_step
 from spdnn.model.optim import SGD, SGDConfig, interleave
 from spdnn.model.reports import EpochReport
 from spdnn.runtime.accounting import Counters

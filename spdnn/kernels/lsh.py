@@ -30,7 +30,7 @@ import numpy as np
 KINDS = ("dwta", "simhash")
 BIN = 8  # coordinates per DWTA bin (SLIDE's)
 SIMHASH_DENSITY = 1 / 3
-REHASH_GROWTH = 1.1
+REHASH_GROWTH_DIVISOR = 10  # each rebuild period is 1/10 longer than the last
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +68,16 @@ def parse_lsh(text: str) -> LshSpec:
     return LshSpec(layer=layer, k=k, tables=tables, kind=kind)
 
 
+def check_lsh_layer(spec: LshSpec | None, n_layers: int) -> None:
+    """LSH selects neurons of the output layer (layers count from 1)."""
+    from spdnn.errors import SpdnnError
+
+    if spec is not None and spec.layer != n_layers:
+        where = "a hidden layer" if spec.layer < n_layers else "beyond the network"
+        raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is {where}; LSH selects "
+                         f"neurons of the output layer ({n_layers}) only, so far")
+
+
 def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) -> bool:
     """Whether the tables are rebuilt before step ``step`` (0-based): at 0, after ``first``
     steps and each period 10% longer than the last, and at every checkpoint step."""
@@ -76,7 +86,7 @@ def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) 
     at, period = 0, first
     while at < step:
         at += period
-        period = math.ceil(period * REHASH_GROWTH)
+        period += -(-period // REHASH_GROWTH_DIVISOR)  # 10% longer, rounded up, in integers
     return at == step
 
 
@@ -87,8 +97,7 @@ class HashFunctions:
     spec: LshSpec
     n_in: int
     base: int  # DWTA: the code range (BIN, or n_in when smaller)
-    bin_of: np.ndarray  # DWTA: (permutations x n_in) function of each coordinate, -1: none
-    pos_of: np.ndarray  # DWTA: its position in the bin
+    members: np.ndarray  # DWTA: (K L x base) the coordinates of each function's bin
     col_ptr: np.ndarray  # SimHash: coordinate c feeds col_fn[col_ptr[c]:col_ptr[c + 1]]
     col_fn: np.ndarray
     col_sign: np.ndarray
@@ -97,27 +106,20 @@ class HashFunctions:
     def make(spec: LshSpec, n_in: int, seed: int) -> HashFunctions:
         rng = np.random.default_rng([seed, 0x51DE, spec.layer])
         n_fn = spec.k * spec.tables
-        empty = np.zeros((0, n_in), dtype=np.int32)
         if spec.kind == "dwta":
             base = min(BIN, n_in)
             per = n_in // base  # bins per permutation
-            n_perm = math.ceil(n_fn / per)
-            bin_of = np.full((n_perm, n_in), -1, dtype=np.int32)
-            pos_of = np.zeros((n_perm, n_in), dtype=np.int8)
-            for p in range(n_perm):
-                order = rng.permutation(n_in)[: per * base].reshape(per, base)
-                fns = p * per + np.arange(per)
-                ok = fns < n_fn
-                bin_of[p, order[ok]] = fns[ok, None]
-                pos_of[p, order[ok]] = np.arange(base, dtype=np.int8)[None, :]
-            return HashFunctions(spec, n_in, base, bin_of, pos_of, np.zeros(1, np.int64),
+            bins = [rng.permutation(n_in)[: per * base].reshape(per, base)
+                    for _ in range(math.ceil(n_fn / per))]
+            members = np.ascontiguousarray(np.concatenate(bins)[:n_fn], dtype=np.int32)
+            return HashFunctions(spec, n_in, base, members, np.zeros(1, np.int64),
                                  np.zeros(0, np.int32), np.zeros(0, np.int8))
         member = rng.random((n_in, n_fn)) < SIMHASH_DENSITY
         signs = np.where(rng.random((n_in, n_fn)) < 0.5, -1, 1).astype(np.int8)
         col_ptr = np.zeros(n_in + 1, dtype=np.int64)
         np.cumsum(member.sum(axis=1), out=col_ptr[1:])
         col_fn = np.nonzero(member)[1].astype(np.int32)
-        return HashFunctions(spec, n_in, 2, empty, empty.astype(np.int8), col_ptr, col_fn,
+        return HashFunctions(spec, n_in, 2, np.zeros((0, 1), np.int32), col_ptr, col_fn,
                              signs[member])
 
     def codes(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -127,8 +129,8 @@ class HashFunctions:
 
         out = np.empty((len(indptr) - 1, self.spec.tables), dtype=np.int64)
         if self.spec.kind == "dwta":
-            nbl.dwta_codes(indptr, indices, data, self.bin_of, self.pos_of, self.spec.k,
-                           self.spec.tables, self.base, out)
+            nbl.dwta_codes(indptr, indices, data, self.members, self.spec.k, self.spec.tables,
+                           self.n_in, out)
         else:
             nbl.simhash_codes(indptr, indices, data, self.col_ptr, self.col_fn, self.col_sign,
                               self.spec.k, self.spec.tables, out)
@@ -154,9 +156,19 @@ class Tables:
 
     @staticmethod
     def build(codes: np.ndarray) -> Tables:
-        order = np.argsort(codes.T, axis=1, kind="stable")
-        return Tables(np.ascontiguousarray(np.take_along_axis(codes.T, order, axis=1)),
-                      np.ascontiguousarray(order.astype(np.int64)))
+        n, tables = codes.shape
+        keys = np.empty((tables, n), dtype=np.int64)
+        rows = np.empty((tables, n), dtype=np.int64)
+        ids = np.arange(n, dtype=np.int64)
+        for t in range(tables):
+            # bucket and id as one key where it fits (a faster sort than a stable argsort)
+            if codes[:, t].max(initial=0) < 2**62 // max(n, 1):
+                packed = np.sort(codes[:, t] * n + ids)
+                keys[t], rows[t] = packed // n, packed % n
+            else:
+                order = np.argsort(codes[:, t], kind="stable")
+                keys[t], rows[t] = codes[order, t], order
+        return Tables(keys, rows)
 
     def retrieve(self, sample_codes: np.ndarray, n_rows: int, label_ptr: np.ndarray,
                  label_rows: np.ndarray, label_weights: np.ndarray

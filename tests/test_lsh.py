@@ -1,0 +1,154 @@
+"""LSH of neurons and samples (spdnn.kernels.lsh, its numba kernels) against plain
+computations: DWTA and SimHash codes, the tables' retrieval, the rebuild schedule, the
+rows-only SGD update, and the options' errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spdnn.kernels._numba_lsh import _probe
+from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, is_rebuild_step, parse_lsh
+from spdnn.model.optim import SGD, RowGrad, SGDConfig
+from tests.helpers import launch, small_network
+
+
+def test_parse():
+    assert parse_lsh("2:6:50") == LshSpec(layer=2, k=6, tables=50, kind="dwta")
+    assert parse_lsh("3:9:50:SIMHASH").text() == "3:9:50:simhash"
+    for bad, message in (("2:6", "LAYER:K:L"), ("2:x:5", "integers"), ("2:6:50:minhash",
+                         "unknown hash"), ("2:0:5", "K must lie"), ("2:21:5", "K must lie"),
+                         ("2:6:0", "L must lie"), ("0:6:5", "count from 1")):
+        with pytest.raises(ValueError, match=message):
+            parse_lsh(bad)
+
+
+def _dwta_by_hand(hf: HashFunctions, v: np.ndarray) -> np.ndarray:
+    k, tables = hf.spec.k, hf.spec.tables
+    n_fn = k * tables
+    arg = np.full(n_fn, -1)
+    for f in range(n_fn):
+        members = [(int(c), q) for q, c in enumerate(hf.members[f])]
+        assert len(set(members)) == hf.base  # a bin of distinct coordinates
+        live = [(v[c], -q, q) for c, q in members if v[c] != 0]
+        if live:
+            arg[f] = max(live)[2]  # the largest value, the first position among equals
+    codes = []
+    for t in range(tables):
+        code = 0
+        for j in range(k):
+            f, a, attempt = t * k + j, arg[t * k + j], 1
+            while a < 0 and attempt <= 2 * n_fn:
+                a = arg[_probe(f, attempt, n_fn)]
+                attempt += 1
+            code = code * hf.base + max(a, 0)
+        codes.append(code)
+    return np.array(codes)
+
+
+def test_dwta_codes_match_a_plain_computation():
+    hf = HashFunctions.make(parse_lsh("2:3:5:dwta"), 40, seed=4)
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((6, 40)) * (rng.random((6, 40)) < 0.4)
+    v[1] = 0  # every bin empty: code 0
+    v[2, :] = np.where(v[2] != 0, 1.0, 0)  # ties: the first position wins
+    m = sp.csr_matrix(v)
+    got = hf.codes(m.indptr, m.indices, m.data)
+    for i in range(6):
+        np.testing.assert_array_equal(got[i], _dwta_by_hand(hf, v[i]), err_msg=str(i))
+    assert np.all(got[1] == 0) and got.max() < 8 ** 3
+
+
+def test_simhash_codes_match_a_plain_computation():
+    hf = HashFunctions.make(parse_lsh("2:7:4:simhash"), 30, seed=2)
+    proj = np.zeros((30, 28))
+    for c in range(30):
+        for j in range(hf.col_ptr[c], hf.col_ptr[c + 1]):
+            proj[c, hf.col_fn[j]] = hf.col_sign[j]
+    assert 0.2 < np.count_nonzero(proj) / proj.size < 0.45  # about a third take part
+    v = np.random.default_rng(1).standard_normal((9, 30))
+    m = sp.csr_matrix(v)
+    bits = (v @ proj > 0).astype(np.int64).reshape(9, 4, 7)
+    expected = (bits * (2 ** np.arange(6, -1, -1))).sum(axis=2)
+    np.testing.assert_array_equal(hf.codes(m.indptr, m.indices, m.data), expected)
+
+
+@pytest.mark.parametrize("kind", ["dwta", "simhash"])
+def test_codes_depend_on_seed_and_layer_not_on_the_order_of_entries(kind):
+    spec = parse_lsh(f"2:4:6:{kind}")
+    hf = HashFunctions.make(spec, 50, seed=9)
+    w = sp.random(20, 50, density=0.3, format="csr", random_state=3)
+    codes = hf.codes(w.indptr, w.indices, w.data)
+    shuffled = w.copy()
+    for i in range(20):  # entries of a row in another order (another plan's local columns)
+        lo, hi = shuffled.indptr[i], shuffled.indptr[i + 1]
+        perm = np.random.default_rng(i).permutation(hi - lo)
+        shuffled.indices[lo:hi] = shuffled.indices[lo:hi][perm]
+        shuffled.data[lo:hi] = shuffled.data[lo:hi][perm]
+    np.testing.assert_array_equal(hf.codes(shuffled.indptr, shuffled.indices, shuffled.data),
+                                  codes)
+    again = HashFunctions.make(spec, 50, seed=9).codes(w.indptr, w.indices, w.data)
+    np.testing.assert_array_equal(again, codes)
+    other = HashFunctions.make(parse_lsh(f"3:4:6:{kind}"), 50, seed=9)
+    assert not np.array_equal(other.codes(w.indptr, w.indices, w.data), codes)
+
+
+def test_retrieval_is_the_union_of_the_buckets_and_the_labels():
+    rng = np.random.default_rng(5)
+    row_codes = rng.integers(0, 4, (30, 3))
+    tables = Tables.build(row_codes)
+    sample_codes = rng.integers(0, 5, (7, 3))
+    label_ptr = np.array([0, 2, 2, 3, 3, 3, 3, 4])
+    label_rows = np.array([29, -1, 4, 3])  # -1: a label held by another rank
+    weights = np.array([0.5, 0.5, 1.0, 1.0])
+    ptr, act, mass = tables.retrieve(sample_codes, 30, label_ptr, label_rows, weights)
+    for s in range(7):
+        hit = {r for t in range(3) for r in range(30) if row_codes[r, t] == sample_codes[s, t]}
+        labels = {int(r): w for r, w in zip(label_rows[label_ptr[s]:label_ptr[s + 1]],
+                                            weights[label_ptr[s]:label_ptr[s + 1]]) if r >= 0}
+        assert list(act[ptr[s]:ptr[s + 1]]) == sorted(hit | set(labels))
+        assert {int(r): m for r, m in zip(act[ptr[s]:ptr[s + 1]], mass[ptr[s]:ptr[s + 1]])
+                if m} == labels
+    ptr, act, mass = tables.retrieve(sample_codes, 30, np.zeros(0, np.int64),
+                                     np.zeros(0, np.int64), np.zeros(0))
+    assert not mass.any()
+
+
+def test_rebuild_schedule():
+    steps = [s for s in range(400) if is_rebuild_step(s, 50)]
+    assert steps == [0, 50, 105, 166, 234, 309, 392]  # each period 10% longer, rounded up
+    assert [s for s in range(30) if is_rebuild_step(s, 50, checkpoint_every=10)] == [0, 10, 20]
+
+
+def test_rows_only_update_equals_the_dense_one_on_those_rows():
+    cfg = SGDConfig(lr=0.1, momentum=0.9, weight_decay=0.01)
+    rng = np.random.default_rng(2)
+    p0 = rng.standard_normal(10)
+    dense, rows = p0.copy(), p0.copy()
+    a, b = SGD(cfg, [dense]), SGD(cfg, [rows])
+    idx = np.array([1, 4, 7])
+    for _ in range(3):  # the same rows every step: the same arithmetic as the dense update
+        g = np.zeros(10)
+        g[idx] = rng.standard_normal(3)
+        a.step([g])
+        b.step([RowGrad(idx, g[idx])])
+    np.testing.assert_array_equal(rows[idx], dense[idx])
+    np.testing.assert_array_equal(np.delete(rows, idx), np.delete(p0, idx))  # untouched
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lsh", "2:6"], "LAYER:K:L"),
+    (["--lsh", "1:4:5"], "layer 1 is a hidden layer"),
+    (["--lsh", "3:4:5"], "layer 3 is beyond the network"),
+    (["--lsh", "2:4:5", "--loss", "mse"], "cross_entropy"),
+    (["--lsh", "2:4:5", "--rehash", "0"], "--rehash"),
+])
+def test_bad_lsh_options_get_one_line(tmp_path, args, message):
+    from spdnn.io.bundle import save_network
+
+    save_network(small_network((64, 16, 10), fan_in=8), tmp_path / "n.npz")
+    r = launch(0, "train", "--network", tmp_path / "n.npz", "--data", "digits", "--epochs", "1",
+               *args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
