@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from spdnn.comm import Communicator
-from spdnn.kernels import _numba_lsh as nbl
 from spdnn.kernels import products as kernels
 from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables
 from spdnn.kernels.ranges import concat_ranges
@@ -56,6 +55,8 @@ class SampledOutput:
 
     def __init__(self, comm: Communicator, data: Communicator, layer: LocalLayer, n_in: int,
                  n_out: int, spec: LshSpec, seed: int) -> None:
+        from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.threads)
+
         nbl.warm_up()
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out
@@ -156,6 +157,8 @@ class SampledOutput:
         ptr, act, mass = self.tables.retrieve(codes, len(self.layer.rows), lptr, lrows, lw)
         w = self.layer.weight
         z = np.empty(len(act), dtype=dtype)
+        from spdnn.kernels import _numba_lsh as nbl
+
         nbl.sampled_forward(ptr, act, w.indptr, w.indices, w.data, self.layer.bias, xt, z)
         self._batch = _Batch(ptr, act, mass, z, xt)
         self.active_pairs += len(act)
@@ -220,6 +223,8 @@ class SampledOutput:
         gw = np.zeros(int(counts.sum()), dtype=w.dtype)
         gb = np.zeros(len(union), dtype=w.dtype)
         part = np.zeros((self.layer.n_buffer_rows, len(b.ptr) - 1), dtype=w.dtype)
+        from spdnn.kernels import _numba_lsh as nbl
+
         nbl.sampled_backward(b.ptr, b.act, delta, w.indptr, w.indices, w.data, b.xt, slot,
                              entry_start, gw, gb, part)
         n_own = self.layer.n_owned_prev

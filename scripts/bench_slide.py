@@ -1,0 +1,131 @@
+"""LSH-selected output neurons (``--lsh``, SLIDE) against exact training and PyTorch, on a
+synthetic extreme-classification task, side by side in one run.
+
+    python scripts/bench_slide.py [--samples 10000] [--test-samples 2000] [--epochs 3]
+                                  [--lsh 2:6:50] [--rehash 50] [--torch PYTHON] [--no-write]
+
+Task: ``spdnn generate xc-data`` with 100,000 features and 200,000 labels (seed 0); network
+features -> 128 -> labels (``spdnn generate random --fan-in 128``: a sparse input layer, a
+full output layer of 25.6 M weights), float32, batch 64, lr 0.5, no momentum (the PyTorch
+side's sparse embedding gradient allows none), seed 0. Runs, one after the other: 1 rank,
+2 ranks as 2 parts x 1 replica (block plan) and as 1 part x 2 replicas, each exact and with
+``--lsh``; the test P@1 and P@5 after every epoch are exact (every neuron). PyTorch
+(scripts/torch_xc.py, ``--torch`` names a Python with torch): the median full-softmax step at
+one thread. Writes docs/BENCHMARKS.md, section "LSH-selected output neurons".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, machine, table, write_section  # noqa: E402
+
+BIN = Path(sys.executable).parent
+COMMON = ["--batch-size", "64", "--lr", "0.5", "--momentum", "0", "--seed", "0"]
+
+
+def run(cmd: list[str], env: dict | None = None) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def train(ranks: int, args: list[str], metrics: Path) -> list[dict]:
+    cmd = ([str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []) + \
+        [str(BIN / "spdnn"), "train", *args, "--metrics-out", str(metrics)]
+    print(" ".join(cmd[-14:]), flush=True)
+    run(cmd, {**os.environ, "OMP_NUM_THREADS": "1"})
+    return json.loads(metrics.read_text())["epochs"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samples", type=int, default=10_000)
+    ap.add_argument("--test-samples", type=int, default=2_000)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--lsh", default="2:6:50")
+    ap.add_argument("--rehash", type=int, default=50)
+    ap.add_argument("--torch", default=str(ROOT / ".venv-torch" / "bin" / "python"))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        data, net, plan = tmp / "xc", tmp / "net.npz", tmp / "plan2.npz"
+        run([str(BIN / "spdnn"), "generate", "xc-data", "--samples", str(args.samples),
+             "--test-samples", str(args.test_samples), "--features", "100000", "--labels",
+             "200000", "-o", str(data)])
+        run([str(BIN / "spdnn"), "generate", "random", "--sizes", "100000,128,200000",
+             "--fan-in", "128", "-o", str(net)])
+        run([str(BIN / "spdnn-partition"), str(net), "-P", "2", "--method", "block", "-o",
+             str(plan), "--quiet"])
+        base = ["--network", str(net), "--data", f"xc:{data}", "--epochs", str(args.epochs),
+                *COMMON]
+        lsh = ["--lsh", args.lsh, "--rehash", str(args.rehash)]
+        results: dict[tuple[str, str], list[dict]] = {}
+        for grid, ranks, extra in (("1 rank", 1, []), ("2x1 (block plan)", 2,
+                                                         ["--plan", str(plan)]),
+                                   ("1x2", 2, ["--replicas", "2"])):
+            for mode, more in (("exact", []), (f"--lsh {args.lsh}", lsh)):
+                results[(grid, mode)] = train(ranks, base + extra + more, tmp / "m.json")
+        torch_step = None
+        if Path(args.torch).exists():
+            out = run([args.torch, str(ROOT / "scripts" / "torch_xc.py"), str(net), str(data),
+                       "--batch-size", "64", "--lr", "0.5"],
+                      {**os.environ, "OMP_NUM_THREADS": "1"})
+            torch_step = json.loads(out.strip().splitlines()[-1])["seconds_per_step"]
+    rows = []
+    for (grid, mode), ep in results.items():
+        steps = sum(e["epoch_steps"] for e in ep)
+        secs = sum(e["seconds"] for e in ep)
+        moved = sum(e["megabytes_sent"] + e["gradient_megabytes"] for e in ep) / steps
+        active = ep[-1].get("active_outputs")
+        rows.append([grid, mode, " / ".join(f"{e['seconds']:.1f}" for e in ep),
+                     f"{1000 * secs / steps:.1f}",
+                     " / ".join(f"{e['precision_at_1']:.4f}" for e in ep),
+                     f"{ep[-1]['precision_at_5']:.4f}",
+                     f"{active:,.0f}" if active is not None else "200,000",
+                     f"{moved:.2f}"])
+        print(" | ".join(rows[-1]), flush=True)
+    one_exact = results[("1 rank", "exact")]
+    one_lsh = results[("1 rank", f"--lsh {args.lsh}")]
+    speed = sum(e["seconds"] for e in one_exact) / sum(e["seconds"] for e in one_lsh)
+    gap = 100 * (one_lsh[-1]["precision_at_1"] - one_exact[-1]["precision_at_1"])
+    step_exact = sum(e["seconds"] for e in one_exact) / sum(e["epoch_steps"] for e in one_exact)
+    step_lsh = sum(e["seconds"] for e in one_lsh) / sum(e["epoch_steps"] for e in one_lsh)
+    summary = (f"One rank: `--lsh {args.lsh}` trains an epoch **{speed:.1f}x** faster than "
+               f"exact training; P@1 after {args.epochs} epochs {gap:+.1f} points against "
+               "exact.")
+    if torch_step is not None:
+        summary += (f" PyTorch's full-softmax step (one thread): {1000 * torch_step:.1f} ms, "
+                    f"against spdnn's exact step {1000 * step_exact:.1f} ms "
+                    f"({torch_step / step_exact:.2f}x) and its `--lsh` step "
+                    f"{1000 * step_lsh:.1f} ms ({torch_step / step_lsh:.1f}x faster than "
+                    "PyTorch).")
+    body = (f"Machine: {machine()}.\n"
+            f"Command: `python scripts/bench_slide.py --samples {args.samples} --test-samples "
+            f"{args.test_samples} --epochs {args.epochs} --lsh {args.lsh} --rehash "
+            f"{args.rehash}`. Task: `spdnn generate xc-data` (100,000 features, 200,000 "
+            "labels, seed 0); network features -> 128 -> labels (`--fan-in 128`: sparse input "
+            f"layer, full output layer), float32, {' '.join(COMMON)}. One run each, one after "
+            "the other. `epoch s`: training seconds per epoch (evaluation excluded); `ms/step`: "
+            "over all epochs, table rebuilds included; P@k on the test split, exact (every "
+            "neuron); `active`: output neurons computed per sample (all ranks); `MB/step`: "
+            "exchange between parts plus gradient sums between replicas, all ranks.\n\n"
+            + table(["grid", "training", "epoch s", "ms/step", "P@1 per epoch", "P@5",
+                     "active", "MB/step"], rows) + "\n\n" + summary)
+    print(summary)
+    if not args.no_write:
+        write_section("slide", "LSH-selected output neurons", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

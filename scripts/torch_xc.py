@@ -1,0 +1,86 @@
+"""PyTorch's full-softmax step of an extreme-classification network, for scripts/bench_slide.py
+only (torch is not a dependency of spdnn; run with a Python that has torch and sees this
+checkout, e.g. ./.venv-torch).
+
+    python scripts/torch_xc.py NETWORK.npz XC_DIR [--batch-size 64] [--lr 0.5] [--steps 30]
+
+The network features -> hidden -> labels of spdnn's bundle: the input layer as an
+``nn.EmbeddingBag`` over the sample's nonzero features (fbgemm's kernel; weights = W1^T, its
+gradient sparse: the rows of the features present), ReLU, the output layer as a dense
+``F.linear`` (every label), softmax cross-entropy against the label mass split over the
+sample's labels (SLIDE's loss, as spdnn trains it), plain SGD (no momentum, so that the sparse
+gradient of the input layer is allowed). One thread. Prints one JSON line: the median seconds
+per step over ``--steps`` batches after 3 warm-up steps, in the order of the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    import torch
+    import torch.nn.functional as F
+
+    from spdnn.io.bundle import load_network
+    from spdnn.io.xc import read_xc
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("network")
+    ap.add_argument("data")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=0.5)
+    ap.add_argument("--steps", type=int, default=30)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    net = load_network(args.network)
+    if net.n_layers != 2:
+        raise SystemExit("expects features -> hidden -> labels")
+    x, y = read_xc(Path(args.data) / "train.txt", "float32")
+    w1, w2 = net.layers[0], net.layers[1]
+    emb = torch.nn.EmbeddingBag.from_pretrained(
+        torch.from_numpy(w1.weight.T.toarray().astype(np.float32)), mode="sum", freeze=False,
+        sparse=True)
+    b1 = torch.nn.Parameter(torch.from_numpy(w1.bias.astype(np.float32)))
+    weight2 = torch.nn.Parameter(torch.from_numpy(w2.weight.toarray().astype(np.float32)))
+    b2 = torch.nn.Parameter(torch.from_numpy(w2.bias.astype(np.float32)))
+    opt = torch.optim.SGD([emb.weight, b1, weight2, b2], lr=args.lr)
+    n_labels = net.sizes[-1]
+
+    def step(start: int) -> float:
+        rows = slice(start, start + args.batch_size)
+        xb, yb = x[rows], y[rows]
+        t0 = time.perf_counter()
+        target = torch.zeros(xb.shape[0], n_labels)
+        counts = np.maximum(yb.counts, 1)
+        target[torch.from_numpy(yb.samples()), torch.from_numpy(yb.indices)] = \
+            torch.from_numpy((1.0 / counts)[yb.samples()].astype(np.float32))
+        h = torch.relu(emb(torch.from_numpy(xb.indices.astype(np.int64)),
+                           torch.from_numpy(xb.indptr[:-1].astype(np.int64)),
+                           per_sample_weights=torch.from_numpy(xb.data)) + b1)
+        logits = F.linear(h, weight2, b2)
+        loss = -(target * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    starts = [(i * args.batch_size) % max(x.shape[0] - args.batch_size, 1)
+              for i in range(args.steps + 3)]
+    times = [step(s) for s in starts][3:]
+    print(json.dumps({"seconds_per_step": statistics.median(times), "steps": len(times),
+                      "batch_size": args.batch_size, "threads": torch.get_num_threads()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
