@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.io.datasets import Dataset
-from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, is_rebuild_step
+from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, is_rebuild_step
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.batching import batch_order, batches, columns
 from spdnn.model.labels import MultiLabels, precision_at
@@ -86,7 +86,7 @@ def lsh_tables(net: Network, hashes: HashFunctions) -> Tables:
 
 
 def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashFunctions,
-                     tables: Tables) -> tuple[Gradients, int]:
+                     tables: Tables, seed: int = 0) -> tuple[Gradients, int]:
     """SLIDE's step on one batch: the last layer's active (neuron, sample) pairs are the
     buckets the samples' inputs hit plus their labels; softmax cross-entropy over those; the
     last layer's gradients only for the rows active for some sample (as RowGrad). Also the
@@ -95,8 +95,11 @@ def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashF
     zs, xs = forward(net, x0)  # (the last layer's dense Z is not used)
     h = xs[-1]
     w, batch = last.weight, h.shape[1]
-    ptr, act, mass = tables.retrieve(hashes.codes_of_columns(h), net.sizes[-1], y.indptr,
-                                     y.indices, y.weights(h.dtype))
+    ptr, act, mass, hits = tables.retrieve(hashes.codes_of_columns(h), net.sizes[-1],
+                                           y.indptr, y.indices, y.weights(h.dtype))
+    if hashes.spec.max_active:
+        ptr, act, mass = apply_cap(ptr, act, mass, hits, act, hashes.spec, net.sizes[-1], seed,
+                                   lambda samples, keys: (samples, keys))
     s = np.repeat(np.arange(batch), np.diff(ptr))
     z = np.asarray(w[act].multiply(h[:, s].T).sum(axis=1)).ravel() + last.bias[act]
     gmax = np.full(batch, -np.inf)
@@ -163,7 +166,7 @@ def train(
                     tables = lsh_tables(net, hashes)
                 labels = y[idx] if isinstance(y, MultiLabels) else \
                     MultiLabels(np.arange(len(idx) + 1), y[idx].astype(np.int64), net.sizes[-1])
-                g, active = sampled_backward(net, columns(x, idx), labels, hashes, tables)
+                g, active = sampled_backward(net, columns(x, idx), labels, hashes, tables, seed)
                 pairs += active
             else:
                 g = backward(net, columns(x, idx), y[idx], loss)

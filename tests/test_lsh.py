@@ -102,15 +102,17 @@ def test_retrieval_is_the_union_of_the_buckets_and_the_labels():
     label_ptr = np.array([0, 2, 2, 3, 3, 3, 3, 4])
     label_rows = np.array([29, -1, 4, 3])  # -1: a label held by another rank
     weights = np.array([0.5, 0.5, 1.0, 1.0])
-    ptr, act, mass = tables.retrieve(sample_codes, 30, label_ptr, label_rows, weights)
+    ptr, act, mass, hits = tables.retrieve(sample_codes, 30, label_ptr, label_rows, weights)
     for s in range(7):
         hit = {r for t in range(3) for r in range(30) if row_codes[r, t] == sample_codes[s, t]}
         labels = {int(r): w for r, w in zip(label_rows[label_ptr[s]:label_ptr[s + 1]],
                                             weights[label_ptr[s]:label_ptr[s + 1]]) if r >= 0}
         assert list(act[ptr[s]:ptr[s + 1]]) == sorted(hit | set(labels))
+        for r, h in zip(act[ptr[s]:ptr[s + 1]], hits[ptr[s]:ptr[s + 1]]):
+            assert h == sum(row_codes[r, t] == sample_codes[s, t] for t in range(3))
         assert {int(r): m for r, m in zip(act[ptr[s]:ptr[s + 1]], mass[ptr[s]:ptr[s + 1]])
                 if m} == labels
-    ptr, act, mass = tables.retrieve(sample_codes, 30, np.zeros(0, np.int64),
+    ptr, act, mass, _ = tables.retrieve(sample_codes, 30, np.zeros(0, np.int64),
                                      np.zeros(0, np.int64), np.zeros(0))
     assert not mass.any()
 

@@ -37,6 +37,10 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
                             "tables of K functions retrieve for each sample (plus its labels), "
                             "e.g. 2:6:50 (DWTA) or 2:9:50:simhash; LAYER must be the output "
                             "layer")
+    lossy.add_argument("--lsh-max-active", type=positive_int, metavar="M",
+                       help="with --lsh: keep at most M retrieved output neurons per sample "
+                            "(those most tables retrieved; ties in a seeded order), labels "
+                            "besides")
     lossy.add_argument("--rehash", type=positive_int, default=50, metavar="N",
                        help="with --lsh: rebuild the tables after N steps, each later period "
                             "10%% longer")

@@ -79,7 +79,8 @@ def simhash_codes(indptr, indices, data, col_ptr, col_fn, col_sign, k, tables, o
 def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
     """Per sample, the union of the rows in the buckets its codes hit (table t: rows[t]
     ordered by keys[t]) and of its label rows (-1: not here), ascending. Returns the CSR of
-    the active pairs (ptr, rows) and each pair's target mass (0 unless a label)."""
+    the active pairs (ptr, rows), each pair's target mass (0 unless a label) and the number
+    of tables whose bucket holds it."""
     batch, n_tables = codes.shape
     stamp = np.full(n_rows, -1, dtype=np.int64)
     counts = np.zeros(batch, dtype=np.int64)
@@ -106,6 +107,8 @@ def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
         ptr[s + 1] = ptr[s] + counts[s]
     out = np.empty(ptr[batch], dtype=np.int64)
     mass = np.zeros(ptr[batch], dtype=label_weights.dtype)
+    hits = np.zeros(ptr[batch], dtype=np.int64)
+    hit_of = np.zeros(n_rows, dtype=np.int64)
     stamp[:] = -1
     for s in range(batch):
         c = ptr[s]
@@ -114,6 +117,7 @@ def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
             hi = np.searchsorted(keys[t], codes[s, t], side="right")
             for j in range(lo, hi):
                 r = rows[t, j]
+                hit_of[r] += 1
                 if stamp[r] != s:
                     stamp[r] = s
                     out[c] = r
@@ -126,13 +130,16 @@ def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
                     out[c] = r
                     c += 1
         out[ptr[s]:c] = np.sort(out[ptr[s]:c])
+        for a in range(ptr[s], c):
+            hits[a] = hit_of[out[a]]
+            hit_of[out[a]] = 0
         if has_labels:
             for j in range(label_ptr[s], label_ptr[s + 1]):
                 r = label_rows[j]
                 if r >= 0:
                     a = ptr[s] + np.searchsorted(out[ptr[s]:c], r)
                     mass[a] = label_weights[j]
-    return ptr, out, mass
+    return ptr, out, mass, hits
 
 
 @nb.njit(cache=True, nogil=True)
@@ -178,8 +185,9 @@ def warm_up() -> None:
         dwta_codes(ip, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, out)
         simhash_codes(ip, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
                       np.ones(1, np.int8), 1, 1, out)
-        ptr, act, mass = retrieve(out, np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),
-                                  np.array([0, 1]), np.array([0]), np.ones(1, dt), 1)
+        ptr, act, mass, _ = retrieve(out, np.zeros((1, 1), np.int64),
+                                     np.zeros((1, 1), np.int64), np.array([0, 1]),
+                                     np.array([0]), np.ones(1, dt), 1)
         z = np.empty(len(act), dtype=dt)
         xt = np.ones((1, 2), dtype=dt)
         sampled_forward(ptr, act, ip, ix, dd, np.zeros(1, dt), xt, z)

@@ -22,6 +22,7 @@ checkpoint step, so that a resumed run rebuilds exactly what an uninterrupted on
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,13 +42,15 @@ class LshSpec:
     k: int
     tables: int
     kind: Literal["dwta", "simhash"] = "dwta"
+    max_active: int | None = None  # --lsh-max-active: retrieved neurons kept per sample
 
     def text(self) -> str:
-        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}"
+        cap = f", at most {self.max_active} per sample" if self.max_active else ""
+        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}{cap}"
 
 
-def parse_lsh(text: str) -> LshSpec:
-    """``LAYER:K:L[:dwta|simhash]``."""
+def parse_lsh(text: str, max_active: int | None = None) -> LshSpec:
+    """``LAYER:K:L[:dwta|simhash]`` (and the cap of ``--lsh-max-active``)."""
     parts = text.strip().split(":")
     if len(parts) not in (3, 4):
         raise ValueError(f"{text!r}: write LAYER:K:L[:dwta|simhash], e.g. 2:6:50")
@@ -65,7 +68,9 @@ def parse_lsh(text: str) -> LshSpec:
         raise ValueError(f"{text!r}: L must lie in [1, 1000], not {tables}")
     if layer < 1:
         raise ValueError(f"{text!r}: layers count from 1")
-    return LshSpec(layer=layer, k=k, tables=tables, kind=kind)
+    if max_active is not None and not 1 <= max_active < 2**31:
+        raise ValueError(f"the cap on active neurons must be a positive count, not {max_active}")
+    return LshSpec(layer=layer, k=k, tables=tables, kind=kind, max_active=max_active)
 
 
 def check_lsh_layer(spec: LshSpec | None, n_layers: int) -> None:
@@ -172,10 +177,70 @@ class Tables:
 
     def retrieve(self, sample_codes: np.ndarray, n_rows: int, label_ptr: np.ndarray,
                  label_rows: np.ndarray, label_weights: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Active pairs of a batch: CSR (ptr, rows) over the samples, ascending rows, and each
-        pair's target mass (label_ptr empty: no labels added, as in inference)."""
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Active pairs of a batch: CSR (ptr, rows) over the samples, ascending rows, each
+        pair's target mass (label_ptr empty: no labels added, as in inference) and how many
+        tables retrieved it."""
         from spdnn.kernels import _numba_lsh as nbl
 
         return nbl.retrieve(sample_codes, self.keys, self.rows, label_ptr, label_rows,
                             label_weights, n_rows)
+
+
+def cap_keys(hits: np.ndarray, global_rows: np.ndarray, n_out: int, seed: int,
+             layer: int) -> np.ndarray:
+    """The order in which ``--lsh-max-active`` keeps a sample's retrieved neurons: more tables
+    first, then a seeded random order of the neurons (the same on every grid); larger first."""
+    priority = np.random.default_rng([seed, 0xCA9, layer]).permutation(n_out)
+    return hits * n_out + priority[global_rows]
+
+
+def cap_threshold(keys: np.ndarray, samples: np.ndarray, batch: int, cap: int
+                  ) -> np.ndarray:
+    """Per sample, the cap-th largest of its keys (-1 when it has at most ``cap``), from
+    ``keys`` of (sample, key) pairs: also how the ranks' candidates merge."""
+    order = np.lexsort((-keys, samples))
+    start = np.searchsorted(samples[order], np.arange(batch))
+    rank = np.arange(len(order)) - start[samples[order]]
+    out = np.full(batch, -1, dtype=np.int64)
+    at = order[rank == cap - 1]
+    out[samples[at]] = keys[at]
+    return out
+
+
+def keep_capped(ptr: np.ndarray, mass: np.ndarray, keys: np.ndarray, threshold: np.ndarray
+                ) -> np.ndarray:
+    """Which active pairs stay under the cap: labels (mass > 0) always, the others when their
+    key reaches their sample's threshold."""
+    samples = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    return (mass > 0) | (keys >= threshold[samples])
+
+
+def local_candidates(ptr: np.ndarray, mass: np.ndarray, keys: np.ndarray, cap: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(sample, key) of each sample's ``cap`` best non-label pairs here (what a rank offers to
+    the merge)."""
+    samples = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    cand = np.flatnonzero(mass == 0)
+    order = cand[np.lexsort((-keys[cand], samples[cand]))]
+    s = samples[order]
+    first = np.searchsorted(s, s)  # where each sample's run starts
+    keep = order[np.arange(len(order)) - first < cap]
+    return samples[keep], keys[keep]
+
+
+def apply_cap(ptr: np.ndarray, act: np.ndarray, mass: np.ndarray, hits: np.ndarray,
+              global_rows: np.ndarray, spec: LshSpec, n_out: int, seed: int,
+              gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At most ``spec.max_active`` retrieved neurons per sample (labels kept besides them), the
+    same ones on every grid: ``gather`` merges every rank's candidates (identity on one)."""
+    cap = int(spec.max_active or 0)
+    batch = len(ptr) - 1
+    keys = cap_keys(hits, global_rows, n_out, seed, spec.layer)
+    samples, cand = gather(*local_candidates(ptr, mass, keys, cap))
+    keep = keep_capped(ptr, mass, keys, cap_threshold(cand, samples, batch, cap))
+    kept = np.repeat(np.arange(batch), np.diff(ptr))[keep]
+    new_ptr = np.zeros(batch + 1, dtype=np.int64)
+    np.cumsum(np.bincount(kept, minlength=batch), out=new_ptr[1:])
+    return new_ptr, act[keep], mass[keep]

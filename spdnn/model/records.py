@@ -61,6 +61,7 @@ class TrainOptions:
     critical_set: float | None = None
     refresh: int | None = None
     lsh: str | None = None  # LAYER:K:L[:dwta|simhash], on the output layer (SLIDE)
+    lsh_max_active: int | None = None  # retrieved output neurons kept per sample
     rehash: int = 50  # steps before the first rebuild of the LSH tables
 
 
@@ -131,7 +132,7 @@ def check_train_options(opt: TrainOptions) -> None:
 
     for name in ("epochs", "batch_size", "rehash"):
         count(name, 1)
-    for name in ("max_steps", "checkpoint_every", "refresh"):
+    for name in ("max_steps", "checkpoint_every", "refresh", "lsh_max_active"):
         count(name, 1, optional=True)
     for name in ("seed", "compress_min_values"):
         count(name, 0)

@@ -18,7 +18,7 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
-from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables
+from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.labels import MultiLabels
 from spdnn.model.optim import RowGrad
@@ -61,6 +61,7 @@ class SampledOutput:
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out
         self.hashes = HashFunctions.make(spec, n_in, seed)
+        self.seed = seed
         self.local = np.full(n_out, -1, dtype=np.int64)
         self.local[layer.rows] = np.arange(len(layer.rows))
         self.tables: Tables | None = None
@@ -142,6 +143,13 @@ class SampledOutput:
         full[self._owned_ids] = gathered
         return self.hashes.codes_of_columns(full)
 
+    def _gather_candidates(self, samples: np.ndarray, keys: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        if self.comm.size == 1:
+            return samples, keys
+        parts = self.comm.allgather((samples, keys))
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
     def forward(self, xbuf: np.ndarray, labels: MultiLabels | None) -> None:
         """The active pairs of this batch and their pre-activations (``xbuf``: the layer's input
         buffer with its ghost rows filled); ``labels`` (training) join the active sets."""
@@ -154,7 +162,11 @@ class SampledOutput:
         else:
             lptr, lrows, lw = (np.zeros(0, np.int64), np.zeros(0, np.int64),
                                np.zeros(0, dtype))
-        ptr, act, mass = self.tables.retrieve(codes, len(self.layer.rows), lptr, lrows, lw)
+        ptr, act, mass, hits = self.tables.retrieve(codes, len(self.layer.rows), lptr, lrows,
+                                                    lw)
+        if self.spec.max_active:
+            ptr, act, mass = apply_cap(ptr, act, mass, hits, self.layer.rows[act], self.spec,
+                                       self.n_out, self.seed, self._gather_candidates)
         w = self.layer.weight
         z = np.empty(len(act), dtype=dtype)
         from spdnn.kernels import _numba_lsh as nbl
