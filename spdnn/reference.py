@@ -15,7 +15,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.io.datasets import Dataset
-from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, is_rebuild_step
+from spdnn.kernels.lsh import (
+    HashFunctions,
+    LshSpec,
+    Tables,
+    apply_cap,
+    fill_rows,
+    forced,
+    is_rebuild_step,
+)
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.batching import batch_order, batches, columns
 from spdnn.model.labels import MultiLabels, precision_at
@@ -86,7 +94,8 @@ def lsh_tables(net: Network, hashes: HashFunctions) -> Tables:
 
 
 def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashFunctions,
-                     tables: Tables, seed: int = 0) -> tuple[Gradients, int]:
+                     tables: Tables, seed: int = 0, fill: np.ndarray | None = None
+                     ) -> tuple[Gradients, int]:
     """SLIDE's step on one batch: the last layer's active (neuron, sample) pairs are the
     buckets the samples' inputs hit plus their labels; softmax cross-entropy over those; the
     last layer's gradients only for the rows active for some sample (as RowGrad). Also the
@@ -96,7 +105,7 @@ def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashF
     h = xs[-1]
     w, batch = last.weight, h.shape[1]
     ptr, act, mass, hits = tables.retrieve(hashes.codes_of_columns(h), net.sizes[-1],
-                                           y.indptr, y.indices, y.weights(h.dtype))
+                                           *forced(y, fill, h.dtype, batch))
     if hashes.spec.max_active:
         ptr, act, mass = apply_cap(ptr, act, mass, hits, act, hashes.spec, net.sizes[-1], seed,
                                    lambda samples, keys: (samples, keys))
@@ -166,7 +175,10 @@ def train(
                     tables = lsh_tables(net, hashes)
                 labels = y[idx] if isinstance(y, MultiLabels) else \
                     MultiLabels(np.arange(len(idx) + 1), y[idx].astype(np.int64), net.sizes[-1])
-                g, active = sampled_backward(net, columns(x, idx), labels, hashes, tables, seed)
+                fill = fill_rows(seed, steps, len(idx), lsh.random, net.sizes[-1]) \
+                    if lsh is not None and lsh.random else None
+                g, active = sampled_backward(net, columns(x, idx), labels, hashes, tables, seed,
+                                             fill)
                 pairs += active
             else:
                 g = backward(net, columns(x, idx), y[idx], loss)

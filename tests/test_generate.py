@@ -46,6 +46,14 @@ def test_radixnet_structure_and_seed(n):
         radixnet(1000, 3)
 
 
+def test_random_fan_in_per_layer():
+    net = random_network([50, 30, 20], fan_in=[12, 30], seed=1)
+    assert np.all(np.diff(net.layers[0].weight.indptr) == 12)
+    assert np.all(np.diff(net.layers[1].weight.indptr) == 30)  # every input: a full layer
+    with pytest.raises(ValueError, match="2 fan-ins for 1 layers"):
+        random_network([50, 30], fan_in=[3, 4])
+
+
 def test_random_fixed_fan_in():
     net = random_network([50, 30, 20], fan_in=8, seed=1, n_classes=5)
     assert net.sizes == (50, 30, 20, 5)

@@ -145,6 +145,8 @@ def test_rows_only_update_equals_the_dense_one_on_those_rows():
     (["--lsh", "3:4:5"], "layer 3 is beyond the network"),
     (["--lsh", "2:4:5", "--loss", "mse"], "cross_entropy"),
     (["--lsh", "2:4:5", "--rehash", "0"], "--rehash"),
+    (["--lsh-random", "5"], "need --lsh"),
+    (["--lsh", "2:4:5", "--lsh-random", "-1"], "--lsh-random"),
 ])
 def test_bad_lsh_options_get_one_line(tmp_path, args, message):
     from spdnn.io.bundle import save_network

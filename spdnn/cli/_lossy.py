@@ -41,6 +41,10 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
                        help="with --lsh: keep at most M retrieved output neurons per sample "
                             "(those most tables retrieved; ties in a seeded order), labels "
                             "besides")
+    lossy.add_argument("--lsh-random", type=seed, default=0, metavar="N",
+                       help="with --lsh: add N random output neurons to each sample's active "
+                            "set in training (SLIDE tops its retrieved sets up so; the same on "
+                            "every grid)")
     lossy.add_argument("--rehash", type=positive_int, default=50, metavar="N",
                        help="with --lsh: rebuild the tables after N steps, each later period "
                             "10%% longer")

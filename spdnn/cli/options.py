@@ -90,8 +90,17 @@ def compressor(text: str) -> Any:  # noqa: ANN401 (a spdnn.compress.CompressSpec
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def check_fan_in(fan_in: int, sizes: list[int]) -> None:
-    for k, n_in in enumerate(sizes[:-1]):
-        if fan_in > n_in:
-            raise SpdnnError(f"--fan-in {fan_in} is larger than layer {k}'s {n_in} inputs: each "
+def fan_ins(text: str) -> int | list[int]:
+    """``--fan-in``: one count for every layer, or one per layer (``4096,128``)."""
+    parts = [positive_int(p) for p in text.split(",")]
+    return parts[0] if len(parts) == 1 else parts
+
+
+def check_fan_in(fan_in: int | list[int], sizes: list[int]) -> None:
+    fans = [fan_in] * (len(sizes) - 1) if isinstance(fan_in, int) else fan_in
+    if len(fans) != len(sizes) - 1:
+        raise SpdnnError(f"--fan-in lists {len(fans)} counts for {len(sizes) - 1} layers")
+    for k, (n_in, f) in enumerate(zip(sizes[:-1], fans)):
+        if f > n_in:
+            raise SpdnnError(f"--fan-in {f} is larger than layer {k}'s {n_in} inputs: each "
                              "row would need more distinct inputs than there are")

@@ -15,6 +15,7 @@ from spdnn.cli._lossy import add_lossy, lsh_spec
 from spdnn.cli._xc import add_parser as add_xc_data
 from spdnn.cli.options import (
     OneLineParser,
+    fan_ins,
     non_negative,
     positive_int,
     report,
@@ -161,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "Layers with a fixed number of random inputs per neuron (seeded).")
     rnd.add_argument("--sizes", type=_sizes, required=True,
                      help="layer sizes n_0,n_1,...,n_L")
-    rnd.add_argument("--fan-in", type=positive_int, default=32, help="nonzeros per row")
+    rnd.add_argument("--fan-in", type=fan_ins, default=32, metavar="F[,F...]",
+                     help="nonzeros per row: one count, or one per layer (e.g. 4096,128)")
     rnd.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
     loc = _command(kinds, "local", "locally connected layers over an image",
                    "Locally connected layers (a convolution without weight sharing): each "

@@ -138,7 +138,8 @@ def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
                 r = label_rows[j]
                 if r >= 0:
                     a = ptr[s] + np.searchsorted(out[ptr[s]:c], r)
-                    mass[a] = label_weights[j]
+                    if label_weights[j] > mass[a]:  # a label also drawn as a filler
+                        mass[a] = label_weights[j]
     return ptr, out, mass, hits
 
 

@@ -28,6 +28,8 @@ from typing import Literal
 
 import numpy as np
 
+from spdnn.model.labels import MultiLabels
+
 KINDS = ("dwta", "simhash")
 BIN = 8  # coordinates per DWTA bin (SLIDE's)
 SIMHASH_DENSITY = 1 / 3
@@ -43,14 +45,16 @@ class LshSpec:
     tables: int
     kind: Literal["dwta", "simhash"] = "dwta"
     max_active: int | None = None  # --lsh-max-active: retrieved neurons kept per sample
+    random: int = 0  # --lsh-random: random output neurons added per sample in training
 
     def text(self) -> str:
         cap = f", at most {self.max_active} per sample" if self.max_active else ""
-        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}{cap}"
+        fill = f", {self.random} random" if self.random else ""
+        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}{cap}{fill}"
 
 
-def parse_lsh(text: str, max_active: int | None = None) -> LshSpec:
-    """``LAYER:K:L[:dwta|simhash]`` (and the cap of ``--lsh-max-active``)."""
+def parse_lsh(text: str, max_active: int | None = None, random: int = 0) -> LshSpec:
+    """``LAYER:K:L[:dwta|simhash]`` (and ``--lsh-max-active``, ``--lsh-random``)."""
     parts = text.strip().split(":")
     if len(parts) not in (3, 4):
         raise ValueError(f"{text!r}: write LAYER:K:L[:dwta|simhash], e.g. 2:6:50")
@@ -70,7 +74,10 @@ def parse_lsh(text: str, max_active: int | None = None) -> LshSpec:
         raise ValueError(f"{text!r}: layers count from 1")
     if max_active is not None and not 1 <= max_active < 2**31:
         raise ValueError(f"the cap on active neurons must be a positive count, not {max_active}")
-    return LshSpec(layer=layer, k=k, tables=tables, kind=kind, max_active=max_active)
+    if not 0 <= random < 2**31:
+        raise ValueError(f"the random neurons per sample must be a count >= 0, not {random}")
+    return LshSpec(layer=layer, k=k, tables=tables, kind=kind, max_active=max_active,
+                   random=random)
 
 
 def check_lsh_layer(spec: LshSpec | None, n_layers: int) -> None:
@@ -244,3 +251,29 @@ def apply_cap(ptr: np.ndarray, act: np.ndarray, mass: np.ndarray, hits: np.ndarr
     new_ptr = np.zeros(batch + 1, dtype=np.int64)
     np.cumsum(np.bincount(kept, minlength=batch), out=new_ptr[1:])
     return new_ptr, act[keep], mass[keep]
+
+
+def fill_rows(seed: int, step: int, batch: int, count: int, n_out: int) -> np.ndarray:
+    """The random output neurons (global ids) that join each sample's active set at this step
+    (SLIDE tops its retrieved sets up with random neurons): (batch x count), drawn for the whole
+    minibatch from (seed, step), so that every grid draws the same for a sample."""
+    return np.random.default_rng([seed, 0xF111, step]).integers(0, n_out, (batch, count))
+
+
+def forced(labels: MultiLabels | None, fill: np.ndarray | None, dtype: np.dtype,
+           batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The neurons that join the active sets besides the retrieved ones, as CSR over the
+    samples: (ptr, global rows, target mass): the labels (their mass) and the random fill (0)."""
+    parts = []
+    if labels is not None:
+        parts.append((labels.samples(), labels.indices, labels.weights(dtype)))
+    if fill is not None and fill.size:
+        parts.append((np.repeat(np.arange(batch), fill.shape[1]), fill.ravel(),
+                      np.zeros(fill.size, dtype)))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, dtype)
+    samples, rows, mass = (np.concatenate(a) for a in zip(*parts))
+    order = np.argsort(samples, kind="stable")
+    ptr = np.zeros(batch + 1, dtype=np.int64)
+    np.cumsum(np.bincount(samples, minlength=batch), out=ptr[1:])
+    return ptr, rows[order].astype(np.int64), mass[order].astype(dtype)

@@ -96,28 +96,33 @@ def dense_head(n_classes: int, n_in: int, rng: np.random.Generator,
 
 def random_network(
     sizes: Sequence[int],
-    fan_in: int,
+    fan_in: int | Sequence[int],
     seed: int | None = 0,
     n_classes: int | None = None,
     cap: float | None = None,
     dtype: Any = "float32",
 ) -> Network:
-    """Random fixed fan-in layers n_0 -> n_1 -> ... -> n_L, optionally topped by a dense head.
+    """Random fixed fan-in layers n_0 -> n_1 -> ... -> n_L, optionally topped by a dense head;
+    ``fan_in``: one for every layer, or one per layer.
 
     Without a head the last layer is linear (a regression/MSE output).
     """
     if len(sizes) < 2 or any(s < 1 for s in sizes):
         raise ValueError("random network needs at least two positive layer sizes")
-    if fan_in < 1:
+    fans = [fan_in] * (len(sizes) - 1) if isinstance(fan_in, int) else list(fan_in)
+    if len(fans) != len(sizes) - 1:
+        raise ValueError(f"{len(fans)} fan-ins for {len(sizes) - 1} layers")
+    if min(fans) < 1:
         raise ValueError("fan-in must be at least 1")
     rng = _rng(seed)
     dt = as_dtype(dtype)
-    layers = [Layer(fixed_fan_in(n_out, n_in, fan_in, rng, dt), np.zeros(n_out, dtype=dt))
-              for n_in, n_out in zip(sizes[:-1], sizes[1:])]
+    layers = [Layer(fixed_fan_in(n_out, n_in, f, rng, dt), np.zeros(n_out, dtype=dt))
+              for n_in, n_out, f in zip(sizes[:-1], sizes[1:], fans)]
     if n_classes:
         layers.append(dense_head(n_classes, sizes[-1], rng, dt))
     return Network(layers=tuple(layers), cap=cap, output_activation="linear",
-                   extra={"generator": "random", "fan_in": fan_in, "seed": seed})
+                   extra={"generator": "random", "seed": seed,
+                          "fan_in": fan_in if isinstance(fan_in, int) else fans})
 
 
 def _grid(text: str | Sequence[int]) -> tuple[int, int]:

@@ -62,6 +62,7 @@ class TrainOptions:
     refresh: int | None = None
     lsh: str | None = None  # LAYER:K:L[:dwta|simhash], on the output layer (SLIDE)
     lsh_max_active: int | None = None  # retrieved output neurons kept per sample
+    lsh_random: int = 0  # random output neurons added per sample in training
     rehash: int = 50  # steps before the first rebuild of the LSH tables
 
 
@@ -134,7 +135,7 @@ def check_train_options(opt: TrainOptions) -> None:
         count(name, 1)
     for name in ("max_steps", "checkpoint_every", "refresh", "lsh_max_active"):
         count(name, 1, optional=True)
-    for name in ("seed", "compress_min_values"):
+    for name in ("seed", "compress_min_values", "lsh_random"):
         count(name, 0)
     for name in ("lr", "momentum", "weight_decay"):
         v = getattr(opt, name)

@@ -140,7 +140,8 @@ class DistributedNetwork:
         t.add("forward", i, compute=(t2 - t1) + (t4 - t3), comm=t1 - t0, wait=t3 - t2)
 
     def forward(self, x0: np.ndarray, *, keep: bool = True, drop_dead: bool = False,
-                sampled: bool = False, labels: MultiLabels | None = None) -> Forward:
+                sampled: bool = False, labels: MultiLabels | None = None,
+                fill: np.ndarray | None = None) -> Forward:
         """x0: this rank's input rows (n_owned_0 x B).
 
         ``keep``: every layer's X buffer and Z stay in the workspace of this batch size, for
@@ -148,7 +149,7 @@ class DistributedNetwork:
         drops the columns (samples) that are zero on every rank, which stay zero when no bias
         is positive (the Graph Challenge mode); ``Forward.ids`` says which samples remain.
         ``sampled``: the last layer computes its LSH-selected pairs only (``self.sampled``),
-        with the ``labels`` of the samples joining them in training.
+        with the ``labels`` of the samples and the random ``fill`` joining them in training.
         """
         if sampled and self.sampled is None:
             raise ValueError("sampled forward pass without LSH tables (use_lsh)")
@@ -182,7 +183,7 @@ class DistributedNetwork:
             nxt = None if last else xview(i + 1, 1 - cur, width)
             flags = np.zeros(width, np.int32) if drop_dead and not last else None
             if last and sampled:
-                self.sampled.forward_layer(x, labels)
+                self.sampled.forward_layer(x, labels, fill)
                 break
             self.forward_layer(i, x, z, None if nxt is None else nxt[:n], flags)
             if flags is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
-from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap
+from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.labels import MultiLabels
 from spdnn.model.optim import RowGrad
@@ -81,7 +81,8 @@ class SampledOutput:
         """The network's counters, timers and gradient sums, for the passes below."""
         self._traffic, self._timers, self._sums, self._cap = traffic, timers, sums, cap
 
-    def forward_layer(self, xbuf: np.ndarray, labels: MultiLabels | None) -> None:
+    def forward_layer(self, xbuf: np.ndarray, labels: MultiLabels | None,
+                      fill: np.ndarray | None = None) -> None:
         """The layer's forward pass: the usual expand of its inputs, then ``forward``."""
         i, ex, t = self.layer.index - 1, self.layer.exchange, self._timers
         t0 = time.perf_counter()
@@ -91,7 +92,7 @@ class SampledOutput:
         t1 = time.perf_counter()
         ex.finish_expand(reqs, xbuf)
         t2 = time.perf_counter()
-        self.forward(xbuf, labels)
+        self.forward(xbuf, labels, fill)
         t.add("forward", i, compute=time.perf_counter() - t2, comm=t1 - t0, wait=t2 - t1)
 
     def backward_layer(self, delta: np.ndarray, ws: Workspace
@@ -150,18 +151,17 @@ class SampledOutput:
         parts = self.comm.allgather((samples, keys))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def forward(self, xbuf: np.ndarray, labels: MultiLabels | None) -> None:
+    def forward(self, xbuf: np.ndarray, labels: MultiLabels | None,
+                fill: np.ndarray | None = None) -> None:
         """The active pairs of this batch and their pre-activations (``xbuf``: the layer's input
-        buffer with its ghost rows filled); ``labels`` (training) join the active sets."""
+        buffer with its ghost rows filled); ``labels`` (training) and the random ``fill``
+        (samples x count global ids) join the active sets."""
         assert self.tables is not None, "rebuild() before the first forward pass"
         xt = np.ascontiguousarray(xbuf.T)
         codes = self._sample_codes(xbuf, xt)
         dtype = xbuf.dtype
-        if labels is not None:
-            lptr, lrows, lw = labels.indptr, self.local[labels.indices], labels.weights(dtype)
-        else:
-            lptr, lrows, lw = (np.zeros(0, np.int64), np.zeros(0, np.int64),
-                               np.zeros(0, dtype))
+        lptr, lrows, lw = forced(labels, fill, dtype, xbuf.shape[1])
+        lrows = self.local[lrows]  # -1: held by another rank
         ptr, act, mass, hits = self.tables.retrieve(codes, len(self.layer.rows), lptr, lrows,
                                                     lw)
         if self.spec.max_active:

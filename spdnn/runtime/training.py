@@ -19,7 +19,7 @@ import numpy as np
 from spdnn.comm import AgreedError, Communicator
 from spdnn.io.checkpoint_format import manifest_path
 from spdnn.io.datasets import Dataset
-from spdnn.kernels.lsh import LshSpec, is_rebuild_step
+from spdnn.kernels.lsh import LshSpec, fill_rows, is_rebuild_step
 from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
@@ -106,9 +106,11 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             if dnet.sampled is not None and is_rebuild_step(
                     pos.step, cfg.rehash, cfg.checkpoint_every if cfg.checkpoint_dir else None):
                 dnet.sampled.rebuild()
+            fill = fill_rows(cfg.seed, pos.step, len(idx), cfg.lsh.random, dnet.sizes[-1])[
+                grid.share(len(idx))] if cfg.lsh is not None and cfg.lsh.random else None
             fwd = dnet.forward(columns(x_local, mine), sampled=dnet.sampled is not None,
                                labels=as_labels(data.y_train[mine], dnet.sizes[-1])
-                               if dnet.sampled is not None else None)
+                               if dnet.sampled is not None else None, fill=fill)
             per_sample = np.empty(len(mine)) if crit is not None and full else None
             dnet.sums.step = pos.step  # compressors draw by step: a resume draws the same
             value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx),
