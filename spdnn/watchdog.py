@@ -48,8 +48,10 @@ class Watchdog:
                 continue
             if self._rank != 0:
                 # Rank 0 usually waits too: let it end the job, releasing what it holds (the
-                # checkpoint directory's lock) and printing the line a user reads first.
-                time.sleep(2.0)
+                # checkpoint directory's lock) and printing the line a user reads first (a
+                # stalled node's lines may never arrive). Its wait may have begun later (it
+                # was still computing): one more timeout, within [2, 30] s.
+                time.sleep(min(max(2.0, timeout), 30.0))
             task, peers = what
             names = ", ".join(map(str, peers)) if peers else "the others"
             sys.stderr.write(f"spdnn: error: rank {self._rank} ({socket.gethostname()}) waited "
