@@ -76,64 +76,59 @@ def simhash_codes(indptr, indices, data, col_ptr, col_fn, col_sign, k, tables, o
 
 
 @nb.njit(cache=True, nogil=True)
+def _union(s, codes, keys, rows, label_ptr, label_rows, stamp, hit_of, out, c):
+    """Sample s's rows: those of the buckets it hits, then its label rows, each once (stamped
+    with s), written to out[c:] when ``out`` has room (the counting pass gives it none), and
+    the tables that hit each row counted in ``hit_of``. Returns the new end c."""
+    write = len(out) > 0
+    for t in range(codes.shape[1]):
+        lo = np.searchsorted(keys[t], codes[s, t], side="left")
+        hi = np.searchsorted(keys[t], codes[s, t], side="right")
+        for j in range(lo, hi):
+            r = rows[t, j]
+            hit_of[r] += 1
+            if stamp[r] != s:
+                stamp[r] = s
+                if write:
+                    out[c] = r
+                c += 1
+    if len(label_ptr) > 0:
+        for j in range(label_ptr[s], label_ptr[s + 1]):
+            r = label_rows[j]
+            if r >= 0 and stamp[r] != s:
+                stamp[r] = s
+                if write:
+                    out[c] = r
+                c += 1
+    return c
+
+
+@nb.njit(cache=True, nogil=True)
 def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
     """Per sample, the union of the rows in the buckets its codes hit (table t: rows[t]
     ordered by keys[t]) and of its label rows (-1: not here), ascending. Returns the CSR of
     the active pairs (ptr, rows), each pair's target mass (0 unless a label) and the number
-    of tables whose bucket holds it."""
-    batch, n_tables = codes.shape
+    of tables whose bucket holds it. Two passes: count, then fill."""
+    batch = codes.shape[0]
     stamp = np.full(n_rows, -1, dtype=np.int64)
-    counts = np.zeros(batch, dtype=np.int64)
-    has_labels = len(label_ptr) > 0
-    for s in range(batch):
-        c = 0
-        for t in range(n_tables):
-            lo = np.searchsorted(keys[t], codes[s, t], side="left")
-            hi = np.searchsorted(keys[t], codes[s, t], side="right")
-            for j in range(lo, hi):
-                r = rows[t, j]
-                if stamp[r] != s:
-                    stamp[r] = s
-                    c += 1
-        if has_labels:
-            for j in range(label_ptr[s], label_ptr[s + 1]):
-                r = label_rows[j]
-                if r >= 0 and stamp[r] != s:
-                    stamp[r] = s
-                    c += 1
-        counts[s] = c
+    hit_of = np.zeros(n_rows, dtype=np.int64)
     ptr = np.zeros(batch + 1, dtype=np.int64)
+    none = np.empty(0, dtype=np.int64)
     for s in range(batch):
-        ptr[s + 1] = ptr[s] + counts[s]
+        ptr[s + 1] = _union(s, codes, keys, rows, label_ptr, label_rows, stamp, hit_of, none,
+                            ptr[s])
     out = np.empty(ptr[batch], dtype=np.int64)
     mass = np.zeros(ptr[batch], dtype=label_weights.dtype)
     hits = np.zeros(ptr[batch], dtype=np.int64)
-    hit_of = np.zeros(n_rows, dtype=np.int64)
     stamp[:] = -1
+    hit_of[:] = 0
     for s in range(batch):
-        c = ptr[s]
-        for t in range(n_tables):
-            lo = np.searchsorted(keys[t], codes[s, t], side="left")
-            hi = np.searchsorted(keys[t], codes[s, t], side="right")
-            for j in range(lo, hi):
-                r = rows[t, j]
-                hit_of[r] += 1
-                if stamp[r] != s:
-                    stamp[r] = s
-                    out[c] = r
-                    c += 1
-        if has_labels:
-            for j in range(label_ptr[s], label_ptr[s + 1]):
-                r = label_rows[j]
-                if r >= 0 and stamp[r] != s:
-                    stamp[r] = s
-                    out[c] = r
-                    c += 1
+        c = _union(s, codes, keys, rows, label_ptr, label_rows, stamp, hit_of, out, ptr[s])
         out[ptr[s]:c] = np.sort(out[ptr[s]:c])
         for a in range(ptr[s], c):
             hits[a] = hit_of[out[a]]
             hit_of[out[a]] = 0
-        if has_labels:
+        if len(label_ptr) > 0:
             for j in range(label_ptr[s], label_ptr[s + 1]):
                 r = label_rows[j]
                 if r >= 0:
