@@ -24,9 +24,9 @@ from spdnn.kernels.lsh import (
     forced,
     is_rebuild_step,
 )
-from spdnn.kernels.ranges import concat_ranges
+from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.model.batching import batch_order, batches, columns
-from spdnn.model.labels import MultiLabels, precision_at
+from spdnn.model.labels import MultiLabels, as_labels, precision_at
 from spdnn.model.network import Network
 from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
 from spdnn.model.optim import SGD, RowGrad, SGDConfig, interleave, parameters
@@ -109,7 +109,7 @@ def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashF
     if hashes.spec.max_active:
         ptr, act, mass = apply_cap(ptr, act, mass, hits, act, hashes.spec, net.sizes[-1], seed,
                                    lambda samples, keys: (samples, keys))
-    s = np.repeat(np.arange(batch), np.diff(ptr))
+    s = segment_ids(ptr)
     z = np.asarray(w[act].multiply(h[:, s].T).sum(axis=1)).ravel() + last.bias[act]
     gmax = np.full(batch, -np.inf)
     np.maximum.at(gmax, s, z)
@@ -173,8 +173,7 @@ def train(
             if hashes is not None:
                 if is_rebuild_step(steps, rehash, checkpoint_every) or tables is None:
                     tables = lsh_tables(net, hashes)
-                labels = y[idx] if isinstance(y, MultiLabels) else \
-                    MultiLabels(np.arange(len(idx) + 1), y[idx].astype(np.int64), net.sizes[-1])
+                labels = as_labels(y[idx], net.sizes[-1])
                 fill = fill_rows(seed, steps, len(idx), lsh.random, net.sizes[-1]) \
                     if lsh is not None and lsh.random else None
                 g, active = sampled_backward(net, columns(x, idx), labels, hashes, tables, seed,

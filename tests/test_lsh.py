@@ -146,6 +146,7 @@ def test_rows_only_update_equals_the_dense_one_on_those_rows():
     (["--lsh", "2:4:5", "--loss", "mse"], "cross_entropy"),
     (["--lsh", "2:4:5", "--rehash", "0"], "--rehash"),
     (["--lsh-random", "5"], "need --lsh"),
+    (["--lsh", "2:4:5", "--lsh-random", "11"], "more than the output layer's 10 neurons"),
     (["--lsh", "2:4:5", "--lsh-random", "-1"], "--lsh-random"),
 ])
 def test_bad_lsh_options_get_one_line(tmp_path, args, message):
@@ -156,3 +157,16 @@ def test_bad_lsh_options_get_one_line(tmp_path, args, message):
                *args, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("inputs", ["digits", "images.tsv"])
+def test_infer_lsh_needs_label_sets(tmp_path, inputs):
+    from spdnn.io.bundle import save_network
+
+    save_network(small_network((64, 16, 10), fan_in=8), tmp_path / "n.npz")
+    (tmp_path / "images.tsv").write_text("1\t1\t1.0\n")
+    r = launch(0, "infer", "--network", tmp_path / "n.npz", "--inputs", inputs, "--lsh",
+               "2:2:4", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "--lsh reports P@k on label sets" in r.stderr
+

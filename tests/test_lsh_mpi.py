@@ -79,3 +79,46 @@ def test_sampled_training_resumes_exactly(comm, mpi_tmp_path):
     assert _digest(resumed) == _digest(whole)
     for d in (whole, first, resumed):
         d.grid.free()
+
+
+def _retrieved_top5(net, x, hashes):
+    """The 5 best retrieved outputs per sample, computed plainly from the whole network."""
+    from spdnn.model.batching import columns
+    from spdnn.reference import forward, lsh_tables
+
+    _, xs = forward(net, columns(x, slice(None)))
+    h, w = xs[-1], net.layers[-1].weight
+    none = np.zeros(0, np.int64)
+    ptr, act, _, _ = lsh_tables(net, hashes).retrieve(hashes.codes_of_columns(h),
+                                                     net.sizes[-1], none, none, np.zeros(0))
+    top = np.full((h.shape[1], 5), -1)
+    for s in range(h.shape[1]):
+        rows = act[ptr[s]:ptr[s + 1]]
+        z = w[rows] @ h[:, s] + net.layers[-1].bias[rows]
+        best = rows[np.lexsort((rows, -z))][:5]
+        top[s, :len(best)] = best
+    return top
+
+
+@pytest.mark.parametrize("spec", ["2:2:6:dwta", "2:3:5:simhash", "2:8:2:simhash"])
+def test_inference_among_retrieved_outputs_on_every_grid(comm, mpi_tmp_path, spec):
+    from spdnn.kernels.lsh import HashFunctions
+    from spdnn.model.labels import precision_at
+    from spdnn.runtime.inference import local_inputs, precisions
+
+    data = load_dataset(f"xc:{SAMPLE}", "float64")
+    net = small_network((256, 40, 128), fan_in=24, seed=7, bias_scale=0.1)
+    lsh = parse_lsh(spec)
+    top = _retrieved_top5(net, data.x_test, HashFunctions.make(lsh, 40, 0))
+    assert (top[:, 0] >= 0).any()
+    if spec == "2:8:2:simhash":  # few buckets hit: samples with fewer than 5 count misses
+        assert (top == -1).any()
+    expected = (precision_at(data.y_test, top, 1), precision_at(data.y_test, top, 5))
+    for parts, replicas in grids(comm.size):
+        dnet = _open(comm, mpi_tmp_path, net, parts, replicas, name="lsh-i").dnet
+        dnet.use_lsh(lsh, 0)
+        dnet.sampled.rebuild()
+        got = precisions(dnet, local_inputs(dnet, data.x_test, "x"), data.y_test,
+                         batch_size=37, sampled=True)
+        assert got == pytest.approx(expected, abs=1e-12)
+        dnet.grid.free()

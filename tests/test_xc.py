@@ -145,6 +145,8 @@ def test_labels_select_and_hits():
     np.testing.assert_array_equal(y.hits(np.array([[1, 3], [0, 1], [0, 2], [4, 1]])),
                                   [2, 0, 1, 1])
     np.testing.assert_array_equal(y.contains(np.array([3, 3, 0, 1])), [True, False, True, False])
+    # -1 (nothing predicted) is no label, not the previous sample's last one
+    np.testing.assert_array_equal(_labels([[4], [0]], 5).hits(np.array([[-1], [-1]])), [0, 0])
     assert precision_at(y, np.array([[1, 0], [0, 1], [0, 2], [4, 1]]), 1) == 0.75
     assert precision_at(y, np.array([[1, 0], [0, 1], [0, 2], [4, 1]]), 2) == 3 / 8
 

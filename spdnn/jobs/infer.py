@@ -28,7 +28,7 @@ def _lsh(text: str, sizes: tuple[int, ...]) -> LshSpec:
         spec = parse_lsh(text)
     except ValueError as exc:
         raise SpdnnError(f"--lsh: {exc}") from None
-    check_lsh_layer(spec, len(sizes) - 1)
+    check_lsh_layer(spec, sizes)
     return spec
 
 
@@ -57,10 +57,13 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         x_local = comm.check(lambda: local_inputs(dnet, x, spec))
         t0 = time.perf_counter()
         extra: dict = {}
+        if lsh is not None and not data.multi_label:
+            comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
+                       "single-label data")
         if data.multi_label:
             if lsh is not None:
-                spec = comm.check(lambda: _lsh(lsh, job.bundle.sizes))
-                dnet.use_lsh(spec, 0)
+                lsh_spec = comm.check(lambda: _lsh(lsh, job.bundle.sizes))
+                dnet.use_lsh(lsh_spec, 0)
                 dnet.sampled.rebuild()
             acc, p5 = precisions(dnet, x_local, y, sampled=lsh is not None)
             extra = {"precision_at_1": acc, "precision_at_5": p5}
@@ -83,6 +86,9 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
                                        "traffic": counted})
         return InferResult(rank=comm.rank, samples=len(y), seconds=seconds, ranks=comm.size,
                            accuracy=acc, traffic=counted)
+    if lsh is not None:
+        comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on Graph Challenge "
+                   "images")
     if truth is not None:
         truth = os.fspath(truth)
     expected = comm.check(lambda: read_categories(truth)) if truth else None

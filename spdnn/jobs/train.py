@@ -86,7 +86,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     sizes, dnet = job.bundle.sizes, job.dnet
     data = comm.check(lambda: load_dataset(data_spec, run.dtype))
     comm.check(lambda: check_fits(data, sizes, data_spec))
-    comm.check(lambda: check_lsh_layer(cfg.lsh, len(sizes) - 1))
+    comm.check(lambda: check_lsh_layer(cfg.lsh, sizes))
     position, momentum, lossy = None, None, None
     if opt.resume:
         resume = os.fspath(opt.resume)

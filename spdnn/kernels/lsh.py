@@ -28,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 
+from spdnn.kernels.ranges import segment_ids
 from spdnn.model.labels import MultiLabels
 
 KINDS = ("dwta", "simhash")
@@ -80,14 +81,19 @@ def parse_lsh(text: str, max_active: int | None = None, random: int = 0) -> LshS
                    random=random)
 
 
-def check_lsh_layer(spec: LshSpec | None, n_layers: int) -> None:
-    """LSH selects neurons of the output layer (layers count from 1)."""
+def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...]) -> None:
+    """LSH selects neurons of the output layer (layers count from 1); the random top-up draws
+    at most as many neurons as the layer has."""
     from spdnn.errors import SpdnnError
 
+    n_layers = len(sizes) - 1
     if spec is not None and spec.layer != n_layers:
         where = "a hidden layer" if spec.layer < n_layers else "beyond the network"
         raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is {where}; LSH selects "
                          f"neurons of the output layer ({n_layers}) only, so far")
+    if spec is not None and spec.random > sizes[-1]:
+        raise SpdnnError(f"--lsh-random {spec.random} is more than the output layer's "
+                         f"{sizes[-1]} neurons")
 
 
 def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) -> bool:
@@ -215,19 +221,10 @@ def cap_threshold(keys: np.ndarray, samples: np.ndarray, batch: int, cap: int
     return out
 
 
-def keep_capped(ptr: np.ndarray, mass: np.ndarray, keys: np.ndarray, threshold: np.ndarray
-                ) -> np.ndarray:
-    """Which active pairs stay under the cap: labels (mass > 0) always, the others when their
-    key reaches their sample's threshold."""
-    samples = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
-    return (mass > 0) | (keys >= threshold[samples])
-
-
-def local_candidates(ptr: np.ndarray, mass: np.ndarray, keys: np.ndarray, cap: int
+def local_candidates(samples: np.ndarray, mass: np.ndarray, keys: np.ndarray, cap: int
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(sample, key) of each sample's ``cap`` best non-label pairs here (what a rank offers to
-    the merge)."""
-    samples = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    the merge); ``samples``: the sample of each pair, ascending."""
     cand = np.flatnonzero(mass == 0)
     order = cand[np.lexsort((-keys[cand], samples[cand]))]
     s = samples[order]
@@ -240,16 +237,18 @@ def apply_cap(ptr: np.ndarray, act: np.ndarray, mass: np.ndarray, hits: np.ndarr
               global_rows: np.ndarray, spec: LshSpec, n_out: int, seed: int,
               gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At most ``spec.max_active`` retrieved neurons per sample (labels kept besides them), the
-    same ones on every grid: ``gather`` merges every rank's candidates (identity on one)."""
+    """At most ``spec.max_active`` retrieved neurons per sample (labels kept besides them, the
+    others when their key reaches the sample's threshold), the same ones on every grid:
+    ``gather`` merges every rank's candidates (identity on one)."""
     cap = int(spec.max_active or 0)
     batch = len(ptr) - 1
+    samples = segment_ids(ptr)
     keys = cap_keys(hits, global_rows, n_out, seed, spec.layer)
-    samples, cand = gather(*local_candidates(ptr, mass, keys, cap))
-    keep = keep_capped(ptr, mass, keys, cap_threshold(cand, samples, batch, cap))
-    kept = np.repeat(np.arange(batch), np.diff(ptr))[keep]
+    cand_samples, cand = gather(*local_candidates(samples, mass, keys, cap))
+    threshold = cap_threshold(cand, cand_samples, batch, cap)
+    keep = (mass > 0) | (keys >= threshold[samples])
     new_ptr = np.zeros(batch + 1, dtype=np.int64)
-    np.cumsum(np.bincount(kept, minlength=batch), out=new_ptr[1:])
+    np.cumsum(np.bincount(samples[keep], minlength=batch), out=new_ptr[1:])
     return new_ptr, act[keep], mass[keep]
 
 

@@ -11,3 +11,8 @@ def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.int64)
     shift = np.asarray(starts, dtype=np.int64) - np.concatenate([[0], np.cumsum(counts)[:-1]])
     return np.repeat(shift, counts) + np.arange(int(counts.sum()))
+
+
+def segment_ids(ptr: np.ndarray) -> np.ndarray:
+    """The segment of every entry of a CSR-like ``ptr`` (e.g. the sample of each active pair)."""
+    return np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))

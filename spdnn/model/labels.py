@@ -54,7 +54,8 @@ class MultiLabels:
         return np.repeat((1.0 / np.maximum(c, 1)).astype(dtype), c)
 
     def hits(self, top: np.ndarray) -> np.ndarray:
-        """For predictions ``top`` (n x k label ids), how many of each row are labels."""
+        """For predictions ``top`` (n x k label ids, -1: none), how many of each row are
+        labels."""
         n, k = top.shape
         if len(self.indices) == 0:
             return np.zeros(n, dtype=np.int64)
@@ -64,11 +65,19 @@ class MultiLabels:
         keys = self.samples() * width + self.indices
         asked = np.arange(n, dtype=np.int64)[:, None] * width + top.astype(np.int64)
         pos = np.minimum(np.searchsorted(keys, asked), len(keys) - 1)
-        return np.count_nonzero(keys[pos] == asked, axis=1).astype(np.int64)
+        # a negative id (no prediction) must not reach into the previous sample's keys
+        return np.count_nonzero((keys[pos] == asked) & (top >= 0), axis=1).astype(np.int64)
 
     def contains(self, labels: np.ndarray) -> np.ndarray:
         """Whether ``labels[i]`` is one of sample i's labels."""
         return self.hits(np.asarray(labels).reshape(-1, 1)) > 0
+
+
+def as_labels(y: np.ndarray | MultiLabels, n_labels: int) -> MultiLabels:
+    """Integer labels as one-label sets (label sets unchanged)."""
+    if isinstance(y, MultiLabels):
+        return y
+    return MultiLabels(np.arange(len(y) + 1, dtype=np.int64), np.asarray(y, np.int64), n_labels)
 
 
 def precision_at(labels: MultiLabels, top: np.ndarray, k: int) -> float:

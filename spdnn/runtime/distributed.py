@@ -18,7 +18,7 @@ from spdnn.io.bundle import NetworkBundle
 from spdnn.kernels import products as kernels
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.lsh import LshSpec
-from spdnn.model.labels import MultiLabels
+from spdnn.model.labels import MultiLabels, as_labels
 from spdnn.model.network import Fingerprint
 from spdnn.model.ops import activation_slope, check_targets, output
 from spdnn.model.optim import parameters
@@ -29,7 +29,7 @@ from spdnn.runtime.gradsum import GradientSums
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.halo import Traffic
 from spdnn.runtime.local_layer import LocalLayer
-from spdnn.runtime.sampled import SampledOutput, as_labels
+from spdnn.runtime.sampled import SampledOutput
 from spdnn.runtime.workspace import PingPong, Workspace
 
 # Row chunks of the local products that overlap a message exchange; between chunks the

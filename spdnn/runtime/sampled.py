@@ -19,7 +19,7 @@ import numpy as np
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced
-from spdnn.kernels.ranges import concat_ranges
+from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.model.labels import MultiLabels
 from spdnn.model.optim import RowGrad
 from spdnn.runtime.accounting import Timers
@@ -39,14 +39,7 @@ class _Batch:
 
     @property
     def samples(self) -> np.ndarray:
-        return np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))
-
-
-def as_labels(y: np.ndarray | MultiLabels, n_out: int) -> MultiLabels:
-    """Integer labels as one-label sets."""
-    if isinstance(y, MultiLabels):
-        return y
-    return MultiLabels(np.arange(len(y) + 1, dtype=np.int64), np.asarray(y, np.int64), n_out)
+        return segment_ids(self.ptr)
 
 
 class SampledOutput:
@@ -66,7 +59,6 @@ class SampledOutput:
         self.local[layer.rows] = np.arange(len(layer.rows))
         self.tables: Tables | None = None
         self.active_pairs = 0  # counted over the batches, for the reports
-        self.samples_seen = 0
         # every rank's buffer holds the whole input (a full layer): hash from it, else gather
         whole = float(len(layer.buffer_rows) == n_in)
         self._whole_buffer = (comm.allreduce_scalar(whole, "min") if comm.size > 1 else whole) > 0
@@ -174,7 +166,6 @@ class SampledOutput:
         nbl.sampled_forward(ptr, act, w.indptr, w.indices, w.data, self.layer.bias, xt, z)
         self._batch = _Batch(ptr, act, mass, z, xt)
         self.active_pairs += len(act)
-        self.samples_seen += xbuf.shape[1]
 
     def _best(self, b: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per sample: the largest active output over all ranks, its global row (the lowest

@@ -24,13 +24,13 @@ from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, batches, columns, n_batches
+from spdnn.model.labels import as_labels
 from spdnn.model.optim import SGD, SGDConfig, interleave
 from spdnn.model.reports import EpochReport
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import evaluate, local_inputs, precisions
-from spdnn.runtime.sampled import as_labels
 
 
 @dataclass(frozen=True, kw_only=True)
