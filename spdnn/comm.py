@@ -294,6 +294,7 @@ def _abort_from_thread(code: int) -> None:
     """MPI_Abort from the watchdog's thread ends every rank; should it block (the main thread
     holding MPI's lock), the process ends itself and the launcher ends the others."""
     threading.Timer(10.0, os._exit, args=(code,)).start()
+    time.sleep(0.5)  # the launcher forwards the watchdog's line first (see _abort)
     MPI.COMM_WORLD.Abort(code)
 
 
