@@ -225,15 +225,16 @@ def _images(n, seed=5):
     return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, 1024))
 
 
-@pytest.mark.parametrize("method", ["block", "cyclic"])
+@pytest.mark.parametrize(("method", "chunk"), [("block", None), ("cyclic", None),
+                                               ("cyclic", 7)])
 def test_graph_challenge_mode_equals_the_reference_on_a_synthetic_network(
-        comm, mpi_tmp_path, method):
+        comm, mpi_tmp_path, method, chunk):
     net = radixnet(1024, 12, seed=0, dtype="float64")
     images = _images(120)
     expected = reference_challenge(net, images)
     assert 0 < len(expected.categories) < 120  # some samples die, some survive
     run = _setup(mpi_tmp_path, net, method, comm, "rx")
-    got = challenge_infer(comm, run.dnet, images, run.nnz)
+    got = challenge_infer(comm, run.dnet, images, run.nnz, chunk=chunk)  # 7: 18 chunks
     np.testing.assert_array_equal(got.categories, expected.categories)
     assert got.edges == net.nnz == 12 * 1024 * 32
     assert got.rate == pytest.approx(120 * net.nnz / got.seconds)

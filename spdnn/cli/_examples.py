@@ -38,6 +38,12 @@ examples:
   spdnn generate local --image 8x8 --hidden 16x16,16x16 --radius 1 --head 10 -o local.npz
   spdnn generate local --image 28x28 --hidden 32x32,32x32 --radius 2 --head 10 -o mnist-local.npz
 """,
+    "challenge-images": """\
+examples:
+  spdnn generate challenge-images --mnist ../shared/data/mnist --size 32 -o images32.npz
+  spdnn generate radixnet --neurons 1024 --layers 120 --bias -0.3 -o rx1024.npz
+  spdnn infer --network rx1024.npz --inputs images32.npz --categories-out categories.tsv
+""",
     "xc-data": """\
 examples:
   spdnn generate xc-data --samples 5000 --features 2000 --labels 1000 -o xc-small

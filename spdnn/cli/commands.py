@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spdnn.cli._challenge import cmd_generate_images
 from spdnn.cli._emulate import cmd_emulate
 from spdnn.cli._xc import cmd_generate_xc
 from spdnn.cli.options import check_fan_in
@@ -90,6 +91,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     if args.kind == "xc-data":
         cmd_generate_xc(args)
+        return
+    if args.kind == "challenge-images":
+        cmd_generate_images(args)
         return
     check_outputs([("-o", args.output)])
     if args.kind == "random":

@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from spdnn.cli._challenge import add_parser as add_challenge_images
 from spdnn.cli._emulate import add_parser as add_emulate
 from spdnn.cli._examples import EXAMPLES, EXAMPLES_BY_COMMAND
 from spdnn.cli._lossy import add_lossy, lsh_spec
@@ -186,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "one .npy matrix")
     pr.add_argument("--density", type=float, default=0.05, help="fraction of weights kept")
     add_xc_data(kinds, _Formatter)
+    add_challenge_images(kinds, _Formatter)
     for kind in (rx, rnd, loc, pr):
         kind.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
         kind.add_argument("--head", type=positive_int,
@@ -232,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(inf, "each takes a share of the inputs")
     inf.add_argument("--inputs", required=True,
                      help="digits | npz:FILE | mnist:DIR | xc:DIR (test split), or an images "
-                          ".tsv/.mtx")
+                          ".tsv/.mtx/.npz (docs/formats.md)")
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
     inf.add_argument("--metrics-out", help="write metrics as JSON")

@@ -16,6 +16,11 @@ from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime.distributed import DistributedNetwork
 
+# Graph Challenge inputs per chunk: one dense activation block of about this many bytes
+# (scripts/bench_challenge.py measured the size; docs/BENCHMARKS.md).
+CHALLENGE_BLOCK_BYTES = 16 << 20
+CHALLENGE_MIN_CHUNK = 256
+
 
 def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
                  source: str) -> np.ndarray | sp.csr_matrix:
@@ -69,22 +74,33 @@ def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y:
 
 
 def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr_matrix,
-                    edges: int) -> ChallengeResult:
+                    edges: int, chunk: int | None = None) -> ChallengeResult:
     """Graph Challenge inference: the hidden activation and cap on every layer; when no bias is
     positive, samples whose activation column died are dropped on every rank alike. Replicas
-    take contiguous shares of the inputs; the categories come back in input order."""
+    take contiguous shares of the inputs; the categories come back in input order.
+
+    Inputs go through in chunks of ``chunk`` samples (default: as many as keep one dense
+    activation block near CHALLENGE_BLOCK_BYTES), so memory stays bounded at any input count
+    and a chunk's activations stay in cache; the time includes making each chunk dense."""
     share = dnet.grid.share(images.shape[0])
-    mine = images[share]
-    x0 = np.ascontiguousarray(mine[:, dnet.input_rows].T.toarray(), dtype=dnet.dtype)
+    mine = sp.csr_matrix(images[share][:, dnet.input_rows], dtype=dnet.dtype)
+    widest = max(max(layer.n_buffer_rows, len(layer.rows)) for layer in dnet.layers)
+    if chunk is None:
+        chunk = max(CHALLENGE_MIN_CHUNK,
+                    CHALLENGE_BLOCK_BYTES // (widest * np.dtype(dnet.dtype).itemsize))
     top_bias = max((float(lay.bias.max(initial=0)) for lay in dnet.layers), default=0.0)
     can_drop = comm.allreduce_scalar(top_bias, "max") <= 0
+    found = []
     comm.barrier()
     t0 = time.perf_counter()
-    fwd = dnet.forward(x0, keep=False, drop_dead=can_drop)
-    last = activate(fwd.z_last.copy(), dnet.cap)
+    for start in range(0, max(mine.shape[0], 1), chunk):
+        x0 = mine[start:start + chunk].T.tocsr().toarray()  # C order: rows are features
+        fwd = dnet.forward(x0, keep=False, drop_dead=can_drop)
+        last = activate(fwd.z_last.copy(), dnet.cap)
+        final = dnet.comm.allreduce(np.any(last != 0, axis=0).astype(np.int32), "max") > 0
+        found.append(fwd.ids[final] + start)
     seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
-    final = dnet.comm.allreduce(np.any(last != 0, axis=0).astype(np.int32), "max") > 0
-    found = fwd.ids[final] + share.start + 1
+    found = np.concatenate(found) + share.start + 1
     if dnet.grid.replicas > 1:
         found = np.concatenate(dnet.grid.data.allgather(found))
     return ChallengeResult(np.sort(found), seconds, images.shape[0], edges)

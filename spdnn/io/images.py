@@ -1,0 +1,141 @@
+"""Graph Challenge input images: a binary ``.npz`` form (a sparse pattern, read in seconds where
+a 60,000-image Matrix Market file takes minutes) and challenge-shaped images made from MNIST.
+
+The challenge's inputs are the 60,000 MNIST training images resized to 32x32, 64x64, 128x128 or
+256x256 and made binary, flattened column by column (pixel (r, c) is feature c * size + r).
+The resize here is bicubic (Keys, a = -0.5, pixel-area aligned, edges replicated: what MATLAB's
+``imresize`` does when enlarging) and a pixel is on when its resized grey level exceeds
+``CHALLENGE_THRESHOLD``, the level at which the 32x32 images of the first 1,200 MNIST images
+have the density of the official subset (docs/BENCHMARKS.md "Graph Challenge at every size"
+reports the agreement).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import InputError
+from spdnn.io.atomic import atomic_path
+from spdnn.io.formats import read_idx, read_inputs
+from spdnn.io.npz import NpzReader
+
+CHALLENGE_SIZES = (32, 64, 128, 256)
+CHALLENGE_THRESHOLD = 0.71  # of grey levels scaled to [0, 1]
+_CHUNK = 2000  # images resized at a time (256x256 float64: 1 GB)
+
+
+def read_images(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
+    """Input images from ``.npz`` (this module's form), ``.mtx`` or ``.tsv``."""
+    if os.fspath(path).endswith(".npz"):
+        return read_image_npz(path, n_features)
+    return read_inputs(path, n_features)
+
+
+def read_image_npz(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
+    """Members ``shape`` (2 integers), ``indptr``, ``indices`` (CSR, int64 or int32) and an
+    optional ``data`` (default: every entry 1); validated before any use."""
+    p = os.fspath(path)
+    with NpzReader(p, "images") as r:
+        r.check_headers()
+        shape = r.get("shape")
+        if shape.shape != (2,) or shape.dtype.kind not in "iu":
+            raise InputError(p, "key 'shape' must hold two integers (images, features)")
+        n_rows, n_cols = int(shape[0]), int(shape[1])
+        if n_cols != n_features:
+            raise InputError(p, f"has {n_cols} features per image, the network takes "
+                                f"{n_features}")
+        if n_rows < 1:
+            raise InputError(p, "no inputs (the file holds no images)")
+        for key in ("indptr", "indices"):
+            dims, dtype = r.header(key)
+            if len(dims) != 1 or dtype.kind not in "iu":
+                raise InputError(p, f"key '{key}' must be a 1-D integer array")
+        if r.header("indptr")[0] != (n_rows + 1,):
+            raise InputError(p, f"key 'indptr' must hold {n_rows + 1} entries (images + 1)")
+        indptr = r.get("indptr").astype(np.int64, copy=False)
+        nnz = r.header("indices")[0][0]
+        if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
+            raise InputError(p, "key 'indptr' must rise from 0 to the number of indices")
+        indices = r.get("indices")
+        if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n_cols):
+            raise InputError(p, f"key 'indices' holds a feature outside 0..{n_cols - 1}")
+        if "data" in r.keys:
+            if r.header("data")[0] != (nnz,):
+                raise InputError(p, "key 'data' must hold one value per index")
+            data = r.get("data").astype(np.float64, copy=False)
+            if not np.all(np.isfinite(data)):
+                raise InputError(p, "key 'data' holds a non-finite value")
+        else:
+            data = np.ones(nnz)
+    m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr),
+                      shape=(n_rows, n_cols))
+    m.sum_duplicates()  # also sorts each row's indices
+    return m
+
+
+def write_image_npz(path: str | os.PathLike, images: sp.spmatrix) -> None:
+    """Write images in the ``.npz`` form (values dropped when all are 1)."""
+    m = sp.csr_matrix(images)
+    m.sort_indices()
+    arrays = {"shape": np.array(m.shape, dtype=np.int64), "indptr": m.indptr.astype(np.int64),
+              "indices": m.indices.astype(np.int32)}
+    if not np.all(m.data == 1):
+        arrays["data"] = m.data
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _keys(x: np.ndarray, a: float = -0.5) -> np.ndarray:
+    ax = np.abs(x)
+    near = (a + 2) * ax**3 - (a + 3) * ax**2 + 1
+    far = a * ax**3 - 5 * a * ax**2 + 8 * a * ax - 4 * a
+    return np.where(ax <= 1, near, np.where(ax < 2, far, 0.0))
+
+
+def bicubic_weights(n_in: int, n_out: int) -> np.ndarray:
+    """The n_out x n_in matrix of a 1-D bicubic resize (output pixel centres mapped onto the
+    input's, edges replicated)."""
+    scale = n_out / n_in
+    centre = np.arange(1, n_out + 1) / scale + 0.5 * (1 - 1 / scale)  # 1-based input coordinate
+    taps = np.floor(centre - 2)[:, None] + np.arange(6)[None, :]
+    w = _keys(centre[:, None] - taps)
+    w /= w.sum(axis=1, keepdims=True)
+    source = np.clip(taps, 1, n_in).astype(np.int64) - 1
+    m = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        np.add.at(m[i], source[i], w[i])
+    return m
+
+
+def challenge_images(mnist_dir: str | os.PathLike, size: int, count: int = 60_000,
+                     threshold: float = CHALLENGE_THRESHOLD,
+                     progress: Callable[[int, int], None] | None = None) -> sp.csr_matrix:
+    """The first ``count`` MNIST training images as binary size x size challenge inputs."""
+    if size not in CHALLENGE_SIZES:
+        raise ValueError(f"image size must be one of {CHALLENGE_SIZES}, not {size}")
+    d = Path(mnist_dir)
+    names = [d / "train-images-idx3-ubyte.gz", d / "train-images-idx3-ubyte"]
+    found = [f for f in names if f.is_file()]
+    if not found:
+        raise InputError(d, "no MNIST training images (train-images-idx3-ubyte[.gz])")
+    raw = read_idx(found[0])
+    if raw.ndim != 3 or raw.shape[1:] != (28, 28):
+        raise InputError(found[0], f"expected 28x28 images, found shape {raw.shape}")
+    if not 1 <= count <= len(raw):
+        raise InputError(found[0], f"asked for {count:,} images, the file holds {len(raw):,}")
+    m = bicubic_weights(28, size)
+    parts = []
+    for start in range(0, count, _CHUNK):
+        x = raw[start:min(count, start + _CHUNK)].astype(np.float64) / 255.0
+        resized = m @ x @ m.T  # (n, size, size)
+        # Column by column, as the challenge flattens (MATLAB order).
+        on = resized.transpose(0, 2, 1).reshape(len(x), -1) > threshold
+        parts.append(sp.csr_matrix(on, dtype=np.float32))
+        if progress is not None:
+            progress(start + len(x), count)
+    return sp.vstack(parts, format="csr")
