@@ -226,14 +226,20 @@ def _images(n, seed=5):
 
 
 @pytest.mark.parametrize(("method", "chunk"), [("block", None), ("cyclic", None),
-                                               ("cyclic", 7)])
+                                               ("cyclic", 7), ("hypergraph", "small")])
 def test_graph_challenge_mode_equals_the_reference_on_a_synthetic_network(
-        comm, mpi_tmp_path, method, chunk):
+        comm, mpi_tmp_path, method, chunk, monkeypatch):
     net = radixnet(1024, 12, seed=0, dtype="float64")
     images = _images(120)
     expected = reference_challenge(net, images)
     assert 0 < len(expected.categories) < 120  # some samples die, some survive
     run = _setup(mpi_tmp_path, net, method, comm, "rx")
+    if chunk == "small":  # ranks whose blocks suggest different chunks must agree on one
+        import spdnn.runtime.inference as inference
+
+        monkeypatch.setattr(inference, "CHALLENGE_MIN_CHUNK", 1)
+        monkeypatch.setattr(inference, "CHALLENGE_BLOCK_BYTES", (1 << 16) * (1 + comm.rank))
+        chunk = None
     got = challenge_infer(comm, run.dnet, images, run.nnz, chunk=chunk)  # 7: 18 chunks
     np.testing.assert_array_equal(got.categories, expected.categories)
     assert got.edges == net.nnz == 12 * 1024 * 32

@@ -84,10 +84,11 @@ def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr
     and a chunk's activations stay in cache; the time includes making each chunk dense."""
     share = dnet.grid.share(images.shape[0])
     mine = sp.csr_matrix(images[share][:, dnet.input_rows], dtype=dnet.dtype)
-    widest = max(max(layer.n_buffer_rows, len(layer.rows)) for layer in dnet.layers)
-    if chunk is None:
-        chunk = max(CHALLENGE_MIN_CHUNK,
-                    CHALLENGE_BLOCK_BYTES // (widest * np.dtype(dnet.dtype).itemsize))
+    if chunk is None:  # from this rank's widest block; every rank takes the smallest chunk
+        widest = max(max(layer.n_buffer_rows, len(layer.rows)) for layer in dnet.layers)
+        mine_chunk = max(CHALLENGE_MIN_CHUNK,
+                         CHALLENGE_BLOCK_BYTES // (widest * np.dtype(dnet.dtype).itemsize))
+        chunk = int(comm.allreduce_scalar(mine_chunk, "min"))
     top_bias = max((float(lay.bias.max(initial=0)) for lay in dnet.layers), default=0.0)
     can_drop = comm.allreduce_scalar(top_bias, "max") <= 0
     found = []
