@@ -189,9 +189,14 @@ def test_threads(backend):
     try:
         for n in range(1, kernels.max_threads() + 1):
             kernels.set_threads(n)
-            w, x, _, b = _case(np.float64, n_out=301, batch=9)
-            np.testing.assert_allclose(kernels.spmm(w, x, b), w.toarray() @ x + b[:, None],
-                                       rtol=1e-12)
+            for n_out, batch in ((301, 9), (1100, 1000)):  # below and above SMALL_PRODUCT
+                w, x, _, b = _case(np.float64, n_out=n_out, batch=batch)
+                np.testing.assert_allclose(kernels.spmm(w, x, b), w.toarray() @ x + b[:, None],
+                                           rtol=1e-12, atol=1e-12)
+                if backend == "numba":  # a small product's one thread does not stick
+                    import numba
+
+                    assert numba.get_num_threads() == n
         with pytest.raises(ValueError, match="threads must be between 1 and"):
             kernels.set_threads(kernels.max_threads() + 1)
     finally:

@@ -18,7 +18,9 @@ sets the numba kernels' threads (default 1: one per rank).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,6 +28,8 @@ import scipy.sparse as sp
 from spdnn.errors import SpdnnError
 from spdnn.threads import default_threads
 
+# Output elements below which a product runs on one thread (scripts/bench_challenge.py).
+SMALL_PRODUCT = 1 << 20
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
 BACKENDS = ("scipy", "numba")
@@ -86,6 +90,23 @@ def set_threads(n: int) -> None:
 
 def threads() -> int:
     return int(_state["threads"])
+
+
+@contextlib.contextmanager
+def _threads_for(elements: int) -> Iterator[None]:
+    """One thread for a product of fewer than SMALL_PRODUCT output elements: waking the other
+    threads costs more than they save there (the Graph Challenge's late layers, a few live
+    samples wide, ran 1.4x slower on two threads than on one; 2^20 measured best there)."""
+    if _state["threads"] == 1 or elements >= SMALL_PRODUCT:
+        yield
+        return
+    import numba
+
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(_state["threads"])
 
 
 def _nb():  # noqa: ANN202
@@ -158,11 +179,12 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
     dense = _dense(w)
     if dense is None and backend() == "numba":
         init = 0 if accumulate else (1 if bias is not None else 2)
-        _nb().spmm_rows(w.indptr, w.indices, w.data, x, _NO_BIAS[x.dtype.char] if bias is None
-                        else bias,
-                        out_z, r0, r1, init, -1.0 if cap is None else float(cap),
-                        out_x is not None, out_z if out_x is None else out_x,
-                        _NO_ALIVE if alive is None else alive)
+        nb = _nb()
+        with _threads_for((r1 - r0) * x.shape[1]):
+            nb.spmm_rows(w.indptr, w.indices, w.data, x, _NO_BIAS[x.dtype.char]
+                         if bias is None else bias, out_z, r0, r1, init,
+                         -1.0 if cap is None else float(cap), out_x is not None,
+                         out_z if out_x is None else out_x, _NO_ALIVE if alive is None else alive)
         return
     zr = out_z[r0:r1]
     if dense is not None and not accumulate:
