@@ -71,7 +71,7 @@ def read_image_npz(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
             if not np.all(np.isfinite(data)):
                 raise InputError(p, "key 'data' holds a non-finite value")
         else:
-            data = np.ones(nnz)
+            data = np.ones(nnz, np.float32)  # a pattern: 4 bytes a pixel, not 8
     m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr),
                       shape=(n_rows, n_cols))
     m.sum_duplicates()  # also sorts each row's indices

@@ -16,10 +16,11 @@ from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime.distributed import DistributedNetwork
 
-# Graph Challenge inputs per chunk: one dense activation block of about this many bytes
-# (scripts/bench_challenge.py measured the size; docs/BENCHMARKS.md).
+# Graph Challenge inputs per chunk: one dense activation block of about this many bytes, and at
+# least CHALLENGE_MIN_CHUNK inputs (on 60,000 inputs the best chunks measured 4,096 inputs at
+# 1024 neurons and 1,024 at 4096 and 16384: the live columns must stay wide enough to vectorise).
 CHALLENGE_BLOCK_BYTES = 16 << 20
-CHALLENGE_MIN_CHUNK = 256
+CHALLENGE_MIN_CHUNK = 1024
 
 
 def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
@@ -83,7 +84,10 @@ def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr
     activation block near CHALLENGE_BLOCK_BYTES), so memory stays bounded at any input count
     and a chunk's activations stay in cache; the time includes making each chunk dense."""
     share = dnet.grid.share(images.shape[0])
-    mine = sp.csr_matrix(images[share][:, dnet.input_rows], dtype=dnet.dtype)
+    mine = images[share]  # rows first: the column selection then copies only this share
+    if not np.array_equal(dnet.input_rows, np.arange(images.shape[1])):
+        mine = mine[:, dnet.input_rows]
+    mine = sp.csr_matrix(mine.astype(dnet.dtype, copy=False))
     if chunk is None:  # from this rank's widest block; every rank takes the smallest chunk
         widest = max(max(layer.n_buffer_rows, len(layer.rows)) for layer in dnet.layers)
         mine_chunk = max(CHALLENGE_MIN_CHUNK,

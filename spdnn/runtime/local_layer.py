@@ -28,8 +28,8 @@ class LocalLayer:
     weight: sp.csr_matrix  # owned rows x buffer rows
     bias: np.ndarray
     exchange: Exchange
-    entry_rows: np.ndarray  # row of every stored entry (for the SDDMM)
     _views: dict[str, tuple[sp.csr_matrix, np.ndarray | None]]  # derived matrices + gather maps
+    _entry_rows: np.ndarray | None = None
 
     @property
     def n_owned_prev(self) -> int:
@@ -43,15 +43,27 @@ class LocalLayer:
     def view(self, name: str) -> sp.csr_matrix:
         """``owned_cols`` or ``ghost_cols``: the entries that read owned or ghost rows;
         ``transposed``: W^T (rows = buffer rows: owned first, then ghosts), for the backward
-        products as gathers."""
+        products as gathers, built on first use: inference never needs it (it and the gather
+        map would double the memory of the weights)."""
+        if name == "transposed" and name not in self._views:
+            self._views[name] = kernels.transpose(self.weight)
         return self._views[name][0]
 
     @property
     def transpose_order(self) -> np.ndarray:
         """Position in ``weight.data`` of each entry of ``view("transposed")``."""
+        self.view("transposed")
         order = self._views["transposed"][1]
         assert order is not None
         return order
+
+    @property
+    def entry_rows(self) -> np.ndarray:
+        """The row of every stored entry (for the SDDMM; built on first use, as the
+        transpose)."""
+        if self._entry_rows is None:
+            self._entry_rows = kernels.row_of_entries(self.weight)
+        return self._entry_rows
 
     def sync_views(self) -> None:
         """Refresh the derived matrices' values after the weights changed (no allocation)."""
@@ -85,10 +97,8 @@ class LocalLayer:
         n_own = len(owned_prev)
         views = {"owned_cols": _column_block(w, 0, n_own),
                  "ghost_cols": _column_block(w, n_own, len(buffer_rows))}
-        views["transposed"] = kernels.transpose(w)
         return LocalLayer(index=k, rows=rows, buffer_rows=buffer_rows, weight=w,
-                          bias=mine.bias.copy(), exchange=exchange,
-                          entry_rows=kernels.row_of_entries(w), _views=views)
+                          bias=mine.bias.copy(), exchange=exchange, _views=views)
 
 
 def _column_block(w: sp.csr_matrix, col_lo: int, col_hi: int
