@@ -85,7 +85,7 @@ def report(results: dict, figure: Path) -> str:
         text += "\n\n" + "\n".join(skipped)
     text += ("\n\n**Cost growth.** Exponent b of time ~ (edges x inputs)^b and of peak memory "
              "~ edges^b, fitted over the networks run; time per edge per input in "
-             "picoseconds, smallest network first.\n\n"
+             "picoseconds, in the order of edges x inputs.\n\n"
              + table(["engine", "networks", "time exponent", "memory exponent",
                       "ps per edge x input"], growth))
     if figure.exists():
