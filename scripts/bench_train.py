@@ -47,6 +47,7 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker == "spdnn":
         from spdnn.comm import Communicator
         from spdnn.kernels import products as kernels
+        from spdnn.kernels.update import sgd_step
         from spdnn.model.optim import SGD, SGDConfig, interleave
         from spdnn.runtime.session import open_network
 
@@ -57,7 +58,7 @@ def worker(args: argparse.Namespace) -> None:
         x = rng.standard_normal((args.batch, n0)).astype(np.float32)
         y = rng.integers(0, 10, args.batch)
         xs = np.ascontiguousarray(x[:, dnet.input_rows].T)
-        opt = SGD(SGDConfig(0.01, 0.9), dnet.parameters())
+        opt = SGD(SGDConfig(0.01, 0.9), dnet.parameters(), fused=sgd_step)  # as `spdnn train`
         parts = []
 
         def step() -> None:
@@ -177,7 +178,7 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
                 out = run(kind, threads, ranks, work, plan, 2 if naive else args.steps,
                           args.batch)
                 times.setdefault(label, []).extend(out["times"])
-                if label == "spdnn P=1":
+                if label in ("spdnn P=1", "spdnn P=1, 2 threads"):
                     info.setdefault(label, []).append(out)
                 print(f"round {r + 1} {structure}, {label}: median "
                       f"{1e3 * statistics.median(out['times']):.0f} ms", flush=True)
@@ -194,16 +195,22 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
                  else "")
         rows.append([structure, label, str(cores), f"{1e3 * min(t):.0f} / "
                      f"{1e3 * statistics.median(t):.0f}", ratio])
-    # Where spdnn's P = 1 step goes: the median over rounds of each layer's compute time.
-    runs = info["spdnn P=1"]
-    fwd = np.median([o["forward"] for o in runs], axis=0) * 1e3
-    bwd = np.median([o["backward"] for o in runs], axis=0) * 1e3
-    parts = np.median([o["parts"] for o in runs], axis=0) * 1e3
+    # Where spdnn's P = 1 step goes at 1 and 2 threads: the median over rounds of each layer's
+    # compute time, and what the second thread gains on each.
+    med = {label: {key: np.median([o[key] for o in info[label]], axis=0) * 1e3
+                   for key in ("forward", "backward", "parts")} for label in info}
+    one, two = med["spdnn P=1"], med["spdnn P=1, 2 threads"]
+
+    def cells(a: float, b: float) -> list[str]:
+        return [f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}x" if b > 0 else ""]
+
     split = [[structure, f"layer {k + 1} ({net.layers[k].weight.shape[0]} x "
-              f"{net.layers[k].weight.shape[1]}, {net.layers[k].weight.nnz:,} nnz)",
-              f"{fwd[k]:.1f}", f"{bwd[k]:.1f}"] for k in range(net.n_layers)]
-    split.append([structure, "whole step: forward / backward / SGD update", f"{parts[0]:.1f}",
-                  f"{parts[1]:.1f} / {parts[2]:.1f}"])
+              f"{net.layers[k].weight.shape[1]}, {net.layers[k].weight.nnz:,} nnz)"]
+             + cells(one["forward"][k], two["forward"][k])
+             + cells(one["backward"][k], two["backward"][k]) for k in range(net.n_layers)]
+    for name, k in (("forward", 0), ("backward", 1), ("SGD update and refresh", 2)):
+        split.append([structure, f"whole step: {name}"] + cells(one["parts"][k],
+                                                              two["parts"][k]) + ["", "", ""])
     sizes = " -> ".join(str(n) for n in net.sizes)
     return rows, split, (f"`{structure}`: {sizes}, {net.nnz:,} weights; rows exchanged per "
                          f"minibatch at P = 2: hypergraph plan {volume['hypergraph']:,}, "
@@ -259,10 +266,12 @@ def main() -> int:
             "cores (below 1: spdnn is faster).\n\n"
             + table(["network", "configuration", "cores", "ms / step, best / median",
                      "vs best PyTorch, same cores"], rows)
-            + "\n\nWhere spdnn's P = 1 step goes (its own timers, ms per step, median over "
-            "rounds; a layer's backward is its weight gradient with the bias gradient, its "
-            "W^T G and the activation mask):\n\n"
-            + table(["network", "layer", "forward ms", "backward ms"], split))
+            + "\n\nWhere spdnn's P = 1 step goes at 1 and 2 threads (its own timers, ms per "
+            "step, median over rounds; a layer's backward is its weight gradient with the "
+            "bias gradient, its W^T G and the activation mask; `gain`: 1 thread's time over "
+            "2 threads'):\n\n"
+            + table(["network", "layer", "forward 1t", "forward 2t", "gain", "backward 1t",
+                     "backward 2t", "gain"], split))
     print(body)
     if not args.no_write:
         write_section("BENCH_TRAIN", "Training", body)

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import spdnn.threads  # noqa: F401  (one thread per rank, before numpy)
+import spdnn.threads  # (one thread per rank, before numpy)
+
+# Kernels still run on one thread by default; a pool of two lets the thread tests run 2.
+spdnn.threads.reserve_threads(2)
 
 pytest_plugins = ["mpi_plugin"]
 

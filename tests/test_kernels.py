@@ -173,6 +173,54 @@ def test_backward_products(backend, dtype, dense, cap):
     np.testing.assert_allclose(grad, expected_grad, **_tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [0, 1, 7, 8, 16, 17, 40, 129, 300])
+def test_every_batch_width(backend, dtype, batch):
+    """Widths around the vector blocks (16 float32 or 8 float64 per vector, blocks of 8, 4, 2
+    and 1 vectors, then a plain loop), rows long enough to prefetch across rows; every output
+    starts as NaN so an entry left unwritten fails (an empty batch has zero gradients)."""
+    rng = np.random.default_rng(batch)
+    dense = rng.standard_normal((50, 120)) * (rng.random((50, 120)) < 0.3)
+    w = sp.csr_matrix(dense.astype(dtype))
+    x = rng.standard_normal((120, batch)).astype(dtype)
+    d = rng.standard_normal((50, batch)).astype(dtype)
+    ref = w.toarray().astype(np.float64)
+    z = np.full((50, batch), np.nan, dtype)
+    np.testing.assert_allclose(kernels.spmm(w, x, None, z), ref @ x, **_tol(dtype))
+    coo = w.tocoo()
+    expected = np.einsum("ij,ij->i", d[coo.row].astype(np.float64), x[coo.col])
+    grad = np.full(w.nnz, np.nan, dtype)
+    np.testing.assert_allclose(kernels.sddmm(w, d, x, grad), expected, **_tol(dtype))
+    wt, order = kernels.transpose(w)
+    out = np.full((120, batch), np.nan, dtype)
+    grad[:] = np.nan
+    kernels.backward_products(wt, order, d, x, out, grad)
+    np.testing.assert_allclose(out, ref.T @ d, **_tol(dtype))
+    np.testing.assert_allclose(grad, expected, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_sample_does_not_depend_on_its_place_in_the_batch(backend, dtype):
+    """A column's products are bit-identical whatever the batch's width and the column's place
+    in it (replica shares and resumed runs split batches differently)."""
+    rng = np.random.default_rng(7)
+    w = sp.csr_matrix((rng.standard_normal((60, 90)) * (rng.random((60, 90)) < 0.4))
+                      .astype(dtype))
+    x = rng.standard_normal((90, 301)).astype(dtype)
+    d = rng.standard_normal((60, 301)).astype(dtype)
+    b = rng.standard_normal(60).astype(dtype)
+    wt, order = kernels.transpose(w)
+    full = kernels.spmm(w, x, b)
+    back = np.empty((90, 301), dtype)
+    kernels.backward_products(wt, order, d, x, back, np.empty(w.nnz, dtype))
+    for cols in ([300], [0, 5, 9], list(range(7, 40)), list(range(150, 301))):
+        xs, ds = np.ascontiguousarray(x[:, cols]), np.ascontiguousarray(d[:, cols])
+        np.testing.assert_array_equal(kernels.spmm(w, xs, b), full[:, cols])
+        part = np.empty((90, len(cols)), dtype)
+        kernels.backward_products(wt, order, ds, xs, part, np.empty(w.nnz, dtype))
+        np.testing.assert_array_equal(part, back[:, cols])
+
+
 @pytest.mark.parametrize("cap", [None, 0.5])
 def test_apply_slope(backend, cap):
     """g *= h'(z): zero where z <= 0 and where z is at or beyond the cap; NaN stays NaN."""

@@ -3,14 +3,84 @@ contiguous (neurons x batch), so the inner loops run over the batch with unit st
 
 Every product is a gather: output row i reads the rows of the right-hand block named by row i of
 a CSR matrix (W^T G runs on a stored transpose), so rows are independent and split over threads.
-Eight nonzeros per sweep over the batch: the output row (in L1) is loaded and stored once per
-eight gathered rows, which measured 1.5x faster than four at n = 16384 (docs/BENCHMARKS.md).
+The gathers themselves are spdnn.kernels._gather's register blocks (accumulators in registers,
+rows prefetched ahead); a batch that is not a multiple of 16 float32 (8 float64) ends in a
+plain loop over the last columns.
 """
 
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
+
+from spdnn.kernels._gather import AXPY, AXPY_DOT, DOT, PREFETCH_AHEAD, fma
+
+_A1, _A2, _A4, _A8 = AXPY[0], AXPY[1], AXPY[3], AXPY[7]
+_D1, _D2, _D4, _D8 = DOT[0], DOT[1], DOT[3], DOT[7]
+_B1, _B2, _B4, _B8 = AXPY_DOT[0], AXPY_DOT[1], AXPY_DOT[3], AXPY_DOT[7]
+
+
+@nb.njit(inline="always")
+def _axpy(acc, k, x, indices, data, e0, e1):
+    """acc[k + c] += sum_e data[e] x[indices[e], c] over the columns c that whole vectors
+    cover; returns the first column left (the caller's plain loop does the rest)."""
+    batch, lanes, pf = x.shape[1], 64 // x.itemsize, PREFETCH_AHEAD
+    xf, c = x.reshape(-1), 0
+    while c + 8 * lanes <= batch:
+        _A8(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
+        c += 8 * lanes
+    if c + 4 * lanes <= batch:
+        _A4(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
+        c += 4 * lanes
+    if c + 2 * lanes <= batch:
+        _A2(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
+        c += 2 * lanes
+    if c + lanes <= batch:
+        _A1(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
+        c += lanes
+    return c
+
+
+@nb.njit(inline="always")
+def _dot(a, ka, x, indices, out, e0, e1):
+    """out[e] = a[ka:] . x[indices[e]] over the columns whole vectors cover; returns the
+    first column left."""
+    batch, lanes, pf = x.shape[1], 64 // x.itemsize, PREFETCH_AHEAD
+    xf, c = x.reshape(-1), 0
+    while c + 8 * lanes <= batch:
+        _D8(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
+        c += 8 * lanes
+    if c + 4 * lanes <= batch:
+        _D4(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
+        c += 4 * lanes
+    if c + 2 * lanes <= batch:
+        _D2(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
+        c += 2 * lanes
+    if c + lanes <= batch:
+        _D1(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
+        c += lanes
+    return c
+
+
+@nb.njit(inline="always")
+def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
+    """The axpy of d's rows into acc[k:] and grad[order[e]] = d[indices[e]] . xj[kx:] over the
+    columns whole vectors cover; returns the first column left."""
+    batch, lanes, pf = d.shape[1], 64 // d.itemsize, PREFETCH_AHEAD
+    df, c = d.reshape(-1), 0
+    while c + 8 * lanes <= batch:
+        _B8(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
+        c += 8 * lanes
+    if c + 4 * lanes <= batch:
+        _B4(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
+        c += 4 * lanes
+    if c + 2 * lanes <= batch:
+        _B2(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
+        c += 2 * lanes
+    if c + lanes <= batch:
+        _B1(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
+        c += lanes
+    return c
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -21,6 +91,7 @@ def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, 
     alive[b] = 1 for every column b with a nonzero activation (when ``alive`` is not empty)."""
     track = len(alive) > 0
     batch = x.shape[1]
+    flat = out.reshape(-1)
     for i in nb.prange(r0, r1):
         acc = out[i]
         if init != 0:
@@ -28,31 +99,13 @@ def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, 
             for b in range(batch):
                 acc[b] = b0
         start, stop = indptr[i], indptr[i + 1]
-        e = start
-        while e + 8 <= stop:
-            v0, v1, v2, v3 = data[e], data[e + 1], data[e + 2], data[e + 3]
-            v4, v5, v6, v7 = data[e + 4], data[e + 5], data[e + 6], data[e + 7]
-            x0, x1 = x[indices[e]], x[indices[e + 1]]
-            x2, x3 = x[indices[e + 2]], x[indices[e + 3]]
-            x4, x5 = x[indices[e + 4]], x[indices[e + 5]]
-            x6, x7 = x[indices[e + 6]], x[indices[e + 7]]
-            for b in range(batch):
-                acc[b] += ((v0 * x0[b] + v1 * x1[b]) + (v2 * x2[b] + v3 * x3[b])) + \
-                          ((v4 * x4[b] + v5 * x5[b]) + (v6 * x6[b] + v7 * x7[b]))
-            e += 8
-        if e + 4 <= stop:  # rows of uneven length (a transpose's) end in up to 7 entries
-            v0, v1, v2, v3 = data[e], data[e + 1], data[e + 2], data[e + 3]
-            x0, x1 = x[indices[e]], x[indices[e + 1]]
-            x2, x3 = x[indices[e + 2]], x[indices[e + 3]]
-            for b in range(batch):
-                acc[b] += (v0 * x0[b] + v1 * x1[b]) + (v2 * x2[b] + v3 * x3[b])
-            e += 4
-        while e < stop:
-            v = data[e]
-            xr = x[indices[e]]
-            for b in range(batch):
-                acc[b] += v * xr[b]
-            e += 1
+        c = _axpy(flat, i * out.shape[1], x, indices, data, start, stop)
+        if c < batch:
+            for e in range(start, stop):
+                v = data[e]
+                xr = x[indices[e]]
+                for b in range(c, batch):
+                    acc[b] = fma(v, xr[b], acc[b])
         if activate:
             a = act_out[i]
             for b in range(batch):
@@ -69,40 +122,22 @@ def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, 
 @nb.njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
     """out[e] = d[i_e] . x[j_e] for every stored entry e = (i_e, j_e); with ``with_bias``
-    also bias_grad[i] = sum_b d[i, b] (d[i] is in L1 by then). fastmath lets the dot products
-    vectorize (partial sums in SIMD lanes, as BLAS does)."""
+    also bias_grad[i] = sum_b d[i, b] (d[i] is in L1 by then). fastmath lets the tail's dot
+    products vectorize (partial sums in SIMD lanes, as BLAS does)."""
     batch = d.shape[1]
+    flat = d.reshape(-1)
     zero = np.zeros(1, d.dtype)[0]  # accumulators in d's type (SIMD lanes of float32)
     for i in nb.prange(len(indptr) - 1):
         di = d[i]
-        e, stop = indptr[i], indptr[i + 1]
-        # Eight entries of row i per sweep: d[i] is read once for eight dot products.
-        while e + 8 <= stop:
-            x0, x1 = x[indices[e]], x[indices[e + 1]]
-            x2, x3 = x[indices[e + 2]], x[indices[e + 3]]
-            x4, x5 = x[indices[e + 4]], x[indices[e + 5]]
-            x6, x7 = x[indices[e + 6]], x[indices[e + 7]]
-            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
-            for b in range(batch):
-                v = di[b]
-                a0 += v * x0[b]
-                a1 += v * x1[b]
-                a2 += v * x2[b]
-                a3 += v * x3[b]
-                a4 += v * x4[b]
-                a5 += v * x5[b]
-                a6 += v * x6[b]
-                a7 += v * x7[b]
-            out[e], out[e + 1], out[e + 2], out[e + 3] = a0, a1, a2, a3
-            out[e + 4], out[e + 5], out[e + 6], out[e + 7] = a4, a5, a6, a7
-            e += 8
-        while e < stop:
-            xj = x[indices[e]]
-            acc = zero
-            for b in range(batch):
-                acc += di[b] * xj[b]
-            out[e] = acc
-            e += 1
+        start, stop = indptr[i], indptr[i + 1]
+        c = _dot(flat, i * d.shape[1], x, indices, out, start, stop)
+        if c < batch or c == 0:  # an empty batch still writes its zero gradients
+            for e in range(start, stop):
+                xj = x[indices[e]]
+                acc = zero
+                for b in range(c, batch):
+                    acc += di[b] * xj[b]
+                out[e] = acc if c == 0 else out[e] + acc
         if with_bias:
             s = zero
             for b in range(batch):
@@ -118,49 +153,26 @@ def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1,
     order). Each gathered row of d serves both, so the pass gathers half as much as the two
     products apart."""
     batch = d.shape[1]
+    flat = out.reshape(-1)
+    xflat = x.reshape(-1)
     zero = np.zeros(1, d.dtype)[0]  # accumulators in d's type (SIMD lanes of float32)
     for j in nb.prange(r0, r1):
         xj = x[j]
         acc = out[j - base]
         for b in range(batch):
             acc[b] = 0
-        e, stop = indptr[j], indptr[j + 1]
-        while e + 8 <= stop:
-            d0, d1, d2, d3 = d[indices[e]], d[indices[e + 1]], d[indices[e + 2]], \
-                d[indices[e + 3]]
-            d4, d5, d6, d7 = d[indices[e + 4]], d[indices[e + 5]], d[indices[e + 6]], \
-                d[indices[e + 7]]
-            v0, v1, v2, v3 = data[e], data[e + 1], data[e + 2], data[e + 3]
-            v4, v5, v6, v7 = data[e + 4], data[e + 5], data[e + 6], data[e + 7]
-            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
-            for b in range(batch):
-                xb = xj[b]
-                p0, p1, p2, p3 = d0[b], d1[b], d2[b], d3[b]
-                p4, p5, p6, p7 = d4[b], d5[b], d6[b], d7[b]
-                a0 += p0 * xb
-                a1 += p1 * xb
-                a2 += p2 * xb
-                a3 += p3 * xb
-                a4 += p4 * xb
-                a5 += p5 * xb
-                a6 += p6 * xb
-                a7 += p7 * xb
-                acc[b] += ((v0 * p0 + v1 * p1) + (v2 * p2 + v3 * p3)) + \
-                    ((v4 * p4 + v5 * p5) + (v6 * p6 + v7 * p7))
-            grad_w[order[e]], grad_w[order[e + 1]] = a0, a1
-            grad_w[order[e + 2]], grad_w[order[e + 3]] = a2, a3
-            grad_w[order[e + 4]], grad_w[order[e + 5]] = a4, a5
-            grad_w[order[e + 6]], grad_w[order[e + 7]] = a6, a7
-            e += 8
-        while e < stop:
-            dr = d[indices[e]]
-            v = data[e]
-            a = zero
-            for b in range(batch):
-                a += dr[b] * xj[b]
-                acc[b] += v * dr[b]
-            grad_w[order[e]] = a
-            e += 1
+        start, stop = indptr[j], indptr[j + 1]
+        c = _axpy_dot(flat, (j - base) * out.shape[1], d, indices, data, xflat, j * x.shape[1],
+                      grad_w, order, start, stop)
+        if c < batch or c == 0:  # an empty batch still writes its zero gradients
+            for e in range(start, stop):
+                dr = d[indices[e]]
+                v = data[e]
+                a = zero
+                for b in range(c, batch):
+                    a += dr[b] * xj[b]
+                    acc[b] = fma(v, dr[b], acc[b])
+                grad_w[order[e]] = a if c == 0 else grad_w[order[e]] + a
         if mask:
             zj = z[j]
             for b in range(batch):

@@ -6,7 +6,7 @@ Both engines use it: the serial reference on whole layers, the runtime on each r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,11 +46,14 @@ class RowGrad:
 @dataclass
 class SGD:
     """Updates ``params`` in place with one scratch array per parameter (no allocation per
-    step); ``buffers`` are the momentum buffers (None until the first step, as in torch)."""
+    step); ``buffers`` are the momentum buffers (None until the first step, as in torch).
+    ``fused(p, g, buf, lr, momentum, weight_decay, first) -> bool``, when given, may do a
+    parameter's update in one pass instead (spdnn.kernels.update.sgd_step, the runtime's)."""
 
     config: SGDConfig
     params: list[np.ndarray]
     buffers: list[np.ndarray | None] = field(default_factory=list)
+    fused: Callable[..., bool] | None = None
 
     def __post_init__(self) -> None:
         if not self.buffers:
@@ -62,6 +65,8 @@ class SGD:
         for i, (p, g) in enumerate(zip(self.params, grads)):
             if isinstance(g, RowGrad):
                 self._step_rows(i, g)
+                continue
+            if self.fused is not None and self._fused(i, g):
                 continue
             d = self._scratch[i]
             if c.weight_decay:
@@ -80,6 +85,17 @@ class SGD:
             else:
                 d *= c.lr
             p -= d
+
+    def _fused(self, i: int, g: np.ndarray) -> bool:
+        c, p, buf = self.config, self.params[i], self.buffers[i]
+        first = bool(c.momentum) and buf is None
+        if first:
+            buf = np.empty_like(p)
+        done = self.fused(p, g, p if buf is None else buf, c.lr, c.momentum, c.weight_decay,
+                          first)
+        if done and c.momentum:
+            self.buffers[i] = buf
+        return done
 
     def _step_rows(self, i: int, g: RowGrad) -> None:
         """The update of ``step`` on the entries ``g.positions`` alone; a momentum buffer

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.ranges import concat_ranges
+from spdnn.kernels.update import take
 from spdnn.model.network import Layer
 from spdnn.model.plan import Plan
 from spdnn.runtime.halo import Exchange
@@ -69,7 +70,7 @@ class LocalLayer:
         """Refresh the derived matrices' values after the weights changed (no allocation)."""
         for m, gather in self._views.values():
             if gather is not None:  # None: the view shares the weight's values
-                np.take(self.weight.data, gather, out=m.data, mode="clip")  # "raise" buffers
+                take(self.weight.data, gather, m.data)
 
     def global_columns(self) -> np.ndarray:
         """Global column index of every stored entry."""

@@ -1,0 +1,33 @@
+"""numba kernels of the SGD update and the refresh of derived weight arrays: elementwise, split
+over the kernel threads (in numpy they were serial passes, the one part of a training step that
+a second thread did not share)."""
+
+from __future__ import annotations
+
+import numba as nb
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def sgd(p, g, buf, lr, momentum, weight_decay, first):
+    """torch.optim.SGD's update of p in place, one pass, the same roundings as its numpy form:
+    d = g (+ p * weight_decay); buf = d on the ``first`` step, else buf * momentum + d (when
+    momentum is not 0); p -= lr * (buf or d). lr, momentum and weight_decay arrive in p's type,
+    so float32 parameters are computed in float32 as numpy does."""
+    for i in nb.prange(len(p)):
+        d = g[i]
+        if weight_decay != 0:
+            d = p[i] * weight_decay + d
+        if momentum != 0:
+            b = d if first else buf[i] * momentum + d
+            buf[i] = b
+            d = b * lr
+        else:
+            d = d * lr
+        p[i] -= d
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def take(src, gather, out):
+    """out[k] = src[gather[k]] (np.take into ``out``)."""
+    for k in nb.prange(len(out)):
+        out[k] = src[gather[k]]

@@ -1,0 +1,44 @@
+"""Elementwise passes of a training step for the numba backend: the SGD update (the hook
+``spdnn.model.optim.SGD(fused=...)``) and the refresh of derived weight arrays, in one pass
+split over the kernel threads. The scipy backend, and any array below ``PARALLEL_MIN`` values
+(where starting threads costs more than it saves), keep numpy's passes: the same bits."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spdnn.kernels import products
+
+PARALLEL_MIN = 1 << 15
+
+
+def _numba(*arrays: np.ndarray) -> bool:
+    first = arrays[0]
+    return (len(first) >= PARALLEL_MIN and products.backend() == "numba"
+            and all(a.flags.c_contiguous and a.ndim == 1 for a in arrays))
+
+
+def sgd_step(p: np.ndarray, g: np.ndarray, buf: np.ndarray, lr: float, momentum: float,
+             weight_decay: float, first: bool) -> bool:
+    """torch.optim.SGD's update of ``p`` in place in one pass (momentum without dampening or
+    Nesterov; ``buf`` the momentum buffer, set to the gradient on the ``first`` step), when
+    the numba backend applies; False otherwise (the caller keeps numpy's passes: same bits)."""
+    if g.dtype != p.dtype or not _numba(p, g, buf):
+        return False
+    from spdnn.kernels import _numba_update
+
+    products._nb()  # the thread count set for this rank
+    t = p.dtype.type
+    _numba_update.sgd(p, g, buf, t(lr), t(momentum), t(weight_decay), first)
+    return True
+
+
+def take(src: np.ndarray, gather: np.ndarray, out: np.ndarray) -> None:
+    """out[k] = src[gather[k]] (every index in range: the caller's own map)."""
+    if _numba(out, gather) and src.flags.c_contiguous:
+        from spdnn.kernels import _numba_update
+
+        products._nb()
+        _numba_update.take(src, gather, out)
+        return
+    np.take(src, gather, out=out, mode="clip")  # "raise" would buffer out
