@@ -16,6 +16,7 @@ from spdnn.io.images import (
     bicubic_weights,
     challenge_images,
     read_image_npz,
+    read_image_share,
     read_images,
     write_image_npz,
 )
@@ -79,6 +80,37 @@ def test_npz_images_round_trip_and_equal_the_text_forms(tmp_path):
     x.data[:] = rng.random(x.nnz)  # values other than 1 are kept
     write_image_npz(tmp_path / "v.npz", x)
     np.testing.assert_array_equal(read_image_npz(tmp_path / "v.npz", 40).toarray(), x.toarray())
+
+
+@pytest.mark.parametrize("suffix", ["npz", "npz-compressed", "mtx"])
+def test_shares_of_a_file_are_read_alone_and_make_up_the_whole(tmp_path, suffix):
+    """What a data-parallel rank reads: only its images (in place from a stored .npz)."""
+    rng = np.random.default_rng(4)
+    x = sp.random(11, 30, density=0.3, random_state=rng, format="csr")
+    x.data[:] = rng.random(x.nnz) + 0.5
+    path = tmp_path / f"x.{suffix.split('-')[0]}"
+    if suffix == "npz-compressed":
+        np.savez_compressed(path, shape=np.array(x.shape), indptr=x.indptr,
+                            indices=x.indices, data=x.data)
+    elif suffix == "npz":
+        write_image_npz(path, x)
+    else:
+        write_mtx(path, x)
+    parts = [read_image_share(path, 30, lambda n, k=k: slice(*[(0, 4), (4, 4), (4, 11)][k]))
+             for k in range(3)]
+    assert [(p.first, p.total, p.matrix.shape) for p in parts] == [
+        (0, 11, (4, 30)), (4, 11, (0, 30)), (4, 11, (7, 30))]
+    whole = sp.vstack([p.matrix for p in parts])
+    np.testing.assert_allclose(whole.toarray(), x.toarray(), rtol=1e-6)
+
+
+def test_a_share_is_validated_as_it_is_read(tmp_path):
+    """A bad index is reported by the share that holds it (with comm.check, on every rank)."""
+    path = _bad(tmp_path, "late", shape=np.array([3, 4]), indptr=np.array([0, 1, 2, 3]),
+                indices=np.array([0, 3, 9], np.int32))
+    assert read_image_share(path, 4, lambda n: slice(0, 2)).matrix.nnz == 2
+    with pytest.raises(InputError, match="outside 0..3"):
+        read_image_share(path, 4, lambda n: slice(2, 3))
 
 
 def _bad(tmp_path, name, **members):

@@ -12,6 +12,7 @@ from partition.methods import partition_network
 from spdnn.comm import AgreedError
 from spdnn.io.bundle import save_network
 from spdnn.io.datasets import Dataset
+from spdnn.io.images import read_image_share, write_image_npz
 from spdnn.io.planfile import save_plan
 from spdnn.model.generate import radixnet
 from spdnn.model.optim import SGDConfig
@@ -135,11 +136,21 @@ def test_graph_challenge_mode_on_every_grid(comm, mpi_tmp_path):
     net = radixnet(1024, 12, seed=0, dtype="float64")
     images = _images(121)  # replicas' shares differ by one: 61 + 60 is 4 chunks + 3 of 20
     expected = reference_challenge(net, images)
+    path = mpi_tmp_path / "images.npz"
+    if comm.rank == 0:
+        write_image_npz(path, images)
+    comm.barrier()
     for parts, replicas in grids(comm.size):
         run = _open(comm, mpi_tmp_path, net, parts, replicas, "cyclic", "rx")
         for chunk in (None, 20):
             got = challenge_infer(comm, run.dnet, images, run.nnz, chunk=chunk)
             np.testing.assert_array_equal(got.categories, expected.categories)
+        # each rank reading only its replica's share of an image file (as `spdnn infer`)
+        share = read_image_share(path, 1024, run.dnet.grid.share)
+        assert share.matrix.shape[0] == len(range(121)[run.dnet.grid.share(121)])
+        got = challenge_infer(comm, run.dnet, share, run.nnz)
+        np.testing.assert_array_equal(got.categories, expected.categories)
+        assert got.n_inputs == 121
         run.dnet.grid.free()
 
 

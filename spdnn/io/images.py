@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +30,41 @@ CHALLENGE_THRESHOLD = 0.71  # of grey levels scaled to [0, 1]
 _CHUNK = 2000  # images resized at a time (256x256 float64: 1 GB)
 
 
+@dataclass(frozen=True)
+class ImageShare:
+    """Some consecutive images of a file: ``matrix`` holds images first .. first + rows - 1
+    of the ``total`` the file holds."""
+
+    matrix: sp.csr_matrix
+    first: int
+    total: int
+
+
 def read_images(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
     """Input images from ``.npz`` (this module's form), ``.mtx`` or ``.tsv``."""
-    if os.fspath(path).endswith(".npz"):
-        return read_image_npz(path, n_features)
-    return read_inputs(path, n_features)
+    return read_image_share(path, n_features).matrix
+
+
+def read_image_share(path: str | os.PathLike, n_features: int,
+                     share: Callable[[int], slice] | None = None) -> ImageShare:
+    """The images ``share(total)`` of a file (all when ``share`` is None). From ``.npz`` only
+    those images are read (a data-parallel rank needs no more memory than its share); ``.mtx``
+    and ``.tsv`` are read whole first."""
+    if not os.fspath(path).endswith(".npz"):
+        images = read_inputs(path, n_features)
+        part = share(images.shape[0]) if share is not None else slice(0, images.shape[0])
+        return ImageShare(sp.csr_matrix(images[part]), part.start, images.shape[0])
+    return _read_npz(path, n_features, share)
 
 
 def read_image_npz(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
     """Members ``shape`` (2 integers), ``indptr``, ``indices`` (CSR, int64 or int32) and an
     optional ``data`` (default: every entry 1); validated before any use."""
+    return _read_npz(path, n_features, None).matrix
+
+
+def _read_npz(path: str | os.PathLike, n_features: int,
+              share: Callable[[int], slice] | None) -> ImageShare:
     p = os.fspath(path)
     with NpzReader(p, "images") as r:
         r.check_headers()
@@ -61,21 +87,26 @@ def read_image_npz(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
         nnz = r.header("indices")[0][0]
         if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
             raise InputError(p, "key 'indptr' must rise from 0 to the number of indices")
-        indices = r.get("indices")
-        if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n_cols):
+        has_data = "data" in r.keys
+        if has_data and r.header("data")[0] != (nnz,):
+            raise InputError(p, "key 'data' must hold one value per index")
+        part = share(n_rows) if share is not None else slice(0, n_rows)
+        lo, hi = int(indptr[part.start]), int(indptr[part.stop])
+        indices = r.span("indices", lo, hi - lo)
+        if hi > lo and (int(indices.min()) < 0 or int(indices.max()) >= n_cols):
             raise InputError(p, f"key 'indices' holds a feature outside 0..{n_cols - 1}")
-        if "data" in r.keys:
-            if r.header("data")[0] != (nnz,):
-                raise InputError(p, "key 'data' must hold one value per index")
-            data = r.get("data").astype(np.float64, copy=False)
+        if has_data:
+            data = r.span("data", lo, hi - lo).astype(np.float64, copy=False)
             if not np.all(np.isfinite(data)):
                 raise InputError(p, "key 'data' holds a non-finite value")
         else:
-            data = np.ones(nnz, np.float32)  # a pattern: 4 bytes a pixel, not 8
+            data = np.ones(hi - lo, np.float32)  # a pattern: 4 bytes a pixel, not 8
+        indptr = indptr[part.start:part.stop + 1] - lo
+        n_rows_read = part.stop - part.start
     m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr),
-                      shape=(n_rows, n_cols))
+                      shape=(n_rows_read, n_cols))
     m.sum_duplicates()  # also sorts each row's indices
-    return m
+    return ImageShare(m, part.start, n_rows)
 
 
 def write_image_npz(path: str | os.PathLike, images: sp.spmatrix) -> None:

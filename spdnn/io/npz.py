@@ -108,6 +108,28 @@ class NpzReader:
             raise self._fail(key, "is truncated")
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
+    def span(self, key: str, start: int, count: int) -> np.ndarray:
+        """Elements [start, start + count) of a 1-D member: a stored member is read in place
+        into one array (no index array, no second copy); a compressed one is read whole."""
+        fh, shape, dtype = self._open(key)
+        fh.close()
+        if len(shape) != 1:
+            raise self._fail(key, f"must be 1-D, has shape {shape}")
+        if start < 0 or count < 0 or start + count > shape[0]:
+            raise self._fail(key, f"is shorter ({shape[0]:,}) than the span read from it")
+        info = self._member(key)
+        if info.compress_type != zipfile.ZIP_STORED:
+            return self.get(key)[start:start + count].copy()
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._data_offset(key, info) + start * dtype.itemsize)
+                out = np.fromfile(f, dtype=dtype, count=count)
+        except OSError as exc:
+            raise self._fail(key, f"could not be read ({exc})") from None
+        if len(out) != count:
+            raise self._fail(key, "is truncated")
+        return out
+
     def ranges(self, key: str, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Elements [start, start + count) of a 1-D member, concatenated (starts ascending).
 

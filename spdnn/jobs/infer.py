@@ -12,7 +12,7 @@ from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.datasets import check_fits, load_dataset
 from spdnn.io.formats import read_categories, write_categories
-from spdnn.io.images import read_images
+from spdnn.io.images import read_image_share
 from spdnn.jobs._open import open_job
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.network import Network
@@ -93,7 +93,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     if truth is not None:
         truth = os.fspath(truth)
     expected = comm.check(lambda: read_categories(truth)) if truth else None
-    images = comm.check(lambda: read_images(spec, job.bundle.sizes[0]))
+    # each rank reads only its replica's share of the images
+    images = comm.check(lambda: read_image_share(spec, job.bundle.sizes[0], dnet.grid.share))
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
     metrics = {"categories": len(result.categories), "inputs": result.n_inputs,

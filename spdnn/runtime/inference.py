@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from spdnn.comm import Communicator
 from spdnn.errors import InputError
+from spdnn.io.images import ImageShare
 from spdnn.model.batching import columns
 from spdnn.model.labels import MultiLabels
 from spdnn.model.ops import activate
@@ -74,18 +75,23 @@ def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y:
     return (hits[0] / n, hits[1] / (5 * n)) if n else (float("nan"), float("nan"))
 
 
-def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr_matrix,
-                    edges: int, chunk: int | None = None) -> ChallengeResult:
+def challenge_infer(comm: Communicator, dnet: DistributedNetwork,
+                    images: sp.csr_matrix | ImageShare, edges: int,
+                    chunk: int | None = None) -> ChallengeResult:
     """Graph Challenge inference: the hidden activation and cap on every layer; when no bias is
     positive, samples whose activation column died are dropped on every rank alike. Replicas
     take contiguous shares of the inputs; the categories come back in input order.
 
     Inputs go through in chunks of ``chunk`` samples (default: as many as keep one dense
     activation block near CHALLENGE_BLOCK_BYTES), so memory stays bounded at any input count
-    and a chunk's activations stay in cache; the time includes making each chunk dense."""
-    share = dnet.grid.share(images.shape[0])
-    mine = images[share]  # rows first: the column selection then copies only this share
-    if not np.array_equal(dnet.input_rows, np.arange(images.shape[1])):
+    and a chunk's activations stay in cache; the time includes making each chunk dense.
+    ``images``: every image, or this rank's share as ``read_image_share`` read it with
+    ``dnet.grid.share``."""
+    if not isinstance(images, ImageShare):
+        share = dnet.grid.share(images.shape[0])
+        images = ImageShare(images[share], share.start, images.shape[0])
+    mine = images.matrix  # rows first: the column selection then copies only this share
+    if not np.array_equal(dnet.input_rows, np.arange(mine.shape[1])):
         mine = mine[:, dnet.input_rows]
     mine = sp.csr_matrix(mine.astype(dnet.dtype, copy=False))
     if chunk is None:  # from this rank's widest block; every rank takes the smallest chunk
@@ -105,7 +111,7 @@ def challenge_infer(comm: Communicator, dnet: DistributedNetwork, images: sp.csr
         final = dnet.comm.allreduce(np.any(last != 0, axis=0).astype(np.int32), "max") > 0
         found.append(fwd.ids[final] + start)
     seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
-    found = np.concatenate(found) + share.start + 1
+    found = np.concatenate(found) + images.first + 1
     if dnet.grid.replicas > 1:
         found = np.concatenate(dnet.grid.data.allgather(found))
-    return ChallengeResult(np.sort(found), seconds, images.shape[0], edges)
+    return ChallengeResult(np.sort(found), seconds, images.total, edges)
