@@ -224,7 +224,10 @@ def main() -> int:
     results = json.loads(store.read_text()) if store.exists() else {}
     for spec in [] if args.report_only else args.networks.split(","):
         n, layers = (int(t) for t in spec.split("x"))
-        results[spec] = bench(n, layers, args, args.work) | {"command": " ".join(sys.argv[1:])}
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=ROOT).stdout.strip() or "unknown"
+        results[spec] = bench(n, layers, args, args.work) | {"command": " ".join(sys.argv[1:]),
+                                                             "commit": commit}
         store.write_text(json.dumps(results, indent=1))
     from challenge_report import report
 

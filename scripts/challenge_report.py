@@ -66,8 +66,13 @@ def report(results: dict, figure: Path) -> str:
                        ", ".join(f"{p:.1f}" for p in per_edge)])
     _plot(series, figure)
     commands = sorted({r["command"] for r in results.values() if "command" in r})
+    commits: dict[str, list[str]] = {}
+    for spec, r in results.items():
+        commits.setdefault(r.get("commit", "before the commit was recorded"), []).append(spec)
     text = ("Commands: " + "; ".join(f"`python scripts/bench_challenge.py {c}`"
                                      for c in commands)
+            + ". Code measured: " + "; ".join(f"{', '.join(specs)} at {c}"
+                                              for c, specs in commits.items())
             + ". RadiX-Net networks (`spdnn generate radixnet`, the challenge's bias per size, "
               "cap 32), MNIST training images made challenge inputs (`spdnn generate "
               "challenge-images`). Rate = inputs x edges / seconds of the inference loop "
