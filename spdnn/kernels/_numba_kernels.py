@@ -4,8 +4,7 @@ contiguous (neurons x batch), so the inner loops run over the batch with unit st
 Every product is a gather: output row i reads the rows of the right-hand block named by row i of
 a CSR matrix (W^T G runs on a stored transpose), so rows are independent and split over threads.
 The gathers themselves are spdnn.kernels._gather's register blocks (accumulators in registers,
-rows prefetched ahead); a batch that is not a multiple of 16 float32 (8 float64) ends in a
-plain loop over the last columns.
+rows prefetched ahead, masked ends where the batch is not a multiple of the block).
 """
 
 from __future__ import annotations
@@ -13,74 +12,82 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from spdnn.kernels._gather import AXPY, AXPY_DOT, DOT, PREFETCH_AHEAD, fma
+from spdnn.kernels._gather import AXPY, AXPY_DOT, DOT, PREFETCH_AHEAD
 
-_A1, _A2, _A4, _A8 = AXPY[0], AXPY[1], AXPY[3], AXPY[7]
-_D1, _D2, _D4, _D8 = DOT[0], DOT[1], DOT[3], DOT[7]
-_B1, _B2, _B4, _B8 = AXPY_DOT[0], AXPY_DOT[1], AXPY_DOT[3], AXPY_DOT[7]
+_A, _A1, _A2, _A4, _A8 = AXPY
+_D, _D1, _D2, _D4, _D8 = DOT
+_B, _B1, _B2, _B4, _B8 = AXPY_DOT
 
 
 @nb.njit(inline="always")
 def _axpy(acc, k, x, indices, data, e0, e1):
-    """acc[k + c] += sum_e data[e] x[indices[e], c] over the columns c that whole vectors
-    cover; returns the first column left (the caller's plain loop does the rest)."""
+    """acc[k + c] += sum_e data[e] x[indices[e], c] for every column c: full blocks of 8
+    vectors, then one partial block of 1, 2, 4 or 8 vectors with masked ends."""
     batch, lanes, pf = x.shape[1], 64 // x.itemsize, PREFETCH_AHEAD
-    xf, c = x.reshape(-1), 0
-    while c + 8 * lanes <= batch:
-        _A8(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
-        c += 8 * lanes
-    if c + 4 * lanes <= batch:
-        _A4(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
-        c += 4 * lanes
-    if c + 2 * lanes <= batch:
-        _A2(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
-        c += 2 * lanes
-    if c + lanes <= batch:
-        _A1(acc, k + c, xf, batch, c, indices, data, e0, e1, pf)
-        c += lanes
-    return c
+    xf, c, full = x.reshape(-1), 0, 8 * lanes
+    while c + full <= batch:
+        _A(acc, k + c, xf, batch, c, indices, data, e0, e1, full, pf)
+        c += full
+    rem = batch - c
+    if rem > 4 * lanes:
+        _A8(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
+    elif rem > 2 * lanes:
+        _A4(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
+    elif rem > lanes:
+        _A2(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
+    elif rem > 0:
+        _A1(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
 
 
 @nb.njit(inline="always")
 def _dot(a, ka, x, indices, out, e0, e1):
-    """out[e] = a[ka:] . x[indices[e]] over the columns whole vectors cover; returns the
-    first column left."""
+    """out[e] = a[ka:] . x[indices[e]] over every column, block by block (0 without
+    columns)."""
     batch, lanes, pf = x.shape[1], 64 // x.itemsize, PREFETCH_AHEAD
-    xf, c = x.reshape(-1), 0
-    while c + 8 * lanes <= batch:
-        _D8(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
-        c += 8 * lanes
-    if c + 4 * lanes <= batch:
-        _D4(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
-        c += 4 * lanes
-    if c + 2 * lanes <= batch:
-        _D2(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
-        c += 2 * lanes
-    if c + lanes <= batch:
-        _D1(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, pf)
-        c += lanes
-    return c
+    xf, c, full = x.reshape(-1), 0, 8 * lanes
+    if batch == 0:
+        for e in range(e0, e1):
+            out[e] = 0
+    while c + full <= batch:
+        _D(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, full, pf)
+        c += full
+    rem = batch - c
+    if rem > 4 * lanes:
+        _D8(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
+    elif rem > 2 * lanes:
+        _D4(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
+    elif rem > lanes:
+        _D2(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
+    elif rem > 0:
+        _D1(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
 
 
 @nb.njit(inline="always")
 def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
-    """The axpy of d's rows into acc[k:] and grad[order[e]] = d[indices[e]] . xj[kx:] over the
-    columns whole vectors cover; returns the first column left."""
+    """The axpy of d's rows into acc[k:] and grad[order[e]] = d[indices[e]] . xj[kx:] over
+    every column, block by block (0 without columns)."""
     batch, lanes, pf = d.shape[1], 64 // d.itemsize, PREFETCH_AHEAD
-    df, c = d.reshape(-1), 0
-    while c + 8 * lanes <= batch:
-        _B8(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
-        c += 8 * lanes
-    if c + 4 * lanes <= batch:
-        _B4(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
-        c += 4 * lanes
-    if c + 2 * lanes <= batch:
-        _B2(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
-        c += 2 * lanes
-    if c + lanes <= batch:
-        _B1(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0, pf)
-        c += lanes
-    return c
+    df, c, full = d.reshape(-1), 0, 8 * lanes
+    if batch == 0:
+        for e in range(e0, e1):
+            grad[order[e]] = 0
+    while c + full <= batch:
+        _B(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
+           full, pf)
+        c += full
+    rem = batch - c
+    if rem > 4 * lanes:
+        _B8(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
+            rem, pf)
+    elif rem > 2 * lanes:
+        _B4(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
+            rem, pf)
+    elif rem > lanes:
+        _B2(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
+            rem, pf)
+    elif rem > 0:
+        _B1(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
+            rem, pf)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -99,13 +106,7 @@ def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, 
             for b in range(batch):
                 acc[b] = b0
         start, stop = indptr[i], indptr[i + 1]
-        c = _axpy(flat, i * out.shape[1], x, indices, data, start, stop)
-        if c < batch:
-            for e in range(start, stop):
-                v = data[e]
-                xr = x[indices[e]]
-                for b in range(c, batch):
-                    acc[b] = fma(v, xr[b], acc[b])
+        _axpy(flat, i * out.shape[1], x, indices, data, start, stop)
         if activate:
             a = act_out[i]
             for b in range(batch):
@@ -122,22 +123,15 @@ def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, 
 @nb.njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
     """out[e] = d[i_e] . x[j_e] for every stored entry e = (i_e, j_e); with ``with_bias``
-    also bias_grad[i] = sum_b d[i, b] (d[i] is in L1 by then). fastmath lets the tail's dot
-    products vectorize (partial sums in SIMD lanes, as BLAS does)."""
+    also bias_grad[i] = sum_b d[i, b] (d[i] is in L1 by then). fastmath lets the bias sum
+    vectorize (partial sums in SIMD lanes, as BLAS does)."""
     batch = d.shape[1]
     flat = d.reshape(-1)
     zero = np.zeros(1, d.dtype)[0]  # accumulators in d's type (SIMD lanes of float32)
     for i in nb.prange(len(indptr) - 1):
         di = d[i]
         start, stop = indptr[i], indptr[i + 1]
-        c = _dot(flat, i * d.shape[1], x, indices, out, start, stop)
-        if c < batch or c == 0:  # an empty batch still writes its zero gradients
-            for e in range(start, stop):
-                xj = x[indices[e]]
-                acc = zero
-                for b in range(c, batch):
-                    acc += di[b] * xj[b]
-                out[e] = acc if c == 0 else out[e] + acc
+        _dot(flat, i * d.shape[1], x, indices, out, start, stop)
         if with_bias:
             s = zero
             for b in range(batch):
@@ -145,7 +139,7 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
             bias_grad[i] = s
 
 
-@nb.njit(parallel=True, cache=True, nogil=True, fastmath=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1, z, cap, mask):
     """Both backward products of a layer in one pass over W^T (CSR: indptr, indices, data):
     for rows j in [r0, r1), out[j - base] = sum_e data[e] d[indices[e]] (W^T d), times h'(z[j])
@@ -155,24 +149,13 @@ def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1,
     batch = d.shape[1]
     flat = out.reshape(-1)
     xflat = x.reshape(-1)
-    zero = np.zeros(1, d.dtype)[0]  # accumulators in d's type (SIMD lanes of float32)
     for j in nb.prange(r0, r1):
-        xj = x[j]
         acc = out[j - base]
         for b in range(batch):
             acc[b] = 0
         start, stop = indptr[j], indptr[j + 1]
-        c = _axpy_dot(flat, (j - base) * out.shape[1], d, indices, data, xflat, j * x.shape[1],
-                      grad_w, order, start, stop)
-        if c < batch or c == 0:  # an empty batch still writes its zero gradients
-            for e in range(start, stop):
-                dr = d[indices[e]]
-                v = data[e]
-                a = zero
-                for b in range(c, batch):
-                    a += dr[b] * xj[b]
-                    acc[b] = fma(v, dr[b], acc[b])
-                grad_w[order[e]] = a if c == 0 else grad_w[order[e]] + a
+        _axpy_dot(flat, (j - base) * out.shape[1], d, indices, data, xflat, j * x.shape[1],
+                  grad_w, order, start, stop)
         if mask:
             zj = z[j]
             for b in range(batch):
