@@ -21,6 +21,7 @@ docs/BENCHMARKS.md is written from all of them, with the fitted growth exponents
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -114,7 +115,8 @@ def prepare(n: int, layers: int, inputs: int, work: Path,
     return files
 
 
-def engines(files: dict[str, Path], subset: Path | None, tmp: Path) -> dict[str, list[str]]:
+def engines(files: dict[str, Path], subset: Path | None, tmp: Path,
+            only_spdnn: bool = False) -> dict[str, list[str]]:
     infer = [str(BIN / "spdnn"), "infer", "--network", str(files["net"]), "--comm-timeout", "0"]
     mpi = [str(BIN / "mpiexec"), "-n", "2"]
     images = str(files["images"])
@@ -130,11 +132,13 @@ def engines(files: dict[str, Path], subset: Path | None, tmp: Path) -> dict[str,
     if subset is not None:
         out["spdnn P=1 (baseline inputs)"] = infer + ["--inputs", other]
     worker = [sys.executable, str(ROOT / "scripts" / "challenge_engines.py")]
-    for threads in (1, 2):
+    for threads in () if only_spdnn else (1, 2):
         out[f"GraphBLAS {threads} thread{'s' * (threads > 1)}"] = worker + [
             "graphblas", "--network", str(files["net"]), "--inputs", other, "--threads",
             str(threads)]
-    out["scipy loop"] = worker + ["scipy", "--network", str(files["net"]), "--inputs", other]
+    if not only_spdnn:
+        out["scipy loop"] = worker + ["scipy", "--network", str(files["net"]), "--inputs",
+                                      other]
     for name, cmd in out.items():
         result = tmp / f"{len(name)}-{abs(hash(name))}.json"
         cmd += (["--metrics-out", str(result), "--categories-out", str(result) + ".cats"]
@@ -153,7 +157,10 @@ def run_once(cmd: list[str]) -> dict:
     return m
 
 
-def bench(n: int, layers: int, args: argparse.Namespace, work: Path) -> dict:
+def bench(n: int, layers: int, args: argparse.Namespace, work: Path,
+          before: dict | None = None) -> dict:
+    """One network, every engine; with ``args.only_spdnn`` spdnn's engines only, the others'
+    figures kept from ``before`` (an earlier run of the same network and inputs)."""
     edges = edges_of(n, layers)
     need = 3 * BYTES_PER_EDGE * edges / 2**30
     if need > args.memory_gb:
@@ -169,7 +176,7 @@ def bench(n: int, layers: int, args: argparse.Namespace, work: Path) -> dict:
         if not subset.exists():
             write_image_npz(subset, read_images(files["images"], n)[:args.baseline_inputs])
     with tempfile.TemporaryDirectory() as tmp:
-        cmds = engines(files, subset, Path(tmp))
+        cmds = engines(files, subset, Path(tmp), args.only_spdnn)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         if not _WARM:  # numba compiles (and caches) spdnn's kernels on its first run
             for name in ("spdnn P=1", "spdnn 1 rank x 2 threads"):
@@ -181,22 +188,41 @@ def bench(n: int, layers: int, args: argparse.Namespace, work: Path) -> dict:
                 print(f"  round {r + 1}: {name}: {runs[name][-1]['rate']:.3g} edges/s, "
                       f"{runs[name][-1]['peak'] / 2**30:.2f} GB", flush=True)
     subset_names = {k for k in cmds if "GraphBLAS" in k or "scipy" in k or "baseline" in k}
+    kept = {k: v for k, v in (before or {}).get("engines", {}).items() if k not in cmds}
     for group in (subset_names, set(cmds) - subset_names):
         cats = {k: runs[k][0]["categories"] for k in group}
         first = next(iter(cats.values()))
         if any(c != first for c in cats.values()):
             raise SystemExit(f"{n}x{layers}: the engines disagree on the categories: "
                              + ", ".join(f"{k} {len(v)}" for k, v in cats.items()))
+    # engines kept from the earlier run: spdnn's categories on their inputs must equal theirs
+    # (the count, and the digest where the earlier run stored it)
+    same = runs["spdnn P=1 (baseline inputs)" if subset else "spdnn P=1"][0]["categories"]
     count = args.baseline_inputs if subset else args.inputs
+    for k, v in kept.items():
+        if v["inputs"] != count:
+            raise SystemExit(f"{n}x{layers}: the earlier {k} ran {v['inputs']:,} inputs, not "
+                             f"{count:,} (--baseline-inputs)")
+        if v["categories"] != len(same) or v.get("categories_sha", _digest(same)) != \
+                _digest(same):
+            raise SystemExit(f"{n}x{layers}: spdnn's categories differ from those {k} found "
+                             "in the earlier run")
     return {"network": f"{n}x{layers}", "edges": edges, "inputs": args.inputs,
             "plan": "plan" in files,
             "baseline_inputs": count, "rounds": args.rounds,
-            "live_fraction": runs["scipy loop"][0].get("live_fraction"),
-            "engines": {k: {"rate": statistics.median(m["rate"] for m in v),
-                            "seconds": statistics.median(m["seconds"] for m in v),
-                            "peak": max(m["peak"] for m in v),
-                            "inputs": count if k in subset_names else args.inputs,
-                            "categories": len(v[0]["categories"])} for k, v in runs.items()}}
+            "live_fraction": (before or {}).get("live_fraction") if args.only_spdnn
+            else runs["scipy loop"][0].get("live_fraction"),
+            "engines": kept | {k: {"rate": statistics.median(m["rate"] for m in v),
+                                   "seconds": statistics.median(m["seconds"] for m in v),
+                                   "peak": max(m["peak"] for m in v),
+                                   "inputs": count if k in subset_names else args.inputs,
+                                   "categories": len(v[0]["categories"]),
+                                   "categories_sha": _digest(v[0]["categories"])}
+                               for k, v in runs.items()}}
+
+
+def _digest(categories: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, categories)).encode()).hexdigest()[:16]
 
 
 def main() -> int:
@@ -214,6 +240,9 @@ def main() -> int:
                     help="no hypergraph plan (and no run with it) for larger networks")
     ap.add_argument("--work", type=Path, default=Path("challenge-work"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--only-spdnn", action="store_true",
+                    help="rerun spdnn's engines only; the other engines' figures (and categories)"
+                         " are kept from WORK/results.json")
     ap.add_argument("--report-only", action="store_true",
                     help="write the section from WORK/results.json without running anything")
     args = ap.parse_args()
@@ -226,8 +255,8 @@ def main() -> int:
         n, layers = (int(t) for t in spec.split("x"))
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=ROOT).stdout.strip() or "unknown"
-        results[spec] = bench(n, layers, args, args.work) | {"command": " ".join(sys.argv[1:]),
-                                                             "commit": commit}
+        results[spec] = bench(n, layers, args, args.work, results.get(spec)) | {
+            "command": " ".join(sys.argv[1:]), "commit": commit}
         store.write_text(json.dumps(results, indent=1))
     from challenge_report import report
 
