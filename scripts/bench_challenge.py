@@ -191,6 +191,8 @@ def bench(n: int, layers: int, args: argparse.Namespace, work: Path,
     kept = {k: v for k, v in (before or {}).get("engines", {}).items() if k not in cmds}
     for group in (subset_names, set(cmds) - subset_names):
         cats = {k: runs[k][0]["categories"] for k in group}
+        if not cats:  # --only-spdnn with the baselines on every input: one group
+            continue
         first = next(iter(cats.values()))
         if any(c != first for c in cats.values()):
             raise SystemExit(f"{n}x{layers}: the engines disagree on the categories: "
