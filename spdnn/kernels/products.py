@@ -28,8 +28,11 @@ import scipy.sparse as sp
 from spdnn.errors import SpdnnError
 from spdnn.threads import default_threads
 
-# Output elements below which a product runs on one thread (scripts/bench_challenge.py).
-SMALL_PRODUCT = 1 << 20
+# Output elements below which a product runs on one thread (Graph Challenge inference, whose
+# blocks shrink to the live inputs: with the register-blocked kernels 2^15 measured best of
+# 2^13-2^20, two threads 1.36-1.52x one thread on 1024 x 120, 4096 x 480 and 16384 x 120,
+# where 2^20, right for the kernels before, left them at 1.05-1.37x).
+SMALL_PRODUCT = 1 << 15
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
 BACKENDS = ("scipy", "numba")
@@ -96,7 +99,7 @@ def threads() -> int:
 def _threads_for(elements: int) -> Iterator[None]:
     """One thread for a product of fewer than SMALL_PRODUCT output elements: waking the other
     threads costs more than they save there (the Graph Challenge's late layers, a few live
-    samples wide, ran 1.4x slower on two threads than on one; 2^20 measured best there)."""
+    samples wide, once ran 1.4x slower on two threads than on one)."""
     if _state["threads"] == 1 or elements >= SMALL_PRODUCT:
         yield
         return
