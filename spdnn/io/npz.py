@@ -108,13 +108,19 @@ class NpzReader:
             raise self._fail(key, "is truncated")
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
-    def span(self, key: str, start: int, count: int) -> np.ndarray:
-        """Elements [start, start + count) of a 1-D member: a stored member is read in place
-        into one array (no index array, no second copy); a compressed one is read whole."""
+    def _vector(self, key: str) -> tuple[int, np.dtype]:
+        """Length and type of a 1-D member, from its header."""
         fh, shape, dtype = self._open(key)
         fh.close()
         if len(shape) != 1:
             raise self._fail(key, f"must be 1-D, has shape {shape}")
+        return shape[0], dtype
+
+    def span(self, key: str, start: int, count: int) -> np.ndarray:
+        """Elements [start, start + count) of a 1-D member: a stored member is read in place
+        into one array (no index array, no second copy); a compressed one is read whole."""
+        length, dtype = self._vector(key)
+        shape = (length,)
         if start < 0 or count < 0 or start + count > shape[0]:
             raise self._fail(key, f"is shorter ({shape[0]:,}) than the span read from it")
         info = self._member(key)
@@ -136,10 +142,8 @@ class NpzReader:
         A stored member is read in place, block by block over the span the ranges cover; a
         compressed one is read whole."""
         idx = concat_ranges(starts, counts)
-        fh, shape, dtype = self._open(key)
-        fh.close()
-        if len(shape) != 1:
-            raise self._fail(key, f"must be 1-D, has shape {shape}")
+        length, dtype = self._vector(key)
+        shape = (length,)
         if len(idx) and (idx[0] < 0 or idx[-1] >= shape[0]):
             raise self._fail(key, f"is shorter ({shape[0]:,}) than the ranges read from it")
         info = self._member(key)
