@@ -80,7 +80,8 @@ def test_a_stalled_peer_ends_training_in_bounded_time_and_the_checkpoint_resumes
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert elapsed < stall + AFTER_FAULT, elapsed
     line = _watchdog_line(proc.stderr)
-    assert f"waited {TIMEOUT} s for rank" in line and "exchange of layer" in line, line
+    assert f"waited {TIMEOUT} s for rank" in line, line
+    assert "exchange of layer" in line or "all-reduce" in line, line  # in a step, not at start
     assert "Traceback" not in proc.stderr
     assert stale_namespaces() == []
     # The last complete checkpoint: no lock left, resumable (here on one node, 2 ranks; the
@@ -176,5 +177,8 @@ def test_a_stalled_peer_ends_inference_in_bounded_time(job_files):
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, (proc.stdout[-500:], proc.stderr[-2000:])
     assert elapsed < stall + AFTER_FAULT, elapsed
-    assert "exchange of layer" in _watchdog_line(proc.stderr)
+    # The stall meets the job in a layer's exchange or in the per-batch prediction's reduction,
+    # whichever it is in at that moment (a loaded machine starts later).
+    line = _watchdog_line(proc.stderr)
+    assert "exchange of layer" in line or "all-reduce" in line, line
     assert stale_namespaces() == []
