@@ -2,13 +2,13 @@
 synthetic extreme-classification task, side by side in one run.
 
     python scripts/bench_slide.py [--samples 20000] [--test-samples 2000] [--epochs 2]
-                                  [--lsh 2:6:50] [--lsh-random 200] [--rehash 50]
-                                  [--torch PYTHON] [--no-write]
+                                  [--lsh 2:6:50] [--lsh-random 200] [--lsh-top-bias 100]
+                                  [--rehash 50] [--lr 0.1] [--torch PYTHON] [--no-write]
 
 Task: ``spdnn generate xc-data`` with 100,000 features and 200,000 labels (seed 0); network
 features -> 128 -> labels (``spdnn generate random --fan-in 4096,128``: a sparse input layer,
 each hidden neuron reading 4,096 features, and a full output layer of 25.6 M weights), float32,
-batch 64, lr 0.5, momentum 0.9, seed 0. Runs, one after the other: 1 rank,
+batch 64, lr 0.1 (--lr), momentum 0.9, seed 0. Runs, one after the other: 1 rank,
 2 ranks as 2 parts x 1 replica (block plan) and as 1 part x 2 replicas, each exact and with
 ``--lsh``; the test P@1 and P@5 after every epoch are exact (every neuron). PyTorch
 (scripts/torch_xc.py, ``--torch`` names a Python with torch): the median full-softmax step at
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, machine, table, write_section  # noqa: E402
 
 BIN = Path(sys.executable).parent
-COMMON = ["--batch-size", "64", "--lr", "0.5", "--momentum", "0.9", "--seed", "0"]
+COMMON = ["--batch-size", "64", "--momentum", "0.9", "--seed", "0"]
 
 
 def run(cmd: list[str], env: dict | None = None) -> str:
@@ -54,7 +54,9 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--lsh", default="2:6:50")
     ap.add_argument("--lsh-random", type=int, default=200)
+    ap.add_argument("--lsh-top-bias", type=int, default=100)
     ap.add_argument("--rehash", type=int, default=50)
+    ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--torch", default=str(ROOT / ".venv-torch" / "bin" / "python"))
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -68,10 +70,11 @@ def main() -> int:
              "--fan-in", "4096,128", "-o", str(net)])
         run([str(BIN / "spdnn-partition"), str(net), "-P", "2", "--method", "block", "-o",
              str(plan), "--quiet"])
+        common = [*COMMON, "--lr", str(args.lr)]
         base = ["--network", str(net), "--data", f"xc:{data}", "--epochs", str(args.epochs),
-                *COMMON]
-        lsh = ["--lsh", args.lsh, "--lsh-random", str(args.lsh_random), "--rehash",
-               str(args.rehash)]
+                *common]
+        lsh = ["--lsh", args.lsh, "--lsh-random", str(args.lsh_random), "--lsh-top-bias",
+               str(args.lsh_top_bias), "--rehash", str(args.rehash)]
         results: dict[tuple[str, str], list[dict]] = {}
         for grid, ranks, extra in (("1 rank", 1, []), ("2x1 (block plan)", 2,
                                                          ["--plan", str(plan)]),
@@ -81,7 +84,7 @@ def main() -> int:
         torch_step = None
         if Path(args.torch).exists():
             out = run([args.torch, str(ROOT / "scripts" / "torch_xc.py"), str(net), str(data),
-                       "--batch-size", "64", "--lr", "0.5", "--momentum", "0.9"],
+                       "--batch-size", "64", "--lr", str(args.lr), "--momentum", "0.9"],
                       {**os.environ, "OMP_NUM_THREADS": "1"})
             torch_step = json.loads(out.strip().splitlines()[-1])["seconds_per_step"]
     rows = []
@@ -115,10 +118,11 @@ def main() -> int:
     body = (f"Machine: {machine()}.\n"
             f"Command: `python scripts/bench_slide.py --samples {args.samples} --test-samples "
             f"{args.test_samples} --epochs {args.epochs} --lsh {args.lsh} --lsh-random "
-            f"{args.lsh_random} --rehash {args.rehash}`. Task: `spdnn generate xc-data` "
+            f"{args.lsh_random} --lsh-top-bias {args.lsh_top_bias} --rehash {args.rehash} "
+            f"--lr {args.lr}`. Task: `spdnn generate xc-data` "
             "(100,000 features, 200,000 labels, seed 0); network features -> 128 -> labels "
             "(`--fan-in 4096,128`: sparse input layer, full output layer), float32, "
-            f"{' '.join(COMMON)}. One run each, one after the other. `epoch s`: training "
+            f"{' '.join(common)}. One run each, one after the other. `epoch s`: training "
             "seconds per epoch (evaluation excluded); `ms/step`: "
             "over all epochs, table rebuilds included; P@k on the test split, exact (every "
             "neuron); `active`: output neurons computed per sample (all ranks); `MB/step`: "

@@ -23,6 +23,7 @@ from spdnn.kernels.lsh import (
     fill_rows,
     forced,
     is_rebuild_step,
+    top_bias_rows,
 )
 from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.model.batching import batch_order, batches, columns
@@ -94,18 +95,19 @@ def lsh_tables(net: Network, hashes: HashFunctions) -> Tables:
 
 
 def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashFunctions,
-                     tables: Tables, seed: int = 0, fill: np.ndarray | None = None
-                     ) -> tuple[Gradients, int]:
+                     tables: Tables, seed: int = 0, fill: np.ndarray | None = None,
+                     top_rows: np.ndarray | None = None) -> tuple[Gradients, int]:
     """SLIDE's step on one batch: the last layer's active (neuron, sample) pairs are the
     buckets the samples' inputs hit plus their labels; softmax cross-entropy over those; the
     last layer's gradients only for the rows active for some sample (as RowGrad). Also the
-    number of active pairs."""
+    number of active pairs. ``fill``: random rows per sample, ``top_rows``: rows for every
+    sample."""
     last = net.layers[-1]
     zs, xs = forward(net, x0)  # (the last layer's dense Z is not used)
     h = xs[-1]
     w, batch = last.weight, h.shape[1]
     ptr, act, mass, hits = tables.retrieve(hashes.codes_of_columns(h), net.sizes[-1],
-                                           *forced(y, fill, h.dtype, batch))
+                                           *forced(y, fill, h.dtype, batch, top_rows))
     if hashes.spec.max_active:
         ptr, act, mass = apply_cap(ptr, act, mass, hits, act, hashes.spec, net.sizes[-1], seed,
                                    lambda samples, keys: (samples, keys))
@@ -162,7 +164,7 @@ def train(
     reports = []
     steps = 0
     hashes = HashFunctions.make(lsh, net.sizes[-2], seed) if lsh is not None else None
-    tables = None
+    tables = top = None
     x, y = data.x_train.astype(net.dtype, copy=False), data.y_train
     n = x.shape[0]
     for epoch in range(epochs):
@@ -173,11 +175,14 @@ def train(
             if hashes is not None:
                 if is_rebuild_step(steps, rehash, checkpoint_every) or tables is None:
                     tables = lsh_tables(net, hashes)
+                    last = net.layers[-1]
+                    top = top_bias_rows(last.bias, np.arange(net.sizes[-1]), lsh.top_bias,
+                                        lambda a, b: (a, b))
                 labels = as_labels(y[idx], net.sizes[-1])
                 fill = fill_rows(seed, steps, len(idx), lsh.random, net.sizes[-1]) \
                     if lsh is not None and lsh.random else None
                 g, active = sampled_backward(net, columns(x, idx), labels, hashes, tables, seed,
-                                             fill)
+                                             fill, top)
                 pairs += active
             else:
                 g = backward(net, columns(x, idx), y[idx], loss)

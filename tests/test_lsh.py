@@ -9,7 +9,15 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn.kernels._numba_lsh import _probe
-from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, is_rebuild_step, parse_lsh
+from spdnn.kernels.lsh import (
+    HashFunctions,
+    LshSpec,
+    Tables,
+    apply_cap,
+    is_rebuild_step,
+    parse_lsh,
+    top_bias_rows,
+)
 from spdnn.model.optim import SGD, RowGrad, SGDConfig
 from tests.helpers import launch, small_network
 
@@ -109,12 +117,46 @@ def test_retrieval_is_the_union_of_the_buckets_and_the_labels():
                                             weights[label_ptr[s]:label_ptr[s + 1]]) if r >= 0}
         assert list(act[ptr[s]:ptr[s + 1]]) == sorted(hit | set(labels))
         for r, h in zip(act[ptr[s]:ptr[s + 1]], hits[ptr[s]:ptr[s + 1]]):
-            assert h == sum(row_codes[r, t] == sample_codes[s, t] for t in range(3))
+            joined = 4 if r in labels else sum(row_codes[r, t] == sample_codes[s, t]
+                                               for t in range(3))
+            assert h == joined  # a label: one more than the tables
         assert {int(r): m for r, m in zip(act[ptr[s]:ptr[s + 1]], mass[ptr[s]:ptr[s + 1]])
                 if m} == labels
     ptr, act, mass, _ = tables.retrieve(sample_codes, 30, np.zeros(0, np.int64),
                                      np.zeros(0, np.int64), np.zeros(0))
     assert not mass.any()
+
+
+def test_top_bias_rows_merged_over_ranks_equal_the_whole_layers():
+    bias = np.random.default_rng(3).standard_normal(50).round(1)  # ties among the biases
+    whole = top_bias_rows(bias, np.arange(50), 7, lambda a, b: (a, b))
+    order = sorted(range(50), key=lambda r: (-bias[r], r))[:7]
+    np.testing.assert_array_equal(whole, sorted(order))
+    owners = np.random.default_rng(4).integers(0, 3, 50)  # three ranks' rows
+    mine = [np.flatnonzero(owners == p) for p in range(3)]
+
+    def gather(a, b):  # every rank's best, as the model communicator's allgather gives them
+        best = [top_bias_rows(bias[m], m, 7, lambda x, y: (x, y)) for m in mine]
+        return bias[np.concatenate(best)], np.concatenate(best)
+
+    np.testing.assert_array_equal(top_bias_rows(bias[mine[0]], mine[0], 7, gather), whole)
+    assert len(top_bias_rows(bias, np.arange(50), 0, lambda a, b: (a, b))) == 0
+
+
+def test_the_cap_keeps_labels_and_fillers_besides_the_retrieved():
+    tables = Tables.build(np.zeros((40, 2), dtype=np.int64))  # every row in one bucket
+    codes = np.zeros((3, 2), dtype=np.int64)
+    label_ptr = np.array([0, 2, 3, 5])
+    label_rows = np.array([5, 30, 7, 12, 39])
+    weights = np.array([1.0, 0.0, 1.0, 0.0, 0.0])  # a label, then fillers (mass 0)
+    ptr, act, mass, hits = tables.retrieve(codes, 40, label_ptr, label_rows, weights)
+    assert np.all(np.diff(ptr) == 40)
+    spec = parse_lsh("2:1:2", max_active=4)
+    ptr, act, mass = apply_cap(ptr, act, mass, hits, act, spec, 40, 0, lambda a, b: (a, b))
+    for s in range(3):
+        kept = set(act[ptr[s]:ptr[s + 1]].tolist())
+        joined = set(label_rows[label_ptr[s]:label_ptr[s + 1]].tolist())
+        assert joined <= kept and len(kept - joined) == 4, (s, kept)
 
 
 def test_rebuild_schedule():
@@ -148,6 +190,9 @@ def test_rows_only_update_equals_the_dense_one_on_those_rows():
     (["--lsh-random", "5"], "need --lsh"),
     (["--lsh", "2:4:5", "--lsh-random", "11"], "more than the output layer's 10 neurons"),
     (["--lsh", "2:4:5", "--lsh-random", "-1"], "--lsh-random"),
+    (["--lsh-top-bias", "5"], "need --lsh"),
+    (["--lsh", "2:4:5", "--lsh-top-bias", "11"], "more than the output layer's 10 neurons"),
+    (["--lsh", "2:4:5", "--lsh-top-bias", "x"], "--lsh-top-bias"),
 ])
 def test_bad_lsh_options_get_one_line(tmp_path, args, message):
     from spdnn.io.bundle import save_network

@@ -25,22 +25,25 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "xc-sample"
 
 
 @pytest.mark.parametrize("spec", ["2:3:6:dwta", "2:5:6:simhash", "2:2:6:simhash:cap 7",
-                                  "2:4:6:dwta:random 20"])
+                                  "2:4:6:dwta:random 20", "2:2:6:simhash:cap 7:top 9"])
 @pytest.mark.parametrize("method", ["block", "hypergraph"])
 def test_sampled_training_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, spec,
                                                                    method):
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     # a sparse output layer (fan-in 24 of 40): ranks hash a gathered input vector
     net = small_network((256, 40, 128), fan_in=24, seed=5, bias_scale=0.1)
+    spec, _, top = spec.partition(":top ")
     text, _, cap = spec.partition(":cap ")
     text, _, fill = text.partition(":random ")
-    lsh = parse_lsh(text, int(cap) if cap else None, int(fill) if fill else 0)
+    lsh = parse_lsh(text, int(cap) if cap else None, int(fill) if fill else 0,
+                    int(top) if top else 0)
     cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=14, lsh=lsh,
                       rehash=3)
     expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=14, lsh=lsh,
                                     rehash=3)
-    assert 0 < ref[0].active_outputs < (10 if cap else 128)  # 7 + the labels
-    if fill:  # the random neurons join the retrieved ones
+    # the cap: 7 + the labels (+ the top-bias neurons, which join besides)
+    assert 0 < ref[0].active_outputs < (10 + int(top or 0) if cap else 128)
+    if fill or top:  # the random or top-bias neurons join the retrieved ones
         assert ref[0].active_outputs > 15
     for parts, replicas in grids(comm.size):
         run = _open(comm, mpi_tmp_path, net, parts, replicas, method, name="lsh")

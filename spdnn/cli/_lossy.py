@@ -39,12 +39,18 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
                             "layer")
     lossy.add_argument("--lsh-max-active", type=positive_int, metavar="M",
                        help="with --lsh: keep at most M retrieved output neurons per sample "
-                            "(those most tables retrieved; ties in a seeded order), labels "
-                            "besides")
+                            "(those most tables retrieved; ties in a seeded order), labels, "
+                            "random and top-bias neurons besides")
     lossy.add_argument("--lsh-random", type=seed, default=0, metavar="N",
                        help="with --lsh: add N random output neurons to each sample's active "
                             "set in training (SLIDE tops its retrieved sets up so; the same on "
                             "every grid)")
+    lossy.add_argument("--lsh-top-bias", type=seed, default=0, metavar="N",
+                       help="with --lsh: add the N output neurons of largest bias (found at "
+                            "each rebuild) to every sample's active set in training, so that "
+                            "frequent labels are pushed down as in exact training; without it "
+                            "they drift up and can become every sample's prediction (about "
+                            "100 at 200,000 labels)")
     lossy.add_argument("--rehash", type=positive_int, default=50, metavar="N",
                        help="with --lsh: rebuild the tables after N steps, each later period "
                             "10%% longer")

@@ -47,15 +47,19 @@ class LshSpec:
     kind: Literal["dwta", "simhash"] = "dwta"
     max_active: int | None = None  # --lsh-max-active: retrieved neurons kept per sample
     random: int = 0  # --lsh-random: random output neurons added per sample in training
+    top_bias: int = 0  # --lsh-top-bias: the neurons of largest bias, added to every sample
 
     def text(self) -> str:
         cap = f", at most {self.max_active} per sample" if self.max_active else ""
         fill = f", {self.random} random" if self.random else ""
-        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}{cap}{fill}"
+        top = f", the {self.top_bias} largest biases" if self.top_bias else ""
+        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}{cap}{fill}{top}"
 
 
-def parse_lsh(text: str, max_active: int | None = None, random: int = 0) -> LshSpec:
-    """``LAYER:K:L[:dwta|simhash]`` (and ``--lsh-max-active``, ``--lsh-random``)."""
+def parse_lsh(text: str, max_active: int | None = None, random: int = 0,
+              top_bias: int = 0) -> LshSpec:
+    """``LAYER:K:L[:dwta|simhash]`` (and ``--lsh-max-active``, ``--lsh-random``,
+    ``--lsh-top-bias``)."""
     parts = text.strip().split(":")
     if len(parts) not in (3, 4):
         raise ValueError(f"{text!r}: write LAYER:K:L[:dwta|simhash], e.g. 2:6:50")
@@ -77,8 +81,10 @@ def parse_lsh(text: str, max_active: int | None = None, random: int = 0) -> LshS
         raise ValueError(f"the cap on active neurons must be a positive count, not {max_active}")
     if not 0 <= random < 2**31:
         raise ValueError(f"the random neurons per sample must be a count >= 0, not {random}")
+    if not 0 <= top_bias < 2**31:
+        raise ValueError(f"the neurons of largest bias must be a count >= 0, not {top_bias}")
     return LshSpec(layer=layer, k=k, tables=tables, kind=kind, max_active=max_active,
-                   random=random)
+                   random=random, top_bias=top_bias)
 
 
 def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...]) -> None:
@@ -93,6 +99,9 @@ def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...]) -> None:
                          f"neurons of the output layer ({n_layers}) only, so far")
     if spec is not None and spec.random > sizes[-1]:
         raise SpdnnError(f"--lsh-random {spec.random} is more than the output layer's "
+                         f"{sizes[-1]} neurons")
+    if spec is not None and spec.top_bias > sizes[-1]:
+        raise SpdnnError(f"--lsh-top-bias {spec.top_bias} is more than the output layer's "
                          f"{sizes[-1]} neurons")
 
 
@@ -221,11 +230,11 @@ def cap_threshold(keys: np.ndarray, samples: np.ndarray, batch: int, cap: int
     return out
 
 
-def local_candidates(samples: np.ndarray, mass: np.ndarray, keys: np.ndarray, cap: int
+def local_candidates(samples: np.ndarray, joined: np.ndarray, keys: np.ndarray, cap: int
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """(sample, key) of each sample's ``cap`` best non-label pairs here (what a rank offers to
-    the merge); ``samples``: the sample of each pair, ascending."""
-    cand = np.flatnonzero(mass == 0)
+    """(sample, key) of each sample's ``cap`` best retrieved pairs here, not those that joined
+    (what a rank offers to the merge); ``samples``: the sample of each pair, ascending."""
+    cand = np.flatnonzero(~joined)
     order = cand[np.lexsort((-keys[cand], samples[cand]))]
     s = samples[order]
     first = np.searchsorted(s, s)  # where each sample's run starts
@@ -237,16 +246,18 @@ def apply_cap(ptr: np.ndarray, act: np.ndarray, mass: np.ndarray, hits: np.ndarr
               global_rows: np.ndarray, spec: LshSpec, n_out: int, seed: int,
               gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At most ``spec.max_active`` retrieved neurons per sample (labels kept besides them, the
-    others when their key reaches the sample's threshold), the same ones on every grid:
-    ``gather`` merges every rank's candidates (identity on one)."""
+    """At most ``spec.max_active`` retrieved neurons per sample (the labels, random and
+    top-bias neurons kept besides them: ``retrieve`` counts them in more hits than there are
+    tables; the others when their key reaches the sample's threshold), the same ones on every
+    grid: ``gather`` merges every rank's candidates (identity on one)."""
     cap = int(spec.max_active or 0)
     batch = len(ptr) - 1
     samples = segment_ids(ptr)
+    joined = hits > spec.tables
     keys = cap_keys(hits, global_rows, n_out, seed, spec.layer)
-    cand_samples, cand = gather(*local_candidates(samples, mass, keys, cap))
+    cand_samples, cand = gather(*local_candidates(samples, joined, keys, cap))
     threshold = cap_threshold(cand, cand_samples, batch, cap)
-    keep = (mass > 0) | (keys >= threshold[samples])
+    keep = joined | (keys >= threshold[samples])
     new_ptr = np.zeros(batch + 1, dtype=np.int64)
     np.cumsum(np.bincount(samples[keep], minlength=batch), out=new_ptr[1:])
     return new_ptr, act[keep], mass[keep]
@@ -259,16 +270,34 @@ def fill_rows(seed: int, step: int, batch: int, count: int, n_out: int) -> np.nd
     return np.random.default_rng([seed, 0xF111, step]).integers(0, n_out, (batch, count))
 
 
+def top_bias_rows(bias: np.ndarray, rows: np.ndarray, count: int,
+                  gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+                  ) -> np.ndarray:
+    """The global rows of the ``count`` largest biases of the layer (ties: the lower row),
+    ascending, from each rank's own best (``bias`` of its ``rows``) merged by ``gather``
+    (identity on one). Training pushes the biases of frequent labels up at every sample that
+    carries them; these neurons join every sample's active set so that the others push them
+    down as well, as exact training does."""
+    mine = np.lexsort((rows, -bias))[:count]
+    values, ids = gather(bias[mine].astype(np.float64), rows[mine].astype(np.int64))
+    return np.sort(ids[np.lexsort((ids, -values))[:count]])
+
+
 def forced(labels: MultiLabels | None, fill: np.ndarray | None, dtype: np.dtype,
-           batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           batch: int, top: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The neurons that join the active sets besides the retrieved ones, as CSR over the
-    samples: (ptr, global rows, target mass): the labels (their mass) and the random fill (0)."""
+    samples: (ptr, global rows, target mass): the labels (their mass), the random fill (0) and
+    the ``top`` rows (0, every sample)."""
     parts = []
     if labels is not None:
         parts.append((labels.samples(), labels.indices, labels.weights(dtype)))
     if fill is not None and fill.size:
         parts.append((np.repeat(np.arange(batch), fill.shape[1]), fill.ravel(),
                       np.zeros(fill.size, dtype)))
+    if top is not None and top.size:
+        parts.append((np.repeat(np.arange(batch), len(top)), np.tile(top, batch),
+                      np.zeros(batch * len(top), dtype)))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, dtype)
     samples, rows, mass = (np.concatenate(a) for a in zip(*parts))

@@ -63,6 +63,7 @@ class TrainOptions:
     lsh: str | None = None  # LAYER:K:L[:dwta|simhash], on the output layer (SLIDE)
     lsh_max_active: int | None = None  # retrieved output neurons kept per sample
     lsh_random: int = 0  # random output neurons added per sample in training
+    lsh_top_bias: int = 0  # output neurons of largest bias added to every sample in training
     rehash: int = 50  # steps before the first rebuild of the LSH tables
 
 
@@ -135,7 +136,7 @@ def check_train_options(opt: TrainOptions) -> None:
         count(name, 1)
     for name in ("max_steps", "checkpoint_every", "refresh", "lsh_max_active"):
         count(name, 1, optional=True)
-    for name in ("seed", "compress_min_values", "lsh_random"):
+    for name in ("seed", "compress_min_values", "lsh_random", "lsh_top_bias"):
         count(name, 0)
     for name in ("lr", "momentum", "weight_decay"):
         v = getattr(opt, name)

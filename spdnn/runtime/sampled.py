@@ -18,7 +18,7 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
-from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced
+from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced, top_bias_rows
 from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.model.labels import MultiLabels
 from spdnn.model.optim import RowGrad
@@ -58,6 +58,7 @@ class SampledOutput:
         self.local = np.full(n_out, -1, dtype=np.int64)
         self.local[layer.rows] = np.arange(len(layer.rows))
         self.tables: Tables | None = None
+        self.top = np.zeros(0, dtype=np.int64)  # the rows of largest bias (global ids)
         self.active_pairs = 0  # counted over the batches, for the reports
         # every rank's buffer holds the whole input (a full layer): hash from it, else gather
         whole = float(len(layer.buffer_rows) == n_in)
@@ -115,10 +116,14 @@ class SampledOutput:
         return gw, gb, g
 
     def rebuild(self) -> None:
-        """Hash this rank's rows (their current weights) into fresh tables."""
+        """Hash this rank's rows (their current weights) into fresh tables; find the rows of
+        largest bias anew."""
         w = self.layer.weight
         self.tables = Tables.build(self.hashes.codes(w.indptr, self.layer.buffer_rows[w.indices],
                                                      w.data))
+        if self.spec.top_bias:
+            self.top = top_bias_rows(self.layer.bias, self.layer.rows, self.spec.top_bias,
+                                     self._gather_pairs)
 
     def _sample_codes(self, xbuf: np.ndarray, xt: np.ndarray) -> np.ndarray:
         if self._whole_buffer:
@@ -136,11 +141,11 @@ class SampledOutput:
         full[self._owned_ids] = gathered
         return self.hashes.codes_of_columns(full)
 
-    def _gather_candidates(self, samples: np.ndarray, keys: np.ndarray
-                           ) -> tuple[np.ndarray, np.ndarray]:
+    def _gather_pairs(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every rank's (a, b), concatenated in rank order."""
         if self.comm.size == 1:
-            return samples, keys
-        parts = self.comm.allgather((samples, keys))
+            return a, b
+        parts = self.comm.allgather((a, b))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def forward(self, xbuf: np.ndarray, labels: MultiLabels | None,
@@ -152,13 +157,14 @@ class SampledOutput:
         xt = np.ascontiguousarray(xbuf.T)
         codes = self._sample_codes(xbuf, xt)
         dtype = xbuf.dtype
-        lptr, lrows, lw = forced(labels, fill, dtype, xbuf.shape[1])
+        top = self.top if labels is not None else None  # in training
+        lptr, lrows, lw = forced(labels, fill, dtype, xbuf.shape[1], top)
         lrows = self.local[lrows]  # -1: held by another rank
         ptr, act, mass, hits = self.tables.retrieve(codes, len(self.layer.rows), lptr, lrows,
                                                     lw)
         if self.spec.max_active:
             ptr, act, mass = apply_cap(ptr, act, mass, hits, self.layer.rows[act], self.spec,
-                                       self.n_out, self.seed, self._gather_candidates)
+                                       self.n_out, self.seed, self._gather_pairs)
         w = self.layer.weight
         z = np.empty(len(act), dtype=dtype)
         from spdnn.kernels import _numba_lsh as nbl
