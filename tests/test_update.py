@@ -1,12 +1,14 @@
 """The elementwise passes of a training step (spdnn.kernels.update): the fused SGD update and
 the refresh gather give numpy's bits on either backend and at any thread count."""
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
 from spdnn.kernels import products as kernels
-from spdnn.kernels.update import PARALLEL_MIN, sgd_step, take
-from spdnn.model.optim import SGD, SGDConfig
+from spdnn.kernels.update import PARALLEL_MIN, sgd_rows, sgd_step, take
+from spdnn.model.optim import SGD, RowGrad, SGDConfig
 
 
 def _params(dtype, seed=0):
@@ -15,33 +17,68 @@ def _params(dtype, seed=0):
     return [rng.standard_normal(n).astype(dtype) for n in sizes]
 
 
+@contextmanager
+def _kernel_threads(n: int):
+    if n > kernels.max_threads():
+        pytest.skip(f"this process's kernel pool has {kernels.max_threads()} thread(s)")
+    before = kernels.threads()
+    kernels.set_threads(n)
+    try:
+        yield
+    finally:
+        kernels.set_threads(before)
+
+
+def _assert_same_updates(config, dtype, make_grads, **hooks):
+    """Three steps of numpy's SGD and of one with ``hooks`` on the same gradients: the same
+    bits in the parameters and the momentum buffers."""
+    plain, fused = _params(dtype), _params(dtype)
+    opt_plain, opt_fused = SGD(config, plain), SGD(config, fused, **hooks)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        grads = make_grads(plain, rng)
+        opt_plain.step(grads)
+        opt_fused.step(grads)
+    for a, b in zip(plain, fused):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(opt_plain.buffers, opt_fused.buffers):
+        assert (a is None) == (b is None) == (config.momentum == 0)
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(plain[0], _params(dtype)[0])  # it did update
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("config", [SGDConfig(0.1), SGDConfig(0.05, 0.9),
                                     SGDConfig(0.01, 0.9, 0.001), SGDConfig(0.3, 0, 0.01)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_sgd_gives_numpys_bits(backend, dtype, config, threads):
-    if threads > kernels.max_threads():
-        pytest.skip(f"this process's kernel pool has {kernels.max_threads()} thread(s)")
-    before = kernels.threads()
-    kernels.set_threads(threads)
-    try:
-        plain, fused = _params(dtype), _params(dtype)
-        opt_plain = SGD(config, plain)
-        opt_fused = SGD(config, fused, fused=sgd_step)
-        rng = np.random.default_rng(1)
-        for _ in range(3):
-            grads = [rng.standard_normal(len(p)).astype(dtype) for p in plain]
-            opt_plain.step(grads)
-            opt_fused.step(grads)
-        for a, b in zip(plain, fused):
-            np.testing.assert_array_equal(a, b)
-        for a, b in zip(opt_plain.buffers, opt_fused.buffers):
-            assert (a is None) == (b is None) == (config.momentum == 0)
-            if a is not None:
-                np.testing.assert_array_equal(a, b)
-        assert not np.array_equal(plain[0], _params(dtype)[0])  # it did update
-    finally:
-        kernels.set_threads(before)
+    with _kernel_threads(threads):
+        _assert_same_updates(config, dtype, lambda params, rng: [
+            rng.standard_normal(len(p)).astype(dtype) for p in params], fused=sgd_step)
+
+
+def _row_grads(params, rng):
+    """Half the entries of each parameter, others each step (buffers start at zero where
+    never updated); the largest is above PARALLEL_MIN, so numba takes it."""
+    out = []
+    for p in params:
+        rows = np.sort(rng.choice(len(p), size=max(len(p) // 2, 1), replace=False))
+        out.append(RowGrad(rows, rng.standard_normal(len(rows)).astype(p.dtype)))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("config", [SGDConfig(0.1), SGDConfig(0.05, 0.9),
+                                    SGDConfig(0.01, 0.9, 0.001)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_row_updates_give_numpys_bits(backend, dtype, config, threads):
+    with _kernel_threads(threads):
+        _assert_same_updates(config, dtype, _row_grads, fused_rows=sgd_rows)
+    p = _params(dtype)[2]
+    idx = np.arange(0, len(p), 2)
+    handled = sgd_rows(p, idx, np.ones(len(idx), dtype), p, 0.1, 0.0, 0.0)
+    assert handled == (backend == "numba")
 
 
 def test_fused_sgd_declines_what_it_does_not_handle(backend):

@@ -14,8 +14,9 @@ from spdnn.errors import InputError
 from spdnn.io.datasets import load_dataset
 from spdnn.io.xc import read_xc, write_xc
 from spdnn.io.xc_synthetic import XCTask, synthetic_xc
+from spdnn.model.batching import columns
 from spdnn.model.labels import MultiLabels, precision_at
-from spdnn.model.ops import loss_and_gradient, top_k
+from spdnn.model.ops import loss_and_gradient, top_k, top_rows
 from tests.helpers import launch
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "xc-sample"
@@ -178,6 +179,24 @@ def test_multi_label_loss_against_a_plain_computation():
 def test_top_k_breaks_ties_by_row():
     out = np.array([[1.0, 0.0], [3.0, 2.0], [3.0, 2.0], [0.5, 5.0]])
     np.testing.assert_array_equal(top_k(out, 3), [[1, 2, 0], [3, 1, 2]])
+
+
+@pytest.mark.parametrize("n, k", [(20_000, 5), (20_000, 1), (40, 5), (12, 5), (3, 5)])
+def test_top_rows_equal_a_stable_sort(n, k):
+    rng = np.random.default_rng(n + k)
+    out = rng.standard_normal((n, 9)).round(1)  # many ties, at the k-th value too
+    out[:, 0] = 0.5  # a column of equal values
+    out[:, 1] = -0.0  # signed zeros compare equal
+    out[::2, 1] = 0.0
+    np.testing.assert_array_equal(top_rows(out, k), np.argsort(-out, axis=0, kind="stable")[:k])
+
+
+def test_sparse_columns_equal_the_dense_ones():
+    x = sp.random(30, 50, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    idx = np.array([4, 0, 29, 4, 7])  # a repeated sample
+    got = columns(x, idx)
+    assert got.flags.c_contiguous and got.dtype == np.float32
+    np.testing.assert_array_equal(got, x.toarray()[idx].T)
 
 
 def test_generate_and_train_from_the_command_line(tmp_path):

@@ -27,6 +27,24 @@ def sgd(p, g, buf, lr, momentum, weight_decay, first):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
+def sgd_rows(p, positions, values, buf, lr, momentum, weight_decay):
+    """``sgd`` on the entries p[positions[k]] (distinct) with gradients values[k]: the same
+    roundings as the numpy form of a row update, whose momentum buffer starts at zero."""
+    for k in nb.prange(len(positions)):
+        i = positions[k]
+        d = values[k]
+        if weight_decay != 0:
+            d = p[i] * weight_decay + d
+        if momentum != 0:
+            b = buf[i] * momentum + d
+            buf[i] = b
+            d = b * lr
+        else:
+            d = d * lr
+        p[i] -= d
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
 def take(src, gather, out):
     """out[k] = src[gather[k]] (np.take into ``out``)."""
     for k in nb.prange(len(out)):

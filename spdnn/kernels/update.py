@@ -33,6 +33,21 @@ def sgd_step(p: np.ndarray, g: np.ndarray, buf: np.ndarray, lr: float, momentum:
     return True
 
 
+def sgd_rows(p: np.ndarray, positions: np.ndarray, values: np.ndarray, buf: np.ndarray,
+             lr: float, momentum: float, weight_decay: float) -> bool:
+    """``sgd_step`` on the entries ``positions`` (distinct) alone, their gradients ``values``,
+    the momentum buffer ``buf`` (zeros where never updated; ignored without momentum); False
+    where the numba backend does not apply."""
+    if values.dtype != p.dtype or not _numba(values, positions) or not _numba(p, buf):
+        return False
+    from spdnn.kernels import _numba_update
+
+    products._nb()
+    t = p.dtype.type
+    _numba_update.sgd_rows(p, positions, values, buf, t(lr), t(momentum), t(weight_decay))
+    return True
+
+
 def take(src: np.ndarray, gather: np.ndarray, out: np.ndarray) -> None:
     """out[k] = src[gather[k]] (every index in range: the caller's own map)."""
     if _numba(out, gather) and src.flags.c_contiguous:

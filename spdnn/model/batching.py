@@ -31,6 +31,10 @@ def n_batches(n_samples: int, batch_size: int) -> int:
 def columns(x: np.ndarray | sp.csr_matrix, idx: np.ndarray | slice) -> np.ndarray:
     """Samples ``idx`` of a (samples x features) array, dense or CSR, as a contiguous
     (features x B) block."""
-    if sp.issparse(x):
-        return np.ascontiguousarray(x[idx].T.toarray())
+    if sp.issparse(x):  # scattered straight into the block: no dense copy to transpose
+        sub = sp.csr_matrix(x[idx])
+        sub.sum_duplicates()
+        out = np.zeros((x.shape[1], sub.shape[0]), dtype=x.dtype)
+        out[sub.indices, np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))] = sub.data
+        return out
     return np.ascontiguousarray(x[idx].T)

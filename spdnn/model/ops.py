@@ -73,12 +73,29 @@ def multi_label_loss(out: np.ndarray, y: MultiLabels) -> tuple[np.ndarray, np.nd
     return np.where(has, np.log(total) - target, 0.0), grad
 
 
+def top_rows(out: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the k largest values of each column (k x columns), best first, the lower
+    row first among equals: a stable argsort's first k, found by partition (a full sort of
+    200,000 outputs per sample took most of an extreme-classification evaluation)."""
+    n, batch = out.shape
+    k = min(k, n)
+    if k == 0 or batch == 0 or 4 * k >= n or np.isnan(out).any():
+        return np.argsort(-out, axis=0, kind="stable")[:k]
+    kth = np.partition(np.ascontiguousarray(out.T), n - k, axis=1)[:, n - k]
+    r, c = np.nonzero(out >= kth[None, :])  # the candidates, every tie at the k-th included
+    order = np.lexsort((r, -out[r, c], c))
+    cs = c[order]
+    pos = np.arange(len(order)) - np.searchsorted(cs, cs)  # place within its column
+    best = np.empty((k, batch), dtype=np.int64)
+    first = pos < k
+    best[pos[first], cs[first]] = r[order[first]]
+    return best
+
+
 def top_k(out: np.ndarray, k: int) -> np.ndarray:
     """The k largest outputs' rows per sample (samples x k), best first, the lower row first
     among equal values."""
-    k = min(k, out.shape[0])
-    order = np.argsort(-out, axis=0, kind="stable")[:k]
-    return np.ascontiguousarray(order.T)
+    return np.ascontiguousarray(top_rows(out, k).T)
 
 
 def loss_and_gradient(out: np.ndarray, y: np.ndarray | MultiLabels, loss: str

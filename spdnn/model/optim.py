@@ -48,12 +48,15 @@ class SGD:
     """Updates ``params`` in place with one scratch array per parameter (no allocation per
     step); ``buffers`` are the momentum buffers (None until the first step, as in torch).
     ``fused(p, g, buf, lr, momentum, weight_decay, first) -> bool``, when given, may do a
-    parameter's update in one pass instead (spdnn.kernels.update.sgd_step, the runtime's)."""
+    parameter's update in one pass instead (spdnn.kernels.update.sgd_step, the runtime's);
+    ``fused_rows(p, positions, values, buf, lr, momentum, weight_decay) -> bool`` the same
+    for a RowGrad (spdnn.kernels.update.sgd_rows)."""
 
     config: SGDConfig
     params: list[np.ndarray]
     buffers: list[np.ndarray | None] = field(default_factory=list)
     fused: Callable[..., bool] | None = None
+    fused_rows: Callable[..., bool] | None = None
 
     def __post_init__(self) -> None:
         if not self.buffers:
@@ -101,12 +104,16 @@ class SGD:
         """The update of ``step`` on the entries ``g.positions`` alone; a momentum buffer
         starts at zero, so an entry's first update uses its gradient as torch's first step."""
         c, p, idx = self.config, self.params[i], g.positions
+        if c.momentum and self.buffers[i] is None:
+            self.buffers[i] = np.zeros_like(p)
+        if self.fused_rows is not None and self.fused_rows(
+                p, idx, g.values, self.buffers[i] if c.momentum else p, c.lr, c.momentum,
+                c.weight_decay):
+            return
         d = g.values.astype(p.dtype, copy=True)
         if c.weight_decay:
             d = p[idx] * c.weight_decay + d
         if c.momentum:
-            if self.buffers[i] is None:
-                self.buffers[i] = np.zeros_like(p)
             buf = self.buffers[i]
             b = buf[idx] * c.momentum + d
             buf[idx] = b

@@ -11,7 +11,7 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.model.labels import MultiLabels
-from spdnn.model.ops import check_targets
+from spdnn.model.ops import check_targets, top_rows
 
 
 def global_max(comm: Communicator, out: np.ndarray) -> np.ndarray:
@@ -35,7 +35,7 @@ def top_k(comm: Communicator, rows: np.ndarray, out: np.ndarray, k: int,
     k = min(k, n_out)
     batch = out.shape[1]
     mine = min(k, len(rows))
-    order = np.argsort(-out, axis=0, kind="stable")[:mine]  # rows ascend: ties by id
+    order = top_rows(out, mine)  # rows ascend: ties by id
     values = np.take_along_axis(out, order, axis=0).T
     ids = rows[order].T
     parts = comm.allgather((values, ids)) if comm.size > 1 else [(values, ids)]

@@ -20,7 +20,7 @@ from spdnn.comm import AgreedError, Communicator
 from spdnn.io.checkpoint_format import manifest_path
 from spdnn.io.datasets import Dataset
 from spdnn.kernels.lsh import LshSpec, fill_rows, is_rebuild_step
-from spdnn.kernels.update import sgd_step
+from spdnn.kernels.update import sgd_rows, sgd_step
 from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
@@ -73,7 +73,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     grid = dnet.grid
     if len(data.y_train) == 0:
         raise AgreedError(f"{data.name}: no training samples")
-    opt = SGD(cfg.sgd, dnet.parameters(), momentum or [], fused=sgd_step)
+    opt = SGD(cfg.sgd, dnet.parameters(), momentum or [], fused=sgd_step,
+              fused_rows=sgd_rows)
     x_local = local_inputs(dnet, data.x_train, data.name)
     xt_local = local_inputs(dnet, data.x_test, data.name) if data.x_test is not None else None
     reports = []
