@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, machine, table, write_section  # noqa: E402
+from benchlib import ROOT, table, write_section  # noqa: E402
 
 BIN = Path(sys.executable).parent
 COMMON = ["--batch-size", "64", "--momentum", "0.9", "--seed", "0"]
@@ -115,8 +115,7 @@ def main() -> int:
                     f"({torch_step / step_exact:.2f}x) and its `--lsh` step "
                     f"{1000 * step_lsh:.1f} ms ({torch_step / step_lsh:.1f}x faster than "
                     "PyTorch).")
-    body = (f"Machine: {machine()}.\n"
-            f"Command: `python scripts/bench_slide.py --samples {args.samples} --test-samples "
+    body = (f"Command: `python scripts/bench_slide.py --samples {args.samples} --test-samples "
             f"{args.test_samples} --epochs {args.epochs} --lsh {args.lsh} --lsh-random "
             f"{args.lsh_random} --lsh-top-bias {args.lsh_top_bias} --rehash {args.rehash} "
             f"--lr {args.lr}`. Task: `spdnn generate xc-data` "
