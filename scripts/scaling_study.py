@@ -15,7 +15,8 @@ never worse than the baselines); --plans DIR keeps them and reuses them on the n
 that only changes the calibration then takes minutes). For every P, every grid n parts x P/n
 replicas with a plan of n parts is predicted (spdnn.cost.costmodel) and the fastest kept, per method
 and overall. Writes the tables to docs/SCALING.md and one plot per network to
-docs/scaling-*.png.
+docs/scaling-*.png; another --cluster file (e.g. docs/cluster-ethernet-10g.json) gets its own
+section and plots, named after the file, beside the HDR example's.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def main() -> int:
     from spdnn.model.plan import network_patterns
 
     machine = Machine(load_calibration(args.calibration), load_cluster(args.cluster))
+    stem = Path(args.cluster).stem.removeprefix("cluster-")
+    suffix = "" if stem == "hdr-infiniband" else f"-{stem}"  # the example keeps its names
     ranks = [2**i for i in range(args.max_ranks.bit_length()) if 2**i <= args.max_ranks]
     sections = []
     for key, title, net in networks():
@@ -137,7 +140,7 @@ def main() -> int:
                          f"{100 * best.exchange / best.seconds:.0f} / "
                          f"{100 * best.gradient / best.seconds:.0f}", *cells])
             print(" | ".join(rows[-1]), flush=True)
-        png = ROOT / "docs" / f"scaling-{key}.png"
+        png = ROOT / "docs" / f"scaling-{key}{suffix}.png"
         if not args.no_write:
             from spdnn.io.plots import plot_scaling
 
@@ -156,21 +159,25 @@ def main() -> int:
         cmd = (f"python scripts/scaling_study.py --calibration {args.calibration} --batch "
                f"{args.batch} --max-ranks {args.max_ranks} --hypergraph-up-to "
                f"{args.hypergraph_up_to} --partition-limit {args.partition_limit:g} --jobs "
-               f"{args.jobs}")
+               f"{args.jobs}" + ("" if not suffix else
+                                  f" --cluster {os.path.relpath(args.cluster, ROOT)}"))
+        link = machine.cluster.inter
         memory = "" if machine.cluster.memory_bandwidth_Bps is None else (
             f"; copies within a node share its {machine.cluster.memory_bandwidth_Bps / 1e9:.0f} "
             "GB/s of memory bandwidth")
         body = (f"Command: `mpirun -n 2 spdnn calibrate -o {args.calibration}` (this 2-core "
                 f"machine: the compute side), then `{cmd}`. Network: "
                 f"`{os.path.relpath(args.cluster, ROOT)}` ({machine.cluster.name}; its numbers "
-                "are assumptions with sources named in the file: one 25 GB/s HDR port per "
-                f"node shared by its {machine.cluster.ranks_per_node} ranks{memory}). Every "
+                "are assumptions with sources named in the file: one port of "
+                f"{link.bandwidth_Bps / 1e9:.3g} GB/s and {link.latency_s * 1e6:.3g} us per node "
+                f"shared by its {machine.cluster.ranks_per_node} ranks{memory}). Every "
                 "figure here "
                 "is a prediction: beyond P = 2 nothing was measured, and the compute side "
                 "carries the misses of the validation (\"Where it misses\"). Batch "
                 f"{args.batch}, float32, `--exchange dense` bytes.\n\n"
                 + "\n\n".join(sections))
-        write_section("study", "Study: 1 to 1,024 ranks", body, SCALING)
+        where = "" if not suffix else f" over {machine.cluster.name.split(',')[0]}"
+        write_section(f"study{suffix}", f"Study: 1 to 1,024 ranks{where}", body, SCALING)
     return 0
 
 
