@@ -19,10 +19,10 @@ model with this machine's calibration (taken first, unless given) and, over a li
 calibration taken on the link (`spdnn calibrate` on 2 emulated nodes: its network part is the
 link's); for 2 nodes x 2 ranks, a cluster of the two (shared memory within a node). With a Python
 that has torch (`--torch-python`, default ./.venv-torch: `cp -a .venv .venv-torch;
-.venv-torch/bin/pip install torch==2.13.0`), the 2x1 layout adds PyTorch DistributedDataParallel
-(scripts/torch_ddp.py: gloo over TCP, the same global batch) and the ratio of the grid that
-`--replicas auto` would pick (the model's faster of the hypergraph partition and pure data
-parallelism) to it.
+.venv-torch/bin/pip install torch==2.13.0`), each layout adds PyTorch DistributedDataParallel
+(scripts/torch_ddp.py: gloo over TCP, the same global batch; on 2x2, 4 DDP ranks, 2 per node)
+and the ratio of the grid that `--replicas auto` would pick (the model's faster of the
+hypergraph partition and pure data parallelism) to it.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def layouts(name: str, ddp: bool = False) -> tuple[int, list[tuple[str, int, str
         return 1, [*((f"2x1 {m}", 1, m) for m in METHODS), ("1x2", 2, None),
                    *([(DDP, 2, "ddp")] if ddp else [])]
     return 2, [*((f"4x1 {m}", 1, m) for m in METHODS), ("2x2 hypergraph", 2, "hypergraph"),
-               ("1x4", 4, None)]
+               ("1x4", 4, None), *([(DDP, 4, "ddp")] if ddp else [])]
 
 
 def build(name: str, layers: int):  # noqa: ANN201
@@ -75,9 +75,9 @@ def worker_command(work: Path, net: str, plan: str | None, replicas: int, batch:
     return cmd + (["--plan", str(work / plan)] if plan else [])
 
 
-def ddp_step(args: argparse.Namespace, net: Path, emu: object | None) -> float:
-    """PyTorch DDP's median step on 2 ranks; a fresh port each time (a port of the run before
-    may linger), and one more try if gloo fails to start."""
+def ddp_step(args: argparse.Namespace, net: Path, emu: object | None, ranks: int = 2) -> float:
+    """PyTorch DDP's median step on ``ranks`` ranks; a fresh port each time (a port of the
+    run before may linger), and one more try if gloo fails to start."""
     for attempt in range(2):
         with socket.socket() as s:  # a free port here; in a fresh namespace any is
             s.bind(("127.0.0.1", 0))
@@ -86,7 +86,7 @@ def ddp_step(args: argparse.Namespace, net: Path, emu: object | None) -> float:
                str(args.batch), "--steps", str(args.steps), "--port", str(port),
                *(["--master", "127.77.0.1", "--iface", "eth0"] if emu is not None else [])]
         try:
-            return median_step(Ranks(emu).run(cmd, 2))
+            return median_step(Ranks(emu).run(cmd, ranks))
         except SystemExit as exc:
             if attempt:
                 raise
@@ -114,7 +114,7 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
                 plan = f"{name}-{parts}-{method}.npz" if parts > 1 else None
                 cmd = worker_command(work, name, plan, replicas, args.batch, args.steps)
                 if method == "ddp":
-                    measured[label].append(ddp_step(args, work / f"{name}.npz", emu))
+                    measured[label].append(ddp_step(args, work / f"{name}.npz", emu, ranks))
                     continue
                 measured[label].append(median_step(Ranks(emu).run(cmd, ranks)))
         base = pbase = None
