@@ -241,6 +241,8 @@ def main() -> int:
         nets = ", ".join(args.networks)
         tag = "-".join(args.networks) + ("" if args.batch == 32 else f"-batch{args.batch}")
         title = nets + ("" if args.batch == 32 else f", batch {args.batch}")
+        if args.layouts == ["2x2"]:  # its own section beside the one with both layouts
+            tag, title = f"{tag}-2x2", f"{title}, 2 nodes x 2 ranks"
         write_section(f"bench-network-{tag}", f"Over a network: {title}",
                       f"`{cmdline}` (batch {args.batch}, "
                       f"median of {args.rounds} rounds of {args.steps} steps)\n\n{body}\n\n"
