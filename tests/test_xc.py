@@ -197,6 +197,10 @@ def test_sparse_columns_equal_the_dense_ones():
     got = columns(x, idx)
     assert got.flags.c_contiguous and got.dtype == np.float32
     np.testing.assert_array_equal(got, x.toarray()[idx].T)
+    # duplicate entries of a row sum, as toarray sums them
+    dup = sp.csr_matrix((np.array([1.0, 2.0, 4.0], np.float32), np.array([3, 3, 0]),
+                         np.array([0, 2, 3])), shape=(2, 5))
+    np.testing.assert_array_equal(columns(dup, slice(0, 2)), dup.toarray().T)
 
 
 def test_generate_and_train_from_the_command_line(tmp_path):
