@@ -180,6 +180,23 @@ def test_missing_files_and_feature_mismatch(tmp_path):
     assert_one_line_error(proc, "train-images-idx3-ubyte", "no such file")
 
 
+def test_bad_data_is_reported_before_the_kernels_load(tmp_path):
+    """The kernels load (~0.4 s) only once every input of the job is checked."""
+    save_network(small_network(sizes=(8, 6, 4)), tmp_path / "net.npz")
+    code = ("import sys, spdnn\n"
+            "from spdnn.errors import SpdnnError\n"
+            "for kw in ({'data': 'npz:' + sys.argv[2]}, {'inputs': sys.argv[2]}):\n"
+            "    try:\n"
+            "        (spdnn.train if 'data' in kw else spdnn.infer)(sys.argv[1], **kw)\n"
+            "    except SpdnnError as exc:\n"
+            "        print('error:', exc)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('spdnn.kernels._numba')))\n")
+    proc = launch(0, "-c", code, tmp_path / "net.npz", tmp_path / "missing.npz", module=None)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("error:") == 2 and "missing.npz" in proc.stdout, proc.stdout
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
+
+
 def test_truncated_idx(tmp_path):
     write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((4, 2, 2), dtype=np.uint8))
     raw = (tmp_path / "train-images-idx3-ubyte").read_bytes()

@@ -20,7 +20,9 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
              files: Sequence[tuple[str, str | None]] = (),
              dirs: Sequence[tuple[str, str | None]] = (), verbose: bool = False) -> Opened:
     """Check ``run`` and the output paths, set the threads, choose the grid, open the
-    network (a bundle's path, or a ``Network`` every rank holds) on every rank. Collective."""
+    network (a bundle's path, or a ``Network`` every rank holds) on every rank. The kernels
+    are not loaded yet: the job calls ``spdnn.runtime.session.warm_up`` once its inputs are
+    checked. Collective."""
     if not isinstance(network, Network):
         network = os.fspath(network)
 
@@ -52,4 +54,4 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
                                      replicas=run.replicas, calibration=run.calibration,
                                      cluster=run.cluster, batch=batch, dtype=run.dtype,
                                      verbose=verbose)
-    return open_network(comm, network, plan, run.dtype, replicas, run.exchange)
+    return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False)

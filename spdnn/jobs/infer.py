@@ -19,7 +19,7 @@ from spdnn.model.network import Network
 from spdnn.model.records import InferResult, RunOptions
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
 from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, precisions
-from spdnn.runtime.session import write_json
+from spdnn.runtime.session import warm_up, write_json
 
 DATA_SETS = ("digits", "npz:", "mnist:", "xc:")
 
@@ -56,6 +56,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
                                                                             data.y_train)
         comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
         x_local = comm.check(lambda: local_inputs(dnet, x, spec))
+        warm_up()
         t0 = time.perf_counter()
         extra: dict = {}
         if lsh is not None and not data.multi_label:
@@ -95,6 +96,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     expected = comm.check(lambda: read_categories(truth)) if truth else None
     # each rank reads only its replica's share of the images
     images = comm.check(lambda: read_image_share(spec, job.bundle.sizes[0], dnet.grid.share))
+    warm_up()
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
     metrics = {"categories": len(result.categories), "inputs": result.n_inputs,

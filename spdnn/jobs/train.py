@@ -26,7 +26,7 @@ from spdnn.runtime.accounting import (
     timing,
 )
 from spdnn.runtime.checkpoint import check_position, directory_lock, load_checkpoint
-from spdnn.runtime.session import save_trained, write_json
+from spdnn.runtime.session import save_trained, warm_up, write_json
 from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
@@ -152,6 +152,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         if on_epoch is not None:
             on_epoch(report)
 
+    warm_up()
     lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
     with lock:
         reports = train(comm, dnet, data, cfg, position, momentum, lossy,

@@ -62,11 +62,13 @@ class InMemory:
 
 
 def open_network(comm: Communicator, network: str | Network, plan_path: str | Plan | None,
-                 dtype: Any = None, replicas: int = 1, exchange: str = "auto") -> Opened:
+                 dtype: Any = None, replicas: int = 1, exchange: str = "auto",
+                 warm: bool = True) -> Opened:
     """Open the network (a bundle's path, or a ``Network`` every rank holds) and the plan (a
     path or a ``Plan``) on every rank, check they fit this job (``replicas`` x the plan's
     parts = ranks), split the ranks into the grid and load my rows; rows travel as
-    ``exchange`` says (spdnn.kernels.encoding.MODES). Collective."""
+    ``exchange`` says (spdnn.kernels.encoding.MODES); ``warm=False`` leaves the kernels to
+    ``warm_up`` (a job checks its data first). Collective."""
     bundle = comm.check(lambda: InMemory(network) if isinstance(network, Network)
                         else NetworkBundle(network))
     source = plan_path if isinstance(plan_path, str) else "plan"
@@ -104,9 +106,16 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     dnet.set_exchange(exchange)
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint,
                                       source if plan_path is not None else bundle.path))
+    if warm:
+        warm_up()
+    return Opened(bundle, plan, dnet)
+
+
+def warm_up() -> None:
+    """Load (or compile) the kernels now, outside any timed loop. Jobs call it after every
+    input is checked: loading them costs ~0.4 s, which an error should not wait for."""
     kernels.warm_up()
     encoding.warm_up()
-    return Opened(bundle, plan, dnet)
 
 
 def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | None) -> None:
