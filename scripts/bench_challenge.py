@@ -178,7 +178,7 @@ def bench(n: int, layers: int, args: argparse.Namespace, work: Path,
     with tempfile.TemporaryDirectory() as tmp:
         cmds = engines(files, subset, Path(tmp), args.only_spdnn)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
-        if not _WARM:  # numba compiles (and caches) spdnn's kernels on its first run
+        if not _WARM and args.warm_up:  # numba compiles (and caches) the kernels on a first run
             for name in ("spdnn P=1", "spdnn 1 rank x 2 threads"):
                 run_once(cmds[name])
             _WARM.append(True)
@@ -245,6 +245,9 @@ def main() -> int:
     ap.add_argument("--only-spdnn", action="store_true",
                     help="rerun spdnn's engines only; the other engines' figures (and categories)"
                          " are kept from WORK/results.json")
+    ap.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                    help="skip the two untimed spdnn runs before the first network (numba's "
+                         "cache is already warm from an earlier invocation)")
     ap.add_argument("--report-only", action="store_true",
                     help="write the section from WORK/results.json without running anything")
     args = ap.parse_args()
