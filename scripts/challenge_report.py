@@ -49,7 +49,7 @@ def report(results: dict, figure: Path) -> str:
         live = r.get("live_fraction")
         summary.append([spec, f"{r['edges']:,}", f"{one:.2f}x", f"{two:.2f}x",
                         f"{e['spdnn P=1']['categories']:,} of {r['inputs']:,}",
-                        f"{live:.3f}" if live is not None else "-"])
+                        f"{live:.3f}" if live is not None else "-", str(r.get("rounds", "-"))])
     engines = sorted({k for r in results.values() if "engines" in r for k in r["engines"]})
     growth = []
     series = {}
@@ -83,9 +83,10 @@ def report(results: dict, figure: Path) -> str:
             + "\n\n**Targets.** spdnn P=1 over the better of GraphBLAS and scipy at one thread "
               "(target 5x), and spdnn's best at two cores over GraphBLAS at two threads "
               "(target 5x); categories: inputs alive after the last layer; live: the mean "
-              "fraction of inputs alive per layer (scipy loop).\n\n"
+              "fraction of inputs alive per layer (scipy loop); rounds: spdnn's interleaved rounds "
+              "(the baselines' are in the commands).\n\n"
             + table(["network", "edges", "1 core vs best baseline", "2 cores vs GraphBLAS 2t",
-                     "categories", "live"], summary))
+                     "categories", "live", "rounds"], summary))
     if skipped:
         text += "\n\n" + "\n".join(skipped)
     text += ("\n\n**Cost growth.** Exponent b of time ~ (edges x inputs)^b and of peak memory "
