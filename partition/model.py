@@ -65,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_model(argv: Sequence[str]) -> None:
-    from spdnn.cost.costmodel import load_machine, predict, single_part
+    from spdnn.cost.cluster import load_machine
+    from spdnn.cost.costmodel import predict, single_part
     from spdnn.cost.workload import workload
     from spdnn.io.planfile import load_plan
 

@@ -171,8 +171,9 @@ def main() -> int:
         args.torch_python = None
 
     from partition.methods import partition_network
-    from spdnn.cost.costmodel import Machine, single_part
-    from spdnn.cost.machine import Cluster, load_calibration
+    from spdnn.cost.cluster import Cluster, Machine
+    from spdnn.cost.costmodel import single_part
+    from spdnn.cost.machine import load_calibration
     from spdnn.cost.workload import workload
     from spdnn.emulate import Cluster as Emulated
     from spdnn.emulate import parse_rate

@@ -70,8 +70,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from partition.methods import partition_network
-    from spdnn.cost.costmodel import Machine, predict, single_part
-    from spdnn.cost.machine import Cluster, Network, load_calibration
+    from spdnn.cost.cluster import Cluster, Machine
+    from spdnn.cost.costmodel import predict, single_part
+    from spdnn.cost.machine import Network, load_calibration
     from spdnn.cost.workload import workload
     from spdnn.io.bundle import load_network, save_network
     from spdnn.io.planfile import save_plan

@@ -91,8 +91,9 @@ def main() -> int:
         ap.error(f"--plans {args.plans}: not a directory")
 
     from partition.methods import partition_network
-    from spdnn.cost.costmodel import Machine, predict
-    from spdnn.cost.machine import load_calibration, load_cluster
+    from spdnn.cost.cluster import Machine, load_cluster
+    from spdnn.cost.costmodel import predict
+    from spdnn.cost.machine import load_calibration
     from spdnn.cost.workload import locality, workload
     from spdnn.model.plan import network_patterns
 

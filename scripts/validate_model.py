@@ -126,7 +126,8 @@ def main() -> int:
         worker(args)
         return 0
     from partition.methods import partition_network
-    from spdnn.cost.costmodel import Machine, predict, single_part
+    from spdnn.cost.cluster import Machine
+    from spdnn.cost.costmodel import predict, single_part
     from spdnn.cost.machine import load_calibration
     from spdnn.cost.workload import workload
     from spdnn.io.bundle import save_network
@@ -186,7 +187,7 @@ def main() -> int:
             calibrations.append(json.loads(Path(path).read_text()))
             machine = Machine(load_calibration(path))
             if emulated is not None:  # ranks on separate nodes: messages overlap with work
-                from spdnn.cost.machine import Cluster
+                from spdnn.cost.cluster import Cluster
 
                 net = machine.calibration.network
                 machine = Machine(machine.calibration, Cluster(

@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 from partition.methods import partition_network
-from spdnn.cost.costmodel import (
-    LOSS_COLLECTIVES,
-    Machine,
-    allreduce_seconds,
-    predict,
-    single_part,
-    working_set,
-)
+from spdnn.cost.cluster import Machine, allreduce_seconds, load_cluster
+from spdnn.cost.costmodel import LOSS_COLLECTIVES, predict, single_part, working_set
 from spdnn.cost.machine import (
     SCALE_KEYS,
     Calibration,
@@ -28,7 +22,6 @@ from spdnn.cost.machine import (
     Scales,
     Structure,
     load_calibration,
-    load_cluster,
 )
 from spdnn.cost.workload import locality, workload
 from spdnn.errors import InputError

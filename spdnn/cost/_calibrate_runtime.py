@@ -136,7 +136,8 @@ def compute_scale(steps: list[tuple[object, int, float]], tables: dict[str, Kern
                   runtime: dict[str, float], dtype: str, running: int = 1) -> float:
     """Measured over predicted compute of the reference steps (the median ratio), measured
     with ``running`` ranks at once (sharing the last-level cache)."""
-    from spdnn.cost.costmodel import Machine, predict
+    from spdnn.cost.cluster import Machine
+    from spdnn.cost.costmodel import predict
 
     ones = dict.fromkeys(("compute_scale_alone", "compute_scale_all",
                           "compute_scale_cold_alone", "compute_scale_cold_all"), 1.0)

@@ -34,7 +34,8 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
 
 def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluster: str | None,
             batch: int, dtype: str) -> tuple[str | None, int, str]:
-    from spdnn.cost.costmodel import load_machine, predict, single_part
+    from spdnn.cost.cluster import load_machine
+    from spdnn.cost.costmodel import predict, single_part
     from spdnn.cost.workload import workload
     from spdnn.io.bundle import NetworkBundle
     from spdnn.io.planfile import load_plan

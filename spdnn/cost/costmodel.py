@@ -1,9 +1,7 @@
 """Predicted time of a training step and of an inference batch on a grid of model parts x
 replicas, from a ``Workload`` (what each rank computes and sends) and a machine (calibration,
-optionally a cluster description). One concern in one module (over 320 lines): the replay is
-a single schedule whose terms (compute, messages, gradient sums) interleave per layer and rank
-on shared clocks; split apart, each part would need the others' clocks. No MPI: a replay of
-the runtime's schedule, one clock per rank of a replica, layer by layer:
+optionally a cluster description: ``spdnn.cost.cluster.Machine``). No MPI: a replay of the
+runtime's schedule, one clock per rank of a replica, layer by layer:
 
 - forward: post the expand (per message a software cost, and the packing of the rows), compute
   the owned-column product while the messages travel (latency + bytes / bandwidth, one
@@ -41,120 +39,16 @@ on one node); every replica does the same work, so one replica is replayed. Byte
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from spdnn.cost.machine import Calibration, Cluster, Network
+from spdnn.cost.cluster import Machine, allreduce_latency, allreduce_seconds
 from spdnn.cost.workload import Workload
 from spdnn.model.plan import Plan
 
 LOSS_COLLECTIVES = 4  # two global maxima, the packed softmax sums, the argmin of predictions
-
-
-@dataclass(frozen=True)
-class Machine:
-    """A calibration and, optionally, a cluster whose network replaces the measured one."""
-
-    calibration: Calibration
-    cluster: Cluster | None = None
-
-    def check(self) -> None:
-        if self.cluster is None and self.calibration.network is None:
-            raise ValueError("the calibration has no network part (it was measured on one "
-                             "rank): give a cluster description, or calibrate on 2 ranks")
-
-    @property
-    def ranks_per_node(self) -> int:
-        return self.cluster.ranks_per_node if self.cluster else 2**62
-
-    def compute_scale(self, active: int, warm: np.ndarray | float = 1.0, batch: int = 256
-                      ) -> np.ndarray:
-        """Real steps over kernel tables with ``active`` ranks running on a node and ``batch``
-        samples per rank: measured alone and with all calibrated ranks at once (the slowest
-        rank), linear in between, the latter beyond (more ranks per node than calibrated:
-        assumed no worse than those); from reference steps that run in cache and from one
-        that does not, blended by ``warm``."""
-        rt, ranks = self.calibration.scales_at(batch), self.calibration.ranks
-        share = 0.0 if active <= 1 or ranks <= 1 else min(1.0, (active - 1) / (ranks - 1))
-        hot = rt["compute_scale_alone"] + (rt["compute_scale_all"] - rt["compute_scale_alone"]) \
-            * share
-        cold = rt["compute_scale_cold_alone"] + (rt["compute_scale_cold_all"]
-                                                 - rt["compute_scale_cold_alone"]) * share
-        return np.asarray(warm * hot + (1 - np.asarray(warm)) * cold, float)
-
-    def link(self, nbytes: np.ndarray, same_node: np.ndarray, active_per_node: int
-             ) -> tuple[np.ndarray, np.ndarray]:
-        """Latency and transfer seconds of messages of ``nbytes`` within or across nodes
-        (across: the node's injection bandwidth shared by its active ranks; within: at most
-        a rank's share of the node's memory bandwidth, when the cluster gives it)."""
-        if self.cluster is None:
-            net = self.calibration.network
-            assert net is not None
-            return np.full(same_node.shape, net.latency_s), net.transfer(nbytes)
-        intra, inter = self.cluster.intra, self.cluster.inter
-        share = inter.bandwidth_Bps / max(1, active_per_node)
-        within = np.maximum(intra.transfer(nbytes),
-                            nbytes / self.cluster.intra_bandwidth(active_per_node))
-        return (np.where(same_node, intra.latency_s, inter.latency_s),
-                np.where(same_node, within, nbytes / share))
-
-    def gradient_sum_stages(self, parts: int, replicas: int, active_per_node: int
-                            ) -> list[tuple[Network, int, float]]:
-        """The gradient sum over ``replicas`` as MPI is assumed to run it, node-aware (MPICH's
-        SMP all-reduce: within each node, across nodes, within again), in its bandwidth-optimal
-        form: (network, ranks, share of the bytes) per stage. Within a node the members of a
-        replica group sum the whole gradient; across nodes each sums its 1/members slice with
-        one member per node, every rank of a node at once through the node's port."""
-        members = max(1, min(replicas, self.ranks_per_node // max(parts, 1)))
-        nodes = -(-replicas // members)
-        stages = [(self.allreduce_network(False, active_per_node), members, 1.0)]
-        if nodes > 1:
-            stages.append((self.allreduce_network(True, active_per_node), nodes, 1.0 / members))
-        return stages
-
-    def allreduce_network(self, spans_nodes: bool, active_per_node: int) -> Network:
-        if self.cluster is None:
-            assert self.calibration.network is not None
-            return self.calibration.network
-        net = self.cluster.inter if spans_nodes else self.cluster.intra
-        bw = net.bandwidth_Bps / max(1, active_per_node) if spans_nodes else \
-            self.cluster.intra_bandwidth(active_per_node)
-        return Network(latency_s=net.latency_s, bandwidth_Bps=bw,
-                       allreduce_latency_s=net.latency_s, allreduce_bandwidth_Bps=bw)
-
-
-def load_machine(calibration: str, cluster: str | None = None) -> Machine:
-    """A calibration file and optional cluster file, checked to predict more than one rank."""
-    from spdnn.cost.machine import load_calibration, load_cluster
-    from spdnn.errors import InputError
-
-    machine = Machine(load_calibration(calibration), load_cluster(cluster) if cluster else None)
-    try:
-        machine.check()
-    except ValueError as exc:
-        raise InputError(calibration, str(exc)) from None
-    return machine
-
-
-def allreduce_seconds(nbytes: float, ranks: int, net: Network, add_ns_per_byte: float,
-                      measured_ranks: int = 0) -> float:
-    """Time of an all-reduce of ``nbytes`` per rank over ``ranks`` ranks: from the network's
-    measured curve when it has one (taken over ``measured_ranks``; for other counts scaled by
-    the steps of recursive doubling), else from its latency and bandwidth."""
-    if ranks <= 1 or nbytes <= 0:
-        return 0.0
-    steps = math.ceil(math.log2(ranks))
-    curve = net.allreduce(nbytes) if measured_ranks > 1 else None
-    if curve is not None:
-        return curve * steps / math.ceil(math.log2(measured_ranks))
-    lat, bw = net.allreduce_latency_s, net.allreduce_bandwidth_Bps
-    doubling = steps * (lat + nbytes / bw + nbytes * add_ns_per_byte * 1e-9)
-    frac = (ranks - 1) / ranks
-    rabenseifner = 2 * steps * lat + 2 * frac * nbytes / bw + frac * nbytes * add_ns_per_byte * 1e-9
-    return min(doubling, rabenseifner)
 
 
 @dataclass(kw_only=True)
@@ -371,11 +265,7 @@ def _collective_latency(machine: Machine, n: int, active: int) -> float:
     if n <= 1:
         return 0.0
     net = machine.allreduce_network(n > machine.ranks_per_node, active)
-    return _allreduce_latency(net, n)
-
-
-def _allreduce_latency(net: Network, ranks: int) -> float:
-    return 0.0 if ranks <= 1 else math.ceil(math.log2(ranks)) * net.allreduce_latency_s
+    return allreduce_latency(net, n)
 
 
 def _result(work: Workload, replicas: int, batch: int, clock: np.ndarray, compute: np.ndarray,

@@ -58,19 +58,6 @@ fraction of their table time at different batch sizes: on the 2-core VM the netw
 the cache ran 1.1x its tables at batch 32 and 0.55x at 256 (before 2026-11-25 that network was
 timed at batch 256 only, and one rank at batch 32 beyond the cache was under-predicted by
 7-24%).
-
-Cluster (``spdnn-cluster/1``)::
-
-    {"format": "spdnn-cluster/1", "name": "...", "ranks_per_node": 64,
-     "intra_node": {"latency_us": 0.4, "bandwidth_GBps": 8.0},
-     "inter_node": {"latency_us": 1.3, "bandwidth_GBps": 23.0},
-     "node_memory_bandwidth_GBps": 330.0, "sources": ["..."], "assumptions": "..."}
-
-``inter_node.bandwidth_GBps`` is one node's injection bandwidth, shared by its ranks;
-``intra_node`` is per rank pair. Optional: ``node_memory_bandwidth_GBps``, a node's sustained
-memory bandwidth; a message or all-reduce within a node then gets at most its share of it,
-each byte moved costing a read and a write (without it, the pairs' bandwidth is assumed to
-hold for every rank of the node at once).
 """
 
 from __future__ import annotations
@@ -81,10 +68,9 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.io.jsonfiles import CalibrationFile, ClusterFile, read
+from spdnn.io.jsonfiles import CalibrationFile, read
 
 CALIBRATION_FORMAT = "spdnn-calibration/2"
-CLUSTER_FORMAT = "spdnn-cluster/1"
 KERNELS = ("forward", "backward", "gradient")
 TABLE_KEYS = KERNELS + tuple(f"{k}_warm" for k in KERNELS)
 RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchange_layer_s",
@@ -299,26 +285,6 @@ class Calibration:
                         "seconds": list(self.network.allreduce_s)}})}}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Cluster:
-    name: str
-    ranks_per_node: int
-    intra: Network
-    inter: Network  # bandwidth: one node's injection bandwidth
-    sources: tuple[str, ...]
-    assumptions: str
-    memory_bandwidth_Bps: float | None = None  # a node's, shared by its ranks' copies
-
-    def intra_bandwidth(self, active_per_node: int) -> float:
-        """A rank pair's bandwidth within a node while ``active_per_node`` ranks copy at once:
-        the pair's own, or the rank's share of the node's memory bandwidth (a read and a
-        write per byte), whichever is less."""
-        bw = self.intra.bandwidth_Bps
-        if self.memory_bandwidth_Bps is None:
-            return bw
-        return min(bw, self.memory_bandwidth_Bps / (2 * max(1, active_per_node)))
-
-
 def load_calibration(path: str | os.PathLike) -> Calibration:
     """A calibration file (``spdnn-calibration/2``), validated field by field
     (``spdnn.io.jsonfiles.CalibrationFile``)."""
@@ -351,17 +317,3 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
                                             {k: tuple(getattr(sc, k)) for k in SCALE_KEYS})
     return Calibration(host=f.host, ranks=f.ranks, backend=f.backend, kernels=kernels,
                        runtime=runtime, network=network, structure=structure, scales=scales)
-
-
-def load_cluster(path: str | os.PathLike) -> Cluster:
-    """A cluster description (``spdnn-cluster/1``, ``spdnn.io.jsonfiles.ClusterFile``)."""
-    f = read(path, ClusterFile)
-    links = [Network(latency_s=link.latency_us * 1e-6, bandwidth_Bps=link.bandwidth_GBps * 1e9,
-                     allreduce_latency_s=link.latency_us * 1e-6,
-                     allreduce_bandwidth_Bps=link.bandwidth_GBps * 1e9)
-             for link in (f.intra_node, f.inter_node)]
-    memory = f.node_memory_bandwidth_GBps
-    return Cluster(name=f.name or os.path.basename(os.fspath(path)),
-                   ranks_per_node=f.ranks_per_node, intra=links[0], inter=links[1],
-                   sources=tuple(f.sources), assumptions=f.assumptions,
-                   memory_bandwidth_Bps=None if memory is None else memory * 1e9)
