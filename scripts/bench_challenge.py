@@ -8,7 +8,7 @@ Networks: RadiX-Net (spdnn generate radixnet) with the challenge's sizes and bia
 -0.3, 4096: -0.35, 16384: -0.4, 65536: -0.45; cap 32). Inputs: the MNIST training images
 resized to sqrt(N) x sqrt(N) and made binary (spdnn generate challenge-images; the IDX files
 from ../shared/data/mnist). Engines, each a process of its own (peak memory: the largest sum
-of resident memory over its process tree, sampled every 20 ms): spdnn at P = 1, 1 rank x 2
+of resident memory over its process tree, sampled every 100 ms): spdnn at P = 1, 1 rank x 2
 threads, 2 ranks with a hypergraph plan, 2 ranks of data parallelism (--replicas 2);
 GraphBLAS at 1 and 2 threads and the scipy loop (scripts/challenge_engines.py). Rounds are
 interleaved; rates (inputs x edges / seconds of the inference loop) are medians. Every engine
@@ -44,24 +44,19 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_N
 
 
 def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            children.setdefault(int(fields[1]), []).append(int(d.name))
-            rss[int(d.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            continue
+    """Resident bytes of a process and its descendants, found through each task's
+    ``children`` file: a few reads per sample (scanning all of /proc every 20 ms took enough
+    of a core to slow the two-thread runs it measured)."""
+    page = os.sysconf("SC_PAGE_SIZE")
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
-        todo += children.get(p, [])
+        try:
+            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * page
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue
     return total
 
 
@@ -74,7 +69,7 @@ def measured(cmd: list[str]) -> tuple[subprocess.CompletedProcess, int]:
     def sample() -> None:
         while proc.poll() is None:
             peak[0] = max(peak[0], tree_rss(proc.pid))
-            time.sleep(0.02)
+            time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
