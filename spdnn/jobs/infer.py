@@ -56,15 +56,15 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
                                                                             data.y_train)
         comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
         x_local = comm.check(lambda: local_inputs(dnet, x, spec))
-        warm_up()
-        t0 = time.perf_counter()
-        extra: dict = {}
         if lsh is not None and not data.multi_label:
             comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
                        "single-label data")
+        lsh_spec = comm.check(lambda: _lsh(lsh, job.bundle.sizes)) if lsh is not None else None
+        warm_up()
+        t0 = time.perf_counter()
+        extra: dict = {}
         if data.multi_label:
-            if lsh is not None:
-                lsh_spec = comm.check(lambda: _lsh(lsh, job.bundle.sizes))
+            if lsh_spec is not None:
                 dnet.use_lsh(lsh_spec, 0)
                 dnet.sampled.rebuild()
             acc, p5 = precisions(dnet, x_local, y, sampled=lsh is not None)
