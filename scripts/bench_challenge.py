@@ -39,6 +39,9 @@ BIN = Path(sys.executable).parent
 BIASES = {1024: -0.3, 4096: -0.35, 16384: -0.4, 65536: -0.45}
 BYTES_PER_EDGE = 8.5  # float32 value + int32 index + row pointers, one copy of the network
 _WARM: list[bool] = []
+# the engines that run on --baseline-inputs when that is a subset
+SUBSET_ENGINES = ("GraphBLAS 1 thread", "GraphBLAS 2 threads", "scipy loop",
+                  "spdnn P=1 (baseline inputs)")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "SPDNN_THREADS": "1"}
 
@@ -110,27 +113,31 @@ def prepare(n: int, layers: int, inputs: int, work: Path,
 
 
 def engines(files: dict[str, Path], subset: Path | None, tmp: Path,
-            only_spdnn: bool = False) -> dict[str, list[str]]:
+            only: str | None = None) -> dict[str, list[str]]:
+    """The command of every engine; ``only`` = "spdnn" drops the other engines, "baselines"
+    keeps them and spdnn's run on their inputs (the one their ratio needs)."""
     infer = [str(BIN / "spdnn"), "infer", "--network", str(files["net"]), "--comm-timeout", "0"]
     mpi = [str(BIN / "mpiexec"), "-n", "2"]
     images = str(files["images"])
     other = str(subset or files["images"])
-    out = {
+    out = {} if only == "baselines" else {
         "spdnn P=1": infer + ["--inputs", images],
         "spdnn 1 rank x 2 threads": infer + ["--inputs", images, "--threads", "2"],
         "spdnn 2 ranks, data parallel": mpi + infer + ["--inputs", images, "--replicas", "2"],
     }
-    if "plan" in files:
+    if "plan" in files and only != "baselines":
         out["spdnn 2 ranks, hypergraph plan"] = mpi + infer + ["--inputs", images, "--plan",
                                                                str(files["plan"])]
     if subset is not None:
         out["spdnn P=1 (baseline inputs)"] = infer + ["--inputs", other]
+    elif only == "baselines":  # the baselines' categories are checked against spdnn's
+        out["spdnn P=1"] = infer + ["--inputs", images]
     worker = [sys.executable, str(ROOT / "scripts" / "challenge_engines.py")]
-    for threads in () if only_spdnn else (1, 2):
+    for threads in () if only == "spdnn" else (1, 2):
         out[f"GraphBLAS {threads} thread{'s' * (threads > 1)}"] = worker + [
             "graphblas", "--network", str(files["net"]), "--inputs", other, "--threads",
             str(threads)]
-    if not only_spdnn:
+    if only != "spdnn":
         out["scipy loop"] = worker + ["scipy", "--network", str(files["net"]), "--inputs",
                                       other]
     for name, cmd in out.items():
@@ -153,8 +160,8 @@ def run_once(cmd: list[str]) -> dict:
 
 def bench(n: int, layers: int, args: argparse.Namespace, work: Path,
           before: dict | None = None) -> dict:
-    """One network, every engine; with ``args.only_spdnn`` spdnn's engines only, the others'
-    figures kept from ``before`` (an earlier run of the same network and inputs)."""
+    """One network, every engine; with ``args.only`` one side only, the other side's figures
+    kept from ``before`` (an earlier run of the same network and inputs)."""
     edges = edges_of(n, layers)
     need = 3 * BYTES_PER_EDGE * edges / 2**30
     if need > args.memory_gb:
@@ -170,20 +177,22 @@ def bench(n: int, layers: int, args: argparse.Namespace, work: Path,
         if not subset.exists():
             write_image_npz(subset, read_images(files["images"], n)[:args.baseline_inputs])
     with tempfile.TemporaryDirectory() as tmp:
-        cmds = engines(files, subset, Path(tmp), args.only_spdnn)
+        cmds = engines(files, subset, Path(tmp), args.only)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         if not _WARM and args.warm_up:  # numba compiles (and caches) the kernels on a first run
             for name in ("spdnn P=1", "spdnn 1 rank x 2 threads"):
-                run_once(cmds[name])
+                if name in cmds:
+                    run_once(cmds[name])
             _WARM.append(True)
         for r in range(args.rounds):
             for name, cmd in cmds.items():
                 runs[name].append(run_once(cmd))
                 print(f"  round {r + 1}: {name}: {runs[name][-1]['rate']:.3g} edges/s, "
                       f"{runs[name][-1]['peak'] / 2**30:.2f} GB", flush=True)
-    subset_names = {k for k in cmds if "GraphBLAS" in k or "scipy" in k or "baseline" in k}
+    subset_names = {k for k in cmds if k in SUBSET_ENGINES}
     kept = {k: v for k, v in (before or {}).get("engines", {}).items() if k not in cmds}
-    for group in (subset_names, set(cmds) - subset_names):
+    # on one set of inputs every engine run must agree; on two, each set's engines
+    for group in (subset_names, set(cmds) - subset_names) if subset else (set(cmds),):
         cats = {k: runs[k][0]["categories"] for k in group}
         if not cats:  # --only-spdnn with the baselines on every input: one group
             continue
@@ -196,9 +205,12 @@ def bench(n: int, layers: int, args: argparse.Namespace, work: Path,
     same = runs["spdnn P=1 (baseline inputs)" if subset else "spdnn P=1"][0]["categories"]
     count = args.baseline_inputs if subset else args.inputs
     for k, v in kept.items():
-        if v["inputs"] != count:
+        want = count if k in SUBSET_ENGINES else args.inputs
+        if v["inputs"] != want:
             raise SystemExit(f"{n}x{layers}: the earlier {k} ran {v['inputs']:,} inputs, not "
-                             f"{count:,} (--baseline-inputs)")
+                             f"{want:,} (--inputs, --baseline-inputs)")
+        if want != count:  # spdnn's runs on every input, kept by --only-baselines: checked
+            continue       # against each other when they ran
         if v["categories"] != len(same) or v.get("categories_sha", _digest(same)) != \
                 _digest(same):
             raise SystemExit(f"{n}x{layers}: spdnn's categories differ from those {k} found "
@@ -206,13 +218,14 @@ def bench(n: int, layers: int, args: argparse.Namespace, work: Path,
     return {"network": f"{n}x{layers}", "edges": edges, "inputs": args.inputs,
             "plan": "plan" in files,
             "baseline_inputs": count, "rounds": args.rounds,
-            "live_fraction": (before or {}).get("live_fraction") if args.only_spdnn
+            "live_fraction": (before or {}).get("live_fraction") if args.only == "spdnn"
             else runs["scipy loop"][0].get("live_fraction"),
             "engines": kept | {k: {"rate": statistics.median(m["rate"] for m in v),
                                    "seconds": statistics.median(m["seconds"] for m in v),
                                    "peak": max(m["peak"] for m in v),
                                    "inputs": count if k in subset_names else args.inputs,
                                    "categories": len(v[0]["categories"]),
+                                   "rounds": len(v),
                                    "categories_sha": _digest(v[0]["categories"])}
                                for k, v in runs.items()}}
 
@@ -236,9 +249,13 @@ def main() -> int:
                     help="no hypergraph plan (and no run with it) for larger networks")
     ap.add_argument("--work", type=Path, default=Path("challenge-work"))
     ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--only-spdnn", action="store_true",
-                    help="rerun spdnn's engines only; the other engines' figures (and categories)"
-                         " are kept from WORK/results.json")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--only-spdnn", dest="only", action="store_const", const="spdnn",
+                      help="rerun spdnn's engines only; the other engines' figures (and "
+                           "categories) are kept from WORK/results.json")
+    only.add_argument("--only-baselines", dest="only", action="store_const", const="baselines",
+                      help="rerun the other engines and spdnn P=1 on their inputs; spdnn's "
+                           "figures on every input are kept from WORK/results.json")
     ap.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                     help="skip the two untimed spdnn runs before the first network (numba's "
                          "cache is already warm from an earlier invocation)")

@@ -24,6 +24,13 @@ def _ratios(r: dict) -> tuple[float, float]:
     return one / base1, two / e["GraphBLAS 2 threads"]["rate"]
 
 
+def _rounds(r: dict) -> str:
+    """spdnn's rounds / the other engines' rounds (the fewest of each side's engines)."""
+    sides = [[m.get("rounds", r.get("rounds")) for k, m in r["engines"].items()
+              if k.startswith("spdnn") == spdnn] for spdnn in (True, False)]
+    return " / ".join(str(min(x)) if x and None not in x else "-" for x in sides)
+
+
 def _fit(x: list[float], y: list[float]) -> str:
     if len(x) < 2 or len(set(x)) < 2:
         return "-"
@@ -49,7 +56,7 @@ def report(results: dict, figure: Path) -> str:
         live = r.get("live_fraction")
         summary.append([spec, f"{r['edges']:,}", f"{one:.2f}x", f"{two:.2f}x",
                         f"{e['spdnn P=1']['categories']:,} of {r['inputs']:,}",
-                        f"{live:.3f}" if live is not None else "-", str(r.get("rounds", "-"))])
+                        f"{live:.3f}" if live is not None else "-", _rounds(r)])
     engines = sorted({k for r in results.values() if "engines" in r for k in r["engines"]})
     growth = []
     series = {}
@@ -83,8 +90,9 @@ def report(results: dict, figure: Path) -> str:
             + "\n\n**Targets.** spdnn P=1 over the better of GraphBLAS and scipy at one thread "
               "(target 5x), and spdnn's best at two cores over GraphBLAS at two threads "
               "(target 5x); categories: inputs alive after the last layer; live: the mean "
-              "fraction of inputs alive per layer (scipy loop); rounds: spdnn's interleaved rounds "
-              "(the baselines' are in the commands).\n\n"
+              "fraction of inputs alive per layer (scipy loop); rounds: interleaved rounds, "
+              "spdnn's / the other engines' (each side can be rerun alone: --only-spdnn, "
+              "--only-baselines).\n\n"
             + table(["network", "edges", "1 core vs best baseline", "2 cores vs GraphBLAS 2t",
                      "categories", "live", "rounds"], summary))
     if skipped:
