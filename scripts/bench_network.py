@@ -163,7 +163,7 @@ def main() -> int:
     ap.add_argument("--torch-python", default=str(Path(__file__).resolve().parent.parent
                                                   / ".venv-torch" / "bin" / "python"),
                     help="a Python with torch==2.13.0 and spdnn, for the PyTorch DDP rows "
-                         "(layout 2x1; skipped when absent)")
+                         "(every layout; skipped when absent)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not Path(args.torch_python).exists():

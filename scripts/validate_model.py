@@ -289,8 +289,10 @@ def main() -> int:
                                 "-n 2 --")
             body = body.replace("Command:", f"On 2 emulated nodes linked at {args.emulate} "
                                 "(one rank each; the 1x1 rows run alone). Command:")
-            write_section(f"validation-{args.emulate}", "Validation over an emulated "
-                          f"{args.emulate} link", body, SCALING)
+            # one section per link and set of networks (each set is run on its own for time)
+            nets = "-".join(args.networks)
+            write_section(f"validation-{args.emulate}-{nets}", "Validation over an emulated "
+                          f"{args.emulate} link: {', '.join(args.networks)}", body, SCALING)
         else:
             write_section("validation", "Validation on this machine", body, SCALING)
     return 0
