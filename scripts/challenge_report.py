@@ -10,6 +10,9 @@ from benchlib import table
 ONE_CORE_BASELINES = ("GraphBLAS 1 thread", "scipy loop")
 TWO_CORE_SPDNN = ("spdnn 1 rank x 2 threads", "spdnn 2 ranks, hypergraph plan",
                   "spdnn 2 ranks, data parallel")
+_ORDER = ("GraphBLAS 1 thread", "GraphBLAS 2 threads", "scipy loop", "spdnn P=1",
+          "spdnn 1 rank x 2 threads", "spdnn 2 ranks, data parallel",
+          "spdnn 2 ranks, hypergraph plan", "spdnn P=1 (baseline inputs)")
 
 
 def _ratios(r: dict) -> tuple[float, float]:
@@ -48,7 +51,8 @@ def report(results: dict, figure: Path) -> str:
             skipped.append(f"- {spec}: no hypergraph plan (partitioning {r['edges']:,} edges "
                            "is beyond this benchmark's --max-plan-edges).")
         e = r["engines"]
-        for name, m in e.items():
+        for name, m in sorted(e.items(), key=lambda kv: _ORDER.index(kv[0])
+                              if kv[0] in _ORDER else len(_ORDER)):
             rows.append([spec, name, f"{m['inputs']:,}", f"{m['rate']:.3g}",
                          f"{m['seconds']:.2f}", f"{m['peak'] / 2**30:.2f}",
                          f"{m['categories']:,}"])
