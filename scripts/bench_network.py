@@ -7,7 +7,9 @@ shared memory, measured and predicted by the cost model.
 
 Networks (float32): `main`, the main job's (8x8 digits -> 16x16 -> 16x16 locally connected,
 radius 1, shuffled neurons, 10-way head); `mlp`, the MNIST MLP 784 -> 1024 -> 1024 (fan-in 32)
-+ head; `radixnet`, RadiX-Net 4096 x L + head. Layouts: `2x1`, 2 nodes x 1 rank (grids: 2 parts
++ head; `radixnet`, RadiX-Net 4096 x L + head; `random` and `radixnet16384`, the cost model's
+validation networks (scripts/validate_model.py: 4096 -> 16384 x 3, fan-in 32; RadiX-Net
+16384 x 3). Layouts: `2x1`, 2 nodes x 1 rank (grids: 2 parts
 under the hypergraph, block and cyclic plans; 1 part x 2 replicas); `2x2`, 2 nodes x 2 ranks,
 oversubscribed on this 2-core machine (4 parts under each plan; 2 parts x 2 replicas under the
 hypergraph plan; 4 replicas). Links: `shm` is plain mpiexec on one node (shared memory); a rate
@@ -65,6 +67,10 @@ def build(name: str, layers: int):  # noqa: ANN201
         return local_network("8x8", ["16x16", "16x16"], radius=1, seed=0, n_classes=10)
     if name == "mlp":
         return random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
+    if name in ("random", "radixnet16384"):  # the validation networks, built as it builds them
+        from validate_model import build as validation_network
+
+        return validation_network("random" if name == "random" else "radixnet")
     return add_head(radixnet(4096, layers, seed=0), 10, seed=0)
 
 
@@ -150,7 +156,8 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--networks", nargs="+", choices=["main", "mlp", "radixnet"],
+    ap.add_argument("--networks", nargs="+", choices=["main", "mlp", "radixnet", "random",
+                                                      "radixnet16384"],
                     default=["main", "mlp"])
     ap.add_argument("--links", nargs="+", default=["shm", "100mbit", "1gbit", "10gbit"])
     ap.add_argument("--layouts", nargs="+", choices=["2x1", "2x2"], default=["2x1"])
