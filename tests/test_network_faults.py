@@ -178,7 +178,9 @@ def test_a_stalled_peer_ends_inference_in_bounded_time(job_files):
     assert proc.returncode == 3, (proc.stdout[-500:], proc.stderr[-2000:])
     assert elapsed < stall + AFTER_FAULT, elapsed
     # The stall meets the job in a layer's exchange or in the per-batch prediction's reduction,
-    # whichever it is in at that moment (a loaded machine starts later).
+    # whichever it is in at that moment; on a loaded machine the job may still be setting up
+    # its halo (the all-to-all of the rows each rank needs) 3 s in (seen in CI).
     line = _watchdog_line(proc.stderr)
-    assert "exchange of layer" in line or "all-reduce" in line, line
+    assert any(op in line for op in ("exchange of layer", "all-reduce", "all-to-all")), line
+    assert f"waited {TIMEOUT} s for rank" in line, line
     assert stale_namespaces() == []
