@@ -38,6 +38,12 @@ def _mask(builder, m, lanes):  # noqa: ANN001, ANN202
 def _store_packed(builder, vec, m, lanes, dp):  # noqa: ANN001, ANN202
     """Store the lanes of ``vec`` selected by the bits of ``m`` packed to the front, at dp
     (the register form of the compress, then one plain store)."""
+    if not isinstance(vec.type.element, ir.IntType):
+        # Float lanes are compressed as integers of their width (the same bits moved): LLVM 20
+        # cannot expand a float vector.compress on targets without AVX-512 (an assertion,
+        # "Cannot create FP integer constant", aborts the process; AMD EPYC with AVX2).
+        width = 32 if vec.type.element == ir.FloatType() else 64
+        vec = builder.bitcast(vec, ir.VectorType(ir.IntType(width), lanes))
     vt = vec.type
     mv = _mask(builder, m, lanes)
     fn = cgutils.get_or_insert_function(
