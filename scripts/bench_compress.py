@@ -70,7 +70,6 @@ def record(steps: int) -> tuple[list[list[np.ndarray]], str]:
             for i in range(len(gw)):
                 grads[i].append(np.concatenate([gw[i], gb[i]]))
             opt.step(interleave(gw, gb))
-            dnet.sync()
     return grads, "MNIST MLP, recorded"
 
 

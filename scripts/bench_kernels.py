@@ -116,7 +116,8 @@ def torch_ops(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray) -> tuple[dict, str
 
 
 def candidates(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray, outs: dict) -> dict:
-    wt, order = kernels.transpose(w)
+    t = kernels.transpose(w)
+    wt = t.matrix(w.data)  # W^T with values, for the plain product
 
     def with_backend(name: str, fn):  # noqa: ANN001, ANN202
         def run():  # noqa: ANN202
@@ -132,7 +133,7 @@ def candidates(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray, outs: dict) -> di
                                                                         outs["g"]))
         fns[f"SDDMM/spdnn {be}"] = with_backend(be, lambda: kernels.sddmm(w, d, x, outs["s"]))
         fns[f"W^T G + SDDMM/spdnn {be}, one pass"] = with_backend(
-            be, lambda: kernels.backward_products(wt, order, d, x, outs["g"], outs["s"]))
+            be, lambda: kernels.backward_products(t, w.data, d, x, outs["g"], outs["s"]))
     return fns
 
 

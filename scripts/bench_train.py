@@ -68,7 +68,6 @@ def worker(args: argparse.Namespace) -> None:
             _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy")
             t2 = time.perf_counter()
             opt.step(interleave(gw, gb))
-            dnet.sync()
             parts.append([t1 - t0, t2 - t1, time.perf_counter() - t2])
 
         def timed() -> float:

@@ -66,7 +66,6 @@ def worker(args: argparse.Namespace) -> None:
         fwd = dnet.forward(xs)
         _, _, gw, gb = dnet.backward(fwd, y[mine], "cross_entropy", batch)
         opt.step(interleave(gw, gb))
-        dnet.sync()
         return float(comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0])
 
     for _ in range(2):

@@ -112,3 +112,44 @@ def test_pickled_arrays_are_refused(tmp_path):
     with pytest.raises(InputError):
         load_network(tmp_path / "bad.npz")
     assert zipfile.is_zipfile(tmp_path / "bad.npz")
+
+
+def test_rows_read_in_bounded_blocks_equal_the_whole_layer(tmp_path, monkeypatch):
+    """A rank's rows come from the file in groups of ranges spanning at most RANGE_BLOCK
+    entries, the fingerprint streams the pattern in blocks, and the sortedness check runs in
+    blocks: with blocks far smaller than a row, every boundary case is crossed, and the rows,
+    the fingerprint and the refusals equal the whole-array answers."""
+    from spdnn.io import npz
+    from spdnn.model import network as netmod
+    from spdnn.model.network import Fingerprint, check_pattern
+
+    net = small_network(sizes=(40, 30, 20), fan_in=12, seed=3)
+    path = tmp_path / "net.npz"
+    save_network(net, path)
+    with NetworkBundle(path) as bundle:
+        whole = bundle.fingerprint()
+        monkeypatch.setattr(npz, "RANGE_BLOCK", 5)
+        monkeypatch.setattr("spdnn.io.bundle.RANGE_BLOCK", 3)
+        monkeypatch.setattr(netmod, "HASH_BLOCK", 2)
+        monkeypatch.setattr(netmod, "CHECK_BLOCK", 4)
+        fp = Fingerprint(bundle.sizes)
+        for k, layer in enumerate(net.layers, start=1):
+            rows = np.array([0, 2, 3, 7, 8, 9, layer.n_out - 1])
+            got = bundle.rows(k, rows, fingerprint=fp)
+            expected = layer.weight[rows]
+            np.testing.assert_array_equal(got.weight.toarray(), expected.toarray())
+            np.testing.assert_array_equal(got.bias, layer.bias[rows])
+        assert fp.hexdigest() == whole
+    w = net.layers[0].weight
+    for e in range(1, w.nnz):  # a duplicate or a step back at every position is found
+        row = int(np.searchsorted(w.indptr, e, side="right")) - 1
+        if w.indptr[row] == e:
+            continue  # the first entry of a row may be anything
+        for kind, value in (("duplicate", w.indices[e - 1]), ("unsorted", w.indices[e - 1] - 1)):
+            if value < 0:
+                continue
+            bad = w.indices.copy()
+            bad[e] = value
+            with pytest.raises(InputError, match=f"{kind} column index in row {row}"):
+                check_pattern(w.indptr, bad, w.shape, "net", "layer 1")
+    check_pattern(w.indptr, w.indices, w.shape, "net", "layer 1")

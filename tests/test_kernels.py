@@ -81,7 +81,7 @@ def test_row_ranges_and_accumulation(backend):
     kernels.spmm_act(w, x, None, None, z, h, accumulate=True, alive=alive)
     np.testing.assert_allclose(h, np.maximum(1 + dense @ x, 0), rtol=1e-12)
     np.testing.assert_array_equal(alive, np.any(h != 0, axis=0))
-    wt, _ = kernels.transpose(w)
+    wt = kernels.transpose(w).matrix(w.data)
     g = np.full((w.shape[1], d.shape[1]), np.nan)
     for rows in ((0, 10), (10, w.shape[1])):
         kernels.spmm(wt, d, None, g, rows)
@@ -92,10 +92,12 @@ def test_row_ranges_and_accumulation(backend):
 def test_transposed_product(backend, dtype):
     w, _, d, _ = _case(dtype)
     w.data[:] = np.arange(1, w.nnz + 1)  # every value distinct: the gather map is checked
-    wt, gather = kernels.transpose(w)
-    assert wt.has_sorted_indices and wt.shape == w.shape[::-1]
+    t = kernels.transpose(w)
+    assert t.shape == w.shape[::-1] and t.order.dtype == np.int32
+    assert np.all(np.diff(t.indices[t.indptr[0]:t.indptr[1]]) > 0)  # sorted within a row
+    wt = t.matrix(w.data)
     np.testing.assert_array_equal(wt.toarray(), w.toarray().T)
-    np.testing.assert_array_equal(w.data[gather], wt.data)
+    np.testing.assert_array_equal(w.data[t.order], wt.data)
     out = np.full((w.shape[1], d.shape[1]), np.nan, dtype)
     np.testing.assert_allclose(kernels.spmm(wt, d, None, out), w.toarray().T @ d,
                                **_tol(dtype))
@@ -124,9 +126,9 @@ def test_dense_layers_go_to_blas_with_the_same_results(backend, dtype):
     np.testing.assert_allclose(kernels.sddmm(w, d, x, bias_grad=gb), (d @ x.T).ravel(),
                                **_tol(dtype))
     np.testing.assert_allclose(gb, d.sum(axis=1), **_tol(dtype))
-    wt, _ = kernels.transpose(w)
-    assert kernels._dense(wt) is not None
-    np.testing.assert_allclose(kernels.spmm(wt, d), dense.T @ d, **_tol(dtype))
+    t = kernels.transpose(w)
+    assert t.dense and kernels._dense(t.matrix(w.data)) is not None
+    np.testing.assert_allclose(kernels.spmm(t.matrix(w.data), d), dense.T @ d, **_tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -154,8 +156,8 @@ def test_backward_products(backend, dtype, dense, cap):
         d = rng.standard_normal((9, 11)).astype(dtype)
     else:
         w, x, d, _ = _case(dtype, n_out=37, n_in=29, batch=11)
-    wt, order = kernels.transpose(w)
-    assert (kernels._dense(wt) is not None) == dense
+    wt = kernels.transpose(w)
+    assert wt.dense == dense
     z = np.random.default_rng(1).uniform(-1, 1, (29, 11)).astype(dtype)
     z[0, :3] = (0, cap or 1, 0.5)  # exactly zero, exactly at the cap
     coo = w.tocoo()
@@ -164,9 +166,9 @@ def test_backward_products(backend, dtype, dense, cap):
     grad = np.full(w.nnz, np.nan, dtype)
     low = np.full((20, 11), np.nan, dtype)
     high = np.full((9, 11), np.nan, dtype)
-    kernels.backward_products(wt, order, d, x, high, grad, (20, 29), base=20)
+    kernels.backward_products(wt, w.data, d, x, high, grad, (20, 29), base=20)
     for rows in ((0, 7), (7, 20)):
-        kernels.backward_products(wt, order, d, x, low, grad, rows, z=z, cap=cap)
+        kernels.backward_products(wt, w.data, d, x, low, grad, rows, z=z, cap=cap)
     keep = (z > 0) & ((z < cap) if cap is not None else True)
     np.testing.assert_allclose(low, product[:20] * keep[:20], **_tol(dtype))
     np.testing.assert_allclose(high, product[20:], **_tol(dtype))
@@ -191,10 +193,10 @@ def test_every_batch_width(backend, dtype, batch):
     expected = np.einsum("ij,ij->i", d[coo.row].astype(np.float64), x[coo.col])
     grad = np.full(w.nnz, np.nan, dtype)
     np.testing.assert_allclose(kernels.sddmm(w, d, x, grad), expected, **_tol(dtype))
-    wt, order = kernels.transpose(w)
+    wt = kernels.transpose(w)
     out = np.full((120, batch), np.nan, dtype)
     grad[:] = np.nan
-    kernels.backward_products(wt, order, d, x, out, grad)
+    kernels.backward_products(wt, w.data, d, x, out, grad)
     np.testing.assert_allclose(out, ref.T @ d, **_tol(dtype))
     np.testing.assert_allclose(grad, expected, **_tol(dtype))
 
@@ -209,15 +211,15 @@ def test_a_sample_does_not_depend_on_its_place_in_the_batch(backend, dtype):
     x = rng.standard_normal((90, 301)).astype(dtype)
     d = rng.standard_normal((60, 301)).astype(dtype)
     b = rng.standard_normal(60).astype(dtype)
-    wt, order = kernels.transpose(w)
+    wt = kernels.transpose(w)
     full = kernels.spmm(w, x, b)
     back = np.empty((90, 301), dtype)
-    kernels.backward_products(wt, order, d, x, back, np.empty(w.nnz, dtype))
+    kernels.backward_products(wt, w.data, d, x, back, np.empty(w.nnz, dtype))
     for cols in ([300], [0, 5, 9], list(range(7, 40)), list(range(150, 301))):
         xs, ds = np.ascontiguousarray(x[:, cols]), np.ascontiguousarray(d[:, cols])
         np.testing.assert_array_equal(kernels.spmm(w, xs, b), full[:, cols])
         part = np.empty((90, len(cols)), dtype)
-        kernels.backward_products(wt, order, ds, xs, part, np.empty(w.nnz, dtype))
+        kernels.backward_products(wt, w.data, ds, xs, part, np.empty(w.nnz, dtype))
         np.testing.assert_array_equal(part, back[:, cols])
 
 

@@ -63,14 +63,14 @@ def _kernel_ns(w, x: np.ndarray, d: np.ndarray, reps: int,  # noqa: ANN001
     """ns per nonzero x sample of the three products of one layer ``w`` on inputs ``x``,
     each call after ``evict`` (a no-op: warm caches)."""
     rows, b, dtype = w.shape[0], x.shape[1], x.dtype
-    wt, order = kernels.transpose(w)
+    wt = kernels.transpose(w)
     z, h = np.empty((rows, b), dtype), np.empty((rows, b), dtype)
     g = np.empty((x.shape[0], b), dtype)
     gw, gb, bias = np.empty(w.nnz, dtype), np.empty(rows, dtype), np.zeros(rows, dtype)
     units = w.nnz * b * 1e-9
     return [median_time(lambda: kernels.spmm_act(w, x, bias, None, z, h), reps, 0.01, evict)
             / units,
-            median_time(lambda: kernels.backward_products(wt, order, d, x, g, gw), reps, 0.01,
+            median_time(lambda: kernels.backward_products(wt, w.data, d, x, g, gw), reps, 0.01,
                          evict) / units,
             median_time(lambda: kernels.sddmm(w, d, x, out=gw, bias_grad=gb), reps, 0.01,
                          evict) / units]

@@ -127,7 +127,6 @@ def _training_step(dnet, opt: SGD, batch: int) -> Callable[[], None]:  # noqa: A
         fwd = dnet.forward(x)
         _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy", batch)
         opt.step(interleave(gw, gb))
-        dnet.sync()
 
     return step
 
@@ -201,19 +200,12 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
     opt = SGD(SGDConfig(0.001, 0.9), params)
     opt.step(grads)
     update = median_time(lambda: opt.step(grads), reps) / (2**20 + 1024) * 1e9
-    # After the update every layer refreshes its transposed copy (and with ghost columns its
-    # two column blocks): a gather of its values in a transposition's order.
-    layer = fixed_fan_in(4096, 4096, FAN_IN, rng, dtype)
-    wt, order = kernels.transpose(layer)
-    gather = median_time(lambda: np.take(layer.data, order, out=wt.data, mode="clip"), reps) \
-        / len(order) * 1e9
     vec = np.zeros(64, dtype)
     collective = median_time(lambda: [me.allreduce(vec) for _ in range(100)], reps) / 100
     step = max(float(step0) - 4 * collective, 0.0)  # negative only by noise
     return {"layer_forward_s": layer_f, "layer_backward_s": layer_b, "step_s": step,
             "message_s": message, "exchange_layer_s": exchange_layer,
             "pack_ns_per_byte": pack, "update_ns_per_value": update,
-            "gather_ns_per_value": gather,
             "elementwise_ns_per_value": elementwise, "collective_s": collective,
             "cache_bytes": float(cache_bytes())}
 

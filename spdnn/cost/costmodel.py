@@ -230,11 +230,9 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
         left = np.maximum(queue - progress, 0.0)  # no MPI call since: they run now
         grad += left + rt["collective_s"]
         clock = clock + left + rt["collective_s"]
-    # The update, then every layer's derived matrices gathered from its new values: the
-    # transposed copy, and the owned- and ghost-column blocks of a layer that has both.
+    # The update (the products read W's values in place: no derived copy to refresh).
     update = sum((lw.nnz + lw.rows) * rt["update_ns_per_value"]
-                 + (lw.nnz + lw.nnz * ((lw.ghosts > 0) & (lw.prev_rows > 0)))
-                 * rt.get("gather_ns_per_value", 0.0) for lw in work.layers) * scale * 1e-9
+                 for lw in work.layers) * scale * 1e-9
     clock = clock + update + rt["step_s"]
     compute += update + rt["step_s"]
     kernel_time += update
@@ -242,12 +240,12 @@ def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
 
 
 def working_set(work: Workload, batch: int, itemsize: int) -> np.ndarray:
-    """Bytes one training step touches on each rank: per nonzero its value and index in the
-    layer and in its transposed copy, the transposition's order, the gradient and the
-    momentum; per sample the X buffer and the stored pre-activations and activations."""
+    """Bytes one training step touches on each rank: per nonzero its value, gradient and
+    momentum, its index and its transpose's index and order (int32); per sample the X buffer
+    and the stored pre-activations and activations."""
     ws = np.zeros(work.parts)
     for lw in work.layers:
-        ws += lw.nnz * (4 * itemsize + 12) + (lw.buffer_rows + 2 * lw.rows) * batch * itemsize
+        ws += lw.nnz * (3 * itemsize + 12) + (lw.buffer_rows + 2 * lw.rows) * batch * itemsize
     return ws
 
 

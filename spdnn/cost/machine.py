@@ -43,9 +43,9 @@ other buffers, contention); ``_all`` is the slowest rank's of each step, which a
 synchronised step waits for (calibrations before 2026-11-25 hold the mean over ranks);
 ``compute_scale_cold_*`` the same for a network far larger than the cache (the tables are
 measured with every rank busy: alone, such a network runs faster than they say).
-Optional: ``gather_ns_per_value``, the refresh of a layer's derived matrices after the
-update (a gather of its values, ``LocalLayer.sync_views``); absent from calibrations before
-2026-11-25 (afternoon), whose compute scales absorbed it (0 then). Optional:
+Optional and ignored: ``gather_ns_per_value``, the refresh of a layer's derived copies after
+the update, which calibrations of 2026-11-25 and 26 measured; the products have read the
+weights in place since (no copies to refresh). Optional:
 ``network.allreduce``, the measured all-reduce over the calibrated ranks (bytes per rank,
 seconds of a blocking call), which replaces the straight line of ``allreduce_latency_s`` and
 ``allreduce_bandwidth_Bps``: on the 2-core VM that line was 2x low at 128 KiB.

@@ -17,8 +17,7 @@ import numpy as np
 
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
-from spdnn.io.npz import NpzReader
-from spdnn.kernels.ranges import concat_ranges
+from spdnn.io.npz import RANGE_BLOCK, NpzReader
 from spdnn.model.network import (
     Fingerprint,
     Layer,
@@ -132,12 +131,12 @@ class NetworkBundle:
             raise InputError(self.path, f"{what}: indptr, indices and data lengths do not agree")
         counts = np.diff(indptr)[rows]
         starts = indptr[:-1][rows]
-        if fingerprint is not None:
-            indices = self._npz.get(f"W{k}_indices")
-            fingerprint.add(indptr, indices)
-            mine = indices[concat_ranges(starts, counts)]
-        else:
-            mine = self._npz.ranges(f"W{k}_indices", starts, counts)
+        if fingerprint is not None:  # the whole pattern, streamed through the hash
+            fingerprint.add_indices(indptr)
+            for start in range(0, nnz, RANGE_BLOCK):
+                fingerprint.add_indices(self._npz.span(f"W{k}_indices", start,
+                                                       min(RANGE_BLOCK, nnz - start)))
+        mine = self._npz.ranges(f"W{k}_indices", starts, counts)
         data = self._npz.ranges(f"W{k}_data", starts, counts)
         bias = self._npz.get(f"b{k}")
         if bias.shape != (n_out,):

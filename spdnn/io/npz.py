@@ -137,34 +137,40 @@ class NpzReader:
         return out
 
     def ranges(self, key: str, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Elements [start, start + count) of a 1-D member, concatenated (starts ascending).
+        """Elements [start, start + count) of a 1-D member, concatenated (ranges ascending and
+        disjoint, as a layer's rows are).
 
-        A stored member is read in place, block by block over the span the ranges cover; a
-        compressed one is read whole."""
-        idx = concat_ranges(starts, counts)
+        A stored member is read in place, in groups of ranges that span at most RANGE_BLOCK
+        elements of the file (a longer range is a group of its own): the temporaries are
+        bounded by the group, not by the share. A compressed one is read whole."""
+        starts = np.asarray(starts, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
         length, dtype = self._vector(key)
-        shape = (length,)
-        if len(idx) and (idx[0] < 0 or idx[-1] >= shape[0]):
-            raise self._fail(key, f"is shorter ({shape[0]:,}) than the ranges read from it")
+        ends = starts + counts
+        total = int(counts.sum())
+        if len(starts) and total and (starts.min() < 0 or ends.max() > length):
+            raise self._fail(key, f"is shorter ({length:,}) than the ranges read from it")
         info = self._member(key)
         if info.compress_type != zipfile.ZIP_STORED:
-            return self.get(key)[idx]
-        out = np.empty(len(idx), dtype=dtype)
-        start = self._data_offset(key, info)
+            return self.get(key)[concat_ranges(starts, counts)]
+        out = np.empty(total, dtype=dtype)
+        offset = self._data_offset(key, info)
         try:
             with open(self.path, "rb") as f:
-                done = 0
-                while done < len(idx):
-                    lo = int(idx[done])
-                    stop = int(np.searchsorted(idx, lo + RANGE_BLOCK, side="left"))
-                    hi = int(idx[stop - 1]) + 1
-                    f.seek(start + lo * dtype.itemsize)
+                g0, done = 0, 0
+                while g0 < len(starts):
+                    g1 = max(g0 + 1, int(np.searchsorted(ends, starts[g0] + RANGE_BLOCK,
+                                                         side="right")))
+                    lo, hi = int(starts[g0]), int(ends[g1 - 1])
+                    f.seek(offset + lo * dtype.itemsize)
                     raw = f.read((hi - lo) * dtype.itemsize)
                     if len(raw) != (hi - lo) * dtype.itemsize:
                         raise self._fail(key, "is truncated")
-                    block = np.frombuffer(raw, dtype=dtype)
-                    out[done:stop] = block[idx[done:stop] - lo]
-                    done = stop
+                    picked = np.frombuffer(raw, dtype=dtype)[
+                        concat_ranges(starts[g0:g1] - lo, counts[g0:g1])]
+                    out[done:done + len(picked)] = picked
+                    done += len(picked)
+                    g0 = g1
         except OSError as exc:
             raise self._fail(key, f"could not be read ({exc})") from None
         return out

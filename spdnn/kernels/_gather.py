@@ -17,7 +17,8 @@ exactly as in a full block, wherever it sits in the batch, and no scalar loop is
 - ``DOT[...](a, ka, x, ld, col, indices, out, e0, e1, first, rem, pf)``:
   out[e] (= when ``first``, else +=) a[ka:ka+n] . x[indices[e] * ld + col:...+n];
 - ``AXPY_DOT[...](acc, k, d, ld, col, indices, data, xj, kx, grad, order, e0, e1, first,
-  rem, pf)``: the axpy of d's rows into acc and grad[order[e]] (=, +=) d's row . xj[kx:kx+n].
+  rem, pf)``: the axpy of d's rows (weights data[order[e]]: W's values, read through the
+  transpose's map) into acc and grad[order[e]] (=, +=) d's row . xj[kx:kx+n].
 Arrays are 1-D C-contiguous (flat views of the row-major blocks).
 
 numba's cache does not follow imports: after changing this file, touch _numba_kernels.py (an
@@ -267,14 +268,15 @@ def _make_axpy_dot(nvec: int, masked: bool):  # noqa: ANN202
             with _entries(builder, v) as (e, _):
                 _prefetch_ahead(builder, a, e, v["pf"], v["ld"], v["col"], nvec)
                 dr = _gathered_row(builder, a, e, v["ld"], v["col"])
-                w = _splat(builder, builder.load(builder.gep(a.ptr["data"], [e])), a.vt)
+                at = _index(builder, a, "order", e)  # W's entry: its value and its gradient
+                w = _splat(builder, builder.load(builder.gep(a.ptr["data"], [at])), a.vt)
                 s = None
                 for r in range(nvec):
                     dv = _vload(builder, a, dr, r)
                     builder.store(_fma(builder, a.vt, w, dv, builder.load(regs[r])), regs[r])
                     s = builder.fmul(dv, builder.load(xregs[r])) if s is None else \
                         _fma(builder, a.vt, dv, builder.load(xregs[r]), s)
-                where = builder.gep(a.ptr["grad"], [_index(builder, a, "order", e)])
+                where = builder.gep(a.ptr["grad"], [at])
                 _store_dot(builder, a, _hsum(builder, s), where, v["first"])
             for r in range(nvec):
                 _vstore(builder, a, builder.load(regs[r]), out, r)

@@ -91,11 +91,12 @@ def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, act_out,
-              alive):
-    """For rows i in [r0, r1): out[i] = W[i] x + (bias[i] if ``init`` == 1, 0 if 2, out[i] if
-    0); with ``activate`` also act_out[i] = min(max(out[i], 0), cap) (cap < 0: no cap) and
-    alive[b] = 1 for every column b with a nonzero activation (when ``alive`` is not empty)."""
+def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, activate,
+              act_out, alive):
+    """For rows i in [r0, r1), on the entries [starts[i], ends[i]) of row i: out[i] = W[i] x
+    + (bias[i] if ``init`` == 1, 0 if 2, out[i] if 0); with ``activate`` also act_out[i] =
+    min(max(out[i], 0), cap) (cap < 0: no cap) and alive[b] = 1 for every column b with a
+    nonzero activation (when ``alive`` is not empty)."""
     track = len(alive) > 0
     batch = x.shape[1]
     flat = out.reshape(-1)
@@ -105,7 +106,7 @@ def spmm_rows(indptr, indices, data, x, bias, out, r0, r1, init, cap, activate, 
             b0 = bias[i] if init == 1 else 0
             for b in range(batch):
                 acc[b] = b0
-        start, stop = indptr[i], indptr[i + 1]
+        start, stop = starts[i], ends[i]
         _axpy(flat, i * out.shape[1], x, indices, data, start, stop)
         if activate:
             a = act_out[i]
@@ -141,11 +142,12 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1, z, cap, mask):
-    """Both backward products of a layer in one pass over W^T (CSR: indptr, indices, data):
-    for rows j in [r0, r1), out[j - base] = sum_e data[e] d[indices[e]] (W^T d), times h'(z[j])
-    when ``mask``, and grad_w[order[e]] = d[indices[e]] . x[j] (the weight gradient in W's
-    order). Each gathered row of d serves both, so the pass gathers half as much as the two
-    products apart."""
+    """Both backward products of a layer in one pass over W^T (its pattern: indptr, indices;
+    its values W's own, ``data[order[e]]``, read in place): for rows j in [r0, r1),
+    out[j - base] = sum_e data[order[e]] d[indices[e]] (W^T d), times h'(z[j]) when ``mask``,
+    and grad_w[order[e]] = d[indices[e]] . x[j] (the weight gradient in W's order). Each
+    gathered row of d serves both, so the pass gathers half as much as the two products
+    apart."""
     batch = d.shape[1]
     flat = out.reshape(-1)
     xflat = x.reshape(-1)
@@ -185,11 +187,11 @@ def warm_up() -> None:
         x = np.ones((1, 2), dt)
         out = np.empty((1, 2), dt)
         for alive in (np.zeros(0, np.int32), np.zeros(2, np.int32)):
-            spmm_rows(indptr, indices, data, x, np.zeros(1, dt), out, 0, 1, 1, -1.0, True,
-                      out, alive)
+            spmm_rows(indptr[:-1], indptr[1:], indices, data, x, np.zeros(1, dt), out, 0, 1,
+                      1, -1.0, True, out, alive)
         grads = np.empty(1, dt)
         sddmm(indptr, indices, x, x, grads, grads, True)
         for mask in (False, True):
-            backward_rows(indptr, indices, data, indptr.astype(np.int64), x, x, out, 0, grads,
-                          0, 1, x, -1.0, mask)
+            backward_rows(indptr, indices, data, indices, x, x, out, 0, grads, 0, 1, x,
+                          -1.0, mask)
         apply_slope(out, x, -1.0)

@@ -21,11 +21,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import SpdnnError
+from spdnn.kernels.ranges import concat_ranges
 from spdnn.threads import default_threads
 
 # Output elements below which a product runs on one thread (Graph Challenge inference, whose
@@ -132,19 +134,43 @@ def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
     return np.repeat(np.arange(w.shape[0], dtype=w.indices.dtype), np.diff(w.indptr))
 
 
-def transpose(w: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
-    """W^T as CSR with sorted indices, and the position in ``w.data`` of each of its entries
-    (refresh its values with ``np.take(w.data, gather, out=wt.data)``)."""
-    rows = row_of_entries(w)
-    gather = np.lexsort((rows, w.indices)).astype(np.int64)  # by column, then row
+@dataclass(frozen=True, kw_only=True)
+class Transposed:
+    """The pattern of W^T (CSR, sorted indices) and the position in W.data of each of its
+    entries: its values are ``W.data[order]``, read in place by the backward products, so a
+    layer holds its transpose as indices and order only (8 bytes an entry with int32)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    order: np.ndarray
+    shape: tuple[int, int]  # W's shape reversed
+    dense: bool  # W stores every entry, row-major (a dense head: BLAS)
+
+    def matrix(self, data: np.ndarray) -> sp.csr_matrix:
+        """W^T with W's values ``data`` (a new matrix: tests and the scipy backend)."""
+        m = sp.csr_matrix((data[self.order], self.indices, self.indptr), shape=self.shape)
+        m.has_sorted_indices = True
+        return m
+
+    @property
+    def nbytes(self) -> int:
+        return self.indptr.nbytes + self.indices.nbytes + self.order.nbytes
+
+
+def transpose(w: sp.csr_matrix) -> Transposed:
+    """W^T's pattern and its map into ``w.data``. A stable sort by column of W's entries
+    (stored row by row) orders them by column, then row: one int64 sort key of temporary
+    memory, no lexsort."""
+    index_dtype = np.int32 if max(w.shape) < 2**31 and w.nnz < 2**31 else np.int64
+    by_column = np.argsort(w.indices, kind="stable")
+    rows = (np.searchsorted(w.indptr, by_column, side="right") - 1).astype(index_dtype)
+    order = by_column.astype(index_dtype)
+    del by_column
     counts = np.bincount(w.indices, minlength=w.shape[1])
     indptr = np.zeros(w.shape[1] + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    index_dtype = np.int32 if max(w.shape) < 2**31 and w.nnz < 2**31 else np.int64
-    wt = sp.csr_matrix((w.data[gather], rows[gather].astype(index_dtype),
-                        indptr.astype(index_dtype)), shape=(w.shape[1], w.shape[0]))
-    wt.has_sorted_indices = True
-    return wt, gather
+    return Transposed(indptr=indptr.astype(index_dtype), indices=rows, order=order,
+                      shape=(w.shape[1], w.shape[0]), dense=_dense(w) is not None)
 
 
 def _dense(w: sp.csr_matrix) -> np.ndarray | None:
@@ -173,18 +199,28 @@ def spmm(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None = None,
     return out
 
 
+Span = tuple[np.ndarray, np.ndarray]
+
+
 def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: float | None,
              out_z: np.ndarray, out_x: np.ndarray | None, rows: Rows | None = None,
-             accumulate: bool = False, alive: np.ndarray | None = None) -> None:
+             accumulate: bool = False, alive: np.ndarray | None = None,
+             span: Span | None = None) -> None:
     """As spmm into out_z, and h(Z) rows into out_x when it is given (fused in the numba
-    backend); ``alive`` (int32 per column), if given, is set to 1 where h(Z) is nonzero."""
+    backend); ``alive`` (int32 per column), if given, is set to 1 where h(Z) is nonzero.
+    ``span`` = (starts, ends): row i uses W's entries [starts[i], ends[i]) only (a block of
+    its columns, read in place: no copy of the block)."""
     r0, r1 = _range(w, rows)
     dense = _dense(w)
+    starts, ends = span if span is not None else (w.indptr[:-1], w.indptr[1:])
+    if dense is not None and span is not None:  # a block of a dense W's columns: BLAS on it
+        lo, hi = int(starts[0] - w.indptr[0]), int(ends[0] - w.indptr[0])
+        dense, x = dense[:, lo:hi], x[lo:hi]
     if dense is None and backend() == "numba":
         init = 0 if accumulate else (1 if bias is not None else 2)
         nb = _nb()
         with _threads_for((r1 - r0) * x.shape[1]):
-            nb.spmm_rows(w.indptr, w.indices, w.data, x, _NO_BIAS[x.dtype.char]
+            nb.spmm_rows(starts, ends, w.indices, w.data, x, _NO_BIAS[x.dtype.char]
                          if bias is None else bias, out_z, r0, r1, init,
                          -1.0 if cap is None else float(cap), out_x is not None,
                          out_z if out_x is None else out_x, _NO_ALIVE if alive is None else alive)
@@ -195,7 +231,7 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
     elif dense is not None:
         zr += dense[r0:r1] @ x
     else:
-        part = w[r0:r1] @ x if (r0, r1) != (0, w.shape[0]) else w @ x
+        part = _block(w, starts, ends, r0, r1) @ x
         if accumulate:
             zr += part
         else:
@@ -209,6 +245,17 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
         out_x[r0:r1] = h
         if alive is not None and h.size:
             alive |= np.any(h != 0, axis=0)
+
+
+def _block(w: sp.csr_matrix, starts: np.ndarray, ends: np.ndarray, r0: int,
+           r1: int) -> sp.csr_matrix:
+    """Rows [r0, r1) of W restricted to the entries [starts[i], ends[i]) of each row."""
+    counts = ends[r0:r1] - starts[r0:r1]
+    picked = concat_ranges(starts[r0:r1], counts)
+    indptr = np.zeros(r1 - r0 + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return sp.csr_matrix((w.data[picked], w.indices[picked], indptr),
+                         shape=(r1 - r0, w.shape[1]))
 
 
 def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray | None = None,
@@ -241,33 +288,36 @@ def _sampled(d: np.ndarray, x: np.ndarray, i: np.ndarray, j: np.ndarray,
         np.einsum("ij,ij->i", d[i[start:stop]], x[j[start:stop]], out=out[start:stop])
 
 
-def backward_products(wt: sp.csr_matrix, order: np.ndarray, d: np.ndarray, x: np.ndarray,
+def backward_products(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
                       out: np.ndarray, grad_w: np.ndarray, rows: Rows | None = None,
                       base: int = 0, z: np.ndarray | None = None,
                       cap: float | None = None) -> None:
-    """A layer's two backward products on the rows [r0, r1) of its stored transpose W^T (from
-    ``transpose(W)``, ``order`` its map into W's entries): out[r - base] = (W^T d)[r], times
-    h'(z[r]) when ``z`` is given, and grad_w[order[e]] = d[i_e] . x[r] for the entries of those
-    rows (the weight gradient, in W's order). One pass in the numba backend."""
-    r0, r1 = _range(wt, rows)
-    dense = _dense(wt)
-    if dense is None and backend() == "numba":
+    """A layer's two backward products on the rows [r0, r1) of its transpose W^T (from
+    ``transpose(W)``; ``data`` is W.data): out[r - base] = (W^T d)[r], times h'(z[r]) when
+    ``z`` is given, and grad_w[order[e]] = d[i_e] . x[r] for the entries of those rows (the
+    weight gradient, in W's order). One pass in the numba backend."""
+    r0, r1 = rows if rows is not None else (0, wt.shape[0])
+    if not wt.dense and backend() == "numba":
         mask = z is not None
-        _nb().backward_rows(wt.indptr, wt.indices, wt.data, order, d, x, out, base, grad_w,
+        _nb().backward_rows(wt.indptr, wt.indices, data, wt.order, d, x, out, base, grad_w,
                             r0, r1, z if mask else out, -1.0 if cap is None else float(cap),
                             mask)
         return
     sub = out[r0 - base:r1 - base]
-    if dense is not None:  # W dense: grad_w is W's row-major layout, rows of W^T its columns
-        np.matmul(dense[r0:r1], d, out=sub)
+    if wt.dense:  # W dense: grad_w is W's row-major layout, rows of W^T its columns
+        dense = data.reshape(wt.shape[1], wt.shape[0])
+        np.matmul(dense[:, r0:r1].T, d, out=sub)
         grad_w.reshape(wt.shape[1], wt.shape[0])[:, r0:r1] = d @ x[r0:r1].T
     else:
-        sub[...] = wt[r0:r1] @ d
         lo, hi = wt.indptr[r0], wt.indptr[r1]
+        order = wt.order[lo:hi]
+        block = sp.csr_matrix((data[order], wt.indices[lo:hi], wt.indptr[r0:r1 + 1] - lo),
+                              shape=(r1 - r0, wt.shape[1]))
+        sub[...] = block @ d
         part = np.empty(hi - lo, dtype=grad_w.dtype)
         own_rows = np.repeat(np.arange(r0, r1), np.diff(wt.indptr[r0:r1 + 1]))
         _sampled(d, x, wt.indices[lo:hi], own_rows, part)
-        grad_w[order[lo:hi]] = part
+        grad_w[order] = part
     if z is not None:
         apply_slope(sub, z[r0:r1], cap)
 

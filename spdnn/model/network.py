@@ -30,6 +30,10 @@ def as_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+# Entries checked per block (bounds the int64 temporaries of a check to 8 MB).
+CHECK_BLOCK = 1 << 20
+
+
 def check_indptr(indptr: np.ndarray, n_rows: int, nnz: int, source: str, what: str
                  ) -> np.ndarray:
     """Row pointers of a CSR matrix: 1-D integers, n_rows + 1 of them, from 0 to nnz, never
@@ -75,17 +79,20 @@ def check_pattern(
         if lo < 0 or hi >= n_cols:
             bad = lo if lo < 0 else hi
             raise InputError(source, f"{what}: column index {bad} out of range [0, {n_cols})")
-        # Within a row, indices must strictly increase (sorted, no duplicate entries).
-        step = np.diff(indices.astype(np.int64))
-        row_start = np.zeros(nnz, dtype=bool)
+        # Within a row, indices must strictly increase (sorted, no duplicate entries). In
+        # blocks of entries: the int64 steps of a whole layer would be 8 bytes an entry.
         starts = indptr[:-1][np.diff(indptr) > 0]
-        row_start[starts] = True
-        bad = (step <= 0) & ~row_start[1:]
-        if np.any(bad):
-            pos = int(np.argmax(bad)) + 1
-            row = int(np.searchsorted(indptr, pos, side="right")) - 1
-            kind = "duplicate" if step[pos - 1] == 0 else "unsorted"
-            raise InputError(source, f"{what}: {kind} column index in row {row}")
+        for lo in range(0, nnz - 1, CHECK_BLOCK):
+            hi = min(nnz, lo + CHECK_BLOCK + 1)
+            step = np.diff(indices[lo:hi].astype(np.int64))  # entry e + 1 against e
+            row_start = np.zeros(hi - lo, dtype=bool)  # entries lo..hi-1
+            row_start[starts[np.searchsorted(starts, lo):np.searchsorted(starts, hi)] - lo] = True
+            bad = (step <= 0) & ~row_start[1:]
+            if np.any(bad):
+                pos = lo + int(np.argmax(bad)) + 1
+                row = int(np.searchsorted(indptr, pos, side="right")) - 1
+                kind = "duplicate" if step[pos - lo - 1] == 0 else "unsorted"
+                raise InputError(source, f"{what}: {kind} column index in row {row}")
     return indptr
 
 
@@ -252,6 +259,9 @@ def validate_meta(meta: dict[str, Any], source: str) -> None:
         raise InputError(source, f"meta: output_activation must be one of {OUTPUT_ACTIVATIONS}")
 
 
+HASH_BLOCK = 1 << 20
+
+
 class Fingerprint:
     """A stable hash of the layer sizes and sparsity patterns (not the values), fed layer by
     layer. Index dtype and byte order do not change it: everything is hashed as little-endian
@@ -261,8 +271,15 @@ class Fingerprint:
         self._h = hashlib.sha256(json.dumps([int(n) for n in sizes]).encode())
 
     def add(self, indptr: np.ndarray, indices: np.ndarray) -> None:
-        self._h.update(np.asarray(indptr, dtype="<i8").tobytes())
-        self._h.update(np.asarray(indices, dtype="<i8").tobytes())
+        self.add_indices(indptr)
+        self.add_indices(indices)
+
+    def add_indices(self, values: np.ndarray) -> None:
+        """Hash ``values`` after what was added before (a layer's indices may come in
+        consecutive parts: the digest is that of their concatenation). Blocks of
+        HASH_BLOCK values bound the int64 temporary."""
+        for start in range(0, len(values), HASH_BLOCK):
+            self._h.update(np.asarray(values[start:start + HASH_BLOCK], dtype="<i8").data)
 
     def hexdigest(self) -> str:
         return "sha256:" + self._h.hexdigest()[:32]

@@ -177,7 +177,6 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
             momentum += [None, None]
     for r in readers:
         r.close()
-    dnet.sync()
     batch = manifest["batch"]
     old_size, new_size = manifest.get("batch_size"), settings.get("batch_size")
     if isinstance(old_size, int) and old_size > 0 and new_size and old_size != new_size:

@@ -78,7 +78,6 @@ class DistributedNetwork:
         self._workspaces: dict[int, Workspace] = {}
         self._pingpong: dict[int, PingPong] = {}
         self.sampled: SampledOutput | None = None  # --lsh on the last layer
-        self._stale_views = False  # the sampled layer's derived matrices lag its weights
 
     @property
     def n_layers(self) -> int:
@@ -121,21 +120,20 @@ class DistributedNetwork:
         messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
         ``next_top`` when given (and a 1 in ``alive`` for every nonzero column)."""
         layer, t, comm = self.layers[i], self.timers, self.comm
-        n_own = layer.n_owned_prev
         t0 = time.perf_counter()
         reqs, sent = layer.exchange.start_expand(xbuf)
         self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
                            sent, len(layer.exchange.send_peers))
         t1 = time.perf_counter()
-        own = layer.view("owned_cols")
-        for rows in _chunks(own.shape[0], OVERLAP_CHUNKS if reqs else 1):
-            kernels.spmm(own, xbuf[:n_own], layer.bias, z, rows)
+        for rows in _chunks(len(layer.rows), OVERLAP_CHUNKS if reqs else 1):
+            kernels.spmm_act(layer.weight, xbuf, layer.bias, None, z, None, rows,
+                             span=layer.owned_span)
             comm.progress(reqs)
         t2 = time.perf_counter()
         layer.exchange.finish_expand(reqs, xbuf)
         t3 = time.perf_counter()
-        kernels.spmm_act(layer.view("ghost_cols"), xbuf[n_own:], None, self.cap, z, next_top,
-                         accumulate=True, alive=alive)
+        kernels.spmm_act(layer.weight, xbuf, None, self.cap, z, next_top, accumulate=True,
+                         alive=alive, span=layer.ghost_span)
         t4 = time.perf_counter()
         t.add("forward", i, compute=(t2 - t1) + (t4 - t3), comm=t1 - t0, wait=t3 - t2)
 
@@ -153,10 +151,6 @@ class DistributedNetwork:
         """
         if sampled and self.sampled is None:
             raise ValueError("sampled forward pass without LSH tables (use_lsh)")
-        if not sampled and self._stale_views:
-            for layer in self.layers:
-                layer.sync_views()
-            self._stale_views = False
         if keep and drop_dead:
             raise ValueError("drop_dead needs keep=False (backward needs every sample)")
         width = x0.shape[1]
@@ -248,17 +242,17 @@ class DistributedNetwork:
                 continue
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
                 kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
-                              rows=layer.entry_rows, bias_grad=ws.grad_b[i])
+                              bias_grad=ws.grad_b[i])
                 self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break
             np.sum(delta, axis=1, out=ws.grad_b[i])
             ex = layer.exchange
-            wt, order = layer.view("transposed"), layer.transpose_order
+            wt, values = layer.transposed, layer.weight.data
             n_own, n_buf = layer.n_owned_prev, layer.n_buffer_rows
             # Ghost rows first: their partial sums travel while the owned rows are computed.
-            kernels.backward_products(wt, order, delta, ws.xbufs[i], ws.ghost[i], ws.grad_w[i],
-                                      (n_own, n_buf), base=n_own)
+            kernels.backward_products(wt, values, delta, ws.xbufs[i], ws.ghost[i],
+                                      ws.grad_w[i], (n_own, n_buf), base=n_own)
             t1 = time.perf_counter()
             reqs, recv, sent = ex.start_fold(ws.ghost[i], ws.xbufs[i])
             self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize, sent,
@@ -268,8 +262,8 @@ class DistributedNetwork:
             # With no partials coming in, the activation mask is applied inside the pass.
             z_prev = ws.zs[i - 1] if ex.rows_sent == 0 else None
             for rows in _chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
-                kernels.backward_products(wt, order, delta, ws.xbufs[i], g, ws.grad_w[i], rows,
-                                          z=z_prev, cap=self.cap)
+                kernels.backward_products(wt, values, delta, ws.xbufs[i], g, ws.grad_w[i],
+                                          rows, z=z_prev, cap=self.cap)
                 comm.progress(reqs + self.sums.requests())
             self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
             t3 = time.perf_counter()
@@ -306,12 +300,3 @@ class DistributedNetwork:
             raise ValueError(f"unknown exchange mode {mode!r}; choose from {MODES}")
         for layer in self.layers:
             layer.exchange.mode, layer.exchange.cap = mode, self.cap
-
-    def sync(self) -> None:
-        """Refresh the derived matrices after the weights changed (the LSH layer's when an
-        exact pass next needs them: its sampled passes read the weights themselves)."""
-        for layer in self.layers:
-            if self.sampled is not None and layer is self.layers[-1]:
-                self._stale_views = True
-            else:
-                layer.sync_views()

@@ -22,6 +22,20 @@ from spdnn.runtime.distributed import DistributedNetwork
 # 1024 neurons and 1,024 at 4096 and 16384: the live columns must stay wide enough to vectorise).
 CHALLENGE_BLOCK_BYTES = 16 << 20
 CHALLENGE_MIN_CHUNK = 1024
+# Evaluation batches: EVAL_BATCH samples, fewer where the inference buffers of that many (two X
+# blocks and one Z, ``PingPong``) would pass EVAL_BLOCK_BYTES: at 65,536 neurons a batch of
+# 1,024 held 0.8 GB, more than a training step's buffers. A sample's outputs do not depend on
+# its batch, so the accuracy is the same at any width.
+EVAL_BATCH = 1024
+EVAL_BLOCK_BYTES = 64 << 20
+
+
+def eval_batch(dnet: DistributedNetwork) -> int:
+    """The evaluation batch of this network on these ranks (the same on the ranks of a
+    replica: the smallest of theirs). Collective over the replica."""
+    widest = max(max(layer.n_buffer_rows, len(layer.rows)) for layer in dnet.layers)
+    mine = max(1, min(EVAL_BATCH, EVAL_BLOCK_BYTES // (3 * widest * dnet.dtype.itemsize)))
+    return int(dnet.comm.allreduce_scalar(mine, "min"))
 
 
 def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
@@ -37,11 +51,13 @@ def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
 
 
 def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
-             y: np.ndarray | MultiLabels, batch_size: int = 1024) -> float:
+             y: np.ndarray | MultiLabels, batch_size: int | None = None) -> float:
     """Accuracy on samples whose features ``x_local`` (samples x my features) this rank owns;
-    replicas take contiguous shares of the samples. Label sets: P@1 (``precisions``)."""
+    replicas take contiguous shares of the samples. Label sets: P@1 (``precisions``).
+    ``batch_size``: default ``eval_batch``."""
     if isinstance(y, MultiLabels):
         return precisions(dnet, x_local, y, batch_size)[0]
+    batch_size = batch_size or eval_batch(dnet)
     grid = dnet.grid
     share = grid.share(len(y))
     x_local, y_mine = x_local[share], y[share]
@@ -56,9 +72,10 @@ def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
 
 
 def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y: MultiLabels,
-               batch_size: int = 1024, sampled: bool = False) -> tuple[float, float]:
+               batch_size: int | None = None, sampled: bool = False) -> tuple[float, float]:
     """P@1 and P@5 on label sets (as ``evaluate``); ``sampled``: among the outputs that the
     LSH tables retrieve (``dnet.sampled``), the others count as misses."""
+    batch_size = batch_size or eval_batch(dnet)
     grid = dnet.grid
     share = grid.share(len(y))
     x_local, y_mine = x_local[share], y[share]

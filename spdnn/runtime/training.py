@@ -130,7 +130,6 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                                   f"{pos.step + 1}: the weights or activations overflowed "
                                   f"{dnet.dtype} (a lower --lr may help){kept}")
             opt.step(interleave(gw, gb))
-            dnet.sync()
             total_loss += value * len(idx)
             correct += ok
             seen += len(idx)
