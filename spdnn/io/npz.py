@@ -25,8 +25,9 @@ from spdnn.kernels.ranges import concat_ranges
 # Failures of the zip and npy layers that mean "this file is damaged", not "spdnn is broken".
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError,
                 struct.error, NotImplementedError, RuntimeError, SyntaxError)
-# Elements read per block by ``ranges`` (bounds the temporary to 32 MB of int64 or float64).
-RANGE_BLOCK = 1 << 22
+# Elements read per block by ``ranges`` (bounds its temporaries to about 16 MB: the raw span,
+# its int64 index and the picked values).
+RANGE_BLOCK = 1 << 20
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 
 

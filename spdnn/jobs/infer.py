@@ -17,6 +17,7 @@ from spdnn.jobs._open import open_job
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.network import Network
 from spdnn.model.records import InferResult, RunOptions
+from spdnn.runtime import memory
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
 from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, precisions
 from spdnn.runtime.session import warm_up, write_json
@@ -79,15 +80,18 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
             what = f"accuracy {acc:.4f}"
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
         counted = traffic()
+        mem = memory.report(comm, dnet, batch=1, training=False,
+                            data=[x_local, data.x_train, data.x_test])
         if show:
             print(f"{what} on {len(y):,} samples with {comm.size} rank(s) "
                   f"({len(y) / seconds:,.0f} samples/s)")
             print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
+            print(memory.format_memory(mem))
         write_json(comm, metrics_out, {"accuracy": acc, **extra, "samples": len(y),
                                        "seconds": seconds, "ranks": comm.size,
-                                       "traffic": counted})
+                                       "traffic": counted, "memory": mem})
         return InferResult(rank=comm.rank, samples=len(y), seconds=seconds, ranks=comm.size,
-                           accuracy=acc, traffic=counted)
+                           accuracy=acc, traffic=counted, memory=mem)
     if lsh is not None:
         comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on Graph Challenge "
                    "images")
@@ -99,20 +103,22 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     warm_up()
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
+    mem = memory.report(comm, dnet, batch=1, training=False, data=[images.matrix])
     metrics = {"categories": len(result.categories), "inputs": result.n_inputs,
                "seconds": result.seconds, "rate": result.rate, "ranks": comm.size,
-               "traffic": counted, "timing": timing(comm, dnet.timers)}
+               "traffic": counted, "timing": timing(comm, dnet.timers), "memory": mem}
     if show:
         print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
               f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "
               f"{result.rate:.4g} edges/s")
         print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
+        print(memory.format_memory(mem))
     if categories_out:
         comm.check(lambda: write_categories(categories_out, result.categories)
                    if comm.rank == 0 else None)
     out = InferResult(rank=comm.rank, samples=result.n_inputs, seconds=result.seconds,
                       ranks=comm.size, categories=result.categories, rate=result.rate,
-                      traffic=counted, timing=metrics["timing"])
+                      traffic=counted, timing=metrics["timing"], memory=mem)
     if expected is not None:
         match = bool(np.array_equal(expected, result.categories))
         metrics["truth_match"] = match

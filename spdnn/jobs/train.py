@@ -18,6 +18,7 @@ from spdnn.model.network import Network
 from spdnn.model.optim import SGDConfig
 from spdnn.model.records import RunOptions, TrainOptions, TrainResult, check_train_options
 from spdnn.model.reports import EpochReport, short_sizes
+from spdnn.runtime import memory
 from spdnn.runtime.accounting import (
     accounting,
     format_timing,
@@ -132,15 +133,20 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
 
     result: dict[str, Any] = {}
 
-    def finish() -> None:
-        """Report the traffic and save the trained network, before the final checkpoint."""
+    def finish(momentum: list, inputs: list) -> None:
+        """Report the traffic, timing and memory and save the trained network, before the
+        final checkpoint."""
         volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
         result["traffic"] = acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize,
                                              dnet.grid.data)
         result["timing"] = tm = timing(comm, dnet.timers)
+        result["memory"] = mem = memory.report(
+            comm, dnet, batch=cfg.batch_size, training=True, optimizer=momentum,
+            data=[*inputs, data.x_train, data.x_test])
         if comm.rank == 0 and verbose:
             print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
             print(format_timing(tm), flush=True)
+            print(memory.format_memory(mem), flush=True)
         if save:
             save_trained(comm, dnet, save, {"trained_by": "spdnn train", "data": data.name})
             if comm.rank == 0 and verbose:
@@ -161,7 +167,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                       parts=dnet.grid.parts,
                       replicas=dnet.grid.replicas, plan_method=job.plan.meta.get("method"),
                       kernels=kernels_backend(), traffic=result["traffic"],
-                      timing=result["timing"])
+                      timing=result["timing"], memory=result["memory"])
     write_json(comm, metrics_out, out.metrics())
     return out
 

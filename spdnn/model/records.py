@@ -80,6 +80,8 @@ class TrainResult:
     kernels: str
     traffic: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, Any] = field(default_factory=dict)
+    # per rank: peak_bytes (measured), predicted_bytes and held_bytes by kind (docs/memory.md)
+    memory: dict[str, Any] = field(default_factory=dict)
 
     @property
     def test_accuracy(self) -> float | None:
@@ -88,7 +90,7 @@ class TrainResult:
     def metrics(self) -> dict[str, Any]:
         return {"ranks": self.ranks, "epochs": [r.as_dict() for r in self.epochs],
                 "traffic": self.traffic, "timing": self.timing, "plan": self.plan_method,
-                "kernels": self.kernels}
+                "kernels": self.kernels, "memory": self.memory}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +107,7 @@ class InferResult:
     rate: float | None = None
     traffic: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)  # as TrainResult.memory
 
 
 def check_run_options(run: RunOptions) -> None:

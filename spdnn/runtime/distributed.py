@@ -288,6 +288,18 @@ class DistributedNetwork:
                                      self.sizes[-2], self.sizes[-1], spec, seed)
         self.sampled.attach(self.traffic, self.timers, self.sums, self.cap)
 
+    def workspaces(self) -> list[Workspace]:
+        return list(self._workspaces.values())
+
+    def buffer_nbytes(self) -> int:
+        """Bytes of the activation blocks (training workspaces, inference ping-pong) and of
+        the exchanges' message buffers (one pool, shared by the layers)."""
+        blocks = sum(a.nbytes for ws in self._workspaces.values()
+                     for arrays in (ws.xbufs, ws.zs, ws.ghost, ws.partial) for a in arrays)
+        blocks += sum(pp.z.nbytes + sum(x.nbytes for x in pp.x)
+                      for pp in self._pingpong.values())
+        return int(blocks + self.layers[0].exchange.pool_nbytes())
+
     # ------------------------------------------------------------------ parameters
 
     def parameters(self) -> list[np.ndarray]:

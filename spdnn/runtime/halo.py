@@ -165,6 +165,10 @@ class Exchange:
         the same time (one pass's layers): fewer fresh pages to fault in, less memory."""
         self._buffers = pool
 
+    def pool_nbytes(self) -> int:
+        """Bytes of the message buffers (the pool ``share_buffers`` gave, or this layer's)."""
+        return int(sum(b.nbytes for b in self._buffers.values()))
+
     def _buffer(self, rows: int, batch: int, dtype: np.dtype, slot: int) -> np.ndarray:
         """A preallocated contiguous buffer, grown only when a larger batch appears."""
         key = (slot, np.dtype(dtype))

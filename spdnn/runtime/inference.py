@@ -23,11 +23,11 @@ from spdnn.runtime.distributed import DistributedNetwork
 CHALLENGE_BLOCK_BYTES = 16 << 20
 CHALLENGE_MIN_CHUNK = 1024
 # Evaluation batches: EVAL_BATCH samples, fewer where the inference buffers of that many (two X
-# blocks and one Z, ``PingPong``) would pass EVAL_BLOCK_BYTES: at 65,536 neurons a batch of
-# 1,024 held 0.8 GB, more than a training step's buffers. A sample's outputs do not depend on
-# its batch, so the accuracy is the same at any width.
+# blocks and one Z, ``PingPong``) would pass EVAL_BLOCK_BYTES (as CHALLENGE_BLOCK_BYTES): at
+# 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers. A sample's
+# outputs do not depend on its batch, so the accuracy is the same at any width.
 EVAL_BATCH = 1024
-EVAL_BLOCK_BYTES = 64 << 20
+EVAL_BLOCK_BYTES = 16 << 20
 
 
 def eval_batch(dnet: DistributedNetwork) -> int:

@@ -59,15 +59,17 @@ class LocalLayer:
             self._transposed = kernels.transpose(self.weight)
         return self._transposed
 
+    @property
+    def has_transpose(self) -> bool:
+        return self._transposed is not None
+
     def nbytes(self) -> dict[str, int]:
-        """Bytes this layer holds: the weights with their indices (and the transpose when
-        built), and the exchange's schedule."""
+        """Bytes this layer holds: the weights with their indices and maps (the transpose is
+        training state: ``transposed.nbytes``)."""
         w = self.weight
         held = w.data.nbytes + w.indices.nbytes + w.indptr.nbytes + self.bias.nbytes + \
             self.mid.nbytes + self.rows.nbytes + self.buffer_rows.nbytes
-        if self._transposed is not None:
-            held += self._transposed.nbytes
-        return {"weights": held, "schedule": self.exchange.schedule_nbytes()}
+        return {"weights": int(held)}
 
     def global_columns(self) -> np.ndarray:
         """Global column index of every stored entry."""

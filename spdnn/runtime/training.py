@@ -63,10 +63,11 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
           lossy: LossyState | None = None,
           on_epoch: Callable[[EpochReport], None] | None = None,
           on_step: Callable[[int, int], None] | None = None,
-          on_finish: Callable[[], None] | None = None) -> list[EpochReport]:
+          on_finish: Callable[[list, list], None] | None = None) -> list[EpochReport]:
     """Minibatch SGD; returns one report per epoch run (all ranks get the same reports).
 
-    ``on_finish`` (e.g. saving the trained network) runs before the final checkpoint; the
+    ``on_finish(momentum buffers, this rank's input arrays)`` (e.g. saving the trained network)
+    runs before the final checkpoint; the
     checkpoint is written even when it fails, and the other way round. ``lossy``: the
     compressors' residuals and the critical set of a resumed run."""
     pos = position or Position()
@@ -179,7 +180,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         if stop:
             break
     failed: list[AgreedError] = []
-    for step in (on_finish, checkpoint if cfg.checkpoint_dir else None):
+    finish = (lambda: on_finish(opt.buffers, [x_local, xt_local])) if on_finish else None
+    for step in (finish, checkpoint if cfg.checkpoint_dir else None):
         try:
             if step:
                 step()

@@ -1,0 +1,113 @@
+"""Each rank's memory, predicted from what it will hold: no MPI, no allocation.
+
+A rank holds, per layer, its rows' values and int32 column indices, its bias, the row and
+buffer-row maps and the owned/ghost split point of each row (``weights``); in training also the
+gradient and momentum of every value and bias and, from layer 2 on, the transpose's indices
+and int32 order (``training``); the step's activation blocks (X buffer, Z, ghost partial sums and the owned
+partial sums of every layer at the batch width), the exchange's message buffers (shared by the
+layers: the largest layer's), and the evaluation's ping-pong blocks (``buffers``); its share of
+the data (``data``, given); and the process itself: interpreter, numpy, scipy, numba, MPI
+(``baseline``, measured once per machine: ``BASELINE_BYTES``). docs/memory.md explains each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Resident memory of a rank that holds nothing: 119-124 MB before it reads its network
+# (python 3.11, numpy 2.4, scipy 1.17, mpi4py 4.1 with MPICH 5), 199-204 MB at the end of a job
+# on a network of 10,752 weights, once numba's kernels are loaded (docs/memory.md).
+BASELINE_BYTES = 200 * 10**6
+# As spdnn.runtime.inference: the evaluation batch keeps its blocks under this many bytes.
+EVAL_BLOCK_BYTES = 16 << 20
+EVAL_BATCH = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerShape:
+    """One rank's part of layer k: what its arrays are sized by."""
+
+    nnz: int
+    rows: int  # owned rows of layer k
+    prev_rows: int  # owned rows of layer k-1
+    ghosts: int  # ghost rows of layer k-1 received
+    sent: int  # rows of layer k-1 sent to others
+
+    @property
+    def buffer_rows(self) -> int:
+        return self.prev_rows + self.ghosts
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryPrediction:
+    """Bytes of one rank, by what holds them; ``total`` is the predicted peak."""
+
+    weights: int
+    training: int
+    buffers: int
+    data: int
+    baseline: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.training + self.buffers + self.data + self.baseline
+
+    def as_dict(self) -> dict[str, int]:
+        return {"weights": self.weights, "training": self.training, "buffers": self.buffers,
+                "data": self.data, "baseline": self.baseline, "total": self.total}
+
+
+def eval_batch(layers: Sequence[LayerShape], itemsize: int) -> int:
+    """The evaluation batch of one rank (``spdnn.runtime.inference.eval_batch``)."""
+    widest = max(max(s.buffer_rows, s.rows) for s in layers)
+    return max(1, min(EVAL_BATCH, EVAL_BLOCK_BYTES // (3 * max(widest, 1) * itemsize)))
+
+
+def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
+            data_bytes: int = 0, baseline: int = BASELINE_BYTES) -> MemoryPrediction:
+    """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
+    everything it holds at once (the training state, the step's blocks and an evaluation's
+    blocks coexist at the end of an epoch)."""
+    weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
+                  + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
+                  + s.rows * (itemsize + 8)  # bias, global row ids
+                  + s.buffer_rows * 8 for s in layers)  # global id of each buffer row
+    state = 0
+    step = 0
+    if training:
+        state = sum(s.nnz * 2 * itemsize + 2 * s.rows * itemsize for s in layers)  # gradients
+        # and momentum; the transposes (index, order, row pointers) of the layers that fold a
+        # gradient back: not the first (no gradient with respect to the inputs)
+        state += sum(s.nnz * 8 + (s.buffer_rows + 1) * 4 for s in layers[1:])
+        step = batch * itemsize * sum(s.buffer_rows + s.rows + s.ghosts + s.prev_rows
+                                      for s in layers)
+    width = max(batch, eval_batch(layers, itemsize)) if training else \
+        eval_batch(layers, itemsize)
+    messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)
+    evaluation = eval_batch(layers, itemsize) * itemsize * (
+        2 * max(s.buffer_rows for s in layers) + max(s.rows for s in layers))
+    return MemoryPrediction(weights=int(weights), training=int(state),
+                            buffers=int(step + messages + evaluation), data=int(data_bytes),
+                            baseline=int(baseline))
+
+
+def shapes_of(work: object, part: int) -> list[LayerShape]:
+    """One part's ``LayerShape``s from a ``spdnn.cost.workload.Workload`` (offline: from the
+    network's patterns and the plan, no job)."""
+    out = []
+    for lw in work.layers:  # type: ignore[attr-defined]
+        sent = int(np.sum(lw.count[lw.src == part]))
+        out.append(LayerShape(nnz=int(lw.nnz[part]), rows=int(lw.rows[part]),
+                              prev_rows=int(lw.prev_rows[part]), ghosts=int(lw.ghosts[part]),
+                              sent=sent))
+    return out
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"

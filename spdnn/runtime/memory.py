@@ -1,0 +1,80 @@
+"""Each rank's memory at the end of a job: its measured peak resident set, what it held (by the
+arrays' own sizes) and what ``spdnn.cost.memory`` predicts for its shapes, gathered for the
+summary line and ``--metrics-out`` (docs/memory.md)."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from spdnn.comm import Communicator
+from spdnn.cost.memory import LayerShape, format_bytes, predict
+from spdnn.runtime.distributed import DistributedNetwork
+
+_KIND = ("weights", "training", "buffers", "data")
+
+
+def peak_rss() -> int:
+    """This process's peak resident set in bytes (``ru_maxrss``: kB on Linux, bytes on macOS),
+    what ``/usr/bin/time -f %M`` reports."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def shapes(dnet: DistributedNetwork) -> list[LayerShape]:
+    return [LayerShape(nnz=int(lay.weight.nnz), rows=len(lay.rows), prev_rows=lay.n_owned_prev,
+                       ghosts=lay.exchange.n_ghost, sent=lay.exchange.rows_sent)
+            for lay in dnet.layers]
+
+
+def _nbytes(arrays: Iterable[Any]) -> int:
+    return int(sum(a.nbytes for a in arrays if isinstance(a, np.ndarray)))
+
+
+def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
+         data: Iterable[Any] = ()) -> dict[str, int]:
+    """Bytes of the arrays this rank holds now, by kind: weights (values, indices, maps),
+    training state (transposes, gradients, ``optimizer``'s buffers), buffers (activation
+    blocks and messages) and ``data`` (arrays or sparse matrices)."""
+    weights = sum(lay.nbytes()["weights"] for lay in dnet.layers)
+    training = sum(lay.transposed.nbytes for lay in dnet.layers if lay.has_transpose)
+    training += _nbytes(optimizer)
+    buffers = dnet.buffer_nbytes()
+    for ws in dnet.workspaces():
+        training += _nbytes(ws.grad_w) + _nbytes(ws.grad_b)
+    total_data = 0
+    for a in data:
+        if a is None:
+            continue
+        total_data += a.nbytes if isinstance(a, np.ndarray) else \
+            a.data.nbytes + a.indices.nbytes + a.indptr.nbytes
+    return {"weights": int(weights), "training": int(training), "buffers": int(buffers),
+            "data": int(total_data)}
+
+
+def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training: bool,
+           optimizer: Iterable[Any] = (), data: Iterable[Any] = ()) -> dict[str, Any]:
+    """Per rank (lists in rank order, on every rank): the measured peak, the prediction and
+    what was held. Collective."""
+    mine_held = held(dnet, optimizer, data)
+    mine_pred = predict(shapes(dnet), batch=batch, itemsize=dnet.dtype.itemsize,
+                        training=training, data_bytes=mine_held["data"]).as_dict()
+    every = comm.allgather((peak_rss(), mine_pred, mine_held))
+    return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
+            "held_bytes": [e[2] for e in every]}
+
+
+def format_memory(mem: dict[str, Any]) -> str:
+    """One line: the largest rank's measured peak beside its prediction, and what it held."""
+    peaks = mem["peak_bytes"]
+    r = int(np.argmax(peaks))
+    pred, kept = mem["predicted_bytes"][r], mem["held_bytes"][r]
+    parts = ", ".join(f"{k} {format_bytes(kept[k])}" for k in _KIND)
+    return (f"memory: peak {format_bytes(peaks[r])} on rank {r} (predicted "
+            f"{format_bytes(pred['total'])}; of {len(peaks)} rank(s), lowest "
+            f"{format_bytes(min(peaks))}); held {parts}, process baseline "
+            f"{format_bytes(pred['baseline'])}")

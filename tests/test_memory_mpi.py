@@ -1,0 +1,55 @@
+"""Each rank's memory: the job reports its measured peak, what it held by kind and the
+prediction for its shapes; the prediction counts exactly the arrays a rank holds, and the
+offline prediction (from the network's patterns and the plan, no job) sees the same shapes as
+the job, under any communicator size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import spdnn
+from partition import partition
+from spdnn.cost.memory import shapes_of
+from spdnn.cost.workload import workload
+from spdnn.model.plan import network_patterns
+from tests.helpers import small_network
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_job_reports_each_ranks_peak_and_the_prediction_counts_what_it_held(comm, dtype):
+    net = small_network((64, 40, 30, 10), fan_in=7, seed=4)
+    plan = partition(net, parts=comm.size, method="cyclic")
+    run = spdnn.RunOptions(plan=plan, dtype=dtype)
+    result = spdnn.train(net, data="digits", run=run, comm=comm,
+                         options=spdnn.TrainOptions(epochs=1, batch_size=32, lr=0.05,
+                                                    momentum=0.9, max_steps=5))
+    mem = result.memory
+    assert [len(mem[k]) for k in ("peak_bytes", "predicted_bytes", "held_bytes")] == \
+        [comm.size] * 3
+    for peak, pred, held in zip(mem["peak_bytes"], mem["predicted_bytes"], mem["held_bytes"]):
+        # The weights and the training state (transpose, gradients, momentum) are counted
+        # to the byte; the buffers are bounded by the prediction; the peak holds all of it.
+        assert pred["weights"] == held["weights"] > 0
+        assert pred["training"] == held["training"] > 0
+        assert 0 < held["buffers"] <= pred["buffers"]
+        assert pred["data"] == held["data"] > 0
+        assert peak >= sum(held.values()) and peak > 50e6
+    inferred = spdnn.infer(net, inputs="digits", run=run, comm=comm)
+    for pred, held in zip(inferred.memory["predicted_bytes"], inferred.memory["held_bytes"]):
+        assert pred["training"] == held["training"] == 0
+        assert pred["weights"] == held["weights"]
+
+
+def test_the_offline_prediction_sees_the_shapes_of_the_job(comm):
+    from spdnn.runtime.memory import shapes
+    from spdnn.runtime.session import open_network
+
+    net = small_network((50, 36, 28, 10), fan_in=5, seed=9)
+    plan = partition(net, parts=comm.size, method="random", seed=1)
+    opened = open_network(comm, net, plan)
+    offline = shapes_of(workload(network_patterns(net), plan), comm.rank)
+    assert shapes(opened.dnet) == offline
+    assert np.all([s.nnz for s in offline])
