@@ -1,13 +1,13 @@
 """Each rank's memory, predicted from what it will hold: no MPI, no allocation.
 
 A rank holds, per layer, its rows' values and int32 column indices, its bias, the row and
-buffer-row maps and the owned/ghost split point of each row (``weights``); in training also the
-gradient and momentum of every value and bias and, from layer 2 on, the transpose's indices
-and int32 order (``training``); the step's activation blocks (X buffer, Z, ghost partial sums and the owned
-partial sums of every layer at the batch width), the exchange's message buffers (shared by the
-layers: the largest layer's), and the evaluation's ping-pong blocks (``buffers``); its share of
-the data (``data``, given); and the process itself: interpreter, numpy, scipy, numba, MPI
-(``baseline``, measured once per machine: ``BASELINE_BYTES``). docs/memory.md explains each.
+buffer-row maps and the owned/ghost split point of each row (``weights``); in training also
+the gradient and momentum of every value and bias and, from layer 2 on, the transpose's
+indices and int32 order (``training``); the step's activation blocks (X buffer, Z, ghost
+partial sums and owned partial sums of every layer at the batch width), the exchange's message
+buffers (shared by the layers: the largest layer's) and the evaluation's ping-pong blocks
+(``buffers``); its share of the data (``data``, given); and the process itself: interpreter,
+numpy, scipy, numba, MPI (``baseline``: ``BASELINE_BYTES``). docs/memory.md explains each.
 """
 
 from __future__ import annotations

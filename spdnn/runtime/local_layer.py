@@ -18,6 +18,9 @@ from spdnn.model.network import Layer
 from spdnn.model.plan import Plan
 from spdnn.runtime.halo import Exchange
 
+# Entries per block of rows in ``_split`` (bounds its int64 temporary to 8 MB).
+SPLIT_BLOCK = 1 << 20
+
 
 @dataclass(kw_only=True)
 class LocalLayer:
@@ -96,7 +99,9 @@ class LocalLayer:
         local[buffer_rows] = np.arange(len(buffer_rows), dtype=index_dtype)
         indices = w.indices if w.indices.dtype == index_dtype else \
             w.indices.astype(index_dtype)
-        np.take(local, indices, out=indices)  # global -> buffer numbering, in place
+        # global -> buffer numbering, in place ("clip": checked in range already; "raise"
+        # buffers a copy of the whole output)
+        np.take(local, indices, out=indices, mode="clip")
         del local
         w = sp.csr_matrix((w.data, indices, w.indptr), shape=(len(rows), len(buffer_rows)),
                           copy=False)
@@ -108,14 +113,21 @@ class LocalLayer:
 
 
 def _split(w: sp.csr_matrix, n_owned: int) -> np.ndarray:
-    """Per row, the position of its first entry in a column >= n_owned (sorted indices)."""
-    starts = w.indptr[:-1]
-    if len(starts) == 0:
-        return starts.copy()
-    # One byte an entry, and a zero after the last: reduceat sums [starts[i], starts[i+1])
-    # and, for an empty row (equal starts), the one element at starts[i], which is then 0.
-    low = np.zeros(w.nnz + 1, dtype=np.uint8)
-    np.less(w.indices, n_owned, out=low[:-1].view(bool))
-    below = np.add.reduceat(low, starts, dtype=w.indptr.dtype)
-    below[starts == w.indptr[1:]] = 0
-    return (starts + below).astype(w.indptr.dtype)
+    """Per row, the position of its first entry in a column >= n_owned (sorted indices),
+    counted over blocks of rows of at most SPLIT_BLOCK entries (a longer row alone): the
+    temporaries are bounded by the block, not by the layer."""
+    indptr = w.indptr
+    mid = indptr[:-1].copy()
+    r0, n = 0, len(indptr) - 1
+    while r0 < n:
+        r1 = min(n, max(r0 + 1, int(np.searchsorted(indptr, indptr[r0] + SPLIT_BLOCK,
+                                                        side="right")) - 1))
+        lo, hi = int(indptr[r0]), int(indptr[r1])
+        low = np.zeros(hi - lo + 1, dtype=np.int64)  # a zero after the last entry
+        low[:-1] = w.indices[lo:hi] < n_owned
+        starts = indptr[r0:r1] - lo
+        below = np.add.reduceat(low, starts)  # an empty row sums one element: zeroed
+        below[starts == indptr[r0 + 1:r1 + 1] - lo] = 0
+        mid[r0:r1] += below.astype(mid.dtype)
+        r0 = r1
+    return mid
