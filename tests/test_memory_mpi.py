@@ -10,8 +10,8 @@ import pytest
 
 import spdnn
 from partition import partition
-from spdnn.cost.memory import shapes_of
 from spdnn.cost.workload import workload
+from spdnn.model.memory import shapes_of
 from spdnn.model.plan import network_patterns
 from tests.helpers import small_network
 

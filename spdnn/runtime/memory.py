@@ -1,5 +1,5 @@
 """Each rank's memory at the end of a job: its measured peak resident set, what it held (by the
-arrays' own sizes) and what ``spdnn.cost.memory`` predicts for its shapes, gathered for the
+arrays' own sizes) and what ``spdnn.model.memory`` predicts for its shapes, gathered for the
 summary line and ``--metrics-out`` (docs/memory.md)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.comm import Communicator
-from spdnn.cost.memory import LayerShape, format_bytes, predict
+from spdnn.model.memory import LayerShape, format_bytes, predict
 from spdnn.runtime.distributed import DistributedNetwork
 
 _KIND = ("weights", "training", "buffers", "data")
