@@ -18,8 +18,8 @@ from spdnn.model.network import Layer
 from spdnn.model.plan import Plan
 from spdnn.runtime.halo import Exchange
 
-# Entries per block of rows in ``_split`` (bounds its int64 temporary to 8 MB).
-SPLIT_BLOCK = 1 << 20
+# Entries per block of the renumbering and of ``_split`` (bounds their int64 temporaries to 8 MB).
+BLOCK = 1 << 20
 
 
 @dataclass(kw_only=True)
@@ -99,9 +99,11 @@ class LocalLayer:
         local[buffer_rows] = np.arange(len(buffer_rows), dtype=index_dtype)
         indices = w.indices if w.indices.dtype == index_dtype else \
             w.indices.astype(index_dtype)
-        # global -> buffer numbering, in place ("clip": checked in range already; "raise"
-        # buffers a copy of the whole output)
-        np.take(local, indices, out=indices, mode="clip")
+        # Global -> buffer numbering, in place, in blocks: numpy turns an index array into
+        # intp (8 bytes an entry) before it takes, and "raise" buffers the whole output.
+        for lo in range(0, len(indices), BLOCK):
+            part = indices[lo:lo + BLOCK]
+            np.take(local, part, out=part, mode="clip")  # in range: checked on reading
         del local
         w = sp.csr_matrix((w.data, indices, w.indptr), shape=(len(rows), len(buffer_rows)),
                           copy=False)
@@ -114,13 +116,13 @@ class LocalLayer:
 
 def _split(w: sp.csr_matrix, n_owned: int) -> np.ndarray:
     """Per row, the position of its first entry in a column >= n_owned (sorted indices),
-    counted over blocks of rows of at most SPLIT_BLOCK entries (a longer row alone): the
+    counted over blocks of rows of at most BLOCK entries (a longer row alone): the
     temporaries are bounded by the block, not by the layer."""
     indptr = w.indptr
     mid = indptr[:-1].copy()
     r0, n = 0, len(indptr) - 1
     while r0 < n:
-        r1 = min(n, max(r0 + 1, int(np.searchsorted(indptr, indptr[r0] + SPLIT_BLOCK,
+        r1 = min(n, max(r0 + 1, int(np.searchsorted(indptr, indptr[r0] + BLOCK,
                                                         side="right")) - 1))
         lo, hi = int(indptr[r0]), int(indptr[r1])
         low = np.zeros(hi - lo + 1, dtype=np.int64)  # a zero after the last entry
