@@ -71,6 +71,13 @@ class Communicator:
                 self._comm.Get_group(), list(range(self.size)), MPI.COMM_WORLD.Get_group()))
         return self._world_ranks[rank]
 
+    def node_size(self) -> int:
+        """Ranks of this communicator on this node (sharing its memory)."""
+        node = self._comm.Split_type(MPI.COMM_TYPE_SHARED, self.rank)
+        n = node.Get_size()
+        node.Free()
+        return int(n)
+
     @staticmethod
     def self_only() -> Communicator:
         """This process alone (MPI_COMM_SELF, not duplicated): for measurements on one rank."""

@@ -53,3 +53,42 @@ def test_the_offline_prediction_sees_the_shapes_of_the_job(comm):
     offline = shapes_of(workload(network_patterns(net), plan), comm.rank)
     assert shapes(opened.dnet) == offline
     assert np.all([s.nnz for s in offline])
+
+
+def test_the_shapes_counted_before_loading_are_those_of_the_loaded_network(comm, mpi_tmp_path):
+    from spdnn.io.bundle import NetworkBundle, save_network
+    from spdnn.runtime.budget import planned_shapes
+    from spdnn.runtime.grid import Grid
+    from spdnn.runtime.memory import shapes
+    from spdnn.runtime.session import open_network
+
+    net = small_network((50, 36, 28, 10), fan_in=5, seed=11)
+    path = mpi_tmp_path / "net.npz"
+    if comm.rank == 0:
+        save_network(net, path)
+    comm.barrier()
+    plan = partition(net, parts=comm.size, method="random", seed=2)
+    with NetworkBundle(path) as bundle:
+        before = planned_shapes(Grid.make(comm, plan.nparts), bundle, plan)
+    opened = open_network(comm, str(path), plan)
+    assert before == shapes(opened.dnet)
+
+
+def test_a_job_over_its_limit_is_refused_on_every_rank_and_a_dry_run_reports(comm):
+    from spdnn.comm import AgreedError
+    from spdnn.runtime.budget import DryRun
+
+    net = small_network((64, 40, 30, 10), fan_in=7, seed=4)
+    plan = partition(net, parts=comm.size, method="cyclic")
+    options = spdnn.TrainOptions(epochs=1, batch_size=32, max_steps=2)
+    tight = spdnn.RunOptions(plan=plan, memory_limit=200_100_000)  # baseline + 0.1 MB
+    with pytest.raises(AgreedError, match=r"rank \d+: predicted peak 20[0-9.]+ MB is over the "
+                                          r"allowed 200.10 MB \(--memory-limit\); about \d+ "
+                                          r"ranks would fit"):
+        spdnn.train(net, data="digits", run=tight, options=options, comm=comm)
+    dry = spdnn.RunOptions(plan=plan, memory_limit=0, dry_run=True)
+    with pytest.raises(DryRun) as done:
+        spdnn.train(net, data="digits", run=dry, options=options, comm=comm)
+    if comm.rank == 0:
+        table = str(done.value).splitlines()
+        assert len(table) == 2 + comm.size and table[-1].split()[-1] == "none"

@@ -8,7 +8,8 @@ argument errors stay fast.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,8 @@ def _run_options(args: argparse.Namespace) -> Any:  # noqa: ANN401 (a RunOptions
                       replicas=args.replicas, calibration=getattr(args, "calibration", None),
                       cluster=getattr(args, "cluster", None), dtype=args.dtype,
                       exchange=args.exchange, threads=args.threads,
-                      comm_timeout=args.comm_timeout or None)
+                      comm_timeout=args.comm_timeout or None,
+                      memory_limit=args.memory_limit, dry_run=args.dry_run)
 
 
 @collectively
@@ -162,8 +164,9 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         critical_set=args.critical_set, refresh=args.refresh, lsh=args.lsh,
         lsh_max_active=args.lsh_max_active, lsh_random=args.lsh_random,
         lsh_top_bias=args.lsh_top_bias, rehash=args.rehash)
-    train(args.network, data=args.data, run=_run_options(args), options=options,
-          save=args.save, metrics_out=args.metrics_out, comm=comm, verbose=True)
+    with _dry_run(comm):
+        train(args.network, data=args.data, run=_run_options(args), options=options,
+              save=args.save, metrics_out=args.metrics_out, comm=comm, verbose=True)
     return 0
 
 
@@ -171,10 +174,23 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     from spdnn.api import infer
 
-    infer(args.network, inputs=args.inputs, run=_run_options(args), truth=args.truth,
-          categories_out=args.categories_out, metrics_out=args.metrics_out, comm=comm,
-          verbose=True, lsh=args.lsh)
+    with _dry_run(comm):
+        infer(args.network, inputs=args.inputs, run=_run_options(args), truth=args.truth,
+              categories_out=args.categories_out, metrics_out=args.metrics_out, comm=comm,
+              verbose=True, lsh=args.lsh)
     return 0
+
+
+@contextlib.contextmanager
+def _dry_run(comm) -> Iterator[None]:  # noqa: ANN001
+    """A dry run ends the job with its report (rank 0 prints it) and exit code 0."""
+    from spdnn.runtime.budget import DryRun
+
+    try:
+        yield
+    except DryRun as done:
+        if comm.rank == 0:
+            print(done, flush=True)
 
 
 def cmd_plot(args: argparse.Namespace) -> None:

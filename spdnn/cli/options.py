@@ -60,6 +60,16 @@ def seed(text: str) -> int:
     return _integer(text, 0, "an integer >= 0")
 
 
+def memory_limit(text: str) -> int:
+    """``--memory-limit``: bytes with K, M or G, or ``none`` (0)."""
+    from spdnn.runtime.budget import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except SpdnnError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
 def non_negative(text: str) -> float:
     try:
         value = float(text)

@@ -17,6 +17,7 @@ from spdnn.cli._xc import add_parser as add_xc_data
 from spdnn.cli.options import (
     OneLineParser,
     fan_ins,
+    memory_limit,
     non_negative,
     positive_int,
     report,
@@ -105,6 +106,12 @@ def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) 
     p.add_argument("--threads", type=positive_int, default=default_threads(), metavar="N",
                    help="threads of each rank's sparse kernels (default: SPDNN_THREADS, else "
                         "1); keep ranks per node x N <= cores")
+    p.add_argument("--memory-limit", type=memory_limit, default=None, metavar="BYTES",
+                   help="bytes a rank may hold, with K, M or G (e.g. 4G); a job whose "
+                        "predicted peak passes it is refused before it loads (default: the "
+                        "cgroup's limit, else the node's memory / its ranks; none: no limit)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print each rank's predicted peak memory and stop before loading")
     p.add_argument("--comm-timeout", type=non_negative, default=600.0, metavar="SECONDS",
                    help="end the job when one wait for other ranks lasts longer (a stalled "
                         "peer, a lost link, a dead rank); 0: wait forever")

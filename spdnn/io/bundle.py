@@ -114,6 +114,30 @@ class NetworkBundle:
         shape, _ = self._npz.header(f"W{k}_indices")
         return shape[0] if len(shape) == 1 else -1
 
+    def row_indices(self, k: int, rows: np.ndarray) -> Iterator[np.ndarray]:
+        """The column indices of rows ``rows`` (ascending) of layer k, in groups of at most
+        RANGE_BLOCK entries (a longer row alone), each checked in range: what a rank will
+        read, counted before it is loaded (``spdnn.runtime.budget``)."""
+        n_out, n_in = self.shapes[k - 1]
+        nnz = self.nnz(k)
+        if nnz < 0:
+            raise InputError(self.path, f"layer {k}: indices must be a 1-D array")
+        indptr = check_indptr(self._npz.get(f"W{k}_indptr"), n_out, nnz, self.path,
+                              f"layer {k}")
+        counts, starts = np.diff(indptr)[rows], indptr[:-1][rows]
+        ends = np.cumsum(counts)
+        g0 = 0
+        while g0 < len(rows):
+            done = int(ends[g0 - 1]) if g0 else 0
+            g1 = max(g0 + 1, int(np.searchsorted(ends, done + RANGE_BLOCK, side="right")))
+            part = self._npz.ranges(f"W{k}_indices", starts[g0:g1], counts[g0:g1])
+            lo, hi = (int(part.min()), int(part.max())) if len(part) else (0, 0)
+            if lo < 0 or hi >= n_in:  # as check_pattern says it
+                raise InputError(self.path, f"layer {k}: column index {lo if lo < 0 else hi} "
+                                            f"out of range [0, {n_in})")
+            yield part
+            g0 = g1
+
     def rows(self, k: int, rows: np.ndarray, dtype: Any = None,
              fingerprint: Fingerprint | None = None) -> Layer:
         """Rows ``rows`` (ascending) of layer k, validated, without reading the other rows'

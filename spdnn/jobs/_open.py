@@ -12,13 +12,15 @@ from spdnn.io.paths import check_outputs
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Network
 from spdnn.model.records import RunOptions, candidate_plans, check_run_options
+from spdnn.runtime.budget import Budget
 from spdnn.runtime.session import Opened, open_network
 
 
 def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunOptions,
              batch: int,
              files: Sequence[tuple[str, str | None]] = (),
-             dirs: Sequence[tuple[str, str | None]] = (), verbose: bool = False) -> Opened:
+             dirs: Sequence[tuple[str, str | None]] = (), verbose: bool = False,
+             training: bool = False) -> Opened:
     """Check ``run`` and the output paths, set the threads, choose the grid, open the
     network (a bundle's path, or a ``Network`` every rank holds) on every rank. The kernels
     are not loaded yet: the job calls ``spdnn.runtime.session.warm_up`` once its inputs are
@@ -54,4 +56,6 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
                                      replicas=run.replicas, calibration=run.calibration,
                                      cluster=run.cluster, batch=batch, dtype=run.dtype,
                                      verbose=verbose)
-    return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False)
+    budget = Budget(limit=run.memory_limit, batch=batch, training=training)
+    return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False,
+                        budget=budget, dry_run=run.dry_run)

@@ -180,4 +180,4 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
 
     return open_job(comm, network, run, cfg.batch_size,
                     [("--save", save), ("--metrics-out", metrics_out)],
-                    [("--checkpoint-dir", cfg.checkpoint_dir)], verbose)
+                    [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True)

@@ -36,6 +36,10 @@ class RunOptions:
     # Seconds any one wait for other ranks may last once the job runs (None: no limit): past
     # it the job ends with one line naming the rank, peers and layer (docs/failures.md).
     comm_timeout: float | None = 600.0
+    # Bytes a rank may hold (None: the cgroup's limit, else the node's memory / its ranks; 0:
+    # no limit): a job whose predicted peak passes it is refused before it loads anything.
+    memory_limit: int | None = None
+    dry_run: bool = False  # print each rank's predicted memory and stop before loading
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +124,9 @@ def check_run_options(run: RunOptions) -> None:
         raise SpdnnError(f"exchange must be auto, dense or sparse, not {run.exchange!r}")
     if run.threads < 1:
         raise SpdnnError(f"threads must be at least 1, not {run.threads}")
+    m = run.memory_limit
+    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
+        raise SpdnnError(f"memory_limit must be a number of bytes >= 0 or None, not {m!r}")
     t = run.comm_timeout
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                           or not 0 < t < float("inf")):

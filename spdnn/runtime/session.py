@@ -4,6 +4,7 @@ rank's part, checked against each other on every rank; the trained network and m
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from spdnn.kernels import encoding
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import Plan
+from spdnn.runtime.budget import Budget, DryRun, check, dry_run_report
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.grid import Grid
 
@@ -50,6 +52,9 @@ class InMemory:
     def nnz(self, k: int) -> int:
         return self._net.layers[k - 1].weight.nnz
 
+    def row_indices(self, k: int, rows: np.ndarray) -> Iterator[np.ndarray]:
+        yield self._net.layers[k - 1].weight[rows].indices
+
     def rows(self, k: int, rows: np.ndarray, dtype: Any = None,  # noqa: ANN401
              fingerprint: Any = None) -> Layer:  # noqa: ANN401
         layer = self._net.layers[k - 1]
@@ -63,10 +68,12 @@ class InMemory:
 
 def open_network(comm: Communicator, network: str | Network, plan_path: str | Plan | None,
                  dtype: Any = None, replicas: int = 1, exchange: str = "auto",
-                 warm: bool = True) -> Opened:
+                 warm: bool = True, budget: Budget | None = None,
+                 dry_run: bool = False) -> Opened:
     """Open the network (a bundle's path, or a ``Network`` every rank holds) and the plan (a
     path or a ``Plan``) on every rank, check they fit this job (``replicas`` x the plan's
-    parts = ranks), split the ranks into the grid and load my rows; rows travel as
+    parts = ranks), split the ranks into the grid, check each rank's predicted memory against
+    ``budget`` (``dry_run``: print it and raise ``DryRun``) and load my rows; rows travel as
     ``exchange`` says (spdnn.kernels.encoding.MODES); ``warm=False`` leaves the kernels to
     ``warm_up`` (a job checks its data first). Collective."""
     bundle = comm.check(lambda: InMemory(network) if isinstance(network, Network)
@@ -102,6 +109,11 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
         _same_everywhere(comm, network if isinstance(network, Network) else None,
                          plan if isinstance(plan_path, Plan) else None)
     grid = Grid.make(comm, plan.nparts)
+    if budget is not None:
+        itemsize = np.dtype(dtype if dtype is not None else "float32").itemsize
+        prediction, limit = check(grid, bundle, plan, itemsize, budget)
+        if dry_run:
+            raise DryRun(dry_run_report(comm, prediction, limit, budget))
     dnet = DistributedNetwork.load(bundle, plan, grid, dtype)
     dnet.set_exchange(exchange)
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint,

@@ -1,0 +1,167 @@
+"""A rank's memory budget, checked before it reads its rows: each rank counts what it will
+hold (its nonzeros and ghost rows, streamed from the file; the rows it will send, from the
+others' counts), predicts its peak (``spdnn.model.memory``) and the job is refused on every
+rank when any rank's prediction passes the limit (docs/memory.md)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spdnn.comm import AgreedError, Communicator
+from spdnn.errors import SpdnnError
+from spdnn.model.memory import BASELINE_BYTES, LayerShape, MemoryPrediction, format_bytes, predict
+from spdnn.model.plan import Plan
+from spdnn.runtime.grid import Grid
+
+_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# A limit above this is "no limit" (cgroup v1 writes 2**63 rounded down to pages).
+_UNLIMITED = 2**60
+
+
+def parse_bytes(text: str) -> int:
+    """``BYTES`` with an optional suffix K, M, G or T (powers of 1024; ``KB``, ``MiB`` and
+    ``GB`` are read the same), e.g. ``1.5G``; ``none``: 0, no limit."""
+    if str(text).strip().lower() == "none":
+        return 0
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.I)
+    if not m:
+        raise SpdnnError(f"--memory-limit {text!r}: not a number of bytes (e.g. 4G, 512M, "
+                         "1073741824)")
+    value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if not math.isfinite(value) or value < 1:
+        raise SpdnnError(f"--memory-limit {text!r}: must be at least one byte")
+    return int(value)
+
+
+def cgroup_limit(proc: Path = Path("/proc/self/cgroup"),
+                 root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The memory limit of the cgroup this process runs in (v2 ``memory.max`` or v1
+    ``memory.limit_in_bytes``), None when there is none (what Slurm's ``--mem`` sets)."""
+    try:
+        lines = proc.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        rel = path.lstrip("/")
+        candidates = [root / rel / "memory.max"] if controllers == "" else \
+            [root / "memory" / rel / "memory.limit_in_bytes"] \
+            if "memory" in controllers.split(",") else []
+        for f in candidates:
+            try:
+                text = f.read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < _UNLIMITED:
+                return int(text)
+    return None
+
+
+def node_memory() -> int:
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def default_limit(comm: Communicator) -> tuple[int, str]:
+    """Per rank: the cgroup's limit when one is set, else the node's memory divided by the
+    ranks on it; with where it came from. Collective."""
+    ranks = comm.node_size()
+    cg = cgroup_limit()
+    if cg is not None:
+        return cg, "the cgroup memory limit"
+    return node_memory() // ranks, f"the node's memory / {ranks} rank(s) on it"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """What a job checks before it loads: ``limit`` in bytes per rank (None: the default,
+    ``default_limit``; 0: none), its batch, whether it trains."""
+
+    limit: int | None
+    batch: int
+    training: bool
+
+
+def planned_shapes(grid: Grid, bundle: object, plan: Plan) -> list[LayerShape]:
+    """This rank's ``LayerShape``s before loading: its rows' indices streamed from the file
+    (a bounded group at a time). Collective over the job; input errors agreed."""
+    comm, world = grid.model, grid.world
+    me = comm.rank
+    shapes = []
+    for k in range(1, len(plan.owners)):
+        rows, owner_prev = plan.rows_of(me, k), plan.owners[k - 1]
+
+        def count(k: int = k, rows: np.ndarray = rows,
+                  owner_prev: np.ndarray = owner_prev) -> tuple[int, np.ndarray]:
+            used, nnz = np.zeros(len(owner_prev), dtype=bool), 0
+            for part in bundle.row_indices(k, rows):  # type: ignore[attr-defined]
+                used[part] = True
+                nnz += len(part)
+            cols = np.flatnonzero(used)
+            foreign = cols[owner_prev[cols] != me]
+            return nnz, np.bincount(owner_prev[foreign], minlength=comm.size)
+
+        nnz, need = world.check(count)
+        sent = int(sum(n[me] for n in comm.allgather(need)))
+        shapes.append(LayerShape(nnz=nnz, rows=len(rows), prev_rows=len(plan.rows_of(me, k - 1)),
+                                 ghosts=int(need.sum()), sent=sent))
+    return shapes
+
+
+def check(grid: Grid, bundle: object, plan: Plan, itemsize: int,
+          budget: Budget) -> tuple[MemoryPrediction, int | None]:
+    """Predict this rank's peak and refuse the job on every rank when any rank's passes its
+    limit: one line naming the rank, the bytes, the limit and the smallest P expected to fit.
+    Returns the prediction and the limit in force. Collective."""
+    world = grid.world
+    if budget.limit is not None and budget.limit != 0 and budget.limit < BASELINE_BYTES:
+        world.agree(f"--memory-limit {format_bytes(budget.limit)} is below a rank's fixed "
+                    f"baseline of {format_bytes(BASELINE_BYTES)} (interpreter, numpy, MPI, "
+                    "kernels)")
+    limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
+        default_limit(world)
+    pred = predict(planned_shapes(grid, bundle, plan), batch=budget.batch, itemsize=itemsize,
+                   training=budget.training)
+    everyone = world.allgather((pred.total, limit))
+    over = [r for r, (total, lim) in enumerate(everyone) if lim and total > lim]
+    if over:
+        r = max(over, key=lambda q: everyone[q][0])
+        total, lim = everyone[r]
+        share = sum(t - BASELINE_BYTES for t, _ in everyone)  # what the ranks split between them
+        fit = math.ceil(share / (lim - BASELINE_BYTES)) if lim > BASELINE_BYTES else None
+        hint = f"about {fit} ranks would fit (the network's share split evenly)" if fit else \
+            "no rank count fits"
+        raise AgreedError(f"rank {r}: predicted peak {format_bytes(total)} is over the "
+                          f"allowed {format_bytes(lim)} ({source}); {hint}")
+    return pred, limit
+
+
+class DryRun(AgreedError):  # noqa: N818 (not a failure: the job's answer)
+    """A dry run's report, raised on every rank together (so it passes ``guard`` as an
+    agreed outcome); rank 0's text is the table, and the command exits 0."""
+
+    exit_code = 0
+
+
+def dry_run_report(comm: Communicator, pred: MemoryPrediction, limit: int | None,
+                   budget: Budget) -> str:
+    """The table of every rank's predicted peak, on rank 0 (empty elsewhere). Collective."""
+    rows = comm.gather((pred.as_dict(), limit))
+    if rows is None:
+        return ""
+    kinds = ("weights", "training", "buffers", "baseline", "total")
+    what = "training at batch " + str(budget.batch) if budget.training else "inference"
+    lines = [f"predicted peak memory per rank ({what}; data not included):",
+             "rank  " + "  ".join(f"{k:>10}" for k in (*kinds, "limit"))]
+    for r, (p, lim) in enumerate(rows):
+        cells = [format_bytes(p[k]) for k in kinds] + [format_bytes(lim) if lim else "none"]
+        lines.append(f"{r:>4}  " + "  ".join(f"{c:>10}" for c in cells))
+    return "\n".join(lines)
