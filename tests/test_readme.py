@@ -85,7 +85,7 @@ def test_readme_blocks_run_as_written(tmp_path):
     assert cal.ranks == 2 and set(cal.kernels) == {"float32"} and cal.network is not None
     assert all(v >= 0 for v in cal.runtime.values()), cal.runtime
     assert all(cal.runtime[k] > 0 for k in ("layer_forward_s", "layer_backward_s", "message_s",
-                                             "update_ns_per_value", "gather_ns_per_value"))
+                                             "update_ns_per_value"))
     assert np.all(cal.table("float32").dense.ns["forward"] > 0)  # dense layers (BLAS)
     assert len(cal.network.pingpong_bytes) > 1 and len(cal.network.allreduce_bytes) > 1
     # What the blocks promise to leave behind.
