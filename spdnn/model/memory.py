@@ -82,8 +82,12 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         # and momentum; the transposes (index, order, row pointers) of the layers that fold a
         # gradient back: not the first (no gradient with respect to the inputs)
         state += sum(s.nnz * 8 + (s.buffer_rows + 1) * 4 for s in layers[1:])
-        step = batch * itemsize * sum(s.buffer_rows + s.rows + s.ghosts + s.prev_rows
-                                      for s in layers)
+        # per layer its X buffer and Z; one block of ghost partial sums for all layers, and
+        # two of owned partial sums (spdnn.runtime.workspace)
+        step = batch * itemsize * (
+            sum(s.buffer_rows + s.rows for s in layers) + max(s.ghosts for s in layers)
+            + sum(max([s.prev_rows for i, s in enumerate(layers) if i % 2 == b], default=0)
+                  for b in (0, 1))) + 3 * itemsize  # each shared block has one spare value
     width = max(batch, eval_batch(layers, itemsize)) if training else \
         eval_batch(layers, itemsize)
     messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)

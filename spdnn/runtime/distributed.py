@@ -294,8 +294,7 @@ class DistributedNetwork:
     def buffer_nbytes(self) -> int:
         """Bytes of the activation blocks (training workspaces, inference ping-pong) and of
         the exchanges' message buffers (one pool, shared by the layers)."""
-        blocks = sum(a.nbytes for ws in self._workspaces.values()
-                     for arrays in (ws.xbufs, ws.zs, ws.ghost, ws.partial) for a in arrays)
+        blocks = sum(ws.nbytes() for ws in self._workspaces.values())
         blocks += sum(pp.z.nbytes + sum(x.nbytes for x in pp.x)
                       for pp in self._pingpong.values())
         return int(blocks + self.layers[0].exchange.pool_nbytes())

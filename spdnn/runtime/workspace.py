@@ -11,7 +11,11 @@ from spdnn.runtime.local_layer import LocalLayer
 
 class Workspace:
     """Training arrays of one batch size, kept for the backward pass: the X buffer (owned +
-    ghost rows) and Z of every layer, the gradients and the partial sums. Allocated once."""
+    ghost rows) and Z of every layer, the gradients and the partial sums. Allocated once.
+
+    The backward pass runs one layer at a time, and a layer's fold completes before the next
+    layer down starts: the ghost partial sums of every layer share one block, and the owned
+    partial sums two (layer i writes its own while it reads layer i+1's)."""
 
     def __init__(self, layers: Sequence[LocalLayer], dtype: np.dtype, batch: int) -> None:
         dt = dtype
@@ -19,8 +23,24 @@ class Workspace:
         self.zs = [np.zeros((len(lay.rows), batch), dt) for lay in layers]
         self.grad_w = [np.zeros(lay.weight.nnz, dt) for lay in layers]
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in layers]
-        self.ghost = [np.zeros((lay.exchange.n_ghost, batch), dt) for lay in layers]
-        self.partial = [np.zeros((lay.n_owned_prev, batch), dt) for lay in layers]
+        self.ghost = _views([lay.exchange.n_ghost for lay in layers], batch, dt, 1)
+        self.partial = _views([lay.n_owned_prev for lay in layers], batch, dt, 2)
+
+    def nbytes(self) -> int:
+        """Bytes of the activation blocks (shared storage counted once)."""
+        seen: dict[int, int] = {}
+        for arrays in (self.xbufs, self.zs, self.ghost, self.partial):
+            for a in arrays:
+                base = a if a.base is None else a.base
+                seen[id(base)] = base.nbytes
+        return sum(seen.values())
+
+
+def _views(rows: Sequence[int], batch: int, dtype: np.dtype, blocks: int) -> list[np.ndarray]:
+    """(rows[i] x batch) arrays over ``blocks`` shared blocks, layer i on block i % blocks."""
+    storage = [np.zeros(max([r for i, r in enumerate(rows) if i % blocks == b], default=0)
+                        * batch + 1, dtype) for b in range(blocks)]
+    return [storage[i % blocks][: r * batch].reshape(r, batch) for i, r in enumerate(rows)]
 
 
 class PingPong:
