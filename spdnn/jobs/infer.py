@@ -61,7 +61,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
             comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
                        "single-label data")
         lsh_spec = comm.check(lambda: _lsh(lsh, job.bundle.sizes)) if lsh is not None else None
-        warm_up()
+        warm_up(dnet.dtype)
         t0 = time.perf_counter()
         extra: dict = {}
         if data.multi_label:
@@ -100,7 +100,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     expected = comm.check(lambda: read_categories(truth)) if truth else None
     # each rank reads only its replica's share of the images
     images = comm.check(lambda: read_image_share(spec, job.bundle.sizes[0], dnet.grid.share))
-    warm_up()
+    warm_up(dnet.dtype)
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
     mem = memory.report(comm, dnet, batch=1, training=False, data=[images.matrix])

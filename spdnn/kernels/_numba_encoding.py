@@ -284,11 +284,12 @@ def add_rows(g, rows, block):
             gr[b] += br[b]
 
 
-def warm_up() -> None:
-    """Compile (or load from cache) for float32 and float64."""
+def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
+    """Compile (or load from cache) for ``dtypes`` (each loaded type costs resident memory)."""
     rows = np.zeros(1, np.int64)
     starts = np.array([0, 1], np.int64)
-    for dt, it in ((np.float32, np.int32), (np.float64, np.int64)):
+    for dt in dtypes:
+        it = np.int32 if np.dtype(dt).itemsize == 4 else np.int64
         x = np.ones((1, 2), dt)
         buf = np.zeros(64, np.uint8)
         used = np.zeros(1, np.int64)

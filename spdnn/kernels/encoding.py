@@ -50,10 +50,10 @@ def _nbe():  # noqa: ANN202
     return _numba_encoding
 
 
-def warm_up() -> None:
-    """Load (or compile) the encoding kernels now, outside any timed loop."""
+def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
+    """Load (or compile) the encoding kernels for ``dtypes`` now, outside any timed loop."""
     if (nbe := _nbe()) is not None:
-        nbe.warm_up()
+        nbe.warm_up(dtypes)
 
 
 def _bits(n: int) -> int:

@@ -123,10 +123,11 @@ def _nb():  # noqa: ANN202
     return _numba_kernels
 
 
-def warm_up() -> None:
-    """Load (or compile) the active backend's kernels now, outside any timed loop."""
+def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
+    """Load (or compile) the active backend's kernels for ``dtypes`` now, outside any timed
+    loop."""
     if backend() == "numba":
-        _nb().warm_up()
+        _nb().warm_up(dtypes)
 
 
 def row_of_entries(w: sp.csr_matrix) -> np.ndarray:

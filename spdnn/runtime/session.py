@@ -119,15 +119,17 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint,
                                       source if plan_path is not None else bundle.path))
     if warm:
-        warm_up()
+        warm_up(dnet.dtype)
     return Opened(bundle, plan, dnet)
 
 
-def warm_up() -> None:
-    """Load (or compile) the kernels now, outside any timed loop. Jobs call it after every
-    input is checked: loading them costs ~0.4 s, which an error should not wait for."""
-    kernels.warm_up()
-    encoding.warm_up()
+def warm_up(dtype: Any = None) -> None:  # noqa: ANN401
+    """Load (or compile) the kernels now, outside any timed loop, for ``dtype`` (None: both
+    types). Jobs call it after every input is checked: loading them costs ~0.4 s, which an
+    error should not wait for."""
+    dtypes = (np.float32, np.float64) if dtype is None else (np.dtype(dtype).type,)
+    kernels.warm_up(dtypes)
+    encoding.warm_up(dtypes)
 
 
 def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | None) -> None:
