@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
+from spdnn.processes import die_with_parent
 
 KAHYPAR_INI = Path(__file__).resolve().parent / "kahypar_km1.ini"
 BACKENDS = ("kahypar", "mtkahypar")
@@ -62,6 +63,8 @@ class Problem:
 def _kahypar_child(problem: Problem, conn: Connection) -> None:
     import kahypar
 
+    die_with_parent()
+
     hg = kahypar.Hypergraph(
         problem.n_vertices, len(problem.net_indptr) - 1,
         problem.net_indptr.astype(np.uint64).tolist(), problem.net_pins.astype(np.int64).tolist(),
@@ -86,6 +89,8 @@ def _mtkahypar_worker(threads: int, conn: Connection) -> None:
     """Partition every problem received until the pipe closes: the import and the thread pool
     (~70 ms) are paid once, not per layer."""
     import mtkahypar
+
+    die_with_parent()
 
     mt = mtkahypar.initialize(threads)
     while True:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
+from spdnn.processes import die_with_parent
 
 from ._kernels import connectivity
 from .backends import layer_backends
@@ -142,7 +143,8 @@ class Runner:
     OutOfTime or BalanceError is its result, any other exception propagates."""
 
     def __init__(self, jobs: int) -> None:
-        self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) \
+        self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"),
+                                        initializer=die_with_parent) \
             if jobs > 1 else None
 
     def run(self, tasks: Sequence[tuple[Callable[..., Any], tuple]]) -> list[Any]:

@@ -15,3 +15,22 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def die_with_parent() -> None:
+    """In a forked child: end when the parent process ends, however it ends (Linux
+    ``PR_SET_PDEATHSIG``; elsewhere nothing). A child that outlived a killed parent would keep
+    its pipes open, and whoever waits on the parent's pipes would wait forever."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent ended before the call took effect
+        os._exit(1)
