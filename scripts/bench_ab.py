@@ -115,7 +115,10 @@ x = rng.standard_normal((256, n0)).astype(np.float32)
 y = rng.integers(0, 10, 256)
 from spdnn.comm import Communicator
 comm = Communicator()
-if os.path.exists(os.path.join(os.environ["PYTHONPATH"], "spdnn", "session.py")):
+if os.path.exists(os.path.join(os.environ["PYTHONPATH"], "spdnn", "runtime", "session.py")):
+    from spdnn.runtime.session import open_network
+    dnet = open_network(comm, path, None).dnet
+elif os.path.exists(os.path.join(os.environ["PYTHONPATH"], "spdnn", "session.py")):
     from spdnn.session import open_network
     dnet = open_network(comm, path, None).dnet
 else:  # before the split: spdnn.runtime

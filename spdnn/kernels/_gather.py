@@ -152,6 +152,21 @@ def _prefetch_ahead(builder, a: _Arrays, e, pf, ld, col, nvec: int) -> None:  # 
                               ir.Constant(_I32, 1)])
 
 
+def _prefetch_value(builder, a: _Arrays, e, pf) -> None:  # noqa: ANN001
+    """Prefetch the value ``pf`` entries after e, data[order[e + pf]]: W's values read
+    through the transpose's map are scattered, and each one is needed before its row's
+    multiply-adds can start."""
+    ahead = builder.add(e, pf)
+    with builder.if_then(builder.icmp_signed("<", ahead, a.len["order"]), likely=True):
+        at = _index(builder, a, "order", ahead)
+        i8p = ir.IntType(8).as_pointer()
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]),
+            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(builder.gep(a.ptr["data"], [at]), i8p),
+                          ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+
+
 def _gathered_row(builder, a: _Arrays, e, ld, col):  # noqa: ANN001, ANN202
     row = _index(builder, a, "indices", e)
     return builder.gep(a.ptr["x"], [builder.add(builder.mul(row, ld), col)])
@@ -267,6 +282,7 @@ def _make_axpy_dot(nvec: int, masked: bool):  # noqa: ANN202
             xregs = _registers(builder, a, builder.gep(a.ptr["xj"], [v["kx"]]), nvec)
             with _entries(builder, v) as (e, _):
                 _prefetch_ahead(builder, a, e, v["pf"], v["ld"], v["col"], nvec)
+                _prefetch_value(builder, a, e, v["pf"])
                 dr = _gathered_row(builder, a, e, v["ld"], v["col"])
                 at = _index(builder, a, "order", e)  # W's entry: its value and its gradient
                 w = _splat(builder, builder.load(builder.gep(a.ptr["data"], [at])), a.vt)
