@@ -71,12 +71,13 @@ def test_a_stalled_peer_ends_training_in_bounded_time_and_the_checkpoint_resumes
         family, job_files, tmp_path):
     _, mpiexec, python = family
     d, ckpt = job_files, tmp_path / "ckpt"
-    stall = 5.0  # the job is training, with a checkpoint, by then (about 2 s to start; a
-    # loaded machine once took over 3 s to set up an inference job)
+    stall = 8.0  # the job is training, with a checkpoint, by then (about 2 s to start; a
+    # loaded machine once took over 3 s to set up an inference job, and an AVX2 host of
+    # issue 48's session did not reach step 100 within 5 s); a clock, not an event: issue 49
     start = time.monotonic()
     proc = launch(0, *_emulate("1gbit", "--stall-after", stall, "--mpiexec", mpiexec),
                   *_train(d, "--plan", d / "plan.npz", "--checkpoint-dir", ckpt,
-                          "--checkpoint-every", 100, python=python), timeout=120)
+                          "--checkpoint-every", 10, python=python), timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert elapsed < stall + AFTER_FAULT, elapsed
