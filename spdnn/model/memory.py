@@ -21,7 +21,8 @@ import numpy as np
 # (python 3.11, numpy 2.4, scipy 1.17, mpi4py 4.1 with MPICH 5), 199-204 MB at the end of a job
 # on a network of 10,752 weights, once numba's kernels are loaded (docs/memory.md).
 BASELINE_BYTES = 200 * 10**6
-# As spdnn.runtime.inference: the evaluation batch keeps its blocks under this many bytes.
+# The evaluation batch (spdnn.runtime.inference.eval_batch) keeps its blocks under this many
+# bytes (at 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers).
 EVAL_BLOCK_BYTES = 16 << 20
 EVAL_BATCH = 1024
 

@@ -13,6 +13,7 @@ from spdnn.errors import InputError
 from spdnn.io.images import ImageShare
 from spdnn.model.batching import columns
 from spdnn.model.labels import MultiLabels
+from spdnn.model.memory import EVAL_BATCH, EVAL_BLOCK_BYTES
 from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime.distributed import DistributedNetwork
@@ -22,12 +23,8 @@ from spdnn.runtime.distributed import DistributedNetwork
 # 1024 neurons and 1,024 at 4096 and 16384: the live columns must stay wide enough to vectorise).
 CHALLENGE_BLOCK_BYTES = 16 << 20
 CHALLENGE_MIN_CHUNK = 1024
-# Evaluation batches: EVAL_BATCH samples, fewer where the inference buffers of that many (two X
-# blocks and one Z, ``PingPong``) would pass EVAL_BLOCK_BYTES (as CHALLENGE_BLOCK_BYTES): at
-# 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers. A sample's
-# outputs do not depend on its batch, so the accuracy is the same at any width.
-EVAL_BATCH = 1024
-EVAL_BLOCK_BYTES = 16 << 20
+# Evaluation batches (EVAL_BATCH, EVAL_BLOCK_BYTES: spdnn.model.memory, which predicts them): a
+# sample's outputs do not depend on its batch, so the accuracy is the same at any width.
 
 
 def eval_batch(dnet: DistributedNetwork) -> int:
