@@ -146,7 +146,8 @@ def _run_options(args: argparse.Namespace) -> Any:  # noqa: ANN401 (a RunOptions
                       cluster=getattr(args, "cluster", None), dtype=args.dtype,
                       exchange=args.exchange, threads=args.threads,
                       comm_timeout=args.comm_timeout or None,
-                      memory_limit=args.memory_limit, dry_run=args.dry_run)
+                      memory_limit=args.memory_limit, dry_run=args.dry_run,
+                      stream_layers=getattr(args, "stream_layers", None))
 
 
 @collectively

@@ -248,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--lsh", type=lsh_spec, metavar="LAYER:K:L[:dwta|simhash]",
                      help="multi-label data: P@k among the output neurons that LSH tables "
                           "built from the network's weights retrieve (default: every neuron)")
+    inf.add_argument("--stream-layers", type=positive_int, default=None, metavar="N",
+                     help="read the weights in blocks of at most N layers, every input "
+                          "passing through a block before the next is read (the same results; "
+                          "default: only when the weights pass --memory-limit; "
+                          "docs/memory.md)")
 
     cal = _command(sub, "calibrate", "measure this machine for the cost model",
                    "Measure, on every rank at once, the time per nonzero x sample of the local "

@@ -162,13 +162,19 @@ class NetworkBundle:
                                                        min(RANGE_BLOCK, nnz - start)))
         mine = self._npz.ranges(f"W{k}_indices", starts, counts)
         data = self._npz.ranges(f"W{k}_data", starts, counts)
-        bias = self._npz.get(f"b{k}")
-        if bias.shape != (n_out,):
-            raise InputError(self.path, f"{what}: bias has shape {bias.shape}, expected "
-                                        f"({n_out},)")
+        bias = self.bias(k)
         local_indptr = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         return Layer.from_arrays(local_indptr, mine, data, (len(rows), n_in), bias[rows],
                                  self.path, what, dtype, min_rows=0)
+
+    def bias(self, k: int) -> np.ndarray:
+        """Layer k's bias as stored (its values are checked where the rows are built)."""
+        n_out = self.shapes[k - 1][0]
+        bias = self._npz.get(f"b{k}")
+        if bias.shape != (n_out,):
+            raise InputError(self.path, f"layer {k}: bias has shape {bias.shape}, expected "
+                                        f"({n_out},)")
+        return bias
 
     def layer(self, k: int, dtype: Any = None) -> Layer:
         if not 1 <= k <= self.n_layers:
@@ -201,6 +207,9 @@ class NetworkBundle:
             output_activation=self.meta["output_activation"],
             extra=extra,
         )
+
+    def check_unchanged(self) -> None:
+        self._npz.check_unchanged()
 
     def close(self) -> None:
         self._npz.close()

@@ -46,6 +46,7 @@ class NpzReader:
             members = self._zip.namelist()
         except _READ_ERRORS as exc:
             raise InputError(self.path, f"not a readable {kind} .npz file ({exc})") from None
+        self._identity = self._stat()
         self._members = {m[:-4]: m for m in members if m.endswith(".npy")}
         if not self._members:
             raise InputError(self.path, f"not a {kind} .npz file (no .npy members)")
@@ -204,6 +205,25 @@ class NpzReader:
         if value.size != 1 or not np.issubdtype(value.dtype, np.integer):
             raise self._fail(key, "must be one integer")
         return int(value.reshape(-1)[0])
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        """The open file's and the path's (inode, size, mtime): a file rewritten in place, cut
+        short or replaced under the path changes one of them."""
+        seen = []
+        for st in (os.fstat(self._zip.fp.fileno()), os.stat(self.path)):
+            seen.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(seen)
+
+    def check_unchanged(self) -> None:
+        """Refuse a file that changed since it was opened (read again later in a job: the
+        blocks of a streamed inference)."""
+        try:
+            now = self._stat()
+        except (OSError, AttributeError, ValueError):
+            now = ()
+        if now != self._identity:
+            raise InputError(self.path, f"the {self.kind} file changed, moved or shrank during "
+                                        "the run (it is read again block by block)")
 
     def close(self) -> None:
         self._zip.close()

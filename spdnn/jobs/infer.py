@@ -7,20 +7,25 @@ import os
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
-from spdnn.io.datasets import check_fits, load_dataset
+from spdnn.io.datasets import Dataset, check_fits, load_dataset
 from spdnn.io.formats import read_categories, write_categories
-from spdnn.io.images import read_image_share
+from spdnn.io.images import ImageShare, read_image_share
 from spdnn.jobs._open import open_job
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
+from spdnn.model.labels import MultiLabels
 from spdnn.model.network import Network
 from spdnn.model.records import InferResult, RunOptions
+from spdnn.model.reports import ChallengeResult
 from spdnn.runtime import memory
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
+from spdnn.runtime.grid import Grid
 from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, precisions
-from spdnn.runtime.session import warm_up, write_json
+from spdnn.runtime.session import Opened, warm_up, write_json
+from spdnn.runtime.streamed import stream_challenge, stream_scores
 
 DATA_SETS = ("digits", "npz:", "mnist:", "xc:")
 
@@ -34,6 +39,54 @@ def _lsh(text: str, sizes: tuple[int, ...]) -> LshSpec:
     return spec
 
 
+def dataset_inputs(comm: Communicator, job: Opened, spec: str, dtype: str
+                   ) -> tuple[Dataset, np.ndarray | sp.csr_matrix, np.ndarray | MultiLabels]:
+    """The data set, my feature columns of its test split (else its training split) and the
+    labels. Collective."""
+    net = job.dnet if job.dnet is not None else job.stream
+    data = comm.check(lambda: load_dataset(spec, dtype))
+    x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
+                                                                        data.y_train)
+    comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
+    return data, comm.check(lambda: local_inputs(net, x, spec)), y
+
+
+def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.PathLike | None,
+                 categories_out: str | None, metrics_out: str | None, dtype: str,
+                 verbose: bool) -> InferResult:
+    """``run_inference`` on a network read block by block (``Opened.stream``)."""
+    stream = job.stream
+    show = comm.rank == 0 and verbose
+    if show:
+        print(stream.stream.describe(), flush=True)
+
+    def traffic() -> dict:
+        volume = plan_volume(stream.comm, job.plan, stream.ghost_rows)
+        return accounting(comm, stream.traffic, volume, stream.dtype.itemsize, stream.grid.data)
+
+    if spec == "digits" or spec.startswith(DATA_SETS[1:]):
+        data, x_local, y = dataset_inputs(comm, job, spec, dtype)
+        warm_up(stream.dtype)
+        t0 = time.perf_counter()
+        acc, p5 = stream_scores(stream, x_local, y)
+        seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+        extra = {} if p5 is None else {"precision_at_1": acc, "precision_at_5": p5}
+        what = f"accuracy {acc:.4f}" if p5 is None else f"P@1 {acc:.4f}, P@5 {p5:.4f}"
+        mem = stream.memory_report([x_local, data.x_train, data.x_test])
+        return dataset_outcome(comm, stream.grid, acc, what, len(y), seconds, traffic(), mem,
+                               extra | {"load_seconds": stream.load_seconds}, metrics_out,
+                               show, ", reading the blocks included")
+    expected, images = challenge_inputs(comm, job, spec, truth)
+    warm_up(stream.dtype)
+    result = stream_challenge(comm, stream, images, job.nnz)
+    mem = stream.memory_report([images.matrix])
+    if show:
+        print(f"reading the blocks took {stream.load_seconds:.3f} s (not in the rate)")
+    return challenge_outcome(comm, job, result, traffic(), timing(comm, stream.timers), mem,
+                             expected, truth, categories_out, metrics_out, show,
+                             {"load_seconds": stream.load_seconds})
+
+
 def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec: str,
                   run: RunOptions,
                   truth: str | os.PathLike | None, categories_out: str | os.PathLike | None,
@@ -43,7 +96,11 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     categories_out = None if categories_out is None else os.fspath(categories_out)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
     job = open_job(comm, network, run, 1,
-                   [("--categories-out", categories_out), ("--metrics-out", metrics_out)])
+                   [("--categories-out", categories_out), ("--metrics-out", metrics_out)],
+                   can_stream=lsh is None)
+    if job.stream is not None:
+        return run_streamed(comm, job, spec, truth, categories_out, metrics_out, run.dtype,
+                            verbose)
     dnet = job.dnet
     show = comm.rank == 0 and verbose
 
@@ -52,11 +109,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data)
 
     if spec == "digits" or spec.startswith(DATA_SETS[1:]):
-        data = comm.check(lambda: load_dataset(spec, run.dtype))
-        x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
-                                                                            data.y_train)
-        comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
-        x_local = comm.check(lambda: local_inputs(dnet, x, spec))
+        data, x_local, y = dataset_inputs(comm, job, spec, run.dtype)
         if lsh is not None and not data.multi_label:
             comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
                        "single-label data")
@@ -79,46 +132,70 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
             acc = evaluate(dnet, x_local, y)
             what = f"accuracy {acc:.4f}"
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
-        counted = traffic()
         mem = memory.report(comm, dnet, batch=1, training=False,
                             data=[x_local, data.x_train, data.x_test])
-        if show:
-            print(f"{what} on {len(y):,} samples with {comm.size} rank(s) "
-                  f"({len(y) / seconds:,.0f} samples/s)")
-            print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
-            print(memory.format_memory(mem))
-        write_json(comm, metrics_out, {"accuracy": acc, **extra, "samples": len(y),
-                                       "seconds": seconds, "ranks": comm.size,
-                                       "traffic": counted, "memory": mem})
-        return InferResult(rank=comm.rank, samples=len(y), seconds=seconds, ranks=comm.size,
-                           accuracy=acc, traffic=counted, memory=mem)
+        return dataset_outcome(comm, dnet.grid, acc, what, len(y), seconds, traffic(), mem,
+                               extra, metrics_out, show)
     if lsh is not None:
         comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on Graph Challenge "
                    "images")
-    if truth is not None:
-        truth = os.fspath(truth)
-    expected = comm.check(lambda: read_categories(truth)) if truth else None
-    # each rank reads only its replica's share of the images
-    images = comm.check(lambda: read_image_share(spec, job.bundle.sizes[0], dnet.grid.share))
+    expected, images = challenge_inputs(comm, job, spec, truth)
     warm_up(dnet.dtype)
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
     mem = memory.report(comm, dnet, batch=1, training=False, data=[images.matrix])
+    return challenge_outcome(comm, job, result, counted, timing(comm, dnet.timers), mem,
+                             expected, truth, categories_out, metrics_out, show)
+
+
+def dataset_outcome(comm: Communicator, grid: Grid, acc: float, what: str, samples: int,
+                    seconds: float, counted: dict, mem: dict, extra: dict,
+                    metrics_out: str | None, show: bool, note: str = "") -> InferResult:
+    """Print, write and return an accuracy (or P@k) result."""
+    if show:
+        print(f"{what} on {samples:,} samples with {comm.size} rank(s) "
+              f"({samples / seconds:,.0f} samples/s{note})")
+        print(format_traffic(counted, grid.parts, grid.replicas))
+        print(memory.format_memory(mem))
+    write_json(comm, metrics_out, {"accuracy": acc, **extra, "samples": samples,
+                                   "seconds": seconds, "ranks": comm.size,
+                                   "traffic": counted, "memory": mem})
+    return InferResult(rank=comm.rank, samples=samples, seconds=seconds, ranks=comm.size,
+                       accuracy=acc, traffic=counted, memory=mem)
+
+
+def challenge_inputs(comm: Communicator, job: Opened, spec: str,
+                     truth: str | os.PathLike | None) -> tuple[np.ndarray | None, ImageShare]:
+    """The truth categories (when given) and this replica's share of the images (each rank
+    reads only its share). Collective."""
+    truth = None if truth is None else os.fspath(truth)
+    expected = comm.check(lambda: read_categories(truth)) if truth else None
+    grid = job.dnet.grid if job.dnet is not None else job.stream.grid
+    return expected, comm.check(lambda: read_image_share(spec, job.bundle.sizes[0], grid.share))
+
+
+def challenge_outcome(comm: Communicator, job: Opened, result: ChallengeResult, counted: dict,
+                      timed: dict, mem: dict, expected: np.ndarray | None,
+                      truth: str | os.PathLike | None, categories_out: str | None,
+                      metrics_out: str | None, show: bool, extra: dict | None = None
+                      ) -> InferResult:
+    """Print, write and return a Graph Challenge result (checked against ``expected``)."""
+    grid = job.dnet.grid if job.dnet is not None else job.stream.grid
     metrics = {"categories": len(result.categories), "inputs": result.n_inputs,
                "seconds": result.seconds, "rate": result.rate, "ranks": comm.size,
-               "traffic": counted, "timing": timing(comm, dnet.timers), "memory": mem}
+               "traffic": counted, "timing": timed, "memory": mem, **(extra or {})}
     if show:
         print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
               f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "
               f"{result.rate:.4g} edges/s")
-        print(format_traffic(counted, dnet.grid.parts, dnet.grid.replicas))
+        print(format_traffic(counted, grid.parts, grid.replicas))
         print(memory.format_memory(mem))
     if categories_out:
         comm.check(lambda: write_categories(categories_out, result.categories)
                    if comm.rank == 0 else None)
     out = InferResult(rank=comm.rank, samples=result.n_inputs, seconds=result.seconds,
                       ranks=comm.size, categories=result.categories, rate=result.rate,
-                      traffic=counted, timing=metrics["timing"], memory=mem)
+                      traffic=counted, timing=timed, memory=mem)
     if expected is not None:
         match = bool(np.array_equal(expected, result.categories))
         metrics["truth_match"] = match

@@ -40,6 +40,9 @@ class RunOptions:
     # no limit): a job whose predicted peak passes it is refused before it loads anything.
     memory_limit: int | None = None
     dry_run: bool = False  # print each rank's predicted memory and stop before loading
+    # Inference: read the weights in blocks of at most this many layers (None: only when
+    # they pass memory_limit; docs/memory.md). Training holds every layer.
+    stream_layers: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +130,9 @@ def check_run_options(run: RunOptions) -> None:
     m = run.memory_limit
     if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
         raise SpdnnError(f"memory_limit must be a number of bytes >= 0 or None, not {m!r}")
+    n = run.stream_layers
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise SpdnnError(f"stream_layers must be a positive number of layers or None, not {n!r}")
     t = run.comm_timeout
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                           or not 0 < t < float("inf")):

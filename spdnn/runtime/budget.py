@@ -83,11 +83,26 @@ def default_limit(comm: Communicator) -> tuple[int, str]:
 @dataclass(frozen=True, kw_only=True)
 class Budget:
     """What a job checks before it loads: ``limit`` in bytes per rank (None: the default,
-    ``default_limit``; 0: none), its batch, whether it trains."""
+    ``default_limit``; 0: none), its batch, whether it trains; an inference job may instead
+    stream its layers (``can_stream``), in blocks of at most ``stream_layers`` when given."""
 
     limit: int | None
     batch: int
     training: bool
+    can_stream: bool = False
+    stream_layers: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """``check``'s answer: this rank's prediction and shapes, the limit in force (0: none)
+    and where it came from, and the refusal line when some rank's prediction passes it."""
+
+    prediction: MemoryPrediction
+    shapes: list[LayerShape]
+    limit: int
+    source: str
+    over: str | None
 
 
 def planned_shapes(grid: Grid, bundle: object, plan: Plan) -> list[LayerShape]:
@@ -116,11 +131,10 @@ def planned_shapes(grid: Grid, bundle: object, plan: Plan) -> list[LayerShape]:
     return shapes
 
 
-def check(grid: Grid, bundle: object, plan: Plan, itemsize: int,
-          budget: Budget) -> tuple[MemoryPrediction, int | None]:
-    """Predict this rank's peak and refuse the job on every rank when any rank's passes its
-    limit: one line naming the rank, the bytes, the limit and the smallest P expected to fit.
-    Returns the prediction and the limit in force. Collective."""
+def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget) -> Verdict:
+    """Predict this rank's peak, and every rank's against its limit: the verdict names the
+    rank, the bytes, the limit and the smallest P expected to fit when one passes it. A limit
+    below the baseline is refused on every rank. Collective."""
     world = grid.world
     if budget.limit is not None and budget.limit != 0 and budget.limit < BASELINE_BYTES:
         world.agree(f"--memory-limit {format_bytes(budget.limit)} is below a rank's fixed "
@@ -128,10 +142,11 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int,
                     "kernels)")
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
-    pred = predict(planned_shapes(grid, bundle, plan), batch=budget.batch, itemsize=itemsize,
-                   training=budget.training)
+    shapes = planned_shapes(grid, bundle, plan)
+    pred = predict(shapes, batch=budget.batch, itemsize=itemsize, training=budget.training)
     everyone = world.allgather((pred.total, limit))
     over = [r for r, (total, lim) in enumerate(everyone) if lim and total > lim]
+    line = None
     if over:
         r = max(over, key=lambda q: everyone[q][0])
         total, lim = everyone[r]
@@ -139,9 +154,10 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int,
         fit = math.ceil(share / (lim - BASELINE_BYTES)) if lim > BASELINE_BYTES else None
         hint = f"about {fit} ranks would fit (the network's share split evenly)" if fit else \
             "no rank count fits"
-        raise AgreedError(f"rank {r}: predicted peak {format_bytes(total)} is over the "
-                          f"allowed {format_bytes(lim)} ({source}); {hint}")
-    return pred, limit
+        line = (f"rank {r}: predicted peak {format_bytes(total)} is over the allowed "
+                f"{format_bytes(lim)} ({source}); {hint}")
+    return Verdict(prediction=pred, shapes=shapes, limit=int(limit or 0), source=source,
+                   over=line)
 
 
 class DryRun(AgreedError):  # noqa: N818 (not a failure: the job's answer)

@@ -61,7 +61,7 @@ class DistributedNetwork:
 
     def __init__(self, grid: Grid, plan: Plan, layers: list[LocalLayer],
                  meta: dict[str, Any], dtype: np.dtype, sizes: tuple[int, ...],
-                 fingerprint: str) -> None:
+                 fingerprint: str | None) -> None:
         self.grid, self.plan, self.layers = grid, plan, layers
         self.comm = grid.model  # the parts of this replica
         self.fingerprint = fingerprint  # of the network (sizes and patterns)
@@ -70,7 +70,8 @@ class DistributedNetwork:
         self.meta = meta
         self.dtype = dtype
         self.sizes = sizes
-        self.input_rows = plan.rows_of(self.comm.rank, 0)
+        # X_0 of the first layer held here: the inputs, or a streamed block's incoming rows
+        self.input_rows = plan.rows_of(self.comm.rank, layers[0].index - 1)
         self.traffic = Traffic.zeros(len(layers))
         self.timers = Timers(len(layers))
         self.sums = GradientSums(grid.data, self.traffic, self.timers,
@@ -84,26 +85,31 @@ class DistributedNetwork:
         return len(self.layers)
 
     @staticmethod
-    def load(bundle: NetworkBundle, plan: Plan, grid: Grid,
-             dtype: Any = None) -> DistributedNetwork:
+    def load(bundle: NetworkBundle, plan: Plan, grid: Grid, dtype: Any = None, *,
+             layers: tuple[int, int] | None = None,
+             fingerprint: Fingerprint | None = None) -> DistributedNetwork:
         """Read this rank's rows of every layer (and no other rows' values) and build the
         exchange schedules of its replica. World rank 0 also hashes every pattern on the way
-        for the network's fingerprint, known to every rank. Collective; input errors are
-        agreed over all ranks."""
+        for the network's fingerprint, known to every rank. ``layers``: only layers first to
+        last (1-based, inclusive: a block of a streamed job), hashed into ``fingerprint`` (on
+        world rank 0; the network's ``fingerprint`` is then None). Collective; input errors
+        are agreed over all ranks."""
         world, comm = grid.world, grid.model
-        fp = Fingerprint(bundle.sizes) if world.rank == 0 else None
-        layers = []
-        for k in range(1, bundle.n_layers + 1):
+        first, last = layers or (1, bundle.n_layers)
+        whole = layers is None
+        fp = (Fingerprint(bundle.sizes) if whole else fingerprint) if world.rank == 0 else None
+        layers_ = []
+        for k in range(first, last + 1):
             rows = plan.rows_of(comm.rank, k)
             mine = world.check(lambda k=k, rows=rows: bundle.rows(k, rows, dtype, fp))
-            layers.append(LocalLayer.build(comm, plan, k, mine))
+            layers_.append(LocalLayer.build(comm, plan, k, mine))
         meta = dict(bundle.meta)  # other keys (a PyTorch model's layer names) carry through
         pool: dict = {}  # exchanges run one at a time: every layer's can use the same buffers
-        for layer in layers:
+        for layer in layers_:
             layer.exchange.share_buffers(pool)
-        dt = np.dtype(layers[0].weight.dtype)
-        fingerprint = world.bcast(fp.hexdigest() if fp is not None else None)
-        return DistributedNetwork(grid, plan, layers, meta, dt, bundle.sizes, fingerprint)
+        dt = np.dtype(layers_[0].weight.dtype)
+        digest = world.bcast(fp.hexdigest() if fp is not None else None) if whole else None
+        return DistributedNetwork(grid, plan, layers_, meta, dt, bundle.sizes, digest)
 
     # ------------------------------------------------------------------ forward
 

@@ -17,6 +17,7 @@ from spdnn.model.memory import EVAL_BATCH, EVAL_BLOCK_BYTES
 from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime.distributed import DistributedNetwork
+from spdnn.runtime.grid import Grid
 
 # Graph Challenge inputs per chunk: one dense activation block of about this many bytes, and at
 # least CHALLENGE_MIN_CHUNK inputs (on 60,000 inputs the best chunks measured 4,096 inputs at
@@ -89,6 +90,25 @@ def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y:
     return (hits[0] / n, hits[1] / (5 * n)) if n else (float("nan"), float("nan"))
 
 
+def my_images(grid: Grid, images: sp.csr_matrix | ImageShare, input_rows: np.ndarray,
+              dtype: np.dtype) -> tuple[ImageShare, sp.csr_matrix]:
+    """This replica's share of the images and my feature columns of it, in ``dtype``."""
+    if not isinstance(images, ImageShare):
+        share = grid.share(images.shape[0])
+        images = ImageShare(images[share], share.start, images.shape[0])
+    mine = images.matrix  # rows first: the column selection then copies only this share
+    if not np.array_equal(input_rows, np.arange(mine.shape[1])):
+        mine = mine[:, input_rows]
+    return images, sp.csr_matrix(mine.astype(dtype, copy=False))
+
+
+def challenge_chunk(comm: Communicator, widest: int, dtype: np.dtype) -> int:
+    """Inputs per chunk for this rank's widest block of rows; every rank takes the smallest.
+    Collective."""
+    mine = max(CHALLENGE_MIN_CHUNK, CHALLENGE_BLOCK_BYTES // (widest * np.dtype(dtype).itemsize))
+    return int(comm.allreduce_scalar(mine, "min"))
+
+
 def challenge_infer(comm: Communicator, dnet: DistributedNetwork,
                     images: sp.csr_matrix | ImageShare, edges: int,
                     chunk: int | None = None) -> ChallengeResult:
@@ -101,18 +121,10 @@ def challenge_infer(comm: Communicator, dnet: DistributedNetwork,
     and a chunk's activations stay in cache; the time includes making each chunk dense.
     ``images``: every image, or this rank's share as ``read_image_share`` read it with
     ``dnet.grid.share``."""
-    if not isinstance(images, ImageShare):
-        share = dnet.grid.share(images.shape[0])
-        images = ImageShare(images[share], share.start, images.shape[0])
-    mine = images.matrix  # rows first: the column selection then copies only this share
-    if not np.array_equal(dnet.input_rows, np.arange(mine.shape[1])):
-        mine = mine[:, dnet.input_rows]
-    mine = sp.csr_matrix(mine.astype(dnet.dtype, copy=False))
+    images, mine = my_images(dnet.grid, images, dnet.input_rows, dnet.dtype)
     if chunk is None:  # from this rank's widest block; every rank takes the smallest chunk
         widest = max(max(layer.n_buffer_rows, len(layer.rows)) for layer in dnet.layers)
-        mine_chunk = max(CHALLENGE_MIN_CHUNK,
-                         CHALLENGE_BLOCK_BYTES // (widest * np.dtype(dnet.dtype).itemsize))
-        chunk = int(comm.allreduce_scalar(mine_chunk, "min"))
+        chunk = challenge_chunk(comm, widest, dnet.dtype)
     top_bias = max((float(lay.bias.max(initial=0)) for lay in dnet.layers), default=0.0)
     can_drop = comm.allreduce_scalar(top_bias, "max") <= 0
     found = []

@@ -46,14 +46,19 @@ def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
     buffers = dnet.buffer_nbytes()
     for ws in dnet.workspaces():
         training += _nbytes(ws.grad_w) + _nbytes(ws.grad_b)
-    total_data = 0
+    return {"weights": int(weights), "training": int(training), "buffers": int(buffers),
+            "data": data_nbytes(data)}
+
+
+def data_nbytes(data: Iterable[Any]) -> int:
+    """Bytes of arrays and sparse matrices (None skipped)."""
+    total = 0
     for a in data:
         if a is None:
             continue
-        total_data += a.nbytes if isinstance(a, np.ndarray) else \
+        total += a.nbytes if isinstance(a, np.ndarray) else \
             a.data.nbytes + a.indices.nbytes + a.indptr.nbytes
-    return {"weights": int(weights), "training": int(training), "buffers": int(buffers),
-            "data": int(total_data)}
+    return int(total)
 
 
 def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training: bool,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.comm import Communicator
+from spdnn.comm import AgreedError, Communicator
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
 from spdnn.io.bundle import NetworkBundle, save_network
@@ -23,13 +23,18 @@ from spdnn.model.plan import Plan
 from spdnn.runtime.budget import Budget, DryRun, check, dry_run_report
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.grid import Grid
+from spdnn.runtime.streaming import LayerStream, choose_blocks
 
 
 @dataclass(frozen=True)
 class Opened:
+    """An opened job: its network loaded (``dnet``), or, for an inference whose weights pass
+    the limit, to be streamed block by block (``stream``; ``dnet`` is None)."""
+
     bundle: NetworkBundle | InMemory
     plan: Plan
-    dnet: DistributedNetwork
+    dnet: DistributedNetwork | None
+    stream: LayerStream | None = None
 
     @property
     def nnz(self) -> int:
@@ -54,6 +59,12 @@ class InMemory:
 
     def row_indices(self, k: int, rows: np.ndarray) -> Iterator[np.ndarray]:
         yield self._net.layers[k - 1].weight[rows].indices
+
+    def check_unchanged(self) -> None:
+        """A network in memory does not change under the job."""
+
+    def bias(self, k: int) -> np.ndarray:
+        return self._net.layers[k - 1].bias
 
     def rows(self, k: int, rows: np.ndarray, dtype: Any = None,  # noqa: ANN401
              fingerprint: Any = None) -> Layer:  # noqa: ANN401
@@ -111,9 +122,25 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     grid = Grid.make(comm, plan.nparts)
     if budget is not None:
         itemsize = np.dtype(dtype if dtype is not None else "float32").itemsize
-        prediction, limit = check(grid, bundle, plan, itemsize, budget)
+        verdict = check(grid, bundle, plan, itemsize, budget)
+        blocks = None
+        if budget.can_stream and (verdict.over or budget.stream_layers):
+            reason = f"--stream-layers {budget.stream_layers}" if not verdict.over else \
+                f"the weights pass {verdict.source}"
+            blocks = choose_blocks(grid, verdict.shapes, limit=verdict.limit, itemsize=itemsize,
+                                   max_layers=budget.stream_layers, reason=reason)
+        elif verdict.over:
+            raise AgreedError(verdict.over)
         if dry_run:
-            raise DryRun(dry_run_report(comm, prediction, limit, budget))
+            text = dry_run_report(comm, verdict.prediction, verdict.limit, budget)
+            if blocks is not None and text:
+                text += "\n" + blocks.describe()
+            raise DryRun(text)
+        if blocks is not None:
+            where = source if plan_path is not None else bundle.path
+            stream = LayerStream(bundle, plan, grid, dtype, exchange, blocks,
+                                 planned=verdict.shapes, plan_source=where)
+            return Opened(bundle, plan, None, stream)
     dnet = DistributedNetwork.load(bundle, plan, grid, dtype)
     dnet.set_exchange(exchange)
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint,
