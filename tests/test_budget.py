@@ -45,6 +45,18 @@ def test_the_cgroup_limit_is_found_in_v1_and_v2(tmp_path):
     assert cgroup_limit(tmp_path / "absent", root) is None
 
 
+def test_a_limit_set_on_an_ancestor_cgroup_counts(tmp_path):
+    from spdnn.runtime.budget import cgroup_memory
+
+    proc, root = tmp_path / "cgroup", tmp_path / "fs"
+    (root / "memory" / "job7" / "step0").mkdir(parents=True)
+    (root / "memory" / "job7" / "step0" / "memory.limit_in_bytes").write_text(
+        "9223372036854771712\n")  # the step unlimited, the job limited (Slurm's layout)
+    (root / "memory" / "job7" / "memory.limit_in_bytes").write_text("2147483648\n")
+    proc.write_text("9:memory:/job7/step0\n")
+    assert cgroup_memory(proc, root) == (2**31, str(root / "memory" / "job7"))
+
+
 @pytest.fixture(scope="module")
 def network(tmp_path_factory):
     path = tmp_path_factory.mktemp("budget") / "net.npz"

@@ -6,6 +6,7 @@ import pytest
 
 from spdnn.errors import InputError
 from spdnn.io.bundle import NETWORK_FORMAT, NetworkBundle, load_network, save_network
+from spdnn.model.generate import add_head, radixnet
 from tests.helpers import small_network
 
 
@@ -153,3 +154,21 @@ def test_rows_read_in_bounded_blocks_equal_the_whole_layer(tmp_path, monkeypatch
             with pytest.raises(InputError, match=f"{kind} column index in row {row}"):
                 check_pattern(w.indptr, bad, w.shape, "net", "layer 1")
     check_pattern(w.indptr, w.indices, w.shape, "net", "layer 1")
+
+
+def test_a_radixnet_written_layer_by_layer_equals_the_one_built_whole(tmp_path):
+    from spdnn.io.bundle import write_network
+    from tests.helpers import run_spdnn
+
+    proc = run_spdnn("generate", "radixnet", "--neurons", "1024", "--layers", "9", "--seed",
+                     "4", "--bias", "-0.3", "--head", "10", "-o", tmp_path / "rx.npz")
+    assert proc.returncode == 0, proc.stderr
+    whole = add_head(radixnet(1024, 9, seed=4), 10, seed=4)
+    assert whole.fingerprint() in proc.stdout
+    read = load_network(tmp_path / "rx.npz")
+    assert read.meta() == whole.meta()
+    for a, b in zip(read.layers, whole.layers):
+        assert (a.weight != b.weight).nnz == 0 and np.array_equal(a.bias, b.bias)
+    with pytest.raises(InputError, match="2 layers written, the sizes .* need 3"):
+        write_network(tmp_path / "short.npz", (1024,) * 4, whole.layers[:2], whole.meta())
+    assert not (tmp_path / "short.npz").exists()

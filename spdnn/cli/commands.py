@@ -99,13 +99,11 @@ def cmd_generate(args: argparse.Namespace) -> None:
     check_outputs([("-o", args.output)])
     if args.kind == "random":
         check_fan_in(args.fan_in, args.sizes)
+    if args.kind == "radixnet":  # written layer by layer: it may be larger than memory
+        cmd_generate_radixnet(args)
+        return
     try:
-        if args.kind == "radixnet":
-            net = generate.radixnet(args.neurons, args.layers, args.seed, args.bias, args.cap,
-                                    args.dtype)
-            if args.head:
-                net = generate.add_head(net, args.head, args.seed)
-        elif args.kind == "random":
+        if args.kind == "random":
             net = generate.random_network(args.sizes, args.fan_in, args.seed, args.head,
                                           args.cap, args.dtype)
         elif args.kind == "local":
@@ -120,6 +118,36 @@ def cmd_generate(args: argparse.Namespace) -> None:
     save_network(net, args.output)
     print(f"wrote {args.output}: {args.kind}, sizes {short_sizes(net.sizes)}, {net.nnz:,} "
           f"nonzeros, fingerprint {net.fingerprint()}")
+
+
+def cmd_generate_radixnet(args: argparse.Namespace) -> None:
+    from spdnn.io.bundle import write_network
+    from spdnn.jobs.progress import Progress
+    from spdnn.model import generate
+    from spdnn.model.network import Network
+
+    sizes = [args.neurons] * (args.layers + 1) + ([args.head] if args.head else [])
+    extra = {"generator": "radixnet", "seed": args.seed} | ({"head": args.head}
+                                                            if args.head else {})
+    meta = Network(layers=(), cap=args.cap, output_activation="linear" if args.head else "relu",
+                   extra=extra).meta()
+    try:
+        layers = generate.radixnet_layers(args.neurons, args.layers, args.seed, args.bias,
+                                          args.dtype, args.head)
+    except ValueError as exc:
+        raise SpdnnError(str(exc)) from None
+    progress = Progress(f"writing {args.output}", len(sizes) - 1, unit="layers")
+
+    def counted() -> Iterator[Any]:
+        for k, layer in enumerate(layers, start=1):
+            yield layer
+            progress.update(k)
+
+    fingerprint = write_network(args.output, sizes, counted(), meta)
+    progress.close()
+    nnz = 32 * args.neurons * args.layers + args.neurons * (args.head or 0)
+    print(f"wrote {args.output}: radixnet, sizes {short_sizes(sizes)}, {nnz:,} nonzeros, "
+          f"fingerprint {fingerprint}")
 
 
 def collectively(body: Callable[[Any, argparse.Namespace], int]

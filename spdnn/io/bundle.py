@@ -7,13 +7,16 @@ a zip of ``.npy`` members, so one layer is read without reading the others.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.lib import format as npy
 
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
@@ -230,17 +233,74 @@ def load_network(path: str | os.PathLike, dtype: Any = None) -> Network:
 def save_network(network: Network, path: str | os.PathLike) -> None:
     """Write a network bundle atomically (temporary name, then rename)."""
     network.validate(os.fspath(path))
-    arrays: dict[str, np.ndarray] = {
-        "format": np.array(NETWORK_FORMAT),
-        "n_layers": np.array(network.n_layers, dtype=np.int64),
-        "meta": np.array(json.dumps(network.meta(), sort_keys=True)),
-    }
-    for k, layer in enumerate(network.layers, start=1):
-        w = layer.weight
-        arrays[f"W{k}_indptr"] = w.indptr
-        arrays[f"W{k}_indices"] = w.indices
-        arrays[f"W{k}_data"] = w.data
-        arrays[f"W{k}_shape"] = np.array(w.shape, dtype=np.int64)
-        arrays[f"b{k}"] = layer.bias
-    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+    write_network(path, network.sizes, network.layers, network.meta())
+
+
+def write_network(path: str | os.PathLike, sizes: Sequence[int], layers: Iterable[Layer],
+                  meta: dict[str, Any]) -> str:
+    """Write a bundle one layer at a time, as ``layers`` yields them (a network larger than
+    memory need never be whole). Returns the network's fingerprint."""
+    writer = NetworkWriter(path, sizes, meta)
+    try:
+        for layer in layers:
+            writer.add(layer)
+        return writer.close()
+    finally:
+        writer.abort()
+
+
+class NetworkWriter:
+    """A bundle written layer by layer (``add``), each layer checked on the way, under a
+    temporary name that ``close`` renames into place; ``abort`` (or a failure) leaves nothing
+    behind."""
+
+    def __init__(self, path: str | os.PathLike, sizes: Sequence[int],
+                 meta: dict[str, Any]) -> None:
+        self.path = os.fspath(path)
+        validate_meta(meta, self.path)
+        self.sizes = tuple(int(n) for n in sizes)
+        self._fp = Fingerprint(self.sizes)
+        self._k = 0
+        self._stack = contextlib.ExitStack()
+        tmp = self._stack.enter_context(atomic_path(Path(path)))
+        self._zf = self._stack.enter_context(zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED))
+        self._put("format", np.array(NETWORK_FORMAT))
+        self._put("n_layers", np.array(len(self.sizes) - 1, dtype=np.int64))
+        self._put("meta", np.array(json.dumps(meta, sort_keys=True)))
+
+    def _put(self, key: str, value: np.ndarray) -> None:
+        try:
+            with self._zf.open(key + ".npy", "w", force_zip64=True) as fh:  # as np.savez
+                npy.write_array(fh, np.asanyarray(value), allow_pickle=False)
+        except OSError as exc:
+            self.abort()
+            raise InputError(self.path, f"cannot write the network ({exc.strerror or exc})"
+                             ) from None
+
+    def add(self, layer: Layer) -> None:
+        k, w = self._k + 1, layer.weight
+        if k >= len(self.sizes) or w.shape != (self.sizes[k], self.sizes[k - 1]):
+            self.abort()
+            raise InputError(self.path, f"layer {k} has shape {w.shape}, the sizes "
+                                        f"{list(self.sizes)} do not agree")
+        Layer.from_arrays(w.indptr, w.indices, w.data, w.shape, layer.bias, self.path,
+                          f"layer {k}")
+        self._fp.add(w.indptr, w.indices)
+        for name, value in (("indptr", w.indptr), ("indices", w.indices), ("data", w.data),
+                            ("shape", np.array(w.shape, dtype=np.int64))):
+            self._put(f"W{k}_{name}", value)
+        self._put(f"b{k}", layer.bias)
+        self._k = k
+
+    def close(self) -> str:
+        """Rename the complete bundle into place; its fingerprint."""
+        if self._k != len(self.sizes) - 1:
+            self.abort()
+            raise InputError(self.path, f"{self._k} layers written, the sizes "
+                                        f"{list(self.sizes)} need {len(self.sizes) - 1}")
+        self._stack.close()
+        return self._fp.hexdigest()
+
+    def abort(self) -> None:
+        """Remove the temporary file (nothing once closed)."""
+        self._stack.__exit__(InputError, InputError(self.path, "aborted"), None)

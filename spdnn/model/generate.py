@@ -6,7 +6,7 @@ Every generator takes a ``seed``; the same seed gives the same network.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,25 +49,38 @@ def radixnet(
     (for N = 1024: exactly the official layers 1-6). Layer l beyond them is base layer
     ((l-1) mod cycle)+1 with independent random row and column permutations.
     """
+    layers = tuple(radixnet_layers(n, n_layers, seed, bias, dtype))
+    return Network(layers=layers, cap=cap, output_activation="relu",
+                   extra={"generator": "radixnet", "seed": seed})
+
+
+def radixnet_layers(n: int, n_layers: int, seed: int | None = 0, bias: float = -0.3,
+                    dtype: Any = "float32", head: int | None = None) -> Iterator[Layer]:
+    """``radixnet``'s layers one at a time (``spdnn.io.bundle.write_network`` writes a network
+    larger than memory from them), then ``add_head``'s layer when ``head`` is given. The
+    arguments are checked now, the layers made as they are taken."""
     if n not in RADIX_SIZES:
         raise ValueError(f"radixnet size must be one of {RADIX_SIZES}, not {n}")
     if n_layers < 1:
         raise ValueError("radixnet needs at least one layer")
-    dt = as_dtype(dtype)
+    return _radixnet_layers(n, n_layers, seed, bias, as_dtype(dtype), head)
+
+
+def _radixnet_layers(n: int, n_layers: int, seed: int | None, bias: float, dt: np.dtype,
+                     head: int | None) -> Iterator[Layer]:
     m = n // RADIX_BLOCK
     cycle = int(np.log2(m))
-    bases = [radixnet_base(n, 2**j) for j in range(cycle)]
+    bases = [radixnet_base(n, 2**j).astype(dt) for j in range(cycle)]
     rng = _rng(seed)
-    layers = []
     for layer in range(n_layers):
         w = bases[layer % cycle]
         if layer >= cycle:
             rows, cols = rng.permutation(n), rng.permutation(n)
             w = w[rows][:, cols]
             w.sort_indices()
-        layers.append(Layer(w.astype(dt), np.full(n, bias, dtype=dt)))
-    return Network(layers=tuple(layers), cap=cap, output_activation="relu",
-                   extra={"generator": "radixnet", "seed": seed})
+        yield Layer(w, np.full(n, bias, dtype=dt))
+    if head:
+        yield dense_head(head, n, _rng(seed), dt)
 
 
 def fixed_fan_in(n_out: int, n_in: int, fan_in: int, rng: np.random.Generator,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,28 +43,41 @@ def parse_bytes(text: str) -> int:
 def cgroup_limit(proc: Path = Path("/proc/self/cgroup"),
                  root: Path = Path("/sys/fs/cgroup")) -> int | None:
     """The memory limit of the cgroup this process runs in (v2 ``memory.max`` or v1
-    ``memory.limit_in_bytes``), None when there is none (what Slurm's ``--mem`` sets)."""
+    ``memory.limit_in_bytes``; the smallest of it and its ancestors'), None when there is
+    none (what Slurm's ``--mem`` sets)."""
+    found = cgroup_memory(proc, root)
+    return None if found is None else found[0]
+
+
+def cgroup_memory(proc: Path = Path("/proc/self/cgroup"),
+                  root: Path = Path("/sys/fs/cgroup")) -> tuple[int, str] | None:
+    """``cgroup_limit`` with the cgroup that sets it (the processes inside it share it)."""
     try:
         lines = proc.read_text().splitlines()
     except OSError:
         return None
+    best: tuple[int, str] | None = None
     for line in lines:
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
         _, controllers, path = parts
-        rel = path.lstrip("/")
-        candidates = [root / rel / "memory.max"] if controllers == "" else \
-            [root / "memory" / rel / "memory.limit_in_bytes"] \
-            if "memory" in controllers.split(",") else []
-        for f in candidates:
+        if controllers == "":
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = root / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        rel = Path(path.lstrip("/"))
+        for level in (rel, *rel.parents):  # the leaf, then each ancestor up to the root
             try:
-                text = f.read_text().strip()
+                text = (base / level / name).read_text().strip()
             except OSError:
                 continue
-            if text.isdigit() and int(text) < _UNLIMITED:
-                return int(text)
-    return None
+            if text.isdigit() and int(text) < _UNLIMITED and (best is None or
+                                                              int(text) < best[0]):
+                best = (int(text), str(base / level))
+    return best
 
 
 def node_memory() -> int:
@@ -71,12 +85,17 @@ def node_memory() -> int:
 
 
 def default_limit(comm: Communicator) -> tuple[int, str]:
-    """Per rank: the cgroup's limit when one is set, else the node's memory divided by the
-    ranks on it; with where it came from. Collective."""
+    """Per rank: the cgroup's limit when one is set, divided among the ranks of this node in
+    the same cgroup (Slurm puts a node's ranks of a step in one), else the node's memory
+    divided by the ranks on it; with where it came from. Collective."""
     ranks = comm.node_size()
-    cg = cgroup_limit()
+    cg = cgroup_memory()
+    where = None if cg is None else (socket.gethostname(), cg[1])
+    sharing = sum(1 for w in comm.allgather(where) if where is not None and w == where)
     if cg is not None:
-        return cg, "the cgroup memory limit"
+        if sharing > 1:
+            return cg[0] // sharing, f"the cgroup memory limit / {sharing} ranks in it"
+        return cg[0], "the cgroup memory limit"
     return node_memory() // ranks, f"the node's memory / {ranks} rank(s) on it"
 
 

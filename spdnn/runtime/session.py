@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from spdnn.comm import AgreedError, Communicator
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
-from spdnn.io.bundle import NetworkBundle, save_network
+from spdnn.io.bundle import NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
 from spdnn.kernels import encoding
 from spdnn.kernels import products as kernels
@@ -23,6 +23,7 @@ from spdnn.model.plan import Plan
 from spdnn.runtime.budget import Budget, DryRun, check, dry_run_report
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.grid import Grid
+from spdnn.runtime.local_layer import LocalLayer
 from spdnn.runtime.streaming import LayerStream, choose_blocks
 
 
@@ -181,25 +182,28 @@ def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | N
                        f"pass the same one (or a file)")
 
 
+def gather_layer(dnet: DistributedNetwork, layer: LocalLayer) -> Layer | None:
+    """One layer whole on rank 0 of each replica (None elsewhere). Collective over the
+    replica."""
+    w = layer.weight
+    parts = dnet.comm.gather((layer.rows, np.diff(w.indptr), layer.global_columns(), w.data,
+                              layer.bias))
+    if parts is None:
+        return None
+    rows, counts, cols, data, bias = (np.concatenate(a) for a in zip(*parts))
+    n_out, n_in = dnet.sizes[layer.index], dnet.sizes[layer.index - 1]
+    order = np.argsort(np.repeat(rows, counts).astype(np.int64) * n_in + cols, kind="stable")
+    indptr = np.zeros(n_out + 1, dtype=np.int64)
+    np.add.at(indptr, rows + 1, counts)
+    b = np.empty(n_out, dtype=bias.dtype)
+    b[rows] = bias
+    return Layer(sp.csr_matrix((data[order], cols[order], np.cumsum(indptr)),
+                               shape=(n_out, n_in)), b)
+
+
 def gather_network(dnet: DistributedNetwork) -> Network | None:
     """The whole network on rank 0 of each replica (None elsewhere), layer by layer."""
-    layers = []
-    for layer in dnet.layers:
-        w = layer.weight
-        parts = dnet.comm.gather((layer.rows, np.diff(w.indptr), layer.global_columns(),
-                                  w.data, layer.bias))
-        if parts is None:
-            continue
-        rows, counts, cols, data, bias = (np.concatenate(a) for a in zip(*parts))
-        n_out, n_in = dnet.sizes[layer.index], dnet.sizes[layer.index - 1]
-        order = np.argsort(np.repeat(rows, counts).astype(np.int64) * n_in + cols,
-                           kind="stable")
-        indptr = np.zeros(n_out + 1, dtype=np.int64)
-        np.add.at(indptr, rows + 1, counts)
-        b = np.empty(n_out, dtype=bias.dtype)
-        b[rows] = bias
-        w = sp.csr_matrix((data[order], cols[order], np.cumsum(indptr)), shape=(n_out, n_in))
-        layers.append(Layer(w, b))
+    layers = [gather_layer(dnet, layer) for layer in dnet.layers]
     if dnet.comm.rank != 0:
         return None
     return Network(layers=tuple(layers), activation=dnet.meta["activation"], cap=dnet.cap,
@@ -208,14 +212,23 @@ def gather_network(dnet: DistributedNetwork) -> Network | None:
 
 def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
                  extra: dict[str, Any]) -> None:
-    net = gather_network(dnet) if dnet.grid.replica == 0 else None
-    if net is not None:
-        kept = {k: v for k, v in dnet.meta.items()
-                if k not in ("activation", "cap", "output_activation")}
-        net = Network(layers=net.layers, activation=net.activation, cap=net.cap,
-                      output_activation=net.output_activation,
-                      extra={**kept, **extra})
-    comm.check(lambda: save_network(net, path) if net is not None else None)
+    """Write the network as it is now: rank 0 of replica 0 gathers one layer at a time and
+    writes it before the next (it never holds more than one whole layer). Collective."""
+    writes = dnet.grid.replica == 0 and dnet.comm.rank == 0
+    kept = {k: v for k, v in dnet.meta.items()
+            if k not in ("activation", "cap", "output_activation")}
+    meta = Network(layers=(), activation=dnet.meta["activation"], cap=dnet.cap,
+                   output_activation=dnet.output_activation, extra={**kept, **extra}).meta()
+    writer = comm.check(lambda: NetworkWriter(path, dnet.sizes, meta) if writes else None)
+    try:
+        for layer in dnet.layers:
+            whole = gather_layer(dnet, layer) if dnet.grid.replica == 0 else None
+            comm.check(lambda whole=whole: writer.add(whole) if writer is not None else None)
+            del whole
+        comm.check(lambda: writer.close() if writer is not None else None)
+    finally:
+        if writer is not None:
+            writer.abort()
 
 
 def write_json(comm: Communicator, path: str | None, payload: dict[str, Any]) -> None:
