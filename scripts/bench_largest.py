@@ -1,0 +1,192 @@
+"""The three largest Graph Challenge networks on one machine, under a memory limit per rank
+(issue 48): 16384 x 1920, 65536 x 480 (1.0e9 edges each) and 65536 x 1920 (4.0e9).
+
+    python scripts/bench_largest.py --networks 16384x1920,65536x480 --work /work/big \\
+        [--inputs 60000] [--check-inputs 2000] [--memory-limit 6G] [--no-write]
+
+Each network (RadiX-Net, `spdnn generate radixnet`, written layer by layer; the challenge's
+bias per size, cap 32) runs `spdnn infer` on the MNIST images made challenge inputs, under
+`--memory-limit` for every rank: at P = 1, with 2 ranks as data-parallel replicas, and with 2
+ranks under a block plan (written directly: the partitioner holds the whole hypergraph, which
+these networks do not allow). A network whose predicted peak passes the limit streams its
+layers in blocks (docs/memory.md). Every configuration must find the same categories, and on
+the first --check-inputs inputs they must equal those of the scipy reference loop run one
+layer at a time from the file (spdnn.reference.challenge_infer). Peak memory: each rank's
+`/usr/bin/time -f %M`. Writes the section "Graph Challenge: the largest networks" of
+docs/BENCHMARKS.md unless --no-write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import SHARED, table, write_section  # noqa: E402
+
+from spdnn.io.bundle import NetworkBundle  # noqa: E402
+from spdnn.io.images import read_images, write_image_npz  # noqa: E402
+from spdnn.io.planfile import save_plan  # noqa: E402
+from spdnn.model.plan import Plan  # noqa: E402
+from spdnn.model.reports import ChallengeResult  # noqa: E402
+from spdnn.reference import challenge_infer  # noqa: E402
+
+BIN = Path(sys.executable).parent
+BIASES = {1024: -0.3, 4096: -0.35, 16384: -0.4, 65536: -0.45}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
+
+
+class StreamedNetwork:
+    """A bundle read through ``spdnn.reference.challenge_infer``'s interface, one layer at a
+    time (``layers`` is read again on each pass: never more than one layer in memory)."""
+
+    def __init__(self, path: Path) -> None:
+        self.bundle = NetworkBundle(path)
+        self.cap = self.bundle.meta["cap"]
+        self.dtype = np.float32
+        self.nnz = sum(self.bundle.nnz(k) for k in range(1, self.bundle.n_layers + 1))
+
+    @property
+    def layers(self):  # noqa: ANN201
+        return self.bundle.layers("float32")
+
+
+def prepare(n: int, layers: int, inputs: int, check: int, work: Path) -> dict[str, Path]:
+    size = int(round(n ** 0.5))
+    files = {"net": work / f"rx{n}x{layers}.npz", "images": work / f"img{size}.npz",
+             "check": work / f"img{size}-first{check}.npz", "plan": work / f"block2-{n}.npz"}
+    if not files["net"].exists():
+        subprocess.run([str(BIN / "spdnn"), "generate", "radixnet", "--neurons", str(n),
+                        "--layers", str(layers), "--bias", str(BIASES[n]), "--cap", "32",
+                        "--seed", "0", "-o", str(files["net"])], check=True, env=ENV)
+    if not files["images"].exists():
+        subprocess.run([str(BIN / "spdnn"), "generate", "challenge-images", "--mnist",
+                        str(SHARED / "mnist"), "--size", str(size), "--count", str(inputs),
+                        "-o", str(files["images"])], check=True, env=ENV)
+    if not files["check"].exists():
+        write_image_npz(files["check"], read_images(files["images"], n)[:check])
+    if not files["plan"].exists():  # the block plan: rows split in two halves per layer
+        owners = tuple((np.arange(n) >= n // 2).astype(np.int32) for _ in range(layers + 1))
+        save_plan(Plan(2, owners, {"method": "block"}), files["plan"])
+    return files
+
+
+def run(cmd: list[str], ranks: int, metrics: Path) -> dict:
+    """One spdnn job; its metrics and each rank's peak from /usr/bin/time."""
+    timed = ["/usr/bin/time", "-f", "peak-kB %M", *cmd, "--metrics-out", str(metrics)]
+    if ranks > 1:
+        timed = [str(BIN / "mpiexec"), "-n", str(ranks), *timed]
+    t0 = time.perf_counter()
+    proc = subprocess.run(timed, capture_output=True, text=True, env=ENV)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(timed)} failed:\n{proc.stdout[-2000:]}\n"
+                         f"{proc.stderr[-3000:]}")
+    m = json.loads(metrics.read_text())
+    m["rank_peaks"] = [int(k) * 1024 for k in re.findall(r"peak-kB (\d+)", proc.stderr)]
+    m["wall"] = wall
+    m["streaming"] = next((ln for ln in proc.stdout.splitlines()
+                           if ln.startswith("streaming")), "in memory")
+    return m
+
+
+def bench(n: int, layers: int, args: argparse.Namespace) -> dict:
+    files = prepare(n, layers, args.inputs, args.check_inputs, args.work)
+    infer = [str(BIN / "spdnn"), "infer", "--network", str(files["net"]), "--comm-timeout", "0",
+             "--memory-limit", args.memory_limit]
+    configs = {
+        "P=1": (1, infer + ["--inputs", str(files["images"])]),
+        "2 ranks, data parallel": (2, infer + ["--inputs", str(files["images"]),
+                                               "--replicas", "2"]),
+        "2 ranks, block plan": (2, infer + ["--inputs", str(files["images"]), "--plan",
+                                            str(files["plan"])]),
+        f"P=1, first {args.check_inputs:,}": (1, infer + ["--inputs", str(files["check"])]),
+    }
+    out: dict = {"network": f"{n}x{layers}", "edges": 32 * n * layers, "configs": {}}
+    cats: dict[str, list[int]] = {}
+    for name, (ranks, cmd) in configs.items():
+        cat_file = args.work / "cats.tsv"
+        m = run(cmd + ["--categories-out", str(cat_file)], ranks, args.work / "m.json")
+        cats[name] = [int(c) for c in cat_file.read_text().split()]
+        out["configs"][name] = {k: m[k] for k in ("rate", "seconds", "inputs", "rank_peaks",
+                                                  "wall", "streaming", "load_seconds")
+                                if k in m} | {"categories": len(cats[name])}
+        print(f"  {name}: {m['rate']:.3g} edges/s, {m['seconds']:.0f} s, peaks "
+              f"{[round(p / 1e9, 2) for p in m['rank_peaks']]} GB; {m['streaming']}",
+              flush=True)
+    full = [c for c in cats.values() if len(c) and c is not cats[list(configs)[-1]]]
+    if any(c != cats["P=1"] for k, c in cats.items() if not k.startswith("P=1, first")):
+        raise SystemExit(f"{n}x{layers}: the configurations disagree on the categories")
+    t0 = time.perf_counter()
+    ref: ChallengeResult = challenge_infer(StreamedNetwork(files["net"]),
+                                           read_images(files["check"], n))
+    first = [c for c in cats["P=1"] if c <= args.check_inputs]
+    if ref.categories.tolist() != cats[list(configs)[-1]] or ref.categories.tolist() != first:
+        raise SystemExit(f"{n}x{layers}: spdnn's categories differ from the scipy loop's on "
+                         f"the first {args.check_inputs} inputs")
+    out["reference"] = {"seconds": time.perf_counter() - t0, "inputs": args.check_inputs,
+                        "categories": len(ref.categories), "rate": ref.rate}
+    del full
+    print(f"  scipy loop, one layer at a time, first {args.check_inputs:,}: "
+          f"{len(ref.categories)} categories, equal to spdnn's", flush=True)
+    return out
+
+
+def report(results: list[dict], args: argparse.Namespace) -> str:
+    rows = []
+    for r in results:
+        for name, c in r["configs"].items():
+            rows.append([r["network"], name, f"{c['inputs']:,}", f"{c['rate']:.3g}",
+                         f"{c['seconds']:.1f}", f"{c.get('load_seconds', 0):.1f}",
+                         " / ".join(f"{p / 1e9:.2f}" for p in c["rank_peaks"]),
+                         f"{c['categories']:,}", c["streaming"].split(" (")[0]])
+        ref = r["reference"]
+        rows.append([r["network"], "scipy loop, one layer at a time", f"{ref['inputs']:,}",
+                     f"{ref['rate']:.3g}", f"{ref['seconds']:.1f}", "", "",
+                     f"{ref['categories']:,}", "equal to spdnn's"])
+    return (f"Command: `python scripts/bench_largest.py --networks "
+            f"{args.networks} --inputs {args.inputs} --check-inputs {args.check_inputs} "
+            f"--memory-limit {args.memory_limit}`. Rate = inputs x edges / seconds of the "
+            "passes (reading the blocks of a streamed run not included: its own column); "
+            "peak per rank from `/usr/bin/time -f %M`; float32, one thread per rank.\n\n"
+            + table(["network", "run", "inputs", "rate (edges/s)", "passes (s)",
+                     "reading blocks (s)", "peak per rank (GB)", "categories", "weights"],
+                    rows))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="example:\n  python scripts/bench_largest.py --networks "
+                                        "16384x1920 --work /work/big --memory-limit 6G")
+    ap.add_argument("--networks", default="16384x1920,65536x480,65536x1920")
+    ap.add_argument("--inputs", type=int, default=60_000)
+    ap.add_argument("--check-inputs", type=int, default=2_000)
+    ap.add_argument("--memory-limit", default="6G")
+    ap.add_argument("--work", type=Path, default=Path("largest-work"))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = []
+    for spec in args.networks.split(","):
+        n, layers = (int(v) for v in spec.split("x"))
+        print(f"{n} x {layers}: {32 * n * layers:,} edges", flush=True)
+        results.append(bench(n, layers, args))
+        (args.work / f"result-{spec}.json").write_text(json.dumps(results[-1], indent=1))
+    body = report(results, args)
+    print(body)
+    if not args.no_write:
+        write_section("largest", "Graph Challenge: the largest networks", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
