@@ -20,11 +20,13 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
              batch: int,
              files: Sequence[tuple[str, str | None]] = (),
              dirs: Sequence[tuple[str, str | None]] = (), verbose: bool = False,
-             training: bool = False, can_stream: bool = False) -> Opened:
+             training: bool = False, can_stream: bool = False,
+             challenge: bool = False) -> Opened:
     """Check ``run`` and the output paths, set the threads, choose the grid, open the
     network (a bundle's path, or a ``Network`` every rank holds) on every rank. The kernels
     are not loaded yet: the job calls ``spdnn.runtime.session.warm_up`` once its inputs are
-    checked. ``can_stream``: an inference that may run block by block (``Opened.stream``).
+    checked. ``can_stream``: an inference that may run block by block (``Opened.stream``);
+    ``challenge``: one in Graph Challenge chunks (the memory it will need).
     Collective."""
     if not isinstance(network, Network):
         network = os.fspath(network)
@@ -61,6 +63,7 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
         comm.agree("stream_layers (--stream-layers) is for inference: training holds every "
                    "layer")
     budget = Budget(limit=run.memory_limit, batch=batch, training=training,
-                    can_stream=can_stream, stream_layers=run.stream_layers)
+                    can_stream=can_stream, stream_layers=run.stream_layers,
+                    challenge=challenge)
     return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False,
                         budget=budget, dry_run=run.dry_run)

@@ -39,6 +39,11 @@ def _lsh(text: str, sizes: tuple[int, ...]) -> LshSpec:
     return spec
 
 
+def is_dataset(spec: str) -> bool:
+    """A labelled data set (accuracy), not Graph Challenge images (categories)."""
+    return spec == "digits" or spec.startswith(DATA_SETS[1:])
+
+
 def dataset_inputs(comm: Communicator, job: Opened, spec: str, dtype: str
                    ) -> tuple[Dataset, np.ndarray | sp.csr_matrix, np.ndarray | MultiLabels]:
     """The data set, my feature columns of its test split (else its training split) and the
@@ -64,7 +69,7 @@ def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.Pat
         volume = plan_volume(stream.comm, job.plan, stream.ghost_rows)
         return accounting(comm, stream.traffic, volume, stream.dtype.itemsize, stream.grid.data)
 
-    if spec == "digits" or spec.startswith(DATA_SETS[1:]):
+    if is_dataset(spec):
         data, x_local, y = dataset_inputs(comm, job, spec, dtype)
         warm_up(stream.dtype)
         t0 = time.perf_counter()
@@ -97,7 +102,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
     job = open_job(comm, network, run, 1,
                    [("--categories-out", categories_out), ("--metrics-out", metrics_out)],
-                   can_stream=lsh is None)
+                   can_stream=lsh is None, challenge=not is_dataset(spec))
     if job.stream is not None:
         return run_streamed(comm, job, spec, truth, categories_out, metrics_out, run.dtype,
                             verbose)
@@ -108,7 +113,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
         return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data)
 
-    if spec == "digits" or spec.startswith(DATA_SETS[1:]):
+    if is_dataset(spec):
         data, x_local, y = dataset_inputs(comm, job, spec, run.dtype)
         if lsh is not None and not data.multi_label:
             comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
@@ -143,7 +148,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     warm_up(dnet.dtype)
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
-    mem = memory.report(comm, dnet, batch=1, training=False, data=[images.matrix])
+    mem = memory.report(comm, dnet, batch=1, training=False, data=[images.matrix],
+                        challenge=True)
     return challenge_outcome(comm, job, result, counted, timing(comm, dnet.timers), mem,
                              expected, truth, categories_out, metrics_out, show)
 

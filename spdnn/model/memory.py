@@ -25,6 +25,12 @@ BASELINE_BYTES = 200 * 10**6
 # bytes (at 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers).
 EVAL_BLOCK_BYTES = 16 << 20
 EVAL_BATCH = 1024
+# Graph Challenge inputs per chunk (spdnn.runtime.inference.challenge_chunk): one dense
+# activation block of about CHALLENGE_BLOCK_BYTES, and at least CHALLENGE_MIN_CHUNK inputs (on
+# 60,000 inputs the best chunks measured 4,096 inputs at 1024 neurons and 1,024 at 4096 and
+# 16384: the live columns must stay wide enough to vectorise).
+CHALLENGE_BLOCK_BYTES = 16 << 20
+CHALLENGE_MIN_CHUNK = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,11 +73,20 @@ def eval_batch(layers: Sequence[LayerShape], itemsize: int) -> int:
     return max(1, min(EVAL_BATCH, EVAL_BLOCK_BYTES // (3 * max(widest, 1) * itemsize)))
 
 
+def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
+    """The Graph Challenge chunk of one rank (every rank takes the smallest of theirs)."""
+    widest = max(max(s.buffer_rows, s.rows) for s in layers)
+    return max(CHALLENGE_MIN_CHUNK, CHALLENGE_BLOCK_BYTES // (max(widest, 1) * itemsize))
+
+
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
-            data_bytes: int = 0, baseline: int = BASELINE_BYTES) -> MemoryPrediction:
+            data_bytes: int = 0, baseline: int = BASELINE_BYTES,
+            challenge: bool = False) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
-    blocks coexist at the end of an epoch)."""
+    blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
+    chunks (their dense input block and last activations too) instead of evaluation
+    batches."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
@@ -89,11 +104,12 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
             sum(s.buffer_rows + s.rows for s in layers) + max(s.ghosts for s in layers)
             + sum(max([s.prev_rows for i, s in enumerate(layers) if i % 2 == b], default=0)
                   for b in (0, 1))) + 3 * itemsize  # each shared block has one spare value
-    width = max(batch, eval_batch(layers, itemsize)) if training else \
-        eval_batch(layers, itemsize)
+    passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
+    width = max(batch, passes) if training else passes
     messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)
-    evaluation = eval_batch(layers, itemsize) * itemsize * (
-        2 * max(s.buffer_rows for s in layers) + max(s.rows for s in layers))
+    evaluation = passes * itemsize * (
+        2 * max(s.buffer_rows for s in layers) + max(s.rows for s in layers)
+        + (layers[0].prev_rows + layers[-1].rows if challenge else 0))
     return MemoryPrediction(weights=int(weights), training=int(state),
                             buffers=int(step + messages + evaluation), data=int(data_bytes),
                             baseline=int(baseline))

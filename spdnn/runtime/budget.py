@@ -110,6 +110,7 @@ class Budget:
     training: bool
     can_stream: bool = False
     stream_layers: int | None = None
+    challenge: bool = False  # inference in Graph Challenge chunks (spdnn.model.memory)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,7 +163,8 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
     shapes = planned_shapes(grid, bundle, plan)
-    pred = predict(shapes, batch=budget.batch, itemsize=itemsize, training=budget.training)
+    pred = predict(shapes, batch=budget.batch, itemsize=itemsize, training=budget.training,
+                   challenge=budget.challenge)
     everyone = world.allgather((pred.total, limit))
     over = [r for r, (total, lim) in enumerate(everyone) if lim and total > lim]
     line = None

@@ -13,19 +13,20 @@ from spdnn.errors import InputError
 from spdnn.io.images import ImageShare
 from spdnn.model.batching import columns
 from spdnn.model.labels import MultiLabels
-from spdnn.model.memory import EVAL_BATCH, EVAL_BLOCK_BYTES
+from spdnn.model.memory import (
+    CHALLENGE_BLOCK_BYTES,
+    CHALLENGE_MIN_CHUNK,
+    EVAL_BATCH,
+    EVAL_BLOCK_BYTES,
+)
 from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.grid import Grid
 
-# Graph Challenge inputs per chunk: one dense activation block of about this many bytes, and at
-# least CHALLENGE_MIN_CHUNK inputs (on 60,000 inputs the best chunks measured 4,096 inputs at
-# 1024 neurons and 1,024 at 4096 and 16384: the live columns must stay wide enough to vectorise).
-CHALLENGE_BLOCK_BYTES = 16 << 20
-CHALLENGE_MIN_CHUNK = 1024
-# Evaluation batches (EVAL_BATCH, EVAL_BLOCK_BYTES: spdnn.model.memory, which predicts them): a
-# sample's outputs do not depend on its batch, so the accuracy is the same at any width.
+# Graph Challenge chunks (CHALLENGE_BLOCK_BYTES, CHALLENGE_MIN_CHUNK) and evaluation batches
+# (EVAL_BATCH, EVAL_BLOCK_BYTES): spdnn.model.memory, which predicts them.
+# A sample's outputs do not depend on its batch, so the accuracy is the same at any width.
 
 
 def eval_batch(dnet: DistributedNetwork) -> int:

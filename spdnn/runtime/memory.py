@@ -62,12 +62,14 @@ def data_nbytes(data: Iterable[Any]) -> int:
 
 
 def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training: bool,
-           optimizer: Iterable[Any] = (), data: Iterable[Any] = ()) -> dict[str, Any]:
+           optimizer: Iterable[Any] = (), data: Iterable[Any] = (),
+           challenge: bool = False) -> dict[str, Any]:
     """Per rank (lists in rank order, on every rank): the measured peak, the prediction and
-    what was held. Collective."""
+    what was held (``challenge``: of Graph Challenge chunks). Collective."""
     mine_held = held(dnet, optimizer, data)
     mine_pred = predict(shapes(dnet), batch=batch, itemsize=dnet.dtype.itemsize,
-                        training=training, data_bytes=mine_held["data"]).as_dict()
+                        training=training, data_bytes=mine_held["data"],
+                        challenge=challenge).as_dict()
     every = comm.allgather((peak_rss(), mine_pred, mine_held))
     return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
             "held_bytes": [e[2] for e in every]}

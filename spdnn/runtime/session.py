@@ -129,7 +129,8 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
             reason = f"--stream-layers {budget.stream_layers}" if not verdict.over else \
                 f"the weights pass {verdict.source}"
             blocks = choose_blocks(grid, verdict.shapes, limit=verdict.limit, itemsize=itemsize,
-                                   max_layers=budget.stream_layers, reason=reason)
+                                   max_layers=budget.stream_layers, reason=reason,
+                                   challenge=budget.challenge)
         elif verdict.over:
             raise AgreedError(verdict.over)
         if dry_run:

@@ -41,6 +41,7 @@ class StreamPlan:
     blocks: tuple[tuple[int, int], ...]
     allowance: int
     reason: str
+    challenge: bool = False  # in Graph Challenge chunks (the memory each block needs)
 
     def describe(self) -> str:
         widest = max(b - a + 1 for a, b in self.blocks)
@@ -49,13 +50,13 @@ class StreamPlan:
 
 
 def _block_end(shapes: list[LayerShape], start: int, cap: int, itemsize: int,
-               room: float) -> int:
+               room: float, challenge: bool) -> int:
     """The largest ``end`` (exclusive, at most ``start + cap``) whose block fits ``room``
     bytes on this rank; ``start`` when not even one layer does."""
 
     def fits(end: int) -> bool:
-        return predict(shapes[start:end], batch=1, itemsize=itemsize,
-                       training=False).total <= room
+        return predict(shapes[start:end], batch=1, itemsize=itemsize, training=False,
+                       challenge=challenge).total <= room
 
     lo, hi = start, min(len(shapes), start + cap)
     while lo < hi:  # the prediction grows with the block
@@ -68,7 +69,7 @@ def _block_end(shapes: list[LayerShape], start: int, cap: int, itemsize: int,
 
 
 def choose_blocks(grid: Grid, shapes: list[LayerShape], *, limit: int, itemsize: int,
-                  max_layers: int | None, reason: str) -> StreamPlan:
+                  max_layers: int | None, reason: str, challenge: bool = False) -> StreamPlan:
     """Blocks of consecutive layers that fit every rank: a block may take BLOCK_SHARE of
     ``limit`` above the baseline (0: no limit, blocks of ``max_layers``). The job is refused
     on every rank when one layer alone does not fit. Collective."""
@@ -77,10 +78,11 @@ def choose_blocks(grid: Grid, shapes: list[LayerShape], *, limit: int, itemsize:
     room = math.inf if not limit else BASELINE_BYTES + BLOCK_SHARE * (limit - BASELINE_BYTES)
     blocks, start, biggest = [], 0, 0
     while start < n:
-        end = int(world.allreduce_scalar(_block_end(shapes, start, cap, itemsize, room), "min"))
+        end = int(world.allreduce_scalar(
+            _block_end(shapes, start, cap, itemsize, room, challenge), "min"))
         if end == start:
             need = predict(shapes[start:start + 1], batch=1, itemsize=itemsize,
-                           training=False).total
+                           training=False, challenge=challenge).total
             every = world.allgather(need)
             r = int(np.argmax(every))
             raise AgreedError(f"--memory-limit {format_bytes(limit)}: layer {start + 1} alone "
@@ -88,12 +90,13 @@ def choose_blocks(grid: Grid, shapes: list[LayerShape], *, limit: int, itemsize:
                               f"may take ({format_bytes(room)}); no block of layers fits "
                               "(more ranks or a larger limit)")
         biggest = max(biggest, predict(shapes[start:end], batch=1, itemsize=itemsize,
-                                       training=False).total)
+                                       training=False, challenge=challenge).total)
         blocks.append((start + 1, end))
         start = end
     allowance = 0 if not limit else max(1, limit - biggest)
     allowance = int(world.allreduce_scalar(allowance, "min")) if limit else 0
-    return StreamPlan(blocks=tuple(blocks), allowance=allowance, reason=reason)
+    return StreamPlan(blocks=tuple(blocks), allowance=allowance, reason=reason,
+                      challenge=challenge)
 
 
 def _place(whole: Any, part: Any, offset: int) -> None:  # noqa: ANN401
@@ -213,7 +216,7 @@ class LayerStream:
         self.shapes.extend(block_shapes)
         self.store_peak = max(self.store_peak, store.peak)
         pred = predict(block_shapes, batch=1, itemsize=self.dtype.itemsize, training=False,
-                       data_bytes=store.peak)
+                       data_bytes=store.peak, challenge=self.stream.challenge)
         if self.predicted is None or pred.total > self.predicted.total:
             self.predicted, self.held = pred, memory.held(dnet)
 
