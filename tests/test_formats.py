@@ -176,3 +176,25 @@ def test_training_npz_round_trip_and_errors(tmp_path):
     np.savez(tmp_path / "nan.npz", x_train=np.full((2, 2), np.nan), y_train=[0, 1])
     with pytest.raises(InputError, match="finite"):
         load_npz(tmp_path / "nan.npz")
+
+
+def test_a_rank_reads_only_its_columns_of_an_npz_data_set(tmp_path, monkeypatch):
+    from spdnn.io import datasets
+
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((700, 30)), rng.integers(0, 3, 700)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=y, x_test=x[:50], y_test=y[:50])
+    np.savez_compressed(tmp_path / "z.npz", x_train=x, y_train=y)
+    monkeypatch.setattr(datasets, "ROW_BLOCK_BYTES", 30 * 8 * 64)  # blocks of 64 rows
+    mine = np.array([1, 4, 5, 29])
+    for name in ("d.npz", "z.npz"):  # stored: read in place; compressed: read whole
+        data = datasets.load_dataset(f"npz:{tmp_path / name}", "float32", features=mine)
+        np.testing.assert_array_equal(data.x_train, x[:, mine].astype(np.float32))
+        assert data.n_features == 30 and data.features is mine
+    np.testing.assert_array_equal(data.y_train, y)
+    data = datasets.load_dataset(f"npz:{tmp_path / 'd.npz'}", "float32", features=mine)
+    np.testing.assert_array_equal(data.x_test, x[:50, mine].astype(np.float32))
+    x[650, 7] = np.inf  # outside the columns kept: still refused
+    np.savez(tmp_path / "bad.npz", x_train=x, y_train=y)
+    with pytest.raises(InputError, match="x_train must hold finite numbers"):
+        datasets.load_dataset(f"npz:{tmp_path / 'bad.npz'}", "float32", features=mine)

@@ -24,6 +24,9 @@ from spdnn.io.npz import NpzReader
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import as_dtype
 
+# Rows of an npz data set read at a time when a rank keeps only some of its columns.
+ROW_BLOCK_BYTES = 16 << 20
+
 
 def _digits_path() -> Path:
     """The digits file: package data when installed (``spdnn.data``), else the checkout's
@@ -41,9 +44,15 @@ class Dataset:
     y_train: np.ndarray | MultiLabels
     x_test: np.ndarray | sp.csr_matrix | None = None
     y_test: np.ndarray | MultiLabels | None = None
+    # The feature columns the arrays hold, when only those were read (a rank's inputs), and
+    # how many the data set has; None: every column.
+    features: np.ndarray | None = None
+    total_features: int | None = None
 
     @property
     def n_features(self) -> int:
+        if self.total_features is not None:
+            return self.total_features
         return int(self.x_train.shape[1])
 
     @property
@@ -71,6 +80,11 @@ def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any)
             raise InputError(source, f"y_{split} must hold integer labels")
     if len(y) and int(y.min()) < 0:
         raise InputError(source, f"y_{split} has a negative label")
+    return _check_x(source, x, split, dtype), y.astype(np.int64)
+
+
+def _check_x(source: str, x: np.ndarray, split: str, dtype: Any) -> np.ndarray:
+    """x's values: finite numbers within ``dtype``'s range; x cast to it."""
     if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
         raise InputError(source, f"x_{split} must hold finite numbers")
     dt = as_dtype(dtype)
@@ -79,24 +93,55 @@ def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any)
     if not np.all(np.isfinite(cast)):
         raise InputError(source, f"x_{split} has values beyond the {dt} range (use --dtype "
                                  "float64)")
-    return cast, y.astype(np.int64)
+    return cast
 
 
-def load_npz(path: str | os.PathLike, dtype: Any = "float32") -> Dataset:
+def _columns(npz: NpzReader, split: str, dtype: Any,
+             features: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """x_SPLIT, or only its ``features`` columns, read in row blocks of about ROW_BLOCK_BYTES
+    (every value of every block checked as ``_check_xy`` checks them): never the whole array
+    when only some columns are kept. Also the number of columns the file has."""
+    key = f"x_{split}"
+    shape, _ = npz.header(key)
+    if features is None or len(shape) != 2:
+        x = npz.get(key)
+        return x, (x.shape[1] if x.ndim == 2 else 0)
+    n, width = shape
+    if len(features) and (int(features.max()) >= width):
+        return np.zeros((n, 0)), width  # refused by check_fits: the network needs more
+    out = np.empty((n, len(features)), dtype=as_dtype(dtype))
+    step = max(1, ROW_BLOCK_BYTES // max(1, width * 8))
+    for r0 in range(0, n, step):
+        block = npz.row_block(key, r0, min(n, r0 + step))
+        out[r0:r0 + len(block)] = _check_x(npz.path, block, split, dtype)[:, features]
+    return out, width
+
+
+def load_npz(path: str | os.PathLike, dtype: Any = "float32",
+             features: np.ndarray | None = None) -> Dataset:
+    """``x_train``, ``y_train`` and optionally ``x_test``, ``y_test``; with ``features``,
+    only those columns of x are read into memory (spdnn.io.datasets.load_dataset)."""
     npz = NpzReader(path, "training data")
     source = npz.path
-    x, y = _check_xy(source, npz.get("x_train"), npz.get("y_train"), "train", dtype)
+    xs, width = _columns(npz, "train", dtype, features)
+    x, y = _check_xy(source, xs, npz.get("y_train"), "train", dtype)
     x_test = y_test = None
     if "x_test" in npz.keys or "y_test" in npz.keys:
-        x_test, y_test = _check_xy(source, npz.get("x_test"), npz.get("y_test"), "test", dtype)
-        if x_test.shape[1] != x.shape[1]:
+        if "x_test" not in npz.keys:
+            raise InputError(source, "missing key 'x_test'")
+        xs, test_width = _columns(npz, "test", dtype, features)
+        x_test, y_test = _check_xy(source, xs, npz.get("y_test"), "test", dtype)
+        if test_width != width:
             raise InputError(source, "x_test and x_train have different feature counts")
     npz.close()
-    return Dataset(name=Path(source).name, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
+    return Dataset(name=Path(source).name, x_train=x, y_train=y, x_test=x_test, y_test=y_test,
+                   features=features, total_features=None if features is None else width)
 
 
-def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
-    """MNIST from its IDX files (``train-images-idx3-ubyte[.gz]`` etc.), pixels scaled to [0, 1]."""
+def load_mnist(directory: str | os.PathLike, dtype: Any = "float32",
+               features: np.ndarray | None = None) -> Dataset:
+    """MNIST from its IDX files (``train-images-idx3-ubyte[.gz]`` etc.), pixels scaled to [0, 1];
+    with ``features``, only those pixels are made floating point and kept."""
     d = Path(directory)
     if not d.is_dir():
         raise InputError(d, "no such directory")
@@ -107,6 +152,8 @@ def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
                 return d / name
         raise InputError(d / stem, "no such file (nor .gz)")
 
+    width = [0]  # pixels an image has
+
     def images(stem: str) -> np.ndarray:
         f = find(stem)
         a = read_idx(f)
@@ -114,7 +161,11 @@ def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
             raise InputError(f, "expected a 3-D uint8 image array")
         if len(a) == 0:
             raise InputError(f, "holds no images")
-        return (a.reshape(len(a), -1).astype(as_dtype(dtype)) / 255).astype(as_dtype(dtype))
+        pixels = a.reshape(len(a), -1)
+        width[0] = pixels.shape[1]
+        if features is not None and len(features) and int(features.max()) < pixels.shape[1]:
+            pixels = pixels[:, features]
+        return (pixels.astype(as_dtype(dtype)) / 255).astype(as_dtype(dtype))
 
     def labels(stem: str, n: int) -> np.ndarray:
         f = find(stem)
@@ -127,7 +178,10 @@ def load_mnist(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
     y = labels("train-labels-idx1-ubyte", len(x))
     xt = images("t10k-images-idx3-ubyte")
     yt = labels("t10k-labels-idx1-ubyte", len(xt))
-    return Dataset(name="mnist", x_train=x, y_train=y, x_test=xt, y_test=yt)
+    kept = features is not None and x.shape[1] == len(features) != width[0]
+    return Dataset(name="mnist", x_train=x, y_train=y, x_test=xt, y_test=yt,
+                   features=features if kept else None,
+                   total_features=width[0] if kept else None)
 
 
 def load_digits(dtype: Any = "float32") -> Dataset:
@@ -166,15 +220,18 @@ def load_xc(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
     return Dataset(name=d.name or str(d), x_train=x, y_train=y, x_test=x_test, y_test=y_test)
 
 
-def load_dataset(spec: str, dtype: Any = "float32") -> Dataset:
-    """``digits``, ``npz:FILE``, ``mnist:DIR`` or ``xc:DIR``."""
+def load_dataset(spec: str, dtype: Any = "float32", *,
+                 features: np.ndarray | None = None) -> Dataset:
+    """``digits``, ``npz:FILE``, ``mnist:DIR`` or ``xc:DIR``. ``features``: the columns this
+    process needs (a model part's inputs); ``npz:`` and ``mnist:`` then hold only those
+    (``Dataset.features``), the others every column."""
     if spec == "digits":
         return load_digits(dtype)
     kind, _, arg = spec.partition(":")
     if kind == "npz" and arg:
-        return load_npz(arg, dtype)
+        return load_npz(arg, dtype, features)
     if kind == "mnist" and arg:
-        return load_mnist(arg, dtype)
+        return load_mnist(arg, dtype, features)
     if kind == "xc" and arg:
         return load_xc(arg, dtype)
     raise InputError(spec, "unknown data source (use digits, npz:FILE, mnist:DIR or xc:DIR)")

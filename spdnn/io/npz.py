@@ -138,6 +138,29 @@ class NpzReader:
             raise self._fail(key, "is truncated")
         return out
 
+    def row_block(self, key: str, r0: int, r1: int) -> np.ndarray:
+        """Rows [r0, r1) of a 2-D member (C order), read in place: the rest of the member is
+        not read (a compressed member is read whole)."""
+        fh, shape, dtype = self._open(key)
+        fh.close()
+        if len(shape) != 2:
+            raise self._fail(key, f"must be 2-D, has shape {shape}")
+        if not 0 <= r0 <= r1 <= shape[0]:
+            raise self._fail(key, f"has {shape[0]:,} rows, not rows {r0:,}-{r1:,}")
+        info = self._member(key)
+        if info.compress_type != zipfile.ZIP_STORED:
+            return self.get(key)[r0:r1].copy()
+        count = (r1 - r0) * shape[1]
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._data_offset(key, info) + r0 * shape[1] * dtype.itemsize)
+                out = np.fromfile(f, dtype=dtype, count=count)
+        except OSError as exc:
+            raise self._fail(key, f"could not be read ({exc})") from None
+        if len(out) != count:
+            raise self._fail(key, "is truncated")
+        return out.reshape(r1 - r0, shape[1])
+
     def ranges(self, key: str, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Elements [start, start + count) of a 1-D member, concatenated (ranges ascending and
         disjoint, as a layer's rows are).

@@ -49,11 +49,11 @@ def dataset_inputs(comm: Communicator, job: Opened, spec: str, dtype: str
     """The data set, my feature columns of its test split (else its training split) and the
     labels. Collective."""
     net = job.dnet if job.dnet is not None else job.stream
-    data = comm.check(lambda: load_dataset(spec, dtype))
+    data = comm.check(lambda: load_dataset(spec, dtype, features=net.input_rows))
     x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
                                                                         data.y_train)
     comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
-    return data, comm.check(lambda: local_inputs(net, x, spec)), y
+    return data, comm.check(lambda: local_inputs(net, x, spec, data.features)), y
 
 
 def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.PathLike | None,

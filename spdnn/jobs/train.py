@@ -85,7 +85,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
     job = open_training(comm, network, run, cfg, save, metrics_out, verbose)
     sizes, dnet = job.bundle.sizes, job.dnet
-    data = comm.check(lambda: load_dataset(data_spec, run.dtype))
+    # each rank reads only its model part's input columns
+    data = comm.check(lambda: load_dataset(data_spec, run.dtype, features=dnet.input_rows))
     comm.check(lambda: check_fits(data, sizes, data_spec))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes))
     position, momentum, lossy = None, None, None

@@ -38,9 +38,14 @@ def eval_batch(dnet: DistributedNetwork) -> int:
 
 
 def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
-                 source: str) -> np.ndarray | sp.csr_matrix:
+                 source: str, features: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
     """This rank's feature columns of a (samples x features) array, C-contiguous (or CSR, for
-    sparse data: batches are made dense one at a time)."""
+    sparse data: batches are made dense one at a time). ``features``: the columns ``x``
+    holds, when it was read with only those (``Dataset.features``)."""
+    if features is not None:
+        if not np.array_equal(features, dnet.input_rows):
+            raise ValueError("the data's columns are not this rank's inputs")
+        return np.ascontiguousarray(x, dtype=dnet.dtype)
     if x.shape[1] != dnet.sizes[0]:
         raise InputError(source, f"data has {x.shape[1]} features but the network's layer 0 "
                                  f"has {dnet.sizes[0]} neurons")

@@ -52,10 +52,11 @@ def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
 
 def data_nbytes(data: Iterable[Any]) -> int:
     """Bytes of arrays and sparse matrices (None skipped)."""
-    total = 0
+    total, seen = 0, set()
     for a in data:
-        if a is None:
-            continue
+        if a is None or id(a) in seen:  # the same array given twice (a rank's columns that
+            continue                      # are the data set's own) is held once
+        seen.add(id(a))
         total += a.nbytes if isinstance(a, np.ndarray) else \
             a.data.nbytes + a.indices.nbytes + a.indptr.nbytes
     return int(total)

@@ -76,8 +76,9 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         raise AgreedError(f"{data.name}: no training samples")
     opt = SGD(cfg.sgd, dnet.parameters(), momentum or [], fused=sgd_step,
               fused_rows=sgd_rows)
-    x_local = local_inputs(dnet, data.x_train, data.name)
-    xt_local = local_inputs(dnet, data.x_test, data.name) if data.x_test is not None else None
+    x_local = local_inputs(dnet, data.x_train, data.name, data.features)
+    xt_local = local_inputs(dnet, data.x_test, data.name, data.features) \
+        if data.x_test is not None else None
     reports = []
     n = len(data.y_train)
     dnet.sums.set_compression(cfg.compress, cfg.seed, (grid.world.rank,))
