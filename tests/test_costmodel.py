@@ -554,3 +554,42 @@ def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slo
     assert "also predicted" in proc.stdout and "cyclic4" not in proc.stdout  # 4 parts: no fit
     grid = "(1 part(s) x 2 replicas)" if "replica(s) (no plan" in first else "plan block"
     assert grid in proc.stdout, proc.stdout
+
+
+def test_replicas_auto_leaves_out_the_grids_that_do_not_fit(model_files):
+    """Messages cost a second each, so two replicas would be fastest; but each would hold the
+    whole network, and a limit between its predicted peak and the 2-part plan's leaves only
+    the plan. A cluster's memory per node limits the same way."""
+    if MPIEXEC is None:
+        pytest.skip(NO_MPIEXEC)
+    from spdnn.cost.autogrid import _peak
+    from spdnn.cost.costmodel import single_part
+    from spdnn.cost.workload import workload
+
+    t = model_files
+    cal = calibration().to_json()
+    cal["network"]["latency_s"] = 1.0
+    (t / "slow.json").write_text(json.dumps(cal))
+    from spdnn.model.generate import random_network
+
+    net = random_network([64, 4096, 4096, 10], [64, 1024, 64], seed=3)
+    save_network(net, t / "wide.npz")  # 4.5M weights: the weights, not the buffers, differ
+    pats = network_patterns(net)
+    plan = partition_network(pats, 2, "block", fingerprint=net.fingerprint())
+    save_plan(plan, t / "wide-block2.npz")
+    whole = _peak(workload(pats, single_part(net.sizes)), 2, 32, "float32")
+    half = _peak(workload(pats, plan), 1, 32, "float32")
+    assert half < whole
+    limit = (half + whole) // 2
+    cluster = {**CLUSTER, "ranks_per_node": 2, "node_memory_GB": 2 * limit / 1e9}
+    (t / "small-nodes.json").write_text(json.dumps(cluster))
+    common = ["train", "--network", t / "wide.npz", "--plan", t / "wide-block2.npz",
+              "--replicas", "auto", "--calibration", t / "slow.json", "--data", "digits",
+              "--max-steps", "2", "--batch-size", "32"]
+    for extra in (["--memory-limit", str(limit)], ["--cluster", t / "small-nodes.json"]):
+        proc = launch(2, *common, *extra, cwd=t, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("--replicas auto: 2 part(s) x 1 replica(s)"), proc.stdout
+        assert "left out: 2 replica(s) of no plan: predicted peak" in proc.stdout
+    proc = launch(2, *common, "--memory-limit", str(half - 1), cwd=t, timeout=300)
+    assert_one_line_error(proc, "--replicas auto: no grid of 2 ranks fits")

@@ -1,5 +1,6 @@
 """``spdnn train --replicas auto``: the grid the cost model predicts fastest for this job's P,
-among the plans given (``--plan`` once per candidate) and pure data parallelism."""
+among the plans given (``--plan`` once per candidate) and pure data parallelism, that fits
+each rank's memory (the job's limit, and the cluster's memory per node when it gives one)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from spdnn.errors import InputError, SpdnnError
 
 def choose_grid(comm: Communicator, *, network: str, plans: list[str],
                 replicas: int | Literal["auto"], calibration: str | None, cluster: str | None,
-                batch: int, dtype: str, verbose: bool = True) -> tuple[str | None, int]:
+                batch: int, dtype: str, verbose: bool = True,
+                memory_limit: int | None = None) -> tuple[str | None, int]:
     """(plan path or None, replicas) for this job; with ``replicas="auto"`` rank 0 predicts
-    every grid, prints the one it takes and the others, and every rank gets the choice."""
+    every grid, prints the one it takes and the others, and every rank gets the choice.
+    ``memory_limit``: bytes a rank may hold (None: ``spdnn.runtime.budget.default_limit``;
+    0: none)."""
 
     def check() -> None:  # on every rank, so that the error is agreed and printed once
         if replicas != "auto" and len(plans) > 1:
@@ -24,16 +28,30 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
     comm.check(check)
     if replicas != "auto":
         return (plans[0] if plans else None), replicas
+    from spdnn.runtime.budget import default_limit
+
+    limit = memory_limit if memory_limit is not None else default_limit(comm)[0]
     choice = comm.check(lambda: _decide(comm.size, plans, network, calibration, cluster, batch,
-                                        dtype) if comm.rank == 0 else None)
+                                        dtype, limit) if comm.rank == 0 else None)
     path, chosen, report = comm.bcast(choice)
     if comm.rank == 0 and verbose:
         print(report, flush=True)
     return path, chosen
 
 
+def _peak(work: object, replicas: int, batch: int, dtype: str) -> int:
+    """The largest rank's predicted training peak under a grid (spdnn.model.memory)."""
+    import numpy as np
+
+    from spdnn.model.memory import predict, replica_batch, shapes_of
+
+    size = np.dtype(dtype).itemsize
+    return max(predict(shapes_of(work, p), batch=replica_batch(batch, replicas), itemsize=size,
+                       training=True).total for p in range(work.parts))  # type: ignore[attr-defined]
+
+
 def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluster: str | None,
-            batch: int, dtype: str) -> tuple[str | None, int, str]:
+            batch: int, dtype: str, limit: int) -> tuple[str | None, int, str]:
     from spdnn.cost.cluster import load_machine
     from spdnn.cost.costmodel import predict, single_part
     from spdnn.cost.workload import workload
@@ -63,6 +81,19 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
     if not candidates:
         raise SpdnnError(f"--replicas auto: no grid of {ranks} ranks gives every replica a "
                          f"sample of --batch-size {batch}")
+    from spdnn.model.memory import format_bytes
+
+    room = [m for m in (limit, machine.cluster.rank_memory if machine.cluster else None) if m]
+    allowed = min(room) if room else 0
+    peaks = {id(w): _peak(w, r, batch, dtype) for _, w, r in candidates}
+    too_big = [(path, r, peaks[id(w)]) for path, w, r in candidates
+               if allowed and peaks[id(w)] > allowed]
+    candidates = [c for c in candidates if not allowed or peaks[id(c[1])] <= allowed]
+    if not candidates:
+        raise SpdnnError(f"--replicas auto: no grid of {ranks} ranks fits {format_bytes(allowed)}"
+                         " a rank: " + ", ".join(f"{r} replica(s) of {path or 'no plan'} "
+                                                 f"need {format_bytes(p)}"
+                                                 for path, r, p in too_big))
     preds = sorted(((predict(w, machine, batch, r, dtype), path)
                     for path, w, r in candidates), key=lambda pp: pp[0].seconds)
     best, path = preds[0]
@@ -77,4 +108,6 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
              f"%, exchange {100 * best.exchange / best.seconds:.0f}%, gradient sums "
              f"{100 * best.gradient / best.seconds:.0f}%)"]
     lines += [f"  also predicted: {grid(p, pp)}: {1e3 * p.seconds:.2f} ms" for p, pp in preds[1:]]
+    lines += [f"  left out: {r} replica(s) of {pp or 'no plan'}: predicted peak "
+              f"{format_bytes(p)} a rank, over {format_bytes(allowed)}" for pp, r, p in too_big]
     return path, best.replicas, "\n".join(lines)

@@ -7,13 +7,15 @@ Cluster (``spdnn-cluster/1``)::
     {"format": "spdnn-cluster/1", "name": "...", "ranks_per_node": 64,
      "intra_node": {"latency_us": 0.4, "bandwidth_GBps": 8.0},
      "inter_node": {"latency_us": 1.3, "bandwidth_GBps": 23.0},
-     "node_memory_bandwidth_GBps": 330.0, "sources": ["..."], "assumptions": "..."}
+     "node_memory_bandwidth_GBps": 330.0, "node_memory_GB": 256, "sources": ["..."],
+     "assumptions": "..."}
 
 ``inter_node.bandwidth_GBps`` is one node's injection bandwidth, shared by its ranks;
 ``intra_node`` is per rank pair. Optional: ``node_memory_bandwidth_GBps``, a node's sustained
 memory bandwidth; a message or all-reduce within a node then gets at most its share of it,
 each byte moved costing a read and a write (without it, the pairs' bandwidth is assumed to
-hold for every rank of the node at once).
+hold for every rank of the node at once). Optional: ``node_memory_GB``, a node's memory:
+``--replicas auto`` then considers only grids whose predicted peak per rank fits its share.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ class Cluster:
     sources: tuple[str, ...]
     assumptions: str
     memory_bandwidth_Bps: float | None = None  # a node's, shared by its ranks' copies
+    memory_bytes: float | None = None  # a node's memory, shared by its ranks
+
+    @property
+    def rank_memory(self) -> int | None:
+        """Bytes a rank may hold: the node's memory over its ranks (None: not given)."""
+        return None if self.memory_bytes is None else int(self.memory_bytes
+                                                          // self.ranks_per_node)
 
     def intra_bandwidth(self, active_per_node: int) -> float:
         """A rank pair's bandwidth within a node while ``active_per_node`` ranks copy at once:
@@ -61,7 +70,8 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
     return Cluster(name=f.name or os.path.basename(os.fspath(path)),
                    ranks_per_node=f.ranks_per_node, intra=links[0], inter=links[1],
                    sources=tuple(f.sources), assumptions=f.assumptions,
-                   memory_bandwidth_Bps=None if memory is None else memory * 1e9)
+                   memory_bandwidth_Bps=None if memory is None else memory * 1e9,
+                   memory_bytes=None if f.node_memory_GB is None else f.node_memory_GB * 1e9)
 
 
 @dataclass(frozen=True)

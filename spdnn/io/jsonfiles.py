@@ -175,6 +175,7 @@ class ClusterFile(Struct, kw_only=True):
     inter_node: LinkFile
     name: str = ""
     node_memory_bandwidth_GBps: Positive | None = None
+    node_memory_GB: Positive | None = None
     sources: list[str] = []
     assumptions: str = ""
 

@@ -58,7 +58,7 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
         plan, replicas = choose_grid(comm, network=network, plans=plans,
                                      replicas=run.replicas, calibration=run.calibration,
                                      cluster=run.cluster, batch=batch, dtype=run.dtype,
-                                     verbose=verbose)
+                                     verbose=verbose, memory_limit=run.memory_limit)
     if training and run.stream_layers is not None:
         comm.agree("stream_layers (--stream-layers) is for inference: training holds every "
                    "layer")

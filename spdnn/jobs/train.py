@@ -14,6 +14,7 @@ from spdnn.io.datasets import check_fits, load_dataset
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
+from spdnn.model.memory import replica_batch
 from spdnn.model.network import Network
 from spdnn.model.optim import SGDConfig
 from spdnn.model.records import RunOptions, TrainOptions, TrainResult, check_train_options
@@ -142,7 +143,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                                              dnet.grid.data)
         result["timing"] = tm = timing(comm, dnet.timers)
         result["memory"] = mem = memory.report(
-            comm, dnet, batch=cfg.batch_size, training=True, optimizer=momentum,
+            comm, dnet, batch=replica_batch(cfg.batch_size, dnet.grid.replicas), training=True,
+            optimizer=momentum,
             data=[*inputs, data.x_train, data.x_test])
         if comm.rank == 0 and verbose:
             print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)

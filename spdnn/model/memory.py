@@ -67,6 +67,11 @@ class MemoryPrediction:
                 "data": self.data, "baseline": self.baseline, "total": self.total}
 
 
+def replica_batch(batch: int, replicas: int) -> int:
+    """The samples of a step that the largest replica computes (``Grid.share``)."""
+    return -(-batch // max(1, replicas))
+
+
 def eval_batch(layers: Sequence[LayerShape], itemsize: int) -> int:
     """The evaluation batch of one rank (``spdnn.runtime.inference.eval_batch``)."""
     widest = max(max(s.buffer_rows, s.rows) for s in layers)

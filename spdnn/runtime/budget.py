@@ -16,7 +16,14 @@ import numpy as np
 
 from spdnn.comm import AgreedError, Communicator
 from spdnn.errors import SpdnnError
-from spdnn.model.memory import BASELINE_BYTES, LayerShape, MemoryPrediction, format_bytes, predict
+from spdnn.model.memory import (
+    BASELINE_BYTES,
+    LayerShape,
+    MemoryPrediction,
+    format_bytes,
+    predict,
+    replica_batch,
+)
 from spdnn.model.plan import Plan
 from spdnn.runtime.grid import Grid
 
@@ -163,8 +170,8 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
     shapes = planned_shapes(grid, bundle, plan)
-    pred = predict(shapes, batch=budget.batch, itemsize=itemsize, training=budget.training,
-                   challenge=budget.challenge)
+    pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
+                   training=budget.training, challenge=budget.challenge)
     everyone = world.allgather((pred.total, limit))
     over = [r for r, (total, lim) in enumerate(everyone) if lim and total > lim]
     line = None
