@@ -62,6 +62,9 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
     if training and run.stream_layers is not None:
         comm.agree("stream_layers (--stream-layers) is for inference: training holds every "
                    "layer")
+    if not training and not can_stream and run.stream_layers is not None:
+        comm.agree("stream_layers (--stream-layers) does not apply with --lsh: its tables "
+                   "need the whole output layer")
     budget = Budget(limit=run.memory_limit, batch=batch, training=training,
                     can_stream=can_stream, stream_layers=run.stream_layers,
                     challenge=challenge)
