@@ -1,7 +1,8 @@
 """The JSON files spdnn reads, declared once as typed structures and validated by msgspec:
 the calibration (``spdnn-calibration/2``), the cluster description (``spdnn-cluster/1``), the
 checkpoint manifest (``spdnn-checkpoint/1``) and the metrics of ``--metrics-out``. Field
-formats are documented in docs/formats.md and docs/cost-model.md.
+formats are documented in docs/formats.md and docs/cost-model.md. One concern: every JSON
+schema in one place, so that one reader validates them all alike.
 
 ``read(path, kind)`` returns the decoded structure or raises one ``InputError`` naming the file
 and the field: ``m.json: runtime.step_s: expected a number >= 0, got -1``. msgspec is
