@@ -28,19 +28,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import table, write_section  # noqa: E402
+from validate_model import build as network  # noqa: E402  (the same validation networks)
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
-
-
-def network(name: str):  # noqa: ANN201
-    from spdnn.model.generate import add_head, radixnet, random_network
-
-    if name == "mlp":
-        return random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
-    if name == "random":
-        return random_network([4096, 16384, 16384, 16384], 32, seed=0, n_classes=10)
-    return add_head(radixnet(16384, 3, seed=0), 10, seed=0)
 
 
 def prepare(name: str, ranks: list[int], work: Path) -> dict[str, Path]:
