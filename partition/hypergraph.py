@@ -70,8 +70,11 @@ def check_objective(objective: str) -> None:
         raise SpdnnError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
 
 
-def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> Hypergraph:
-    """Vectorised construction from the layers' CSR patterns; ``objective`` sets net weights."""
+def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train",
+                     first_layer: int = 1) -> Hypergraph:
+    """Vectorised construction from the layers' CSR patterns; ``objective`` sets net weights.
+    ``first_layer``: the network's number of ``patterns[0]`` (a window of a larger network
+    starting past layer 1 weighs its first nets as a later layer's)."""
     check_objective(objective)
     fold = 1 if objective == "train" else 0
     sizes = [patterns[0][2][1]] + [shape[0] for _, _, shape in patterns]
@@ -98,7 +101,7 @@ def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train") -> H
         ptr_parts.append(total + starts[1:])
         total += int(starts[-1])
         pin_parts.append(pins)
-        netw.append(np.full(n_in, 1 if k == 1 else 1 + fold, dtype=np.int64))
+        netw.append(np.full(n_in, 1 if k + first_layer - 1 == 1 else 1 + fold, dtype=np.int64))
         netl.append(np.full(n_in, k - 1, dtype=np.int32))
     return Hypergraph(offsets=offsets, vertex_weights=np.concatenate(weights),
                       net_indptr=np.concatenate(ptr_parts),

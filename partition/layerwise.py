@@ -22,13 +22,17 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int,
                    backend: str | Sequence[str],
                    log: Log | None = None, threads: int = 1, deadline: Deadline = NO_DEADLINE,
                    name: str | None = None,
-                   probe: Callable[[np.ndarray], str | None] | None = None) -> np.ndarray:
-    """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1).
+                   probe: Callable[[np.ndarray], str | None] | None = None,
+                   fixed_inputs: np.ndarray | None = None) -> np.ndarray:
+    """Partition layer k with layer k-1 fixed to its blocks (layer 0 free with layer 1, or
+    fixed to ``fixed_inputs``: the blocks a window before chose, partition/windows.py).
     ``backend``: one for all layers, or one per layer. Raises OutOfTime when ``deadline``
     passes first, and Skipped when ``probe``, shown the blocks of layers 0 and 1, gives a
     reason to stop there."""
     backends = [backend] * hg.n_layers if isinstance(backend, str) else list(backend)
     parts = np.full(hg.n_vertices, -1, dtype=np.int64)
+    if fixed_inputs is not None:
+        parts[: hg.offsets[1]] = fixed_inputs
     net_layer = hg.net_layer
     n_layers = hg.n_layers
     layer_pins = np.bincount(net_layer, weights=np.diff(hg.net_indptr), minlength=n_layers)
@@ -49,7 +53,7 @@ def layer_by_layer(hg: Hypergraph, nparts: int, epsilon: float, seed: int,
         # KaHyPar accepts, so that it barely moves the balance of layer k.
         vw[: mid - lo] = 1
         fixed = None
-        if k > 1:
+        if k > 1 or fixed_inputs is not None:
             fixed = np.full(hi - lo, -1, dtype=np.int32)
             fixed[: mid - lo] = parts[lo:mid]
         if len(nets) == 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -139,6 +140,68 @@ def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, part
     return out if refiner.objective() < km1(hg, parts) else parts
 
 
+@dataclass(frozen=True, kw_only=True)
+class Found:
+    """The hypergraph method's answer: the owners of every vertex layer, the start that won,
+    its volume, every candidate's volume before and after refinement, what the time limit
+    cut and the shortcuts taken."""
+
+    owners: list[np.ndarray]
+    chosen: str
+    volume: int
+    candidates: dict[str, Any]
+    unfinished: list[str]
+    shortcuts: list[str]
+
+
+def search_hypergraph(patterns: Sequence[Pattern], nparts: int, *, epsilon: float, seed: int,
+                      backend: str, objective: str, threads: int, deadline: Deadline,
+                      jobs: int, shortcuts: bool, group_starts: int, exact_sweeps: int = 0,
+                      log: Log | None = None, first_layer: int = 1,
+                      fixed_inputs: np.ndarray | None = None) -> Found:
+    """The hypergraph method on ``patterns``: the whole network, or a window of it whose
+    first layer is the network's ``first_layer`` and whose inputs are fixed to
+    ``fixed_inputs`` (partition/windows.py)."""
+    hg = build_hypergraph(patterns, objective, first_layer=first_layer)
+    if log:
+        log(f"hypergraph: {hg.n_vertices:,} vertices, {hg.n_nets:,} nets, "
+            f"{len(hg.net_pins):,} pins")
+    baselines = {}
+    for b in BASELINES:
+        owners = baseline_owners(b, patterns, nparts, seed)
+        if fixed_inputs is not None:
+            owners[0] = fixed_inputs.astype(np.int32)
+        baselines[b] = np.concatenate(owners)
+    coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
+    grouped = np.diff(coarse.offsets)[1:] <= GROUP_LAYER * np.diff(hg.offsets)[1:]
+    if coarse.n_vertices <= GROUP_SHRINK * hg.n_vertices:
+        if log:
+            log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices")
+    else:
+        if log:
+            log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices of "
+                f"{hg.n_vertices:,}, too few to try group starts")
+        coarse = coarse_of = None
+    s = Search(hg=hg, coarse=coarse, coarse_of=coarse_of, nparts=nparts, epsilon=epsilon,
+               seed=seed, backend=backend, threads=threads, deadline=deadline, log=log,
+               grouped=grouped, fixed_inputs=fixed_inputs)
+    chosen, best_parts, best_cost, candidates, unfinished, taken = search(
+        s, baselines, group_starts, jobs, shortcuts)
+    if exact_sweeps and deadline.passed():
+        unfinished.append("exact sweeps: not started")
+    elif exact_sweeps:
+        if coarse is None:
+            coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
+        parts = polish_exact(hg, coarse, coarse_of, best_parts, nparts, epsilon,
+                             exact_sweeps, log)
+        cost = km1(hg, parts)
+        candidates["exact"] = {"start": best_cost, "refined": cost}
+        if cost < best_cost:
+            best_parts, best_cost, chosen = parts, cost, f"{chosen}+exact"
+    return Found(owners=hg.split(best_parts), chosen=chosen, volume=best_cost,
+                 candidates=candidates, unfinished=unfinished, shortcuts=taken)
+
+
 def partition_network(
     patterns: Sequence[Pattern],
     nparts: int,
@@ -191,6 +254,7 @@ def partition_network(
     candidates: dict[str, Any] = {}
     unfinished: list[str] = []
     shortcuts_taken: list[str] = []
+    owners: Sequence[np.ndarray]
     if nparts == 1:
         owners = [np.zeros(len(w), dtype=np.int32) for w in _weights(patterns)]
         chosen = method
@@ -198,39 +262,13 @@ def partition_network(
         owners = baseline_owners(method, patterns, nparts, seed)
         chosen = method
     else:
-        hg = build_hypergraph(patterns, objective)
-        if log:
-            log(f"hypergraph: {hg.n_vertices:,} vertices, {hg.n_nets:,} nets, "
-                f"{len(hg.net_pins):,} pins")
-        baselines = {b: np.concatenate(baseline_owners(b, patterns, nparts, seed))
-                     for b in BASELINES}
-        coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
-        grouped = np.diff(coarse.offsets)[1:] <= GROUP_LAYER * np.diff(hg.offsets)[1:]
-        if coarse.n_vertices <= GROUP_SHRINK * hg.n_vertices:
-            if log:
-                log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices")
-        else:
-            if log:
-                log(f"groups of identical rows: {coarse.n_vertices:,} coarse vertices of "
-                    f"{hg.n_vertices:,}, too few to try group starts")
-            coarse = coarse_of = None
-        s = Search(hg=hg, coarse=coarse, coarse_of=coarse_of, nparts=nparts, epsilon=epsilon,
-                   seed=seed, backend=backend, threads=threads, deadline=deadline, log=log,
-                   grouped=grouped)
-        chosen, best_parts, best_cost, candidates, unfinished, shortcuts_taken = search(
-            s, baselines, group_starts, jobs, shortcuts)
-        if exact_sweeps and deadline.passed():
-            unfinished.append("exact sweeps: not started")
-        elif exact_sweeps:
-            if coarse is None:
-                coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
-            parts = polish_exact(hg, coarse, coarse_of, best_parts, nparts, epsilon,
-                                 exact_sweeps, log)
-            cost = km1(hg, parts)
-            candidates["exact"] = {"start": best_cost, "refined": cost}
-            if cost < best_cost:
-                best_parts, best_cost, chosen = parts, cost, f"{chosen}+exact"
-        owners = hg.split(best_parts)
+        found = search_hypergraph(patterns, nparts, epsilon=epsilon, seed=seed, backend=backend,
+                                  objective=objective, threads=threads, deadline=deadline,
+                                  jobs=jobs, shortcuts=shortcuts, group_starts=group_starts,
+                                  exact_sweeps=exact_sweeps, log=log)
+        chosen, candidates = found.chosen, found.candidates
+        unfinished, shortcuts_taken = found.unfinished, found.shortcuts
+        owners = found.owners
     stats = plan_statistics(patterns, owners, nparts)
     meta = {
         "method": method,

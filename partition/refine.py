@@ -29,8 +29,12 @@ class Refiner:
     many vertices."""
 
     def __init__(self, hg: Hypergraph, parts: np.ndarray, nparts: int, epsilon: float,
-                 limits: np.ndarray | None = None, max_swap_layer: int = 0) -> None:
+                 limits: np.ndarray | None = None, max_swap_layer: int = 0,
+                 frozen_inputs: bool = False) -> None:
         self.max_swap_layer = max_swap_layer
+        # A window of a larger network (partition/windows.py): its input layer belongs to the
+        # window before and is never moved.
+        self.first_free = 1 if frozen_inputs else 0
         self.hg, self.nparts = hg, nparts
         self.parts = parts.astype(np.int64).copy()
         # The nets of every vertex (CSR, int32 ids); a layer's rows become a weighted matrix
@@ -280,12 +284,12 @@ class Refiner:
         before the balance is repaired."""
         n_layers = len(self.hg.offsets) - 1
         self.finished = False
-        for k in range(n_layers):
+        for k in range(self.first_free, n_layers):
             deadline.check(f"refinement stopped in its balance repair, layer {k}/{n_layers - 1}")
             self.rebalance(k)
         for sweep in range(max_passes):
             gained = 0
-            for k in range(n_layers):
+            for k in range(self.first_free, n_layers):
                 if deadline.passed():
                     return self.parts
                 while True:

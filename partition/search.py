@@ -45,6 +45,9 @@ class Search:
     log: Log | None
     grouped: np.ndarray | None = None  # per weight layer: do its rows form groups?
     probe_base: int | None = None  # the best baseline's layer-1 volume, for the shortcut
+    # A window of a larger network (partition/windows.py): its input layer's blocks, chosen
+    # by the window before and never moved here.
+    fixed_inputs: np.ndarray | None = None
     limits: np.ndarray = field(init=False)
     fine_backends: list[str] = field(init=False)
 
@@ -101,14 +104,15 @@ def _fine_start() -> np.ndarray:
     s = _SEARCH["s"]
     return layer_by_layer(s.hg, s.nparts, s.epsilon, s.seed, s.fine_backends, s.log,
                           s.threads, s.deadline, name=f"{s.fine_name} start",
-                          probe=_probe if s.probe_base is not None else None)
+                          probe=_probe if s.probe_base is not None else None,
+                          fixed_inputs=s.fixed_inputs)
 
 
 def _on_groups(cparts: np.ndarray) -> np.ndarray:
     """A coarse start refined on the groups under the neurons' limits, projected back."""
     s = _SEARCH["s"]
     refiner = Refiner(s.coarse, cparts, s.nparts, s.epsilon, limits=s.limits,
-                      max_swap_layer=2048)
+                      max_swap_layer=2048, frozen_inputs=s.fixed_inputs is not None)
     return refiner.run(deadline=s.deadline)[s.coarse_of]
 
 
@@ -116,7 +120,8 @@ def _group_run(r: int) -> np.ndarray:
     s = _SEARCH["s"]
     cparts = layer_by_layer(s.coarse, s.nparts, s.epsilon, s.seed + 7919 * r,
                             s.group_backend, s.log, s.threads, s.deadline,
-                            name=f"{s.group_backend}-groups-{r} start")
+                            name=f"{s.group_backend}-groups-{r} start",
+                            fixed_inputs=s.fixed_inputs)
     return _on_groups(cparts)
 
 
@@ -128,7 +133,7 @@ def _projected(parts: np.ndarray) -> np.ndarray:
 def _refined(name: str, parts: np.ndarray) -> tuple[np.ndarray, int, bool]:
     s = _SEARCH["s"]
     s.deadline.check("refinement not started")
-    refiner = Refiner(s.hg, parts, s.nparts, s.epsilon)
+    refiner = Refiner(s.hg, parts, s.nparts, s.epsilon, frozen_inputs=s.fixed_inputs is not None)
 
     def progress(sweep: int, gained: int) -> None:
         if s.log:

@@ -61,8 +61,8 @@ def measured(cmd: list[str], log: Path) -> tuple[float, float, int]:
 
 def baselines(network: Path, nparts: int) -> dict[str, tuple[int, int]]:
     """(training-step volume, forward volume) of the block and cyclic plans."""
-    from partition.cli import _load
     from partition.hypergraph import build_hypergraph, km1
+    from partition.inputs import load_network_patterns as _load
     from partition.methods import baseline_owners
 
     _, patterns = _load(str(network))

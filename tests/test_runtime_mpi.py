@@ -151,6 +151,30 @@ def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
         [list(stats.forward), list(stats.backward)]
 
 
+@pytest.mark.parametrize("window_layers", [1, 2])
+def test_a_plan_built_in_windows_of_layers_trains_to_the_serial_reference(comm, mpi_tmp_path,
+                                                                         window_layers):
+    """partition/windows.py: the plan of a network partitioned a window of layers at a time
+    (the hypergraph method on each, inputs fixed to the window before) is a plan like any:
+    training equals the serial reference, and the rows counted moving equal its statistics."""
+    from partition.windows import PatternList, choose_windows, partition_windows
+
+    net = small_network((20, 24, 18, 16, 6), fan_in=5, seed=4, cap=2.0, bias_scale=0.3)
+    source = PatternList(network_patterns(net))
+    windows = choose_windows(source, comm.size, limit=2**40, max_layers=window_layers)
+    assert [(w.first, w.last) for w in windows] == \
+        [(k, min(k + window_layers - 1, 4)) for k in range(1, 5, window_layers)]
+    done = partition_windows(source, comm.size, windows, seed=3, fingerprint=net.fingerprint())
+    assert done.stats == plan_statistics(network_patterns(net), done.plan.owners, comm.size)
+    _train_and_compare(comm, mpi_tmp_path, net, done.plan, 1e-10)
+    run = _setup(mpi_tmp_path, net, done.plan, comm, name="windowed")
+    train(comm, run.dnet, _data(net, n=20), TrainConfig(epochs=1, batch_size=10,
+                                                        sgd=SGDConfig(0.01)))
+    volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in run.dnet.layers])
+    acc = accounting(comm, run.dnet.traffic, volume, run.dnet.dtype.itemsize)
+    assert acc["counted"]["backward_rows"] == [v * 2 for v in done.stats.backward]
+
+
 def test_interrupted_and_resumed_equals_uninterrupted(comm, mpi_tmp_path):
     net = small_network((20, 24, 18, 6), fan_in=5, seed=5)
     data = _data(net)

@@ -163,20 +163,23 @@ def balance_report(stats: PlanStats, limits: Sequence[float] | None) -> str:
 
 
 def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray],
-                    nparts: int) -> PlanStats:
-    """Statistics of ``owners`` on a network given as per-layer sparsity patterns."""
+                    nparts: int, first_layer: int = 1) -> PlanStats:
+    """Statistics of ``owners`` on a network given as per-layer sparsity patterns.
+    ``first_layer``: the network's number of ``patterns[0]`` when they are a window of its
+    layers (``owners`` then starts at that layer's inputs); ``combine_stats`` joins windows."""
     fwd, bwd, pairs, imb = [], [], [], []
     sent = np.zeros(nparts, dtype=np.int64)
     recv = np.zeros(nparts, dtype=np.int64)
-    for k, (indptr, indices, shape) in enumerate(patterns, start=1):
-        if shape != (len(owners[k]), len(owners[k - 1])):
+    for i, (indptr, indices, shape) in enumerate(patterns, start=1):
+        k = i + first_layer - 1
+        if shape != (len(owners[i]), len(owners[i - 1])):
             raise SpdnnError(f"layer {k}: plan sizes do not match the network")
-        j, p = cut_pairs(indptr, indices, owners[k], owners[k - 1], nparts)
-        src = owners[k - 1][j]
+        j, p = cut_pairs(indptr, indices, owners[i], owners[i - 1], nparts)
+        src = owners[i - 1][j]
         fwd.append(len(j))
         bwd.append(len(j) if k > 1 else 0)
         pairs.append(len(np.unique(src.astype(np.int64) * nparts + p)))
-        imb.append(imbalance_of(layer_loads(indptr, owners[k], nparts)))
+        imb.append(imbalance_of(layer_loads(indptr, owners[i], nparts)))
         fs, fr = np.bincount(src, minlength=nparts), np.bincount(p, minlength=nparts)
         sent += fs
         recv += fr
@@ -186,6 +189,18 @@ def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray],
     return PlanStats(nparts=nparts, forward=tuple(fwd), backward=tuple(bwd), pairs=tuple(pairs),
                      imbalance=tuple(imb),
                      sent=tuple(int(s) for s in sent), received=tuple(int(r) for r in recv))
+
+
+def combine_stats(windows: Sequence[PlanStats]) -> PlanStats:
+    """The statistics of consecutive windows of layers as one network's."""
+    def joined(name: str) -> tuple:
+        return tuple(v for w in windows for v in getattr(w, name))
+
+    return PlanStats(nparts=windows[0].nparts, forward=joined("forward"),
+                     backward=joined("backward"), pairs=joined("pairs"),
+                     imbalance=joined("imbalance"),
+                     sent=tuple(int(sum(v)) for v in zip(*(w.sent for w in windows))),
+                     received=tuple(int(sum(v)) for v in zip(*(w.received for w in windows))))
 
 
 def network_patterns(network: Any) -> list[Pattern]:

@@ -1,0 +1,136 @@
+"""The command lines of ``spdnn-partition`` and its subcommands (partition/cli.py runs them)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from spdnn.errors import SpdnnError
+
+EXAMPLES = """\
+examples:
+  spdnn-partition net.npz -P 8 -o plan.npz                 # hypergraph method, KaHyPar
+  spdnn-partition net.npz -P 8 -o plan.npz --compare       # ... and the baselines beside it
+  spdnn-partition net.npz -P 4 -o block.npz --method block
+  spdnn-partition net.npz -P 8 -o infer.npz --objective infer   # inference-only plan
+  spdnn-partition net.npz -P 8 -o plan.npz --exact-sweeps 1     # slower, exact polish
+  spdnn-partition big.npz -P 64 -o plan.npz --time-limit 600 --jobs 2   # best plan in 10 min
+  spdnn-partition big.npz -P 8 -o plan.npz --threads 2   # Mt-KaHyPar layers on 2 threads
+  spdnn-partition huge.npz -P 16 -o plan.npz --memory-limit 8G --time-limit 7200
+                          # in windows of layers that fit 8 GiB, read as they advance
+  spdnn-partition stats net.npz plan.npz                   # the statistics table of a plan
+  spdnn-partition export net.npz -o net.hgr                # hMETIS hypergraph for other tools
+  spdnn-partition import net.npz net.hgr.part.8 -P 8 -o plan.npz
+  spdnn-partition model net.npz --plans plan2.npz plan4.npz --batch-size 256 \\
+      --calibration machine.json --replicas 1,2,4      # predicted time per step
+"""
+
+
+def parser_partition() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="spdnn-partition",
+        description="Assign every neuron of every layer to one of P ranks, minimising the "
+                    "communication volume with every layer balanced; writes a plan file. "
+                    "Other forms: 'spdnn-partition stats|export|import|model ...'.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("network", help="network bundle (.npz)")
+    p.add_argument("-P", "--nparts", type=int, required=True, help="number of ranks")
+    p.add_argument("-o", "--output", required=True, help="plan file to write (.npz)")
+    p.add_argument("--method", default="hypergraph",
+                   choices=["hypergraph", "block", "cyclic", "random"])
+    p.add_argument("--epsilon", type=float, default=0.03,
+                   help="per-layer imbalance allowed (default 0.03)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="auto", choices=["auto", "kahypar", "mtkahypar"],
+                   help="partitioner of the layer-by-layer runs. auto (default): KaHyPar on "
+                        "layers made of groups of identical rows (RadiX-Net, Graph Challenge), "
+                        "Mt-KaHyPar, if installed, on the others (faster and slightly better "
+                        "on unstructured layers: docs/BENCHMARKS.md); or one of them everywhere")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="threads of the Mt-KaHyPar solves (default 1); the plan is the same "
+                        "for any N. KaHyPar is sequential")
+    p.add_argument("--objective", default="train", choices=["train", "infer"],
+                   help="volume to minimise: train = forward + backward rows of a training "
+                        "step (default), infer = forward rows only, for inference-only plans")
+    p.add_argument("--exact-sweeps", type=int, default=0, metavar="N",
+                   help="polish the plan by up to N sweeps of exact one-layer re-assignment "
+                        "(MILP, HiGHS) of its groups of identical rows; default 0 = off. "
+                        "Graph Challenge 1024 network, 24 layers, P=8: one sweep, -0.7%% "
+                        "volume for ~3 min more (docs/BENCHMARKS.md)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="finish within SECONDS (the whole command): the search stops in "
+                        "time to write the best complete plan so far, never worse than the best "
+                        "balanced baseline; the output names the starts that did not finish. "
+                        "Default: no limit")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="worker processes for independent starts and refinements (default 1); "
+                        "the plan is the same for any N; memory grows with N")
+    p.add_argument("--no-shortcuts", action="store_true",
+                   help="run every start to the end, even the layer-by-layer run on a network "
+                        "where its first layer shows it cannot beat the baselines")
+    p.add_argument("--memory-limit", metavar="BYTES", default=None,
+                   help="memory this command may use (suffixes K/M/G/T). Default: the cgroup "
+                        "memory limit it runs under (Slurm's --mem), else the node's memory. "
+                        "A hypergraph predicted larger is built and partitioned in windows of "
+                        "consecutive layers that fit, read from the file as they advance")
+    p.add_argument("--window-layers", type=int, default=None, metavar="N",
+                   help="partition in windows of at most N consecutive layers even when the "
+                        "whole hypergraph fits")
+    p.add_argument("--compare", action="store_true", help="print the baselines beside the plan")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def parser_stats() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spdnn-partition stats",
+                                description="Print the statistics of a plan.")
+    p.add_argument("network")
+    p.add_argument("plan")
+    p.add_argument("--compare", action="store_true", help="add the baselines")
+    p.add_argument("--replicas", type=int, default=None, metavar="R",
+                   help="also predict the values one training step moves on R replicas of "
+                        "this plan (expand, fold and the gradient sums); needs --batch-size")
+    p.add_argument("--batch-size", type=int, default=None, metavar="B")
+    p.add_argument("--plot", metavar="FILE",
+                   help="draw per-layer forward and backward volume beside the baselines, and "
+                        "each rank's rows sent and received (.png/.pdf/.svg; needs matplotlib)")
+    return p
+
+
+def parser_export() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spdnn-partition export",
+                                description="Write the network's hypergraph in hMETIS format.")
+    p.add_argument("network")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--objective", default="train", choices=["train", "infer"],
+                   help="net weights: train = 1 for layer-0 nets, 2 otherwise (default); "
+                        "infer = 1 for every net")
+    return p
+
+
+def parser_import() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spdnn-partition import",
+                                description="Turn a partition file (one block per line, hMETIS "
+                                            "convention, vertices numbered layer after layer) "
+                                            "into a plan.")
+    p.add_argument("network")
+    p.add_argument("partition")
+    p.add_argument("-P", "--nparts", type=int, required=True)
+    p.add_argument("-o", "--output", required=True)
+    return p
+
+
+def check_nparts(nparts: int, sizes: Sequence[int]) -> None:
+    if nparts < 1:
+        raise SpdnnError(f"-P must be at least 1, not {nparts}")
+    if nparts > max(sizes):
+        # Arrays of P entries (loads, counts per part) are allocated: refuse a P that no layer
+        # could use before sizing anything by it.
+        raise SpdnnError(f"-P {nparts} exceeds the largest layer ({max(sizes)} neurons): every "
+                         "part would own nothing in every layer")
+    small = [k for k, n in enumerate(sizes) if n < nparts]
+    if small:
+        print(f"note: P={nparts} exceeds the neuron count of layer(s) "
+              f"{', '.join(map(str, small[:5]))}: some ranks own no neuron there (allowed)",
+              file=sys.stderr)
