@@ -95,6 +95,7 @@ def windowed(args: argparse.Namespace, log: Callable[[str], None]) -> bool:
     from spdnn.model.memory import format_bytes
     from spdnn.model.plan import balance_report
 
+    from .methods import check_options
     from .windows import choose_windows, partition_windows, whole_bytes
 
     if args.memory_limit is not None:
@@ -110,6 +111,9 @@ def windowed(args: argparse.Namespace, log: Callable[[str], None]) -> bool:
     if args.exact_sweeps:
         raise SpdnnError("--exact-sweeps polish the whole hypergraph; they do not run in "
                          "windows of layers")
+    check_options(args.nparts, method=args.method, epsilon=args.epsilon,
+                  objective=args.objective, backend=args.backend, threads=args.threads,
+                  jobs=args.jobs, time_limit=args.time_limit)
     windows = choose_windows(bundle, args.nparts, limit=limit or 2**62, jobs=args.jobs,
                              max_layers=args.window_layers, name=args.network)
     log(f"the whole hypergraph needs about {format_bytes(whole)}, the limit is "

@@ -140,6 +140,31 @@ def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, part
     return out if refiner.objective() < km1(hg, parts) else parts
 
 
+def check_options(nparts: int, *, method: str, epsilon: float, objective: str, backend: str,
+                  threads: int, jobs: int, time_limit: float | None,
+                  exact_sweeps: int = 0) -> None:
+    """The partitioner's options, checked once for every way in (whole or in windows)."""
+    if nparts < 1:
+        raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
+    if not 0 < epsilon < 1:
+        raise SpdnnError(f"epsilon must be in (0, 1), not {epsilon}")
+    if method not in METHODS:
+        raise SpdnnError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
+    check_objective(objective)
+    if not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 0:
+        raise SpdnnError(f"exact sweeps must be a non-negative integer, not {exact_sweeps!r}")
+    if exact_sweeps and method != "hypergraph":
+        raise SpdnnError(f"exact sweeps polish the hypergraph method's plan, not '{method}'")
+    if time_limit is not None and not time_limit > 0:
+        raise SpdnnError(f"the time limit must be a positive number of seconds, not {time_limit}")
+    if not isinstance(jobs, (int, np.integer)) or jobs < 1:
+        raise SpdnnError(f"jobs must be a positive integer, not {jobs!r}")
+    if method == "hypergraph":
+        check_backend(backend, threads)
+    elif threads != 1:
+        raise SpdnnError(f"threads serve the hypergraph method's backend, not '{method}'")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Found:
     """The hypergraph method's answer: the owners of every vertex layer, the start that won,
@@ -231,25 +256,8 @@ def partition_network(
     skip starts that cannot win (partition/search.py); ``meta["shortcuts"]`` lists those taken."""
     seed = normalize_seed(seed)
     deadline = Deadline(time_limit)
-    if nparts < 1:
-        raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
-    if not 0 < epsilon < 1:
-        raise SpdnnError(f"epsilon must be in (0, 1), not {epsilon}")
-    if method not in METHODS:
-        raise SpdnnError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
-    check_objective(objective)
-    if not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 0:
-        raise SpdnnError(f"exact sweeps must be a non-negative integer, not {exact_sweeps!r}")
-    if exact_sweeps and method != "hypergraph":
-        raise SpdnnError(f"exact sweeps polish the hypergraph method's plan, not '{method}'")
-    if time_limit is not None and not time_limit > 0:
-        raise SpdnnError(f"the time limit must be a positive number of seconds, not {time_limit}")
-    if not isinstance(jobs, (int, np.integer)) or jobs < 1:
-        raise SpdnnError(f"jobs must be a positive integer, not {jobs!r}")
-    if method == "hypergraph":
-        check_backend(backend, threads)
-    elif threads != 1:
-        raise SpdnnError(f"threads serve the hypergraph method's backend, not '{method}'")
+    check_options(nparts, method=method, epsilon=epsilon, objective=objective, backend=backend,
+                  threads=threads, jobs=jobs, time_limit=time_limit, exact_sweeps=exact_sweeps)
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
     unfinished: list[str] = []

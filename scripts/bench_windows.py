@@ -53,8 +53,9 @@ def run(args: argparse.Namespace, windowed: bool) -> dict:
         nnz = sum(bundle.nnz(k) for k in range(1, bundle.n_layers + 1))
         predicted = meta.get("predicted_bytes") or whole_bytes(bundle, args.nparts, args.jobs)
         shape = f"{bundle.sizes[1]} x {bundle.n_layers}"
-    block = (meta.get("baseline_volumes") or {}).get("block") or \
-        meta["candidates"]["block"]["start"]
+    block = (meta.get("baseline_volumes") or {}).get("block")
+    if block is None:  # the whole search names it only when it refined it
+        block = block_volume(network, args.nparts)
     return {"network": shape, "nnz": nnz, "P": args.nparts, "jobs": args.jobs,
             "time_limit": args.time_limit, "mode": "windows" if windowed else "whole",
             "windows": len(meta.get("windows") or []) or 1,
@@ -62,6 +63,16 @@ def run(args: argparse.Namespace, windowed: bool) -> dict:
             "seconds": seconds, "peak_gb": peak / 1e9, "predicted_gb": predicted / 1e9,
             "volume": meta["stats"]["volume"], "block": block, "chosen": meta["chosen_start"],
             "unfinished": len(meta.get("unfinished") or []), "date": time.strftime("%Y-%m-%d")}
+
+
+def block_volume(network: Path, nparts: int) -> int:
+    """The block plan's training-step volume, read a few layers at a time."""
+    from partition.windows import choose_windows, partition_windows
+    from spdnn.io.bundle import NetworkBundle
+
+    with NetworkBundle(network) as bundle:
+        windows = choose_windows(bundle, nparts, limit=2**62, max_layers=8)
+        return partition_windows(bundle, nparts, windows, method="block").stats.volume
 
 
 def render(rows: list[dict]) -> str:

@@ -7,18 +7,49 @@ that importing spdnn does not start the message-passing library.
 """
 
 from spdnn import threads  # noqa: F401  (must run before numpy is imported)
-from spdnn.api import infer, train
-from spdnn.errors import InputError, SpdnnError
-from spdnn.io.bundle import NETWORK_FORMAT, NetworkBundle, load_network, save_network
-from spdnn.io.datasets import Dataset, load_dataset
-from spdnn.io.planfile import PLAN_FORMAT, load_plan, save_plan
-from spdnn.model.generate import local_network, radixnet, random_network
-from spdnn.model.network import Layer, Network
-from spdnn.model.optim import SGDConfig
-from spdnn.model.plan import Plan, PlanStats, plan_statistics
-from spdnn.model.records import InferResult, RunOptions, TrainOptions, TrainResult
 
-__version__ = "0.1.0"
+# name -> the module that defines it, imported on first use (PEP 562): ``import spdnn`` stays
+# light, so the command line can take Ctrl-C from its first moment (spdnn.cli.entry).
+_HOMES = {
+    "infer": "spdnn.api", "train": "spdnn.api",
+    "InputError": "spdnn.errors", "SpdnnError": "spdnn.errors",
+    "NETWORK_FORMAT": "spdnn.io.bundle", "NetworkBundle": "spdnn.io.bundle",
+    "load_network": "spdnn.io.bundle", "save_network": "spdnn.io.bundle",
+    "Dataset": "spdnn.io.datasets", "load_dataset": "spdnn.io.datasets",
+    "PLAN_FORMAT": "spdnn.io.planfile", "load_plan": "spdnn.io.planfile",
+    "save_plan": "spdnn.io.planfile",
+    "local_network": "spdnn.model.generate", "radixnet": "spdnn.model.generate",
+    "random_network": "spdnn.model.generate",
+    "Layer": "spdnn.model.network", "Network": "spdnn.model.network",
+    "SGDConfig": "spdnn.model.optim",
+    "Plan": "spdnn.model.plan", "PlanStats": "spdnn.model.plan",
+    "plan_statistics": "spdnn.model.plan",
+    "InferResult": "spdnn.model.records", "RunOptions": "spdnn.model.records",
+    "TrainOptions": "spdnn.model.records", "TrainResult": "spdnn.model.records",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: object = version("spdnn")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            value = "0+unknown"
+    elif name in _HOMES:
+        import importlib
+
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    else:
+        raise AttributeError(f"module 'spdnn' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES, "__version__"])
+
 
 __all__ = [
     "NETWORK_FORMAT",

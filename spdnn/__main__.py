@@ -1,5 +1,5 @@
 import sys
 
-from spdnn.cli.parser import main
+from spdnn.cli.entry import main
 
 sys.exit(main())

@@ -1,4 +1,5 @@
-"""Every MPI call of spdnn lives here; compute code never calls MPI directly.
+"""Every MPI call of spdnn lives here; compute code never calls MPI directly (one concern:
+the rule that keeps message passing auditable in one place, as Heat does).
 
 - ``Communicator``: a private duplicate of the caller's communicator (so spdnn's messages never
   match anyone else's), with ``split``, non-blocking point-to-point, the few collectives the
@@ -25,6 +26,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from spdnn.errors import SpdnnError
+from spdnn.interrupt import interrupted
 from spdnn.watchdog import Watchdog
 
 Request = MPI.Request
@@ -198,14 +200,23 @@ class Communicator:
         except BaseException as exc:
             if self.size == 1:
                 raise
-            if isinstance(exc, SpdnnError):
+            if isinstance(exc, KeyboardInterrupt):
+                interrupted("spdnn", self.rank)  # one line from rank 0, exit 130
+                raise
+            if isinstance(exc, SystemExit):
+                # A rank leaving in the middle of a collective step would leave the others
+                # waiting: the job ends, with the exit code it asked for.
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+                sys.stderr.write(f"spdnn: rank {self.rank} exited (code {code}) in a "
+                                 f"collective step; ending all {self.size} ranks\n")
+            elif isinstance(exc, SpdnnError):
                 print(f"spdnn: error: {exc}", file=sys.stderr, flush=True)
                 code = exc.exit_code
             else:
                 traceback.print_exc()
                 sys.stderr.write(f"spdnn: rank {self.rank} failed; aborting all {self.size} "
                                  "ranks\n")
-                code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+                code = 1
             _abort(self, code)
             raise
 
@@ -286,7 +297,8 @@ def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm = MPI.COM
         return exc.exit_code
     except KeyboardInterrupt:
         if c.size > 1:
-            c.abort(130)
+            interrupted(prog, c.rank)  # one line from rank 0, exit 130
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
         return 130
     except BaseException:
         traceback.print_exc()

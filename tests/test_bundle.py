@@ -6,7 +6,7 @@ import pytest
 
 from spdnn.errors import InputError
 from spdnn.io.bundle import NETWORK_FORMAT, NetworkBundle, load_network, save_network
-from spdnn.model.generate import add_head, radixnet
+from spdnn.model.generate import add_head, radixnet, random_network
 from tests.helpers import small_network
 
 
@@ -172,3 +172,19 @@ def test_a_radixnet_written_layer_by_layer_equals_the_one_built_whole(tmp_path):
     with pytest.raises(InputError, match="2 layers written, the sizes .* need 3"):
         write_network(tmp_path / "short.npz", (1024,) * 4, whole.layers[:2], whole.meta())
     assert not (tmp_path / "short.npz").exists()
+
+
+@pytest.mark.parametrize("error", [RuntimeError, SyntaxError, NotImplementedError])
+def test_an_internal_error_is_not_reported_as_a_damaged_file(tmp_path, monkeypatch, error):
+    """Only the zip and npy layers' own failures mean a damaged file; the same exception types
+    raised anywhere else are bugs, and must reach the user as such."""
+    import spdnn.io.npz as npz_module
+
+    save_network(random_network([6, 5, 3], 2, seed=0), tmp_path / "net.npz")
+
+    def broken(fh):
+        raise error("a bug, not the file")
+
+    monkeypatch.setattr(npz_module.npy, "read_magic", broken)
+    with pytest.raises(error, match="a bug"):
+        NetworkBundle(tmp_path / "net.npz")

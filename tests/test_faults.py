@@ -80,6 +80,30 @@ def test_an_exception_on_one_rank_aborts_the_job(tmp_path):
     assert "boom on rank 1" in proc.stderr and "aborting all 2 ranks" in proc.stderr
 
 
+def test_a_rank_that_exits_inside_a_collective_step_ends_the_job_with_its_code(tmp_path):
+    """SystemExit on one rank inside ``guard`` is neither a crash (traceback, exit 1) nor
+    a clean exit that leaves the other rank waiting: the job ends with the code asked for."""
+    script = tmp_path / "leave.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from spdnn.comm import run_collectively
+
+        def main(comm):
+            def body():
+                if comm.rank == 1:
+                    sys.exit(3)
+                comm.barrier()  # rank 0 would wait here forever
+            comm.guard(body)
+            return 0
+
+        raise SystemExit(run_collectively(main))
+    """))
+    proc = launch(2, script, module=None, timeout=120)
+    assert proc.returncode == 3, (proc.returncode, proc.stderr)
+    assert "rank 1 exited (code 3) in a collective step" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def _rank_pids(marker: str) -> list[int]:
     pids = []
     for d in Path("/proc").iterdir():
@@ -132,6 +156,32 @@ def test_killed_rank_ends_the_job_and_resume_matches_uninterrupted(digits_net):
     for la, lb in zip(a.layers, b.layers):
         np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=1e-10)
         np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=1e-10)
+
+
+def test_ctrl_c_ends_a_two_rank_job_with_one_line_and_it_resumes(digits_net):
+    """SIGINT to the launcher (as Ctrl-C at a terminal) while two ranks train and write
+    checkpoints: exit 130, one line, no traceback, no lock held; the run resumes."""
+    ckpt = digits_net / "ckpt-interrupted"
+    common = ["--network", digits_net / "net.npz", "--plan", digits_net / "plan2.npz",
+              "--data", "digits", "--batch-size", "32", "--dtype", "float64",
+              "--checkpoint-dir", ckpt, "--checkpoint-every", "5"]
+    job = start(2, "train", *common, "--epochs", "30", timeout=130)
+    deadline = time.monotonic() + 120
+    while not (ckpt / "manifest.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (ckpt / "manifest.json").exists(), "no checkpoint appeared"
+    job.send_signal(signal.SIGINT)
+    try:
+        _, err = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        pytest.fail("the job did not end after Ctrl-C")
+    assert job.returncode == 130, (job.returncode, err)
+    assert [ln for ln in err.splitlines() if ln.strip()] == ["spdnn: interrupted"], err
+    step = json.loads((ckpt / "manifest.json").read_text())["step"]
+    resumed = launch(2, "train", *common, "--epochs", "31", "--resume", ckpt)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed at step {step}" in resumed.stdout
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(digits_net):

@@ -135,3 +135,22 @@ def test_cli_partitions_in_windows_under_a_memory_limit(tmp_path):
                        module="partition")
         assert_one_line_error(proc, *fragments)
         assert not (tmp_path / "bad.npz").exists()
+
+
+def test_the_python_api_partitions_in_windows(tmp_path):
+    from partition import partition
+
+    net = random_network([40, 60, 50, 60, 10], 6, seed=1)
+    save_network(net, tmp_path / "net.npz")
+    for network in (net, tmp_path / "net.npz"):
+        plan = partition(network, parts=3, window_layers=2, seed=1)
+        assert plan.meta["windows"] == [[1, 2], [2, 3], [3, 4]]
+        assert plan.meta["fingerprint"] == net.fingerprint()
+        assert plan.meta["stats"] == plan_statistics(network_patterns(net), plan.owners,
+                                                     3).summary()
+    assert partition(net, parts=3, memory_limit="64G").meta["windows"] == [[1, 4]]
+    for bad, fragment in (({"window_layers": 0}, "window_layers must be"),
+                          ({"memory_limit": "lots"}, "not a number of bytes"),
+                          ({"window_layers": 2, "epsilon": 2.0}, "epsilon must be")):
+        with pytest.raises(SpdnnError, match=fragment):
+            partition(net, parts=3, **bad)

@@ -302,7 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report("spdnn", str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        print("spdnn: interrupted", file=sys.stderr)
+        from spdnn.interrupt import interrupted
+
+        # One line from rank 0 (the launcher interrupts every rank), and out at once: a normal
+        # exit would wait in MPI_Finalize for peers that are gone.
+        interrupted("spdnn")
         return 130
     except MemoryError:
         print("spdnn: error: out of memory", file=sys.stderr)

@@ -1,4 +1,6 @@
-"""Write files under a temporary name in the same directory and rename them into place."""
+"""Write files under a temporary name in the same directory and rename them into place: the
+data is flushed to the disk (``fsync``) before the rename, and the directory after it, so a
+crash or power loss leaves either the old file or the whole new one."""
 
 from __future__ import annotations
 
@@ -31,7 +33,9 @@ def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Pat
     os.chmod(tmp, 0o666 & ~_umask())
     try:
         yield Path(tmp)
+        fsync_file(tmp)
         os.replace(tmp, final)
+        fsync_directory(parent)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -40,6 +44,29 @@ def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Pat
             # EFBIG), a read-only mount: one line naming the file, not numpy's zip traceback.
             raise InputError(final, f"cannot write {what} ({exc.strerror or exc})") from None
         raise
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a written file's data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_directory(path: str | os.PathLike) -> None:
+    """Make a rename or a new name in ``path`` durable (where the file system allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot fsync a directory: the rename stands anyway
+        pass
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

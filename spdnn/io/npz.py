@@ -23,8 +23,11 @@ from spdnn.errors import InputError
 from spdnn.kernels.ranges import concat_ranges
 
 # Failures of the zip and npy layers that mean "this file is damaged", not "spdnn is broken".
+# zipfile's NotImplementedError (a compression it lacks) and RuntimeError (an encrypted member)
+# are translated where a member is opened (``_zip_open``) and nowhere else: elsewhere they, like
+# SyntaxError, are bugs and must not look like bad input.
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError,
-                struct.error, NotImplementedError, RuntimeError, SyntaxError)
+                struct.error)
 # Elements read per block by ``ranges`` (bounds its temporaries to about 16 MB: the raw span,
 # its int64 index and the picked values).
 RANGE_BLOCK = 1 << 20
@@ -60,11 +63,23 @@ class NpzReader:
     def _fail(self, key: str, problem: str) -> InputError:
         return InputError(self.path, f"key '{key}' {problem}")
 
+    def _zip_open(self, key: str, info: zipfile.ZipInfo) -> Any:  # noqa: ANN401
+        try:
+            return self._zip.open(info)
+        except NotImplementedError as exc:  # a compression method zipfile cannot read
+            raise self._fail(key, f"uses a zip feature that cannot be read ({exc})") from None
+        except RuntimeError:
+            if info.flag_bits & 0x1:  # zipfile asks for the password of an encrypted member
+                raise self._fail(key, "is encrypted") from None
+            raise
+        except _READ_ERRORS as exc:
+            raise self._fail(key, f"is corrupt ({exc})") from None
+
     def _open(self, key: str) -> tuple[Any, tuple[int, ...], np.dtype]:
         """The member opened just after its header, with the validated shape and dtype."""
         info = self._member(key)
+        fh = self._zip_open(key, info)
         try:
-            fh = self._zip.open(info)
             version = npy.read_magic(fh)
             read = npy.read_array_header_1_0 if version == (1, 0) else \
                 npy.read_array_header_2_0
@@ -206,7 +221,7 @@ class NpzReader:
             with open(self.path, "rb") as f:
                 f.seek(info.header_offset)
                 sig, name_len, extra_len = _LOCAL_HEADER.unpack(f.read(30))
-            with self._zip.open(info) as fh:
+            with self._zip_open(key, info) as fh:
                 version = npy.read_magic(fh)
                 (npy.read_array_header_1_0 if version == (1, 0) else
                  npy.read_array_header_2_0)(fh, max_header_size=10_000)

@@ -1,15 +1,19 @@
 """Checkpoints: a directory with ``manifest.json`` and one ``step{S}-rank{r}.npz`` per rank
 (format in docs/formats.md). Rank files are written first, the manifest last, each under
-a temporary name then renamed: the manifest is the commit point, so an interrupted write keeps
-the previous checkpoint. Only finite state is written. Resume works on any P and plan.
+a temporary name, flushed to the disk, then renamed (spdnn.io.atomic); the manifest is the
+commit point, written only once every rank's files are durable, so an interrupted write or a
+power loss keeps the previous checkpoint. Only finite state is written. Resume works on any
+P and plan.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +114,67 @@ def _commit(d: Path, pos: Position, nparts: int, dnet: DistributedNetwork,
             f.unlink(missing_ok=True)
 
 
+# Seconds a takeover waits between reading a stale lock and replacing it (tests widen the race).
+_TAKEOVER_PAUSE = 0.0
+
+
+def take_lock(d: Path) -> bool:
+    """Create ``d/lock`` holding this host and process id, or take over one whose process has
+    ended on this host; refuse (one line) a lock held by a live run. Takeovers are serialised by
+    ``flock`` on ``d/lock.takeover``, and the lock is read again inside it, so of two runs
+    that find the same stale lock exactly one takes it. Returns whether ``d`` was created."""
+    lock = d / "lock"
+    created = not d.exists()
+    d.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if not _stale(lock):
+                _refuse(lock)
+            time.sleep(_TAKEOVER_PAUSE)
+            guard = d / "lock.takeover"
+            with open(guard, "a") as g:
+                fcntl.flock(g, fcntl.LOCK_EX)
+                try:
+                    if _stale(lock):  # still the dead run's: nobody took it meanwhile
+                        lock.unlink(missing_ok=True)
+                finally:
+                    guard.unlink(missing_ok=True)
+                    fcntl.flock(g, fcntl.LOCK_UN)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{socket.gethostname()} {os.getpid()}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        for tmp in d.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        return created
+    raise InputError(lock, "could not take the lock")
+
+
+def _holder(lock: Path) -> tuple[str, str]:
+    try:
+        host, _, pid = lock.read_text(errors="replace").strip().partition(" ")
+    except FileNotFoundError:
+        return "", ""
+    return host, pid
+
+
+def _stale(lock: Path) -> bool:
+    """The lock names a process of this host that no longer runs (or is gone)."""
+    if not lock.exists():
+        return True
+    host, pid = _holder(lock)
+    return host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
+
+
+def _refuse(lock: Path) -> None:
+    host, pid = _holder(lock)
+    raise InputError(lock, f"another run (process {pid or '?'} on {host or '?'}) uses this "
+                           "checkpoint directory; if it has ended, remove the lock file")
+
+
 @contextlib.contextmanager
 def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
     """Hold ``DIRECTORY/lock`` (host and process id of rank 0) while a run writes checkpoints
@@ -118,28 +183,7 @@ def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
     d = Path(directory)
     lock = d / "lock"
 
-    def take() -> bool:
-        created = not d.exists()
-        d.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                host, _, pid = lock.read_text(errors="replace").strip().partition(" ")
-                if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
-                    lock.unlink(missing_ok=True)  # its run ended without releasing it
-                    continue
-                raise InputError(lock, f"another run (process {pid or '?'} on {host or '?'}) "
-                                       "uses this checkpoint directory; if it has ended, "
-                                       "remove the lock file") from None
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f"{socket.gethostname()} {os.getpid()}\n")
-            for tmp in d.glob(".*.tmp"):
-                tmp.unlink(missing_ok=True)
-            return created
-        raise InputError(lock, "could not take the lock")
-
-    created = comm.check(lambda: take() if comm.rank == 0 else False)
+    created = comm.check(lambda: take_lock(d) if comm.rank == 0 else False)
     release = lambda: lock.unlink(missing_ok=True)  # noqa: E731
     comm.before_timeout_abort(release)  # a job ended by --comm-timeout leaves no lock
     try:

@@ -1,0 +1,26 @@
+"""The ``spdnn`` console script: Ctrl-C while the modules load, MPI starts or the command runs
+ends the job with one line (spdnn.interrupt) instead of a traceback per rank."""
+
+from __future__ import annotations
+
+import sys
+
+# The commands that run on the ranks of an MPI job (the others keep Python's KeyboardInterrupt
+# alone: ``spdnn emulate`` cleans its network namespaces up on it).
+DISTRIBUTED = ("train", "infer", "calibrate")
+
+
+def main() -> int:
+    try:
+        if len(sys.argv) > 1 and sys.argv[1] in DISTRIBUTED:
+            from spdnn.interrupt import watch
+
+            watch("spdnn")
+        from spdnn.cli.parser import main as run
+
+        return run()
+    except KeyboardInterrupt:
+        from spdnn.interrupt import interrupted
+
+        interrupted("spdnn")
+        return 130

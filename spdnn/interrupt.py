@@ -1,0 +1,68 @@
+"""Ctrl-C ends a job with one line and exit code 130, at any moment of it.
+
+The launcher forwards SIGINT to every rank; each gets a KeyboardInterrupt wherever it runs
+Python (``spdnn.cli.entry`` from the first import, ``Communicator.guard``, ``run_collectively``,
+the command's own handler) and leaves at once with 130: a normal exit would wait in
+MPI_Finalize for peers already gone, and MPI_Abort adds a line per rank. A rank blocked inside
+a C-level MPI wait (its peer gone) would never see the interrupt, so ``watch`` wakes a thread
+on the signal itself (``signal.set_wakeup_fd``), which prints the line at once and ends the
+process after GRACE seconds. The line is printed once, by rank 0 alone (the launcher's rank
+variable, known before MPI starts).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+# Seconds the main thread has to leave by itself (its KeyboardInterrupt, running the clean-up
+# on the way) before the watcher ends the process.
+GRACE = 1.0
+
+_said = threading.Lock()  # the line is printed once per process
+
+
+def launcher_rank() -> int:
+    """This process's rank as the launcher set it (0 without a launcher)."""
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def announce(prog: str = "spdnn", rank: int | None = None) -> None:
+    """Print ``PROG: interrupted``: from rank 0 only, once per process."""
+    if _said.acquire(blocking=False) and (launcher_rank() if rank is None else rank) == 0:
+        os.write(2, f"{prog}: interrupted\n".encode())
+
+
+def interrupted(prog: str = "spdnn", rank: int | None = None) -> None:
+    """Announce the interrupt and end this process with 130 at once."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # no second interrupt meanwhile
+    announce(prog, rank)
+    sys.stdout.flush()
+    os._exit(130)
+
+
+def watch(prog: str = "spdnn") -> None:
+    """From now on, SIGINT ends this process within GRACE seconds even while its main thread
+    is blocked in C. Call from the main thread, before MPI starts."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def wait() -> None:
+        while signal.SIGINT not in os.read(r, 512):
+            pass
+        announce(prog)  # at once: a peer that leaves first may make the launcher kill us
+        threading.Event().wait(GRACE)
+        interrupted(prog)
+
+    threading.Thread(target=wait, name="spdnn-interrupt", daemon=True).start()

@@ -1,0 +1,96 @@
+"""Files that survive a crash: every file is flushed to the disk before its rename and the
+directory after it; of several runs that find the same stale checkpoint lock, exactly one
+takes it."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from spdnn.errors import InputError
+from spdnn.io import atomic
+from spdnn.io.bundle import save_network
+from spdnn.io.planfile import save_plan
+from spdnn.model.generate import random_network
+from spdnn.model.plan import Plan
+from spdnn.runtime import checkpoint
+
+
+def test_a_file_is_flushed_before_its_rename_and_the_directory_after(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        events.append(("fsync", "dir" if os.path.isdir(target) else os.path.basename(target)))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("rename", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    net = random_network([6, 5, 3], 2, seed=0)
+    save_network(net, tmp_path / "net.npz")
+    save_plan(Plan(1, tuple(np.zeros(n, np.int32) for n in net.sizes), {}), tmp_path / "p.npz")
+    atomic.write_text(tmp_path / "m.json", "{}")
+    for name in ("net.npz", "p.npz", "m.json"):
+        i = events.index(("rename", name))
+        assert events[i - 1][0] == "fsync" and events[i - 1][1].startswith(f".{name}.")
+        assert events[i + 1] == ("fsync", "dir")
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _starter(directory, barrier, results):
+    barrier.wait()
+    try:
+        checkpoint.take_lock(directory)
+        results.put(("took", os.getpid()))
+    except InputError as exc:
+        results.put(("refused", str(exc)))
+
+
+@pytest.mark.parametrize("starters", [2, 4])
+def test_of_runs_finding_one_stale_lock_exactly_one_takes_it(tmp_path, monkeypatch, starters):
+    """The race the takeover must survive: every starter reads the dead run's lock, then waits
+    (0.2 s) before replacing it; without the serialised re-check all of them would hold it."""
+    monkeypatch.setattr(checkpoint, "_TAKEOVER_PAUSE", 0.2)
+    (tmp_path / "lock").write_text(f"{socket.gethostname()} {_dead_pid()}\n")
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(starters), ctx.Queue()
+    procs = [ctx.Process(target=_starter, args=(tmp_path, barrier, results))
+             for _ in range(starters)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(60)
+    took = [o for o in outcomes if o[0] == "took"]
+    assert len(took) == 1, outcomes
+    assert all("another run" in o[1] for o in outcomes if o[0] == "refused")
+    holder = (tmp_path / "lock").read_text().split()
+    assert holder == [socket.gethostname(), str(took[0][1])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lock"]
+
+
+def test_a_live_lock_is_refused_and_a_stale_one_taken(tmp_path):
+    (tmp_path / "lock").write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    with pytest.raises(InputError, match=f"another run \\(process {os.getpid()}"):
+        checkpoint.take_lock(tmp_path)
+    (tmp_path / "lock").write_text(f"{socket.gethostname()} {_dead_pid()}\n")
+    assert checkpoint.take_lock(tmp_path) is False
+    assert (tmp_path / "lock").read_text().split()[1] == str(os.getpid())
+    assert checkpoint.take_lock(tmp_path / "new") is True
