@@ -1,6 +1,7 @@
 """Partitioner backends: KaHyPar (``kahypar``) and, when installed, Mt-KaHyPar (``mtkahypar``).
 
-The C++ runs in forked child processes. KaHyPar ends the process on many errors (exit()/abort(),
+The C++ runs in child processes (forked; from a fork server inside an MPI job or beside other
+threads, spdnn.processes.child_context). KaHyPar ends the process on many errors (exit()/abort(),
 not exceptions) and must get a fresh Context, so each call gets a fresh child. Mt-KaHyPar's thread
 pool can be sized only once per process, so each thread count gets one long-lived worker child.
 A child's death or a timeout becomes a one-line SpdnnError. Inputs are validated here before they
@@ -10,7 +11,6 @@ reach C++.
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing as mp
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.processes import die_with_parent
+from spdnn.processes import child_context, die_with_parent
 
 KAHYPAR_INI = Path(__file__).resolve().parent / "kahypar_km1.ini"
 BACKENDS = ("kahypar", "mtkahypar")
@@ -137,8 +137,9 @@ def check_backend(backend: str, threads: int = 1) -> None:
 
 
 def _start(target: Callable[..., None], *args: Any) -> tuple[BaseProcess, Connection]:
-    ours, theirs = mp.get_context("fork").Pipe()
-    child = mp.get_context("fork").Process(target=target, args=(*args, theirs), daemon=True)
+    ctx = child_context()  # fork, unless inside an MPI job or beside other threads
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=target, args=(*args, theirs), daemon=True)
     child.start()
     theirs.close()
     return child, ours

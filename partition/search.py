@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.processes import die_with_parent
+from spdnn.processes import die_with_parent, fork_is_safe
 
 from ._kernels import connectivity
 from .backends import layer_backends
@@ -147,7 +147,14 @@ class Runner:
     """Runs tasks in this process (jobs = 1) or on forked worker processes; a task's
     OutOfTime or BalanceError is its result, any other exception propagates."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, log: Log | None = None) -> None:
+        # Workers inherit the search by fork; inside an MPI job or beside other threads fork is
+        # unsafe, and the tasks run here instead (the plan does not depend on jobs).
+        if jobs > 1 and not fork_is_safe():
+            if log:
+                log(f"--jobs {jobs}: the tasks run in this process (forking is unsafe inside "
+                    "an MPI job or beside other threads)")
+            jobs = 1
         self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"),
                                         initializer=die_with_parent) \
             if jobs > 1 else None
@@ -193,7 +200,7 @@ def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,
     log, backend, fine = s.log, s.group_backend, s.fine_name
     if shortcuts and s.coarse is None:
         s.probe_base = min(layer1_volume(s.hg, p, s.nparts) for p in baselines.values())
-    runner = Runner(jobs)
+    runner = Runner(jobs, log)
     unfinished: list[str] = []
     taken: list[str] = []
     starts: dict[str, np.ndarray] = dict(baselines)

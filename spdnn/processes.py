@@ -1,9 +1,14 @@
-"""Whether a process still runs: for locks and namespaces named after the process that made
-them (a checkpoint directory's lock, an emulated network), left behind when it was killed."""
+"""Processes: whether one still runs (for locks and namespaces named after the process that
+made them, left behind when it was killed), ending with the parent, and how to start helper
+processes safely (never ``fork`` inside an MPI job or beside other threads)."""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
 
 
 def pid_alive(pid: int) -> bool:
@@ -34,3 +39,31 @@ def die_with_parent() -> None:
         return
     if os.getppid() == 1:  # the parent ended before the call took effect
         os._exit(1)
+
+
+def fork_is_safe() -> bool:
+    """False inside a running MPI job of more than one process (a forked child shares the
+    parent's MPI state and network endpoints with its peers) and while other threads run (a
+    lock one of them holds stays locked in the child forever). A lone process that started MPI
+    for itself (a singleton, as the test suite's) may fork."""
+    import sys
+    import threading
+
+    if threading.active_count() > 1:
+        return False
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None:
+        try:
+            return not mpi.Is_initialized() or mpi.Is_finalized() or \
+                mpi.COMM_WORLD.Get_size() == 1
+        except Exception:  # noqa: BLE001 (an MPI that cannot say: assume the worst)
+            return False
+    return True
+
+
+def child_context() -> BaseContext:
+    """Where to start a helper process: ``fork`` (fast, shares memory) where that is safe,
+    else ``forkserver`` (a clean server process forks the children)."""
+    import multiprocessing as mp
+
+    return mp.get_context("fork" if fork_is_safe() else "forkserver")

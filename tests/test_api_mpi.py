@@ -79,3 +79,16 @@ def test_bad_run_options_are_one_agreed_error(comm):
     net = small_network((64, 24, 10), fan_in=6, seed=3)
     with pytest.raises(AgreedError, match="exchange must be auto, dense or sparse"):
         spdnn.infer(net, run=spdnn.RunOptions(exchange="bitmaps"), comm=comm)
+
+
+def test_the_partitioner_inside_an_mpi_job_does_not_fork(comm):
+    """Inside a job of several ranks KaHyPar's children come from a fork server and --jobs
+    runs in the rank itself; every rank finds the same plan."""
+    from spdnn.processes import child_context, fork_is_safe
+
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=1)
+    assert fork_is_safe() == (comm.size == 1)
+    assert child_context().get_start_method() == ("fork" if comm.size == 1 else "forkserver")
+    plan = partition(net, parts=max(comm.size, 2), jobs=2)
+    mine = np.concatenate(plan.owners)
+    assert all(np.array_equal(mine, other) for other in comm.allgather(mine))

@@ -250,3 +250,28 @@ def test_starts_far_behind_are_not_refined_and_only_those(net, nparts):
     assert plan.meta["stats"]["volume"] == full.meta["stats"]["volume"]
     # RadiX-Net at P = 8: block and random are 20x behind; the random network: all close.
     assert bool(plan.meta["shortcuts"]) == (net.sizes[1] == 1024)
+
+
+def test_no_fork_beside_other_threads_and_the_same_plan():
+    """Inside an MPI job or beside other threads a forked child could inherit a held lock or
+    the parent's MPI endpoints: KaHyPar's children come from a fork server, --jobs runs in
+    this process, and the plan is the one a lone process finds."""
+    import threading
+
+    from spdnn.processes import child_context, fork_is_safe
+
+    patterns = network_patterns(random_network([30, 40, 40, 8], 5, seed=2))
+    alone = partition_network(patterns, 3, jobs=2)
+    assert fork_is_safe() and child_context().get_start_method() == "fork"
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not fork_is_safe() and child_context().get_start_method() == "forkserver"
+        lines = []
+        beside = partition_network(patterns, 3, jobs=2, log=lines.append)
+    finally:
+        stop.set()
+        thread.join()
+    assert all(np.array_equal(a, b) for a, b in zip(alone.owners, beside.owners))
+    assert any("run in this process" in line for line in lines)
