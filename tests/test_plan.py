@@ -134,3 +134,21 @@ def test_imbalance_limits_and_the_balance_report():
     assert balance_report(over, limits) == \
         "OVER the balance limit on layer(s) 1 (50.00% > 28.00%)"
     assert balance_report(over, None) == "max imbalance 50.00% (layer 1)"
+
+
+def test_cut_pairs_by_table_equal_cut_pairs_by_sorting(monkeypatch):
+    from spdnn.model import plan as plan_module
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        n_in, n_out, nparts = int(rng.integers(1, 60)), int(rng.integers(1, 60)), \
+            int(rng.integers(1, 9))
+        indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 5, n_out))])
+        indices = rng.integers(0, n_in, indptr[-1]).astype(np.int32)
+        owner_out = rng.integers(0, nparts, n_out).astype(np.int32)
+        owner_in = rng.integers(0, nparts, n_in).astype(np.int32)
+        table = plan_module.cut_pairs(indptr, indices, owner_out, owner_in, nparts)
+        monkeypatch.setattr(plan_module, "CUT_TABLE_CELLS", 0)
+        sorted_ = plan_module.cut_pairs(indptr, indices, owner_out, owner_in, nparts)
+        monkeypatch.undo()
+        assert all(np.array_equal(a, b) for a, b in zip(table, sorted_))
