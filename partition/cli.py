@@ -123,7 +123,7 @@ def windowed(args: argparse.Namespace, log: Callable[[str], None]) -> bool:
     done = partition_windows(
         bundle, args.nparts, windows, method=args.method, epsilon=args.epsilon,
         seed=args.seed, backend=args.backend, objective=args.objective, threads=args.threads,
-        jobs=args.jobs, shortcuts=not args.no_shortcuts, fingerprint=bundle.fingerprint(),
+        jobs=args.jobs, shortcuts=not args.no_shortcuts,
         log=log, time_limit=None if args.time_limit is None else search_budget(args.time_limit))
     plan = done.plan
     plan.meta["partition_seconds"] = time.perf_counter() - t0

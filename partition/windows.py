@@ -20,6 +20,7 @@ import numpy as np
 
 from spdnn.errors import SpdnnError
 from spdnn.model.memory import format_bytes
+from spdnn.model.network import Fingerprint
 from spdnn.model.plan import (
     Pattern,
     Plan,
@@ -164,8 +165,12 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
                       group_starts: int = 3, fingerprint: str | None = None,
                       log: Log | None = None) -> Windowed:
     """A plan of ``nparts`` built window by window (``method`` hypergraph, or a baseline read
-    a window at a time). The time limit is shared among the windows by their pins."""
+    a window at a time). The time limit is shared among the windows by their pins. Without
+    ``fingerprint``, the network's is computed from the layers as the windows read them
+    (a file of 4e9 nonzeros is then read once, not twice)."""
     deadline = Deadline(time_limit)
+    sizes = (source.shapes[0][1], *(s[0] for s in source.shapes))
+    hashing = Fingerprint(sizes) if fingerprint is None else None
     owners: list[np.ndarray] = []
     block_owners: list[np.ndarray] = []  # kept: the plan falls back to it
     stats: list[PlanStats] = []
@@ -181,6 +186,10 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
         if log:
             log(f"{where}: {w.pins:,} pins, predicted {format_bytes(w.predicted)}")
         patterns = [(*source.pattern(k), source.shapes[k - 1]) for k in range(w.first, w.last + 1)]
+        if hashing is not None:  # each layer once, in order (windows overlap by one)
+            for k, (indptr, indices, _) in enumerate(patterns, start=w.first):
+                if k > (windows[i - 2].last if i > 1 else 0):
+                    hashing.add(indptr, indices)
         fixed = owners[w.first - 1] if w.first > 1 else None
         # The layers this window settles: all but its last when the next window overlaps it.
         keep = len(patterns) - (i < len(windows) and windows[i].first == w.last)
@@ -237,7 +246,8 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
     meta: dict[str, Any] = {
         "method": method, "objective": objective, "chosen_start": method_used,
         "epsilon": epsilon, "seed": seed, "backend": backend if method == "hypergraph" else None,
-        "exact_sweeps": 0, "threads": threads, "fingerprint": fingerprint,
+        "exact_sweeps": 0, "threads": threads,
+        "fingerprint": fingerprint if hashing is None else hashing.hexdigest(),
         "time_limit": time_limit, "unfinished": unfinished, "shortcuts": taken,
         "windows": [[w.first, w.last] for w in windows], "window_starts": chosen,
         "baseline_volumes": {b: _volume(st, objective) for b, st in baselines.items()},

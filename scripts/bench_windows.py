@@ -10,7 +10,8 @@ networks larger than memory") shows them all.
     python scripts/bench_windows.py rx16384x120.npz -P 64 --memory-limit 1200M \
         --time-limit 600 --jobs 2
     python scripts/bench_windows.py rx65536x1920.npz -P 2 --memory-limit 8G \
-        --time-limit 3000 --no-whole
+        --time-limit 3600 --no-whole --workdir W2
+    python scripts/bench_windows.py - -P 0 --report W2/bench_windows.json   # the table
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -103,10 +104,16 @@ def main() -> None:
     p.add_argument("--no-whole", action="store_true", help="only the windowed run")
     p.add_argument("--workdir", default="/tmp/spdnn-bench-windows")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--report", nargs="*", metavar="JSON",
+                   help="run nothing: write the table of the rows stored in WORKDIR and in "
+                        "these other bench_windows.json files")
     args = p.parse_args()
     store = Path(args.workdir) / "bench_windows.json"
     rows = json.loads(store.read_text()) if store.exists() else []
-    for windowed in ([True] if args.no_whole else [False, True]):
+    for other in args.report or []:
+        rows += json.loads(Path(other).read_text())
+    for windowed in ([] if args.report is not None else
+                     [True] if args.no_whole else [False, True]):
         row = run(args, windowed)
         rows = [r for r in rows if (r["network"], r["P"], r["mode"]) !=
                 (row["network"], row["P"], row["mode"])] + [row]

@@ -11,7 +11,7 @@ from spdnn import threads  # noqa: F401  (must run before numpy is imported)
 # name -> the module that defines it, imported on first use (PEP 562): ``import spdnn`` stays
 # light, so the command line can take Ctrl-C from its first moment (spdnn.cli.entry).
 _HOMES = {
-    "infer": "spdnn.api", "train": "spdnn.api",
+    "infer": "spdnn.api", "predict": "spdnn.api", "train": "spdnn.api",
     "InputError": "spdnn.errors", "SpdnnError": "spdnn.errors",
     "NETWORK_FORMAT": "spdnn.io.bundle", "NetworkBundle": "spdnn.io.bundle",
     "load_network": "spdnn.io.bundle", "save_network": "spdnn.io.bundle",
@@ -58,6 +58,7 @@ __all__ = [
     "TrainOptions",
     "TrainResult",
     "infer",
+    "predict",
     "local_network",
     "radixnet",
     "random_network",

@@ -10,7 +10,7 @@ waiting in a collective. Each rank reads only its own rows of the network file.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from spdnn.model.network import Network
 from spdnn.model.records import (
@@ -22,10 +22,19 @@ from spdnn.model.records import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    import scipy.sparse as sp
+
     from spdnn.comm import Communicator, MPIComm
+    from spdnn.io.datasets import Dataset
     from spdnn.model.reports import EpochReport
 
-__all__ = ["InferResult", "RunOptions", "TrainOptions", "TrainResult", "infer", "train"]
+__all__ = ["InferResult", "RunOptions", "TrainOptions", "TrainResult", "infer", "predict",
+           "train"]
+
+# A data source: a name (``digits``, ``npz:FILE``, ``mnist:DIR``, ``xc:DIR``), ``(x, y)``,
+# ``(x, y, x_test, y_test)`` or a Dataset.
+DataSource = Union[str, "Dataset", tuple]
 
 def _communicator(comm: MPIComm | Communicator | None) -> Communicator:
     from spdnn.comm import Communicator, world
@@ -43,14 +52,16 @@ def _timeout(run: RunOptions) -> float | None:
     return float(t) if ok else None
 
 
-def train(network: Path | Network, *, data: str = "digits", run: RunOptions | None = None,
+def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptions | None = None,
           options: TrainOptions | None = None, save: Path | None = None,
           metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
           verbose: bool = False, on_epoch: Callable[[EpochReport], None] | None = None
           ) -> TrainResult:
     """Train ``network`` (a bundle's path, or a ``Network`` that every rank holds) on ``data``
-    (``digits``, ``npz:FILE`` or ``mnist:DIR``) across the ranks of ``comm`` (default: every
-    rank of the job); with
+    across the ranks of ``comm`` (default: every rank of the job). ``data``: a source by name
+    (``digits``, ``npz:FILE``, ``mnist:DIR``, ``xc:DIR``), or in memory on every rank alike:
+    ``(x, y)`` or ``(x, y, x_test, y_test)``, ``x`` a numpy array or scipy sparse matrix
+    (samples x features), ``y`` integer labels; or a ``Dataset``. With
     ``save``, write the trained network, with ``metrics_out`` the metrics as JSON.
     ``verbose``: rank 0 prints what ``spdnn train`` prints; ``on_epoch`` is called on rank 0
     after each epoch. Collective."""
@@ -67,12 +78,14 @@ def train(network: Path | Network, *, data: str = "digits", run: RunOptions | No
         c.watch(None)
 
 
-def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | None = None,
+def infer(network: Path | Network, *, inputs: DataSource = "digits",
+          run: RunOptions | None = None,
           truth: Path | None = None, categories_out: Path | None = None,
           metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
           verbose: bool = False, lsh: str | None = None) -> InferResult:
     """Inference with ``network`` (a path or a ``Network``): accuracy on the test split of a
-    data set (``digits``, ``npz:FILE``, ``mnist:DIR``; ``xc:DIR``: P@1 and P@5, among the
+    data set (``digits``, ``npz:FILE``, ``mnist:DIR``, or in memory as ``train`` takes it;
+    ``xc:DIR``: P@1 and P@5, among the
     output neurons that ``lsh`` tables retrieve when given), or the Graph Challenge categories
     of an images file (``.tsv`` / ``.mtx``; with ``truth``, compared with an official category
     file; ``categories_out`` writes them, 1-based). Collective."""
@@ -84,5 +97,23 @@ def infer(network: Path | Network, *, inputs: str = "digits", run: RunOptions | 
     try:
         return c.guard(lambda: run_inference(c, network, inputs, run, truth,
                                              categories_out, metrics_out, verbose, lsh))
+    finally:
+        c.watch(None)
+
+
+def predict(network: Path | Network, inputs: np.ndarray | sp.spmatrix, *,
+            run: RunOptions | None = None, scores: bool = False,
+            comm: MPIComm | Communicator | None = None) -> np.ndarray:
+    """The class of each sample of ``inputs`` (samples x features, numpy or scipy sparse, the
+    same on every rank): an int64 array of one class per sample; with ``scores``, the output
+    layer's values instead (samples x outputs). Every rank gets the whole result, under any
+    plan and grid. Collective."""
+    from spdnn.jobs.predict import run_prediction
+
+    c = _communicator(comm)
+    run = run or RunOptions()
+    c.watch(_timeout(run))
+    try:
+        return c.guard(lambda: run_prediction(c, network, inputs, run, scores))
     finally:
         c.watch(None)

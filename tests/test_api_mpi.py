@@ -87,8 +87,68 @@ def test_the_partitioner_inside_an_mpi_job_does_not_fork(comm):
     from spdnn.processes import child_context, fork_is_safe
 
     net = small_network((20, 24, 18, 6), fan_in=5, seed=1)
-    assert fork_is_safe() == (comm.size == 1)
-    assert child_context().get_start_method() == ("fork" if comm.size == 1 else "forkserver")
+    if comm.size > 1:  # alone, it may fork unless a thread (a job's watchdog) still runs
+        assert not fork_is_safe()
+    assert child_context().get_start_method() == ("fork" if fork_is_safe() else "forkserver")
     plan = partition(net, parts=max(comm.size, 2), jobs=2)
     mine = np.concatenate(plan.owners)
     assert all(np.array_equal(mine, other) for other in comm.allgather(mine))
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_arrays_in_predictions_out_equal_the_serial_reference(comm, mpi_tmp_path, replicas,
+                                                              sparse):
+    """A researcher's arrays (numpy, or scipy sparse) train the network as the serial
+    reference does; ``predict`` gives every rank each sample's class and output scores, under
+    a plan and with replicas."""
+    import scipy.sparse as sp
+
+    from spdnn.reference import predict as reference_predict
+
+    if comm.size % replicas:
+        pytest.skip(f"{comm.size} ranks do not hold {replicas} replicas")
+    digits = load_dataset("digits", "float64")
+    x, y, xt = digits.x_train[:200], digits.y_train[:200], digits.x_test[:37]
+    if sparse:
+        x, xt = sp.csr_matrix(x), sp.csr_matrix(xt)
+    net = small_network((64, 24, 18, 10), fan_in=6, seed=3)
+    plan = partition(net, parts=comm.size // replicas, method="cyclic")
+    run = spdnn.RunOptions(plan=plan, dtype="float64", replicas=replicas)
+    options = spdnn.TrainOptions(epochs=2, batch_size=32, lr=0.05, momentum=0.9, seed=5)
+    saved = mpi_tmp_path / f"arrays-{replicas}-{sparse}.npz"
+    spdnn.train(net, data=(x, y), run=run, options=options, save=saved, comm=comm)
+    expected, _ = reference_train(net, spdnn.Dataset(name="arrays", x_train=digits.x_train[:200],
+                                                     y_train=y), 2, 32, SGDConfig(0.05, 0.9),
+                                  seed=5)
+    got = spdnn.load_network(saved)
+    for a, b in zip(got.layers, expected.layers):
+        np.testing.assert_allclose(a.weight.toarray(), b.weight.toarray(), rtol=0, atol=1e-10)
+    scores = spdnn.predict(saved, xt, run=run, scores=True, comm=comm)
+    classes = spdnn.predict(saved, xt, run=run, comm=comm)
+    want = reference_predict(expected, digits.x_test[:37])
+    assert scores.shape == (37, 10) and classes.shape == (37,) and classes.dtype == np.int64
+    np.testing.assert_allclose(scores, want, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(classes, np.argmax(want, axis=1))
+    assert all(np.array_equal(classes, c) for c in comm.allgather(classes))
+
+
+def test_arrays_that_are_wrong_or_differ_between_ranks_are_refused(comm):
+    net = small_network((64, 24, 10), fan_in=6, seed=3)
+    run = spdnn.RunOptions(plan=partition(net, parts=comm.size, method="cyclic"))
+    x = np.zeros((20, 64))
+    for data, message in (((x, np.zeros(19, int)), "one label per sample"),
+                          ((x[:, :60], np.zeros(20, int)), "x has 60 features but the"),
+                          ((x, np.full(20, -1)), "negative label"),
+                          ((np.full((20, 64), np.nan), np.zeros(20, int)), "NaN"),
+                          ((x,), "data must be")):
+        with pytest.raises(AgreedError, match=message):
+            spdnn.train(net, data=data, run=run, options=spdnn.TrainOptions(epochs=1),
+                        comm=comm)
+    with pytest.raises(AgreedError, match="inputs has 63 features"):
+        spdnn.predict(net, x[:, :63], run=run, comm=comm)
+    if comm.size > 1:
+        mine = (x[: 20 - comm.rank], np.zeros(20 - comm.rank, int))
+        with pytest.raises(AgreedError, match="data in memory differs between ranks"):
+            spdnn.train(net, data=mine, run=run, options=spdnn.TrainOptions(epochs=1),
+                        comm=comm)

@@ -154,3 +154,13 @@ def test_the_python_api_partitions_in_windows(tmp_path):
                           ({"window_layers": 2, "epsilon": 2.0}, "epsilon must be")):
         with pytest.raises(SpdnnError, match=fragment):
             partition(net, parts=3, **bad)
+
+
+def test_the_windows_fingerprint_the_network_as_they_read_it(tmp_path):
+    net = random_network([40, 60, 50, 60, 10], 6, seed=1)
+    save_network(net, tmp_path / "net.npz")
+    with NetworkBundle(tmp_path / "net.npz") as bundle:
+        for layers in (1, 2, 4):
+            windows = choose_windows(bundle, 2, limit=2**40, max_layers=layers)
+            done = partition_windows(bundle, 2, windows, method="block")
+            assert done.plan.meta["fingerprint"] == net.fingerprint()

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
-from spdnn.io.datasets import Dataset, check_fits, load_dataset
+from spdnn.io.datasets import Dataset, check_fits
 from spdnn.io.formats import read_categories, write_categories
 from spdnn.io.images import ImageShare, read_image_share
-from spdnn.jobs._open import open_job
+from spdnn.jobs._open import data_name, open_data, open_job
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import Network
@@ -39,9 +40,10 @@ def _lsh(text: str, sizes: tuple[int, ...]) -> LshSpec:
     return spec
 
 
-def is_dataset(spec: str) -> bool:
-    """A labelled data set (accuracy), not Graph Challenge images (categories)."""
-    return spec == "digits" or spec.startswith(DATA_SETS[1:])
+def is_dataset(spec: Any) -> bool:  # noqa: ANN401
+    """A labelled data set (accuracy; by name, or in memory), not Graph Challenge images
+    (categories)."""
+    return not isinstance(spec, str) or spec == "digits" or spec.startswith(DATA_SETS[1:])
 
 
 def dataset_inputs(comm: Communicator, job: Opened, spec: str, dtype: str
@@ -49,11 +51,12 @@ def dataset_inputs(comm: Communicator, job: Opened, spec: str, dtype: str
     """The data set, my feature columns of its test split (else its training split) and the
     labels. Collective."""
     net = job.dnet if job.dnet is not None else job.stream
-    data = comm.check(lambda: load_dataset(spec, dtype, features=net.input_rows))
+    data = open_data(comm, spec, dtype, net.input_rows, job.bundle.sizes[0])
     x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
                                                                         data.y_train)
-    comm.check(lambda: check_fits(data, job.bundle.sizes, spec))
-    return data, comm.check(lambda: local_inputs(net, x, spec, data.features)), y
+    name = data_name(spec)
+    comm.check(lambda: check_fits(data, job.bundle.sizes, name))
+    return data, comm.check(lambda: local_inputs(net, x, name, data.features)), y
 
 
 def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.PathLike | None,

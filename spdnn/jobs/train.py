@@ -10,7 +10,7 @@ from typing import Any
 
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
-from spdnn.io.datasets import check_fits, load_dataset
+from spdnn.io.datasets import check_fits
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
@@ -74,11 +74,12 @@ def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
     return note
 
 
-def run_training(comm: Communicator, network: str | os.PathLike | Network, data_spec: str,
+def run_training(comm: Communicator, network: str | os.PathLike | Network, data_spec: Any,
                  run: RunOptions, opt: TrainOptions, save: str | os.PathLike | None,
                  metrics_out: str | os.PathLike | None, verbose: bool,
                  on_epoch: Callable[[EpochReport], None] | None) -> TrainResult:
     """The job behind ``spdnn.train`` and ``spdnn train``. Collective."""
+    from spdnn.jobs._open import data_name, open_data
     from spdnn.jobs.progress import Progress
 
     cfg = comm.check(lambda: _config(opt))
@@ -87,8 +88,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     job = open_training(comm, network, run, cfg, save, metrics_out, verbose)
     sizes, dnet = job.bundle.sizes, job.dnet
     # each rank reads only its model part's input columns
-    data = comm.check(lambda: load_dataset(data_spec, run.dtype, features=dnet.input_rows))
-    comm.check(lambda: check_fits(data, sizes, data_spec))
+    data = open_data(comm, data_spec, run.dtype, dnet.input_rows, sizes[0])
+    comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes))
     position, momentum, lossy = None, None, None
     if opt.resume:

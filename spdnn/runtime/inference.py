@@ -45,6 +45,8 @@ def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
     if features is not None:
         if not np.array_equal(features, dnet.input_rows):
             raise ValueError("the data's columns are not this rank's inputs")
+        if sp.issparse(x):
+            return sp.csr_matrix(x, dtype=dnet.dtype)
         return np.ascontiguousarray(x, dtype=dnet.dtype)
     if x.shape[1] != dnet.sizes[0]:
         raise InputError(source, f"data has {x.shape[1]} features but the network's layer 0 "

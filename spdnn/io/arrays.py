@@ -1,0 +1,98 @@
+"""Data in memory, as a researcher holds it: ``(x, y)`` or ``(x, y, x_test, y_test)`` with
+``x`` a numpy array or scipy sparse matrix (samples x features) and ``y`` integer labels, or a
+``Dataset``. Checked once here, then cut to a rank's feature columns and converted to the
+job's value type, like a data file (spdnn.io.datasets)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import SpdnnError
+from spdnn.io.datasets import Dataset
+from spdnn.model.labels import MultiLabels
+from spdnn.model.network import as_dtype
+
+SOURCE = "data in memory"
+
+
+def matrix(x: Any, name: str, dtype: Any, features: np.ndarray | None,  # noqa: ANN401
+           n_in: int | None = None) -> tuple[np.ndarray | sp.csr_matrix, int]:
+    """``x`` checked (against the network's ``n_in`` inputs when given), cut to ``features``
+    and converted; with its number of columns."""
+    if sp.issparse(x):
+        x = sp.csr_matrix(x)
+        values = x.data
+    else:
+        x = np.asarray(x)
+        values = x
+    if x.ndim != 2:
+        raise SpdnnError(f"{SOURCE}: {name} must be 2-D (samples x features), not shape "
+                         f"{x.shape}")
+    if values.dtype.kind not in "biuf":
+        raise SpdnnError(f"{SOURCE}: {name} must hold numbers, not {values.dtype}")
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        raise SpdnnError(f"{SOURCE}: {name} holds NaN or infinite values")
+    n_features = x.shape[1]
+    if n_in is not None and n_features != n_in:
+        raise SpdnnError(f"{SOURCE}: {name} has {n_features} features but the network's layer "
+                         f"0 has {n_in} neurons")
+    if features is not None:
+        x = x[:, features]
+    if sp.issparse(x):
+        return sp.csr_matrix(x, dtype=as_dtype(dtype)), n_features
+    return np.ascontiguousarray(x, dtype=as_dtype(dtype)), n_features
+
+
+def _labels(y: Any, name: str, n: int) -> np.ndarray:  # noqa: ANN401
+    if isinstance(y, MultiLabels):
+        raise SpdnnError(f"{SOURCE}: label sets ({name}) are read from xc:DIR files; in "
+                         "memory, give one integer label per sample")
+    y = np.asarray(y)
+    if y.ndim != 1 or len(y) != n:
+        raise SpdnnError(f"{SOURCE}: {name} must hold one label per sample ({n}), not shape "
+                         f"{y.shape}")
+    if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+        y = y.astype(np.int64)
+    if y.dtype.kind not in "iub":
+        raise SpdnnError(f"{SOURCE}: {name} must be integer class labels, not {y.dtype}")
+    if len(y) and y.min() < 0:
+        raise SpdnnError(f"{SOURCE}: {name} holds a negative label ({y.min()})")
+    return y.astype(np.int64)
+
+
+def from_memory(data: Any, dtype: Any, *,  # noqa: ANN401
+                features: np.ndarray | None = None, n_in: int | None = None) -> Dataset:
+    """A Dataset from ``(x, y)``, ``(x, y, x_test, y_test)`` or a Dataset; ``features``: the
+    columns this rank keeps (its model part's inputs) of the network's ``n_in``."""
+    name = "arrays"
+    if isinstance(data, Dataset):
+        if data.features is not None:
+            raise SpdnnError(f"{SOURCE}: a Dataset read with only some columns cannot be "
+                             "given to a job; load it with every column")
+        name, data = data.name, (data.x_train, data.y_train, data.x_test, data.y_test)
+    if not isinstance(data, (tuple, list)) or len(data) not in (2, 4):
+        raise SpdnnError("data must be a source name (digits, npz:FILE, mnist:DIR, xc:DIR), a "
+                         "Dataset, (x, y) or (x, y, x_test, y_test)")
+    x, y, x_test, y_test = (*data, None, None)[:4]
+    x, n_features = matrix(x, "x", dtype, features, n_in)
+    y = _labels(y, "y", x.shape[0])
+    if (x_test is None) != (y_test is None):
+        raise SpdnnError(f"{SOURCE}: x_test and y_test go together")
+    if x_test is not None:
+        x_test, _ = matrix(x_test, "x_test", dtype, features, n_features)
+        y_test = _labels(y_test, "y_test", x_test.shape[0])
+    return Dataset(name=name, x_train=x, y_train=y, x_test=x_test, y_test=y_test,
+                   features=features, total_features=n_features)
+
+
+def signature(data: Dataset) -> tuple:
+    """What every rank's copy must agree on: shapes and label sums (cheap, not a hash)."""
+    def labels(y: np.ndarray | None) -> int | None:
+        return None if y is None else int(np.asarray(y, dtype=np.int64).sum())
+
+    test = None if data.x_test is None else data.x_test.shape[0]
+    return (data.name, data.x_train.shape[0], data.total_features, labels(data.y_train), test,
+            labels(data.y_test))
