@@ -44,3 +44,17 @@ def test_multi_label_training_on_every_grid_equals_the_serial_reference(
                             batch_size=37)
         assert (p1, p5) == reference_precisions(expected, data.x_test, data.y_test)
         run.dnet.grid.free()
+
+
+def test_infer_on_label_sets_names_p_at_1_and_p_at_5(comm, mpi_tmp_path):
+    import spdnn
+    from partition import partition
+
+    data = load_dataset(f"xc:{SAMPLE}", "float64")
+    net = small_network((data.n_features, 24, data.n_classes), fan_in=6, seed=3)
+    run = spdnn.RunOptions(plan=partition(net, parts=comm.size, method="cyclic"),
+                           dtype="float64")
+    got = spdnn.infer(net, inputs=f"xc:{SAMPLE}", run=run, comm=comm)
+    want = reference_precisions(net, data.x_test, data.y_test)
+    assert (got.precision_at_1, got.precision_at_5) == pytest.approx(want, abs=1e-12)
+    assert got.accuracy == got.precision_at_1

@@ -170,7 +170,9 @@ def dataset_outcome(comm: Communicator, grid: Grid, acc: float, what: str, sampl
                                    "seconds": seconds, "ranks": comm.size,
                                    "traffic": counted, "memory": mem})
     return InferResult(rank=comm.rank, samples=samples, seconds=seconds, ranks=comm.size,
-                       accuracy=acc, traffic=counted, memory=mem)
+                       accuracy=acc, precision_at_1=extra.get("precision_at_1"),
+                       precision_at_5=extra.get("precision_at_5"), traffic=counted,
+                       memory=mem)
 
 
 def challenge_inputs(comm: Communicator, job: Opened, spec: str,

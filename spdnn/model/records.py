@@ -102,14 +102,17 @@ class TrainResult:
 
 @dataclass(frozen=True, kw_only=True)
 class InferResult:
-    """What ``infer`` returns on every rank: the accuracy on a labelled data set, or the
-    Graph Challenge categories (``categories``, 0-based, and the rate in edges per second)."""
+    """What ``infer`` returns on every rank: the accuracy on a labelled data set (on label
+    sets, P@1, also ``precision_at_1``, and ``precision_at_5``), or the Graph Challenge
+    categories (``categories``, 0-based, and the rate in edges per second)."""
 
     samples: int
     seconds: float
     rank: int  # of this process in the job's communicator
     ranks: int
     accuracy: float | None = None
+    precision_at_1: float | None = None
+    precision_at_5: float | None = None
     categories: Any = None  # np.ndarray of the inputs that reach the last layer
     rate: float | None = None
     traffic: dict[str, Any] = field(default_factory=dict)
