@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from spdnn.cli.options import OneLineParser
 from spdnn.errors import SpdnnError
 
 EXAMPLES = """\
@@ -28,7 +29,7 @@ examples:
 
 
 def parser_partition() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="spdnn-partition",
         description="Assign every neuron of every layer to one of P ranks, minimising the "
                     "communication volume with every layer balanced; writes a plan file. "
@@ -83,7 +84,7 @@ def parser_partition() -> argparse.ArgumentParser:
 
 
 def parser_stats() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="spdnn-partition stats",
+    p = OneLineParser(prog="spdnn-partition stats",
                                 description="Print the statistics of a plan.")
     p.add_argument("network")
     p.add_argument("plan")
@@ -99,7 +100,7 @@ def parser_stats() -> argparse.ArgumentParser:
 
 
 def parser_export() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="spdnn-partition export",
+    p = OneLineParser(prog="spdnn-partition export",
                                 description="Write the network's hypergraph in hMETIS format.")
     p.add_argument("network")
     p.add_argument("-o", "--output", required=True)
@@ -110,7 +111,7 @@ def parser_export() -> argparse.ArgumentParser:
 
 
 def parser_import() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="spdnn-partition import",
+    p = OneLineParser(prog="spdnn-partition import",
                                 description="Turn a partition file (one block per line, hMETIS "
                                             "convention, vertices numbered layer after layer) "
                                             "into a plan.")

@@ -8,7 +8,7 @@ from spdnn.io.bundle import save_network
 from spdnn.io.planfile import load_plan
 from spdnn.model.generate import radixnet, random_network
 from spdnn.model.plan import balance_limit, network_patterns, plan_statistics
-from tests.helpers import assert_one_line_error, run_spdnn, small_network
+from tests.helpers import assert_one_line_error, run_cli, run_spdnn, small_network
 
 NETWORKS = {
     "random": lambda: random_network([40, 48, 48, 10], 6, seed=3),
@@ -294,3 +294,12 @@ def test_a_dead_mtkahypar_worker_is_an_error_then_replaced():
                                          "exit code -9"):
         backends.solve(problem, "mtkahypar", threads=3)
     np.testing.assert_array_equal(backends.solve(problem, "mtkahypar", threads=3), first)
+
+
+@pytest.mark.parametrize("args", [("net.npz", "-P", "2", "-o", "p.npz", "--bogus"),
+                                  ("net.npz", "-P", "two", "-o", "p.npz"),
+                                  ("stats", "net.npz"), ("export", "net.npz", "--bogus"),
+                                  ("import", "net.npz"), ("model", "--bogus")])
+def test_a_bad_option_is_one_line_for_every_form(tmp_path, args):
+    proc = run_cli(*args, module="partition")
+    assert_one_line_error(proc, "spdnn-partition", "--help")
