@@ -97,3 +97,16 @@ def test_run_options_refuse_a_limit_that_is_not_a_byte_count(value):
 
     with pytest.raises(SpdnnError, match="memory_limit must be a number of bytes"):
         check_run_options(RunOptions(memory_limit=value))
+
+
+def test_the_api_takes_spdnn_threads_unless_told_otherwise(monkeypatch):
+    from spdnn.model.records import RunOptions, check_run_options, kernel_threads
+
+    monkeypatch.delenv("SPDNN_THREADS", raising=False)
+    assert kernel_threads(RunOptions()) == 1
+    monkeypatch.setenv("SPDNN_THREADS", "2")
+    assert kernel_threads(RunOptions()) == 2
+    assert kernel_threads(RunOptions(threads=1)) == 1
+    for bad in (0, 1.5, True):
+        with pytest.raises(SpdnnError, match="threads must be an integer"):
+            check_run_options(RunOptions(threads=bad))

@@ -16,7 +16,7 @@ from spdnn.io.datasets import Dataset, load_dataset
 from spdnn.io.paths import check_outputs
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Network
-from spdnn.model.records import RunOptions, candidate_plans, check_run_options
+from spdnn.model.records import RunOptions, candidate_plans, check_run_options, kernel_threads
 from spdnn.runtime.budget import Budget
 from spdnn.runtime.session import Opened, open_network
 
@@ -42,12 +42,12 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
         kernels.backend()  # an unknown SPDNN_KERNELS value is an error now, not mid-run
 
     def threads() -> None:
-        cores = os.cpu_count() or 1
-        if run.threads > cores:
-            raise SpdnnError(f"--threads {run.threads}: more than the {cores} cores of this "
+        cores, n = os.cpu_count() or 1, kernel_threads(run)
+        if n > cores:
+            raise SpdnnError(f"--threads {n}: more than the {cores} cores of this "
                              "node (threads per rank x ranks per node should not exceed them)")
         try:
-            kernels.set_threads(run.threads)
+            kernels.set_threads(n)
         except ValueError as exc:
             raise SpdnnError(f"--threads: {exc}") from None
 

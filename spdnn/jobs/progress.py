@@ -1,6 +1,6 @@
 """Progress reporting: a redrawn bar on stderr when stderr is a terminal; otherwise (stderr
-redirected, or under mpirun) a line on stdout every ``SPDNN_PROGRESS_SECONDS`` (default 10) with the rate and
-an ETA, so that long work is never silent and short work adds nothing."""
+redirected, or under mpirun) a line on stdout every ``SPDNN_PROGRESS_SECONDS`` (default 10)
+with the rate and an ETA, so that long work is never silent and short work adds nothing."""
 
 from __future__ import annotations
 

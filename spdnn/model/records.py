@@ -32,7 +32,9 @@ class RunOptions:
     cluster: Path | None = None
     dtype: Dtype = "float32"
     exchange: Exchange = "auto"
-    threads: int = 1  # of each rank's sparse kernels
+    # Threads of each rank's sparse kernels; None: SPDNN_THREADS when set, else 1 (as the
+    # command line's --threads).
+    threads: int | None = None
     # Seconds any one wait for other ranks may last once the job runs (None: no limit): past
     # it the job ends with one line naming the rank, peers and layer (docs/failures.md).
     comm_timeout: float | None = 600.0
@@ -120,6 +122,13 @@ class InferResult:
     memory: dict[str, Any] = field(default_factory=dict)  # as TrainResult.memory
 
 
+def kernel_threads(run: RunOptions) -> int:
+    """The threads a job's kernels get: ``run.threads``, else SPDNN_THREADS, else 1."""
+    from spdnn.threads import default_threads
+
+    return default_threads() if run.threads is None else run.threads
+
+
 def check_run_options(run: RunOptions) -> None:
     """Values a RunOptions may hold (the CLI's parser checks the same on its side)."""
     if run.replicas != "auto" and (not isinstance(run.replicas, int) or run.replicas < 1):
@@ -128,8 +137,9 @@ def check_run_options(run: RunOptions) -> None:
         raise SpdnnError(f"dtype must be float32 or float64, not {run.dtype!r}")
     if run.exchange not in ("auto", "dense", "sparse"):
         raise SpdnnError(f"exchange must be auto, dense or sparse, not {run.exchange!r}")
-    if run.threads < 1:
-        raise SpdnnError(f"threads must be at least 1, not {run.threads}")
+    t = run.threads
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+        raise SpdnnError(f"threads must be an integer >= 1 or None, not {t!r}")
     m = run.memory_limit
     if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
         raise SpdnnError(f"memory_limit must be a number of bytes >= 0 or None, not {m!r}")
