@@ -43,8 +43,8 @@ class Watchdog:
     def _run(self) -> None:
         while (timeout := self.timeout) is not None:  # no timeout: the thread ends
             time.sleep(min(1.0, max(timeout / 20, 0.05)))
-            what = self._what
-            if what is None or time.monotonic() - self._since <= timeout:
+            what, since = self._what, self._since
+            if what is None or time.monotonic() - since <= timeout:
                 continue
             if self._rank != 0:
                 # Rank 0 usually waits too: let it end the job, releasing what it holds (the
@@ -52,6 +52,8 @@ class Watchdog:
                 # stalled node's lines may never arrive). Its wait may have begun later (it
                 # was still computing): one more timeout, within [2, 30] s.
                 time.sleep(min(max(2.0, timeout), 30.0))
+                if self._what is not what or self._since != since:
+                    continue  # that wait ended meanwhile: nothing stalled
             task, peers = what
             names = ", ".join(map(str, peers)) if peers else "the others"
             sys.stderr.write(f"spdnn: error: rank {self._rank} ({socket.gethostname()}) waited "

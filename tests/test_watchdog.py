@@ -53,6 +53,23 @@ def test_waits_shorter_than_the_timeout_and_computing_are_left_alone(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_wait_that_ends_during_the_grace_is_not_a_stall(capsys):
+    """A rank other than 0 waits one more timeout before it ends the job; if the wait it timed
+    finishes meanwhile (the peer was slow, not stalled), nothing happens."""
+    dog, ended, codes = _watchdog(rank=2)
+    dog.set(0.1)
+    dog.arm("the fold of layer 3", [0])
+    time.sleep(0.6)  # past the timeout: the thread is in its grace sleep (2 s)
+    dog.disarm()  # the wait completed
+    assert not ended.wait(3.0) and codes == []
+    dog.arm("the expand of layer 1", [0])  # a new wait, restarted meanwhile, is timed anew
+    time.sleep(0.05)
+    dog.disarm()
+    assert not ended.wait(2.5) and codes == []
+    dog.set(None)
+    assert capsys.readouterr().err == ""
+
+
 def test_other_ranks_give_rank_0_the_first_word(capsys):
     dog, ended, codes = _watchdog(rank=3)
     dog.set(0.1)
