@@ -42,7 +42,8 @@ def partition(network: Network | str | os.PathLike, *, parts: int,
 
         bundle, patterns = load_network_patterns(os.fspath(network))
         fingerprint = bundle.fingerprint()
-    return partition_network(patterns, parts, method, epsilon, seed, backend, fingerprint, log,
+    return partition_network(patterns, parts, method=method, epsilon=epsilon, seed=seed,
+                             backend=backend, fingerprint=fingerprint, log=log,
                              objective=objective, threads=threads, time_limit=time_limit,
                              jobs=jobs)
 

@@ -67,8 +67,9 @@ def cmd_partition(argv: Sequence[str]) -> None:
     bundle, patterns = load_network_patterns(args.network)
     check_nparts(args.nparts, bundle.sizes)
 
-    plan = partition_network(patterns, args.nparts, args.method, args.epsilon, args.seed,
-                             args.backend, bundle.fingerprint(), log,
+    plan = partition_network(patterns, args.nparts, method=args.method, epsilon=args.epsilon,
+                             seed=args.seed,
+                             backend=args.backend, fingerprint=bundle.fingerprint(), log=log,
                              objective=args.objective, exact_sweeps=args.exact_sweeps,
                              threads=args.threads, jobs=args.jobs,
                              shortcuts=not args.no_shortcuts,

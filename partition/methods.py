@@ -229,7 +229,8 @@ def search_hypergraph(patterns: Sequence[Pattern], nparts: int, *, epsilon: floa
 
 def partition_network(
     patterns: Sequence[Pattern],
-    nparts: int,
+    parts: int,
+    *,
     method: Literal["hypergraph", "block", "cyclic", "random"] = "hypergraph",
     epsilon: float = 0.03,
     seed: int | None = 0,
@@ -254,6 +255,7 @@ def partition_network(
     says what did not finish. ``jobs`` worker processes run independent starts and
     refinements side by side; the plan does not depend on it. ``shortcuts`` lets the search
     skip starts that cannot win (partition/search.py); ``meta["shortcuts"]`` lists those taken."""
+    nparts = parts  # the partitioner's modules call it nparts; callers say parts
     seed = normalize_seed(seed)
     deadline = Deadline(time_limit)
     check_options(nparts, method=method, epsilon=epsilon, objective=objective, backend=backend,

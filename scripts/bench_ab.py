@@ -78,7 +78,7 @@ def prepare(work: Path, hidden: int) -> list[tuple[str, int, list[str], str]]:
         else:
             data = work / "data.npz"
         save_network(net, work / f"{name}.npz")
-        save_plan(partition_network(network_patterns(net), 2, "block",
+        save_plan(partition_network(network_patterns(net), 2, method="block",
                                     fingerprint=net.fingerprint()), work / f"{name}-2.npz")
         base = ["train", "--network", str(work / f"{name}.npz"), "--data", f"npz:{data}",
                 "--epochs", "2", "--batch-size", "256", "--lr", "0.01", "--momentum", "0.9"]
@@ -97,7 +97,7 @@ def prepare(work: Path, hidden: int) -> list[tuple[str, int, list[str], str]]:
     infer["radixnet4096x120"] = (rx, work / "rx-inputs.mtx")
     for name, (net, inputs) in infer.items():
         save_network(net, work / f"{name}.npz")
-        save_plan(partition_network(network_patterns(net), 2, "cyclic",
+        save_plan(partition_network(network_patterns(net), 2, method="cyclic",
                                     fingerprint=net.fingerprint()), work / f"{name}-2.npz")
         base = ["infer", "--network", str(work / f"{name}.npz"), "--inputs", str(inputs)]
         cases.append((f"infer {name}, P=1", 1, base, "seconds"))

@@ -88,7 +88,7 @@ def main() -> None:
             patterns = network_patterns(net)
             stats = {}
             for parts in (2, 4):
-                plan = partition_network(patterns, parts, method, seed=0,
+                plan = partition_network(patterns, parts, method=method, seed=0,
                                          fingerprint=net.fingerprint())
                 save_plan(plan, work / f"{name}-{parts}.npz")
                 stats[parts] = plan_statistics(patterns, plan.owners, parts)

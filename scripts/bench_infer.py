@@ -76,7 +76,7 @@ def bench_case(label: str, name: str, net, images: sp.csr_matrix, work: Path) ->
     save_network(net, work / f"{name}.npz")
     write_mtx(work / f"{name}-inputs.mtx", images)
     t0 = time.perf_counter()
-    plan = partition_network(network_patterns(net), 2, "hypergraph",
+    plan = partition_network(network_patterns(net), 2, method="hypergraph",
                              fingerprint=net.fingerprint())
     print(f"{label}: hypergraph plan for P=2 in {time.perf_counter() - t0:.0f} s", flush=True)
     save_plan(plan, work / f"{name}-plan.npz")

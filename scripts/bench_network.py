@@ -208,7 +208,7 @@ def main() -> int:
             works[name, 1, None] = workload(pats, single_part(net.sizes))
             for parts in sorted({2} | ({4, 2} if "2x2" in args.layouts else set())):
                 for m in METHODS:
-                    plan = partition_network(pats, parts, m, seed=0,
+                    plan = partition_network(pats, parts, method=m, seed=0,
                                              fingerprint=net.fingerprint())
                     save_plan(plan, work / f"{name}-{parts}-{m}.npz")
                     works[name, parts, m] = workload(pats, plan)

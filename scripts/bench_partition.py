@@ -102,7 +102,8 @@ def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str
     rows = []
     for nparts in parts:
         t0 = time.perf_counter()
-        plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0, objective=objective)
+        plan = partition_network(patterns, nparts, method="hypergraph", epsilon=0.03, seed=0,
+                                 objective=objective)
         seconds = time.perf_counter() - t0
         st = {"hypergraph": plan_statistics(patterns, plan.owners, nparts)}
         for b in BASELINES:
@@ -139,7 +140,7 @@ def bench_variants(name: str, net: Network, parts: list[int],
         cost, seconds = {}, {}
         for label, kwargs in variants:
             t0 = time.perf_counter()
-            plan = partition_network(patterns, nparts, "hypergraph", 0.03, 0,
+            plan = partition_network(patterns, nparts, method="hypergraph", epsilon=0.03, seed=0,
                                      objective=objective, **kwargs)
             seconds[label] = time.perf_counter() - t0
             st = plan_statistics(patterns, plan.owners, nparts)

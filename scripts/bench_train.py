@@ -159,11 +159,11 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
         work = Path(tmp)
         save_network(net, work / "net.npz")
         t0 = time.perf_counter()
-        hyper = partition_network(network_patterns(net), 2, "hypergraph",
+        hyper = partition_network(network_patterns(net), 2, method="hypergraph",
                                   fingerprint=net.fingerprint())
         save_plan(hyper, work / "hyper.npz")
         print(f"{structure}: hypergraph plan in {time.perf_counter() - t0:.0f} s", flush=True)
-        block = partition_network(network_patterns(net), 2, "block",
+        block = partition_network(network_patterns(net), 2, method="block",
                                   fingerprint=net.fingerprint())
         save_plan(block, work / "block.npz")
         volume = {name: plan_statistics(network_patterns(net), p.owners, 2).volume

@@ -119,7 +119,7 @@ def main() -> int:
                     if parts == 1:
                         works[name, 1, None] = workload(pats, single_part(net.sizes))
                         continue
-                    plan = partition_network(pats, parts, method, seed=0,
+                    plan = partition_network(pats, parts, method=method, seed=0,
                                              fingerprint=net.fingerprint())
                     save_plan(plan, work / f"{name}-{parts}-{method}.npz")
                     works[name, parts, method] = workload(pats, plan)

@@ -60,7 +60,7 @@ def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
         if plan.nparts == n and "study_seconds" in plan.meta:
             return plan, float(plan.meta["study_seconds"])
     t0 = time.perf_counter()
-    plan = partition_network(pats, n, "hypergraph", seed=0, fingerprint=net.fingerprint(),
+    plan = partition_network(pats, n, method="hypergraph", seed=0, fingerprint=net.fingerprint(),
                              time_limit=args.partition_limit, jobs=args.jobs)
     seconds = time.perf_counter() - t0
     plan = Plan(plan.nparts, plan.owners, {**plan.meta, "study_seconds": seconds})
@@ -109,7 +109,7 @@ def main() -> int:
         notes = []
         for n in ranks:
             for method in ("block", "cyclic"):
-                works[method][n] = workload(pats, partition_network(pats, n, method), local)
+                works[method][n] = workload(pats, partition_network(pats, n, method=method), local)
             print(f"{key}: block and cyclic plans for {n} parts", flush=True)
             if 1 < n <= args.hypergraph_up_to:
                 plan, seconds = hypergraph_plan(net, pats, n, key, args)

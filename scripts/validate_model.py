@@ -164,7 +164,8 @@ def main() -> int:
             pats = network_patterns(net)
             works[name, None] = workload(pats, single_part(net.sizes))
             for method in ("hypergraph", "block"):
-                plan = partition_network(pats, 2, method, seed=0, fingerprint=net.fingerprint())
+                plan = partition_network(pats, 2, method=method, seed=0,
+                                         fingerprint=net.fingerprint())
                 save_plan(plan, work / f"{name}-{method}.npz")
                 works[name, method] = workload(pats, plan)
                 owners[name, method] = plan.owners

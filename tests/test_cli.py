@@ -250,7 +250,7 @@ def test_progress_lines_under_mpirun_with_stdout_in_a_file(tmp_path):
 
     net = small_network((64, 16, 10))
     save_network(net, tmp_path / "net.npz")
-    save_plan(partition_network(network_patterns(net), 2, "cyclic",
+    save_plan(partition_network(network_patterns(net), 2, method="cyclic",
                                 fingerprint=net.fingerprint()), tmp_path / "plan.npz")
     proc = launch(2, "train", "--network", tmp_path / "net.npz", "--plan", tmp_path / "plan.npz",
                   "--data", "digits", "--epochs", "1", env={"SPDNN_PROGRESS_SECONDS": "0"},

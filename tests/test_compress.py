@@ -221,7 +221,7 @@ def test_bad_options_get_one_line_and_exit_2(tmp_path, args, message):
     from spdnn.io.bundle import save_network
     from spdnn.model.generate import random_network
 
-    save_network(random_network([64, 16, 10], 8, 0), tmp_path / "n.npz")
+    save_network(random_network([64, 16, 10], 8, seed=0), tmp_path / "n.npz")
     p = launch(0, "train", "--network", tmp_path / "n.npz", "--epochs", "1", *args, timeout=120)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()

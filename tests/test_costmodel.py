@@ -131,7 +131,7 @@ def test_dense_blocks_are_timed_from_the_dense_table():
     pats = network_patterns(net)
     b = 32
     head = 10 * 512 * b * 1e-9  # the head's nonzeros x samples, in ns -> s
-    for plan in (single_part(net.sizes), partition_network(pats, 2, "block", seed=0)):
+    for plan in (single_part(net.sizes), partition_network(pats, 2, method="block", seed=0)):
         w = workload(pats, plan)
         sparse, dense = predict(w, Machine(flat), b, 1), predict(w, Machine(with_dense), b, 1)
         # Forward 0.5 -> 0.05 ns, backward 1.0 -> 0.1 ns per nonzero x sample: the head only.
@@ -171,7 +171,7 @@ def test_gradient_sums_move_only_while_a_rank_calls_mpi():
     after = predict(one, machine, b // 2, 1).seconds
     assert p2.gradient == pytest.approx(seconds + RUNTIME["collective_s"], rel=1e-9)
     assert p2.seconds == pytest.approx(after + p2.gradient, rel=1e-9)  # on top of the step
-    block = workload(pats, partition_network(pats, 2, "block", seed=0))
+    block = workload(pats, partition_network(pats, 2, method="block", seed=0))
     folding = predict(block, machine, b, 2)
     # Layers 3 and 2 fold (MPI calls): the last layer's sums run while layer 2 folds; those of
     # layers 2 and 1, started after the last fold, remain (each rank holds half the rows).
@@ -217,7 +217,7 @@ def test_parts_replicas_and_networks_move_the_prediction_the_right_way():
     net = small_network((64, 256, 256, 10), fan_in=16, seed=2)
     pats = network_patterns(net)
     single = workload(pats, single_part(net.sizes))
-    two = workload(pats, partition_network(pats, 2, "block"))
+    two = workload(pats, partition_network(pats, 2, method="block"))
     m = Machine(calibration())
     p1, p2 = predict(single, m, 256, 1), predict(two, m, 256, 1)
     assert p2.compute < p1.compute and p2.exchange > p1.exchange
@@ -252,7 +252,7 @@ def test_ranks_copying_within_a_node_share_its_memory_bandwidth():
     assert free.intra_bandwidth(8) == pytest.approx(10e9)
     net = small_network((64, 512, 512, 10), fan_in=16, seed=2)
     pats = network_patterns(net)
-    eight = workload(pats, partition_network(pats, 8, "cyclic"))
+    eight = workload(pats, partition_network(pats, 8, method="cyclic"))
     single = workload(pats, single_part(net.sizes))
     m_free, m_capped = Machine(calibration(), free), Machine(calibration(), capped)
     assert predict(eight, m_capped, 256).exchange > predict(eight, m_free, 256).exchange
@@ -288,7 +288,7 @@ def test_a_rank_shares_the_last_level_cache_with_the_ranks_running_beside_it():
     net = random_network([4096, 4096, 4096], 32, seed=2, dtype="float32")
     pats = network_patterns(net)
     one = workload(pats, single_part(net.sizes))
-    two = workload(pats, partition_network(pats, 2, "block"))
+    two = workload(pats, partition_network(pats, 2, method="block"))
     base = calibration()
     tables = {dt: KernelTable(batches=t.batches, inputs=t.inputs, reuses=t.reuses, ns={
         k: v * (0.5 if k.endswith("_warm") else 1.0) for k, v in t.ns.items()})
@@ -426,7 +426,7 @@ def model_files(tmp_path):
     save_network(net, tmp_path / "net.npz")
     pats = network_patterns(net)
     for method, parts in (("hypergraph", 2), ("block", 2), ("cyclic", 4)):
-        save_plan(partition_network(pats, parts, method, fingerprint=net.fingerprint()),
+        save_plan(partition_network(pats, parts, method=method, fingerprint=net.fingerprint()),
                   tmp_path / f"{method}{parts}.npz")
     (tmp_path / "m.json").write_text(json.dumps(calibration().to_json()))
     (tmp_path / "one-rank.json").write_text(json.dumps(calibration(network=False).to_json()))
@@ -462,7 +462,7 @@ def test_model_command_bad_inputs(model_files, tmp_path_factory):
     t = model_files
     other = tmp_path_factory.mktemp("other")
     net2 = small_network((64, 200, 256, 10), fan_in=16, seed=3, dtype="float32")
-    save_plan(partition_network(network_patterns(net2), 2, "block",
+    save_plan(partition_network(network_patterns(net2), 2, method="block",
                                 fingerprint=net2.fingerprint()), other / "plan.npz")
     base = ["model", t / "net.npz", "--batch-size", "64", "--calibration", t / "m.json"]
     cases = [
@@ -575,7 +575,7 @@ def test_replicas_auto_leaves_out_the_grids_that_do_not_fit(model_files):
     net = random_network([64, 4096, 4096, 10], [64, 1024, 64], seed=3)
     save_network(net, t / "wide.npz")  # 4.5M weights: the weights, not the buffers, differ
     pats = network_patterns(net)
-    plan = partition_network(pats, 2, "block", fingerprint=net.fingerprint())
+    plan = partition_network(pats, 2, method="block", fingerprint=net.fingerprint())
     save_plan(plan, t / "wide-block2.npz")
     whole = _peak(workload(pats, single_part(net.sizes)), 2, 32, "float32")
     half = _peak(workload(pats, plan), 1, 32, "float32")

@@ -129,7 +129,7 @@ def test_exact_sweeps_argument(tmp_path):
     with pytest.raises(SpdnnError, match="exact sweeps"):
         partition_network(patterns, 2, exact_sweeps=-1)
     with pytest.raises(SpdnnError, match="not 'cyclic'"):
-        partition_network(patterns, 2, "cyclic", exact_sweeps=1)
+        partition_network(patterns, 2, method="cyclic", exact_sweeps=1)
     save_network(small_network((12, 10, 8)), tmp_path / "net.npz")
     proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz",
                      "--exact-sweeps", "-1", module="partition")

@@ -27,7 +27,7 @@ def digits_net(tmp_path):
     net = random_network([64, 32, 32], 8, seed=0, n_classes=10, dtype="float64")
     save_network(net, tmp_path / "net.npz")
     for p in (2, 3):
-        save_plan(partition_network(network_patterns(net), p, "cyclic",
+        save_plan(partition_network(network_patterns(net), p, method="cyclic",
                                     fingerprint=net.fingerprint()), tmp_path / f"plan{p}.npz")
     return tmp_path
 
@@ -52,7 +52,7 @@ def test_missing_plan_and_wrong_features(digits_net, tmp_path):
     assert proc.returncode != 0 and "--plan is required with 2 ranks" in proc.stderr
     other = random_network([10, 8, 4], 3, seed=0)
     save_network(other, tmp_path / "other.npz")
-    save_plan(partition_network(network_patterns(other), 2, "block",
+    save_plan(partition_network(network_patterns(other), 2, method="block",
                                 fingerprint=other.fingerprint()), tmp_path / "other-plan.npz")
     proc = launch(2, "train", "--network", tmp_path / "other.npz", "--plan",
                   tmp_path / "other-plan.npz", "--data", "digits")

@@ -100,7 +100,7 @@ def files(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fuzz")
     net = small_network(SIZES)
     save_network(net, d / "net.npz")
-    save_plan(partition_network(network_patterns(net), 2, "cyclic",
+    save_plan(partition_network(network_patterns(net), 2, method="cyclic",
                                 fingerprint=net.fingerprint()), d / "plan.npz")
     m = sp.random(9, 12, density=0.3, random_state=0, format="csr")
     write_mtx(d / "m.mtx", m)

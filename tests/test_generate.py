@@ -125,14 +125,16 @@ def test_local_network_windows_and_fan_in():
 
 
 def test_local_network_shuffle_renumbers_the_same_function():
-    plain = local_network("8x8", ["16x16", "16x16"], 1, seed=3, n_classes=10, shuffle=False,
+    plain = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, n_classes=10, shuffle=False,
                           dtype="float64")
-    mixed = local_network("8x8", ["16x16", "16x16"], 1, seed=3, n_classes=10, dtype="float64")
+    mixed = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, n_classes=10,
+                          dtype="float64")
     assert plain.fingerprint() != mixed.fingerprint() and plain.nnz == mixed.nnz
     x = np.random.default_rng(0).random((64, 7))
     np.testing.assert_allclose(reference.forward(mixed, x)[0][-1],
                                reference.forward(plain, x)[0][-1], rtol=1e-12, atol=1e-12)
-    again = local_network("8x8", ["16x16", "16x16"], 1, seed=3, n_classes=10, dtype="float64")
+    again = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, n_classes=10,
+                          dtype="float64")
     assert again.fingerprint() == mixed.fingerprint()  # seeded
 
 
@@ -140,7 +142,7 @@ def test_local_network_hypergraph_plan_beats_block_when_shuffled():
     from partition.methods import baseline_owners, partition_network
     from spdnn.model.plan import network_patterns, plan_statistics
 
-    patterns = network_patterns(local_network("8x8", ["16x16", "16x16"], 1, n_classes=10))
+    patterns = network_patterns(local_network("8x8", ["16x16", "16x16"], radius=1, n_classes=10))
     plan = partition_network(patterns, 2, seed=0)
     ours = plan_statistics(patterns, plan.owners, 2)
     block = plan_statistics(patterns, baseline_owners("block", patterns, 2), 2)

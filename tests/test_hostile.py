@@ -72,7 +72,7 @@ def base(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("hostile")
     net = small_network(SIZES)
     save_network(net, d / "net.npz")
-    save_plan(partition_network(network_patterns(net), 2, "cyclic",
+    save_plan(partition_network(network_patterns(net), 2, method="cyclic",
                                 fingerprint=net.fingerprint()), d / "plan2.npz")
     rng = np.random.default_rng(0)
     np.savez(d / "data.npz", x_train=rng.standard_normal((20, 12)),

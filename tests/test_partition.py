@@ -59,7 +59,7 @@ def test_every_method_is_balanced_in_range_and_hypergraph_beats_baselines(name, 
     patterns = network_patterns(net)
     volumes = {}
     for method in ("hypergraph", *BASELINES):
-        plan = partition_network(patterns, nparts, method, 0.03, seed=1,
+        plan = partition_network(patterns, nparts, method=method, epsilon=0.03, seed=1,
                                  fingerprint=net.fingerprint())
         assert plan.sizes == net.sizes
         for o in plan.owners:
@@ -130,7 +130,7 @@ def test_argument_validation():
     with pytest.raises(SpdnnError, match="jobs must be a positive integer"):
         partition_network(patterns, 2, jobs=0)
     with pytest.raises(SpdnnError, match="not 'block'"):
-        partition_network(patterns, 2, "block", threads=2)
+        partition_network(patterns, 2, method="block", threads=2)
 
 
 def test_hmetis_export_and_partition_import(tmp_path):

@@ -94,7 +94,8 @@ def test_step_values_and_the_stats_command(tmp_path):
     from tests.helpers import assert_one_line_error, run_spdnn
 
     net = small_network()
-    plan = partition_network(network_patterns(net), 2, "cyclic", fingerprint=net.fingerprint())
+    plan = partition_network(network_patterns(net), 2, method="cyclic",
+                             fingerprint=net.fingerprint())
     stats = plan_statistics(network_patterns(net), plan.owners, 2)
     v = step_values(stats, [lay.nnz for lay in net.layers], net.sizes[1:], 3, 10)
     assert v.expand == tuple(10 * f for f in stats.forward)

@@ -49,7 +49,7 @@ def _open(comm, tmp, net, parts, replicas, method="hypergraph", name="net"):
     path, plan = tmp / f"{name}.npz", tmp / f"{name}-{method}-{parts}.npz"
     if comm.rank == 0:
         save_network(net, path)
-        save_plan(partition_network(network_patterns(net), parts, method, seed=3,
+        save_plan(partition_network(network_patterns(net), parts, method=method, seed=3,
                                     fingerprint=net.fingerprint()), plan)
     comm.barrier()
     return open_network(comm, str(path), str(plan), replicas=replicas)

@@ -47,7 +47,7 @@ def _setup(tmp, net, method, comm, name="net", dtype=None, exchange="auto"):
     if comm.rank == 0:
         save_network(net, path)
         plan = method if isinstance(method, Plan) else \
-            partition_network(network_patterns(net), comm.size, method, seed=3,
+            partition_network(network_patterns(net), comm.size, method=method, seed=3,
                               fingerprint=net.fingerprint())
         save_plan(plan, plan_path)
     comm.barrier()
@@ -219,7 +219,7 @@ def test_bad_inputs_fail_on_every_rank(comm, mpi_tmp_path):
     other = small_network(seed=9)
     if comm.rank == 0:
         save_network(other, mpi_tmp_path / "other.npz")
-        wrong_p = partition_network(network_patterns(net), comm.size + 1, "cyclic",
+        wrong_p = partition_network(network_patterns(net), comm.size + 1, method="cyclic",
                                     fingerprint=net.fingerprint())
         save_plan(wrong_p, mpi_tmp_path / "wrong-p.npz")
     comm.barrier()
@@ -279,7 +279,7 @@ def test_graph_challenge_subset_categories(comm, mpi_tmp_path, graphchallenge_di
     if comm.rank == 0:
         net = read_graphchallenge(graphchallenge_dir / "neuron1024", -0.3, 32)
         save_network(net, path)
-        plan = partition_network(network_patterns(net), comm.size, "cyclic",
+        plan = partition_network(network_patterns(net), comm.size, method="cyclic",
                                  fingerprint=net.fingerprint())
         save_plan(plan, mpi_tmp_path / "gc-plan.npz")
     comm.barrier()

@@ -95,7 +95,7 @@ def test_the_windowed_plan_is_near_the_whole_plan_and_never_above_block(nparts, 
                                  group_starts=1)
         assert done.stats == plan_statistics(patterns, done.plan.owners, nparts)
         assert done.baselines["block"] == plan_statistics(
-            patterns, partition_network(patterns, nparts, "block").owners, nparts)
+            patterns, partition_network(patterns, nparts, method="block").owners, nparts)
         assert done.stats.volume <= 1.10 * whole.volume, (layers, done.stats.volume, whole)
         assert done.stats.volume < done.baselines["block"].volume / 3
         assert done.plan.meta["windows"][0] == [1, layers]
@@ -109,7 +109,7 @@ def test_baseline_methods_read_in_windows_equal_the_whole_network_ones():
     windows = choose_windows(source, 3, limit=2**40, max_layers=2)
     for method in ("block", "cyclic"):
         done = partition_windows(source, 3, windows, method=method)
-        want = partition_network(patterns, 3, method).owners
+        want = partition_network(patterns, 3, method=method).owners
         assert all(np.array_equal(a, b) for a, b in zip(done.plan.owners, want))
     rnd = partition_windows(source, 3, windows, method="random")
     assert rnd.stats == plan_statistics(patterns, rnd.plan.owners, 3)

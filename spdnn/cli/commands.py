@@ -104,11 +104,13 @@ def cmd_generate(args: argparse.Namespace) -> None:
         return
     try:
         if args.kind == "random":
-            net = generate.random_network(args.sizes, args.fan_in, args.seed, args.head,
-                                          args.cap, args.dtype)
+            net = generate.random_network(args.sizes, args.fan_in, seed=args.seed,
+                                          n_classes=args.head, cap=args.cap, dtype=args.dtype)
         elif args.kind == "local":
-            net = generate.local_network(args.image, args.hidden, args.radius, args.seed,
-                                         args.head, not args.no_shuffle, args.cap, args.dtype)
+            net = generate.local_network(args.image, args.hidden, radius=args.radius,
+                                         seed=args.seed, n_classes=args.head,
+                                         shuffle=not args.no_shuffle, cap=args.cap,
+                                         dtype=args.dtype)
         else:
             from spdnn.io.dense import prune_file
 
@@ -132,8 +134,8 @@ def cmd_generate_radixnet(args: argparse.Namespace) -> None:
     meta = Network(layers=(), cap=args.cap, output_activation="linear" if args.head else "relu",
                    extra=extra).meta()
     try:
-        layers = generate.radixnet_layers(args.neurons, args.layers, args.seed, args.bias,
-                                          args.dtype, args.head)
+        layers = generate.radixnet_layers(args.neurons, args.layers, seed=args.seed, bias=args.bias,
+                                          dtype=args.dtype, head=args.head)
     except ValueError as exc:
         raise SpdnnError(str(exc)) from None
     progress = Progress(f"writing {args.output}", len(sizes) - 1, unit="layers")

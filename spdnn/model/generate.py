@@ -38,6 +38,7 @@ def radixnet_base(n: int, p: int) -> sp.csr_matrix:
 def radixnet(
     n: int,
     n_layers: int,
+    *,
     seed: int | None = 0,
     bias: float = -0.3,
     cap: float | None = 32.0,
@@ -49,12 +50,12 @@ def radixnet(
     (for N = 1024: exactly the official layers 1-6). Layer l beyond them is base layer
     ((l-1) mod cycle)+1 with independent random row and column permutations.
     """
-    layers = tuple(radixnet_layers(n, n_layers, seed, bias, dtype))
+    layers = tuple(radixnet_layers(n, n_layers, seed=seed, bias=bias, dtype=dtype))
     return Network(layers=layers, cap=cap, output_activation="relu",
                    extra={"generator": "radixnet", "seed": seed})
 
 
-def radixnet_layers(n: int, n_layers: int, seed: int | None = 0, bias: float = -0.3,
+def radixnet_layers(n: int, n_layers: int, *, seed: int | None = 0, bias: float = -0.3,
                     dtype: Any = "float32", head: int | None = None) -> Iterator[Layer]:
     """``radixnet``'s layers one at a time (``spdnn.io.bundle.write_network`` writes a network
     larger than memory from them), then ``add_head``'s layer when ``head`` is given. The
@@ -110,6 +111,7 @@ def dense_head(n_classes: int, n_in: int, rng: np.random.Generator,
 def random_network(
     sizes: Sequence[int],
     fan_in: int | Sequence[int],
+    *,
     seed: int | None = 0,
     n_classes: int | None = None,
     cap: float | None = None,
@@ -173,6 +175,7 @@ def local_layer(inner: tuple[int, int], outer: tuple[int, int], radius: int,
 def local_network(
     image: str | Sequence[int],
     hidden: Sequence[str | Sequence[int]],
+    *,
     radius: int = 1,
     seed: int | None = 0,
     n_classes: int | None = None,
