@@ -139,6 +139,28 @@ def bench(n: int, layers: int, args: argparse.Namespace) -> dict:
     return out
 
 
+def check_only(n: int, layers: int, args: argparse.Namespace) -> dict:
+    """spdnn at P = 1 and the scipy loop (one layer at a time) on the first --check-inputs
+    inputs alone: the categories must be equal."""
+    files = prepare(n, layers, args.check_inputs, args.check_inputs, args.work)
+    cat_file = args.work / "cats-check.tsv"
+    m = run([str(BIN / "spdnn"), "infer", "--network", str(files["net"]), "--comm-timeout", "0",
+             "--memory-limit", args.memory_limit, "--inputs", str(files["check"]),
+             "--categories-out", str(cat_file)], 1, args.work / "m.json")
+    mine = [int(c) for c in cat_file.read_text().split()]
+    t0 = time.perf_counter()
+    ref = challenge_infer(StreamedNetwork(files["net"]), read_images(files["check"], n))
+    seconds = time.perf_counter() - t0
+    if ref.categories.tolist() != mine:
+        raise SystemExit(f"{n}x{layers}: spdnn's categories differ from the scipy loop's")
+    print(f"  spdnn P = 1: {m['rate']:.3g} edges/s, {m['seconds']:.0f} s; scipy loop: "
+          f"{ref.rate:.3g} edges/s, {seconds:.0f} s; {len(mine)} categories, equal", flush=True)
+    return {"network": f"{n}x{layers}", "inputs": args.check_inputs, "categories": len(mine),
+            "spdnn": {k: m[k] for k in ("rate", "seconds", "rank_peaks", "wall", "streaming",
+                                        "load_seconds") if k in m},
+            "reference": {"rate": ref.rate, "seconds": seconds}}
+
+
 def report(results: list[dict], args: argparse.Namespace) -> str:
     rows = []
     for r in results:
@@ -172,14 +194,23 @@ def main() -> int:
     ap.add_argument("--memory-limit", default="6G")
     ap.add_argument("--work", type=Path, default=Path("largest-work"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--check-only", action="store_true",
+                    help="only spdnn at P = 1 against the scipy loop on --check-inputs inputs "
+                         "(prints; writes nothing to BENCHMARKS.md)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     results = []
     for spec in args.networks.split(","):
         n, layers = (int(v) for v in spec.split("x"))
         print(f"{n} x {layers}: {32 * n * layers:,} edges", flush=True)
+        if args.check_only:
+            (args.work / f"check-{spec}.json").write_text(
+                json.dumps(check_only(n, layers, args), indent=1))
+            continue
         results.append(bench(n, layers, args))
         (args.work / f"result-{spec}.json").write_text(json.dumps(results[-1], indent=1))
+    if args.check_only:
+        return 0
     body = report(results, args)
     print(body)
     if not args.no_write:
