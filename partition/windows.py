@@ -35,10 +35,11 @@ from .methods import BASELINES, baseline_owners, search_hypergraph
 
 # Bytes the hypergraph method holds per pin of what it partitions: the window's patterns, the
 # hypergraph and its vertex-to-net index, the groups' coarse copy, the starts' part vectors and
-# the refiner's work arrays. Measured peak resident memory over pins, less the process's own
-# (RadiX-Net 4096 x 120, 16.2 M pins, whole: 567 MB at P = 2, 571 MB at P = 16 with
-# --jobs 1, i.e. 26-27 bytes a pin; scripts/bench_windows.py measures it again beside each run).
-BYTES_PER_PIN = 28
+# the refiner's work arrays. Measured peak memory over pins, less the process's own and the
+# plan's: RadiX-Net 4096 x 120 whole (16.2 M pins), 26-27 bytes a pin at P = 2 and 16;
+# 65536 x 1920 in windows of 264 M pins, 32.4 at P = 2 (9.69 GB against a prediction of 8.56
+# at 28 bytes a pin: over its 8 GiB limit). 34 keeps the largest measured within the limit.
+BYTES_PER_PIN = 34
 # Each worker process of --jobs N builds its own refiner (its vertex-to-net index and work
 # arrays) beside the pages it shares with the parent.
 WORKER_BYTES_PER_PIN = 8
