@@ -1,7 +1,7 @@
 """Partitioner backends: KaHyPar (``kahypar``) and, when installed, Mt-KaHyPar (``mtkahypar``).
 
-The C++ runs in child processes (forked; from a fork server inside an MPI job or beside other
-threads, spdnn.processes.child_context). KaHyPar ends the process on many errors (exit()/abort(),
+The C++ runs in child processes (forked; from a fork server inside an MPI job of several ranks,
+spdnn.processes.child_context). KaHyPar ends the process on many errors (exit()/abort(),
 not exceptions) and must get a fresh Context, so each call gets a fresh child. Mt-KaHyPar's thread
 pool can be sized only once per process, so each thread count gets one long-lived worker child.
 A child's death or a timeout becomes a one-line SpdnnError. Inputs are validated here before they
@@ -60,7 +60,7 @@ class Problem:
             raise SpdnnError("fixed-vertex blocks out of range")
 
 
-def _kahypar_child(problem: Problem, conn: Connection) -> None:
+def _kahypar_child(problem: Problem, ini: str, conn: Connection) -> None:
     import kahypar
 
     die_with_parent()
@@ -75,7 +75,7 @@ def _kahypar_child(problem: Problem, conn: Connection) -> None:
         for v in np.flatnonzero(problem.fixed >= 0):
             hg.fixNodeToBlock(int(v), int(problem.fixed[v]))
     ctx = kahypar.Context()  # a fresh Context per call: re-use makes KaHyPar prompt and exit
-    ctx.loadINIconfiguration(str(KAHYPAR_INI))
+    ctx.loadINIconfiguration(ini)  # the parent's choice, however the child was started
     ctx.setK(problem.nparts)
     ctx.setEpsilon(problem.epsilon)
     ctx.setSeed(problem.seed)
@@ -137,7 +137,7 @@ def check_backend(backend: str, threads: int = 1) -> None:
 
 
 def _start(target: Callable[..., None], *args: Any) -> tuple[BaseProcess, Connection]:
-    ctx = child_context()  # fork, unless inside an MPI job or beside other threads
+    ctx = child_context()  # fork, unless inside an MPI job of several ranks
     ours, theirs = ctx.Pipe()
     child = ctx.Process(target=target, args=(*args, theirs), daemon=True)
     child.start()
@@ -159,7 +159,7 @@ def solve(problem: Problem, backend: str = "kahypar", timeout: float | None = No
     check_backend(backend, threads)
     problem.validate()
     if backend == "kahypar":
-        child, conn = _start(_kahypar_child, problem)
+        child, conn = _start(_kahypar_child, problem, str(KAHYPAR_INI))
     else:
         key = (os.getpid(), int(threads))
         if key not in _WORKERS:

@@ -252,26 +252,21 @@ def test_starts_far_behind_are_not_refined_and_only_those(net, nparts):
     assert bool(plan.meta["shortcuts"]) == (net.sizes[1] == 1024)
 
 
-def test_no_fork_beside_other_threads_and_the_same_plan():
-    """Inside an MPI job or beside other threads a forked child could inherit a held lock or
-    the parent's MPI endpoints: KaHyPar's children come from a fork server, --jobs runs in
-    this process, and the plan is the one a lone process finds."""
-    import threading
-
-    from spdnn.processes import child_context, fork_is_safe
+def test_a_lone_process_forks_and_the_fork_server_gives_the_same_plan(monkeypatch):
+    """Alone (MPI, if started, a singleton) the partitioner forks; where it may not (inside an
+    MPI job of several ranks: tests/test_api_mpi.py), KaHyPar's children come from a fork
+    server and --jobs runs in this process, and the plan is the same."""
+    import spdnn.processes as processes
 
     patterns = network_patterns(random_network([30, 40, 40, 8], 5, seed=2))
+    assert processes.fork_is_safe() and processes.child_context().get_start_method() == "fork"
     alone = partition_network(patterns, 3, jobs=2)
-    assert fork_is_safe() and child_context().get_start_method() == "fork"
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait)
-    thread.start()
-    try:
-        assert not fork_is_safe() and child_context().get_start_method() == "forkserver"
-        lines = []
-        beside = partition_network(patterns, 3, jobs=2, log=lines.append)
-    finally:
-        stop.set()
-        thread.join()
-    assert all(np.array_equal(a, b) for a, b in zip(alone.owners, beside.owners))
+    monkeypatch.setattr(processes, "fork_is_safe", lambda: False)
+    import partition.search as search
+
+    monkeypatch.setattr(search, "fork_is_safe", lambda: False)
+    assert processes.child_context().get_start_method() == "forkserver"
+    lines = []
+    served = partition_network(patterns, 3, jobs=2, log=lines.append)
+    assert all(np.array_equal(a, b) for a, b in zip(alone.owners, served.owners))
     assert any("run in this process" in line for line in lines)
