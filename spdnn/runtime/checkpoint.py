@@ -120,12 +120,24 @@ _TAKEOVER_PAUSE = 0.0
 
 def take_lock(d: Path) -> bool:
     """Create ``d/lock`` holding this host and process id, or take over one whose process has
-    ended on this host; refuse (one line) a lock held by a live run. Takeovers are serialised by
-    ``flock`` on ``d/lock.takeover``, and the lock is read again inside it, so of two runs
-    that find the same stale lock exactly one takes it. Returns whether ``d`` was created."""
-    lock = d / "lock"
+    ended on this host; refuse (one line) a lock held by a live run. The whole of it runs
+    under ``flock`` on the directory, so of two runs that find the same stale lock exactly one
+    takes it. Returns whether ``d`` was created."""
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):  # a file system without locks: best effort
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        _take(d / "lock")
+    finally:
+        os.close(fd)  # releases the flock
+    for tmp in d.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+    return created
+
+
+def _take(lock: Path) -> None:
     for _ in range(3):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -133,23 +145,13 @@ def take_lock(d: Path) -> bool:
             if not _stale(lock):
                 _refuse(lock)
             time.sleep(_TAKEOVER_PAUSE)
-            guard = d / "lock.takeover"
-            with open(guard, "a") as g:
-                fcntl.flock(g, fcntl.LOCK_EX)
-                try:
-                    if _stale(lock):  # still the dead run's: nobody took it meanwhile
-                        lock.unlink(missing_ok=True)
-                finally:
-                    guard.unlink(missing_ok=True)
-                    fcntl.flock(g, fcntl.LOCK_UN)
+            lock.unlink(missing_ok=True)  # the dead run's: no starter can take it meanwhile
             continue
         with os.fdopen(fd, "w") as fh:
             fh.write(f"{socket.gethostname()} {os.getpid()}\n")
             fh.flush()
             os.fsync(fh.fileno())
-        for tmp in d.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
-        return created
+        return
     raise InputError(lock, "could not take the lock")
 
 
