@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from spdnn import threads  # noqa: F401  (pins BLAS threads before numpy loads)
+import spdnn.cli.pinned  # noqa: F401  (one BLAS thread, before numpy loads)
 from spdnn.errors import SpdnnError
 from spdnn.io.paths import check_outputs
 

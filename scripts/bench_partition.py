@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from benchlib import write_section
 
-import spdnn.threads  # noqa: F401
+import spdnn.cli.pinned  # noqa: F401
 from partition.methods import BASELINES, baseline_owners, partition_network
 from spdnn.io.graphchallenge import read_graphchallenge
 from spdnn.model.generate import prune_dense, radixnet, random_network

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-import spdnn.threads  # noqa: F401
+import spdnn.cli.pinned  # noqa: F401
 import numpy as np
 from benchlib import table, write_section
 

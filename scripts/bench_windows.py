@@ -21,7 +21,7 @@ import json
 import time
 from pathlib import Path
 
-import spdnn.threads  # noqa: F401
+import spdnn.cli.pinned  # noqa: F401
 from bench_scale import measured
 from benchlib import table, write_section
 

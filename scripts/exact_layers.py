@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-import spdnn.threads  # noqa: F401
+import spdnn.cli.pinned  # noqa: F401
 from partition.exact import inputs_with_a_user, layer_milp, sweep_exact, window_milp
 from partition.hypergraph import Hypergraph, build_hypergraph, contract, km1
 from partition.methods import identical_row_clusters, majority, partition_network

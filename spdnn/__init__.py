@@ -3,10 +3,10 @@
 Public API: networks (generate, load, save), plans (load, save; ``partition.partition`` makes
 them), data sets, ``train`` and ``infer`` on the ranks of an MPI job with their option records
 and results, and the errors. MPI itself is imported only when ``train`` or ``infer`` runs, so
-that importing spdnn does not start the message-passing library.
+that importing spdnn does not start the message-passing library. Importing it changes no thread
+setting (BLAS, OpenMP, numba): the ``spdnn`` command pins one thread per rank, the library
+leaves that to the caller (docs/running.md).
 """
-
-from spdnn import threads  # noqa: F401  (must run before numpy is imported)
 
 # name -> the module that defines it, imported on first use (PEP 562): ``import spdnn`` stays
 # light, so the command line can take Ctrl-C from its first moment (spdnn.cli.entry).

@@ -52,6 +52,21 @@ def _timeout(run: RunOptions) -> float | None:
     return float(t) if ok else None
 
 
+def _collectively(comm: MPIComm | Communicator | None, run: RunOptions,
+                  job: Callable[[Communicator], object]) -> object:
+    """Run ``job`` on every rank under the watchdog and ``guard``, and leave the caller's
+    kernel threads as they were (spdnn.kernels.callers_threads_kept)."""
+    from spdnn.kernels import callers_threads_kept
+
+    c = _communicator(comm)
+    c.watch(_timeout(run))
+    try:
+        with callers_threads_kept():
+            return c.guard(lambda: job(c))
+    finally:
+        c.watch(None)
+
+
 def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptions | None = None,
           options: TrainOptions | None = None, save: Path | None = None,
           metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
@@ -67,15 +82,10 @@ def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptio
     after each epoch. Collective."""
     from spdnn.jobs.train import run_training
 
-    c = _communicator(comm)
     run = run or RunOptions()
-    c.watch(_timeout(run))
-    try:
-        return c.guard(lambda: run_training(c, network, data, run,
-                                            options or TrainOptions(), save, metrics_out,
-                                            verbose, on_epoch))
-    finally:
-        c.watch(None)
+    return _collectively(comm, run, lambda c: run_training(  # type: ignore[return-value]
+        c, network, data, run, options or TrainOptions(), save, metrics_out, verbose,
+        on_epoch))
 
 
 def infer(network: Path | Network, *, inputs: DataSource = "digits",
@@ -91,14 +101,9 @@ def infer(network: Path | Network, *, inputs: DataSource = "digits",
     file; ``categories_out`` writes them, 1-based). Collective."""
     from spdnn.jobs.infer import run_inference
 
-    c = _communicator(comm)
     run = run or RunOptions()
-    c.watch(_timeout(run))
-    try:
-        return c.guard(lambda: run_inference(c, network, inputs, run, truth,
-                                             categories_out, metrics_out, verbose, lsh))
-    finally:
-        c.watch(None)
+    return _collectively(comm, run, lambda c: run_inference(  # type: ignore[return-value]
+        c, network, inputs, run, truth, categories_out, metrics_out, verbose, lsh))
 
 
 def predict(network: Path | Network, inputs: np.ndarray | sp.spmatrix, *,
@@ -110,10 +115,6 @@ def predict(network: Path | Network, inputs: np.ndarray | sp.spmatrix, *,
     plan and grid. Collective."""
     from spdnn.jobs.predict import run_prediction
 
-    c = _communicator(comm)
     run = run or RunOptions()
-    c.watch(_timeout(run))
-    try:
-        return c.guard(lambda: run_prediction(c, network, inputs, run, scores))
-    finally:
-        c.watch(None)
+    return _collectively(comm, run, lambda c: run_prediction(  # type: ignore[return-value]
+        c, network, inputs, run, scores))

@@ -1,4 +1,5 @@
-"""One thread per rank: pin the BLAS/OpenMP thread pools before numpy is imported.
+"""One thread per rank: the commands pin the BLAS/OpenMP thread pools before numpy is imported
+(``spdnn.cli.pinned``); importing the library changes nothing.
 
 Threaded kernels collapse when ranks x threads exceed the cores (docs/running.md,
 "Performance settings"), so the default is one; ``SPDNN_THREADS`` (or an explicit
@@ -21,6 +22,7 @@ def default_threads() -> int:
 
 
 def pin_threads() -> None:
+    """Set each thread variable the environment leaves unset to ``default_threads()``."""
     wanted = str(default_threads())
     for var in _VARS:
         # numba already loaded (by the caller) has sized its pool: changing the variable now
@@ -36,6 +38,3 @@ def reserve_threads(n: int) -> None:
     current = os.environ.get("NUMBA_NUM_THREADS", "1")
     if "numba" not in sys.modules and (not current.isdigit() or int(current) < n):
         os.environ["NUMBA_NUM_THREADS"] = str(n)
-
-
-pin_threads()

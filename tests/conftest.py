@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import spdnn.threads  # (one thread per rank, before numpy)
+import spdnn.cli.pinned  # noqa: F401 (one thread per rank, before numpy)
+import spdnn.threads
 
 # Kernels still run on one thread by default; a pool of two lets the thread tests run 2.
 spdnn.threads.reserve_threads(2)

@@ -152,3 +152,23 @@ def test_arrays_that_are_wrong_or_differ_between_ranks_are_refused(comm):
         with pytest.raises(AgreedError, match="data in memory differs between ranks"):
             spdnn.train(net, data=mine, run=run, options=spdnn.TrainOptions(epochs=1),
                         comm=comm)
+
+
+def test_a_call_leaves_the_callers_kernel_threads_as_they_were(comm):
+    """``run.threads`` holds inside the call; numba's thread count afterwards is the caller's."""
+    numba = pytest.importorskip("numba")
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba's pool has one thread here (NUMBA_NUM_THREADS)")
+    from spdnn.kernels import callers_threads_kept, set_threads
+
+    net = small_network((64, 24, 10), fan_in=6, seed=3)
+    x = np.random.default_rng(0).random((5, 64))
+    numba.set_num_threads(2)
+    run = spdnn.RunOptions(plan=partition(net, parts=comm.size, method="cyclic"), threads=1,
+                           dtype="float64")
+    spdnn.predict(net, x, run=run, comm=comm)
+    assert numba.get_num_threads() == 2
+    with callers_threads_kept():
+        set_threads(1)
+        assert numba.get_num_threads() == 1
+    assert numba.get_num_threads() == 2

@@ -4,6 +4,7 @@ MPI only in spdnn/comm.py, partition never imported by spdnn, and long modules s
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 
@@ -175,3 +176,19 @@ def test_the_wheel_lists_every_package():
     found = {".".join(p.parent.relative_to(ROOT).parts) for pkg in PACKAGES
              for p in (ROOT / pkg).rglob("__init__.py")}
     assert found | {"spdnn.data"} == listed
+
+
+def test_importing_the_library_changes_no_thread_setting_and_loads_no_numpy():
+    """``import spdnn`` and ``import partition`` leave BLAS/OpenMP/numba alone (the commands pin
+    one thread per rank: spdnn.cli.pinned), load neither numpy nor MPI, and give the installed
+    version."""
+    script = ("import os, sys, spdnn, partition\n"
+              "from importlib.metadata import version\n"
+              "assert spdnn.__version__ == version('spdnn'), spdnn.__version__\n"
+              "print(sorted(v for v in os.environ if v.endswith('_NUM_THREADS')))\n"
+              "print(sorted(m for m in ('numpy', 'numba', 'mpi4py') if m in sys.modules))\n")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, text=True,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "[]"]

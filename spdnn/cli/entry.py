@@ -11,6 +11,8 @@ DISTRIBUTED = ("train", "infer", "calibrate")
 
 
 def main() -> int:
+    import spdnn.cli.pinned  # noqa: F401  (one BLAS thread per rank, before numpy loads)
+
     try:
         if len(sys.argv) > 1 and sys.argv[1] in DISTRIBUTED:
             from spdnn.interrupt import watch

@@ -10,6 +10,7 @@ from spdnn.kernels.products import (
     apply_slope,
     available_backends,
     backend,
+    callers_threads_kept,
     max_threads,
     sddmm,
     set_backend,
@@ -20,5 +21,6 @@ from spdnn.kernels.products import (
     transpose,
 )
 
-__all__ = ["BACKENDS", "apply_slope", "available_backends", "backend", "max_threads", "sddmm",
+__all__ = ["BACKENDS", "apply_slope", "available_backends", "backend", "callers_threads_kept",
+           "max_threads", "sddmm",
            "set_backend", "set_threads", "spmm", "spmm_act", "threads", "transpose"]

@@ -98,6 +98,27 @@ def threads() -> int:
 
 
 @contextlib.contextmanager
+def callers_threads_kept() -> Iterator[None]:
+    """Run spdnn's kernels inside, then give numba back the thread count the caller had (its
+    pool's size when numba was not loaded before): a library call leaves the caller's thread
+    settings as they were."""
+    import sys
+
+    before = None
+    if "numba" in sys.modules:
+        import numba
+
+        before = numba.get_num_threads()
+    try:
+        yield
+    finally:
+        if "numba" in sys.modules:
+            import numba
+
+            numba.set_num_threads(before or int(numba.config.NUMBA_NUM_THREADS))
+
+
+@contextlib.contextmanager
 def _threads_for(elements: int) -> Iterator[None]:
     """One thread for a product of fewer than SMALL_PRODUCT output elements: waking the other
     threads costs more than they save there (the Graph Challenge's late layers, a few live
