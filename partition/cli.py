@@ -157,24 +157,24 @@ def cmd_stats(argv: Sequence[str]) -> None:
     bundle, patterns = load_network_patterns(args.network)
     plan = load_plan(args.plan)
     plan.check_for(bundle.sizes, bundle.fingerprint(), args.plan)
-    stats = plan_statistics(patterns, plan.owners, plan.nparts)
+    stats = plan_statistics(patterns, plan.owners, plan.parts)
     objective = plan.meta.get("objective", "train")
     epsilon = plan.meta.get("epsilon")
-    limits = imbalance_limits(patterns, plan.nparts, float(epsilon)) \
+    limits = imbalance_limits(patterns, plan.parts, float(epsilon)) \
         if isinstance(epsilon, (int, float)) else None
-    print(f"plan {args.plan}: P={plan.nparts}, method {plan.meta.get('method', '?')}, "
+    print(f"plan {args.plan}: P={plan.parts}, method {plan.meta.get('method', '?')}, "
           f"objective {objective}; {balance_report(stats, limits)}")
     print(format_stats(stats, bundle.sizes, limits, objective))
     if args.compare or args.plot:
         method = plan.meta.get("method", "plan")
-        named = named_stats(patterns, plan.owners, plan.nparts, method,
+        named = named_stats(patterns, plan.owners, plan.parts, method,
                              int(plan.meta.get("seed", 0) or 0))
         if args.compare:
             print(format_compare(named, "block"))
         if args.plot:
             from spdnn.io.plots import plot_plan
 
-            plot_plan(named, bundle.sizes, f"{os.path.basename(args.plan)}: P={plan.nparts}, "
+            plot_plan(named, bundle.sizes, f"{os.path.basename(args.plan)}: P={plan.parts}, "
                       f"{method} plan and baselines", args.plot)
             print(f"wrote {args.plot}")
     if args.replicas is not None or args.batch_size is not None:

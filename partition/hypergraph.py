@@ -140,12 +140,12 @@ def write_hmetis(hg: Hypergraph, path: str | os.PathLike) -> None:
     write_text(path, "\n".join(lines) + "\n")
 
 
-def read_partition(path: str | os.PathLike, n_vertices: int, nparts: int) -> np.ndarray:
+def read_partition(path: str | os.PathLike, n_vertices: int, parts: int) -> np.ndarray:
     """A partition file in the hMETIS convention: one 0-based block id per line, one per vertex."""
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise InputError(p, "no such file")
-    parts: list[int] = []
+    ids: list[int] = []
     with open(p, encoding="ascii", errors="strict") as fh:
         try:
             for lineno, line in enumerate(fh, start=1):
@@ -156,19 +156,19 @@ def read_partition(path: str | os.PathLike, n_vertices: int, nparts: int) -> np.
                     raise InputError(p, f"block id must be an integer, found '{text[:40]}'",
                                      lineno)
                 b = int(text)
-                if not 0 <= b < nparts:
-                    raise InputError(p, f"block id {b} out of range [0, {nparts})", lineno)
-                parts.append(b)
-                if len(parts) > n_vertices:  # stop reading: no need to hold a huge file
+                if not 0 <= b < parts:
+                    raise InputError(p, f"block id {b} out of range [0, {parts})", lineno)
+                ids.append(b)
+                if len(ids) > n_vertices:  # stop reading: no need to hold a huge file
                     break
         except UnicodeDecodeError as exc:
             raise InputError(p, f"not a text file of block ids ({exc.reason} at byte "
                                 f"{exc.start})") from None
-    if len(parts) != n_vertices:
-        more = "more than " if len(parts) > n_vertices else ""
-        raise InputError(p, f"has {more}{len(parts) - bool(more)} block ids, the hypergraph has "
+    if len(ids) != n_vertices:
+        more = "more than " if len(ids) > n_vertices else ""
+        raise InputError(p, f"has {more}{len(ids) - bool(more)} block ids, the hypergraph has "
                             f"{n_vertices} vertices")
-    return np.array(parts, dtype=np.int32)
+    return np.array(ids, dtype=np.int32)
 
 
 def contract(hg: Hypergraph, cluster: np.ndarray) -> tuple[Hypergraph, np.ndarray]:

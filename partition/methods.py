@@ -64,22 +64,23 @@ def _split_by_weight(weights: np.ndarray, nparts: int) -> np.ndarray:
     return np.minimum((mid * nparts / total).astype(np.int64), nparts - 1).astype(np.int32)
 
 
-def baseline_owners(method: str, patterns: Sequence[Pattern], nparts: int,
+def baseline_owners(method: str, patterns: Sequence[Pattern], parts: int, *,
                     seed: int = 0) -> list[np.ndarray]:
-    """block: contiguous weight-balanced ranges; cyclic: neuron n to rank n mod P;
-    random: a seeded permutation cut into weight-balanced ranges."""
+    """The owners of every layer's neurons among ``parts`` ranks. block: contiguous
+    weight-balanced ranges; cyclic: neuron n to rank n mod P; random: a seeded permutation cut
+    into weight-balanced ranges."""
     weights = _weights(patterns)
     rng = np.random.default_rng(seed)
     owners = []
     for w in weights:
         if method == "block":
-            owners.append(_split_by_weight(w, nparts))
+            owners.append(_split_by_weight(w, parts))
         elif method == "cyclic":
-            owners.append((np.arange(len(w)) % nparts).astype(np.int32))
+            owners.append((np.arange(len(w)) % parts).astype(np.int32))
         elif method == "random":
             perm = rng.permutation(len(w))
             o = np.empty(len(w), dtype=np.int32)
-            o[perm] = _split_by_weight(w[perm], nparts)
+            o[perm] = _split_by_weight(w[perm], parts)
             owners.append(o)
         else:
             raise SpdnnError(f"unknown method '{method}'")
@@ -193,7 +194,7 @@ def search_hypergraph(patterns: Sequence[Pattern], nparts: int, *, epsilon: floa
             f"{len(hg.net_pins):,} pins")
     baselines = {}
     for b in BASELINES:
-        owners = baseline_owners(b, patterns, nparts, seed)
+        owners = baseline_owners(b, patterns, nparts, seed=seed)
         if fixed_inputs is not None:
             owners[0] = fixed_inputs.astype(np.int32)
         baselines[b] = np.concatenate(owners)
@@ -269,7 +270,7 @@ def partition_network(
         owners = [np.zeros(len(w), dtype=np.int32) for w in _weights(patterns)]
         chosen = method
     elif method in BASELINES:
-        owners = baseline_owners(method, patterns, nparts, seed)
+        owners = baseline_owners(method, patterns, nparts, seed=seed)
         chosen = method
     else:
         found = search_hypergraph(patterns, nparts, epsilon=epsilon, seed=seed, backend=backend,

@@ -59,7 +59,7 @@ def named_stats(patterns, owners, nparts: int, name: str, seed: int) -> dict:  #
     named = {name: plan_statistics(patterns, owners, nparts)}
     for b in BASELINES:
         if b != name:
-            named[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed),
+            named[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed=seed),
                                        nparts)
     return named
 

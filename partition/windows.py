@@ -198,7 +198,7 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
         limits += imbalance_limits(kept, nparts, epsilon)
         window_base = {}
         for b in BASELINES:  # per layer, so a window of them is the network's own
-            bo = baseline_owners(b, patterns, nparts, seed + w.first - 1)[: keep + 1]
+            bo = baseline_owners(b, patterns, nparts, seed=seed + w.first - 1)[: keep + 1]
             if b == "random" and fixed is not None:  # the rest are the same on every window
                 bo[0] = last_random
             last_random = bo[-1] if b == "random" else last_random

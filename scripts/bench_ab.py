@@ -68,7 +68,7 @@ def prepare(work: Path, hidden: int) -> list[tuple[str, int, list[str], str]]:
     x = rng.standard_normal((2048, 4096)).astype(np.float32)
     np.savez(work / "data.npz", x_train=x, y_train=rng.integers(0, 10, 2048))
     cases = []
-    nets = {"random": random_network([4096, hidden, hidden, hidden], 32, seed=0, n_classes=10),
+    nets = {"random": random_network([4096, hidden, hidden, hidden], 32, seed=0, head=10),
             "radixnet": add_head(radixnet(hidden, 3, seed=0), 10)}
     for name, net in nets.items():
         if net.sizes[0] != 4096:  # RadiX-Net's input is H wide: its own data
@@ -143,7 +143,7 @@ print(json.dumps([times[0], times[len(times) // 2]]))
 def steps(trees: dict[str, Path], rounds: int, hidden: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         nets = {"random": random_network([4096, hidden, hidden, hidden], 32, seed=0,
-                                         n_classes=10),
+                                         head=10),
                 "radixnet": add_head(radixnet(hidden, 3, seed=0), 10),
                 "infer radixnet4096x120": radixnet(4096, 120, seed=0, bias=-0.35)}
         times: dict[tuple[str, str], list[list[float]]] = {}

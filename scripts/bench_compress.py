@@ -56,7 +56,7 @@ def record(steps: int) -> tuple[list[list[np.ndarray]], str]:
         return fake, "synthetic (no ../shared/data/mnist)"
     with tempfile.TemporaryDirectory() as tmp, Communicator.self_only() as comm:
         path = os.path.join(tmp, "mlp.npz")
-        save_network(random_network([784, 1024, 1024], 32, seed=0, n_classes=10), path)
+        save_network(random_network([784, 1024, 1024], 32, seed=0, head=10), path)
         dnet = open_network(comm, path, None).dnet
         data = load_dataset(f"mnist:{mnist}", "float32")
         opt = SGD(SGDConfig(0.05, 0.9), dnet.parameters())

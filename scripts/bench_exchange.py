@@ -81,7 +81,7 @@ def cases(work: Path) -> list[tuple[str, int, list[str], str]]:
     mnist = SHARED / "mnist"
     if (mnist / "train-images-idx3-ubyte.gz").is_file():
         net = work / "mnistnet.npz"
-        save_network(random_network([784, 1024, 1024], 32, seed=0, n_classes=10), net)
+        save_network(random_network([784, 1024, 1024], 32, seed=0, head=10), net)
         for p in (2, 4):
             plan = partition(work, net, p, [])
             out.append((f"MNIST MLP 784-1024-1024-10, train 1 epoch, P={p}", p,

@@ -43,7 +43,7 @@ BIN = Path(sys.executable).parent
 def networks(samples: int, work: Path) -> dict:
     rng = np.random.default_rng(0)
     out = {}
-    mlp = random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
+    mlp = random_network([784, 1024, 1024], 32, seed=0, head=10)
     if (SHARED / "mnist").is_dir():
         out["mnist-mlp"] = (mlp, f"mnist:{SHARED / 'mnist'}", "hypergraph")
     else:
@@ -52,7 +52,7 @@ def networks(samples: int, work: Path) -> dict:
         out["mlp (synthetic data)"] = (mlp, f"npz:{work / 'mlp.npz'}", "hypergraph")
     for name, net, method in (
             ("random-16384x3", random_network([4096, 16384, 16384, 16384], 32, seed=0,
-                                              n_classes=10), "block"),
+                                              head=10), "block"),
             ("radixnet-16384x3", add_head(radixnet(16384, 3, seed=0), 10), "hypergraph")):
         np.savez(work / f"{name}-data.npz",
                  x_train=rng.standard_normal((samples, net.sizes[0])).astype(np.float32),

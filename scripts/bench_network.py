@@ -64,9 +64,9 @@ def build(name: str, layers: int):  # noqa: ANN201
     from spdnn.model.generate import add_head, local_network, radixnet, random_network
 
     if name == "main":
-        return local_network("8x8", ["16x16", "16x16"], radius=1, seed=0, n_classes=10)
+        return local_network("8x8", ["16x16", "16x16"], radius=1, seed=0, head=10)
     if name == "mlp":
-        return random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
+        return random_network([784, 1024, 1024], 32, seed=0, head=10)
     if name in ("random", "radixnet16384"):  # the validation networks, built as it builds them
         from validate_model import build as validation_network
 

@@ -107,7 +107,7 @@ def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str
         seconds = time.perf_counter() - t0
         st = {"hypergraph": plan_statistics(patterns, plan.owners, nparts)}
         for b in BASELINES:
-            st[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, 0), nparts)
+            st[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed=0), nparts)
         h = st["hypergraph"]
         cost = {m: (s.volume if objective == "train" else s.forward_total) for m, s in st.items()}
         balanced = all(

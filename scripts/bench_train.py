@@ -220,7 +220,7 @@ def build(structure: str, hidden: int):  # noqa: ANN201
     from spdnn.model.generate import add_head, radixnet, random_network
 
     if structure == "random":
-        return random_network([4096, hidden, hidden, hidden], 32, seed=0, n_classes=10)
+        return random_network([4096, hidden, hidden, hidden], 32, seed=0, head=10)
     return add_head(radixnet(hidden, 3, seed=0), 10, seed=0)
 
 

@@ -57,13 +57,13 @@ def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
     if path is not None and path.exists():
         plan = load_plan(path)  # a plan for another network: one line, exit 2 (main)
         plan.check_for(net.sizes, net.fingerprint(), str(path))
-        if plan.nparts == n and "study_seconds" in plan.meta:
+        if plan.parts == n and "study_seconds" in plan.meta:
             return plan, float(plan.meta["study_seconds"])
     t0 = time.perf_counter()
     plan = partition_network(pats, n, method="hypergraph", seed=0, fingerprint=net.fingerprint(),
                              time_limit=args.partition_limit, jobs=args.jobs)
     seconds = time.perf_counter() - t0
-    plan = Plan(plan.nparts, plan.owners, {**plan.meta, "study_seconds": seconds})
+    plan = Plan(plan.parts, plan.owners, {**plan.meta, "study_seconds": seconds})
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_plan(plan, path)

@@ -157,7 +157,7 @@ def check(variant: str, seed: int = 0) -> float:
     from spdnn import reference
     from spdnn.model.generate import random_network
 
-    net = random_network([64, 96, 80, 48], 8, seed=seed, n_classes=10, dtype="float64")
+    net = random_network([64, 96, 80, 48], 8, seed=seed, head=10, dtype="float64")
     rng = np.random.default_rng(seed)
     # Nonzero biases and inputs, so that some units are off and the masks matter.
     for layer in net.layers:

@@ -90,9 +90,9 @@ def build(name: str):  # noqa: ANN201
     from spdnn.model.generate import add_head, radixnet, random_network
 
     if name == "mlp":
-        return random_network([784, 1024, 1024], 32, seed=0, n_classes=10)
+        return random_network([784, 1024, 1024], 32, seed=0, head=10)
     if name == "random":
-        return random_network([4096, 16384, 16384, 16384], 32, seed=0, n_classes=10)
+        return random_network([4096, 16384, 16384, 16384], 32, seed=0, head=10)
     return add_head(radixnet(16384, 3, seed=0), 10, seed=0)
 
 

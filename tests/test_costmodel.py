@@ -135,7 +135,7 @@ def test_dense_blocks_are_timed_from_the_dense_table():
         w = workload(pats, plan)
         sparse, dense = predict(w, Machine(flat), b, 1), predict(w, Machine(with_dense), b, 1)
         # Forward 0.5 -> 0.05 ns, backward 1.0 -> 0.1 ns per nonzero x sample: the head only.
-        saved = head * (0.45 + 0.9) / plan.nparts
+        saved = head * (0.45 + 0.9) / plan.parts
         assert sparse.compute_kernels - dense.compute_kernels == pytest.approx(saved, rel=1e-9)
         assert dense.layers[0] == pytest.approx(sparse.layers[0], rel=1e-12)
 

@@ -24,7 +24,7 @@ from tests.helpers import MPIEXEC, NO_MPIEXEC, launch, start
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason=NO_MPIEXEC)
 @pytest.fixture
 def digits_net(tmp_path):
-    net = random_network([64, 32, 32], 8, seed=0, n_classes=10, dtype="float64")
+    net = random_network([64, 32, 32], 8, seed=0, head=10, dtype="float64")
     save_network(net, tmp_path / "net.npz")
     for p in (2, 3):
         save_plan(partition_network(network_patterns(net), p, method="cyclic",

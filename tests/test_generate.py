@@ -55,7 +55,7 @@ def test_random_fan_in_per_layer():
 
 
 def test_random_fixed_fan_in():
-    net = random_network([50, 30, 20], fan_in=8, seed=1, n_classes=5)
+    net = random_network([50, 30, 20], fan_in=8, seed=1, head=5)
     assert net.sizes == (50, 30, 20, 5)
     for layer in net.layers[:2]:
         assert set(np.diff(layer.weight.indptr)) == {8}
@@ -82,7 +82,7 @@ def test_prune_keeps_the_largest_magnitudes(tmp_path):
     assert np.all((dense == 0) | (dense == w1))
     assert np.all(np.diff(kept.indptr) >= 1)  # every neuron keeps an input
     np.savez(tmp_path / "dense.npz", W1=w1, W2=w2, b2=np.ones(6))
-    net = prune_file(tmp_path / "dense.npz", 0.25, n_classes=3)
+    net = prune_file(tmp_path / "dense.npz", 0.25, head=3)
     assert net.sizes == (10, 20, 6, 3)
     np.savez(tmp_path / "bad.npz", W1=w1, W2=rng.standard_normal((6, 7)))
     with pytest.raises(InputError, match="shapes do not chain"):
@@ -107,7 +107,7 @@ def test_add_head_makes_the_output_linear():
 
 
 def test_local_network_windows_and_fan_in():
-    net = local_network("8x8", ["16x16", "4x4"], radius=1, n_classes=10, shuffle=False,
+    net = local_network("8x8", ["16x16", "4x4"], radius=1, head=10, shuffle=False,
                         dtype="float64")
     assert net.sizes == (64, 256, 16, 10) and net.output_activation == "linear"
     w = net.layers[0].weight
@@ -125,15 +125,15 @@ def test_local_network_windows_and_fan_in():
 
 
 def test_local_network_shuffle_renumbers_the_same_function():
-    plain = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, n_classes=10, shuffle=False,
+    plain = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, head=10, shuffle=False,
                           dtype="float64")
-    mixed = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, n_classes=10,
+    mixed = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, head=10,
                           dtype="float64")
     assert plain.fingerprint() != mixed.fingerprint() and plain.nnz == mixed.nnz
     x = np.random.default_rng(0).random((64, 7))
     np.testing.assert_allclose(reference.forward(mixed, x)[0][-1],
                                reference.forward(plain, x)[0][-1], rtol=1e-12, atol=1e-12)
-    again = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, n_classes=10,
+    again = local_network("8x8", ["16x16", "16x16"], radius=1, seed=3, head=10,
                           dtype="float64")
     assert again.fingerprint() == mixed.fingerprint()  # seeded
 
@@ -142,7 +142,7 @@ def test_local_network_hypergraph_plan_beats_block_when_shuffled():
     from partition.methods import baseline_owners, partition_network
     from spdnn.model.plan import network_patterns, plan_statistics
 
-    patterns = network_patterns(local_network("8x8", ["16x16", "16x16"], radius=1, n_classes=10))
+    patterns = network_patterns(local_network("8x8", ["16x16", "16x16"], radius=1, head=10))
     plan = partition_network(patterns, 2, seed=0)
     ours = plan_statistics(patterns, plan.owners, 2)
     block = plan_statistics(patterns, baseline_owners("block", patterns, 2), 2)

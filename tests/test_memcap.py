@@ -45,7 +45,7 @@ def test_a_network_over_one_ranks_cap_trains_on_four_capped_ranks(tmp_path):
     from partition import partition
     from spdnn.io.planfile import save_plan
 
-    net = random_network([256, 4096, 4096, 4096], [256, 512, 512], seed=0, n_classes=10,
+    net = random_network([256, 4096, 4096, 4096], [256, 512, 512], seed=0, head=10,
                          dtype="float64")  # 5.3M weights
     save_network(net, tmp_path / "net.npz")
     for parts in (2, 4):

@@ -69,7 +69,7 @@ def test_the_shapes_counted_before_loading_are_those_of_the_loaded_network(comm,
     comm.barrier()
     plan = partition(net, parts=comm.size, method="random", seed=2)
     with NetworkBundle(path) as bundle:
-        before = planned_shapes(Grid.make(comm, plan.nparts), bundle, plan)
+        before = planned_shapes(Grid.make(comm, plan.parts), bundle, plan)
     opened = open_network(comm, str(path), plan)
     assert before == shapes(opened.dnet)
 

@@ -46,7 +46,7 @@ def test_infer_objective_minimises_forward_volume(nparts):
     stats = {obj: plan_statistics(patterns, plan.owners, nparts) for obj, plan in plans.items()}
     assert plans["infer"].meta["objective"] == "infer"
     _balanced(patterns, plans["infer"].owners, nparts, 0.03)
-    forward = {b: plan_statistics(patterns, baseline_owners(b, patterns, nparts, 1),
+    forward = {b: plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed=1),
                                   nparts).forward_total for b in BASELINES}
     assert stats["infer"].forward_total <= min(forward.values()), forward
     assert stats["infer"].forward_total * 3 < forward["block"]
@@ -84,7 +84,7 @@ def test_group_starts_only_where_identical_rows_shrink_the_hypergraph():
         return set(partition_network(network_patterns(net), 4, seed=0).meta["candidates"])
 
     assert any("groups" in s for s in starts(radixnet(1024, 4, seed=0)))
-    unstructured = starts(random_network([64, 96, 96], 6, seed=0, n_classes=16))
+    unstructured = starts(random_network([64, 96, 96], 6, seed=0, head=16))
     # The baselines and the layer-by-layer start (named by its backends), no group starts.
     assert len(unstructured) == 4 and not any("groups" in s for s in unstructured), unstructured
     assert {"block", "cyclic", "random"} < unstructured
@@ -157,7 +157,7 @@ def test_cli_partition_stats_compare(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "hypergraph" in proc.stdout and "cyclic" in proc.stdout
     plan = load_plan(tmp_path / "plan.npz")
-    assert plan.nparts == 3 and plan.meta["method"] == "hypergraph"
+    assert plan.parts == 3 and plan.meta["method"] == "hypergraph"
     assert plan.meta["partition_seconds"] > 0 and "fingerprint" in plan.meta
     assert plan.meta["objective"] == "train"
     proc = run_spdnn(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "infer.npz",
@@ -230,7 +230,7 @@ def test_mtkahypar_backend():
     patterns = network_patterns(net)
     plan = partition_network(patterns, 3, backend="mtkahypar", seed=1)
     _balanced(patterns, plan.owners, 3, 0.03)
-    baseline = min(plan_statistics(patterns, baseline_owners(b, patterns, 3, 1), 3).volume
+    baseline = min(plan_statistics(patterns, baseline_owners(b, patterns, 3, seed=1), 3).volume
                    for b in BASELINES)
     assert plan.meta["stats"]["volume"] <= baseline and plan.meta["backend"] == "mtkahypar"
 

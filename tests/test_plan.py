@@ -58,7 +58,7 @@ def test_plan_file_round_trip_and_checks(tmp_path):
     plan = Plan(3, owners, {"method": "cyclic", "fingerprint": net.fingerprint()})
     save_plan(plan, tmp_path / "plan.npz")
     back = load_plan(tmp_path / "plan.npz")
-    assert back.nparts == 3 and back.meta == plan.meta
+    assert back.parts == 3 and back.meta == plan.meta
     for a, b in zip(owners, back.owners):
         np.testing.assert_array_equal(a, b)
         assert b.dtype == np.int32
@@ -124,12 +124,12 @@ def test_imbalance_limits_and_the_balance_report():
     limits = imbalance_limits([one, head], 2, 0.03)
     # A part may hold (1 + eps) x average + the heaviest row: eps + w_max x P / total.
     assert limits == pytest.approx((0.03 + 2 * 2 / 16, 0.03 + 8 * 2 / 24))
-    within = PlanStats(nparts=2, forward=(1, 2), backward=(0, 2), pairs=(1, 1), imbalance=(0.0,
+    within = PlanStats(parts=2, forward=(1, 2), backward=(0, 2), pairs=(1, 1), imbalance=(0.0,
                                                                                            1 / 3),
         sent=(1, 1), received=(1, 1))
     assert balance_report(within, limits).startswith("every layer within its balance limit")
     assert "33.33% on layer 2, whose limit is 69.67%" in balance_report(within, limits)
-    over = PlanStats(nparts=2, forward=(1, 2), backward=(0, 2), pairs=(1, 1), imbalance=(0.5,
+    over = PlanStats(parts=2, forward=(1, 2), backward=(0, 2), pairs=(1, 1), imbalance=(0.5,
                                                                                          1 / 3),
         sent=(1, 1), received=(1, 1))
     assert balance_report(over, limits) == \

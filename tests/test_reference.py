@@ -97,7 +97,7 @@ def test_digits_training_learns():
 
     data = load_digits()
     assert data.x_train.shape == (1437, 64) and data.x_test.shape == (360, 64)
-    net = random_network([64, 128, 128], 16, seed=0, n_classes=10)
+    net = random_network([64, 128, 128], 16, seed=0, head=10)
     _, reports = train(net, data, 8, 32, SGDConfig(0.05, 0.9))
     assert reports[-1].test_accuracy > 0.9
 

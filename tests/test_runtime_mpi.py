@@ -145,7 +145,7 @@ def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
     if comm.size > 1:
         assert sum(stats.forward) > 0
     # The schedules alone predict the same volume (the fallback for plans without stats).
-    bare = Plan(run.plan.nparts, run.plan.owners, {})
+    bare = Plan(run.plan.parts, run.plan.owners, {})
     assert [v.tolist() for v in plan_volume(comm, bare, [lay.exchange.n_ghost for lay in
                                                         dnet.layers])[:2]] == \
         [list(stats.forward), list(stats.backward)]

@@ -105,10 +105,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
     try:
         if args.kind == "random":
             net = generate.random_network(args.sizes, args.fan_in, seed=args.seed,
-                                          n_classes=args.head, cap=args.cap, dtype=args.dtype)
+                                          head=args.head, cap=args.cap, dtype=args.dtype)
         elif args.kind == "local":
             net = generate.local_network(args.image, args.hidden, radius=args.radius,
-                                         seed=args.seed, n_classes=args.head,
+                                         seed=args.seed, head=args.head,
                                          shuffle=not args.no_shuffle, cap=args.cap,
                                          dtype=args.dtype)
         else:

@@ -67,7 +67,7 @@ class _References:
 
         self.cases = []
         for sizes, batches in references:
-            net = random_network(list(sizes), FAN_IN, seed=1, n_classes=10, dtype=dtype)
+            net = random_network(list(sizes), FAN_IN, seed=1, head=10, dtype=dtype)
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "reference.npz")
                 save_network(net, path)

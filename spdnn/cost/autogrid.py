@@ -71,9 +71,9 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
     for path in plans:
         plan = load_plan(path)
         plan.check_for(bundle.sizes, fingerprint, path)
-        parts.append(plan.nparts)
-        if ranks % plan.nparts == 0 and ranks // plan.nparts <= batch:
-            candidates.append((path, workload(patterns, plan), ranks // plan.nparts))
+        parts.append(plan.parts)
+        if ranks % plan.parts == 0 and ranks // plan.parts <= batch:
+            candidates.append((path, workload(patterns, plan), ranks // plan.parts))
     if plans and all(ranks % n for n in parts):
         raise InputError(plans[0] if len(plans) == 1 else ", ".join(plans),
                          f"no plan fits {ranks} ranks (parts: "

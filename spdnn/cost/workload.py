@@ -115,7 +115,7 @@ def workload(patterns: list[Pattern], plan: Plan, pattern_locality: np.ndarray |
              ) -> Workload:
     """Per-rank work and messages of ``plan`` on a network given by its patterns
     (``pattern_locality``: their ``locality``, computed when not given)."""
-    n = plan.nparts
+    n = plan.parts
     if len(patterns) != len(plan.owners) - 1:
         raise SpdnnError(f"the plan has {len(plan.owners) - 1} layers, the network "
                          f"{len(patterns)}")

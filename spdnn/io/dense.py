@@ -15,7 +15,7 @@ from spdnn.model.network import Layer, Network, as_dtype
 
 
 def prune_file(path: str | os.PathLike, density: float, seed: int | None = 0,
-               n_classes: int | None = None, dtype: Any = "float32") -> Network:
+               head: int | None = None, dtype: Any = "float32") -> Network:
     """Prune dense weights from ``.npz`` (keys W1..WL, optional b1..bL, n_k x n_{k-1}) or a
     single ``.npy`` matrix (one layer)."""
     p = os.fspath(path)
@@ -47,7 +47,7 @@ def prune_file(path: str | os.PathLike, density: float, seed: int | None = 0,
     dt = as_dtype(dtype)
     layers = [Layer(lay.weight.astype(dt), lay.bias.astype(dt))
               for lay in prune_dense(weights, biases, density)]
-    if n_classes:
-        layers.append(dense_head(n_classes, layers[-1].n_out, _rng(seed), dt))
+    if head:
+        layers.append(dense_head(head, layers[-1].n_out, _rng(seed), dt))
     return Network(layers=tuple(layers), output_activation="linear",
                    extra={"generator": "prune", "density": density})

@@ -19,10 +19,10 @@ PLAN_FORMAT = "spdnn-plan/1"
 
 
 def save_plan(plan: Plan, path: str | os.PathLike) -> None:
-    check_owners(plan.owners, plan.nparts, os.fspath(path))
+    check_owners(plan.owners, plan.parts, os.fspath(path))
     arrays = {
         "format": np.array(PLAN_FORMAT),
-        "nparts": np.array(plan.nparts, dtype=np.int64),
+        "nparts": np.array(plan.parts, dtype=np.int64),
         "n_layers": np.array(len(plan.owners) - 1, dtype=np.int64),
         "meta": np.array(json.dumps(plan.meta, sort_keys=True)),
     }

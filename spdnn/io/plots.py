@@ -84,7 +84,7 @@ def plot_plan(named: Mapping[str, Any], sizes: Sequence[int], title: str,
     bwd.set(title="backward (fold) rows per layer", xlabel="layer")
     fwd.legend()
     first = next(iter(named.values()))
-    r = list(range(first.nparts))
+    r = list(range(first.parts))
     ranks.bar([p - 0.2 for p in r], first.sent, 0.4, label="sent")
     ranks.bar([p + 0.2 for p in r], first.received, 0.4, label="received")
     ranks.set(title=f"{next(iter(named))}: rows per rank and step", xlabel="rank")

@@ -100,12 +100,12 @@ def fixed_fan_in(n_out: int, n_in: int, fan_in: int, rng: np.random.Generator,
     return sp.csr_matrix((vals.astype(as_dtype(dtype)), cols.ravel(), indptr), shape=(n_out, n_in))
 
 
-def dense_head(n_classes: int, n_in: int, rng: np.random.Generator,
+def dense_head(outputs: int, n_in: int, rng: np.random.Generator,
                dtype: Any = "float32") -> Layer:
     """A fully connected classifier layer (stored as CSR), PyTorch-style uniform init."""
     bound = 1.0 / np.sqrt(n_in)
-    w = rng.uniform(-bound, bound, size=(n_classes, n_in)).astype(as_dtype(dtype))
-    return Layer(sp.csr_matrix(w), np.zeros(n_classes, dtype=as_dtype(dtype)))
+    w = rng.uniform(-bound, bound, size=(outputs, n_in)).astype(as_dtype(dtype))
+    return Layer(sp.csr_matrix(w), np.zeros(outputs, dtype=as_dtype(dtype)))
 
 
 def random_network(
@@ -113,11 +113,12 @@ def random_network(
     fan_in: int | Sequence[int],
     *,
     seed: int | None = 0,
-    n_classes: int | None = None,
+    head: int | None = None,
     cap: float | None = None,
     dtype: Any = "float32",
 ) -> Network:
-    """Random fixed fan-in layers n_0 -> n_1 -> ... -> n_L, optionally topped by a dense head;
+    """Random fixed fan-in layers n_0 -> n_1 -> ... -> n_L, topped by a dense classifier of
+    ``head`` outputs when given (``--head``);
     ``fan_in``: one for every layer, or one per layer.
 
     Without a head the last layer is linear (a regression/MSE output).
@@ -133,8 +134,8 @@ def random_network(
     dt = as_dtype(dtype)
     layers = [Layer(fixed_fan_in(n_out, n_in, f, rng, dt), np.zeros(n_out, dtype=dt))
               for n_in, n_out, f in zip(sizes[:-1], sizes[1:], fans)]
-    if n_classes:
-        layers.append(dense_head(n_classes, sizes[-1], rng, dt))
+    if head:
+        layers.append(dense_head(head, sizes[-1], rng, dt))
     return Network(layers=tuple(layers), cap=cap, output_activation="linear",
                    extra={"generator": "random", "seed": seed,
                           "fan_in": fan_in if isinstance(fan_in, int) else fans})
@@ -178,7 +179,7 @@ def local_network(
     *,
     radius: int = 1,
     seed: int | None = 0,
-    n_classes: int | None = None,
+    head: int | None = None,
     shuffle: bool = True,
     cap: float | None = None,
     dtype: Any = "float32",
@@ -188,7 +189,8 @@ def local_network(
     (2 radius + 1)^2 window of the grid below. With ``shuffle`` the hidden neurons are numbered
     in a random order (seeded), as the neurons of a pruned network carry no spatial order: a
     block partition then cuts about half the connections, and only a partitioner that reads
-    the structure finds the spatial one."""
+    the structure finds the spatial one. ``head``: a dense classifier of that many outputs on
+    top (``--head``)."""
     if radius < 0:
         raise ValueError("radius must be >= 0")
     if not hidden:
@@ -207,9 +209,9 @@ def local_network(
         w.sort_indices()
         layers.append(Layer(w, np.zeros(n, dtype=dt)))
         below = perm
-    if n_classes:
-        head = dense_head(n_classes, layers[-1].n_out, values, dt)
-        layers.append(Layer(sp.csr_matrix(head.weight.toarray()[:, below]), head.bias))
+    if head:
+        top = dense_head(head, layers[-1].n_out, values, dt)
+        layers.append(Layer(sp.csr_matrix(top.weight.toarray()[:, below]), top.bias))
     return Network(layers=tuple(layers), cap=cap, output_activation="linear",
                    extra={"generator": "local", "radius": radius, "shuffle": shuffle,
                           "seed": seed})
@@ -243,9 +245,10 @@ def prune_dense(weights: Sequence[np.ndarray], biases: Sequence[np.ndarray | Non
     return layers
 
 
-def add_head(network: Network, n_classes: int, seed: int | None = 0) -> Network:
-    """Top a network with a dense classifier head; the output becomes linear."""
-    head = dense_head(n_classes, network.sizes[-1], _rng(seed), network.dtype)
-    return Network(layers=(*network.layers, head), activation=network.activation, cap=network.cap,
+def add_head(network: Network, head: int, *, seed: int | None = 0) -> Network:
+    """Top a network with a dense classifier of ``head`` outputs (``--head``); the output becomes
+    linear."""
+    top = dense_head(head, network.sizes[-1], _rng(seed), network.dtype)
+    return Network(layers=(*network.layers, top), activation=network.activation, cap=network.cap,
                    output_activation="linear",
-                   extra={**network.extra, "head": n_classes})
+                   extra={**network.extra, "head": head})

@@ -22,7 +22,7 @@ Pattern = tuple[np.ndarray, np.ndarray, tuple[int, int]]
 
 @dataclass(frozen=True)
 class Plan:
-    nparts: int
+    parts: int  # P: the model parts (one rank each, per replica)
     owners: tuple[np.ndarray, ...]  # owners[k]: rank of each neuron of layer k = 0..L
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -54,14 +54,14 @@ def _sizes(sizes: Sequence[int]) -> str:
     return str(s) if len(s) <= 8 else f"[{s[0]}, ..., {s[-1]}] ({len(s)} layers incl. input)"
 
 
-def check_owners(owners: Sequence[np.ndarray], nparts: int, source: str = "plan") -> None:
-    if nparts < 1:
-        raise InputError(source, f"nparts must be at least 1, not {nparts}")
+def check_owners(owners: Sequence[np.ndarray], parts: int, source: str = "plan") -> None:
+    if parts < 1:
+        raise InputError(source, f"nparts must be at least 1, not {parts}")
     for k, o in enumerate(owners):
         if o.ndim != 1 or not np.issubdtype(o.dtype, np.integer):
             raise InputError(source, f"owner{k} must be a 1-D integer array")
-        if len(o) and (int(o.min()) < 0 or int(o.max()) >= nparts):
-            raise InputError(source, f"owner{k} has ranks outside [0, {nparts})")
+        if len(o) and (int(o.min()) < 0 or int(o.max()) >= parts):
+            raise InputError(source, f"owner{k} has ranks outside [0, {parts})")
 
 
 # --------------------------------------------------------------------------- statistics
@@ -103,7 +103,7 @@ class PlanStats:
     nonzeros. Per rank: rows sent and received over one minibatch (forward + backward).
     """
 
-    nparts: int
+    parts: int
     forward: tuple[int, ...]
     backward: tuple[int, ...]
     pairs: tuple[int, ...]
@@ -146,7 +146,7 @@ def imbalance_of(loads: np.ndarray) -> float:
     return float(loads.max() / avg - 1) if avg > 0 else 0.0
 
 
-def imbalance_limits(patterns: Iterable[Pattern], nparts: int, epsilon: float
+def imbalance_limits(patterns: Iterable[Pattern], parts: int, epsilon: float
                      ) -> tuple[float, ...]:
     """Per layer, the imbalance the partitioner allows (as ``imbalance``: max load / average
     - 1): a part may hold (1 + epsilon) x the average load plus one row, so a layer of few,
@@ -155,7 +155,7 @@ def imbalance_limits(patterns: Iterable[Pattern], nparts: int, epsilon: float
     for indptr, _, _ in patterns:
         w = np.diff(indptr)
         total = float(w.sum())
-        limits.append(epsilon + float(w.max()) * nparts / total if total > 0 else 0.0)
+        limits.append(epsilon + float(w.max()) * parts / total if total > 0 else 0.0)
     return tuple(limits)
 
 
@@ -176,30 +176,30 @@ def balance_report(stats: PlanStats, limits: Sequence[float] | None) -> str:
 
 
 def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray],
-                    nparts: int, first_layer: int = 1) -> PlanStats:
+                    parts: int, *, first_layer: int = 1) -> PlanStats:
     """Statistics of ``owners`` on a network given as per-layer sparsity patterns.
     ``first_layer``: the network's number of ``patterns[0]`` when they are a window of its
     layers (``owners`` then starts at that layer's inputs); ``combine_stats`` joins windows."""
     fwd, bwd, pairs, imb = [], [], [], []
-    sent = np.zeros(nparts, dtype=np.int64)
-    recv = np.zeros(nparts, dtype=np.int64)
+    sent = np.zeros(parts, dtype=np.int64)
+    recv = np.zeros(parts, dtype=np.int64)
     for i, (indptr, indices, shape) in enumerate(patterns, start=1):
         k = i + first_layer - 1
         if shape != (len(owners[i]), len(owners[i - 1])):
             raise SpdnnError(f"layer {k}: plan sizes do not match the network")
-        j, p = cut_pairs(indptr, indices, owners[i], owners[i - 1], nparts)
+        j, p = cut_pairs(indptr, indices, owners[i], owners[i - 1], parts)
         src = owners[i - 1][j]
         fwd.append(len(j))
         bwd.append(len(j) if k > 1 else 0)
-        pairs.append(len(np.unique(src.astype(np.int64) * nparts + p)))
-        imb.append(imbalance_of(layer_loads(indptr, owners[i], nparts)))
-        fs, fr = np.bincount(src, minlength=nparts), np.bincount(p, minlength=nparts)
+        pairs.append(len(np.unique(src.astype(np.int64) * parts + p)))
+        imb.append(imbalance_of(layer_loads(indptr, owners[i], parts)))
+        fs, fr = np.bincount(src, minlength=parts), np.bincount(p, minlength=parts)
         sent += fs
         recv += fr
         if k > 1:  # the fold goes the other way
             sent += fr
             recv += fs
-    return PlanStats(nparts=nparts, forward=tuple(fwd), backward=tuple(bwd), pairs=tuple(pairs),
+    return PlanStats(parts=parts, forward=tuple(fwd), backward=tuple(bwd), pairs=tuple(pairs),
                      imbalance=tuple(imb),
                      sent=tuple(int(s) for s in sent), received=tuple(int(r) for r in recv))
 
@@ -209,7 +209,7 @@ def combine_stats(windows: Sequence[PlanStats]) -> PlanStats:
     def joined(name: str) -> tuple:
         return tuple(v for w in windows for v in getattr(w, name))
 
-    return PlanStats(nparts=windows[0].nparts, forward=joined("forward"),
+    return PlanStats(parts=windows[0].parts, forward=joined("forward"),
                      backward=joined("backward"), pairs=joined("pairs"),
                      imbalance=joined("imbalance"),
                      sent=tuple(int(sum(v)) for v in zip(*(w.sent for w in windows))),

@@ -106,12 +106,12 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
             return Plan(1, tuple(np.zeros(n, dtype=np.int32) for n in bundle.sizes),
                         {"method": "single"})
         plan = plan_path if isinstance(plan_path, Plan) else load_plan(plan_path)
-        if plan.nparts * replicas != comm.size:
+        if plan.parts * replicas != comm.size:
             if replicas == 1:
-                raise InputError(source, f"plan is for P={plan.nparts} ranks but this job "
-                                            f"has {comm.size} (mpirun -n {plan.nparts})")
-            raise InputError(source, f"--replicas {replicas} of this plan's {plan.nparts} "
-                                        f"part(s) need mpirun -n {plan.nparts * replicas}, "
+                raise InputError(source, f"plan is for P={plan.parts} ranks but this job "
+                                            f"has {comm.size} (mpirun -n {plan.parts})")
+            raise InputError(source, f"--replicas {replicas} of this plan's {plan.parts} "
+                                        f"part(s) need mpirun -n {plan.parts * replicas}, "
                                         f"this job has {comm.size} ranks")
         plan.check_for(bundle.sizes, None, source)
         return plan
@@ -120,7 +120,7 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     if isinstance(network, Network) or isinstance(plan_path, Plan):
         _same_everywhere(comm, network if isinstance(network, Network) else None,
                          plan if isinstance(plan_path, Plan) else None)
-    grid = Grid.make(comm, plan.nparts)
+    grid = Grid.make(comm, plan.parts)
     if budget is not None:
         itemsize = np.dtype(dtype if dtype is not None else "float32").itemsize
         verdict = check(grid, bundle, plan, itemsize, budget)
@@ -175,7 +175,7 @@ def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | N
     mine = (None if network is None else digest(
                 [a for lay in network.layers for a in (lay.weight.indptr, lay.weight.indices,
                                                        lay.weight.data, lay.bias)]),
-            None if plan is None else digest([np.asarray(plan.nparts), *plan.owners]))
+            None if plan is None else digest([np.asarray(plan.parts), *plan.owners]))
     seen = comm.allgather(mine)
     for i, what in enumerate(("network", "plan")):
         if len({s[i] for s in seen}) > 1:
