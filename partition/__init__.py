@@ -8,8 +8,8 @@ _HOMES = {
     "partition": "api",
     "OBJECTIVES": "hypergraph", "Hypergraph": "hypergraph", "build_hypergraph": "hypergraph",
     "km1": "hypergraph", "read_partition": "hypergraph", "write_hmetis": "hypergraph",
-    "BASELINES": "methods", "METHODS": "methods", "baseline_owners": "methods",
-    "partition_network": "methods",
+    "BASELINES": "options", "METHODS": "options", "PartitionOptions": "options",
+    "baseline_owners": "methods", "partition_network": "methods",
 }
 
 
@@ -31,6 +31,7 @@ __all__ = [
     "BASELINES",
     "METHODS",
     "OBJECTIVES",
+    "PartitionOptions",
     "Hypergraph",
     "baseline_owners",
     "build_hypergraph",

@@ -1,16 +1,18 @@
 """``partition.partition``: a plan for a network, from Python (``spdnn-partition`` runs the
-same search). The network may be a ``spdnn.Network`` in memory or a bundle file."""
+same search, with the same options: partition/options.py). The network may be a
+``spdnn.Network`` in memory or a bundle file."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from spdnn.model.network import Network
 from spdnn.model.plan import Plan, network_patterns
 
-from .methods import partition_network
+from .options import PartitionOptions
 
 Method = Literal["hypergraph", "block", "cyclic", "random"]
 Objective = Literal["train", "infer"]
@@ -19,7 +21,8 @@ Objective = Literal["train", "infer"]
 def partition(network: Network | str | os.PathLike, *, parts: int,
               method: Method = "hypergraph", epsilon: float = 0.03, seed: int | None = 0,
               objective: Objective = "train", backend: str = "auto",
-              time_limit: float | None = None, jobs: int = 1, threads: int = 1,
+              time_limit: float | None = None, reserve: float | None = None, jobs: int = 1,
+              threads: int = 1, exact_sweeps: int = 0, shortcuts: bool = True,
               memory_limit: int | str | None = None, window_layers: int | None = None,
               log: Callable[[str], None] | None = None) -> Plan:
     """A plan that gives each of ``parts`` ranks its neurons of every layer, each layer within
@@ -27,14 +30,20 @@ def partition(network: Network | str | os.PathLike, *, parts: int,
     forward + backward; ``infer``: forward). The plan carries the network's fingerprint and
     its statistics (``plan.meta["stats"]``); save it with ``spdnn.save_plan``.
 
-    ``memory_limit`` (bytes, or text such as ``"8G"``) or ``window_layers``: partition in
-    windows of consecutive layers that fit, read from the file as they advance
+    ``time_limit``: seconds for this call, loading included; the search ends ``reserve``
+    seconds before it, to leave time for saving the plan (default 2% of the limit, at least
+    1 s). ``exact_sweeps``, ``shortcuts``, ``jobs``, ``threads``: as ``spdnn-partition``'s
+    options. ``memory_limit`` (bytes, or text such as ``"8G"``) or ``window_layers``:
+    partition in windows of consecutive layers that fit, read from the file as they advance
     (partition/windows.py); without either, the whole hypergraph at once."""
-    if memory_limit is not None or window_layers is not None:
-        return _in_windows(network, parts, method=method, epsilon=epsilon, seed=seed,
-                           objective=objective, backend=backend, time_limit=time_limit,
-                           jobs=jobs, threads=threads, memory_limit=memory_limit,
-                           window_layers=window_layers, log=log)
+    start = time.monotonic()
+    options = PartitionOptions(
+        method=method, epsilon=epsilon, seed=seed, objective=objective, backend=backend,
+        time_limit=time_limit, reserve=reserve, jobs=jobs, threads=threads,
+        exact_sweeps=exact_sweeps, shortcuts=shortcuts, memory_limit=memory_limit,
+        window_layers=window_layers).checked(parts)
+    if options.windowed:
+        return _in_windows(network, parts, options, start, log)
     if isinstance(network, Network):
         patterns, fingerprint = network_patterns(network), network.fingerprint()
     else:
@@ -42,34 +51,28 @@ def partition(network: Network | str | os.PathLike, *, parts: int,
 
         bundle, patterns = load_network_patterns(os.fspath(network))
         fingerprint = bundle.fingerprint()
-    return partition_network(patterns, parts, method=method, epsilon=epsilon, seed=seed,
-                             backend=backend, fingerprint=fingerprint, log=log,
-                             objective=objective, threads=threads, time_limit=time_limit,
-                             jobs=jobs)
+    from .methods import partition_network
+
+    return partition_network(patterns, parts, fingerprint=fingerprint, log=log,
+                             exact_sweeps=options.exact_sweeps,
+                             time_limit=options.search_seconds(time.monotonic() - start),
+                             **options.search())
 
 
-def _in_windows(network: Network | str | os.PathLike, parts: int, *, memory_limit: int | str | None,
-                window_layers: int | None, **options: Any) -> Plan:
-    from spdnn.errors import SpdnnError
+def _in_windows(network: Network | str | os.PathLike, parts: int, options: PartitionOptions,
+                start: float, log: Callable[[str], None] | None) -> Plan:
     from spdnn.io.bundle import NetworkBundle
-    from spdnn.memlimit import parse_bytes
 
-    from .methods import check_options, normalize_seed
     from .windows import PatternList, choose_windows, partition_windows
 
-    limit = parse_bytes(memory_limit) if isinstance(memory_limit, str) else memory_limit
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
-        raise SpdnnError(f"memory_limit must be a number of bytes, not {memory_limit!r}")
-    if window_layers is not None and (not isinstance(window_layers, int) or window_layers < 1):
-        raise SpdnnError(f"window_layers must be a positive integer, not {window_layers!r}")
-    options["seed"] = normalize_seed(options["seed"])
-    check_options(parts, **{k: options[k] for k in ("method", "epsilon", "objective", "backend",
-                                                     "threads", "jobs", "time_limit")})
+    options.check_windowed()
     if isinstance(network, Network):
         source, fingerprint = PatternList(network_patterns(network)), network.fingerprint()
     else:
         source = NetworkBundle(os.fspath(network))
         fingerprint = source.fingerprint()
-    windows = choose_windows(source, parts, limit=limit or 2**62, jobs=options["jobs"],
-                             max_layers=window_layers)
-    return partition_windows(source, parts, windows, fingerprint=fingerprint, **options).plan
+    windows = choose_windows(source, parts, limit=options.memory_limit or 2**62,
+                             jobs=options.jobs, max_layers=options.window_layers)
+    return partition_windows(source, parts, windows, fingerprint=fingerprint, log=log,
+                             time_limit=options.search_seconds(time.monotonic() - start),
+                             **options.search()).plan

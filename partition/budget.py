@@ -45,13 +45,6 @@ def process_seconds() -> float:
         return 0.0
 
 
-def search_budget(limit: float) -> float:
-    """The search's share of a whole command's ``limit``: what is left after the process's
-    start-up and loading so far, less a reserve for writing the plan and its statistics
-    (2% of the limit, at least 1 s; RadiX-Net 16384 x 120: ~5 s)."""
-    return max(limit - process_seconds() - max(1.0, 0.02 * limit), 1e-3)
-
-
 def duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"

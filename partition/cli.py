@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import spdnn.cli.pinned  # noqa: F401  (one BLAS thread, before numpy loads)
-from spdnn.errors import SpdnnError
+from spdnn.errors import OptionError, SpdnnError
 from spdnn.io.paths import check_outputs
 
-from .budget import search_budget
+from .budget import process_seconds
 from .inputs import load_network_patterns
+from .options import PartitionOptions
 from .parsers import (
     check_nparts,
     parser_export,
@@ -43,38 +44,26 @@ def cmd_partition(argv: Sequence[str]) -> None:
 
     args = parser_partition().parse_args(argv)
     check_outputs([("-o", args.output)])  # before any work
-    if not 0 < args.epsilon < 1:
-        raise SpdnnError(f"--epsilon must be in (0, 1), not {args.epsilon}")
-    if args.exact_sweeps < 0:
-        raise SpdnnError(f"--exact-sweeps must be at least 0, not {args.exact_sweeps}")
-    if args.threads < 1:
-        raise SpdnnError(f"--threads must be at least 1, not {args.threads}")
-    if args.time_limit is not None and not 0 < args.time_limit < float("inf"):
-        raise SpdnnError(f"--time-limit must be a positive number of seconds, not "
-                         f"{args.time_limit}")
-    if args.jobs < 1:
-        raise SpdnnError(f"--jobs must be at least 1, not {args.jobs}")
-    if args.window_layers is not None and args.window_layers < 1:
-        raise SpdnnError(f"--window-layers must be at least 1, not {args.window_layers}")
+    options = PartitionOptions(
+        method=args.method, epsilon=args.epsilon, seed=args.seed, objective=args.objective,
+        backend=args.backend, threads=args.threads, jobs=args.jobs, time_limit=args.time_limit,
+        exact_sweeps=args.exact_sweeps, shortcuts=not args.no_shortcuts,
+        window_layers=args.window_layers).checked(args.nparts)
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
         if not args.quiet:
             print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
-    if windowed(args, log):
+    if windowed(args, options, log):
         return
     bundle, patterns = load_network_patterns(args.network)
     check_nparts(args.nparts, bundle.sizes)
 
-    plan = partition_network(patterns, args.nparts, method=args.method, epsilon=args.epsilon,
-                             seed=args.seed,
-                             backend=args.backend, fingerprint=bundle.fingerprint(), log=log,
-                             objective=args.objective, exact_sweeps=args.exact_sweeps,
-                             threads=args.threads, jobs=args.jobs,
-                             shortcuts=not args.no_shortcuts,
-                             time_limit=None if args.time_limit is None else
-                             search_budget(args.time_limit))
+    plan = partition_network(patterns, args.nparts, fingerprint=bundle.fingerprint(), log=log,
+                             exact_sweeps=options.exact_sweeps,
+                             time_limit=options.search_seconds(process_seconds()),
+                             **options.search())
     save_plan(plan, args.output)
     stats = plan_statistics(patterns, plan.owners, args.nparts)
     limits = imbalance_limits(patterns, args.nparts, args.epsilon)
@@ -87,7 +76,8 @@ def cmd_partition(argv: Sequence[str]) -> None:
         print(format_compare(named, "block"))
 
 
-def windowed(args: argparse.Namespace, log: Callable[[str], None]) -> bool:
+def windowed(args: argparse.Namespace, options: PartitionOptions,
+             log: Callable[[str], None]) -> bool:
     """Partition in windows of layers when the whole hypergraph is predicted past the memory
     limit, or when asked to; False (nothing done) when the whole search fits."""
     from spdnn.io.bundle import NetworkBundle
@@ -96,7 +86,6 @@ def windowed(args: argparse.Namespace, log: Callable[[str], None]) -> bool:
     from spdnn.model.memory import format_bytes
     from spdnn.model.plan import balance_report
 
-    from .methods import check_options
     from .windows import choose_windows, partition_windows, whole_bytes
 
     if args.memory_limit is not None:
@@ -109,23 +98,16 @@ def windowed(args: argparse.Namespace, log: Callable[[str], None]) -> bool:
     if args.window_layers is None and (limit == 0 or whole <= limit):
         bundle.close()
         return False
-    if args.exact_sweeps:
-        raise SpdnnError("--exact-sweeps polish the whole hypergraph; they do not run in "
-                         "windows of layers")
-    check_options(args.nparts, method=args.method, epsilon=args.epsilon,
-                  objective=args.objective, backend=args.backend, threads=args.threads,
-                  jobs=args.jobs, time_limit=args.time_limit)
+    options.check_windowed()
     windows = choose_windows(bundle, args.nparts, limit=limit or 2**62, jobs=args.jobs,
                              max_layers=args.window_layers, name=args.network)
     log(f"the whole hypergraph needs about {format_bytes(whole)}, the limit is "
         f"{format_bytes(limit) if limit else 'none'} ({where}): {len(windows)} windows of "
         f"at most {max(w.last - w.first + 1 for w in windows)} layers")
     t0 = time.perf_counter()
-    done = partition_windows(
-        bundle, args.nparts, windows, method=args.method, epsilon=args.epsilon,
-        seed=args.seed, backend=args.backend, objective=args.objective, threads=args.threads,
-        jobs=args.jobs, shortcuts=not args.no_shortcuts,
-        log=log, time_limit=None if args.time_limit is None else search_budget(args.time_limit))
+    done = partition_windows(bundle, args.nparts, windows, log=log,
+                             time_limit=options.search_seconds(process_seconds()),
+                             **options.search())
     plan = done.plan
     plan.meta["partition_seconds"] = time.perf_counter() - t0
     plan.meta["memory_limit"] = limit
@@ -239,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             cmd_partition(argv)
     except SpdnnError as exc:
+        if isinstance(exc, OptionError):  # named by its flag here (-P for parts)
+            exc = exc.as_flag({"parts": "-P"})
         print(f"spdnn-partition: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

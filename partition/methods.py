@@ -20,16 +20,14 @@ import numpy as np
 from spdnn.errors import SpdnnError
 from spdnn.model.plan import Pattern, Plan, plan_statistics
 
-from .backends import check_backend
 from .budget import Deadline, Log
 from .exact import sweep_exact
-from .hypergraph import Hypergraph, build_hypergraph, check_objective, contract, km1
+from .hypergraph import Hypergraph, build_hypergraph, contract, km1
 from .layerwise import majority
+from .options import BASELINES, PartitionOptions
 from .refine import BalanceError, Refiner
 from .search import Search, search
 
-METHODS = ("hypergraph", "block", "cyclic", "random")
-BASELINES = ("block", "cyclic", "random")
 # Group starts are worth their cost (n_runs more layer-by-layer runs) only when groups of
 # identical rows shrink the hypergraph; on unstructured networks the coarse runs repeat the fine
 # one (random 4096-16384x3 with a 10-row head at P=2: 477 s instead of 122 s,
@@ -39,15 +37,6 @@ GROUP_SHRINK = 0.9
 # as many as its neurons (RadiX-Net, Graph Challenge: 1/16; unstructured layers: 1).
 GROUP_LAYER = 0.5
 
-
-
-def normalize_seed(seed: int | None) -> int:
-    """One place for seed handling: None means 0; KaHyPar takes a C int."""
-    if seed is None:
-        return 0
-    if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**31:
-        raise SpdnnError(f"seed must be an integer in [0, 2^31), not {seed!r}")
-    return int(seed)
 
 
 def _weights(patterns: Sequence[Pattern]) -> list[np.ndarray]:
@@ -141,31 +130,6 @@ def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, part
     return out if refiner.objective() < km1(hg, parts) else parts
 
 
-def check_options(nparts: int, *, method: str, epsilon: float, objective: str, backend: str,
-                  threads: int, jobs: int, time_limit: float | None,
-                  exact_sweeps: int = 0) -> None:
-    """The partitioner's options, checked once for every way in (whole or in windows)."""
-    if nparts < 1:
-        raise SpdnnError(f"the number of parts P must be at least 1, not {nparts}")
-    if not 0 < epsilon < 1:
-        raise SpdnnError(f"epsilon must be in (0, 1), not {epsilon}")
-    if method not in METHODS:
-        raise SpdnnError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
-    check_objective(objective)
-    if not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 0:
-        raise SpdnnError(f"exact sweeps must be a non-negative integer, not {exact_sweeps!r}")
-    if exact_sweeps and method != "hypergraph":
-        raise SpdnnError(f"exact sweeps polish the hypergraph method's plan, not '{method}'")
-    if time_limit is not None and not time_limit > 0:
-        raise SpdnnError(f"the time limit must be a positive number of seconds, not {time_limit}")
-    if not isinstance(jobs, (int, np.integer)) or jobs < 1:
-        raise SpdnnError(f"jobs must be a positive integer, not {jobs!r}")
-    if method == "hypergraph":
-        check_backend(backend, threads)
-    elif threads != 1:
-        raise SpdnnError(f"threads serve the hypergraph method's backend, not '{method}'")
-
-
 @dataclass(frozen=True, kw_only=True)
 class Found:
     """The hypergraph method's answer: the owners of every vertex layer, the start that won,
@@ -257,10 +221,10 @@ def partition_network(
     refinements side by side; the plan does not depend on it. ``shortcuts`` lets the search
     skip starts that cannot win (partition/search.py); ``meta["shortcuts"]`` lists those taken."""
     nparts = parts  # the partitioner's modules call it nparts; callers say parts
-    seed = normalize_seed(seed)
+    seed = PartitionOptions(method=method, epsilon=epsilon, seed=seed, objective=objective,
+                            backend=backend, threads=threads, jobs=jobs, time_limit=time_limit,
+                            exact_sweeps=exact_sweeps, shortcuts=shortcuts).checked(parts).seed
     deadline = Deadline(time_limit)
-    check_options(nparts, method=method, epsilon=epsilon, objective=objective, backend=backend,
-                  threads=threads, jobs=jobs, time_limit=time_limit, exact_sweeps=exact_sweeps)
     t0 = time.perf_counter()
     candidates: dict[str, Any] = {}
     unfinished: list[str] = []

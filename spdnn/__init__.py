@@ -12,7 +12,7 @@ leaves that to the caller (docs/running.md).
 # light, so the command line can take Ctrl-C from its first moment (spdnn.cli.entry).
 _HOMES = {
     "infer": "spdnn.api", "predict": "spdnn.api", "train": "spdnn.api",
-    "InputError": "spdnn.errors", "SpdnnError": "spdnn.errors",
+    "InputError": "spdnn.errors", "OptionError": "spdnn.errors", "SpdnnError": "spdnn.errors",
     "NETWORK_FORMAT": "spdnn.io.bundle", "NetworkBundle": "spdnn.io.bundle",
     "load_network": "spdnn.io.bundle", "save_network": "spdnn.io.bundle",
     "Dataset": "spdnn.io.datasets", "load_dataset": "spdnn.io.datasets",
@@ -66,6 +66,7 @@ __all__ = [
     "PLAN_FORMAT",
     "Dataset",
     "InputError",
+    "OptionError",
     "Layer",
     "Network",
     "NetworkBundle",

@@ -20,3 +20,17 @@ class InputError(SpdnnError):
         self.line = line
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {problem}")
+
+
+class OptionError(SpdnnError):
+    """A bad option value, named by its field in an option record. Each check is written once,
+    on the record; the command line names the option by its flag instead (``as_flag``)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(f"{name} {problem}")
+
+    def as_flag(self, flags: dict[str, str] | None = None) -> SpdnnError:
+        """The same error naming ``--the-flag`` (or ``flags[name]``) instead of the field."""
+        flag = (flags or {}).get(self.name, "--" + self.name.replace("_", "-"))
+        return SpdnnError(f"{flag} {self.problem}")

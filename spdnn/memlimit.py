@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from spdnn.errors import SpdnnError
+from spdnn.errors import OptionError
 
 _SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 # A limit above this is "no limit" (cgroup v1 writes 2**63 rounded down to pages).
@@ -22,11 +22,11 @@ def parse_bytes(text: str) -> int:
         return 0
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.I)
     if not m:
-        raise SpdnnError(f"--memory-limit {text!r}: not a number of bytes (e.g. 4G, 512M, "
-                         "1073741824)")
+        raise OptionError("memory_limit", f"{text!r}: not a number of bytes (e.g. 4G, 512M, "
+                                          "1073741824)")
     value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
     if not math.isfinite(value) or value < 1:
-        raise SpdnnError(f"--memory-limit {text!r}: must be at least one byte")
+        raise OptionError("memory_limit", f"{text!r}: must be at least one byte")
     return int(value)
 
 

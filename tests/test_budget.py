@@ -23,7 +23,7 @@ def test_byte_counts_with_suffixes(text, expected):
 
 @pytest.mark.parametrize("text", ["", "12X", "-1G", "G", "1e9", "0", "0.1", "1.2.3G", "inf"])
 def test_bad_byte_counts_are_refused(text):
-    with pytest.raises(SpdnnError, match="--memory-limit"):
+    with pytest.raises(SpdnnError, match="memory_limit .*: (not a number|must be at least)"):
         parse_bytes(text)
 
 

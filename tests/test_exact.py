@@ -126,14 +126,14 @@ def test_exact_sweeps_improve_a_radixnet_plan():
 
 def test_exact_sweeps_argument(tmp_path):
     patterns = network_patterns(small_network())
-    with pytest.raises(SpdnnError, match="exact sweeps"):
+    with pytest.raises(SpdnnError, match="exact_sweeps must be an integer >= 0, not -1"):
         partition_network(patterns, 2, exact_sweeps=-1)
     with pytest.raises(SpdnnError, match="not 'cyclic'"):
         partition_network(patterns, 2, method="cyclic", exact_sweeps=1)
     save_network(small_network((12, 10, 8)), tmp_path / "net.npz")
     proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz",
                      "--exact-sweeps", "-1", module="partition")
-    assert_one_line_error(proc, "--exact-sweeps must be at least 0")
+    assert_one_line_error(proc, "--exact-sweeps must be an integer >= 0, not -1")
     proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz",
                      "--exact-sweeps", "1", module="partition")
     assert proc.returncode == 0, proc.stderr

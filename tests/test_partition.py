@@ -111,23 +111,23 @@ def test_p_equal_one_and_more_ranks_than_neurons():
 
 def test_argument_validation():
     patterns = network_patterns(small_network())
-    with pytest.raises(SpdnnError, match="at least 1"):
+    with pytest.raises(SpdnnError, match=r"parts must be an integer >= 1"):
         partition_network(patterns, 0)
     with pytest.raises(SpdnnError, match="epsilon"):
         partition_network(patterns, 2, epsilon=1.5)
     with pytest.raises(SpdnnError, match="seed"):
         partition_network(patterns, 2, seed=-1)
-    with pytest.raises(SpdnnError, match="unknown objective 'fast'"):
+    with pytest.raises(SpdnnError, match="objective must be one of train, infer, not 'fast'"):
         partition_network(patterns, 2, objective="fast")
-    with pytest.raises(SpdnnError, match="unknown backend 'metis'"):
+    with pytest.raises(SpdnnError, match="backend must be one of .*, not 'metis'"):
         partition_network(patterns, 2, backend="metis")
-    with pytest.raises(SpdnnError, match="threads must be a positive integer"):
+    with pytest.raises(SpdnnError, match="threads must be an integer >= 1, not 0"):
         partition_network(patterns, 2, backend="mtkahypar", threads=0)
     with pytest.raises(SpdnnError, match="KaHyPar runs on one thread"):
         partition_network(patterns, 2, backend="kahypar", threads=2)
-    with pytest.raises(SpdnnError, match="time limit must be a positive"):
+    with pytest.raises(SpdnnError, match="time_limit must be a positive number of seconds"):
         partition_network(patterns, 2, time_limit=0)
-    with pytest.raises(SpdnnError, match="jobs must be a positive integer"):
+    with pytest.raises(SpdnnError, match="jobs must be an integer >= 1, not 0"):
         partition_network(patterns, 2, jobs=0)
     with pytest.raises(SpdnnError, match="not 'block'"):
         partition_network(patterns, 2, method="block", threads=2)
@@ -186,7 +186,7 @@ def test_cli_bad_input(tmp_path):
     save_network(random_network([20, 24, 4], 4, seed=1), tmp_path / "other.npz")
     net = tmp_path / "net.npz"
     assert_one_line_error(run_spdnn(net, "-P", "0", "-o", tmp_path / "p.npz",
-                                    module="partition"), "-P must be at least 1")
+                                    module="partition"), "-P must be an integer >= 1, not 0")
     assert_one_line_error(run_spdnn(net, "-P", "2", "--epsilon", "1.2", "-o",
                                     tmp_path / "p.npz", module="partition"), "epsilon")
     assert not (tmp_path / "p.npz").exists()
@@ -250,7 +250,7 @@ def test_mtkahypar_plan_does_not_depend_on_threads(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for a, b in zip(one.owners, load_plan(tmp_path / "p.npz").owners):
         np.testing.assert_array_equal(a, b)
-    for bad, why in ((["--threads", "0"], "--threads must be at least 1"),
+    for bad, why in ((["--threads", "0"], "--threads must be an integer >= 1, not 0"),
                      (["--threads", "2", "--backend", "kahypar"], "KaHyPar runs on one thread")):
         proc = run_spdnn(tmp_path / "net.npz", "-P", "4", "-o", tmp_path / "q.npz", *bad,
                          module="partition")
@@ -303,3 +303,27 @@ def test_a_dead_mtkahypar_worker_is_an_error_then_replaced():
 def test_a_bad_option_is_one_line_for_every_form(tmp_path, args):
     proc = run_cli(*args, module="partition")
     assert_one_line_error(proc, "spdnn-partition", "--help")
+
+
+def test_the_api_offers_the_commands_options_checked_in_one_place(tmp_path):
+    """``partition.partition`` takes exact_sweeps, shortcuts and the reserve; a bad value is
+    the same check as on the command line, named by its field here and by its flag there."""
+    from partition import PartitionOptions, partition
+
+    net = small_network((24, 20, 16, 8), fan_in=4, seed=2)
+    plan = partition(net, parts=2, exact_sweeps=1, shortcuts=False, time_limit=60, reserve=5)
+    assert plan.meta["exact_sweeps"] == 1 and plan.meta["time_limit"] <= 55
+    assert "exact" in plan.meta["candidates"]
+    for bad, message in (({"reserve": 5}, "reserve is kept back from a time limit"),
+                         ({"time_limit": 10, "reserve": -1}, "reserve must be a non-negative"),
+                         ({"shortcuts": "no"}, "shortcuts must be True or False"),
+                         ({"seed": True}, "seed must be an integer")):
+        with pytest.raises(SpdnnError, match=message):
+            partition(net, parts=2, **bad)
+    with pytest.raises(SpdnnError, match="epsilon must be in") as caught:
+        PartitionOptions(epsilon=0).checked(2)
+    assert str(caught.value.as_flag()) == "--epsilon must be in (0, 1), not 0"
+    save_network(net, tmp_path / "net.npz")
+    proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "--epsilon", "0", "-o", tmp_path / "p.npz",
+                     module="partition")
+    assert_one_line_error(proc, "--epsilon must be in (0, 1), not 0.0")

@@ -98,7 +98,7 @@ def test_bad_time_limit_and_jobs(tmp_path):
     for args, fragment in ((("--time-limit", "0"), "--time-limit must be a positive"),
                            (("--time-limit", "nan"), "--time-limit must be a positive"),
                            (("--time-limit", "-5"), "--time-limit must be a positive"),
-                           (("--jobs", "0"), "--jobs must be at least 1")):
+                           (("--jobs", "0"), "--jobs must be an integer >= 1, not 0")):
         proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz", *args,
                          module="partition")
         assert_one_line_error(proc, fragment)
