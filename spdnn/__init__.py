@@ -21,11 +21,11 @@ _HOMES = {
     "local_network": "spdnn.model.generate", "radixnet": "spdnn.model.generate",
     "random_network": "spdnn.model.generate",
     "Layer": "spdnn.model.network", "Network": "spdnn.model.network",
-    "SGDConfig": "spdnn.model.optim",
     "Plan": "spdnn.model.plan", "PlanStats": "spdnn.model.plan",
     "plan_statistics": "spdnn.model.plan",
     "InferResult": "spdnn.model.records", "RunOptions": "spdnn.model.records",
     "TrainOptions": "spdnn.model.records", "TrainResult": "spdnn.model.records",
+    "TrafficReport": "spdnn.model.records", "TimingReport": "spdnn.model.records",
 }
 
 
@@ -57,6 +57,8 @@ __all__ = [
     "RunOptions",
     "TrainOptions",
     "TrainResult",
+    "TrafficReport",
+    "TimingReport",
     "infer",
     "predict",
     "local_network",
@@ -72,7 +74,6 @@ __all__ = [
     "NetworkBundle",
     "Plan",
     "PlanStats",
-    "SGDConfig",
     "SpdnnError",
     "load_dataset",
     "load_network",

@@ -39,6 +39,17 @@ def test_train_and_infer_from_memory_equal_the_serial_reference(comm, mpi_tmp_pa
                                                             rel=1e-10)
     test = spdnn.infer(saved, inputs="digits", run=run, comm=comm)
     assert test.accuracy == pytest.approx(accuracy(expected, data.x_test, data.y_test))
+    assert result.accuracy == reports[-1].test_accuracy  # one name for both results
+    # Traffic and timing are typed records; the metrics file holds them as dicts.
+    assert isinstance(result.traffic, spdnn.TrafficReport) and result.traffic.equal
+    assert result.traffic.counted.forward_rows == result.traffic.predicted.forward_rows
+    assert len(result.traffic.counted.forward_rows) == len(net.layers)
+    assert isinstance(result.timing, spdnn.TimingReport)
+    assert len(result.timing.compute.backward) == len(net.layers)
+    assert all(t >= 0 for t in result.timing.wait.forward)
+    assert result.metrics()["traffic"]["counted"]["forward_rows"] == list(
+        result.traffic.counted.forward_rows)
+    assert isinstance(test.traffic, spdnn.TrafficReport) and test.traffic.equal
 
 
 def test_objects_that_differ_between_ranks_are_refused(comm):

@@ -192,3 +192,13 @@ def test_importing_the_library_changes_no_thread_setting_and_loads_no_numpy():
                          capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[]", "[]"]
+
+
+def test_the_optimizers_defaults_are_train_options_defaults():
+    """SGDConfig is internal (not exported); its defaults cannot contradict TrainOptions'."""
+    import spdnn
+    from spdnn.model.optim import SGDConfig
+
+    assert "SGDConfig" not in spdnn.__all__
+    defaults = spdnn.TrainOptions()
+    assert SGDConfig() == SGDConfig(defaults.lr, defaults.momentum, defaults.weight_decay)

@@ -19,7 +19,7 @@ from spdnn.jobs._open import data_name, open_data, open_job
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import Network
-from spdnn.model.records import InferResult, RunOptions
+from spdnn.model.records import InferResult, RunOptions, TimingReport, TrafficReport
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime import memory
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
@@ -158,7 +158,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
 
 
 def dataset_outcome(comm: Communicator, grid: Grid, acc: float, what: str, samples: int,
-                    seconds: float, counted: dict, mem: dict, extra: dict,
+                    seconds: float, counted: TrafficReport, mem: dict, extra: dict,
                     metrics_out: str | None, show: bool, note: str = "") -> InferResult:
     """Print, write and return an accuracy (or P@k) result."""
     if show:
@@ -168,7 +168,7 @@ def dataset_outcome(comm: Communicator, grid: Grid, acc: float, what: str, sampl
         print(memory.format_memory(mem))
     write_json(comm, metrics_out, {"accuracy": acc, **extra, "samples": samples,
                                    "seconds": seconds, "ranks": comm.size,
-                                   "traffic": counted, "memory": mem})
+                                   "traffic": counted.as_dict(), "memory": mem})
     return InferResult(rank=comm.rank, samples=samples, seconds=seconds, ranks=comm.size,
                        accuracy=acc, precision_at_1=extra.get("precision_at_1"),
                        precision_at_5=extra.get("precision_at_5"), traffic=counted,
@@ -185,16 +185,17 @@ def challenge_inputs(comm: Communicator, job: Opened, spec: str,
     return expected, comm.check(lambda: read_image_share(spec, job.bundle.sizes[0], grid.share))
 
 
-def challenge_outcome(comm: Communicator, job: Opened, result: ChallengeResult, counted: dict,
-                      timed: dict, mem: dict, expected: np.ndarray | None,
-                      truth: str | os.PathLike | None, categories_out: str | None,
-                      metrics_out: str | None, show: bool, extra: dict | None = None
-                      ) -> InferResult:
+def challenge_outcome(comm: Communicator, job: Opened, result: ChallengeResult,
+                      counted: TrafficReport, timed: TimingReport, mem: dict,
+                      expected: np.ndarray | None, truth: str | os.PathLike | None,
+                      categories_out: str | None, metrics_out: str | None, show: bool,
+                      extra: dict | None = None) -> InferResult:
     """Print, write and return a Graph Challenge result (checked against ``expected``)."""
     grid = job.dnet.grid if job.dnet is not None else job.stream.grid
     metrics = {"categories": len(result.categories), "inputs": result.n_inputs,
                "seconds": result.seconds, "rate": result.rate, "ranks": comm.size,
-               "traffic": counted, "timing": timed, "memory": mem, **(extra or {})}
+               "traffic": counted.as_dict(), "timing": timed.as_dict(), "memory": mem,
+               **(extra or {})}
     if show:
         print(f"{len(result.categories)} categories from {result.n_inputs:,} inputs with "
               f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "

@@ -15,8 +15,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SGDConfig:
-    lr: float = 0.01
-    momentum: float = 0.0
+    """The optimizer's hyper-parameters (internal: the API takes them in ``TrainOptions``,
+    whose defaults these are)."""
+
+    lr: float = 0.05
+    momentum: float = 0.9
     weight_decay: float = 0.0
 
 

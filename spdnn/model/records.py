@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from spdnn.errors import SpdnnError
@@ -76,6 +76,100 @@ class TrainOptions:
     rehash: int = 50  # steps before the first rebuild of the LSH tables
 
 
+Ints = tuple[int, ...]
+Floats = tuple[float, ...]
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401 (JSON's shapes)
+    """Tuples as lists, all the way down, as JSON holds them."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerTraffic:
+    """Per layer k = 1..L (index k - 1), summed over the ranks, passes and replicas: rows
+    expanded into it (forward) and folded out of it (backward), and their bytes as dense rows
+    (rows x samples x item size)."""
+
+    forward_rows: Ints
+    forward_bytes: Ints
+    backward_rows: Ints
+    backward_bytes: Ints
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountedTraffic(LayerTraffic):
+    """What the ranks moved, per layer: as ``LayerTraffic``, with the bytes actually sent
+    (sparse or dense encoding) and the messages."""
+
+    forward_sent: Ints
+    backward_sent: Ints
+    forward_messages: Ints
+    backward_messages: Ints
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrafficReport:
+    """What a run exchanged, counted, beside the plan's prediction (its volume x passes);
+    ``equal`` when rows and dense bytes agree. Per layer, the gradient sums over replicas:
+    values each rank put in, bytes, and under compression the values selected of those
+    considered."""
+
+    counted: CountedTraffic
+    predicted: LayerTraffic
+    equal: bool
+    plan_volume_rows: int  # forward + backward rows of one pass
+    predicted_from: Literal["plan", "schedule"]  # the plan's statistics, or the ghost rows
+    gradient_sum_values: Ints
+    gradient_sum_bytes: Ints
+    gradient_sum_selected: Ints
+    gradient_sum_considered: Ints
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``--metrics-out`` writes it (docs/formats.md): dicts and lists."""
+        return _plain(asdict(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassSeconds:
+    """Seconds per layer (index k - 1) in the forward and the backward pass."""
+
+    forward: Floats
+    backward: Floats
+
+
+@dataclass(frozen=True, kw_only=True)
+class GradientSumSeconds:
+    """Seconds per layer in starting the gradient sums over replicas (``post``, of which
+    ``select``: compressing), and in waiting for them after the backward pass."""
+
+    post: Floats
+    select: Floats
+    wait: Floats
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingReport:
+    """Where a run's time went, per layer, the slowest rank's: compute, packing and posting
+    messages (``comm``), waiting for them, and the gradient sums over replicas."""
+
+    compute: PassSeconds
+    comm: PassSeconds
+    wait: PassSeconds
+    gradient_sum: GradientSumSeconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+
+def _as_dict(report: TrafficReport | TimingReport | None) -> dict[str, Any] | None:
+    return None if report is None else report.as_dict()
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainResult:
     """What ``train`` returns on every rank (the metrics ``--metrics-out`` writes)."""
@@ -87,19 +181,20 @@ class TrainResult:
     replicas: int
     plan_method: str | None
     kernels: str
-    traffic: dict[str, Any] = field(default_factory=dict)
-    timing: dict[str, Any] = field(default_factory=dict)
+    traffic: TrafficReport | None = None
+    timing: TimingReport | None = None
     # per rank: peak_bytes (measured), predicted_bytes and held_bytes by kind (docs/memory.md)
     memory: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def test_accuracy(self) -> float | None:
+    def accuracy(self) -> float | None:
+        """The last epoch's accuracy on the test split (as ``InferResult.accuracy``)."""
         return self.epochs[-1].test_accuracy if self.epochs else None
 
     def metrics(self) -> dict[str, Any]:
         return {"ranks": self.ranks, "epochs": [r.as_dict() for r in self.epochs],
-                "traffic": self.traffic, "timing": self.timing, "plan": self.plan_method,
-                "kernels": self.kernels, "memory": self.memory}
+                "traffic": _as_dict(self.traffic), "timing": _as_dict(self.timing),
+                "plan": self.plan_method, "kernels": self.kernels, "memory": self.memory}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,8 +212,8 @@ class InferResult:
     precision_at_5: float | None = None
     categories: Any = None  # np.ndarray of the inputs that reach the last layer
     rate: float | None = None
-    traffic: dict[str, Any] = field(default_factory=dict)
-    timing: dict[str, Any] = field(default_factory=dict)
+    traffic: TrafficReport | None = None
+    timing: TimingReport | None = None
     memory: dict[str, Any] = field(default_factory=dict)  # as TrainResult.memory
 
 

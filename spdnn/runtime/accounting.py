@@ -11,6 +11,14 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.model.plan import Plan
+from spdnn.model.records import (
+    CountedTraffic,
+    GradientSumSeconds,
+    LayerTraffic,
+    PassSeconds,
+    TimingReport,
+    TrafficReport,
+)
 from spdnn.runtime.halo import Traffic
 
 _TIMERS = ("compute", "comm", "wait")
@@ -53,8 +61,12 @@ def plan_volume(comm: Communicator, plan: Plan, ghost_rows: Sequence[int]
     return forward, backward, "schedule"
 
 
+def _ints(a: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in a)
+
+
 def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, np.ndarray, str],
-               itemsize: int, data: Communicator | None = None) -> dict[str, Any]:
+               itemsize: int, data: Communicator | None = None) -> TrafficReport:
     """Counted rows and bytes (all ranks) beside the prediction, per layer and direction:
     rows = volume_k x passes, bytes = volume_k x samples x item size, passes and samples
     summed over the replicas (``data``); and the values each rank put into the gradient sums
@@ -69,31 +81,33 @@ def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, n
     }
     counted = {k: getattr(t, k) for k in pred}
     equal = all(np.array_equal(counted[k], pred[k]) for k in pred)
-    counted["forward_sent"], counted["backward_sent"] = t.forward_sent, t.backward_sent
-    counted["forward_messages"] = t.forward_messages
-    counted["backward_messages"] = t.backward_messages
-    return {"counted": {k: v.tolist() for k, v in counted.items()},
-            "predicted": {k: v.tolist() for k, v in pred.items()},
-            "equal": bool(equal), "plan_volume_rows": int(forward.sum() + backward.sum()),
-            "predicted_from": source, "gradient_sum_values": t.grad_values.tolist(),
-            "gradient_sum_bytes": t.grad_bytes.tolist(),
-            "gradient_sum_selected": t.grad_selected.tolist(),
-            "gradient_sum_considered": t.grad_considered.tolist()}
+    return TrafficReport(
+        counted=CountedTraffic(**{k: _ints(v) for k, v in counted.items()},
+                               forward_sent=_ints(t.forward_sent),
+                               backward_sent=_ints(t.backward_sent),
+                               forward_messages=_ints(t.forward_messages),
+                               backward_messages=_ints(t.backward_messages)),
+        predicted=LayerTraffic(**{k: _ints(v) for k, v in pred.items()}),
+        equal=bool(equal), plan_volume_rows=int(forward.sum() + backward.sum()),
+        predicted_from=source,  # type: ignore[arg-type]
+        gradient_sum_values=_ints(t.grad_values), gradient_sum_bytes=_ints(t.grad_bytes),
+        gradient_sum_selected=_ints(t.grad_selected),
+        gradient_sum_considered=_ints(t.grad_considered))
 
 
-def format_accounting(acc: dict[str, Any]) -> str:
-    c, p = acc["counted"], acc["predicted"]
+def format_accounting(acc: TrafficReport) -> str:
+    c, p = acc.counted, acc.predicted
     lines = ["layer  forward rows (counted/plan)  backward rows (counted/plan)  "
              "MB as dense rows / MB sent"]
-    for k in range(len(c["forward_rows"])):
-        mb = (c["forward_bytes"][k] + c["backward_bytes"][k]) / 1e6
-        sent = (c["forward_sent"][k] + c["backward_sent"][k]) / 1e6
-        lines.append(f"{k + 1:5d}  {c['forward_rows'][k]:>12,} / {p['forward_rows'][k]:<12,}"
-                     f"  {c['backward_rows'][k]:>12,} / {p['backward_rows'][k]:<12,}"
+    for k in range(len(c.forward_rows)):
+        mb = (c.forward_bytes[k] + c.backward_bytes[k]) / 1e6
+        sent = (c.forward_sent[k] + c.backward_sent[k]) / 1e6
+        lines.append(f"{k + 1:5d}  {c.forward_rows[k]:>12,} / {p.forward_rows[k]:<12,}"
+                     f"  {c.backward_rows[k]:>12,} / {p.backward_rows[k]:<12,}"
                      f"  {mb:9.2f} / {sent:.2f}")
-    dense = sum(c["forward_bytes"]) + sum(c["backward_bytes"])
-    sent = sum(c["forward_sent"]) + sum(c["backward_sent"])
-    verdict = "equal" if acc["equal"] else "DIFFERENT"
+    dense = sum(c.forward_bytes) + sum(c.backward_bytes)
+    sent = sum(c.forward_sent) + sum(c.backward_sent)
+    verdict = "equal" if acc.equal else "DIFFERENT"
     ratio = f" ({dense / sent:.2f}x fewer)" if sent else ""
     lines.append(f"the plan's rows are {dense / 1e6:,.2f} MB as dense rows in all passes "
                  f"(training and evaluation); {sent / 1e6:,.2f} MB were sent{ratio}. Counted "
@@ -102,47 +116,47 @@ def format_accounting(acc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_traffic(acc: dict[str, Any], parts: int, replicas: int) -> str:
+def format_traffic(acc: TrafficReport, parts: int, replicas: int) -> str:
     """The traffic table (none with one model part: nothing crosses ranks on that axis) and
     the gradient sums over replicas."""
     lines = [format_accounting(acc) if parts > 1 else "1 model part: no rows exchanged"]
-    if any(acc["gradient_sum_values"]):
+    if any(acc.gradient_sum_values):
         line = (f"gradient sums over {replicas} replicas: "
-                f"{sum(acc['gradient_sum_values']):,} values put in, "
-                f"{sum(acc['gradient_sum_bytes']) / 1e6:,.1f} MB")
-        considered = sum(acc["gradient_sum_considered"])
+                f"{sum(acc.gradient_sum_values):,} values put in, "
+                f"{sum(acc.gradient_sum_bytes) / 1e6:,.1f} MB")
+        considered = sum(acc.gradient_sum_considered)
         if considered:
-            line += (f" (compressed: {sum(acc['gradient_sum_selected']):,} of {considered:,} "
+            line += (f" (compressed: {sum(acc.gradient_sum_selected):,} of {considered:,} "
                      "values sent, with their positions)")
         lines.append(line)
     return "\n".join(lines)
 
 
-def timing(comm: Communicator, timers: Timers) -> dict[str, Any]:
+def timing(comm: Communicator, timers: Timers) -> TimingReport:
     """Per-layer seconds in compute, message packing/posting and waiting, and in starting the
     gradient sums over replicas (plus the wait for them), max over ranks."""
-    tm: dict[str, Any] = {
-        name: {"forward": comm.allreduce(getattr(timers, name)[0], "max").tolist(),
-               "backward": comm.allreduce(getattr(timers, name)[1], "max").tolist()}
-        for name in _TIMERS}
-    tm["gradient_sum"] = {"post": comm.allreduce(timers.grad_post, "max").tolist(),
-                          "select": comm.allreduce(timers.grad_select, "max").tolist(),
-                          "wait": comm.allreduce(timers.grad_wait, "max").tolist()}
-    return tm
+    def slowest(a: np.ndarray) -> tuple[float, ...]:
+        return tuple(float(v) for v in comm.allreduce(a, "max"))
+
+    passes = {name: PassSeconds(forward=slowest(getattr(timers, name)[0]),
+                                backward=slowest(getattr(timers, name)[1])) for name in _TIMERS}
+    return TimingReport(**passes, gradient_sum=GradientSumSeconds(
+        post=slowest(timers.grad_post), select=slowest(timers.grad_select),
+        wait=slowest(timers.grad_wait)))
 
 
-def format_timing(tm: dict[str, Any]) -> str:
-    gs = tm.get("gradient_sum")
-    replicas = bool(gs and any(gs["post"]))
+def format_timing(tm: TimingReport) -> str:
+    gs = tm.gradient_sum
+    replicas = any(gs.post)
     lines = ["layer  forward compute/post/wait (s)   backward compute/post/wait (s)"
              + ("   gradient sum post/wait (s)" if replicas else "")]
-    for k in range(len(tm["compute"]["forward"])):
-        f = [tm[n]["forward"][k] for n in _TIMERS]
-        b = [tm[n]["backward"][k] for n in _TIMERS]
+    for k in range(len(tm.compute.forward)):
+        f = [getattr(tm, n).forward[k] for n in _TIMERS]
+        b = [getattr(tm, n).backward[k] for n in _TIMERS]
         line = (f"{k + 1:5d}  {f[0]:9.3f} {f[1]:7.3f} {f[2]:7.3f}     "
                 f"{b[0]:9.3f} {b[1]:7.3f} {b[2]:7.3f}")
         if replicas:
-            line += f"     {gs['post'][k]:9.3f} {gs['wait'][k]:7.3f}"
+            line += f"     {gs.post[k]:9.3f} {gs.wait[k]:7.3f}"
         lines.append(line)
     return "\n".join(lines)
 
