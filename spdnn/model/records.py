@@ -112,8 +112,14 @@ class CountedTraffic(LayerTraffic):
     backward_messages: Ints
 
 
+class _Report:
+    def as_dict(self) -> dict[str, Any]:
+        """As ``--metrics-out`` writes it (docs/formats.md): dicts and lists."""
+        return _plain(asdict(self))  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True, kw_only=True)
-class TrafficReport:
+class TrafficReport(_Report):
     """What a run exchanged, counted, beside the plan's prediction (its volume x passes);
     ``equal`` when rows and dense bytes agree. Per layer, the gradient sums over replicas:
     values each rank put in, bytes, and under compression the values selected of those
@@ -129,9 +135,6 @@ class TrafficReport:
     gradient_sum_selected: Ints
     gradient_sum_considered: Ints
 
-    def as_dict(self) -> dict[str, Any]:
-        """As ``--metrics-out`` writes it (docs/formats.md): dicts and lists."""
-        return _plain(asdict(self))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,7 +156,7 @@ class GradientSumSeconds:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TimingReport:
+class TimingReport(_Report):
     """Where a run's time went, per layer, the slowest rank's: compute, packing and posting
     messages (``comm``), waiting for them, and the gradient sums over replicas."""
 
@@ -162,8 +165,6 @@ class TimingReport:
     wait: PassSeconds
     gradient_sum: GradientSumSeconds
 
-    def as_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
 
 
 def _as_dict(report: TrafficReport | TimingReport | None) -> dict[str, Any] | None:
