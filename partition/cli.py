@@ -65,7 +65,7 @@ def cmd_partition(argv: Sequence[str]) -> None:
                              time_limit=options.search_seconds(process_seconds()),
                              **options.search())
     save_plan(plan, args.output)
-    stats = plan_statistics(patterns, plan.owners, args.nparts)
+    stats = plan_statistics(patterns, plan.owners, parts=args.nparts)
     limits = imbalance_limits(patterns, args.nparts, args.epsilon)
     print(f"wrote {args.output}: P={args.nparts}, method {args.method}, "
           f"{objective_volume(stats, args.objective)}; "
@@ -139,7 +139,7 @@ def cmd_stats(argv: Sequence[str]) -> None:
     bundle, patterns = load_network_patterns(args.network)
     plan = load_plan(args.plan)
     plan.check_for(bundle.sizes, bundle.fingerprint(), args.plan)
-    stats = plan_statistics(patterns, plan.owners, plan.parts)
+    stats = plan_statistics(patterns, plan.owners, parts=plan.parts)
     objective = plan.meta.get("objective", "train")
     epsilon = plan.meta.get("epsilon")
     limits = imbalance_limits(patterns, plan.parts, float(epsilon)) \
@@ -173,7 +173,7 @@ def cmd_export(argv: Sequence[str]) -> None:
     args = parser_export().parse_args(argv)
     check_outputs([("-o", args.output)])  # before any work
     _, patterns = load_network_patterns(args.network)
-    hg = build_hypergraph(patterns, args.objective)
+    hg = build_hypergraph(patterns, objective=args.objective)
     write_hmetis(hg, args.output)
     print(f"wrote {args.output}: {hg.n_nets:,} nets, {hg.n_vertices:,} vertices (layer k's "
           f"neuron i is vertex offset_k + i + 1, offsets {hg.offsets[:-1].tolist()[:6]}...)")
@@ -190,9 +190,9 @@ def cmd_import(argv: Sequence[str]) -> None:
     bundle, patterns = load_network_patterns(args.network)
     check_nparts(args.nparts, bundle.sizes)
     hg = build_hypergraph(patterns)
-    parts = read_partition(args.partition, hg.n_vertices, args.nparts)
+    parts = read_partition(args.partition, n_vertices=hg.n_vertices, parts=args.nparts)
     owners = hg.split(parts)
-    stats = plan_statistics(patterns, owners, args.nparts)
+    stats = plan_statistics(patterns, owners, parts=args.nparts)
     plan = Plan(args.nparts, tuple(owners), {
         "method": "imported", "source": args.partition, "fingerprint": bundle.fingerprint(),
         "epsilon": None, "seed": None, "backend": None, "partition_seconds": 0.0,

@@ -70,7 +70,7 @@ def check_objective(objective: str) -> None:
         raise SpdnnError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
 
 
-def build_hypergraph(patterns: Sequence[Pattern], objective: str = "train",
+def build_hypergraph(patterns: Sequence[Pattern], *, objective: str = "train",
                      first_layer: int = 1) -> Hypergraph:
     """Vectorised construction from the layers' CSR patterns; ``objective`` sets net weights.
     ``first_layer``: the network's number of ``patterns[0]`` (a window of a larger network
@@ -140,7 +140,7 @@ def write_hmetis(hg: Hypergraph, path: str | os.PathLike) -> None:
     write_text(path, "\n".join(lines) + "\n")
 
 
-def read_partition(path: str | os.PathLike, n_vertices: int, parts: int) -> np.ndarray:
+def read_partition(path: str | os.PathLike, *, n_vertices: int, parts: int) -> np.ndarray:
     """A partition file in the hMETIS convention: one 0-based block id per line, one per vertex."""
     p = os.fspath(path)
     if not os.path.isfile(p):

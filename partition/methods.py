@@ -53,7 +53,7 @@ def _split_by_weight(weights: np.ndarray, nparts: int) -> np.ndarray:
     return np.minimum((mid * nparts / total).astype(np.int64), nparts - 1).astype(np.int32)
 
 
-def baseline_owners(method: str, patterns: Sequence[Pattern], parts: int, *,
+def baseline_owners(method: str, patterns: Sequence[Pattern], *, parts: int,
                     seed: int = 0) -> list[np.ndarray]:
     """The owners of every layer's neurons among ``parts`` ranks. block: contiguous
     weight-balanced ranges; cyclic: neuron n to rank n mod P; random: a seeded permutation cut
@@ -152,13 +152,13 @@ def search_hypergraph(patterns: Sequence[Pattern], nparts: int, *, epsilon: floa
     """The hypergraph method on ``patterns``: the whole network, or a window of it whose
     first layer is the network's ``first_layer`` and whose inputs are fixed to
     ``fixed_inputs`` (partition/windows.py)."""
-    hg = build_hypergraph(patterns, objective, first_layer=first_layer)
+    hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
     if log:
         log(f"hypergraph: {hg.n_vertices:,} vertices, {hg.n_nets:,} nets, "
             f"{len(hg.net_pins):,} pins")
     baselines = {}
     for b in BASELINES:
-        owners = baseline_owners(b, patterns, nparts, seed=seed)
+        owners = baseline_owners(b, patterns, parts=nparts, seed=seed)
         if fixed_inputs is not None:
             owners[0] = fixed_inputs.astype(np.int32)
         baselines[b] = np.concatenate(owners)
@@ -234,7 +234,7 @@ def partition_network(
         owners = [np.zeros(len(w), dtype=np.int32) for w in _weights(patterns)]
         chosen = method
     elif method in BASELINES:
-        owners = baseline_owners(method, patterns, nparts, seed=seed)
+        owners = baseline_owners(method, patterns, parts=nparts, seed=seed)
         chosen = method
     else:
         found = search_hypergraph(patterns, nparts, epsilon=epsilon, seed=seed, backend=backend,
@@ -244,7 +244,7 @@ def partition_network(
         chosen, candidates = found.chosen, found.candidates
         unfinished, shortcuts_taken = found.unfinished, found.shortcuts
         owners = found.owners
-    stats = plan_statistics(patterns, owners, nparts)
+    stats = plan_statistics(patterns, owners, parts=nparts)
     meta = {
         "method": method,
         "objective": objective,

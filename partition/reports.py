@@ -56,11 +56,11 @@ def named_stats(patterns, owners, nparts: int, name: str, seed: int) -> dict:  #
 
     from .methods import BASELINES, baseline_owners
 
-    named = {name: plan_statistics(patterns, owners, nparts)}
+    named = {name: plan_statistics(patterns, owners, parts=nparts)}
     for b in BASELINES:
         if b != name:
-            named[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed=seed),
-                                       nparts)
+            owners = baseline_owners(b, patterns, parts=nparts, seed=seed)
+            named[b] = plan_statistics(patterns, owners, parts=nparts)
     return named
 
 

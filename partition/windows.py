@@ -198,12 +198,12 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
         limits += imbalance_limits(kept, nparts, epsilon)
         window_base = {}
         for b in BASELINES:  # per layer, so a window of them is the network's own
-            bo = baseline_owners(b, patterns, nparts, seed=seed + w.first - 1)[: keep + 1]
+            bo = baseline_owners(b, patterns, parts=nparts, seed=seed + w.first - 1)[: keep + 1]
             if b == "random" and fixed is not None:  # the rest are the same on every window
                 bo[0] = last_random
             last_random = bo[-1] if b == "random" else last_random
             window_base[b] = bo
-            base_stats[b].append(plan_statistics(kept, bo, nparts, first_layer=w.first))
+            base_stats[b].append(plan_statistics(kept, bo, parts=nparts, first_layer=w.first))
         block_owners.extend(window_base["block"][1:] if fixed is not None
                             else window_base["block"])
         if method in BASELINES:
@@ -229,7 +229,7 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
             unfinished += [f"{where}: {u}" for u in found.unfinished]
             taken += [f"{where}: {t}" for t in found.shortcuts]
         owners.extend(found_owners[1:] if fixed is not None else found_owners)
-        stats.append(plan_statistics(kept, found_owners, nparts, first_layer=w.first))
+        stats.append(plan_statistics(kept, found_owners, parts=nparts, first_layer=w.first))
         pins_left -= w.pins
         if log:
             log(f"{where}: volume {_volume(stats[-1], objective):,} rows "

@@ -91,8 +91,9 @@ def main() -> None:
                 plan = partition_network(patterns, parts, method=method, seed=0,
                                          fingerprint=net.fingerprint())
                 save_plan(plan, work / f"{name}-{parts}.npz")
-                stats[parts] = plan_statistics(patterns, plan.owners, parts)
-            stats[1] = plan_statistics(patterns, [np.zeros(n, np.int32) for n in net.sizes], 1)
+                stats[parts] = plan_statistics(patterns, plan.owners, parts=parts)
+            single = [np.zeros(n, np.int32) for n in net.sizes]
+            stats[1] = plan_statistics(patterns, single, parts=1)
             nnz = [layer.nnz for layer in net.layers]
             for batch in args.batches:
                 seconds: dict[tuple[int, int], list[float]] = {}

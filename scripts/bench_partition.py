@@ -105,9 +105,10 @@ def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str
         plan = partition_network(patterns, nparts, method="hypergraph", epsilon=0.03, seed=0,
                                  objective=objective)
         seconds = time.perf_counter() - t0
-        st = {"hypergraph": plan_statistics(patterns, plan.owners, nparts)}
+        st = {"hypergraph": plan_statistics(patterns, plan.owners, parts=nparts)}
         for b in BASELINES:
-            st[b] = plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed=0), nparts)
+            owners = baseline_owners(b, patterns, parts=nparts, seed=0)
+            st[b] = plan_statistics(patterns, owners, parts=nparts)
         h = st["hypergraph"]
         cost = {m: (s.volume if objective == "train" else s.forward_total) for m, s in st.items()}
         balanced = all(
@@ -143,7 +144,7 @@ def bench_variants(name: str, net: Network, parts: list[int],
             plan = partition_network(patterns, nparts, method="hypergraph", epsilon=0.03, seed=0,
                                      objective=objective, **kwargs)
             seconds[label] = time.perf_counter() - t0
-            st = plan_statistics(patterns, plan.owners, nparts)
+            st = plan_statistics(patterns, plan.owners, parts=nparts)
             cost[label] = st.volume if objective == "train" else st.forward_total
             cells += [f"{cost[label]:,}", f"{seconds[label]:.1f}", plan.meta["chosen_start"]]
         (first, _), *others = variants

@@ -67,9 +67,10 @@ def baselines(network: Path, nparts: int) -> dict[str, tuple[int, int]]:
 
     _, patterns = _load(str(network))
     out = {}
-    train, infer = build_hypergraph(patterns, "train"), build_hypergraph(patterns, "infer")
+    train = build_hypergraph(patterns, objective="train")
+    infer = build_hypergraph(patterns, objective="infer")
     for name in ("block", "cyclic"):
-        parts = np.concatenate(baseline_owners(name, patterns, nparts))
+        parts = np.concatenate(baseline_owners(name, patterns, parts=nparts))
         out[name] = (km1(train, parts), km1(infer, parts))
     return out
 

@@ -166,7 +166,7 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
         block = partition_network(network_patterns(net), 2, method="block",
                                   fingerprint=net.fingerprint())
         save_plan(block, work / "block.npz")
-        volume = {name: plan_statistics(network_patterns(net), p.owners, 2).volume
+        volume = {name: plan_statistics(network_patterns(net), p.owners, parts=2).volume
                   for name, p in (("hypergraph", hyper), ("block", block))}
         configs = configurations(have_torch)
         for r in range(args.rounds):

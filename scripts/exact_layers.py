@@ -106,7 +106,7 @@ def main() -> int:
     patterns = network_patterns(net)
     t0 = time.perf_counter()
     plan = partition_network(patterns, args.nparts, objective=args.objective)
-    hg = build_hypergraph(patterns, args.objective)
+    hg = build_hypergraph(patterns, objective=args.objective)
     fine = np.concatenate(plan.owners).astype(np.int64)
     print(f"partition_network: {args.objective} volume {km1(hg, fine):,} rows in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)

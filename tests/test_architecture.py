@@ -202,3 +202,20 @@ def test_the_optimizers_defaults_are_train_options_defaults():
     assert "SGDConfig" not in spdnn.__all__
     defaults = spdnn.TrainOptions()
     assert SGDConfig() == SGDConfig(defaults.lr, defaults.momentum, defaults.weight_decay)
+
+
+def test_public_functions_take_at_most_two_arguments_by_position():
+    """Beyond the first argument or two, every public function of spdnn and partition is
+    keyword-only."""
+    import inspect
+
+    import partition
+    import spdnn
+
+    for module in (spdnn, partition):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isfunction(obj):
+                positional = [p.name for p in inspect.signature(obj).parameters.values()
+                              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                assert len(positional) <= 2, f"{module.__name__}.{name}{positional}"

@@ -52,7 +52,7 @@ def _brute_force(hg, parts, nparts, first, limits, last=None):
 @pytest.mark.parametrize("nparts", [2, 3])
 def test_layer_milp_finds_the_brute_force_optimum(objective, nparts):
     net = small_network((7, 6, 5, 6, 3), fan_in=3, seed=5)
-    hg = build_hypergraph(network_patterns(net), objective)
+    hg = build_hypergraph(network_patterns(net), objective=objective)
     rng = np.random.default_rng(nparts)
     parts = rng.integers(0, nparts, hg.n_vertices)
     limits = Refiner(hg, parts, nparts, 0.03).limits
@@ -67,7 +67,7 @@ def test_layer_milp_finds_the_brute_force_optimum(objective, nparts):
 @pytest.mark.parametrize("nparts", [2, 3])
 def test_window_milp_finds_the_brute_force_optimum_of_two_layers(objective, nparts):
     net = small_network((4, 3, 3, 3, 2), fan_in=2, seed=7)
-    hg = build_hypergraph(network_patterns(net), objective)
+    hg = build_hypergraph(network_patterns(net), objective=objective)
     parts = np.random.default_rng(nparts).integers(0, nparts, hg.n_vertices)
     limits = Refiner(hg, parts, nparts, 0.03).limits
     for k in range(1, hg.n_layers):
@@ -116,7 +116,7 @@ def test_exact_sweeps_improve_a_radixnet_plan():
     plain = partition_network(patterns, 4, seed=0, objective="infer")
     plan = partition_network(patterns, 4, seed=0, objective="infer", exact_sweeps=1)
     assert plan.meta["exact_sweeps"] == 1 and "exact" in plan.meta["candidates"]
-    forward = plan_statistics(patterns, plan.owners, 4).forward_total
+    forward = plan_statistics(patterns, plan.owners, parts=4).forward_total
     assert forward == plan.meta["stats"]["forward_total"]
     assert forward < plain.meta["stats"]["forward_total"]
     for k, (indptr, _, _) in enumerate(patterns, start=1):

@@ -144,8 +144,8 @@ def test_local_network_hypergraph_plan_beats_block_when_shuffled():
 
     patterns = network_patterns(local_network("8x8", ["16x16", "16x16"], radius=1, head=10))
     plan = partition_network(patterns, 2, seed=0)
-    ours = plan_statistics(patterns, plan.owners, 2)
-    block = plan_statistics(patterns, baseline_owners("block", patterns, 2), 2)
+    ours = plan_statistics(patterns, plan.owners, parts=2)
+    block = plan_statistics(patterns, baseline_owners("block", patterns, parts=2), parts=2)
     assert ours.volume * 1.5 < block.volume
 
 

@@ -32,9 +32,9 @@ def test_km1_of_the_hypergraph_is_the_plan_volume():
     rng = np.random.default_rng(0)
     for nparts in (2, 3, 5):
         parts = rng.integers(0, nparts, hg.n_vertices)
-        stats = plan_statistics(patterns, hg.split(parts), nparts)
+        stats = plan_statistics(patterns, hg.split(parts), parts=nparts)
         assert km1(hg, parts) == stats.volume
-        assert km1(build_hypergraph(patterns, "infer"), parts) == stats.forward_total
+        assert km1(build_hypergraph(patterns, objective="infer"), parts) == stats.forward_total
 
 
 @pytest.mark.parametrize("nparts", [2, 3, 5])
@@ -43,11 +43,12 @@ def test_infer_objective_minimises_forward_volume(nparts):
     patterns = network_patterns(net)
     plans = {obj: partition_network(patterns, nparts, seed=1, objective=obj)
              for obj in ("train", "infer")}
-    stats = {obj: plan_statistics(patterns, plan.owners, nparts) for obj, plan in plans.items()}
+    stats = {obj: plan_statistics(patterns, plan.owners, parts=nparts)
+             for obj, plan in plans.items()}
     assert plans["infer"].meta["objective"] == "infer"
     _balanced(patterns, plans["infer"].owners, nparts, 0.03)
-    forward = {b: plan_statistics(patterns, baseline_owners(b, patterns, nparts, seed=1),
-                                  nparts).forward_total for b in BASELINES}
+    forward = {b: plan_statistics(patterns, baseline_owners(b, patterns, parts=nparts, seed=1),
+                                  parts=nparts).forward_total for b in BASELINES}
     assert stats["infer"].forward_total <= min(forward.values()), forward
     assert stats["infer"].forward_total * 3 < forward["block"]
 
@@ -65,7 +66,7 @@ def test_every_method_is_balanced_in_range_and_hypergraph_beats_baselines(name, 
         for o in plan.owners:
             assert o.dtype == np.int32 and o.min() >= 0 and o.max() < nparts
         _balanced(patterns, plan.owners, nparts, 0.03)
-        volumes[method] = plan_statistics(patterns, plan.owners, nparts).volume
+        volumes[method] = plan_statistics(patterns, plan.owners, parts=nparts).volume
         assert plan.meta["stats"]["volume"] == volumes[method]
     assert volumes["hypergraph"] <= min(volumes[b] for b in BASELINES), volumes
 
@@ -74,7 +75,7 @@ def test_radixnet_hypergraph_plan_is_much_better_than_block():
     net = radixnet(1024, 8, seed=0)
     patterns = network_patterns(net)
     hyper = partition_network(patterns, 8, seed=0)
-    block = plan_statistics(patterns, baseline_owners("block", patterns, 8), 8)
+    block = plan_statistics(patterns, baseline_owners("block", patterns, parts=8), parts=8)
     assert hyper.meta["stats"]["volume"] * 5 < block.volume
 
 
@@ -144,10 +145,11 @@ def test_hmetis_export_and_partition_import(tmp_path):
     assert len(lines) == 1 + hg.n_nets + hg.n_vertices
     parts = np.arange(hg.n_vertices) % 3
     (tmp_path / "g.part").write_text("".join(f"{p}\n" for p in parts))
-    np.testing.assert_array_equal(read_partition(tmp_path / "g.part", hg.n_vertices, 3), parts)
+    back = read_partition(tmp_path / "g.part", n_vertices=hg.n_vertices, parts=3)
+    np.testing.assert_array_equal(back, parts)
     (tmp_path / "bad.part").write_text("0\n7\n")
     with pytest.raises(InputError, match=r"bad.part:2: block id 7 out of range \[0, 3\)"):
-        read_partition(tmp_path / "bad.part", hg.n_vertices, 3)
+        read_partition(tmp_path / "bad.part", n_vertices=hg.n_vertices, parts=3)
 
 
 def test_cli_partition_stats_compare(tmp_path):
@@ -230,8 +232,8 @@ def test_mtkahypar_backend():
     patterns = network_patterns(net)
     plan = partition_network(patterns, 3, backend="mtkahypar", seed=1)
     _balanced(patterns, plan.owners, 3, 0.03)
-    baseline = min(plan_statistics(patterns, baseline_owners(b, patterns, 3, seed=1), 3).volume
-                   for b in BASELINES)
+    baseline = min(plan_statistics(patterns, baseline_owners(b, patterns, parts=3, seed=1),
+                                   parts=3).volume for b in BASELINES)
     assert plan.meta["stats"]["volume"] <= baseline and plan.meta["backend"] == "mtkahypar"
 
 

@@ -41,7 +41,7 @@ def test_statistics_equal_brute_force(nparts, seed):
     net = small_network((15, 11, 9, 6), fan_in=5, seed=seed)
     rng = np.random.default_rng(seed)
     owners = [rng.integers(0, nparts, n).astype(np.int32) for n in net.sizes]
-    stats = plan_statistics(network_patterns(net), owners, nparts)
+    stats = plan_statistics(network_patterns(net), owners, parts=nparts)
     fwd, bwd, pairs, imb, sent, recv = brute_force(net, owners, nparts)
     assert list(stats.forward) == fwd and list(stats.backward) == bwd
     assert list(stats.pairs) == pairs
@@ -96,7 +96,7 @@ def test_step_values_and_the_stats_command(tmp_path):
     net = small_network()
     plan = partition_network(network_patterns(net), 2, method="cyclic",
                              fingerprint=net.fingerprint())
-    stats = plan_statistics(network_patterns(net), plan.owners, 2)
+    stats = plan_statistics(network_patterns(net), plan.owners, parts=2)
     v = step_values(stats, [lay.nnz for lay in net.layers], net.sizes[1:], 3, 10)
     assert v.expand == tuple(10 * f for f in stats.forward)
     assert v.fold == tuple(10 * b for b in stats.backward) and v.fold[0] == 0

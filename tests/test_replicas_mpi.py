@@ -192,7 +192,7 @@ def test_counted_values_per_layer_and_axis_equal_the_prediction(comm, mpi_tmp_pa
         volume = plan_volume(dnet.comm, dnet.plan, [lay.exchange.n_ghost for lay in dnet.layers])
         acc = accounting(comm, dnet.traffic, volume, 8, dnet.grid.data)
         assert acc["equal"], acc
-        stats = plan_statistics(network_patterns(net), dnet.plan.owners, parts)
+        stats = plan_statistics(network_patterns(net), dnet.plan.owners, parts=parts)
         predicted = step_values(stats, [lay.nnz for lay in net.layers], net.sizes[1:],
                                 replicas, 16)
         counted = acc["counted"]

@@ -136,7 +136,7 @@ def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
                                        dnet.traffic.total(comm).__dict__[f"{direction}_passes"]):
             assert sent <= dense + HEADER * passes * comm.size * (comm.size - 1)
     # Independently of the runtime and the plan file: the volume from the whole patterns.
-    stats = plan_statistics(network_patterns(net), run.plan.owners, comm.size)
+    stats = plan_statistics(network_patterns(net), run.plan.owners, parts=comm.size)
     item = np.dtype(np.float64).itemsize
     # 4 training batches (10, 10, 10, 7) and one evaluation batch of 13 test samples.
     assert acc["counted"]["forward_bytes"] == [v * (37 + 13) * item for v in stats.forward]
@@ -165,7 +165,7 @@ def test_a_plan_built_in_windows_of_layers_trains_to_the_serial_reference(comm, 
     assert [(w.first, w.last) for w in windows] == \
         {1: [(1, 1), (2, 2), (3, 3), (4, 4)], 2: [(1, 2), (2, 3), (3, 4)]}[window_layers]
     done = partition_windows(source, comm.size, windows, seed=3, fingerprint=net.fingerprint())
-    assert done.stats == plan_statistics(network_patterns(net), done.plan.owners, comm.size)
+    assert done.stats == plan_statistics(network_patterns(net), done.plan.owners, parts=comm.size)
     _train_and_compare(comm, mpi_tmp_path, net, done.plan, 1e-10)
     run = _setup(mpi_tmp_path, net, done.plan, comm, name="windowed")
     train(comm, run.dnet, _data(net, n=20), TrainConfig(epochs=1, batch_size=10,

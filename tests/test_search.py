@@ -38,8 +38,8 @@ def _best_balanced_baseline(patterns, nparts, epsilon=0.03):
     hg = build_hypergraph(patterns)
     limits = layer_limits(hg, nparts, epsilon)
     costs = [km1(hg, p) for b in BASELINES
-             if balanced(hg, p := np.concatenate(baseline_owners(b, patterns, nparts)), nparts,
-                         limits)]
+             if balanced(hg, p := np.concatenate(baseline_owners(b, patterns, parts=nparts)),
+                         nparts, limits)]
     return hg, limits, min(costs)
 
 
@@ -112,7 +112,7 @@ def _layer1_gain(patterns, nparts):
     from partition.search import layer1_volume
 
     hg = build_hypergraph(patterns)
-    base = min(layer1_volume(hg, np.concatenate(baseline_owners(b, patterns, nparts)), nparts)
+    base = min(layer1_volume(hg, np.concatenate(baseline_owners(b, patterns, parts=nparts)), nparts)
                for b in BASELINES)
     return 1 - layer1_volume(hg, layer_by_layer(hg, nparts, 0.03, 0, "kahypar"), nparts) / base
 
@@ -242,7 +242,7 @@ def test_starts_far_behind_are_not_refined_and_only_those(net, nparts):
     plan = partition_network(patterns, nparts, seed=0)
     best_start = min(c["start"] for c in plan.meta["candidates"].values())
     for b in BASELINES:
-        far = km1(hg, np.concatenate(baseline_owners(b, patterns, nparts))) > \
+        far = km1(hg, np.concatenate(baseline_owners(b, patterns, parts=nparts))) > \
             REFINE_RATIO * best_start
         skipped = any(line.startswith(f"{b} not refined") for line in plan.meta["shortcuts"])
         assert far == skipped == (b not in plan.meta["candidates"]), b

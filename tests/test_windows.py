@@ -87,15 +87,15 @@ def test_fixed_inputs_stay_where_the_window_before_put_them():
 def test_the_windowed_plan_is_near_the_whole_plan_and_never_above_block(nparts, layers):
     patterns = network_patterns(radixnet(1024, 8, seed=0))
     whole = plan_statistics(patterns, partition_network(patterns, nparts, group_starts=1).owners,
-                            nparts)
+                            parts=nparts)
     source = PatternList(patterns)
     if True:
         done = partition_windows(source, nparts, choose_windows(source, nparts, limit=2**40,
                                                                 max_layers=layers),
                                  group_starts=1)
-        assert done.stats == plan_statistics(patterns, done.plan.owners, nparts)
+        assert done.stats == plan_statistics(patterns, done.plan.owners, parts=nparts)
         assert done.baselines["block"] == plan_statistics(
-            patterns, partition_network(patterns, nparts, method="block").owners, nparts)
+            patterns, partition_network(patterns, nparts, method="block").owners, parts=nparts)
         assert done.stats.volume <= 1.10 * whole.volume, (layers, done.stats.volume, whole)
         assert done.stats.volume < done.baselines["block"].volume / 3
         assert done.plan.meta["windows"][0] == [1, layers]
@@ -112,7 +112,7 @@ def test_baseline_methods_read_in_windows_equal_the_whole_network_ones():
         want = partition_network(patterns, 3, method=method).owners
         assert all(np.array_equal(a, b) for a, b in zip(done.plan.owners, want))
     rnd = partition_windows(source, 3, windows, method="random")
-    assert rnd.stats == plan_statistics(patterns, rnd.plan.owners, 3)
+    assert rnd.stats == plan_statistics(patterns, rnd.plan.owners, parts=3)
 
 
 def test_cli_partitions_in_windows_under_a_memory_limit(tmp_path):
@@ -147,7 +147,7 @@ def test_the_python_api_partitions_in_windows(tmp_path):
         assert plan.meta["windows"] == [[1, 2], [2, 3], [3, 4]]
         assert plan.meta["fingerprint"] == net.fingerprint()
         assert plan.meta["stats"] == plan_statistics(network_patterns(net), plan.owners,
-                                                     3).summary()
+                                                     parts=3).summary()
     assert partition(net, parts=3, memory_limit="64G").meta["windows"] == [[1, 4]]
     for bad, fragment in (({"window_layers": 0}, "window_layers must be"),
                           ({"memory_limit": "lots"}, "not a number of bytes"),

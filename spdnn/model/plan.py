@@ -175,8 +175,8 @@ def balance_report(stats: PlanStats, limits: Sequence[float] | None) -> str:
             f"{100 * limits[worst]:.2f}%)")
 
 
-def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray],
-                    parts: int, *, first_layer: int = 1) -> PlanStats:
+def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray], *,
+                    parts: int, first_layer: int = 1) -> PlanStats:
     """Statistics of ``owners`` on a network given as per-layer sparsity patterns.
     ``first_layer``: the network's number of ``patterns[0]`` when they are a window of its
     layers (``owners`` then starts at that layer's inputs); ``combine_stats`` joins windows."""
