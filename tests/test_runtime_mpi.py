@@ -125,7 +125,7 @@ def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
                                                         sgd=SGDConfig(0.01)))
     dnet = run.dnet
     volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
-    acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize)
+    acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize).as_dict()
     assert acc["equal"] and {k: acc["counted"][k] for k in acc["predicted"]} == \
         acc["predicted"], acc
     # Bytes sent (auto: the smaller encoding per message) never exceed the dense rows plus a
@@ -171,7 +171,7 @@ def test_a_plan_built_in_windows_of_layers_trains_to_the_serial_reference(comm, 
     train(comm, run.dnet, _data(net, n=20), TrainConfig(epochs=1, batch_size=10,
                                                         sgd=SGDConfig(0.01)))
     volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in run.dnet.layers])
-    acc = accounting(comm, run.dnet.traffic, volume, run.dnet.dtype.itemsize)
+    acc = accounting(comm, run.dnet.traffic, volume, run.dnet.dtype.itemsize).as_dict()
     assert acc["counted"]["backward_rows"] == [v * 2 for v in done.stats.backward]
 
 
