@@ -2,7 +2,8 @@
 not need ``../shared`` runs, in order (the README, then the pages of its "Read on" list), in one
 empty directory, with the commands a user has after ``source .venv/bin/activate`` (``spdnn``,
 ``spdnn-partition``, ``mpirun``, ``python``). The README's Python example runs under
-``mpirun -n 2 python`` in an empty directory."""
+``mpirun -n 2 python`` in an empty directory. The ```console blocks run too, each printing the
+lines the page shows (docs/network.md's ``spdnn emulate``, where namespaces are permitted)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,89 @@ def test_the_python_example_runs_under_two_ranks(tmp_path):
     accuracy = float(lines[0].rsplit(" ", 1)[1])
     assert accuracy > 0.8, lines[0]
     assert (tmp_path / "trained.npz").stat().st_size > 0
+
+
+def console_commands(block: str) -> list[tuple[str, list[str]]]:
+    """The ``$`` commands of a ```console block (``\\`` continues a line), each with the output
+    lines the page shows after it."""
+    out: list[tuple[str, list[str]]] = []
+    lines = block.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("$ "):
+            command = lines[i][2:]
+            while command.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                command = command[:-1] + " " + lines[i].strip()
+            out.append((command, []))
+        elif out:
+            out[-1][1].append(lines[i])
+        i += 1
+    return out
+
+
+# A documented figure that is measured: a decimal, or a count of %, us, s or MB/s. Other numbers
+# (ranks, rates, sizes, the token bucket) must be printed as the page shows them.
+MEASURED = re.compile(r"[0-9]+\.[0-9]+|[0-9]+(?=%| us\b| s\b| MB/s)")
+
+
+def shown(line: str) -> re.Pattern[str]:
+    """A documented output line as a pattern: its measured figures stand for any number."""
+    parts = MEASURED.split(line)
+    return re.compile(r"[0-9.]+".join(re.escape(p) for p in parts))
+
+
+def printed_as_shown(expected: list[str], output: list[str]) -> bool:
+    """Every documented line printed, in order; ``...`` stands for any lines."""
+    at = 0
+    for line in expected:
+        if line.strip() == "...":
+            continue
+        pattern = shown(line.split("    #")[0].rstrip())
+        while at < len(output) and not pattern.fullmatch(output[at]):
+            at += 1
+        if at == len(output):
+            return False
+        at += 1
+    return True
+
+
+def test_the_shown_output_matcher_can_fail():
+    doc = ["spdnn emulate: 2 nodes, burst 2 KiB", "...", "measured 12.3 MB/s (98% of the link)"]
+    assert printed_as_shown(doc, ["spdnn emulate: 2 nodes, burst 2 KiB", "x",
+                                  "measured 9.87 MB/s (91% of the link)"])
+    assert not printed_as_shown(doc, ["spdnn emulate: 2 nodes, burst 32 KiB",
+                                      "measured 9.87 MB/s (91% of the link)"])
+    assert not printed_as_shown(doc, ["measured 9.87 MB/s (91% of the link)",
+                                      "spdnn emulate: 2 nodes, burst 2 KiB"])
+
+
+@pytest.mark.emulation
+@pytest.mark.timeout(600)
+def test_console_blocks_print_what_the_pages_show(tmp_path):
+    """The pages' ```console blocks run, each command printing the lines shown after it
+    (measured figures aside). Commands on a reader's own script (``my_*.py``) are not run."""
+    from tests.helpers import emulation_refused
+
+    env = user_env()
+    commands = [c for b in blocks("console") for c in console_commands(b)]
+    assert commands, "no console block found"
+    if any(c.startswith("spdnn emulate") for c, _ in commands) and emulation_refused():
+        pytest.skip(f"the console blocks run spdnn emulate: {emulation_refused()}")
+    # The files the README's blocks leave behind that the console blocks use.
+    for setup in ("spdnn generate random --sizes 64,256,256 --fan-in 16 --head 10 -o mlp.npz",
+                  "spdnn-partition mlp.npz -P 2 -o plan2.npz --quiet"):
+        subprocess.run(setup.split(), cwd=tmp_path, env=env, check=True, capture_output=True,
+                       timeout=300)
+    ran = 0
+    for command, expected in commands:
+        if re.search(r"\bmy_\w+\.py\b", command):
+            continue
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=500)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        output = (proc.stderr + proc.stdout).splitlines()
+        assert printed_as_shown(expected, output), \
+            f"{command}\nshown:\n" + "\n".join(expected) + "\nprinted:\n" + "\n".join(output)
+        ran += 1
+    assert ran >= 1
