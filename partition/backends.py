@@ -137,7 +137,7 @@ def check_backend(backend: str, threads: int = 1) -> None:
 
 
 def _start(target: Callable[..., None], *args: Any) -> tuple[BaseProcess, Connection]:
-    ctx = child_context()  # fork, unless inside an MPI job of several ranks
+    ctx = child_context()  # fork, unless inside an MPI job of several ranks or beside threads
     ours, theirs = ctx.Pipe()
     child = ctx.Process(target=target, args=(*args, theirs), daemon=True)
     child.start()

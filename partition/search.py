@@ -148,12 +148,13 @@ class Runner:
     OutOfTime or BalanceError is its result, any other exception propagates."""
 
     def __init__(self, jobs: int, log: Log | None = None) -> None:
-        # Workers inherit the search by fork; inside an MPI job of several ranks fork is
-        # unsafe, and the tasks run here instead (the plan does not depend on jobs).
+        # Workers inherit the search by fork; inside an MPI job of several ranks, or beside
+        # other threads, fork is unsafe, and the tasks run here instead (the plan does not
+        # depend on jobs).
         if jobs > 1 and not fork_is_safe():
             if log:
                 log(f"--jobs {jobs}: the tasks run in this process (forking is unsafe inside "
-                    "an MPI job of several ranks)")
+                    "an MPI job of several ranks, or beside other threads)")
             jobs = 1
         self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"),
                                         initializer=die_with_parent) \

