@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import spdnn.cli.pinned  # noqa: F401  (one BLAS thread, before numpy loads)
-from spdnn.errors import OptionError, SpdnnError
+from spdnn.errors import OptionError, SpdnnError, say_error
 from spdnn.io.paths import check_outputs
 
 from .budget import process_seconds
@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpdnnError as exc:
         if isinstance(exc, OptionError):  # named by its flag here (-P for parts)
             exc = exc.as_flag({"parts": "-P"})
-        print(f"spdnn-partition: error: {exc}", file=sys.stderr)
+        say_error("spdnn-partition", exc)
         return exc.exit_code
     except KeyboardInterrupt:
         print("spdnn-partition: interrupted", file=sys.stderr)

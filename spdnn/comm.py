@@ -25,7 +25,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from spdnn.errors import SpdnnError
+from spdnn.errors import SpdnnError, say_error
 from spdnn.interrupt import interrupted
 from spdnn.watchdog import Watchdog
 
@@ -210,7 +210,7 @@ class Communicator:
                 sys.stderr.write(f"spdnn: rank {self.rank} exited (code {code}) in a "
                                  f"collective step; ending all {self.size} ranks\n")
             elif isinstance(exc, SpdnnError):
-                print(f"spdnn: error: {exc}", file=sys.stderr, flush=True)
+                say_error("spdnn", exc)
                 code = exc.exit_code
             else:
                 traceback.print_exc()
@@ -288,10 +288,10 @@ def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm = MPI.COM
         return fn(c)
     except AgreedError as exc:
         if c.rank == 0:
-            print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+            say_error(prog, exc)
         return exc.exit_code
     except SpdnnError as exc:  # raised on this rank alone: the others must not wait
-        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        say_error(prog, exc)
         if c.size > 1:
             _abort(c, exc.exit_code)
         return exc.exit_code

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
+
+
+def say_error(prog: str, message: object) -> None:
+    """The one error line every command prints: ``PROG: error: MESSAGE`` on stderr."""
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    sys.stderr.flush()
 
 
 class SpdnnError(Exception):

@@ -6,10 +6,11 @@ gives it this rank's number and a function that ends the job."""
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+
+from spdnn.errors import say_error
 
 TIMEOUT_EXIT = 3  # the exit code of a job ended by the watchdog
 
@@ -56,11 +57,10 @@ class Watchdog:
                     continue  # that wait ended meanwhile: nothing stalled
             task, peers = what
             names = ", ".join(map(str, peers)) if peers else "the others"
-            sys.stderr.write(f"spdnn: error: rank {self._rank} ({socket.gethostname()}) waited "
-                             f"{timeout:g} s for rank{'s' * (len(peers) != 1)} {names} in "
-                             f"{task} (--comm-timeout): a stalled peer, a lost link or a dead "
-                             "rank; ending the job\n")
-            sys.stderr.flush()
+            say_error("spdnn", f"rank {self._rank} ({socket.gethostname()}) waited {timeout:g} s "
+                               f"for rank{'s' * (len(peers) != 1)} {names} in {task} "
+                               "(--comm-timeout): a stalled peer, a lost link or a dead rank; "
+                               "ending the job")
             for hook in list(self.before_abort):
                 try:
                     hook()

@@ -1,11 +1,15 @@
 """Bounded-time failure across an emulated network (``--comm-timeout``): a peer whose link
-stalls, a link taken down, a rank killed during a gradient sum. Each ends the job in bounded
-time with a non-zero exit (the watchdog's: one line naming rank, peer and wait); the last
-complete checkpoint stays resumable; no namespace is left behind."""
+freezes (no byte passes) in the exchange, in the gradient sums or during inference, a link
+taken down, a rank killed during a gradient sum, and a link that only slows down (not a
+stall: the job goes on). Each fault ends the job in bounded time with a non-zero exit (the
+watchdog's: one line naming rank, peer and wait); the last complete checkpoint stays
+resumable; no namespace is left behind. The freezes in training come on an event (the first
+complete checkpoint: ``--stall-when``), not at a guessed moment."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,6 +62,13 @@ def _emulate(link: str, *args: object) -> list[str]:
     return ["emulate", "--nodes", "2", "--link", link, "--no-measure", *map(str, args), "--"]
 
 
+def _froze_at(stderr: str) -> float:
+    """When the emulation froze the link (its own line), in seconds from the job's start."""
+    m = re.search(r"link froze at ([0-9.]+) s", stderr)
+    assert m, stderr[-2000:]
+    return float(m.group(1))
+
+
 def _watchdog_line(stderr: str) -> str:
     lines = [ln for ln in stderr.splitlines() if "--comm-timeout" in ln]
     assert lines, stderr
@@ -68,20 +79,18 @@ FAMILIES = mpi_families()
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=[f[0] for f in FAMILIES])
-def test_a_stalled_peer_ends_training_in_bounded_time_and_the_checkpoint_resumes(
+def test_a_frozen_link_ends_training_in_bounded_time_and_the_checkpoint_resumes(
         family, job_files, tmp_path):
     _, mpiexec, python = family
     d, ckpt = job_files, tmp_path / "ckpt"
-    stall = 8.0  # the job is training, with a checkpoint, by then (about 2 s to start; a
-    # loaded machine once took over 3 s to set up an inference job, and an AVX2 host of
-    # issue 48's session did not reach step 100 within 5 s); a clock, not an event: issue 49
     start = time.monotonic()
-    proc = launch(0, *_emulate("1gbit", "--stall-after", stall, "--mpiexec", mpiexec),
+    proc = launch(0, *_emulate("1gbit", "--stall-when", ckpt / "manifest.json",
+                               "--mpiexec", mpiexec),
                   *_train(d, "--plan", d / "plan.npz", "--checkpoint-dir", ckpt,
                           "--checkpoint-every", 10, python=python), timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, proc.stderr[-2000:]
-    assert elapsed < stall + AFTER_FAULT, elapsed
+    assert elapsed - _froze_at(proc.stderr) < AFTER_FAULT, (elapsed, proc.stderr[-2000:])
     line = _watchdog_line(proc.stderr)
     assert f"waited {TIMEOUT} s for rank" in line, line
     assert "exchange of layer" in line or "all-reduce" in line, line  # in a step, not at start
@@ -100,6 +109,33 @@ def test_a_stalled_peer_ends_training_in_bounded_time_and_the_checkpoint_resumes
                      "--resume", ckpt, "--max-steps", step + 10, "--epochs", 2000)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed at step {step}" in resumed.stdout
+
+
+def test_a_frozen_link_ends_the_gradient_sums_in_bounded_time(job_files, tmp_path):
+    """Two replicas, one per node (pure data parallelism): every step ends in a gradient sum
+    over the link, which freezes after the first complete checkpoint."""
+    d, ckpt = job_files, tmp_path / "ckpt"
+    start = time.monotonic()
+    proc = launch(0, *_emulate("1gbit", "--stall-when", ckpt / "manifest.json"),
+                  *_train(d, "--replicas", 2, "--checkpoint-dir", ckpt, "--checkpoint-every",
+                          10), timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert elapsed - _froze_at(proc.stderr) < AFTER_FAULT, (elapsed, proc.stderr[-2000:])
+    line = _watchdog_line(proc.stderr)
+    assert "gradient sum of layer" in line or "all-reduce" in line, line
+    assert stale_namespaces() == []
+
+
+def test_a_slowed_link_is_not_a_stall(job_files):
+    """``--slow-to``: the link slows to a rate mid-run, each wait still finishes within the
+    timeout, and the job completes (docs/network.md: a crawl is not a stall)."""
+    d = job_files
+    proc = launch(0, *_emulate("1gbit", "--stall-after", 1, "--slow-to", "50mbit"),
+                  *_train(d, "--plan", d / "plan.npz", "--epochs", 1), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "link slowed at" in proc.stderr and "to 50 Mbit/s" in proc.stderr
+    assert stale_namespaces() == []
 
 
 def _start(argv: list[str]) -> subprocess.Popen:
@@ -169,7 +205,7 @@ def _cmdline(pid: str) -> str:
         return ""
 
 
-def test_a_stalled_peer_ends_inference_in_bounded_time(job_files):
+def test_a_frozen_link_ends_inference_in_bounded_time(job_files):
     d = job_files
     stall = 3.0
     start = time.monotonic()
@@ -179,7 +215,7 @@ def test_a_stalled_peer_ends_inference_in_bounded_time(job_files):
                   "--exchange", "dense", "--comm-timeout", TIMEOUT, timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, (proc.stdout[-500:], proc.stderr[-2000:])
-    assert elapsed < stall + AFTER_FAULT, elapsed
+    assert elapsed - _froze_at(proc.stderr) < AFTER_FAULT, elapsed
     # The stall meets the job in a layer's exchange or in the per-batch prediction's reduction,
     # whichever it is in at that moment; on a loaded machine the job may still be setting up
     # its halo (the all-to-all of the rows each rank needs) 3 s in (seen in CI).

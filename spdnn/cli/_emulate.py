@@ -13,6 +13,9 @@ examples:
       --data digits --epochs 5
   spdnn emulate --nodes 2 --link 1gbit -n 4 -- python my_mpi_script.py   # 2 ranks per node
   spdnn emulate --nodes 2 --link 100mbit --stall-after 5 -- spdnn train ... --comm-timeout 20
+  spdnn emulate --nodes 2 --link 1gbit --stall-when 'ckpt/step*-rank00000.npz' -- \
+      spdnn train ... --checkpoint-dir ckpt --checkpoint-every 10 --comm-timeout 20
+  spdnn emulate --nodes 2 --link 1gbit --stall-after 5 --slow-to 1mbit -- spdnn train ...
 """
 
 
@@ -51,8 +54,14 @@ def add_parser(sub, formatter: type[argparse.HelpFormatter]) -> None:  # noqa: A
     em.add_argument("-n", dest="ranks", type=positive_int, metavar="P",
                     help="MPI ranks (default: one per node; consecutive ranks share a node)")
     em.add_argument("--stall-after", type=_seconds, metavar="SECONDS",
-                    help="after this long, throttle the last node's link to 8 kbit/s (a "
-                         "stalled peer)")
+                    help="after this long, freeze the last node's link: no byte passes, either "
+                         "way (a stalled peer; end the job with spdnn's --comm-timeout)")
+    em.add_argument("--stall-when", metavar="GLOB",
+                    help="freeze it once a file matching GLOB exists, e.g. a checkpoint "
+                         "(an event of the job; with --stall-after, whichever comes first)")
+    em.add_argument("--slow-to", type=_rate, metavar="RATE",
+                    help="at that moment slow the link to RATE instead of freezing it (a "
+                         "congested link: waits finish, slowly)")
     em.add_argument("--mpiexec", help="the MPI launcher (default: the one beside this Python, "
                                       "else mpiexec on PATH; MPICH or Open MPI)")
     em.add_argument("--no-measure", action="store_true",
@@ -62,7 +71,7 @@ def add_parser(sub, formatter: type[argparse.HelpFormatter]) -> None:  # noqa: A
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    from spdnn.emulate import Cluster, EmulationError, format_rate, interrupts_as_ctrl_c
+    from spdnn.emulate import Cluster, EmulationError, LinkFault, interrupts_as_ctrl_c
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -71,15 +80,22 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     if args.nodes < 2:
         raise EmulationError("--nodes must be at least 2")
     ranks = args.ranks or args.nodes
+    fault = None
+    if args.stall_after is not None or args.stall_when:
+        fault = LinkFault(after=args.stall_after, when=args.stall_when, rate_bps=args.slow_to)
+    elif args.slow_to is not None:
+        raise EmulationError("--slow-to needs a moment: --stall-after SECONDS or --stall-when "
+                             "GLOB")
     with interrupts_as_ctrl_c(), Cluster(nodes=args.nodes, rate_bps=args.link,
                                          mpiexec=args.mpiexec) as cluster:
         _say(cluster.describe(ranks))
         if not args.no_measure:
             _say(cluster.measure().describe(args.link))
-        if args.stall_after is not None:
-            _say(f"node{args.nodes - 1}'s link drops from {format_rate(args.link)} to 8 kbit/s "
-                 f"after {args.stall_after:g} s")
-        return cluster.run(command, ranks=ranks, stall_after=args.stall_after).returncode
+        if fault is not None:
+            _say(fault.describe(args.nodes - 1, args.link))
+        what = "froze" if args.slow_to is None else "slowed"
+        return cluster.run(command, ranks=ranks, fault=fault, fault_applied=lambda t: _say(
+            f"node{args.nodes - 1}'s link {what} at {t:.1f} s")).returncode
 
 
 def _say(text: str) -> None:

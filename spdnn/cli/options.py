@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, NoReturn
 
-from spdnn.errors import SpdnnError
+from spdnn.errors import SpdnnError, say_error
 
 # Environment variables through which MPI launchers tell a process its rank.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
@@ -31,7 +31,7 @@ def launcher_rank() -> int:
 def report(prog: str, message: str) -> None:
     """``PROG: error: MESSAGE`` on stderr, from the launcher's rank 0 only."""
     if launcher_rank() == 0:
-        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+        say_error(prog, message)
 
 
 class OneLineParser(argparse.ArgumentParser):

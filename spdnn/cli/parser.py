@@ -23,7 +23,7 @@ from spdnn.cli.options import (
     report,
     seed,
 )
-from spdnn.errors import SpdnnError
+from spdnn.errors import SpdnnError, say_error
 from spdnn.kernels.encoding import MODES
 from spdnn.threads import default_threads, reserve_threads
 
@@ -309,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted("spdnn")
         return 130
     except MemoryError:
-        print("spdnn: error: out of memory", file=sys.stderr)
+        say_error("spdnn", "out of memory")
         return 1
 
 

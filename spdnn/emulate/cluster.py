@@ -11,12 +11,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from spdnn.emulate import launch, links
+from spdnn.emulate.faults import FaultTimer, LinkFault
 from spdnn.emulate.links import EmulationError
 
 
@@ -91,21 +92,19 @@ class Cluster:
     def environment(self) -> dict[str, str]:
         return {**os.environ, **launch.environment(self.launcher)}
 
-    def run(self, argv: list[str], *, ranks: int | None = None,
-            stall_after: float | None = None, capture: bool = False,
+    def run(self, argv: list[str], *, ranks: int | None = None, fault: LinkFault | None = None,
+            fault_applied: Callable[[float], None] | None = None, capture: bool = False,
             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` on ``ranks`` ranks (default: one per node); consecutive ranks share a
-        node. ``stall_after``: seconds after which the last node's link drops to a trickle."""
+        node. ``fault``: what happens to the last node's link mid-run, and when
+        (``fault_applied`` is called with the seconds from the start when it happens)."""
         if ranks is not None and ranks < 1:
             raise EmulationError("-n must be at least 1")
         pipe = subprocess.PIPE if capture else None
         proc = subprocess.Popen(self.command(argv, ranks), env=self.environment(), text=True,
                                 stdout=pipe, stderr=pipe, start_new_session=True)
-        timer = None
-        if stall_after is not None:
-            timer = threading.Timer(stall_after, self.network.stall, args=(self.nodes - 1,))
-            timer.daemon = True
-            timer.start()
+        timer = None if fault is None else \
+            FaultTimer(fault, self.network, self.nodes - 1, fault_applied).start()
         try:
             with interrupts_as_ctrl_c():
                 out, err = proc.communicate(timeout=timeout)

@@ -20,7 +20,6 @@ from spdnn.processes import pid_alive
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _NAME = re.compile(r"^spdnn(\d+)(n\d+|sw)$")
 MTU = 1500  # Ethernet's, so that a packet never exceeds the token bucket
-STALLED_BPS = 8_000  # what --stall-after leaves: a trickle, not a cut cable
 
 
 class EmulationError(SpdnnError):
@@ -110,14 +109,26 @@ class Network:
             self._shape_node(i, bps)
 
     def _shape_node(self, i: int, bps: int) -> None:
-        burst = burst_bytes(bps) if bps > STALLED_BPS else 2 * MTU
-        tbf = ("root", "tbf", "rate", f"{bps}bit", "burst", str(burst), "latency", "100ms")
-        _run("ip", "netns", "exec", self.node(i), "tc", "qdisc", "replace", "dev", "eth0", *tbf)
-        _run("ip", "netns", "exec", self.switch, "tc", "qdisc", "replace", "dev", f"p{i}", *tbf)
+        self._qdisc(i, "tbf", "rate", f"{bps}bit", "burst", str(burst_bytes(bps)), "latency",
+                    "100ms")
 
-    def stall(self, i: int) -> None:
-        """Throttle node i's link to a trickle, as a peer whose network stalls."""
-        self._shape_node(i, STALLED_BPS)
+    def _qdisc(self, i: int, *qdisc: str) -> None:
+        """The root queue of node i's link, both directions: its egress and the switch port's
+        (the node's ingress)."""
+        _run("ip", "netns", "exec", self.node(i), "tc", "qdisc", "replace", "dev", "eth0",
+             "root", *qdisc)
+        _run("ip", "netns", "exec", self.switch, "tc", "qdisc", "replace", "dev", f"p{i}",
+             "root", *qdisc)
+
+    def freeze(self, i: int) -> None:
+        """No byte passes node i's link, either way, from now on (the ``blackhole`` queue
+        drops every packet): a peer whose network froze. The interface stays up, so no error
+        tells the peers: TCP retransmits into the void, as across a dead switch."""
+        self._qdisc(i, "blackhole")
+
+    def slow(self, i: int, bps: int) -> None:
+        """Node i's link from now on at ``bps`` (a congested or degraded link)."""
+        self._shape_node(i, bps)
 
     def remove(self) -> None:
         for ns in [self.node(i) for i in range(self.nodes)] + [self.switch]:
