@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from spdnn.cli.options import OneLineParser, positive_int
 from spdnn.errors import SpdnnError
 from spdnn.io.paths import check_outputs
+from spdnn.model.choices import DTYPE_NAMES
 
 EXAMPLES = """\
 examples:
@@ -54,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
                                      "calibration's (docs/cost-model.md)")
     p.add_argument("--replicas", type=_replicas, default=[1], metavar="R,R,...",
                    help="replica counts to try with every plan (default: 1)")
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+    p.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
                    help="arithmetic type (default float32)")
     p.add_argument("--infer", action="store_true",
                    help="predict an inference batch instead of a training step")

@@ -25,6 +25,7 @@ from spdnn.cli.options import (
 )
 from spdnn.errors import SpdnnError, say_error
 from spdnn.kernels.encoding import MODES
+from spdnn.model.choices import DTYPE_NAMES
 from spdnn.threads import default_threads, reserve_threads
 
 
@@ -63,7 +64,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-DTYPES = ["float32", "float64"]
+DTYPES = list(DTYPE_NAMES)
 
 
 def _command(sub, name: str, help: str, description: str,  # noqa: ANN001, A002

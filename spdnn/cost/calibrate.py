@@ -37,9 +37,10 @@ from spdnn.cost._calibrate_runtime import (
 )
 from spdnn.cost.machine import KERNELS, Calibration, KernelTable, Structure
 from spdnn.kernels import products as kernels
+from spdnn.model.choices import DTYPE_NAMES
 
 
-def calibrate(comm: Communicator, dtypes: tuple[str, ...] = ("float32", "float64"),
+def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
               log: Callable[[str], None] | None = None) -> Calibration:
     """Measure on every rank of ``comm``; every rank returns the same calibration."""
     kernels.warm_up()
@@ -114,7 +115,7 @@ def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
         if comm.rank == 0:
             print(f"[{time.perf_counter() - start:6.1f} s] {msg}", flush=True)
 
-    dtypes = ("float32", "float64") if dtype == "both" else (dtype,)
+    dtypes = DTYPE_NAMES if dtype == "both" else (dtype,)
     cal = calibrate(comm, dtypes, log)
     comm.check(lambda: write_text(output, json.dumps(cal.to_json(), indent=1) + "\n")
                if comm.rank == 0 else None)

@@ -19,6 +19,7 @@ import msgspec
 from msgspec import Meta, Struct, field
 
 from spdnn.errors import InputError
+from spdnn.model.choices import Dtype
 
 MAX_BYTES = 16 * 2**20
 # Numbers bounded so that every value is finite (JSON has no NaN or infinity; 1e400 would be).
@@ -152,7 +153,7 @@ class ScalesFile(Struct, kw_only=True):
 class CalibrationFile(Struct, kw_only=True):
     format: Literal["spdnn-calibration/2"]
     ranks: Annotated[int, Meta(ge=1, lt=2**31)]
-    kernels: Annotated[dict[Literal["float32", "float64"], KernelTableFile], Meta(min_length=1)]
+    kernels: Annotated[dict[Dtype, KernelTableFile], Meta(min_length=1)]
     runtime: RuntimeFile
     network: NetworkFile | None
     host: str = "?"

@@ -33,12 +33,13 @@ import numpy as np
 
 from spdnn.errors import SpdnnError
 from spdnn.kernels import products as kernels
+from spdnn.model.choices import EXCHANGES
 from spdnn.model.ops import activation_slope
 
 # Where h'(z) is 1, read from x = h(z) instead of z: 0 < x < cap holds exactly where 0 < z < cap.
 slope_mask = activation_slope
 
-MODES = ("auto", "dense", "sparse")
+MODES = EXCHANGES
 HEADER = 16  # bytes: two int64, (-1, 0) for dense, else (values sent, entries at the cap)
 
 

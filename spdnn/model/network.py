@@ -16,10 +16,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
+from spdnn.model.choices import DTYPE_NAMES
 
 ACTIVATIONS = ("relu",)
 OUTPUT_ACTIVATIONS = ("linear", "relu")
-DTYPES = {"float32": np.float32, "float64": np.float64}
+DTYPES = dict(zip(DTYPE_NAMES, (np.float32, np.float64)))
 
 
 def as_dtype(dtype: Any) -> np.dtype:

@@ -10,12 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from spdnn.errors import SpdnnError
+from spdnn.model.choices import DTYPE_NAMES, EXCHANGES, Dtype, Exchange
 from spdnn.model.plan import Plan
 from spdnn.model.reports import EpochReport
 
 Path = str | os.PathLike
-Dtype = Literal["float32", "float64"]
-Exchange = Literal["auto", "dense", "sparse"]
 Loss = Literal["cross_entropy", "mse"]
 
 
@@ -229,9 +228,9 @@ def check_run_options(run: RunOptions) -> None:
     """Values a RunOptions may hold (the CLI's parser checks the same on its side)."""
     if run.replicas != "auto" and (not isinstance(run.replicas, int) or run.replicas < 1):
         raise SpdnnError(f"replicas must be a positive integer or 'auto', not {run.replicas!r}")
-    if run.dtype not in ("float32", "float64"):
+    if run.dtype not in DTYPE_NAMES:
         raise SpdnnError(f"dtype must be float32 or float64, not {run.dtype!r}")
-    if run.exchange not in ("auto", "dense", "sparse"):
+    if run.exchange not in EXCHANGES:
         raise SpdnnError(f"exchange must be auto, dense or sparse, not {run.exchange!r}")
     t = run.threads
     if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):

@@ -11,7 +11,6 @@ exchanges with the same tag are in flight at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from spdnn.kernels.encoding import (
     fold_packed,
     slope_count,
 )
+from spdnn.model.choices import Exchange as ExchangeMode
 
 _FIELDS = ("forward_rows", "forward_bytes", "forward_passes", "forward_samples",
            "backward_rows", "backward_bytes", "backward_passes", "backward_samples",
@@ -111,7 +111,7 @@ class Exchange:
     send_rows: list[np.ndarray]
     recv_peers: list[int]
     recv_counts: list[int]
-    mode: Literal["auto", "dense", "sparse"] = "dense"
+    mode: ExchangeMode = "dense"
     cap: float | None = None
     _buffers: dict = field(default_factory=dict)  # slot or (slot, dtype) -> buffer
     _unpack: list = field(default_factory=list)  # (rows, received block or packed values)
