@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from spdnn.cli.options import compressor, fraction, positive_int, seed
+from spdnn.cli.options import fraction, positive_int, seed
 
-
-def lsh_spec(text: str) -> str:
-    """``LAYER:K:L[:dwta|simhash]``, checked here and kept as text."""
-    from spdnn.kernels.lsh import parse_lsh
-
-    try:
-        return parse_lsh(text).text()
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+# --compress and --lsh stay text here: the job parses each once, with the options that go with
+# it (spdnn.jobs.train), and reports a bad one as ``--compress: ...`` / ``--lsh: ...``.
 
 
 def add_lossy(tr: argparse.ArgumentParser) -> None:
     lossy = tr.add_argument_group("lossy speed-ups (opt-in; docs/lossy.md)")
-    lossy.add_argument("--compress", type=compressor, default="none", metavar="SPEC",
+    lossy.add_argument("--compress", default="none", metavar="SPEC",
                        help="compress the gradient sums over replicas, with error feedback: "
                             "none, topk:RATIO, dgc:RATIO, sidco:RATIO[:exp|gamma|gpareto] or "
                             "hylo (2 bits per value); RATIO = fraction of the values a rank "
@@ -32,7 +25,7 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
                             "with the highest loss in the last full pass")
     lossy.add_argument("--refresh", type=positive_int, metavar="K",
                        help="with --critical-set: a full pass every K epochs (default 2)")
-    lossy.add_argument("--lsh", type=lsh_spec, metavar="LAYER:K:L[:dwta|simhash]",
+    lossy.add_argument("--lsh", metavar="LAYER:K:L[:dwta|simhash]",
                        help="SLIDE: compute and train only the output neurons that L hash "
                             "tables of K functions retrieve for each sample (plus its labels), "
                             "e.g. 2:6:50 (DWTA) or 2:9:50:simhash; LAYER must be the output "

@@ -191,7 +191,7 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         shuffle=not args.no_shuffle, max_steps=args.max_steps,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, resume_with_changes=args.resume_with_changes,
-        compress=args.compress.text(), compress_min_values=args.compress_min_values,
+        compress=args.compress, compress_min_values=args.compress_min_values,
         critical_set=args.critical_set, refresh=args.refresh, lsh=args.lsh,
         lsh_max_active=args.lsh_max_active, lsh_random=args.lsh_random,
         lsh_top_bias=args.lsh_top_bias, rehash=args.rehash)

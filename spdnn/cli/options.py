@@ -11,7 +11,7 @@ import argparse
 import math
 import os
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from spdnn.errors import SpdnnError, say_error
 
@@ -89,15 +89,6 @@ def fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], not {text}")
     return value
-
-
-def compressor(text: str) -> Any:  # noqa: ANN401 (a spdnn.compress.CompressSpec)
-    from spdnn.lossy.compress import parse_compress
-
-    try:
-        return parse_compress(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def fan_ins(text: str) -> int | list[int]:

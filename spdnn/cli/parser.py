@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from spdnn.cli._challenge import add_parser as add_challenge_images
 from spdnn.cli._emulate import add_parser as add_emulate
 from spdnn.cli._examples import EXAMPLES, EXAMPLES_BY_COMMAND
-from spdnn.cli._lossy import add_lossy, lsh_spec
+from spdnn.cli._lossy import add_lossy
 from spdnn.cli._xc import add_parser as add_xc_data
 from spdnn.cli.options import (
     OneLineParser,
@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--categories-out", help="Graph Challenge: write categories (1-based)")
     inf.add_argument("--truth", help="Graph Challenge: compare with an official category file")
     inf.add_argument("--metrics-out", help="write metrics as JSON")
-    inf.add_argument("--lsh", type=lsh_spec, metavar="LAYER:K:L[:dwta|simhash]",
+    inf.add_argument("--lsh", metavar="LAYER:K:L[:dwta|simhash]",
                      help="multi-label data: P@k among the output neurons that LSH tables "
                           "built from the network's weights retrieve (default: every neuron)")
     inf.add_argument("--stream-layers", type=positive_int, default=None, metavar="N",

@@ -31,13 +31,12 @@ from spdnn.runtime.streamed import stream_challenge, stream_scores
 DATA_SETS = ("digits", "npz:", "mnist:", "xc:")
 
 
-def _lsh(text: str, sizes: tuple[int, ...]) -> LshSpec:
+def _lsh(text: str) -> LshSpec:
+    """``--lsh``, parsed once, before anything is opened (its layer is checked later)."""
     try:
-        spec = parse_lsh(text)
+        return parse_lsh(text)
     except ValueError as exc:
         raise SpdnnError(f"--lsh: {exc}") from None
-    check_lsh_layer(spec, sizes)
-    return spec
 
 
 def is_dataset(spec: Any) -> bool:  # noqa: ANN401
@@ -103,6 +102,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     """The job behind ``spdnn.infer`` and ``spdnn infer``. Collective."""
     categories_out = None if categories_out is None else os.fspath(categories_out)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
+    lsh_spec = comm.check(lambda: _lsh(lsh)) if lsh is not None else None
     job = open_job(comm, network, run, 1,
                    [("--categories-out", categories_out), ("--metrics-out", metrics_out)],
                    can_stream=lsh is None, challenge=not is_dataset(spec))
@@ -112,7 +112,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     dnet = job.dnet
     show = comm.rank == 0 and verbose
 
-    def traffic() -> dict:
+    def traffic() -> TrafficReport:
         volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
         return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data)
 
@@ -121,7 +121,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         if lsh is not None and not data.multi_label:
             comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
                        "single-label data")
-        lsh_spec = comm.check(lambda: _lsh(lsh, job.bundle.sizes)) if lsh is not None else None
+        if lsh_spec is not None:
+            comm.check(lambda: check_lsh_layer(lsh_spec, job.bundle.sizes))
         warm_up(dnet.dtype)
         t0 = time.perf_counter()
         extra: dict = {}
