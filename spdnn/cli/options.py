@@ -105,3 +105,34 @@ def check_fan_in(fan_in: int | list[int], sizes: list[int]) -> None:
         if f > n_in:
             raise SpdnnError(f"--fan-in {f} is larger than layer {k}'s {n_in} inputs: each "
                              "row would need more distinct inputs than there are")
+
+
+def layer_sizes(text: str) -> list[int]:
+    """``--sizes``: n_0,n_1,...,n_L."""
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be integers: {text}") from None
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("need at least two positive sizes, e.g. 784,1024,1024")
+    return sizes
+
+
+def layers(text: str) -> int | list[str]:
+    """A layer count, or comma-separated layer names."""
+    if text.strip().isdigit():
+        return positive_int(text)
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"empty layer name in {text!r}")
+    return names
+
+
+def cap(text: str) -> float | None:
+    """``--cap``: a number, or none."""
+    return None if text.lower() in ("none", "null", "") else float(text)
+
+
+def replica_count(text: str) -> int | str:
+    """``--replicas``: a count, or auto."""
+    return "auto" if text == "auto" else positive_int(text)

@@ -16,10 +16,14 @@ from spdnn.cli._lossy import add_lossy
 from spdnn.cli._xc import add_parser as add_xc_data
 from spdnn.cli.options import (
     OneLineParser,
+    cap,
     fan_ins,
+    layer_sizes,
+    layers,
     memory_limit,
     non_negative,
     positive_int,
+    replica_count,
     report,
     seed,
 )
@@ -27,30 +31,6 @@ from spdnn.errors import SpdnnError, say_error
 from spdnn.kernels.encoding import MODES
 from spdnn.model.choices import DTYPE_NAMES
 from spdnn.threads import default_threads, reserve_threads
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(s) for s in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"sizes must be integers: {text}") from None
-    if len(sizes) < 2 or min(sizes) < 1:
-        raise argparse.ArgumentTypeError("need at least two positive sizes, e.g. 784,1024,1024")
-    return sizes
-
-
-def _layers(text: str) -> int | list[str]:
-    """A layer count, or comma-separated layer names."""
-    if text.strip().isdigit():
-        return positive_int(text)
-    names = [n.strip() for n in text.split(",")]
-    if not all(names):
-        raise argparse.ArgumentTypeError(f"empty layer name in {text!r}")
-    return names
-
-
-def _cap(text: str) -> float | None:
-    return None if text.lower() in ("none", "null", "") else float(text)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -74,10 +54,6 @@ def _command(sub, name: str, help: str, description: str,  # noqa: ANN001, A002
                           formatter_class=_Formatter)
 
 
-def _replicas(text: str) -> int | str:
-    return "auto" if text == "auto" else positive_int(text)
-
-
 def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) -> None:
     """Options of the commands that run on P ranks: the network, plan, grid and dtype."""
     p.add_argument("--network", required=True, help="network bundle (.npz)")
@@ -85,7 +61,7 @@ def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) 
         p.add_argument("--plan", action="append",
                        help="plan from spdnn-partition (required with more ranks than "
                             "replicas); with --replicas auto, once per candidate")
-        p.add_argument("--replicas", type=_replicas, default=1, metavar="R|auto",
+        p.add_argument("--replicas", type=replica_count, default=1, metavar="R|auto",
                        help=f"replicas of the partitioned network: {replicas}; auto: the grid "
                             "the cost model predicts fastest for this P, among the --plan "
                             "candidates and pure data parallelism (needs --calibration)")
@@ -126,7 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_convert, _add_generate, _add_train, _add_infer, _add_calibrate):
+        add(sub)
+    add_emulate(sub, _Formatter)
+    _add_plot(sub)
+    return parser
 
+
+def _add_convert(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
+    """``spdnn convert``."""
     conv = _command(sub, "convert", "convert between network formats",
                     "Convert a network to or from the spdnn bundle.")
     conv.add_argument("source", choices=["graphchallenge", "mtx", "network", "safetensors"],
@@ -145,17 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
                            "(or NAME.weight_orig and NAME.weight_mask for a network read from a "
                            "pruned model) for model.load_state_dict")
     conv.add_argument("--bias", type=float, default=0.0, help="bias of every neuron")
-    conv.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    conv.add_argument("--cap", type=cap, default=None, help="ReLU cap (none: uncapped)")
     conv.add_argument("--output-activation", choices=["linear", "relu"], default=None,
                       help="last layer's activation (none: relu for graphchallenge, linear "
                            "otherwise)")
-    conv.add_argument("--layers", type=_layers, metavar="L|NAMES",
+    conv.add_argument("--layers", type=layers, metavar="L|NAMES",
                       help="read only the first L layers; for safetensors, the layer names in "
                            "order (fc1,fc2,fc3; default: every NAME.weight in natural order, "
                            "and on output the names the network was read with, else fc1, "
                            "fc2, ...)")
     conv.add_argument("--dtype", choices=DTYPES, default="float32", help="value type")
 
+
+def _add_generate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
+    """``spdnn generate KIND``, one parser per kind."""
     gen = sub.add_parser("generate", help="generate a sparse network",
                          description="Generate a sparse network bundle: `spdnn generate KIND "
                                      "--help` for each kind.", formatter_class=_Formatter)
@@ -166,14 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     rx.add_argument("--neurons", type=int, default=1024, help="1024, 4096, 16384 or 65536")
     rx.add_argument("--layers", type=positive_int, default=120, help="depth")
     rx.add_argument("--bias", type=float, default=-0.3, help="bias of every neuron")
-    rx.add_argument("--cap", type=_cap, default=32.0, help="ReLU cap")
+    rx.add_argument("--cap", type=cap, default=32.0, help="ReLU cap")
     rnd = _command(kinds, "random", "random fixed fan-in layers",
                    "Layers with a fixed number of random inputs per neuron (seeded).")
-    rnd.add_argument("--sizes", type=_sizes, required=True,
+    rnd.add_argument("--sizes", type=layer_sizes, required=True,
                      help="layer sizes n_0,n_1,...,n_L")
     rnd.add_argument("--fan-in", type=fan_ins, default=32, metavar="F[,F...]",
                      help="nonzeros per row: one count, or one per layer (e.g. 4096,128)")
-    rnd.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    rnd.add_argument("--cap", type=cap, default=None, help="ReLU cap (none: uncapped)")
     loc = _command(kinds, "local", "locally connected layers over an image",
                    "Locally connected layers (a convolution without weight sharing): each "
                    "neuron of a hidden grid reads a (2R+1) x (2R+1) window of the grid below; "
@@ -187,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     loc.add_argument("--radius", type=int, default=1, help="window radius R")
     loc.add_argument("--no-shuffle", action="store_true",
                      help="number hidden neurons row-major instead of in a random order")
-    loc.add_argument("--cap", type=_cap, default=None, help="ReLU cap (none: uncapped)")
+    loc.add_argument("--cap", type=cap, default=None, help="ReLU cap (none: uncapped)")
     pr = _command(kinds, "prune", "magnitude-pruned dense weights",
                   "Keep the largest weights of dense layers (and one per row).")
     pr.add_argument("--weights", required=True,
@@ -203,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
         kind.add_argument("--seed", type=seed, default=0, help="random seed")
         kind.add_argument("--dtype", choices=DTYPES, default="float32", help="value type")
 
+
+def _add_train(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
+    """``spdnn train``."""
     tr = _command(sub, "train", "train with minibatch SGD",
                   "Minibatch SGD with torch.optim.SGD semantics, on one process or on P ranks "
                   "under mpirun (P = replicas x the plan's parts).")
@@ -236,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--metrics-out", help="write per-epoch metrics, traffic and timing as JSON")
     add_lossy(tr)
 
+
+def _add_infer(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
+    """``spdnn infer``."""
     inf = _command(sub, "infer", "run inference",
                    "Classification accuracy on a data set, or Graph Challenge inference on "
                    "input images (TSV or Matrix Market), on one process or on P ranks.")
@@ -255,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "default: only when the weights pass --memory-limit; "
                           "docs/memory.md)")
 
+
+def _add_calibrate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
+    """``spdnn calibrate``."""
     cal = _command(sub, "calibrate", "measure this machine for the cost model",
                    "Measure, on every rank at once, the time per nonzero x sample of the local "
                    "products over a grid of batch sizes, input rows and reuse, from cold and "
@@ -267,32 +263,19 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
                      help="kernel tables to measure")
 
-    add_emulate(sub, _Formatter)
 
+def _add_plot(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
+    """``spdnn plot``."""
     pl = _command(sub, "plot", "plot a training run",
                   "Loss, train and test accuracy and samples/s per epoch of a run, from its "
                   "--metrics-out file (needs matplotlib: pip install matplotlib).")
     pl.add_argument("metrics", help="JSON from spdnn train --metrics-out")
     pl.add_argument("-o", "--output", required=True, help="image to write: .png, .pdf or .svg")
-    return parser
-
-
-# Options that only mean something beside another one: checked at parse time, so that the
-# error is one line from the launcher's rank 0 and exit 2 under any number of ranks.
-_NEEDS = {"train": (("checkpoint_every", "checkpoint_dir"), ("refresh", "critical_set"))}
-
-
-def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for option, needed in _NEEDS.get(args.command, ()):
-        if getattr(args, option, None) is not None and not getattr(args, needed, None):
-            flag, other = (f"--{name.replace('_', '-')}" for name in (option, needed))
-            parser.error(f"{flag} needs {other}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _check_combinations(parser, args)
     if getattr(args, "threads", None):
         reserve_threads(args.threads)  # before anything loads numba
     try:
