@@ -1,0 +1,222 @@
+"""The replay behind ``spdnn.cost.costmodel.predict``: one clock per rank of a replica, advanced
+through the forward pass, the loss, the backward pass with the gradient sums, and the update,
+as the runtime schedules them (the model itself is described in costmodel's docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spdnn.cost.cluster import Machine, allreduce_latency, allreduce_seconds
+from spdnn.cost.workload import LayerWork, Workload
+
+LOSS_COLLECTIVES = 4  # two global maxima, the packed softmax sums, the argmin of predictions
+
+
+class StepReplay:
+    """Each rank's clock through one step, and where its time went: ``compute`` (of which
+    ``kernel_time`` is what the kernel tables predict), ``exch`` (posting and waiting for
+    messages), ``grad`` (the gradient sums left after the backward pass), and per layer the
+    slowest rank's forward and backward seconds."""
+
+    def __init__(self, work: Workload, machine: Machine, batch: int, replicas: int,
+                 dtype: str) -> None:
+        cal = machine.calibration
+        self.work, self.machine, self.replicas = work, machine, replicas
+        self.table, self.rt, self.structure = cal.table(dtype), cal.runtime, cal.structure
+        self.item = np.dtype(dtype).itemsize
+        self.n = n = work.parts
+        self.b = b = -(-batch // replicas)  # the largest replica slice
+        rpn = machine.ranks_per_node
+        self.active = min(rpn, n * replicas)
+        self.node = np.arange(n) // rpn
+        # The LLC is shared by the ranks running on the node; beyond the calibrated count,
+        # each is assumed to keep the share it had in calibration (a cluster node has its own
+        # cache).
+        self.warm = warm_share(work, b, self.item,
+                               self.rt["cache_bytes"] / max(1, min(self.active, cal.ranks)))
+        self.scale = machine.compute_scale(self.active, self.warm, b)  # per rank
+        self.ew = self.scale * self.rt["elementwise_ns_per_value"] * 1e-9
+        self.measured = cal.ranks if machine.cluster is None else 0  # all-reduce curve's ranks
+        self.clock, self.compute = np.zeros(n), np.zeros(n)
+        self.kernel_time, self.exch, self.grad = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.layers = [{"forward": 0.0, "backward": 0.0} for _ in work.layers]
+
+    def kern(self, name: str, layer: int, nnz: np.ndarray, buf: np.ndarray, read: np.ndarray,
+             extra: np.ndarray | float = 0.0, dense: np.ndarray | None = None) -> np.ndarray:
+        """``nnz`` nonzeros of ``layer`` reading ``read`` of the ``buf`` buffer rows; where
+        ``dense`` (per rank), a dense block, which the runtime hands to BLAS."""
+        b, table = self.b, self.table
+        reuse = nnz / np.maximum(read, 1)
+        structured = 1.0
+        if self.structure is not None and self.work.locality is not None:
+            gap = self.work.locality[layer, 1 if name == "backward" else 0]
+            structured = self.structure.factor(name, b, float(gap))
+        sparse = structured * ((1 - self.warm) * table.seconds(name, nnz, b, buf, reuse)
+                               + self.warm * table.seconds(f"{name}_warm", nnz, b, buf, reuse))
+        if table.dense is not None and dense is not None and dense.any():
+            sparse = np.where(dense, table.dense.seconds(name, nnz, b), sparse)
+        t = self.scale * sparse + extra
+        self.kernel_time += t
+        return t
+
+    def arrivals(self, lw: LayerWork, forward: bool, t_post: np.ndarray) -> np.ndarray:
+        """Arrival of each rank's last incoming message (or -inf), messages departing at
+        ``t_post`` of their sender."""
+        n, node = self.n, self.node
+        src, dst = (lw.src, lw.dst) if forward else (lw.dst, lw.src)
+        ready = np.full(n, -np.inf)
+        if len(src) == 0:
+            return ready
+        nbytes = lw.count * self.b * self.item
+        lat, tt = self.machine.link(nbytes, node[src] == node[dst], self.active)
+        order = np.lexsort((dst, src))
+        s, d, la, tt = src[order], dst[order], lat[order], tt[order]
+        # A sender's messages leave one after another through its link.
+        cum = np.cumsum(tt)
+        first = np.searchsorted(s, s, side="left")
+        before = np.where(first > 0, cum[first - 1], 0.0)
+        arrive = t_post[s] + la + (cum - before)
+        np.maximum.at(ready, d, arrive)
+        # ...and a receiver's bytes come in through its own.
+        recv_time = np.bincount(d, weights=tt, minlength=n)
+        start = np.full(n, np.inf)
+        np.minimum.at(start, d, t_post[s] + la)
+        has = np.isfinite(start)
+        ready[has] = np.maximum(ready[has], start[has] + recv_time[has])
+        return ready
+
+    def messages(self, lw: LayerWork, forward: bool) -> np.ndarray:
+        """Each rank's CPU time for its messages of one exchange: the software cost per
+        message and, within a node, the copy of what it receives: shared memory moves bytes
+        with a CPU, inside the MPI calls the runtime makes between its chunks of work, so the
+        copy adds to the work instead of overlapping it."""
+        n, rt = self.n, self.rt
+        src, dst = (lw.src, lw.dst) if forward else (lw.dst, lw.src)
+        total = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+        cpu = total * rt["message_s"] + (total > 0) * rt["exchange_layer_s"]
+        local = self.node[src] == self.node[dst]
+        if local.any():
+            _, copy = self.machine.link(lw.count[local] * self.b * self.item,
+                                        np.ones(int(local.sum()), bool), self.active)
+            cpu += np.bincount(dst[local], weights=copy, minlength=n)
+        return cpu
+
+    def forward(self) -> None:
+        """Each layer: post the expand, the owned columns' product while it travels, wait,
+        the ghost columns' product."""
+        b, item, rt = self.b, self.item, self.rt
+        for i, lw in enumerate(self.work.layers):
+            t0 = self.clock.copy()
+            buf = lw.buffer_rows
+            post = self.messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
+            own = rt["layer_forward_s"] + self.kern(
+                "forward", i, lw.nnz_owned, buf, lw.prev_rows,
+                dense=lw.nnz_owned == lw.rows * lw.prev_rows)
+            ghost = self.kern("forward", i, lw.nnz_ghost, buf, lw.ghosts,
+                              dense=lw.nnz_ghost == lw.rows * lw.ghosts)
+            ready = self.arrivals(lw, True, self.clock + post)
+            done_own = self.clock + post + own
+            start = np.maximum(done_own, ready)
+            self.clock = start + ghost
+            self.compute += own + ghost
+            self.exch += post + (start - done_own)
+            self.layers[i]["forward"] = float(np.max(self.clock - t0))
+
+    def loss(self) -> None:
+        """The small all-reduces over the parts, where every clock meets, and the softmax."""
+        coll = LOSS_COLLECTIVES * (self.rt["collective_s"]
+                                   + _collective_latency(self.machine, self.n, self.active))
+        softmax = self.work.layers[-1].rows * self.b * 4 * self.ew
+        self.clock = np.full(self.n, self.clock.max()) + coll + softmax
+        self.exch += coll
+        self.compute += softmax
+        self.kernel_time += softmax
+
+    def backward(self) -> None:
+        """Each layer from the last: the ghost rows' products, post the fold, the owned rows',
+        wait for the partial sums and add them; the layer's gradient sums over the replicas
+        queue up and advance only while MPI is called; what is left runs at the end."""
+        n, b, rt, ew, item = self.n, self.b, self.rt, self.ew, self.item
+        stages = self.machine.gradient_sum_stages(n, self.replicas, self.active) \
+            if self.replicas > 1 else None
+        # Per rank: seconds so far in which MPI was called (the sums advance only then), and
+        # in those seconds, when the sums started so far would be done.
+        progress, queue = np.zeros(n), np.zeros(n)
+        for i in range(len(self.work.layers) - 1, -1, -1):
+            lw, t0, clock = self.work.layers[i], self.clock.copy(), self.clock
+            buf = lw.buffer_rows
+            dense = lw.nnz == lw.rows * buf  # the whole local layer: its transpose too
+            if i == 0:
+                work_s = rt["layer_backward_s"] + self.kern("gradient", i, lw.nnz, buf, buf,
+                                                            lw.rows * b * ew, dense)
+                self.clock = clock + work_s
+                self.compute += work_s
+            else:
+                ghost = rt["layer_backward_s"] + self.kern(
+                    "backward", i, lw.nnz_ghost, buf, lw.ghosts, lw.rows * b * ew, dense)
+                post = self.messages(lw, False)
+                own = self.kern("backward", i, lw.nnz_owned, buf, lw.prev_rows,
+                                lw.prev_rows * b * ew, dense)
+                ready = self.arrivals(lw, False, clock + ghost + post)
+                done_own = clock + ghost + post + own
+                start = np.maximum(done_own, ready)
+                # MPI is called between the owned rows' chunks and in the wait: the sums move.
+                folds = (np.bincount(lw.src, minlength=n)
+                         + np.bincount(lw.dst, minlength=n)) > 0
+                progress += np.where(folds, start - (clock + ghost + post), 0.0)
+                add = lw.sent * b * ew
+                self.kernel_time += add
+                self.clock = start + add
+                self.compute += ghost + own + add
+                self.exch += post + (start - done_own)
+            if stages is not None:
+                # One after another, in the time MPI is called (``progress``) from here on.
+                seconds = np.array([sum(
+                    allreduce_seconds(v * share, ranks, net, e * 1e9 / item, self.measured)
+                    for net, ranks, share in stages for v in arrays)
+                    for arrays, e in zip(zip(lw.nnz * item, lw.rows * item), ew)])
+                queue = np.maximum(queue, progress) + seconds
+            self.layers[i]["backward"] = float(np.max(self.clock - t0))
+        if stages is not None:
+            left = np.maximum(queue - progress, 0.0)  # no MPI call since: they run now
+            self.grad += left + rt["collective_s"]
+            self.clock = self.clock + left + rt["collective_s"]
+
+    def update(self) -> None:
+        """SGD on every stored value (the products read W's values in place: no derived copy
+        to refresh), and the step's fixed cost."""
+        rt = self.rt
+        update = sum((lw.nnz + lw.rows) * rt["update_ns_per_value"]
+                     for lw in self.work.layers) * self.scale * 1e-9
+        self.clock = self.clock + update + rt["step_s"]
+        self.compute += update + rt["step_s"]
+        self.kernel_time += update
+
+
+def working_set(work: Workload, batch: int, itemsize: int) -> np.ndarray:
+    """Bytes one training step touches on each rank: per nonzero its value, gradient and
+    momentum, its index and its transpose's index and order (int32); per sample the X buffer
+    and the stored pre-activations and activations."""
+    ws = np.zeros(work.parts)
+    for lw in work.layers:
+        ws += lw.nnz * (3 * itemsize + 12) + (lw.buffer_rows + 2 * lw.rows) * batch * itemsize
+    return ws
+
+
+def warm_share(work: Workload, batch: int, itemsize: int, cache: float) -> np.ndarray:
+    """Per rank, the weight of the warm-cache kernel table against the cold one: 1 when the
+    step's working set fits in the rank's share of the last-level cache, 0 from 4x that on,
+    linear in log2 between (0 everywhere when the cache size is unknown)."""
+    if cache <= 0:
+        return np.zeros(work.parts)
+    ws = np.maximum(working_set(work, batch, itemsize), 1.0)
+    return np.clip(np.log2(4 * cache / ws) / 2, 0.0, 1.0)
+
+
+def _collective_latency(machine: Machine, n: int, active: int) -> float:
+    if n <= 1:
+        return 0.0
+    net = machine.allreduce_network(n > machine.ranks_per_node, active)
+    return allreduce_latency(net, n)
+
+
