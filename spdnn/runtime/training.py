@@ -107,31 +107,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             if b < pos.batch:
                 continue  # resumed mid-epoch: these batches were done before
             mine = idx[grid.share(len(idx))]  # this replica's slice of the serial batch
-            if dnet.sampled is not None and is_rebuild_step(
-                    pos.step, cfg.rehash, cfg.checkpoint_every if cfg.checkpoint_dir else None):
-                dnet.sampled.rebuild()
-            fill = fill_rows(cfg.seed, pos.step, len(idx), cfg.lsh.random, dnet.sizes[-1])[
-                grid.share(len(idx))] if cfg.lsh is not None and cfg.lsh.random else None
-            fwd = dnet.forward(columns(x_local, mine), sampled=dnet.sampled is not None,
-                               labels=as_labels(data.y_train[mine], dnet.sizes[-1])
-                               if dnet.sampled is not None else None, fill=fill)
-            per_sample = np.empty(len(mine)) if crit is not None and full else None
-            dnet.sums.step = pos.step  # compressors draw by step: a resume draws the same
-            value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx),
-                                              per_sample)
-            if per_sample is not None:
-                crit.record(mine, per_sample)
-            if grid.replicas > 1:
-                value, ok = grid.data.allreduce(np.array([value, ok], dtype=np.float64))
-                ok = int(ok)
-            if not np.isfinite(value):
-                kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
-                        if cfg.checkpoint_dir and manifest_path(cfg.checkpoint_dir).is_file()
-                        else "")
-                raise AgreedError(f"non-finite loss ({value}) at epoch {pos.epoch + 1}, step "
-                                  f"{pos.step + 1}: the weights or activations overflowed "
-                                  f"{dnet.dtype} (a lower --lr may help){kept}")
-            opt.step(interleave(gw, gb))
+            value, ok = _step(dnet, cfg, data, x_local, opt, pos, idx, mine,
+                              crit if crit is not None and full else None)
             total_loss += value * len(idx)
             correct += ok
             seen += len(idx)
@@ -150,39 +127,99 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                 checkpoint()
             if stop:
                 break
-        seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
-        moved = Counters.now(dnet).minus(before).total(comm)
-        active = None
-        if dnet.sampled is not None:  # every rank's pairs, over the samples of all replicas
-            pairs = comm.allreduce_scalar(float(dnet.sampled.active_pairs - pairs_before))
-            active = pairs / max(seen, 1)
-        test = p5 = None
-        if xt_local is not None and data.multi_label:
-            test, p5 = precisions(dnet, xt_local, data.y_test)
-        elif xt_local is not None:
-            test = evaluate(dnet, xt_local, data.y_test)
-        epoch_done = pos.epoch if pos.batch == 0 else pos.epoch + 1
-        report = EpochReport(epoch=epoch_done, steps=pos.step, loss=total_loss / max(seen, 1),
-                             train_accuracy=correct / max(seen, 1), test_accuracy=test,
-                                 seconds=seconds,
-                             samples_per_second=seen / max(seconds, 1e-12),
-                                 megabytes_sent=moved.sent / 1e6, epoch_steps=steps,
-                                 epoch_batches=per_epoch,
-                             samples=seen, model_values=moved.model_values,
-                                 gradient_values=moved.gradient_values,
-                             gradient_megabytes=moved.gradient_bytes / 1e6,
-                                 compression_ratio=moved.ratio(cfg.compress),
-                             select_seconds=moved.select_seconds,
-                             precision_at_1=test if p5 is not None else None,
-                                 precision_at_5=p5, active_outputs=active)
+        report = _report(comm, dnet, cfg, data, xt_local, pos, _EpochCount(
+            t0=t0, before=before, pairs_before=pairs_before, total_loss=total_loss,
+            correct=correct, seen=seen, steps=steps, per_epoch=per_epoch))
         reports.append(report)
         if on_epoch:
             on_epoch(report)
         if stop:
             break
+    _finish((lambda: on_finish(opt.buffers, [x_local, xt_local])) if on_finish else None,
+            checkpoint if cfg.checkpoint_dir else None)
+    return reports
+
+
+def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, x_local: Any,
+          opt: SGD, pos: Position, idx: np.ndarray, mine: np.ndarray,
+          crit: CriticalSet | None) -> tuple[float, int]:
+    """One SGD step on the serial batch ``idx``, of which this replica computes ``mine``: the
+    forward pass (only the outputs LSH retrieves, when sampled), the backward pass with the
+    gradient sums, the loss checked finite, the update. Returns the batch's mean loss and
+    correct predictions, over every replica; ``crit``: record each sample's loss there."""
+    grid = dnet.grid
+    if dnet.sampled is not None and is_rebuild_step(
+            pos.step, cfg.rehash, cfg.checkpoint_every if cfg.checkpoint_dir else None):
+        dnet.sampled.rebuild()
+    fill = fill_rows(cfg.seed, pos.step, len(idx), cfg.lsh.random, dnet.sizes[-1])[
+        grid.share(len(idx))] if cfg.lsh is not None and cfg.lsh.random else None
+    fwd = dnet.forward(columns(x_local, mine), sampled=dnet.sampled is not None,
+                       labels=as_labels(data.y_train[mine], dnet.sizes[-1])
+                       if dnet.sampled is not None else None, fill=fill)
+    per_sample = np.empty(len(mine)) if crit is not None else None
+    dnet.sums.step = pos.step  # compressors draw by step: a resume draws the same
+    value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx), per_sample)
+    if crit is not None and per_sample is not None:
+        crit.record(mine, per_sample)
+    if grid.replicas > 1:
+        value, ok = grid.data.allreduce(np.array([value, ok], dtype=np.float64))
+        ok = int(ok)
+    if not np.isfinite(value):
+        kept = (f"; the last good checkpoint is kept in {cfg.checkpoint_dir}"
+                if cfg.checkpoint_dir and manifest_path(cfg.checkpoint_dir).is_file() else "")
+        raise AgreedError(f"non-finite loss ({value}) at epoch {pos.epoch + 1}, step "
+                          f"{pos.step + 1}: the weights or activations overflowed "
+                          f"{dnet.dtype} (a lower --lr may help){kept}")
+    opt.step(interleave(gw, gb))
+    return float(value), int(ok)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _EpochCount:
+    """What the loop counted over one epoch (or the part of it this run did)."""
+
+    t0: float
+    before: Counters
+    pairs_before: float
+    total_loss: float
+    correct: int
+    seen: int
+    steps: int
+    per_epoch: int
+
+
+def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset,
+            xt_local: Any, pos: Position, c: _EpochCount) -> EpochReport:
+    """The epoch's line: its loss and accuracies, speed, what it moved, and the test split's
+    accuracy (P@1 and P@5 on label sets). Collective."""
+    seconds = comm.allreduce_scalar(time.perf_counter() - c.t0, "max")
+    moved = Counters.now(dnet).minus(c.before).total(comm)
+    active = None
+    if dnet.sampled is not None:  # every rank's pairs, over the samples of all replicas
+        pairs = comm.allreduce_scalar(float(dnet.sampled.active_pairs - c.pairs_before))
+        active = pairs / max(c.seen, 1)
+    test = p5 = None
+    if xt_local is not None and data.multi_label:
+        test, p5 = precisions(dnet, xt_local, data.y_test)
+    elif xt_local is not None:
+        test = evaluate(dnet, xt_local, data.y_test)
+    return EpochReport(
+        epoch=pos.epoch if pos.batch == 0 else pos.epoch + 1, steps=pos.step,
+        loss=c.total_loss / max(c.seen, 1), train_accuracy=c.correct / max(c.seen, 1),
+        test_accuracy=test, seconds=seconds, samples_per_second=c.seen / max(seconds, 1e-12),
+        megabytes_sent=moved.sent / 1e6, epoch_steps=c.steps, epoch_batches=c.per_epoch,
+        samples=c.seen, model_values=moved.model_values,
+        gradient_values=moved.gradient_values, gradient_megabytes=moved.gradient_bytes / 1e6,
+        compression_ratio=moved.ratio(cfg.compress), select_seconds=moved.select_seconds,
+        precision_at_1=test if p5 is not None else None, precision_at_5=p5,
+        active_outputs=active)
+
+
+def _finish(*steps: Callable[[], None] | None) -> None:
+    """Run every step (saving the network, the final checkpoint) even when one fails; then
+    raise the first failure."""
     failed: list[AgreedError] = []
-    finish = (lambda: on_finish(opt.buffers, [x_local, xt_local])) if on_finish else None
-    for step in (finish, checkpoint if cfg.checkpoint_dir else None):
+    for step in steps:
         try:
             if step:
                 step()
@@ -190,7 +227,6 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             failed.append(exc)
     if failed:
         raise failed[0]
-    return reports
 
 
 def resumed_lossy(dnet: DistributedNetwork, directory: str, cfg: TrainConfig, n_samples: int,
