@@ -26,6 +26,7 @@ import os
 import sys
 import time
 
+import spdnn.cli.pinned  # noqa: F401
 from spdnn.lossy import compress as C
 
 import numpy as np  # noqa: E402

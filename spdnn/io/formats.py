@@ -5,7 +5,8 @@
 - Matrix Market coordinate files (real, integer or pattern; general).
 - MNIST IDX files, gzipped or not.
 
-Every reader reports a malformed file as InputError naming the file and line.
+Every reader reports a malformed file as InputError naming the file and line. (One concern:
+the field's text formats, each reader beside its writer.)
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import gzip
 import io
 import math
 import os
-import re
 import warnings
 import zlib
 from collections.abc import Sequence
@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
+from spdnn.io._mtx_fast import MM_HEADER, read_coordinates
 from spdnn.io.atomic import atomic_path, write_text
 
 # --------------------------------------------------------------------------- text tables
@@ -179,13 +180,31 @@ def coo_to_csr(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
 
 # --------------------------------------------------------------------------- Matrix Market
 
-_MM_HEADER = re.compile(r"%%MatrixMarket\s+matrix\s+(\w+)\s+(\w+)\s+(\w+)", re.IGNORECASE)
+_MM_HEADER = MM_HEADER
 
 
 def read_mtx(path: str | os.PathLike) -> sp.csr_matrix:
-    """Read a Matrix Market coordinate file (real/integer/pattern, general) as float64 CSR."""
+    """Read a Matrix Market coordinate file (real/integer/pattern, general) as float64 CSR.
+
+    scipy's C++ reader (fast_matrix_market, one thread) reads what passes a check of the bytes
+    first: only characters of numbers and white space after the size line, and exactly
+    ``entries x fields`` numbers (it would read ``0x10`` as 0, ``2x`` as 2 and skip a fourth
+    field). Anything else, or anything it refuses, goes through the line parser below, which
+    names the line at fault. 60,000 images of 1,024 pixels (9e6 entries): 24 s -> 2 s."""
     p = os.fspath(path)
-    lines = _read_text(p).splitlines()
+    raw = _read_bytes(p)
+    fast = read_coordinates(raw, MAX_DIMENSION)
+    if fast is not None:
+        return coo_to_csr(p, *fast)
+    try:
+        lines = raw.decode("ascii").splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputError(p, f"not a text file ({exc})") from None
+    return _read_mtx_lines(p, lines)
+
+
+def _read_mtx_lines(p: str, lines: list[str]) -> sp.csr_matrix:
+    """The Matrix Market reader in Python: slower, and every error names its line."""
     if not lines:
         raise InputError(p, "empty file, expected a %%MatrixMarket header", 1)
     m = _MM_HEADER.match(lines[0])
