@@ -222,6 +222,44 @@ def test_cli_convert_both_ways(tmp_path):
     assert_one_line_error(proc, "--layers takes names only with safetensors")
 
 
+def test_the_safetensors_package_reads_ours_and_we_read_its(tmp_path):
+    """Interchange with the reference implementation (the ``safetensors`` package, a test
+    dependency): its reader loads what spdnn writes, tensor for tensor (float32, float16 and
+    the pruning mask), and spdnn reads what it writes (float64, float32, float16, bfloat16
+    being torch's), every weight kept."""
+    st = pytest.importorskip("safetensors.numpy",
+                             reason="the safetensors package is not installed (pip install "
+                                    "-e .[test])")
+    rng = np.random.default_rng(4)
+    ws, bs = _mlp(rng, (10, 8, 6, 3))
+    theirs = {"fc1.weight": ws[0], "fc1.bias": bs[0],
+              "fc2.weight_orig": ws[1].astype(np.float32),
+              "fc2.weight_mask": (ws[1] != 0).astype(np.float32), "fc2.bias": bs[1],
+              "fc3.weight": ws[2].astype(np.float16), "fc3.bias": bs[2].astype(np.float16)}
+    st.save_file(theirs, str(tmp_path / "theirs.safetensors"), metadata={"by": "safetensors"})
+    net = read_safetensors(tmp_path / "theirs.safetensors")
+    assert net.extra["safetensors"]["names"] == ["fc1", "fc2", "fc3"]
+    for k, layer in enumerate(net.layers):
+        want = np.asarray(ws[k], dtype=np.float16 if k == 2 else np.float64)
+        np.testing.assert_array_equal(layer.weight.toarray(), want.astype(layer.weight.dtype))
+    x = rng.random((5, 10))
+    np.testing.assert_allclose(reference.forward(net, x.T)[0][-1].T,
+                               _forward([w.astype(np.float64) for w in
+                                         (ws[0], ws[1], ws[2].astype(np.float16))],
+                                        [bs[0], bs[1], bs[2].astype(np.float16)], x),
+                               rtol=1e-3, atol=1e-3)
+    write_safetensors(net, tmp_path / "ours.safetensors")
+    ours = st.load_file(str(tmp_path / "ours.safetensors"))
+    assert set(ours) == {"fc1.weight_orig", "fc1.weight_mask", "fc1.bias", "fc2.weight_orig",
+                         "fc2.weight_mask", "fc2.bias", "fc3.weight_orig", "fc3.weight_mask",
+                         "fc3.bias"}
+    for k, layer in enumerate(net.layers):
+        dense = layer.weight.toarray()
+        np.testing.assert_array_equal(ours[f"fc{k + 1}.weight_orig"], dense)
+        np.testing.assert_array_equal(ours[f"fc{k + 1}.weight_mask"] != 0, dense != 0)
+        np.testing.assert_array_equal(ours[f"fc{k + 1}.bias"], layer.bias)
+
+
 def test_real_pytorch_round_trip(tmp_path):
     """A pruned torch MLP -> safetensors -> spdnn (same outputs) -> safetensors -> a fresh
     pruned torch model via load_state_dict (same weights)."""
