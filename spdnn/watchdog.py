@@ -68,3 +68,40 @@ class Watchdog:
                     pass
             self._abort(TIMEOUT_EXIT)
             return
+
+
+def guard_start(timeout: float, prog: str = "spdnn", rank: int = 0) -> Callable[[], None]:
+    """Cover MPI's start-up with the same limit: until the returned function is called, a
+    sentinel process ends this one (SIGKILL, after one line) if the start lasts longer than
+    ``timeout`` plus the grace of the watchdog (a link frozen while the ranks exchange their
+    addresses). No thread of this process could: MPI_Init holds the interpreter. The sentinel
+    leaves quietly when this process ends first. Call before MPI is imported, from the main
+    thread."""
+    import os
+    import select
+    import signal
+
+    limit = timeout + min(max(2.0, timeout), 30.0)
+    r, w = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the sentinel: only system calls, no lock of the parent's is taken
+        try:
+            os.close(w)
+            ready, _, _ = select.select([r], [], [], limit)
+            if not ready:
+                line = (f"{prog}: error: rank {rank} ({socket.gethostname()}) waited "
+                        f"{limit:g} s for MPI to start (--comm-timeout): a stalled peer, a "
+                        "lost link or a dead rank; ending the job\n")
+                os.write(2, line.encode())
+                os.kill(parent, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.close(r)
+
+    def dismiss() -> None:
+        os.write(w, b".")
+        os.close(w)
+        os.waitpid(pid, 0)
+
+    return dismiss

@@ -227,3 +227,23 @@ def test_a_frozen_link_ends_inference_in_bounded_time(job_files):
                                      "all-gather")), line
     assert f"waited {TIMEOUT} s for rank" in line, line
     assert stale_namespaces() == []
+
+
+def test_a_link_frozen_while_mpi_starts_ends_the_job(job_files):
+    """Frozen about a second in: while MPI starts (the ranks exchanging their addresses, where
+    no thread of a rank can run and the watchdog of the job does not exist yet: a sentinel
+    process covers it, spdnn.watchdog.guard_start) or in the job's first collectives. Either
+    way one line and a bounded end, where before this guard the job hung."""
+    d = job_files
+    start = time.monotonic()
+    proc = launch(0, *_emulate("1gbit", "--stall-after", 1.0),
+                  sys.executable, "-m", "spdnn", "infer", "--network", d / "net.npz",
+                  "--plan", d / "plan.npz", "--inputs", "digits", "--comm-timeout", TIMEOUT,
+                  timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0, (proc.stdout[-500:], proc.stderr[-2000:])
+    assert elapsed - _froze_at(proc.stderr) < AFTER_FAULT + TIMEOUT, elapsed
+    line = _watchdog_line(proc.stderr)
+    assert "for MPI to start" in line or "for rank 1" in line, line
+    assert "Traceback" not in proc.stderr
+    assert stale_namespaces() == []

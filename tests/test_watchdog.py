@@ -90,3 +90,29 @@ def test_a_bad_comm_timeout_on_the_command_line_is_one_line(tmp_path):
     proc = launch(0, "train", "--network", tmp_path / "net.npz", "--comm-timeout", "-3")
     assert proc.returncode == 2 and "--comm-timeout" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_the_start_guard_ends_a_process_whose_start_lasts_too_long_and_only_that():
+    """``guard_start``: a process that has not dismissed the guard within the timeout plus the
+    grace is ended with one line (MPI's start-up holds the interpreter, so a sentinel process
+    does it); a dismissed guard leaves the process alone."""
+    import subprocess
+    import sys
+
+    stuck = ("from spdnn.watchdog import guard_start\n"
+             "guard_start(0.5, rank=3)\n"
+             "import time; time.sleep(30)\n")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -9 and time.monotonic() - start < 20
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "spdnn: error: rank 3 (" in proc.stderr
+    assert "waited 2.5 s for MPI to start (--comm-timeout)" in proc.stderr
+    started = ("from spdnn.watchdog import guard_start\n"
+               "dismiss = guard_start(0.5)\n"
+               "dismiss()\n"
+               "import time; time.sleep(3.5); print('ran on')\n")
+    proc = subprocess.run([sys.executable, "-c", started], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ran on\n", "")

@@ -156,9 +156,21 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
                  ) -> Callable[[argparse.Namespace], int]:
     """A subcommand that runs on every rank: errors agreed, an exception aborts the job."""
     def run(args: argparse.Namespace) -> int:
+        import sys
+
         import numpy as np
 
-        from spdnn.comm import run_collectively
+        timeout = getattr(args, "comm_timeout", None)
+        dismiss = None
+        if timeout and "mpi4py.MPI" not in sys.modules:  # MPI's start-up, watched too
+            from spdnn.cli.options import launcher_rank
+            from spdnn.watchdog import guard_start
+
+            dismiss = guard_start(float(timeout), rank=launcher_rank())
+        from spdnn.comm import run_collectively  # MPI starts here
+
+        if dismiss is not None:
+            dismiss()
 
         # Overflow and NaN are detected and reported as one line (non-finite loss or
         # weights); numpy's warnings about them would only precede that line.
