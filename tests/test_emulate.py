@@ -108,6 +108,36 @@ def test_the_command_exit_code_is_returned_and_the_network_removed():
 
 
 @needs_namespaces
+def test_processes_left_on_a_node_end_with_the_network():
+    """A process that escaped the job (its own session, as a rank's proxy orphaned by a dead
+    launcher) is killed when its node's namespace is removed, not left running unseen."""
+    from spdnn.processes import pid_alive
+
+    escape = ("import subprocess as s; p = s.Popen(['sleep', '300'], start_new_session=True, "
+              "stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL); "
+              "print('sleeper', p.pid, flush=True)")
+    proc = emulate("--nodes", 2, "--link", "1gbit", "--no-measure", "-n", 2, "--",
+                   sys.executable, "-c", escape)
+    assert proc.returncode == 0, proc.stderr
+    sleepers = [int(pid) for pid in re.findall(r"sleeper (\d+)", proc.stdout)]
+    assert len(sleepers) == 2, proc.stdout
+    deadline = time.monotonic() + 5
+    while any(pid_alive(pid) and _state(pid) not in "ZX" for pid in sleepers) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in sleepers if pid_alive(pid) and _state(pid) not in "ZX"]
+    assert stale_namespaces() == []
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+@needs_namespaces
 def test_a_leftover_of_a_killed_run_is_removed_and_does_not_collide():
     leftover = f"spdnn{PLANTED_PID}sw"
     subprocess.run(["ip", "netns", "add", leftover], check=True)
