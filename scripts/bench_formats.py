@@ -98,8 +98,8 @@ def main() -> None:
     if args.no_write:
         return
     body = (f"Command: `python scripts/bench_formats.py --neurons {args.neurons} --layers "
-            f"{args.layers} --images {args.images} --repeats {args.repeats}` (median of interleaved repeats, one "
-            "thread; a generated RadiX-Net written as Graph Challenge TSV files; both readers "
+            f"{args.layers} --images {args.images} --repeats {args.repeats}` (median of "
+            "interleaved repeats, one thread; a generated RadiX-Net written as Graph Challenge TSV files; both readers "
             "give the same fingerprint). `before`: every line split in Python and duplicates "
             "found by np.unique, as the reader was before 2026-11-25; `now`: numpy's C parser "
             "(the line-by-line pass runs only to name a bad line) and duplicates found by "
