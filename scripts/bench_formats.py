@@ -99,14 +99,15 @@ def main() -> None:
         return
     body = (f"Command: `python scripts/bench_formats.py --neurons {args.neurons} --layers "
             f"{args.layers} --images {args.images} --repeats {args.repeats}` (median of "
-            "interleaved repeats, one thread; a generated RadiX-Net written as Graph Challenge TSV files; both readers "
-            "give the same fingerprint). `before`: every line split in Python and duplicates "
-            "found by np.unique, as the reader was before 2026-11-25; `now`: numpy's C parser "
-            "(the line-by-line pass runs only to name a bad line) and duplicates found by "
-            f"sorting. Images: {args.images:,} random images of {args.neurons} pixels, 150 "
-            "nonzeros each; `before`: the line parser (numpy's C parser over the decoded "
-            "lines), `now`: scipy's fast_matrix_market on one thread behind a check of the "
-            "bytes (spdnn.io._mtx_fast); the same matrix.\n\n" + table(header, rows))
+            "interleaved repeats, one thread; a generated RadiX-Net written as Graph "
+            "Challenge TSV files; both readers give the same fingerprint). `before`: every "
+            "line split in Python and duplicates found by np.unique, as the reader was "
+            "before 2026-11-25; `now`: numpy's C parser (the line-by-line pass runs only to "
+            "name a bad line) and duplicates found by sorting. Images: "
+            f"{args.images:,} random images of {args.neurons} pixels, 150 nonzeros each; "
+            "`before`: the line parser (numpy's C parser over the decoded lines), `now`: "
+            "scipy's fast_matrix_market on one thread behind a check of the bytes "
+            "(spdnn.io._mtx_fast); the same matrix.\n\n" + table(header, rows))
     write_section("formats", "Reading Graph Challenge networks", body)
 
 
