@@ -19,13 +19,18 @@ examples:
 """
 
 
-def _rate(text: str) -> int:
+def _rate(text: str, least: float = 1e5) -> int:
     from spdnn.emulate.links import parse_rate
 
     try:
-        return parse_rate(text)
+        return parse_rate(text, least=least)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _trickle(text: str) -> int:
+    """``--slow-to``: a rate down to 1 kbit/s."""
+    return _rate(text, least=1e3)
 
 
 def _seconds(text: str) -> float:
@@ -59,7 +64,7 @@ def add_parser(sub, formatter: type[argparse.HelpFormatter]) -> None:  # noqa: A
     em.add_argument("--stall-when", metavar="GLOB",
                     help="freeze it once a file matching GLOB exists, e.g. a checkpoint "
                          "(an event of the job; with --stall-after, whichever comes first)")
-    em.add_argument("--slow-to", type=_rate, metavar="RATE",
+    em.add_argument("--slow-to", type=_trickle, metavar="RATE",
                     help="at that moment slow the link to RATE instead of freezing it (a "
                          "congested link: waits finish, slowly)")
     em.add_argument("--mpiexec", help="the MPI launcher (default: the one beside this Python, "

@@ -26,14 +26,15 @@ class EmulationError(SpdnnError):
     """The emulated network could not be built or used here."""
 
 
-def parse_rate(text: str) -> int:
-    """A link rate in bits per second from ``100mbit``, ``1gbit``, ``10gbit`` or ``2.5e9``."""
+def parse_rate(text: str, *, least: float = 1e5) -> int:
+    """A link rate in bits per second from ``100mbit``, ``1gbit``, ``10gbit`` or ``2.5e9``;
+    at least ``least`` (100 kbit/s for a link; ``--slow-to`` allows a trickle of 1 kbit/s)."""
     m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([kmgt]?)(?:bit|bps|b/s)?\s*", text.lower())
     if m is None:
         raise ValueError(f"not a link rate: {text!r} (e.g. 100mbit, 1gbit, 10gbit)")
     bps = float(m.group(1)) * _UNITS[m.group(2)]
-    if not 1e5 <= bps <= 1e12:
-        raise ValueError(f"link rate {text!r} outside 100kbit..1tbit")
+    if not least <= bps <= 1e12:
+        raise ValueError(f"link rate {text!r} outside {format_rate(least)}..1 Tbit/s")
     return int(bps)
 
 
