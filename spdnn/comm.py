@@ -43,12 +43,15 @@ class Communicator:
     """
 
     def __init__(self, comm: MPI.Comm = MPI.COMM_WORLD, *, duplicate: bool = True,
-                 _watchdog: Watchdog | None = None) -> None:
-        self._comm = comm.Dup() if duplicate else comm
-        self.rank = self._comm.Get_rank()
-        self.size = self._comm.Get_size()
+                 timeout: float | None = None, _watchdog: Watchdog | None = None) -> None:
         self._watchdog = _watchdog or Watchdog(MPI.COMM_WORLD.Get_rank(), _abort_from_thread)
+        if timeout is not None:  # the duplication is a wait for every rank too
+            self._watchdog.set(timeout)
+        self._comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
         self._world_ranks: list[int] | None = None
+        if duplicate:
+            with self._waiting("duplicating the communicator"):
+                self._comm = comm.Dup()
 
     def watch(self, timeout: float | None) -> None:
         """End the job when any wait here (or on a split) lasts over ``timeout`` s; None: no
@@ -75,7 +78,8 @@ class Communicator:
 
     def node_size(self) -> int:
         """Ranks of this communicator on this node (sharing its memory)."""
-        node = self._comm.Split_type(MPI.COMM_TYPE_SHARED, self.rank)
+        with self._waiting("splitting the communicator by node"):
+            node = self._comm.Split_type(MPI.COMM_TYPE_SHARED, self.rank)
         n = node.Get_size()
         node.Free()
         return int(n)
@@ -87,7 +91,8 @@ class Communicator:
 
     def split(self, color: int, key: int | None = None) -> Communicator:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``."""
-        sub = self._comm.Split(color, self.rank if key is None else key)
+        with self._waiting("splitting the communicator"):
+            sub = self._comm.Split(color, self.rank if key is None else key)
         return Communicator(sub, duplicate=False, _watchdog=self._watchdog)
 
     def free(self) -> None:
@@ -275,15 +280,16 @@ def abort_world(code: int) -> None:
 
 
 def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm = MPI.COMM_WORLD,
-                     prog: str = "spdnn") -> int:
+                     prog: str = "spdnn", timeout: float | None = None) -> int:
     """Run an entry point on every rank.
 
     A SpdnnError that every rank agreed on (Communicator.check/agree) is printed once, by
     rank 0, and every rank returns 2; one raised on a single rank is printed by that rank and
     aborts the job with code 2. Any other exception prints its traceback and aborts the whole
-    job, so no rank is left waiting in a collective.
+    job, so no rank is left waiting in a collective. ``timeout``: ``--comm-timeout`` from the
+    first wait on (the duplication of ``comm``).
     """
-    c = Communicator(comm)
+    c = Communicator(comm, timeout=timeout)
     try:
         return fn(c)
     except AgreedError as exc:

@@ -175,7 +175,8 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
         # Overflow and NaN are detected and reported as one line (non-finite loss or
         # weights); numpy's warnings about them would only precede that line.
         with np.errstate(all="ignore"):
-            return run_collectively(lambda comm: body(comm, args))
+            return run_collectively(lambda comm: body(comm, args),
+                                    timeout=float(timeout) if timeout else None)
     return run
 
 
