@@ -44,23 +44,3 @@ def test_a_forked_child_ends_when_its_parent_is_killed():
         time.sleep(0.05)
     assert state in ("Z", "X", "gone"), f"the child is still running (state {state})"
 
-
-def test_no_fork_beside_another_thread():
-    """A thread that holds a lock at the fork would leave it held in the child forever: with
-    one alive, helpers come from the fork server."""
-    import threading
-
-    from spdnn.processes import child_context, fork_is_safe
-
-    assert threading.active_count() == 1, "the serial tests time out by signal (test.sh)"
-    assert fork_is_safe() and child_context().get_start_method() == "fork"
-    release = threading.Event()
-    other = threading.Thread(target=release.wait, daemon=True)
-    other.start()
-    try:
-        assert not fork_is_safe()
-        assert child_context().get_start_method() == "forkserver"
-    finally:
-        release.set()
-        other.join()
-    assert fork_is_safe()
