@@ -54,15 +54,16 @@ def _timeout(run: RunOptions) -> float | None:
 
 def _collectively(comm: MPIComm | Communicator | None, run: RunOptions,
                   job: Callable[[Communicator], object]) -> object:
-    """Run ``job`` on every rank under the watchdog and ``guard``, and leave the caller's
+    """Run ``job`` on every rank under the watchdog and ``guarded``, and leave the caller's
     kernel threads as they were (spdnn.kernels.callers_threads_kept)."""
+    from spdnn.collective import guarded
     from spdnn.kernels import callers_threads_kept
 
     c = _communicator(comm)
     c.watch(_timeout(run))
     try:
         with callers_threads_kept():
-            return c.guard(lambda: job(c))
+            return guarded(c, lambda: job(c))
     finally:
         c.watch(None)
 

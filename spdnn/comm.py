@@ -4,7 +4,7 @@ the rule that keeps message passing auditable in one place, as Heat does).
 - ``Communicator``: a private duplicate of the caller's communicator (so spdnn's messages never
   match anyone else's), with ``split``, non-blocking point-to-point, the few collectives the
   runtime needs, and agreement on errors.
-- ``run_collectively``: runs an entry point so that an exception on one rank ends every rank.
+- (``spdnn.collective`` holds the policy that ends every rank when one fails.)
 - ``world_size`` / ``abort_world``: for the test plugin, which must abort without a collective.
 
 Every wait is watched: with a timeout set (``watch``), a wait that lasts longer ends the whole
@@ -14,10 +14,8 @@ job with one line naming the rank, its host, the peers and what it waited for (e
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,8 +23,8 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from spdnn.errors import SpdnnError, say_error
-from spdnn.interrupt import interrupted
+from spdnn import pickled
+from spdnn.errors import SpdnnError
 from spdnn.watchdog import Watchdog
 
 Request = MPI.Request
@@ -171,21 +169,55 @@ class Communicator:
                                       [recv, counts.astype(np.int64), displs,
                                        dtlib.from_numpy_dtype(recv.dtype)])
 
+    # Objects travel pickled through buffer collectives (spdnn.pickled says why): a short
+    # pickle in one fixed-size message, a longer one in a second.
     def allgather(self, obj: Any) -> list[Any]:
+        data = pickled.dumps(obj)
+        slots = np.empty((self.size, pickled.SLOT), dtype=np.uint8)
         with self._waiting("an all-gather"):
-            return self._comm.allgather(obj)
+            self._comm.Allgather(pickled.slot(data), slots)
+        counts = pickled.lengths(slots)
+        if counts.max() <= pickled.INLINE:
+            return pickled.inline(slots)
+        recv = np.empty(int(counts.sum()), dtype=np.uint8)
+        with self._waiting("an all-gather"):
+            self._comm.Allgatherv(data, [recv, counts, pickled.displacements(counts), MPI.BYTE])
+        return pickled.split(recv, counts)
 
     def allreduce_scalar(self, x: float, op: str = "sum") -> float:
+        out = np.empty(1, dtype=np.float64)
         with self._waiting(f"an all-reduce ({op})"):
-            return float(self._comm.allreduce(x, op=_OPS[op]))
+            self._comm.Allreduce(np.array([x], dtype=np.float64), out, op=_OPS[op])
+        return float(out[0])
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
+        data = pickled.dumps(obj)
+        counts = np.empty(self.size, dtype=np.int64)
         with self._waiting("a gather"):
-            return self._comm.gather(obj, root=root)
+            self._comm.Gather(np.array([len(data)], dtype=np.int64), counts, root=root)
+        if self.rank != root:
+            with self._waiting("a gather"):
+                self._comm.Gatherv(data, None, root=root)
+            return None
+        recv = np.empty(int(counts.sum()), dtype=np.uint8)
+        with self._waiting("a gather"):
+            self._comm.Gatherv(data, [recv, counts, pickled.displacements(counts), MPI.BYTE],
+                               root=root)
+        return pickled.split(recv, counts)
 
-    def bcast(self, obj: Any, root: int = 0) -> Any:
-        with self._waiting(f"a broadcast from rank {self.world_rank(root)}"):
-            return self._comm.bcast(obj, root=root)
+    def bcast(self, obj: Any, root: int = 0) -> Any:  # noqa: ANN401
+        data = pickled.dumps(obj) if self.rank == root else None
+        head = pickled.slot(data)
+        what = f"a broadcast from rank {self.world_rank(root)}"
+        with self._waiting(what):
+            self._comm.Bcast(head, root=root)
+        n = int(pickled.lengths(head)[0])
+        if n <= pickled.INLINE:
+            return pickled.loads(head[8:8 + n])
+        buf = data.copy() if data is not None else np.empty(n, dtype=np.uint8)
+        with self._waiting(what):
+            self._comm.Bcast(buf, root=root)
+        return pickled.loads(buf)
 
     def barrier(self) -> None:
         with self._waiting("a barrier"):
@@ -193,37 +225,6 @@ class Communicator:
 
     def abort(self, code: int = 1) -> None:
         self._comm.Abort(code)
-
-    def guard(self, fn: Callable[[], Any]) -> Any:  # noqa: ANN401
-        """Run a collective body: an error every rank agreed on (``check``/``agree``) is raised
-        on every rank; any other exception on one rank, which the others cannot know of,
-        prints its cause and aborts the job (with one rank it is simply raised)."""
-        try:
-            return fn()
-        except AgreedError:
-            raise
-        except BaseException as exc:
-            if self.size == 1:
-                raise
-            if isinstance(exc, KeyboardInterrupt):
-                interrupted("spdnn", self.rank)  # one line from rank 0, exit 130
-                raise
-            if isinstance(exc, SystemExit):
-                # A rank leaving in the middle of a collective step would leave the others
-                # waiting: the job ends, with the exit code it asked for.
-                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-                sys.stderr.write(f"spdnn: rank {self.rank} exited (code {code}) in a "
-                                 f"collective step; ending all {self.size} ranks\n")
-            elif isinstance(exc, SpdnnError):
-                say_error("spdnn", exc)
-                code = exc.exit_code
-            else:
-                traceback.print_exc()
-                sys.stderr.write(f"spdnn: rank {self.rank} failed; aborting all {self.size} "
-                                 "ranks\n")
-                code = 1
-            _abort(self, code)
-            raise
 
     def alltoall_lists(self, lists: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Send lists[p] (int64) to rank p; return what every rank sent here."""
@@ -279,52 +280,9 @@ def abort_world(code: int) -> None:
     MPI.COMM_WORLD.Abort(code)
 
 
-def run_collectively(fn: Callable[[Communicator], int], comm: MPI.Comm = MPI.COMM_WORLD,
-                     prog: str = "spdnn", timeout: float | None = None) -> int:
-    """Run an entry point on every rank.
-
-    A SpdnnError that every rank agreed on (Communicator.check/agree) is printed once, by
-    rank 0, and every rank returns 2; one raised on a single rank is printed by that rank and
-    aborts the job with code 2. Any other exception prints its traceback and aborts the whole
-    job, so no rank is left waiting in a collective. ``timeout``: ``--comm-timeout`` from the
-    first wait on (the duplication of ``comm``).
-    """
-    c = Communicator(comm, timeout=timeout)
-    try:
-        return fn(c)
-    except AgreedError as exc:
-        if c.rank == 0:
-            say_error(prog, exc)
-        return exc.exit_code
-    except SpdnnError as exc:  # raised on this rank alone: the others must not wait
-        say_error(prog, exc)
-        if c.size > 1:
-            _abort(c, exc.exit_code)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        if c.size > 1:
-            interrupted(prog, c.rank)  # one line from rank 0, exit 130
-        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
-        return 130
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.write(f"{prog}: rank {c.rank} failed; aborting all {c.size} ranks\n")
-        sys.stderr.flush()
-        if c.size > 1:
-            _abort(c, 1)
-        return 1
-
-
 def _abort_from_thread(code: int) -> None:
     """MPI_Abort from the watchdog's thread ends every rank; should it block (the main thread
     holding MPI's lock), the process ends itself and the launcher ends the others."""
     threading.Timer(10.0, os._exit, args=(code,)).start()
-    time.sleep(0.5)  # the launcher forwards the watchdog's line first (see _abort)
+    time.sleep(0.5)  # the launcher forwards the watchdog's line first (see spdnn.collective)
     MPI.COMM_WORLD.Abort(code)
-
-
-def _abort(c: Communicator, code: int) -> None:
-    # Give the launcher a moment to forward this rank's last stderr lines: an immediate
-    # Abort sometimes kills the job before they reach the terminal.
-    time.sleep(0.5)
-    c.abort(code)

@@ -64,7 +64,7 @@ def test_missing_plan_and_wrong_features(digits_net, tmp_path):
 def test_an_exception_on_one_rank_aborts_the_job(tmp_path):
     script = tmp_path / "boom.py"
     script.write_text(textwrap.dedent("""
-        from spdnn.comm import run_collectively
+        from spdnn.collective import guarded, run_collectively
 
         def main(comm):
             if comm.rank == 1:
@@ -86,14 +86,14 @@ def test_a_rank_that_exits_inside_a_collective_step_ends_the_job_with_its_code(t
     script = tmp_path / "leave.py"
     script.write_text(textwrap.dedent("""
         import sys
-        from spdnn.comm import run_collectively
+        from spdnn.collective import guarded, run_collectively
 
         def main(comm):
             def body():
                 if comm.rank == 1:
                     sys.exit(3)
                 comm.barrier()  # rank 0 would wait here forever
-            comm.guard(body)
+            guarded(comm, body)
             return 0
 
         raise SystemExit(run_collectively(main))

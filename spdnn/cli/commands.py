@@ -167,7 +167,7 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
             from spdnn.watchdog import guard_start
 
             dismiss = guard_start(float(timeout), rank=launcher_rank())
-        from spdnn.comm import run_collectively  # MPI starts here
+        from spdnn.collective import run_collectively  # MPI starts here
 
         if dismiss is not None:
             dismiss()

@@ -11,7 +11,8 @@ import sys
 
 import numpy as np
 
-from spdnn.comm import Communicator, run_collectively
+from spdnn.collective import run_collectively
+from spdnn.comm import Communicator
 
 LARGE = 1 << 20
 SMALL = 8
