@@ -144,10 +144,10 @@ class Communicator:
         return time.perf_counter() - t
 
     @staticmethod
-    def progress(reqs: Sequence[Request]) -> None:
-        """Let MPI move pending messages (large ones advance only inside MPI calls)."""
-        if reqs:
-            MPI.Request.Testall(list(reqs))
+    def progress(reqs: Sequence[Request]) -> bool:
+        """Let MPI move pending messages (large ones advance only inside MPI calls); True
+        when all of them have completed."""
+        return bool(reqs) and bool(MPI.Request.Testall(list(reqs)))
 
     # -- collectives ------------------------------------------------------------------------
     def allreduce(self, a: np.ndarray, op: str = "sum") -> np.ndarray:

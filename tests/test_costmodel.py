@@ -491,7 +491,7 @@ def test_network_is_the_median_of_its_sweeps():
     from types import SimpleNamespace
 
     # Internal: the median of the sweeps has no public entry but spdnn calibrate itself.
-    from spdnn.cost._calibrate_runtime import SIZES, network_costs
+    from spdnn.cost._calibrate_link import SIZES, network_costs
 
     fast = [1e-6 * (1 + i) for i in range(len(SIZES))]
     slow = [3 * t for t in fast]
@@ -593,3 +593,56 @@ def test_replicas_auto_leaves_out_the_grids_that_do_not_fit(model_files):
         assert "left out: 2 replica(s) of no plan: predicted peak" in proc.stdout
     proc = launch(2, *common, "--memory-limit", str(half - 1), cwd=t, timeout=300)
     assert_one_line_error(proc, "--replicas auto: no grid of 2 ranks fits")
+
+
+def test_the_stack_cpu_of_bytes_crossing_nodes_lengthens_the_work_it_overlapped():
+    """TCP's CPU time per byte (``inter_node.cpu_ns_per_byte``) is charged at both ends of
+    every message between nodes and in the gradient sums across nodes; never within a node,
+    never without a cluster, and only where the transfer was hidden behind work."""
+    net = small_network((64, 512, 512, 10), fan_in=16, seed=2)
+    pats = network_patterns(net)
+    two = workload(pats, partition_network(pats, 2, method="cyclic"))
+    single = workload(pats, single_part(net.sizes))
+    apart = CLUSTER | {"ranks_per_node": 1}
+    rdma = Machine(calibration(), load_cluster_dict(apart))
+    c = 2.0  # ns per byte, each end
+    tcp = Machine(calibration(), load_cluster_dict(
+        apart | {"inter_node": CLUSTER["inter_node"] | {"cpu_ns_per_byte": c}}))
+    assert tcp.stack_s_per_byte == pytest.approx(2e-9) and rdma.stack_s_per_byte == 0.0
+    batch = 64
+    slow, fast = predict(two, tcp, batch), predict(two, rdma, batch)
+    # Each rank sends and receives its cut rows, forward and backward: at both ends.
+    crossing = sum(float(lw.count.sum()) for lw in two.layers) * batch * 4  # bytes, all ranks
+    per_rank = 2 * crossing / 2 * 2e-9 * 2  # sent + received, forward and backward, one rank
+    assert slow.exchange - fast.exchange == pytest.approx(per_rank, rel=0.35)
+    assert slow.seconds > fast.seconds
+    # Two ranks on one node: the copies are charged as such, the stack never.
+    together = CLUSTER | {"inter_node": CLUSTER["inter_node"] | {"cpu_ns_per_byte": c}}
+    assert predict(two, Machine(calibration(), load_cluster_dict(together)), batch).seconds \
+        == pytest.approx(predict(two, Machine(calibration(), load_cluster_dict(CLUSTER)),
+                                 batch).seconds)
+    # Gradient sums across nodes: about 4 (r - 1) / r times the gradient's bytes, at c.
+    grads = sum(float(lw.nnz[0] + lw.rows[0]) for lw in single.layers) * 4
+    extra = predict(single, tcp, batch, 2).gradient - predict(single, rdma, batch, 2).gradient
+    assert extra == pytest.approx(4 * 0.5 * grads * 2e-9, rel=1e-6)
+    # Without a cluster the calibration's own figure (measured within one node) is not used.
+    bare = calibration()
+    bare = replace(bare, network=replace(bare.network, cpu_ns_per_byte=c))
+    assert predict(single, Machine(bare), batch, 2).seconds \
+        == pytest.approx(predict(single, Machine(calibration()), batch, 2).seconds)
+
+
+def test_the_stack_cpu_field_is_checked_and_old_files_load_without_it(tmp_path):
+    bad = CLUSTER | {"inter_node": CLUSTER["inter_node"] | {"cpu_ns_per_byte": -1}}
+    with pytest.raises(InputError, match="cpu_ns_per_byte"):
+        load_cluster_dict(bad)
+    assert load_cluster_dict(CLUSTER).inter.cpu_ns_per_byte == 0.0
+    cal = calibration()
+    cal = replace(cal, network=replace(cal.network, cpu_ns_per_byte=0.7))
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal.to_json()))
+    assert load_calibration(path).network.cpu_ns_per_byte == 0.7
+    data = cal.to_json()
+    del data["network"]["cpu_ns_per_byte"]  # a calibration of 2026-11-26
+    path.write_text(json.dumps(data))
+    assert load_calibration(path).network.cpu_ns_per_byte == 0.0

@@ -85,3 +85,43 @@ def test_reference_steps_time_rank_0_alone_and_the_slowest_rank_together(monkeyp
     assert [t for _, _, t in alone] == pytest.approx([0.002, 0.002])
     slowest = 0.03 if comm.size > 1 else 0.002
     assert [t for _, _, t in together] == pytest.approx([slowest, slowest])
+
+
+def test_the_link_cpu_measurement_agrees_on_every_rank(monkeypatch):
+    """``spdnn calibrate``'s CPU time per byte of the link: the same non-negative figure on
+    every rank (measured by ranks 0 and 1 while the others idle), 0 on one rank."""
+    from spdnn.cost import _calibrate_link as cl
+
+    monkeypatch.setattr(cl, "STACK_WORK_S", 0.02)
+    monkeypatch.setattr(cl, "STACK_ROUNDS", 3)
+    with Communicator() as comm:
+        c = cl.stack_cpu(comm, 1e9)
+        every = comm.allgather(c)
+    assert all(x == every[0] for x in every)
+    assert np.isfinite(c) and c >= 0.0
+    if comm.size == 1:
+        assert c == 0.0
+
+
+def test_the_link_cpu_is_the_slowdown_per_byte_at_each_end(monkeypatch):
+    """The arithmetic, on a clock the test controls: work of 0.1 s, slowed by 2 x bytes x c
+    while the exchange is in flight, at 1.5 ns a byte; an exchange that does not end within
+    the work halves the size until it does (here from 125 MB down to 4 MB or less)."""
+    from spdnn.cost import _calibrate_link as cl
+
+    sizes = []
+
+    def timed(comm, chunk, chunks, peer, send, recv, moving):  # noqa: ANN001, ANN202
+        nbytes = send.nbytes
+        sizes.append(nbytes)
+        return 0.1 + (2 * nbytes * 1.5e-9 if moving and peer is not None else 0.0), \
+            nbytes <= 4_000_000
+
+    monkeypatch.setattr(cl, "_timed_work", timed)
+    with Communicator() as comm:
+        c = cl.stack_cpu(comm, 1e9)
+    if comm.size == 1:
+        assert c == 0.0
+        return
+    assert c == pytest.approx(1.5)  # on every rank: only ranks 0 and 1 exchange
+    assert max(sizes) > 100_000_000 and min(sizes) <= 4_000_000

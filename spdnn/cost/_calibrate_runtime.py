@@ -1,5 +1,5 @@
-"""The runtime's fixed costs, the reference steps that scale the kernel tables to real steps,
-and the network between ranks. Part of ``spdnn calibrate``."""
+"""The runtime's fixed costs and the reference steps that scale the kernel tables to real
+steps. Part of ``spdnn calibrate`` (the network: ``_calibrate_link``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.cost._calibrate_kernels import FAN_IN, cache_bytes, median_time
-from spdnn.cost.machine import SCALE_KEYS, Calibration, KernelTable, Network, Scales
+from spdnn.cost.machine import SCALE_KEYS, Calibration, KernelTable, Scales
 from spdnn.io.bundle import save_network
 from spdnn.kernels import products as kernels
 from spdnn.model.generate import fixed_fan_in
 from spdnn.model.optim import SGD, SGDConfig, interleave
-
-SIZES = (8, 1024, 16384, 131072, 1048576, 4194304, 16777216)  # bytes: ping-pong, all-reduce
 
 
 def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
@@ -208,67 +206,6 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
             "pack_ns_per_byte": pack, "update_ns_per_value": update,
             "elementwise_ns_per_value": elementwise, "collective_s": collective,
             "cache_bytes": float(cache_bytes())}
-
-
-def network_sweep(comm: Communicator, reps: int = 20, budget_s: float = 0.5
-                  ) -> tuple[list[float], list[float]]:
-    """Per size of ``SIZES``: half a ping-pong round trip between ranks 0 and 1, and an
-    all-reduce over every rank (seconds, medians of single calls: robust to a busy machine);
-    every rank returns the same. Each size takes ``reps`` calls, or fewer (at least 3) when
-    they would take longer than ``budget_s``: over a slow link (100 Mbit/s) 20 round trips
-    of 16 MiB alone would take a minute."""
-
-    def calls(first: float) -> int:  # the same count on every rank
-        return int(comm.bcast(max(3, min(reps, int(budget_s / max(first, 1e-9))))))
-
-    half, ar = [], []
-    for size in SIZES:
-        buf = np.zeros(size // 8, np.float64)
-        comm.barrier()
-        trips = [comm.round_trip(buf, 9)]
-        trips += [comm.round_trip(buf, 9) for _ in range(calls(trips[0]) - 1)]
-        half.append(float(np.median(trips)) / 2)
-        comm.barrier()
-        sums = []
-        for i in range(reps):
-            t = time.perf_counter()
-            comm.waitall([comm.iallreduce_sum(buf)])
-            sums.append(time.perf_counter() - t)
-            if i == 0:
-                count = calls(sums[0])
-            if len(sums) >= count:
-                break
-        ar.append(float(np.median(sums)))
-    return comm.bcast((half, ar))
-
-
-def network_costs(comm: Communicator, message_s: float,
-                  sweeps: list[tuple[list[float], list[float]]]) -> Network | None:
-    """Latency and bandwidth between ranks 0 and 1 (ping-pong), the all-reduce over every
-    rank, and both measured curves: per size the median of ``sweeps`` (``network_sweep``
-    taken at several moments: on the 2-core VM, shared-memory transfers ran 2.8x slower for
-    minutes at a time, and one sweep caught either state); None on one rank."""
-    if comm.size < 2 or not sweeps:
-        return None
-    half_t = np.median(np.array([h for h, _ in sweeps]), axis=0)
-    ar_t = np.median(np.array([a for _, a in sweeps]), axis=0)
-    sizes = np.array(SIZES, float)
-    lat, bw = _fit(sizes, half_t)
-    ar_lat, ar_bw = _fit(sizes, ar_t)
-    latency = max(lat - 2 * message_s, 0.0)
-    return Network(latency_s=latency, bandwidth_Bps=bw, allreduce_latency_s=ar_lat,
-                   allreduce_bandwidth_Bps=ar_bw, pingpong_bytes=tuple(float(s) for s in SIZES),
-                   pingpong_s=tuple(float(t) for t in half_t),
-                   allreduce_bytes=tuple(float(s) for s in SIZES),
-                   allreduce_s=tuple(float(t) for t in ar_t))
-
-
-def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
-    """t = latency + size / bandwidth: the latency from the smallest size, the bandwidth from
-    the largest against the smallest (the difference of the two largest, used before, swung
-    by 6x between runs on a busy machine)."""
-    bw = (sizes[-1] - sizes[0]) / max(times[-1] - times[0], 1e-12)
-    return float(times[0]), float(bw)
 
 
 def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],

@@ -101,6 +101,19 @@ class StepReplay:
             cpu += np.bincount(dst[local], weights=copy, minlength=n)
         return cpu
 
+    def stack(self, lw: LayerWork) -> np.ndarray:
+        """Each rank's CPU time in the network stack for one exchange: per byte that crosses
+        nodes, at both ends (TCP's; 0 over RDMA). It runs inside the MPI calls between the
+        chunks of work and on the same core, so it lengthens the work instead of overlapping
+        it; the transfer's arrival is still the link's."""
+        c = self.machine.stack_s_per_byte
+        if c == 0.0 or len(lw.src) == 0:
+            return np.zeros(self.n)
+        cross = self.node[lw.src] != self.node[lw.dst]
+        nbytes = lw.count[cross] * self.b * self.item * c
+        return (np.bincount(lw.src[cross], weights=nbytes, minlength=self.n)
+                + np.bincount(lw.dst[cross], weights=nbytes, minlength=self.n))
+
     def forward(self) -> None:
         """Each layer: post the expand, the owned columns' product while it travels, wait,
         the ghost columns' product."""
@@ -115,11 +128,12 @@ class StepReplay:
             ghost = self.kern("forward", i, lw.nnz_ghost, buf, lw.ghosts,
                               dense=lw.nnz_ghost == lw.rows * lw.ghosts)
             ready = self.arrivals(lw, True, self.clock + post)
-            done_own = self.clock + post + own
+            stack = self.stack(lw)
+            done_own = self.clock + post + own + stack
             start = np.maximum(done_own, ready)
             self.clock = start + ghost
             self.compute += own + ghost
-            self.exch += post + (start - done_own)
+            self.exch += post + stack + (start - done_own)
             self.layers[i]["forward"] = float(np.max(self.clock - t0))
 
     def loss(self) -> None:
@@ -158,7 +172,8 @@ class StepReplay:
                 own = self.kern("backward", i, lw.nnz_owned, buf, lw.prev_rows,
                                 lw.prev_rows * b * ew, dense)
                 ready = self.arrivals(lw, False, clock + ghost + post)
-                done_own = clock + ghost + post + own
+                stack = self.stack(lw)
+                done_own = clock + ghost + post + own + stack
                 start = np.maximum(done_own, ready)
                 # MPI is called between the owned rows' chunks and in the wait: the sums move.
                 folds = (np.bincount(lw.src, minlength=n)
@@ -168,7 +183,7 @@ class StepReplay:
                 self.kernel_time += add
                 self.clock = start + add
                 self.compute += ghost + own + add
-                self.exch += post + (start - done_own)
+                self.exch += post + stack + (start - done_own)
             if stages is not None:
                 # One after another, in the time MPI is called (``progress``) from here on.
                 seconds = np.array([sum(
@@ -176,6 +191,13 @@ class StepReplay:
                     for net, ranks, share in stages for v in arrays)
                     for arrays, e in zip(zip(lw.nnz * item, lw.rows * item), ew)])
                 queue = np.maximum(queue, progress) + seconds
+                # Across nodes the stack's CPU time (each rank sends and receives about twice
+                # its share of the bytes) is taken from the work that the sum overlaps.
+                cpu = (lw.nnz + lw.rows) * item * sum(
+                    4 * (ranks - 1) / ranks * share * net.cpu_ns_per_byte * 1e-9
+                    for net, ranks, share in stages)
+                self.clock = self.clock + cpu
+                self.grad += cpu
             self.layers[i]["backward"] = float(np.max(self.clock - t0))
         if stages is not None:
             left = np.maximum(queue - progress, 0.0)  # no MPI call since: they run now

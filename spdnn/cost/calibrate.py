@@ -3,7 +3,8 @@
 Every rank measures the kernels and the runtime's fixed costs at the same time, as they run in
 a job (memory bandwidth and caches are shared), and the mean over ranks is kept; ranks 0 and 1
 measure point-to-point latency and bandwidth (ping-pong), and all ranks the all-reduce, four
-times spread over the calibration (the median per message size).
+times spread over the calibration (the median per message size); then ranks 0 and 1 the CPU
+time a byte on the link costs each end (the slowdown of work while an exchange is in flight).
 Run it with as many ranks per node as the jobs it will predict (one per core).
 """
 
@@ -26,12 +27,10 @@ from spdnn.cost._calibrate_kernels import (
     kernel_table,
     structure_ratios,
 )
+from spdnn.cost._calibrate_link import SIZES, network_costs, network_sweep, with_stack_cpu
 from spdnn.cost._calibrate_runtime import (
     REFERENCE_BATCHES,
     REFERENCE_ROUNDS,
-    SIZES,
-    network_costs,
-    network_sweep,
     reference_scales,
     runtime_costs,
 )
@@ -89,6 +88,10 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
             f"(and {len(sweeps)} times before)")
     sweep()
     network = network_costs(comm, runtime["message_s"], sweeps)
+    if network is not None:
+        say("network: the CPU time a byte costs each end of the link (ranks 0 and 1: work "
+            "with and without an exchange in flight)")
+        network = with_stack_cpu(comm, network)
     if sweeps:
         mid = [h[SIZES.index(131072)] for h, _ in sweeps]
         if max(mid) > 1.5 * min(mid):

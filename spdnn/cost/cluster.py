@@ -6,23 +6,27 @@ Cluster (``spdnn-cluster/1``)::
 
     {"format": "spdnn-cluster/1", "name": "...", "ranks_per_node": 64,
      "intra_node": {"latency_us": 0.4, "bandwidth_GBps": 8.0},
-     "inter_node": {"latency_us": 1.3, "bandwidth_GBps": 23.0},
+     "inter_node": {"latency_us": 1.3, "bandwidth_GBps": 23.0, "cpu_ns_per_byte": 0.0},
      "node_memory_bandwidth_GBps": 330.0, "node_memory_GB": 256, "sources": ["..."],
      "assumptions": "..."}
 
 ``inter_node.bandwidth_GBps`` is one node's injection bandwidth, shared by its ranks;
-``intra_node`` is per rank pair. Optional: ``node_memory_bandwidth_GBps``, a node's sustained
-memory bandwidth; a message or all-reduce within a node then gets at most its share of it,
-each byte moved costing a read and a write (without it, the pairs' bandwidth is assumed to
-hold for every rank of the node at once). Optional: ``node_memory_GB``, a node's memory:
-``--replicas auto`` then considers only grids whose predicted peak per rank fits its share.
+``intra_node`` is per rank pair. Optional: ``inter_node.cpu_ns_per_byte``, the CPU time each
+end spends per byte that crosses nodes, which no transfer overlaps: TCP's stack copies and
+processes every byte on the cores that compute (``spdnn calibrate`` measures it between two
+ranks on two nodes); over RDMA a NIC moves the bytes and it is 0, the default. Optional:
+``node_memory_bandwidth_GBps``, a node's sustained memory bandwidth; a message or all-reduce
+within a node then gets at most its share of it, each byte moved costing a read and a write
+(without it, the pairs' bandwidth is assumed to hold for every rank of the node at once).
+Optional: ``node_memory_GB``, a node's memory: ``--replicas auto`` then considers only grids
+whose predicted peak per rank fits its share.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -64,7 +68,8 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
     f = read(path, ClusterFile)
     links = [Network(latency_s=link.latency_us * 1e-6, bandwidth_Bps=link.bandwidth_GBps * 1e9,
                      allreduce_latency_s=link.latency_us * 1e-6,
-                     allreduce_bandwidth_Bps=link.bandwidth_GBps * 1e9)
+                     allreduce_bandwidth_Bps=link.bandwidth_GBps * 1e9,
+                     cpu_ns_per_byte=getattr(link, "cpu_ns_per_byte", 0.0))
              for link in (f.intra_node, f.inter_node)]
     memory = f.node_memory_bandwidth_GBps
     return Cluster(name=f.name or os.path.basename(os.fspath(path)),
@@ -121,6 +126,12 @@ class Machine:
         return (np.where(same_node, intra.latency_s, inter.latency_s),
                 np.where(same_node, within, nbytes / share))
 
+    @property
+    def stack_s_per_byte(self) -> float:
+        """Each end's CPU seconds per byte crossing nodes (0 without a cluster: every rank is
+        then on one node, where the copies are charged as such)."""
+        return 0.0 if self.cluster is None else self.cluster.inter.cpu_ns_per_byte * 1e-9
+
     def gradient_sum_stages(self, parts: int, replicas: int, active_per_node: int
                             ) -> list[tuple[Network, int, float]]:
         """The gradient sum over ``replicas`` as MPI is assumed to run it, node-aware (MPICH's
@@ -136,14 +147,17 @@ class Machine:
         return stages
 
     def allreduce_network(self, spans_nodes: bool, active_per_node: int) -> Network:
+        """The network of an all-reduce within or across nodes; its ``cpu_ns_per_byte`` is
+        the stack's across nodes, else 0 (within a node the copies are the sum's own)."""
         if self.cluster is None:
             assert self.calibration.network is not None
-            return self.calibration.network
+            return replace(self.calibration.network, cpu_ns_per_byte=0.0)
         net = self.cluster.inter if spans_nodes else self.cluster.intra
         bw = net.bandwidth_Bps / max(1, active_per_node) if spans_nodes else \
             self.cluster.intra_bandwidth(active_per_node)
         return Network(latency_s=net.latency_s, bandwidth_Bps=bw,
-                       allreduce_latency_s=net.latency_s, allreduce_bandwidth_Bps=bw)
+                       allreduce_latency_s=net.latency_s, allreduce_bandwidth_Bps=bw,
+                       cpu_ns_per_byte=net.cpu_ns_per_byte if spans_nodes else 0.0)
 
 
 def load_machine(calibration: str, cluster: str | None = None) -> Machine:

@@ -20,8 +20,8 @@ Calibration (``spdnn-calibration/2``)::
                 "cold_all": [...]} (optional),
      "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
                  "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]},
-                 "allreduce": {"bytes": [...], "seconds": [...]} (optional)}
-                or null}
+                 "allreduce": {"bytes": [...], "seconds": [...]} (optional),
+                 "cpu_ns_per_byte" (optional)} or null}
 
 where K = {"batches": [...], "inputs": [...], "reuses": [...], "forward": T, "backward": T,
 "gradient": T, "forward_warm": T, "backward_warm": T, "gradient_warm": T, "dense": D (optional)}
@@ -48,7 +48,11 @@ the update, which calibrations of 2026-11-25 and 26 measured; the products have 
 weights in place since (no copies to refresh). Optional:
 ``network.allreduce``, the measured all-reduce over the calibrated ranks (bytes per rank,
 seconds of a blocking call), which replaces the straight line of ``allreduce_latency_s`` and
-``allreduce_bandwidth_Bps``: on the 2-core VM that line was 2x low at 128 KiB.
+``allreduce_bandwidth_Bps``: on the 2-core VM that line was 2x low at 128 KiB. Optional
+(0 before 2026-11-27): ``network.cpu_ns_per_byte``, the CPU time a byte costs each end of the
+link beyond the message's fixed cost, which no transfer overlaps (TCP copies and processes
+every byte on the cores that compute); charged only to bytes that cross nodes, under a cluster
+description (a cluster file's ``inter_node.cpu_ns_per_byte`` takes its place).
 Optional: ``compute_scale_spread``, the largest relative distance of one round of reference
 steps from the median of the rounds (how far the calibration itself can be trusted; 0 when
 unknown). Optional: ``scales``, the four compute scales per batch size of the reference steps
@@ -79,7 +83,8 @@ RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchan
            "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes")
 # Optional runtime fields (absent from calibrations of 2026-11-23/24): their default.
 RUNTIME_OPTIONAL = {"compute_scale_spread": 0.0, "gather_ns_per_value": 0.0}
-NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps")
+NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps",
+           "cpu_ns_per_byte")
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ class Network:
     pingpong_s: tuple[float, ...] = ()
     allreduce_bytes: tuple[float, ...] = ()
     allreduce_s: tuple[float, ...] = ()
+    cpu_ns_per_byte: float = 0.0  # each end's CPU per byte crossing nodes (TCP's stack)
 
     def allreduce(self, nbytes: float) -> float | None:
         """Seconds of a blocking all-reduce of ``nbytes`` per rank over the calibrated ranks,
@@ -308,7 +314,8 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
                           pingpong_bytes=tuple(n.pingpong.bytes),
                           pingpong_s=tuple(n.pingpong.seconds),
                           allreduce_bytes=tuple(ar.bytes) if ar else (),
-                          allreduce_s=tuple(ar.seconds) if ar else ())
+                          allreduce_s=tuple(ar.seconds) if ar else (),
+                          cpu_ns_per_byte=n.cpu_ns_per_byte)
     s, sc = f.structure, f.scales
     structure = None if s is None else Structure(
         tuple(s.batches), {k: tuple(getattr(s, k)) for k in KERNELS},

@@ -125,6 +125,7 @@ class NetworkFile(Struct, kw_only=True):
     allreduce_bandwidth_Bps: Positive
     pingpong: CurveFile = field(default_factory=lambda: CurveFile(bytes=[], seconds=[]))
     allreduce: CurveFile | None = None
+    cpu_ns_per_byte: NonNegative = 0.0  # absent before 2026-11-27
 
 
 class StructureFile(Struct, kw_only=True):
@@ -170,11 +171,15 @@ class LinkFile(Struct, kw_only=True):
     bandwidth_GBps: Positive
 
 
+class InterLinkFile(LinkFile, kw_only=True):
+    cpu_ns_per_byte: NonNegative = 0.0  # each end's CPU per byte: TCP's stack (RDMA: 0)
+
+
 class ClusterFile(Struct, kw_only=True):
     format: Literal["spdnn-cluster/1"]
     ranks_per_node: Annotated[int, Meta(ge=1, le=2**20)]
     intra_node: LinkFile
-    inter_node: LinkFile
+    inter_node: InterLinkFile
     name: str = ""
     node_memory_bandwidth_GBps: Positive | None = None
     node_memory_GB: Positive | None = None
