@@ -183,3 +183,10 @@ def test_a_call_leaves_the_callers_kernel_threads_as_they_were(comm):
         set_threads(1)
         assert numba.get_num_threads() == 1
     assert numba.get_num_threads() == 2
+    # A kernel called directly afterwards runs on this rank's count again, not the caller's
+    # (the MPI tests after this one once ran their kernels on 2 threads a rank).
+    from spdnn.kernels import products
+
+    w = net.layers[0].weight.tocsr()
+    products.spmm(w, np.ascontiguousarray(x.T))
+    assert numba.get_num_threads() == products.threads() == 1

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.mpi
 def small_grids(monkeypatch):
     # Internal: the grids are module constants of the calibration (no option sets them).
     from spdnn.cost import _calibrate_kernels as ck
+    from spdnn.cost import _calibrate_link as cl
     from spdnn.cost import _calibrate_runtime as cr
     from spdnn.cost import calibrate as cal
 
@@ -30,7 +31,10 @@ def small_grids(monkeypatch):
     for module in (cr, cal):
         monkeypatch.setattr(module, "REFERENCE_ROUNDS", 1, raising=False)
         monkeypatch.setattr(module, "REFERENCE_BATCHES", (8, 32), raising=False)
+    for module in (cl, cal):
         monkeypatch.setattr(module, "SIZES", (8, 1024, 131072), raising=False)
+    monkeypatch.setattr(cl, "STACK_WORK_S", 0.02)
+    monkeypatch.setattr(cl, "STACK_ROUNDS", 3)
     monkeypatch.setattr(cr, "WARM_REFERENCES", (((256, 256, 256), (8, 32)),))
     monkeypatch.setattr(cr, "COLD_REFERENCES", (((1024, 1024, 1024), (8, 32)),))
 
@@ -63,4 +67,5 @@ def test_calibrate_writes_a_complete_file_on_any_number_of_ranks(comm, mpi_tmp_p
             assert cal.network is None and "no network part" in text
         else:
             assert cal.network is not None and "ping-pong latency" in text
+            assert "ns of CPU a byte at each end" in text and cal.network.cpu_ns_per_byte >= 0
             assert len(cal.network.pingpong_bytes) == 3

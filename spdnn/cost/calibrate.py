@@ -127,7 +127,8 @@ def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
         where = "no network part (1 rank: give spdnn-partition model a --cluster file)" \
             if net is None else (f"ping-pong latency {net.latency_s * 1e6:.1f} us beyond the "
                                  f"{cal.runtime['message_s'] * 1e6:.1f} us of software per "
-                                 f"message, {net.bandwidth_Bps / 1e9:.1f} GB/s")
+                                 f"message, {net.bandwidth_Bps / 1e9:.1f} GB/s, "
+                                 f"{net.cpu_ns_per_byte:.2f} ns of CPU a byte at each end")
         print(f"wrote {output}: {comm.size} rank(s), backend {cal.backend}, "
               f"{cal.runtime['layer_forward_s'] * 1e6:.0f} + "
               f"{cal.runtime['layer_backward_s'] * 1e6:.0f} us fixed per layer (forward + "

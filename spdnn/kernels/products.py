@@ -116,6 +116,10 @@ def callers_threads_kept() -> Iterator[None]:
             import numba
 
             numba.set_num_threads(before or int(numba.config.NUMBA_NUM_THREADS))
+            # The next kernel called outside such a call sets this rank's count again: the
+            # caller's count must not become spdnn's (2 threads a rank on 2 cores made the
+            # MPI tests after an API test up to 10x slower).
+            _state["numba_ready"] = False
 
 
 @contextlib.contextmanager
@@ -138,7 +142,7 @@ def _threads_for(elements: int) -> Iterator[None]:
 def _nb():  # noqa: ANN202
     from spdnn.kernels import _numba_kernels
 
-    if not _state["numba_ready"]:  # numba's own default is its whole pool
+    if not _state["numba_ready"]:  # numba's own default (or a caller's) is not this rank's
         _state["numba_ready"] = True
         set_threads(min(_state["threads"], max_threads()))
     return _numba_kernels
