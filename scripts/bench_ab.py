@@ -21,7 +21,9 @@ random 0/1 inputs. The
 tree before the runtime was split (a57faad) is driven through its own API.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

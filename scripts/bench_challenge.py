@@ -18,7 +18,9 @@ Results accumulate in WORK/results.json (one invocation per network is fine); th
 docs/BENCHMARKS.md is written from all of them, with the fitted growth exponents and a plot.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import hashlib

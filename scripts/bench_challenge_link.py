@@ -15,7 +15,9 @@ Rounds interleave the grids in rotated order; medians are kept. --work keeps the
 images and plans for the next run.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

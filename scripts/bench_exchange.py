@@ -22,7 +22,9 @@ time is the inference loop (`seconds`) or the epoch's seconds, median over the r
 alternating within each round. Writes the table to docs/BENCHMARKS.md ("Sparse exchange").
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

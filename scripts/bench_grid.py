@@ -15,7 +15,9 @@ grid; the counts of a run also hold evaluation passes): the model axis moves vol
 per rank (ring all-reduce). P = 4 is not timed (2 cores). Writes docs/BENCHMARKS.md ("Grids").
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

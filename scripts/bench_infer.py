@@ -13,7 +13,9 @@ negative), and spdnn's own serial reference (dense Y, Y <- h(W Y + b), dead samp
 Ratios are against the plain loop. Writes the table to docs/BENCHMARKS.md.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

@@ -16,7 +16,9 @@ layer at a time from the file (spdnn.reference.challenge_infer). Peak memory: ea
 docs/BENCHMARKS.md unless --no-write.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

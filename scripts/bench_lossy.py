@@ -18,7 +18,9 @@ Network: the MNIST MLP of docs/BENCHMARKS.md (784 -> 1024 -> 1024 -> 10, fan-in 
 Writes docs/BENCHMARKS.md, sections "Compressed gradient sums" and "Critical-set training".
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

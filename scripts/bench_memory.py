@@ -13,7 +13,9 @@ largest rank's. Writes the section "Memory: the validation networks" of docs/BEN
 unless --no-write.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

@@ -27,7 +27,9 @@ and the ratio of the grid that `--replicas auto` would pick (the model's faster 
 hypergraph partition and pure data parallelism) to it.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

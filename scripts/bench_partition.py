@@ -20,7 +20,9 @@ with N exact one-layer sweeps (section BENCH_EXACT); ``random16k``, the training
 network, is only run when named.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import resource
@@ -33,7 +35,6 @@ from typing import Any
 import numpy as np
 from benchlib import write_section
 
-import spdnn.cli.pinned  # noqa: F401
 from partition.methods import BASELINES, baseline_owners, partition_network
 from spdnn.io.graphchallenge import read_graphchallenge
 from spdnn.model.generate import prune_dense, radixnet, random_network

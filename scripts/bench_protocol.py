@@ -13,7 +13,9 @@ median microseconds per round trip over interleaved batches of the three protoco
 called directly here: the script measures MPI itself, not spdnn.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import os

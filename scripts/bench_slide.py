@@ -15,7 +15,9 @@ batch 64, lr 0.1 (--lr), momentum 0.9, seed 0. Runs, one after the other: 1 rank
 one thread. Writes docs/BENCHMARKS.md, section "LSH-selected output neurons".
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

@@ -18,7 +18,9 @@ serial reference in float64. The last table is where spdnn's P = 1 step goes, pe
 Writes the tables to docs/BENCHMARKS.md.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

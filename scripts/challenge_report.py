@@ -1,6 +1,8 @@
 """The tables, growth fits and plot of scripts/bench_challenge.py, from its results.json."""
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 from pathlib import Path
 

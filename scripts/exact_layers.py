@@ -14,7 +14,9 @@ ortools; not a dependency of spdnn) on all layers' groups at once from the resul
 it, for that many seconds on 2 workers (docs/BENCHMARKS.md).
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import sys
@@ -23,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-import spdnn.cli.pinned  # noqa: F401
 from partition.exact import inputs_with_a_user, layer_milp, sweep_exact, window_milp
 from partition.hypergraph import Hypergraph, build_hypergraph, contract, km1
 from partition.methods import identical_row_clusters, majority, partition_network

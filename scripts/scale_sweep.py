@@ -16,7 +16,9 @@ one node, unless given). The output has validate_model.py's format (``spdnn-vali
 table printed gives the medians and their ratio.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json

@@ -19,7 +19,9 @@ docs/scaling-*.png; another --cluster file (e.g. docs/cluster-ethernet-10g.json)
 section and plots, named after the file, beside the HDR example's.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import os

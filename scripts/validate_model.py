@@ -18,7 +18,9 @@ measured twice: the order is judged on distinct configurations, and their differ
 reported as the resolution of the measurements. Writes the table to docs/SCALING.md.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import contextlib

@@ -194,6 +194,24 @@ def test_importing_the_library_changes_no_thread_setting_and_loads_no_numpy():
     assert out.stdout.splitlines() == ["[]", "[]"]
 
 
+def test_every_measuring_script_pins_one_thread_before_numpy_loads():
+    """Importing the library pins nothing, so a benchmark that forgot to would time BLAS and
+    numba pools of every core in each rank (2 ranks on 2 cores: a step 7x slower, seen in
+    scripts/validate_model.py); the PyTorch and GraphBLAS baselines set their own threads."""
+    own = {"torch_baselines.py", "torch_ddp.py", "torch_xc.py", "challenge_engines.py",
+           "bound_groups.py", "memcap.py", "benchlib.py"}
+    missing = []
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        if path.name in own:
+            continue
+        body = ast.parse(path.read_text()).body
+        names = [a.name for node in body if isinstance(node, ast.Import) for a in node.names]
+        firsts = [n for n in names if n in ("spdnn.cli.pinned", "numpy")]
+        if not firsts or firsts[0] != "spdnn.cli.pinned":
+            missing.append(path.name)
+    assert missing == [], missing
+
+
 def test_the_optimizers_defaults_are_train_options_defaults():
     """SGDConfig is internal (not exported); its defaults cannot contradict TrainOptions'."""
     import spdnn
