@@ -117,7 +117,9 @@ def main() -> int:
                          "or another calibration against the same runs)")
     ap.add_argument("--emulate", metavar="RATE",
                     help="run the 2-rank configurations, and each round's calibration, on 2 "
-                         "emulated nodes linked at RATE (spdnn emulate; needs root)")
+                         "emulated nodes linked at RATE (spdnn emulate; needs root); with "
+                         "--measurements: predict them as taken on such a link (one rank per "
+                         "node), building no emulation")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)
     ap.add_argument("--plan", help=argparse.SUPPRESS)
@@ -152,7 +154,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         emulated = None
-        if args.emulate:
+        if args.emulate and saved is None:  # saved measurements: predicted as on the link
             from spdnn.emulate import Cluster as Emulated
             from spdnn.emulate import parse_rate
 
@@ -188,7 +190,7 @@ def main() -> int:
                                 "float32"], 2, timeout=600)
             calibrations.append(json.loads(Path(path).read_text()))
             machine = Machine(load_calibration(path))
-            if emulated is not None:  # ranks on separate nodes: messages overlap with work
+            if args.emulate:  # ranks on separate nodes: messages overlap with work
                 from spdnn.cost.cluster import Cluster
 
                 net = machine.calibration.network
