@@ -164,7 +164,7 @@ class Communicator:
     def iallgatherv(self, send: np.ndarray, recv: np.ndarray, counts: np.ndarray) -> Request:
         """Start gathering every rank's ``send`` (counts[r] items from rank r) into ``recv``,
         rank after rank, on every rank."""
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        displs = _displacements(counts)
         return self._comm.Iallgatherv(np.ascontiguousarray(send),
                                       [recv, counts.astype(np.int64), displs,
                                        dtlib.from_numpy_dtype(recv.dtype)])
@@ -181,7 +181,7 @@ class Communicator:
             return pickled.inline(slots)
         recv = np.empty(int(counts.sum()), dtype=np.uint8)
         with self._waiting("an all-gather"):
-            self._comm.Allgatherv(data, [recv, counts, pickled.displacements(counts), MPI.BYTE])
+            self._comm.Allgatherv(data, [recv, counts, _displacements(counts), MPI.BYTE])
         return pickled.split(recv, counts)
 
     def allreduce_scalar(self, x: float, op: str = "sum") -> float:
@@ -201,7 +201,7 @@ class Communicator:
             return None
         recv = np.empty(int(counts.sum()), dtype=np.uint8)
         with self._waiting("a gather"):
-            self._comm.Gatherv(data, [recv, counts, pickled.displacements(counts), MPI.BYTE],
+            self._comm.Gatherv(data, [recv, counts, _displacements(counts), MPI.BYTE],
                                root=root)
         return pickled.split(recv, counts)
 
@@ -214,6 +214,7 @@ class Communicator:
         n = int(pickled.lengths(head)[0])
         if n <= pickled.INLINE:
             return pickled.loads(head[8:8 + n])
+        # The root's buffer too must be writable (a pickle's bytes are not).
         buf = data.copy() if data is not None else np.empty(n, dtype=np.uint8)
         with self._waiting(what):
             self._comm.Bcast(buf, root=root)
@@ -234,8 +235,7 @@ class Communicator:
             self._comm.Alltoall(counts, recv_counts)
         send = np.concatenate(lists).astype(np.int64) if len(lists) else np.zeros(0, np.int64)
         recv = np.empty(int(recv_counts.sum()), dtype=np.int64)
-        sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]])
+        sdispl, rdispl = _displacements(counts), _displacements(recv_counts)
         with self._waiting("an all-to-all"):
             self._comm.Alltoallv([send, counts, sdispl, MPI.INT64_T],
                                  [recv, recv_counts, rdispl, MPI.INT64_T])
@@ -243,6 +243,11 @@ class Communicator:
 
 
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def _displacements(counts: np.ndarray) -> np.ndarray:
+    """Where each rank's part starts in a buffer of parts of ``counts`` items, rank after rank."""
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
 class _Waiting:

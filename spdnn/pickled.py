@@ -55,7 +55,3 @@ def split(data: np.ndarray, counts: np.ndarray) -> list[Any]:
     """The objects of a variable-size message: ``counts[r]`` bytes from rank r, in order."""
     ends = np.cumsum(counts)
     return [loads(data[e - n:e]) for e, n in zip(ends, counts, strict=True)]
-
-
-def displacements(counts: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
