@@ -1,6 +1,7 @@
 """``spdnn calibrate`` end to end on 1 and 2 ranks (1 rank: no network part), on reduced
 grids so that it takes seconds: the file it writes is complete and loads, and it says what it
-measured. The full-size command runs in the README test (docs/cost-model.md, 2 ranks)."""
+measured. ``--quick``'s grid runs in the README test (docs/cost-model.md, 2 ranks); the full
+grid is the same code over more cells (about two minutes)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,21 @@ import io
 import numpy as np
 import pytest
 
+from spdnn.cost.calibrate import CalibrationGrid
+
 pytestmark = pytest.mark.mpi
 
 
-@pytest.fixture
-def small_grids(monkeypatch):
-    # Internal: the grids are module constants of the calibration (no option sets them).
-    from spdnn.cost import _calibrate_kernels as ck
-    from spdnn.cost import _calibrate_link as cl
-    from spdnn.cost import _calibrate_runtime as cr
-    from spdnn.cost import calibrate as cal
-
-    for module in (ck, cal):
-        monkeypatch.setattr(module, "BATCHES", (8, 32), raising=False)
-        monkeypatch.setattr(module, "INPUTS", (256, 1024), raising=False)
-        monkeypatch.setattr(module, "REUSES", (1, 4), raising=False)
-    monkeypatch.setattr(ck, "DENSE_SHAPES", ((4, 64), (16, 256)))
-    monkeypatch.setattr(ck, "STRUCTURED", 1024)
-    monkeypatch.setattr(ck, "STRUCTURE_BATCHES", (8, 32))
-    for module in (cr, cal):
-        monkeypatch.setattr(module, "REFERENCE_ROUNDS", 1, raising=False)
-        monkeypatch.setattr(module, "REFERENCE_BATCHES", (8, 32), raising=False)
-    for module in (cl, cal):
-        monkeypatch.setattr(module, "SIZES", (8, 1024, 131072), raising=False)
-    monkeypatch.setattr(cl, "STACK_WORK_S", 0.02)
-    monkeypatch.setattr(cl, "STACK_ROUNDS", 3)
-    monkeypatch.setattr(cr, "WARM_REFERENCES", (((256, 256, 256), (8, 32)),))
-    monkeypatch.setattr(cr, "COLD_REFERENCES", (((1024, 1024, 1024), (8, 32)),))
+# Seconds, not minutes: two of everything, three message sizes.
+TINY = CalibrationGrid(batches=(8, 32), inputs=(256, 1024), reuses=(1, 4),
+                       dense_shapes=((4, 64), (16, 256)), structured=1024,
+                       structure_batches=(8, 32), reference_batches=(8, 32),
+                       warm_references=(((256, 256, 256), (8, 32)),),
+                       cold_references=(((1024, 1024, 1024), (8, 32)),), reference_rounds=2,
+                       link_sizes=(8, 1024, 131072), stack_work_s=0.02, stack_rounds=3)
 
 
-def test_calibrate_writes_a_complete_file_on_any_number_of_ranks(comm, mpi_tmp_path,
-                                                                  small_grids):
+def test_calibrate_writes_a_complete_file_on_any_number_of_ranks(comm, mpi_tmp_path):
     if comm.size > 2:
         pytest.skip("one rank per core: 1 and 2 ranks cover both paths (with and without a "
                     "network part) on this 2-core machine")
@@ -50,7 +35,7 @@ def test_calibrate_writes_a_complete_file_on_any_number_of_ranks(comm, mpi_tmp_p
     path = mpi_tmp_path / "machine.json"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert run_calibrate(comm, str(path), "float32") == 0
+        assert run_calibrate(comm, str(path), "float32", grid=TINY) == 0
     comm.barrier()
     cal = load_calibration(path)
     assert cal.ranks == comm.size and set(cal.kernels) == {"float32"}
@@ -62,7 +47,7 @@ def test_calibrate_writes_a_complete_file_on_any_number_of_ranks(comm, mpi_tmp_p
     if comm.rank == 0:
         text = out.getvalue()
         assert f"wrote {path}: {comm.size} rank(s)" in text, text
-        assert "rounds of reference steps" in text
+        assert "between the 2 rounds of reference steps" in text
         if comm.size == 1:
             assert cal.network is None and "no network part" in text
         else:

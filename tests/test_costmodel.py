@@ -491,7 +491,10 @@ def test_network_is_the_median_of_its_sweeps():
     from types import SimpleNamespace
 
     # Internal: the median of the sweeps has no public entry but spdnn calibrate itself.
-    from spdnn.cost._calibrate_link import SIZES, network_costs
+    from spdnn.cost._calibrate_link import network_costs
+    from spdnn.cost.calibrate import FULL
+
+    SIZES = FULL.link_sizes
 
     fast = [1e-6 * (1 + i) for i in range(len(SIZES))]
     slow = [3 * t for t in fast]

@@ -87,15 +87,13 @@ def test_reference_steps_time_rank_0_alone_and_the_slowest_rank_together(monkeyp
     assert [t for _, _, t in together] == pytest.approx([slowest, slowest])
 
 
-def test_the_link_cpu_measurement_agrees_on_every_rank(monkeypatch):
+def test_the_link_cpu_measurement_agrees_on_every_rank():
     """``spdnn calibrate``'s CPU time per byte of the link: the same non-negative figure on
     every rank (measured by ranks 0 and 1 while the others idle), 0 on one rank."""
     from spdnn.cost import _calibrate_link as cl
 
-    monkeypatch.setattr(cl, "STACK_WORK_S", 0.02)
-    monkeypatch.setattr(cl, "STACK_ROUNDS", 3)
     with Communicator() as comm:
-        c = cl.stack_cpu(comm, 1e9)
+        c = cl.stack_cpu(comm, 1e9, work_s=0.02, rounds=3)
         every = comm.allgather(c)
     assert all(x == every[0] for x in every)
     assert np.isfinite(c) and c >= 0.0

@@ -3,7 +3,6 @@ import pytest
 
 from spdnn.io.datasets import Dataset, load_digits
 from spdnn.io.formats import read_categories, read_inputs
-from spdnn.io.graphchallenge import read_graphchallenge
 from spdnn.model.batching import batch_order, columns
 from spdnn.model.ops import loss_and_gradient, output
 from spdnn.model.optim import SGDConfig, parameters
@@ -102,8 +101,8 @@ def test_digits_training_learns():
     assert reports[-1].test_accuracy > 0.9
 
 
-def test_graph_challenge_subset_gives_the_official_categories(graphchallenge_dir):
-    net = read_graphchallenge(graphchallenge_dir / "neuron1024", -0.3, 32)
+def test_graph_challenge_subset_gives_the_official_categories(graphchallenge_dir, neuron1024):
+    net = neuron1024()
     images = read_inputs(graphchallenge_dir / "sparse-images-1024_subset.mtx", 1024)
     truth = read_categories(graphchallenge_dir / "neuron1024-l120-categories_subset.mtx")
     result = challenge_infer(net, images)

@@ -154,13 +154,13 @@ def test_graph_challenge_mode_on_every_grid(comm, mpi_tmp_path):
         run.dnet.grid.free()
 
 
-def test_graph_challenge_subset_on_grids_with_replicas(comm, mpi_tmp_path, graphchallenge_dir):
+def test_graph_challenge_subset_on_grids_with_replicas(comm, mpi_tmp_path, graphchallenge_dir,
+                                                      neuron1024):
     from spdnn.io.formats import read_categories, read_inputs
-    from spdnn.io.graphchallenge import read_graphchallenge
 
     if comm.size not in (2, 4):
         pytest.skip("the 1 x 2 and 2 x 2 grids need 2 or 4 ranks")
-    net = read_graphchallenge(graphchallenge_dir / "neuron1024", -0.3, 32)
+    net = neuron1024()
     run = _open(comm, mpi_tmp_path, net, comm.size // 2, 2, "cyclic", "gc")
     images = read_inputs(graphchallenge_dir / "sparse-images-1024_subset.mtx", 1024)
     truth = read_categories(graphchallenge_dir / "neuron1024-l120-categories_subset.mtx")

@@ -250,7 +250,7 @@ def _images(n, seed=5):
 
 
 @pytest.mark.parametrize(("method", "chunk"), [("block", None), ("cyclic", None),
-                                               ("cyclic", 7), ("hypergraph", "small")])
+                                               ("cyclic", 7), ("random", "small")])
 def test_graph_challenge_mode_equals_the_reference_on_a_synthetic_network(
         comm, mpi_tmp_path, method, chunk, monkeypatch):
     net = radixnet(1024, 12, seed=0, dtype="float64")
@@ -271,13 +271,13 @@ def test_graph_challenge_mode_equals_the_reference_on_a_synthetic_network(
 
 
 @pytest.mark.parametrize("exchange", MODES)
-def test_graph_challenge_subset_categories(comm, mpi_tmp_path, graphchallenge_dir, exchange):
+def test_graph_challenge_subset_categories(comm, mpi_tmp_path, graphchallenge_dir, neuron1024,
+                                          exchange):
     from spdnn.io.formats import read_categories, read_inputs
-    from spdnn.io.graphchallenge import read_graphchallenge
 
     path = mpi_tmp_path / "gc.npz"
     if comm.rank == 0:
-        net = read_graphchallenge(graphchallenge_dir / "neuron1024", -0.3, 32)
+        net = neuron1024()
         save_network(net, path)
         plan = partition_network(network_patterns(net), comm.size, method="cyclic",
                                  fingerprint=net.fingerprint())

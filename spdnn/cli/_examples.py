@@ -74,6 +74,7 @@ examples:
     "calibrate": """\
 examples:
   mpirun -n 2 spdnn calibrate -o machine.json      # one rank per core of a node
+  mpirun -n 2 spdnn calibrate -o quick.json --quick  # a coarse grid, a third of the time
   spdnn-partition model net.npz --plans plan2.npz plan4.npz --batch-size 256 \\
       --calibration machine.json --replicas 1,2,4
 """,

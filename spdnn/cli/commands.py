@@ -247,9 +247,9 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
 @collectively
 def cmd_calibrate(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
-    from spdnn.cost.calibrate import run_calibrate
+    from spdnn.cost.calibrate import FULL, QUICK, run_calibrate
 
-    return run_calibrate(comm, args.output, args.dtype)
+    return run_calibrate(comm, args.output, args.dtype, grid=QUICK if args.quick else FULL)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {

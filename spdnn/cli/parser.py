@@ -256,12 +256,15 @@ def _add_calibrate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
                    "products over a grid of batch sizes, input rows and reuse, from cold and "
                    "warm caches, the runtime's fixed costs per layer, step and message, and (on "
                    "2 or more ranks) the latency and bandwidth between ranks 0 and 1 and of the "
-                   "all-reduce. Run it with as many ranks as a node will run; it takes about a "
-                   "minute. The file feeds spdnn-partition model and spdnn train --replicas "
-                   "auto.")
+                   "all-reduce. Run it with as many ranks as a node will run; it takes about "
+                   "two minutes (--quick: about a third of that). The file feeds "
+                   "spdnn-partition model and spdnn train --replicas auto.")
     cal.add_argument("-o", "--output", required=True, help="calibration to write (.json)")
     cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
                      help="kernel tables to measure")
+    cal.add_argument("--quick", action="store_true",
+                     help="a coarse grid and one round of reference steps: to try the cost "
+                          "model out; predictions from it carry more error")
 
 
 def _add_plot(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)

@@ -11,13 +11,11 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from spdnn.cost._calibrate_grid import CalibrationGrid
 from spdnn.cost.machine import KERNELS, TABLE_KEYS, DenseTable, KernelTable, Structure
 from spdnn.kernels import products as kernels
 from spdnn.model.generate import fixed_fan_in
 
-BATCHES = (8, 16, 32, 64, 128, 256, 512)
-INPUTS = (256, 1024, 4096, 16384, 65536)
-REUSES = (1, 4, 32)  # nonzeros per buffer row: a cut layer's ghosts .. a whole square layer
 FAN_IN = 32
 MAX_UNITS = 2**27  # nonzeros x samples per timed call, at most (time and memory)
 
@@ -76,7 +74,8 @@ def _kernel_ns(w, x: np.ndarray, d: np.ndarray, reps: int,  # noqa: ANN001
                          evict) / units]
 
 
-def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelTable:
+def kernel_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, reps: int = 3
+                 ) -> KernelTable:
     """ns per nonzero x sample of the forward product, the two backward products (one pass)
     and the weight gradient alone (first layer), on random fixed fan-in layers whose nonzeros
     read each of their input rows ``reuse`` times on average; each from cold caches (after
@@ -84,13 +83,14 @@ def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelT
     Cells that would pass ``MAX_UNITS`` per call (the largest buffers at the largest batches
     and reuses) copy the next lower reuse's value: per-nonzero costs fall with reuse, so these
     lean pessimistic."""
-    ns = {k: np.zeros((len(REUSES), len(INPUTS), len(BATCHES))) for k in TABLE_KEYS}
+    ns = {k: np.zeros((len(grid.reuses), len(grid.inputs), len(grid.batches)))
+          for k in TABLE_KEYS}
     evict = _Evict()  # one buffer for the whole table
-    x_all = rng.random(max(INPUTS) * max(BATCHES)).astype(dtype)
+    x_all = rng.random(max(grid.inputs) * max(grid.batches)).astype(dtype)
     d_all = rng.random(MAX_UNITS // FAN_IN).astype(dtype)
-    for r, reuse in enumerate(REUSES):
-        for j, n_in in enumerate(INPUTS):
-            for i, b in enumerate(BATCHES):
+    for r, reuse in enumerate(grid.reuses):
+        for j, n_in in enumerate(grid.inputs):
+            for i, b in enumerate(grid.batches):
                 rows = max(8, reuse * n_in // FAN_IN)
                 if r > 0 and rows * FAN_IN * b > MAX_UNITS:
                     for k in TABLE_KEYS:
@@ -103,23 +103,23 @@ def kernel_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> KernelT
                 warm = _kernel_ns(w, x, d, reps, lambda: None)
                 for k, c, h in zip(KERNELS, cold, warm):
                     ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
-    return KernelTable(batches=BATCHES, inputs=INPUTS, reuses=REUSES, ns=ns)
+    return KernelTable(batches=grid.batches, inputs=grid.inputs, reuses=grid.reuses, ns=ns)
 
 
 # Dense layers (rows x columns): a split and a whole 10-way head, a wide head, a dense
-# hidden layer; timed at every batch of BATCHES up to DENSE_UNITS per call.
-DENSE_SHAPES = ((4, 512), (16, 1024), (64, 4096), (256, 4096))
+# hidden layer (the grid's dense_shapes); timed at every batch up to DENSE_UNITS per call.
 DENSE_UNITS = 2**27
 
 
-def dense_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> DenseTable:
+def dense_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, reps: int = 3
+                ) -> DenseTable:
     """ns per nonzero x sample of the three products of dense layers (warm caches: such
     layers are small or compute-bound); cells past ``DENSE_UNITS`` copy the smaller batch."""
-    ns = {k: np.zeros((len(DENSE_SHAPES), len(BATCHES))) for k in KERNELS}
-    for n, (rows, cols) in enumerate(DENSE_SHAPES):
+    ns = {k: np.zeros((len(grid.dense_shapes), len(grid.batches))) for k in KERNELS}
+    for n, (rows, cols) in enumerate(grid.dense_shapes):
         w = sp.csr_matrix(rng.random((rows, cols)).astype(dtype))
         w.sort_indices()
-        for i, b in enumerate(BATCHES):
+        for i, b in enumerate(grid.batches):
             if i > 0 and rows * cols * b > DENSE_UNITS:
                 for k in KERNELS:
                     ns[k][n, i] = ns[k][n, i - 1]
@@ -128,33 +128,31 @@ def dense_table(dtype: str, rng: np.random.Generator, reps: int = 3) -> DenseTab
             d = rng.random((rows, b)).astype(dtype)
             for k, v in zip(KERNELS, _kernel_ns(w, x, d, reps, lambda: None)):
                 ns[k][n, i] = v
-    return DenseTable(tuple(r * c for r, c in DENSE_SHAPES), BATCHES, ns)
+    return DenseTable(tuple(r * c for r, c in grid.dense_shapes), grid.batches, ns)
 
 
-STRUCTURED = 16384  # neurons of the RadiX-Net layer timed against a random one
-STRUCTURE_BATCHES = (8, 32, 128, 512)
-
-
-def structure_ratios(dtype: str, rng: np.random.Generator, reps: int = 3) -> Structure:
+def structure_ratios(dtype: str, rng: np.random.Generator, grid: CalibrationGrid,
+                     reps: int = 3) -> Structure:
     """A RadiX-Net layer's kernel times over those of a random layer of its shape (the mean of
     cold and warm caches), per batch size: what the tables, built on random columns, miss on
     layers whose neighbouring rows share columns (``spdnn.workload.locality``)."""
     from spdnn.cost.workload import locality
     from spdnn.model.generate import radixnet
 
-    structured = radixnet(STRUCTURED, 1, seed=0, dtype=dtype).layers[0].weight
-    random = fixed_fan_in(STRUCTURED, STRUCTURED, FAN_IN, rng, dtype)
+    n = grid.structured
+    structured = radixnet(n, 1, seed=0, dtype=dtype).layers[0].weight
+    random = fixed_fan_in(n, n, FAN_IN, rng, dtype)
     evict = _Evict()
     ratio: dict[str, list[float]] = {k: [] for k in KERNELS}
-    for b in STRUCTURE_BATCHES:
-        x = rng.random((STRUCTURED, b)).astype(dtype)
-        d = rng.random((STRUCTURED, b)).astype(dtype)
+    for b in grid.structure_batches:
+        x = rng.random((n, b)).astype(dtype)
+        d = rng.random((n, b)).astype(dtype)
         times = [np.add(_kernel_ns(w, x, d, reps, evict), _kernel_ns(w, x, d, reps, lambda: None))
                  for w in (structured, random)]
         for k, r in zip(KERNELS, times[0] / times[1]):
             ratio[k].append(float(r))
     gap = locality([(structured.indptr, structured.indices, structured.shape)])[0]
-    return Structure(STRUCTURE_BATCHES, {k: tuple(v) for k, v in ratio.items()},
+    return Structure(grid.structure_batches, {k: tuple(v) for k, v in ratio.items()},
                      (float(gap[0]), float(gap[1])))
 
 

@@ -11,16 +11,13 @@ from collections.abc import Callable
 import numpy as np
 
 from spdnn.comm import Communicator
+from spdnn.cost._calibrate_grid import FULL, CalibrationGrid
 from spdnn.cost.machine import Network
 
-SIZES = (8, 1024, 16384, 131072, 1048576, 4194304, 16777216)  # bytes: ping-pong, all-reduce
-STACK_WORK_S = 0.25  # seconds of work per measurement of the stack's CPU time
-STACK_ROUNDS = 5
 
-
-def network_sweep(comm: Communicator, reps: int = 20, budget_s: float = 0.5
-                  ) -> tuple[list[float], list[float]]:
-    """Per size of ``SIZES``: half a ping-pong round trip between ranks 0 and 1, and an
+def network_sweep(comm: Communicator, sizes: tuple[int, ...], reps: int = 20,
+                  budget_s: float = 0.5) -> tuple[list[float], list[float]]:
+    """Per size of ``sizes`` (bytes): half a ping-pong round trip between ranks 0 and 1, and an
     all-reduce over every rank (seconds, medians of single calls: robust to a busy machine);
     every rank returns the same. Each size takes ``reps`` calls, or fewer (at least 3) when
     they would take longer than ``budget_s``: over a slow link (100 Mbit/s) 20 round trips
@@ -30,7 +27,7 @@ def network_sweep(comm: Communicator, reps: int = 20, budget_s: float = 0.5
         return int(comm.bcast(max(3, min(reps, int(budget_s / max(first, 1e-9))))))
 
     half, ar = [], []
-    for size in SIZES:
+    for size in sizes:
         buf = np.zeros(size // 8, np.float64)
         comm.barrier()
         trips = [comm.round_trip(buf, 9)]
@@ -51,23 +48,25 @@ def network_sweep(comm: Communicator, reps: int = 20, budget_s: float = 0.5
 
 
 def network_costs(comm: Communicator, message_s: float,
-                  sweeps: list[tuple[list[float], list[float]]]) -> Network | None:
+                  sweeps: list[tuple[list[float], list[float]]],
+                  sizes: tuple[int, ...] = FULL.link_sizes) -> Network | None:
     """Latency and bandwidth between ranks 0 and 1 (ping-pong), the all-reduce over every
-    rank, and both measured curves: per size the median of ``sweeps`` (``network_sweep``
-    taken at several moments: on the 2-core VM, shared-memory transfers ran 2.8x slower for
-    minutes at a time, and one sweep caught either state); None on one rank."""
+    rank, and both measured curves: per size of ``sizes`` the median of ``sweeps``
+    (``network_sweep`` taken at several moments: on the 2-core VM, shared-memory transfers
+    ran 2.8x slower for minutes at a time, and one sweep caught either state); None on one
+    rank."""
     if comm.size < 2 or not sweeps:
         return None
     half_t = np.median(np.array([h for h, _ in sweeps]), axis=0)
     ar_t = np.median(np.array([a for _, a in sweeps]), axis=0)
-    sizes = np.array(SIZES, float)
-    lat, bw = _fit(sizes, half_t)
-    ar_lat, ar_bw = _fit(sizes, ar_t)
+    nbytes = np.array(sizes, float)
+    lat, bw = _fit(nbytes, half_t)
+    ar_lat, ar_bw = _fit(nbytes, ar_t)
     latency = max(lat - 2 * message_s, 0.0)
     return Network(latency_s=latency, bandwidth_Bps=bw, allreduce_latency_s=ar_lat,
-                   allreduce_bandwidth_Bps=ar_bw, pingpong_bytes=tuple(float(s) for s in SIZES),
+                   allreduce_bandwidth_Bps=ar_bw, pingpong_bytes=tuple(map(float, sizes)),
                    pingpong_s=tuple(float(t) for t in half_t),
-                   allreduce_bytes=tuple(float(s) for s in SIZES),
+                   allreduce_bytes=tuple(map(float, sizes)),
                    allreduce_s=tuple(float(t) for t in ar_t))
 
 
@@ -81,14 +80,17 @@ def _fit(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
 
 
 
-def with_stack_cpu(comm: Communicator, network: Network | None) -> Network | None:
-    """``network`` with its ``cpu_ns_per_byte`` measured (``stack_cpu``)."""
+def with_stack_cpu(comm: Communicator, network: Network | None, grid: CalibrationGrid = FULL
+                   ) -> Network | None:
+    """``network`` with its ``cpu_ns_per_byte`` measured (``stack_cpu``) as ``grid`` says."""
     if network is None:
         return None
-    return dataclasses.replace(network, cpu_ns_per_byte=stack_cpu(comm, network.bandwidth_Bps))
+    return dataclasses.replace(network, cpu_ns_per_byte=stack_cpu(
+        comm, network.bandwidth_Bps, work_s=grid.stack_work_s, rounds=grid.stack_rounds))
 
 
-def stack_cpu(comm: Communicator, bandwidth_Bps: float) -> float:
+def stack_cpu(comm: Communicator, bandwidth_Bps: float, *, work_s: float = FULL.stack_work_s,
+              rounds: int = FULL.stack_rounds) -> float:
     """CPU nanoseconds per byte that a message costs each end, beyond its fixed cost: ranks
     0 and 1 run the same work in chunks, calling MPI between them as a layer does, once alone
     and once while they exchange ``nbytes`` each way; the work's slowdown is 2 ``nbytes``
@@ -105,15 +107,15 @@ def stack_cpu(comm: Communicator, bandwidth_Bps: float) -> float:
     t = time.perf_counter()
     for _ in range(20):
         chunk()
-    chunks = int(comm.bcast(int(np.clip(STACK_WORK_S / ((time.perf_counter() - t) / 20),
+    chunks = int(comm.bcast(int(np.clip(work_s / ((time.perf_counter() - t) / 20),
                                         50, 20000))))
-    nbytes = int(comm.bcast(int(np.clip(0.5 * bandwidth_Bps * STACK_WORK_S, 2**20, 2**27))))
+    nbytes = int(comm.bcast(int(np.clip(0.5 * bandwidth_Bps * work_s, 2**20, 2**27))))
     peer = 1 - comm.rank if comm.rank < 2 else None
     while True:
         send = np.zeros(nbytes // 8)
         recv = np.empty_like(send)
         slowdowns, late = [], 0
-        for r in range(STACK_ROUNDS):
+        for r in range(rounds):
             seconds = {}
             for moving in (True, False) if r % 2 else (False, True):
                 seconds[moving], ended = _timed_work(comm, chunk, chunks, peer, send, recv,
@@ -121,7 +123,7 @@ def stack_cpu(comm: Communicator, bandwidth_Bps: float) -> float:
                 late += moving and not ended
             slowdowns.append(seconds[True] - seconds[False])
         both = comm.allgather((float(np.median(slowdowns)), late))
-        if max(n for _, n in both[:2]) <= STACK_ROUNDS // 2 or nbytes <= 2**20:
+        if max(n for _, n in both[:2]) <= rounds // 2 or nbytes <= 2**20:
             slow = max(0.0, (both[0][0] + both[1][0]) / 2)
             return slow / (2 * send.nbytes) * 1e9
         nbytes //= 2

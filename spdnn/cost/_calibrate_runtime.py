@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from spdnn.comm import Communicator
+from spdnn.cost._calibrate_grid import CalibrationGrid
 from spdnn.cost._calibrate_kernels import FAN_IN, cache_bytes, median_time
 from spdnn.cost.machine import SCALE_KEYS, Calibration, KernelTable, Scales
 from spdnn.io.bundle import save_network
@@ -40,16 +41,6 @@ def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
     whole = median_time(lambda: [step() for _ in range(20)], reps) / 20
     dnet.grid.free()
     return forward, whole
-
-
-# Reference networks (widths of 3 fan-in 32 layers, batch sizes): in cache, and far beyond it;
-# each class at every batch of the scales (REFERENCE_BATCHES).
-REFERENCE_BATCHES = (32, 256)
-WARM_REFERENCES = (((1024, 1024, 1024), REFERENCE_BATCHES), ((4096, 4096, 4096), (32,)))
-COLD_REFERENCES = (((16384, 16384, 16384), REFERENCE_BATCHES),)
-
-
-REFERENCE_ROUNDS = 3
 
 
 class _References:
@@ -209,25 +200,26 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
 
 
 def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],
-                     runtime: dict[str, float]) -> tuple[dict[str, float], Scales]:
+                     runtime: dict[str, float], grid: CalibrationGrid
+                     ) -> tuple[dict[str, float], Scales]:
     """The four compute scales (warm / cold reference networks, rank 0 alone / the slowest of
-    every rank at once) per reference batch size, each the median of rounds (the host's speed
-    drifts); and as ``runtime`` values, the median over the batches and the spread: the
+    every rank at once) per reference batch size of ``grid``, each the median of rounds (the
+    host's speed drifts); and as ``runtime`` values, the median over the batches and the spread: the
     largest relative distance of a round from its median. Every rank computes the same
     (``paired_steps`` shares the times)."""
     rounds: dict[tuple[str, int], list[float]] = {}
-    for cls, refs in (("", WARM_REFERENCES), ("cold_", COLD_REFERENCES)):
+    for cls, refs in (("", grid.warm_references), ("cold_", grid.cold_references)):
         ref = _References(dtype, refs)
-        for _ in range(REFERENCE_ROUNDS):
+        for _ in range(grid.reference_rounds):
             solo, both = ref.paired_steps(comm)
             for key, steps, running in (("alone", solo, 1), ("all", both, comm.size)):
-                for batch in REFERENCE_BATCHES:
+                for batch in grid.reference_batches:
                     rounds.setdefault((cls + key, batch), []).append(compute_scale(
                         [s for s in steps if s[1] == batch], tables, runtime, dtype, running))
         ref.free()
     median = {k: float(np.median(v)) for k, v in rounds.items()}
-    scales = Scales(REFERENCE_BATCHES, {k: tuple(median[k, b] for b in REFERENCE_BATCHES)
-                                        for k in SCALE_KEYS})
+    batches = grid.reference_batches
+    scales = Scales(batches, {k: tuple(median[k, b] for b in batches) for k in SCALE_KEYS})
     out = {f"compute_scale_{k}": float(np.median(v)) for k, v in scales.values.items()}
     out["compute_scale_spread"] = max(float(np.max(np.abs(np.array(v) / median[k] - 1)))
                                       for k, v in rounds.items())

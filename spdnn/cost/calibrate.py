@@ -19,29 +19,22 @@ from dataclasses import replace
 import numpy as np
 
 from spdnn.comm import Communicator
-from spdnn.cost._calibrate_kernels import (
-    BATCHES,
-    INPUTS,
-    REUSES,
-    dense_table,
-    kernel_table,
-    structure_ratios,
-)
-from spdnn.cost._calibrate_link import SIZES, network_costs, network_sweep, with_stack_cpu
-from spdnn.cost._calibrate_runtime import (
-    REFERENCE_BATCHES,
-    REFERENCE_ROUNDS,
-    reference_scales,
-    runtime_costs,
-)
+from spdnn.cost._calibrate_grid import FULL, QUICK, CalibrationGrid
+from spdnn.cost._calibrate_kernels import dense_table, kernel_table, structure_ratios
+from spdnn.cost._calibrate_link import network_costs, network_sweep, with_stack_cpu
+from spdnn.cost._calibrate_runtime import reference_scales, runtime_costs
 from spdnn.cost.machine import KERNELS, Calibration, KernelTable, Structure
 from spdnn.kernels import products as kernels
 from spdnn.model.choices import DTYPE_NAMES
 
+__all__ = ["FULL", "QUICK", "CalibrationGrid", "calibrate", "run_calibrate"]
+
 
 def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
-              log: Callable[[str], None] | None = None) -> Calibration:
-    """Measure on every rank of ``comm``; every rank returns the same calibration."""
+              log: Callable[[str], None] | None = None, *, grid: CalibrationGrid = FULL
+              ) -> Calibration:
+    """Measure the cells of ``grid`` on every rank of ``comm``; every rank returns the same
+    calibration."""
     kernels.warm_up()
     rng = np.random.default_rng(comm.rank)
     say = log or (lambda _msg: None)
@@ -49,19 +42,19 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
 
     def sweep() -> None:
         if comm.size > 1:
-            sweeps.append(network_sweep(comm))
+            sweeps.append(network_sweep(comm, grid.link_sizes))
 
     sweep()
     tables = {}
     for dt in dtypes:
-        say(f"kernels, {dt}: {len(KERNELS)} products x {len(REUSES)} reuses x {len(INPUTS)} "
-            f"input sizes x {len(BATCHES)} batch sizes, and dense layers")
+        say(f"kernels, {dt}: {len(KERNELS)} products x {len(grid.reuses)} reuses x "
+            f"{len(grid.inputs)} input sizes x {len(grid.batches)} batch sizes, and dense layers")
         comm.barrier()
-        tables[dt] = replace(kernel_table(dt, rng), dense=dense_table(dt, rng))
+        tables[dt] = replace(kernel_table(dt, rng, grid), dense=dense_table(dt, rng, grid))
     sweep()
     say(f"a RadiX-Net layer against a random one, {dtypes[0]}: structured columns")
     comm.barrier()
-    mine = structure_ratios(dtypes[0], rng)
+    mine = structure_ratios(dtypes[0], rng, grid)
     structure = Structure(mine.batches, {k: tuple(float(x) for x in comm.allreduce(
         np.array(v)) / comm.size) for k, v in mine.ratio.items()}, mine.gap)
     say("fixed costs of the runtime (per layer, step, message) and element-wise work")
@@ -78,25 +71,27 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
+    rounds = grid.reference_rounds
     say(f"real steps of reference networks in and beyond the cache at batch "
-        f"{' and '.join(map(str, REFERENCE_BATCHES))}, {REFERENCE_ROUNDS} rounds: rank 0 alone "
-        "and every rank at once, in turns")
-    scalars, scales = reference_scales(comm, dtypes[0], tables, runtime)
+        f"{' and '.join(map(str, grid.reference_batches))}, {rounds} round"
+        f"{'s' * (rounds > 1)}: rank 0 alone and every rank at once, in turns")
+    scalars, scales = reference_scales(comm, dtypes[0], tables, runtime, grid)
     runtime.update(scalars)
     if comm.size > 1:
         say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks "
             f"(and {len(sweeps)} times before)")
     sweep()
-    network = network_costs(comm, runtime["message_s"], sweeps)
+    network = network_costs(comm, runtime["message_s"], sweeps, grid.link_sizes)
     if network is not None:
         say("network: the CPU time a byte costs each end of the link (ranks 0 and 1: work "
             "with and without an exchange in flight)")
-        network = with_stack_cpu(comm, network)
+        network = with_stack_cpu(comm, network, grid)
     if sweeps:
-        mid = [h[SIZES.index(131072)] for h, _ in sweeps]
+        size = grid.link_sizes[len(grid.link_sizes) // 2]
+        mid = [h[grid.link_sizes.index(size)] for h, _ in sweeps]
         if max(mid) > 1.5 * min(mid):
             say(f"the network's speed moved between the {len(sweeps)} measurements: a "
-                f"128 KiB message took {min(mid) * 1e6:.0f}-{max(mid) * 1e6:.0f} us "
+                f"{size:,}-byte message took {min(mid) * 1e6:.0f}-{max(mid) * 1e6:.0f} us "
                 "(the median is kept)")
     host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
     return Calibration(host=host, ranks=comm.size, backend=kernels.backend(), kernels=tables,
@@ -104,8 +99,10 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
                        scales=scales)
 
 
-def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
-    """``spdnn calibrate``: measure, then rank 0 writes the file (checked before measuring)."""
+def run_calibrate(comm: Communicator, output: str, dtype: str, *,
+                  grid: CalibrationGrid = FULL) -> int:
+    """``spdnn calibrate``: measure ``grid``, then rank 0 writes the file (the output is
+    checked before measuring)."""
     import json
 
     from spdnn.io.atomic import write_text
@@ -119,7 +116,7 @@ def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
             print(f"[{time.perf_counter() - start:6.1f} s] {msg}", flush=True)
 
     dtypes = DTYPE_NAMES if dtype == "both" else (dtype,)
-    cal = calibrate(comm, dtypes, log)
+    cal = calibrate(comm, dtypes, log, grid=grid)
     comm.check(lambda: write_text(output, json.dumps(cal.to_json(), indent=1) + "\n")
                if comm.rank == 0 else None)
     if comm.rank == 0:
@@ -134,8 +131,13 @@ def run_calibrate(comm: Communicator, output: str, dtype: str) -> int:
               f"{cal.runtime['layer_backward_s'] * 1e6:.0f} us fixed per layer (forward + "
               f"backward); {where}; {time.perf_counter() - start:.0f} s", flush=True)
         spread = cal.runtime["compute_scale_spread"]
-        print(f"the host's speed moved up to {spread:.0%} between the {REFERENCE_ROUNDS} rounds "
-              "of reference steps: predictions from this file carry at least that much noise"
-              + ("; calibrate again when the host is quieter" if spread > 0.15 else ""),
-              flush=True)
+        if grid.reference_rounds < 2:
+            print("one round of reference steps: the host's drift is not measured (a quick "
+                  "calibration; the full one measures it)", flush=True)
+        else:
+            print(f"the host's speed moved up to {spread:.0%} between the "
+                  f"{grid.reference_rounds} rounds of reference steps: predictions from this "
+                  "file carry at least that much noise"
+                  + ("; calibrate again when the host is quieter" if spread > 0.15 else ""),
+                  flush=True)
     return 0
