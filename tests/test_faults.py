@@ -144,13 +144,15 @@ def test_killed_rank_ends_the_job_and_resume_matches_uninterrupted(digits_net):
     step = json.loads((ckpt / "manifest.json").read_text())["step"]
     assert 0 < step < 30 * 45, step
 
-    # Resume on 3 ranks with another plan; compare with an uninterrupted 2-rank run.
+    # Resume on 3 ranks with another plan; compare with an uninterrupted 2-rank run. Both stop
+    # 100 steps past the checkpoint (two epoch boundaries: the reshuffle is resumed too).
+    end = ["--max-steps", step + 100]
     resumed = launch(3, "train", *[c if c != digits_net / "plan2.npz" else
                                    digits_net / "plan3.npz" for c in common],
-                     "--resume", ckpt, "--save", digits_net / "resumed.npz")
+                     "--resume", ckpt, "--save", digits_net / "resumed.npz", *end)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed at step {step}" in resumed.stdout
-    whole = launch(2, "train", *common, "--save", digits_net / "whole.npz")
+    whole = launch(2, "train", *common, "--save", digits_net / "whole.npz", *end)
     assert whole.returncode == 0, whole.stderr
     a, b = load_network(digits_net / "resumed.npz"), load_network(digits_net / "whole.npz")
     for la, lb in zip(a.layers, b.layers):
@@ -179,7 +181,8 @@ def test_ctrl_c_ends_a_two_rank_job_with_one_line_and_it_resumes(digits_net):
     assert job.returncode == 130, (job.returncode, err)
     assert [ln for ln in err.splitlines() if ln.strip()] == ["spdnn: interrupted"], err
     step = json.loads((ckpt / "manifest.json").read_text())["step"]
-    resumed = launch(2, "train", *common, "--epochs", "31", "--resume", ckpt)
+    resumed = launch(2, "train", *common, "--epochs", "31", "--resume", ckpt,
+                     "--max-steps", step + 10)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed at step {step}" in resumed.stdout
 

@@ -13,7 +13,7 @@ from spdnn.errors import InputError
 
 
 def add_parser(kinds: argparse._SubParsersAction, formatter: type) -> None:
-    from spdnn.io.images import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
+    from spdnn.model.choices import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
 
     ci = kinds.add_parser(
         "challenge-images", help="Graph Challenge input images from MNIST",

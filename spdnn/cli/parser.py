@@ -28,8 +28,7 @@ from spdnn.cli.options import (
     seed,
 )
 from spdnn.errors import SpdnnError, say_error
-from spdnn.kernels.encoding import MODES
-from spdnn.model.choices import DTYPE_NAMES
+from spdnn.model.choices import DTYPE_NAMES, EXCHANGES
 from spdnn.threads import default_threads, reserve_threads
 
 
@@ -74,7 +73,7 @@ def _run_options(p: argparse.ArgumentParser, replicas: str, auto: bool = False) 
         p.add_argument("--replicas", type=positive_int, default=1, metavar="R",
                        help=f"replicas of the partitioned network: {replicas}")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="arithmetic type")
-    p.add_argument("--exchange", choices=MODES, default="auto",
+    p.add_argument("--exchange", choices=EXCHANGES, default="auto",
                    help="how cut rows travel (the results are the same): auto (default), per "
                         "message the smaller of dense rows and a sparse form (forward: the "
                         "values that are neither 0 nor at the cap, with bitmaps; backward: only "

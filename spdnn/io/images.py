@@ -24,9 +24,8 @@ from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
 from spdnn.io.formats import read_idx, read_inputs
 from spdnn.io.npz import NpzReader
+from spdnn.model.choices import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
 
-CHALLENGE_SIZES = (32, 64, 128, 256)
-CHALLENGE_THRESHOLD = 0.71  # of grey levels scaled to [0, 1]
 _CHUNK = 2000  # images resized at a time (256x256 float64: 1 GB)
 
 
