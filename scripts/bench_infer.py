@@ -6,7 +6,8 @@ loop), spdnn at P = 1 and P = 2 against a plain scipy loop, side by side in one 
 Cases: the official 1024-neuron, 120-layer network on the 1,200-image subset from ../shared/data
 (skipped when absent), and a generated RadiX-Net 4096 network (120 layers, bias -0.35, cap 32) on
 random binary inputs with 50% density (all samples stay alive: the dense case). spdnn runs
-through `spdnn infer` (P = 2 under mpiexec with a hypergraph plan). Two scipy baselines: the
+through `spdnn infer` (2 ranks under mpiexec: a hypergraph plan, or 2 replicas each taking
+half of the inputs). Two scipy baselines: the
 plain sparse loop of the official serial reference (Y sparse, samples x neurons: Y <- Y W^T, bias
 added to the stored entries, ReLU, cap, explicit zeros removed; valid because every bias is
 negative), and spdnn's own serial reference (dense Y, Y <- h(W Y + b), dead samples dropped).
@@ -44,12 +45,21 @@ from spdnn.reference import challenge_infer  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
-def spdnn_rate(ranks: int, work: Path, name: str) -> tuple[float, int]:
+# spdnn's configurations: ranks, and how they share the work (a plan's rows, or replicas each
+# taking a contiguous share of the inputs).
+CONFIGS = {"spdnn P=1": (1, None), "spdnn P=2 (hypergraph plan)": (2, "plan"),
+           "spdnn 2 replicas": (2, "replicas")}
+
+
+def spdnn_rate(ranks: int, split: str | None, work: Path, name: str) -> tuple[float, int]:
     cmd = [str(BIN / "spdnn"), "infer", "--network", str(work / f"{name}.npz"), "--inputs",
            str(work / f"{name}-inputs.mtx"), "--metrics-out", str(work / "m.json")]
     if ranks > 1:
-        cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd + ["--plan",
-                                                                 str(work / f"{name}-plan.npz")]
+        cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
+    if split == "plan":
+        cmd += ["--plan", str(work / f"{name}-plan.npz")]
+    elif split == "replicas":
+        cmd += ["--replicas", str(ranks)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     m = json.loads((work / "m.json").read_text())
     return m["rate"], m["categories"]
@@ -93,9 +103,8 @@ def bench_case(label: str, name: str, net, images: sp.csr_matrix, work: Path) ->
         dense = "scipy dense loop, dead samples dropped (spdnn serial reference)"
         best[dense] = max(best.get(dense, 0), ref.rate)
         cats[dense] = len(ref.categories)
-        for ranks in (1, 2):
-            rate, n_cats = spdnn_rate(ranks, work, name)
-            key = f"spdnn P={ranks}"
+        for key, (ranks, split) in CONFIGS.items():
+            rate, n_cats = spdnn_rate(ranks, split, work, name)
             best[key] = max(best.get(key, 0), rate)
             cats[key] = n_cats
         print(label, {k: f"{v:.3g}" for k, v in best.items()}, flush=True)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+
+@functools.lru_cache(maxsize=1024)
+def row_chunks(n: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """[start, end) of ``parts`` near-equal chunks of ``n`` rows (fewer when n < parts; one
+    when n = 0); cached: the runtime asks per layer and step."""
+    bounds = np.linspace(0, n, max(1, min(parts, n)) + 1).astype(int)
+    return tuple((int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
 
 
 def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from spdnn.io.bundle import NetworkBundle
 from spdnn.kernels import products as kernels
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.lsh import LshSpec
+from spdnn.kernels.ranges import row_chunks
 from spdnn.model.labels import MultiLabels, as_labels
 from spdnn.model.network import Fingerprint
 from spdnn.model.ops import activation_slope, check_targets, output
@@ -37,11 +38,6 @@ from spdnn.runtime.workspace import PingPong, Workspace
 OVERLAP_CHUNKS = 8
 # Dead columns stay zero, so they ride along until enough died that a copy pays for itself.
 COMPACT_BELOW = 0.75
-
-
-def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
-    bounds = np.linspace(0, n, max(1, min(parts, n)) + 1).astype(int)
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass(frozen=True)
@@ -131,7 +127,11 @@ class DistributedNetwork:
         self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
                            sent, len(layer.exchange.send_peers))
         t1 = time.perf_counter()
-        for rows in _chunks(len(layer.rows), OVERLAP_CHUNKS if reqs else 1):
+        if not reqs and layer.exchange.n_ghost == 0:  # nothing to wait for: one fused pass
+            kernels.spmm_act(layer.weight, xbuf, layer.bias, self.cap, z, next_top, alive=alive)
+            t.add("forward", i, compute=time.perf_counter() - t1, comm=t1 - t0, wait=0.0)
+            return
+        for rows in row_chunks(len(layer.rows), OVERLAP_CHUNKS if reqs else 1):
             kernels.spmm_act(layer.weight, xbuf, layer.bias, None, z, None, rows,
                              span=layer.owned_span)
             comm.progress(reqs)
@@ -267,7 +267,7 @@ class DistributedNetwork:
             g = ws.partial[i]
             # With no partials coming in, the activation mask is applied inside the pass.
             z_prev = ws.zs[i - 1] if ex.rows_sent == 0 else None
-            for rows in _chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
+            for rows in row_chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
                 kernels.backward_products(wt, values, delta, ws.xbufs[i], g, ws.grad_w[i],
                                           rows, z=z_prev, cap=self.cap)
                 comm.progress(reqs + self.sums.requests())
