@@ -270,6 +270,31 @@ def test_graph_challenge_mode_equals_the_reference_on_a_synthetic_network(
     assert got.rate == pytest.approx(120 * net.nnz / got.seconds)
 
 
+def test_chunks_whose_samples_all_die_end_early_and_agree_with_the_reference(comm,
+                                                                            mpi_tmp_path,
+                                                                            monkeypatch):
+    """Chunks of 5: the first two of sparse images that die within the first layers (their
+    remaining layers are skipped on every rank alike), the third mixed."""
+    net = radixnet(1024, 12, seed=0, dtype="float64")
+    images = _images(60)
+    ref = reference_challenge(net, images).categories - 1
+    dying = np.setdiff1d(np.arange(60), ref)
+    faint = sp.csr_matrix(images[dying[:10]].multiply(0.01))  # weak inputs: dead by layer 2
+    mixed = sp.vstack([faint, images[np.concatenate([dying[10:13], ref[:2]])]]).tocsr()
+    expected = reference_challenge(net, mixed).categories
+    assert len(expected) and expected.min() > 10  # the first two chunks die, some of the rest live
+    run = _setup(mpi_tmp_path, net, "cyclic", comm, "rx")
+    got = challenge_infer(comm, run.dnet, mixed, run.nnz, chunk=5)
+    np.testing.assert_array_equal(got.categories, expected)
+    layers_run = []
+    inner = run.dnet.forward_layer
+    monkeypatch.setattr(run.dnet, "forward_layer", lambda i, *a, **k: (layers_run.append(i),
+                                                                       inner(i, *a, **k)))
+    none = challenge_infer(comm, run.dnet, faint, run.nnz, chunk=5)
+    assert len(none.categories) == 0
+    assert 0 < len(layers_run) <= 2 * 2  # two chunks, each over by layer 2 of 12
+
+
 @pytest.mark.parametrize("exchange", MODES)
 def test_graph_challenge_subset_categories(comm, mpi_tmp_path, graphchallenge_dir, neuron1024,
                                           exchange):

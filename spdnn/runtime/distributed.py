@@ -189,6 +189,9 @@ class DistributedNetwork:
             if flags is not None:
                 alive = (self.comm.allreduce(flags, "max") if self.comm.size > 1 else flags) > 0
                 kept = int(alive.sum())
+                if kept == 0:  # every sample died on every rank: the later layers give zeros
+                    n_last = len(self.layers[-1].rows)
+                    return Forward(pp.z[:0].reshape(n_last, 0), ids[:0], ws, sampled)
                 if kept <= COMPACT_BELOW * width:
                     keep_cols = np.flatnonzero(alive)
                     compact = xview(i + 1, cur, kept)  # X_i is no longer needed

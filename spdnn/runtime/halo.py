@@ -202,6 +202,8 @@ class Exchange:
         """Forward: post receives of the ghost rows and sends of the owned rows others need.
         ``x`` is (n_owned + n_ghost) x B, C-contiguous. Returns the requests and the bytes
         sent; ``finish_expand`` completes the ghost rows."""
+        if not self.recv_peers and not self.send_peers:  # this layer's rows stay here
+            return [], 0
         reqs = []
         batch, tag = x.shape[1], 2 * self.layer
         if self.mode == "dense":
@@ -233,6 +235,8 @@ class Exchange:
 
     def finish_expand(self, reqs: list[Request], x: np.ndarray) -> None:
         """Wait, then (encoded modes) rebuild the ghost rows of ``x`` from the messages."""
+        if not reqs:
+            return
         self.comm.waitall(reqs, f"the forward exchange of layer {self.layer}", self._peers())
         if self.mode == "dense":
             return
