@@ -110,10 +110,9 @@ class DistributedNetwork:
     # ------------------------------------------------------------------ forward
 
     def workspace(self, batch: int) -> Workspace:
-        ws = self._workspaces.get(batch)
-        if ws is None:
-            ws = self._workspaces[batch] = Workspace(self.layers, self.dtype, batch)
-        return ws
+        if batch not in self._workspaces:
+            self._workspaces[batch] = Workspace(self.layers, self.dtype, batch)
+        return self._workspaces[batch]
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
                       next_top: np.ndarray | None, alive: np.ndarray | None = None) -> None:
@@ -161,10 +160,9 @@ class DistributedNetwork:
             raise ValueError("drop_dead needs keep=False (backward needs every sample)")
         width = x0.shape[1]
         ws = self.workspace(width) if keep else None
-        pp = None
-        if not keep:
-            pp = self._pingpong.get(width) or self._pingpong.setdefault(
-                width, PingPong(self.layers, self.dtype, width))
+        if not keep and width not in self._pingpong:
+            self._pingpong[width] = PingPong(self.layers, self.dtype, width)
+        pp = None if keep else self._pingpong[width]
         ids = np.arange(width)
         cur = 0  # which ping-pong buffer holds X_i
 

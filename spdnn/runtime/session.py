@@ -3,6 +3,7 @@ rank's part, checked against each other on every rank; the trained network and m
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,9 +38,9 @@ class Opened:
     dnet: DistributedNetwork | None
     stream: LayerStream | None = None
 
-    @property
+    @functools.cached_property
     def nnz(self) -> int:
-        """Stored weights of the whole network (from the file's headers)."""
+        """Stored weights of the whole network (from the file's headers, read once)."""
         return sum(self.bundle.nnz(k) for k in range(1, self.bundle.n_layers + 1))
 
 
