@@ -649,3 +649,15 @@ def test_the_stack_cpu_field_is_checked_and_old_files_load_without_it(tmp_path):
     del data["network"]["cpu_ns_per_byte"]  # a calibration of 2026-11-26
     path.write_text(json.dumps(data))
     assert load_calibration(path).network.cpu_ns_per_byte == 0.0
+
+
+def test_a_calibration_grid_must_time_every_reference_batch_in_both_classes():
+    """A grid whose reference networks skip a reference batch would fail only at the end of a
+    calibration (the scales are kept per batch and class): refused when it is built."""
+    from spdnn.cost.calibrate import FULL, QUICK, CalibrationGrid
+
+    assert FULL.reference_batches == QUICK.reference_batches == (32, 256)
+    with pytest.raises(ValueError, match="cold_references must time every reference batch"):
+        CalibrationGrid(cold_references=(((1024, 1024, 1024), (32,)),))
+    with pytest.raises(ValueError, match="two link sizes"):
+        CalibrationGrid(link_sizes=(8,))

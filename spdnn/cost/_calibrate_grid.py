@@ -36,6 +36,16 @@ class CalibrationGrid:
     stack_work_s: float = 0.25
     stack_rounds: int = 5
 
+    def __post_init__(self) -> None:
+        # The scales are kept per reference batch for each class (in cache, beyond it).
+        for name in ("warm_references", "cold_references"):
+            timed = {b for _, batches in getattr(self, name) for b in batches}
+            if not set(self.reference_batches) <= timed:
+                raise ValueError(f"CalibrationGrid: {name} must time every reference batch "
+                                 f"{self.reference_batches}, not only {sorted(timed)}")
+        if self.reference_rounds < 1 or self.stack_rounds < 1 or len(self.link_sizes) < 2:
+            raise ValueError("CalibrationGrid: at least one round of each and two link sizes")
+
 
 FULL = CalibrationGrid()
 QUICK = CalibrationGrid(
