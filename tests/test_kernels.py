@@ -176,10 +176,11 @@ def test_backward_products(backend, dtype, dense, cap):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("batch", [0, 1, 7, 8, 16, 17, 40, 129, 300])
+@pytest.mark.parametrize("batch", [0, 1, 7, 8, 16, 17, 26, 40, 60, 100, 120, 129, 300])
 def test_every_batch_width(backend, dtype, batch):
-    """Widths around the vector blocks (16 float32 or 8 float64 per vector, blocks of 8, 4, 2
-    and 1 vectors, then a plain loop), rows long enough to prefetch across rows; every output
+    """Widths around the vector blocks (16 float32 or 8 float64 per vector; full blocks of 8
+    vectors, then a partial block of 1 to 8, its last vector masked: every count is met by one
+    dtype or the other), rows long enough to prefetch across rows; every output
     starts as NaN so an entry left unwritten fails (an empty batch has zero gradients)."""
     rng = np.random.default_rng(batch)
     dense = rng.standard_normal((50, 120)) * (rng.random((50, 120)) < 0.3)

@@ -14,29 +14,41 @@ import numpy as np
 
 from spdnn.kernels._gather import AXPY, AXPY_DOT, DOT, PREFETCH_AHEAD
 
-_A, _A1, _A2, _A4, _A8 = AXPY
-_D, _D1, _D2, _D4, _D8 = DOT
-_B, _B1, _B2, _B4, _B8 = AXPY_DOT
+
+def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
+    """One call for the partial blocks of 1 to 8 vectors, ``call(nvec, *args)``, written out
+    (numba's inliner takes no *args, and a call per row cost 7% at batch width 1)."""
+    args = ", ".join(f"a{i}" for i in range(nargs))
+    lines = [f"def call(nvec, {args}):"]
+    for n in range(1, len(blocks)):
+        lines += [f"    {'if' if n == 1 else 'elif'} nvec == {n}:", f"        b{n}({args})"]
+    lines += ["    else:", f"        b{len(blocks)}({args})"]
+    scope = {f"b{n + 1}": block for n, block in enumerate(blocks)}
+    exec("\n".join(lines), scope)  # noqa: S102 (source built above from constants)
+    return nb.njit(inline="always")(scope["call"])
+
+
+_A, _AP = AXPY[0], _partial(AXPY[1:], 18)
+_D, _DP = DOT[0], _partial(DOT[1:], 12)
+_B, _BP = AXPY_DOT[0], _partial(AXPY_DOT[1:], 16)
 
 
 @nb.njit(inline="always")
-def _axpy(acc, k, x, indices, data, e0, e1):
-    """acc[k + c] += sum_e data[e] x[indices[e], c] for every column c: full blocks of 8
-    vectors, then one partial block of 1, 2, 4 or 8 vectors with masked ends."""
+def _axpy(acc, k, x, indices, data, e0, e1, start, fresh, act, ka, cap, activate, alive):
+    """acc[k + c] (= start when ``fresh``, else acc[k + c]) += sum_e data[e] x[indices[e], c]
+    for every column c: full blocks of 8 vectors, then one partial block of 1 to 8 vectors,
+    its last one with masked ends. With ``activate``, act[ka + c] = h(acc[k + c]) and
+    alive[c] = 1 where that is nonzero (when alive is not empty)."""
     batch, lanes, pf = x.shape[1], 64 // x.itemsize, PREFETCH_AHEAD
     xf, c, full = x.reshape(-1), 0, 8 * lanes
     while c + full <= batch:
-        _A(acc, k + c, xf, batch, c, indices, data, e0, e1, full, pf)
+        _A(acc, k + c, xf, batch, c, indices, data, e0, e1, full, pf, start, fresh, act,
+           ka + c, cap, activate, alive)
         c += full
     rem = batch - c
-    if rem > 4 * lanes:
-        _A8(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
-    elif rem > 2 * lanes:
-        _A4(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
-    elif rem > lanes:
-        _A2(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
-    elif rem > 0:
-        _A1(acc, k + c, xf, batch, c, indices, data, e0, e1, rem, pf)
+    if rem > 0:
+        _AP((rem + lanes - 1) // lanes, acc, k + c, xf, batch, c, indices, data, e0, e1, rem,
+            pf, start, fresh, act, ka + c, cap, activate, alive)
 
 
 @nb.njit(inline="always")
@@ -52,14 +64,9 @@ def _dot(a, ka, x, indices, out, e0, e1):
         _D(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, full, pf)
         c += full
     rem = batch - c
-    if rem > 4 * lanes:
-        _D8(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
-    elif rem > 2 * lanes:
-        _D4(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
-    elif rem > lanes:
-        _D2(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
-    elif rem > 0:
-        _D1(a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0, rem, pf)
+    if rem > 0:
+        _DP((rem + lanes - 1) // lanes, a, ka + c, xf, batch, c, indices, out, e0, e1, c == 0,
+            rem, pf)
 
 
 @nb.njit(inline="always")
@@ -76,18 +83,9 @@ def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
            full, pf)
         c += full
     rem = batch - c
-    if rem > 4 * lanes:
-        _B8(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
-            rem, pf)
-    elif rem > 2 * lanes:
-        _B4(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
-            rem, pf)
-    elif rem > lanes:
-        _B2(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
-            rem, pf)
-    elif rem > 0:
-        _B1(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
-            rem, pf)
+    if rem > 0:
+        _BP((rem + lanes - 1) // lanes, acc, k + c, df, batch, c, indices, data, xj, kx + c,
+            grad, order, e0, e1, c == 0, rem, pf)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -97,28 +95,12 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
     + (bias[i] if ``init`` == 1, 0 if 2, out[i] if 0); with ``activate`` also act_out[i] =
     min(max(out[i], 0), cap) (cap < 0: no cap) and alive[b] = 1 for every column b with a
     nonzero activation (when ``alive`` is not empty)."""
-    track = len(alive) > 0
-    batch = x.shape[1]
-    flat = out.reshape(-1)
+    zero = np.zeros(1, out.dtype)[0]
+    flat, act = out.reshape(-1), act_out.reshape(-1)
     for i in nb.prange(r0, r1):
-        acc = out[i]
-        if init != 0:
-            b0 = bias[i] if init == 1 else 0
-            for b in range(batch):
-                acc[b] = b0
-        start, stop = starts[i], ends[i]
-        _axpy(flat, i * out.shape[1], x, indices, data, start, stop)
-        if activate:
-            a = act_out[i]
-            for b in range(batch):
-                z = acc[b]
-                if z < 0:
-                    z = 0
-                if cap >= 0 and z > cap:
-                    z = cap
-                a[b] = z
-                if track and z != 0:
-                    alive[b] = 1
+        start = bias[i] if init == 1 else zero
+        _axpy(flat, i * out.shape[1], x, indices, data, starts[i], ends[i], start, init != 0,
+              act, i * act_out.shape[1], cap, activate, alive)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True, fastmath=True)
