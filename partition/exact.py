@@ -8,7 +8,7 @@ cost; per-layer balance is one row per rank. Meant for the hypergraph of identic
 where a layer has tens of vertices: on the Graph Challenge network at P = 8 one sweep takes the
 plan from 17,916 to 17,785 forward rows in ~3 minutes (docs/BENCHMARKS.md). A layer's result is
 kept only when the volume falls, so a sweep never makes a plan worse. ``window_milp`` is the
-same model over several consecutive layers at once (scripts/exact_layers.py --windows).
+same model over several consecutive layers at once (scripts/bench/exact_layers.py --windows).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/scale_sweep.py at P <= 2 (all this machine has): every grid measured and predicted,
+"""scripts/bench/scale_sweep.py at P <= 2 (all this machine has): every grid measured and predicted,
 written in the validation format; and the same over 2 emulated nodes."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ def _sweep(tmp_path, *extra: object) -> dict:
     net = tmp_path / "net.npz"
     save_network(small_network(sizes=(64, 96, 96, 10), fan_in=8, dtype="float32"), net)
     out = tmp_path / "sweep.json"
-    proc = launch(0, ROOT / "scripts" / "scale_sweep.py", "--network", net, "--max-ranks", 2,
+    sweep = ROOT / "scripts" / "bench" / "scale_sweep.py"
+    proc = launch(0, sweep, "--network", net, "--max-ranks", 2,
                   "--batch", 16, "--steps", 2, "--rounds", 1, "--calibration", CALIBRATION,
                   "-o", out, *extra, module=None, timeout=300)
     assert proc.returncode == 0, proc.stderr

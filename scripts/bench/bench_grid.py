@@ -1,7 +1,7 @@
 """Which grid wins: at P = 2, 2 model parts x 1 replica against 1 part x 2 replicas, side by
 side in one run, and at P = 4 the values per step of 4x1, 2x2 and 1x4.
 
-    python scripts/bench_grid.py [--batches 32 256] [--samples 2048] [--rounds 2]
+    python scripts/bench/bench_grid.py [--batches 32 256] [--samples 2048] [--rounds 2]
 
 Networks (float32): the MNIST MLP 784-1024-1024-10 (fan-in 32, dense head) on MNIST from
 ../shared (synthetic inputs when it is absent, first 8,192 samples), `random` 4096 -> 16384 x 3
@@ -19,7 +19,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import json
 import os
 import statistics
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import SHARED, table, write_section  # noqa: E402
+from harness import SHARED, parser, publish, table  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.io.bundle import save_network  # noqa: E402
@@ -76,11 +75,10 @@ def run(work: Path, name: str, data: str, batch: int, parts: int, replicas: int)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--batches", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--samples", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     rows, rows4 = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,7 +115,8 @@ def main() -> None:
                                   f"{sum(v.expand) + sum(v.fold):,}",
                                   f"{sum(v.gradient_in):,}", f"{sum(v.gradient_sent):,.0f}"])
                 print(rows[-1], flush=True)
-    body = (f"Command: `python scripts/bench_grid.py --batches {' '.join(map(str, args.batches))}"
+    body = ("Command: `python scripts/bench/bench_grid.py --batches "
+            f"{' '.join(map(str, args.batches))}"
             f" --samples {args.samples} --rounds {args.rounds}` (P = 2 timed side by side: "
             "seconds of the second epoch, median over the rounds; values per step from "
             "spdnn.plan.step_values, equal to the runtime's counts).\n\n"
@@ -128,9 +127,7 @@ def main() -> None:
               "counts in tests/test_replicas_mpi.py):\n\n"
             + table(["network", "batch", "grid", "model axis (expand + fold)",
                      "gradient sum in", "gradient sum sent (ring)"], rows4))
-    print(body)
-    if not args.no_write:
-        write_section("bench-grid", "Grids: model parts x replicas", body)
+    publish(args, "bench-grid", "Grids: model parts x replicas", body)
 
 
 if __name__ == "__main__":

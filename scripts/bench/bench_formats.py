@@ -5,7 +5,7 @@ Matrix Market file of challenge input images (``--images`` of ``--neurons`` pixe
 nonzeros each, as MNIST's): scipy's C++ reader behind the byte check (spdnn.io._mtx_fast)
 against the line parser it had before 2026-11-27.
 
-    python scripts/bench_formats.py [--neurons 1024] [--layers 120] [--images 60000]
+    python scripts/bench/bench_formats.py [--neurons 1024] [--layers 120] [--images 60000]
         [--repeats 3] [--no-write]
 
 The network is a generated RadiX-Net of the challenge's shape (32 nonzeros per row), written as
@@ -16,7 +16,6 @@ section "Reading Graph Challenge networks".
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import argparse
 import os
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import interleaved, table, write_section  # noqa: E402
+from harness import interleaved, parser, publish, table  # noqa: E402
 
 
 def _before(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
@@ -72,12 +71,11 @@ def images_mtx(tmp: Path, n: int, pixels: int, repeats: int) -> tuple[int, dict[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--neurons", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=120)
     ap.add_argument("--images", type=int, default=60_000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "network"
@@ -94,10 +92,7 @@ def main() -> None:
              f"{mtx_times['before']:.2f}", f"{mtx_times['now']:.2f}",
              f"{mtx_times['before'] / mtx_times['now']:.2f}x"]]
     header = ["file", "nonzeros", "before, s", "now, s", "speed-up"]
-    print(table(header, rows))
-    if args.no_write:
-        return
-    body = (f"Command: `python scripts/bench_formats.py --neurons {args.neurons} --layers "
+    body = (f"Command: `python scripts/bench/bench_formats.py --neurons {args.neurons} --layers "
             f"{args.layers} --images {args.images} --repeats {args.repeats}` (median of "
             "interleaved repeats, one thread; a generated RadiX-Net written as Graph "
             "Challenge TSV files; both readers give the same fingerprint). `before`: every "
@@ -108,7 +103,7 @@ def main() -> None:
             "`before`: the line parser (numpy's C parser over the decoded lines), `now`: "
             "scipy's fast_matrix_market on one thread behind a check of the bytes "
             "(spdnn.io._mtx_fast); the same matrix.\n\n" + table(header, rows))
-    write_section("formats", "Reading Graph Challenge networks", body)
+    publish(args, "formats", "Reading Graph Challenge networks", body)
 
 
 if __name__ == "__main__":

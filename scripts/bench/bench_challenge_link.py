@@ -1,11 +1,11 @@
 """Over a network: Graph Challenge inference under each plan on 2 emulated nodes (spdnn
 emulate), beside shared memory.
 
-    python scripts/bench_challenge_link.py [--neurons 1024] [--layers 120] [--inputs 10000]
+    python scripts/bench/bench_challenge_link.py [--neurons 1024] [--layers 120] [--inputs 10000]
         [--links shm 100mbit 1gbit 10gbit] [--rounds 3] [--work DIR] [--no-write]
 
 Network: RadiX-Net NEURONS x LAYERS with the challenge's bias and cap (as
-scripts/bench_challenge.py makes it); inputs: the first INPUTS MNIST training images made
+scripts/bench/bench_challenge.py makes it); inputs: the first INPUTS MNIST training images made
 challenge inputs (`spdnn generate challenge-images`, needs ../shared/data/mnist). Grids, one rank
 per node: 2 parts under the hypergraph, block and cyclic plans, and 1 part x 2 replicas (each
 replica its share of the inputs, nothing exchanged). `spdnn infer` as a user runs it (its
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_challenge import BIASES, ENV  # noqa: E402
-from benchlib import SHARED, Ranks, table, write_section  # noqa: E402
+from harness import SHARED, Ranks, parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 GRIDS = [("2 parts, hypergraph plan", "hypergraph"), ("2 parts, block plan", "block"),
@@ -103,14 +103,13 @@ def bench_link(files: dict[str, Path], link: str, emu: object | None, rounds: in
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--neurons", type=int, choices=sorted(BIASES), default=1024)
     ap.add_argument("--layers", type=int, default=120)
     ap.add_argument("--inputs", type=int, default=10_000)
     ap.add_argument("--links", nargs="+", default=["shm", "100mbit", "1gbit", "10gbit"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", help="keep the network, images and plans here")
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not (SHARED / "mnist").is_dir():
         ap.error(f"the challenge images are made from {SHARED / 'mnist'}, which is absent")
@@ -132,11 +131,8 @@ def main() -> int:
                 rows += bench_link(files, link, emu, args.rounds, tmp)
     body = table(["link", "grid (2 nodes x 1 rank)", "inference s", "edges/s",
                   "MB sent", "time / hypergraph"], rows)
-    print(body)
-    if not args.no_write:
-        cmdline = " ".join(["python scripts/bench_challenge_link.py", *sys.argv[1:]])
-        write_section(
-            f"bench-network-challenge-{args.neurons}x{args.layers}",
+    cmdline = " ".join(["python scripts/bench/bench_challenge_link.py", *sys.argv[1:]])
+    publish(args, f"bench-network-challenge-{args.neurons}x{args.layers}",
             f"Over a network: Graph Challenge inference, {args.neurons} x {args.layers}",
             f"`{cmdline}` ({args.inputs:,} inputs, median of {args.rounds} rounds; every grid "
             f"found the same categories)\n\n{body}\n\nLinks as measured by the emulation:\n"

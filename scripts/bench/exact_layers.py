@@ -1,6 +1,6 @@
 """How far the plan is from a local optimum under exact one-layer re-assignment.
 
-    python scripts/exact_layers.py [-P 8] [--layers 24] [--objective infer] [--node-limit 200]
+    python scripts/bench/exact_layers.py [-P 8] [--layers 24] [--objective infer] [--node-limit 200]
                                    [--fine-layers 3 11 17] [--windows 1 2 3 ... [--seconds 120]]
                                    [--cpsat SECONDS]
 
@@ -33,7 +33,7 @@ from spdnn.io.graphchallenge import read_graphchallenge
 from spdnn.model.network import Network
 from spdnn.model.plan import network_patterns
 
-GC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "graphchallenge" / \
+GC = Path(__file__).resolve().parents[3] / "shared" / "data" / "graphchallenge" / \
     "neuron1024"
 NO_NODE_LIMIT = 2**31 - 1  # HiGHS's own default: windows stop at --seconds only
 

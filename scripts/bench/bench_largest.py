@@ -1,7 +1,7 @@
 """The three largest Graph Challenge networks on one machine, under a memory limit per rank
 (issue 48): 16384 x 1920, 65536 x 480 (1.0e9 edges each) and 65536 x 1920 (4.0e9).
 
-    python scripts/bench_largest.py --networks 16384x1920,65536x480 --work /work/big \\
+    python scripts/bench/bench_largest.py --networks 16384x1920,65536x480 --work /work/big \\
         [--inputs 60000] [--check-inputs 2000] [--memory-limit 6G] [--no-write]
 
 Each network (RadiX-Net, `spdnn generate radixnet`, written layer by layer; the challenge's
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import SHARED, table, write_section  # noqa: E402
+from harness import SHARED, parser, publish, table  # noqa: E402
 
 from spdnn.io.bundle import NetworkBundle  # noqa: E402
 from spdnn.io.images import read_images, write_image_npz  # noqa: E402
@@ -175,7 +175,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         rows.append([r["network"], "scipy loop, one layer at a time", f"{ref['inputs']:,}",
                      f"{ref['rate']:.3g}", f"{ref['seconds']:.1f}", "", "",
                      f"{ref['categories']:,}", "equal to spdnn's"])
-    return (f"Command: `python scripts/bench_largest.py --networks "
+    return (f"Command: `python scripts/bench/bench_largest.py --networks "
             f"{args.networks} --inputs {args.inputs} --check-inputs {args.check_inputs} "
             f"--memory-limit {args.memory_limit}`. Rate = inputs x edges / seconds of the "
             "passes (reading the blocks of a streamed run not included: its own column); "
@@ -186,16 +186,12 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="example:\n  python scripts/bench_largest.py --networks "
-                                        "16384x1920 --work /work/big --memory-limit 6G")
+    ap = parser(__doc__)
     ap.add_argument("--networks", default="16384x1920,65536x480,65536x1920")
     ap.add_argument("--inputs", type=int, default=60_000)
     ap.add_argument("--check-inputs", type=int, default=2_000)
     ap.add_argument("--memory-limit", default="6G")
     ap.add_argument("--work", type=Path, default=Path("largest-work"))
-    ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--check-only", action="store_true",
                     help="only spdnn at P = 1 against the scipy loop on --check-inputs inputs "
                          "(prints; writes nothing to BENCHMARKS.md)")
@@ -214,9 +210,7 @@ def main() -> int:
     if args.check_only:
         return 0
     body = report(results, args)
-    print(body)
-    if not args.no_write:
-        write_section("largest", "Graph Challenge: the largest networks", body)
+    publish(args, "largest", "Graph Challenge: the largest networks", body)
     return 0
 
 

@@ -1,11 +1,11 @@
 """Each rank's memory, predicted against measured, on the validation networks (issue 48).
 
-    python scripts/bench_memory.py [--networks mlp random radixnet] [--ranks 1 2 4]
+    python scripts/bench/bench_memory.py [--networks mlp random radixnet] [--ranks 1 2 4]
                                    [--work DIR] [--no-write]
 
 Networks (float32, a dense 10-way head): `mlp`, 784 -> 1024 -> 1024 (fan-in 32); `random`,
 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first 3 RadiX-Net layers of 16384 neurons (as
-scripts/validate_model.py). Block plans for P = 2 and 4. Each network trains 4 steps of 64 on
+scripts/bench/validate_model.py). Block plans for P = 2 and 4. Each network trains 4 steps of 64 on
 2,048 synthetic samples and evaluates 512 (`spdnn train`), and infers the 512 (`spdnn infer`),
 at every P. Each rank's peak: `/usr/bin/time -f %M`; the prediction: the job's own
 (`--metrics-out`'s memory.predicted_bytes, spdnn.model.memory.predict). The table gives the
@@ -17,7 +17,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import json
 import os
 import re
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import table, write_section  # noqa: E402
+from harness import parser, publish, table  # noqa: E402
 from validate_model import build as network  # noqa: E402  (the same validation networks)
 
 BIN = Path(sys.executable).parent
@@ -72,12 +71,11 @@ def run(ranks: int, args: list[str], metrics: Path) -> tuple[list[int], list[int
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--networks", nargs="+", choices=["mlp", "random", "radixnet"],
                     default=["mlp", "random", "radixnet"])
     ap.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
     ap.add_argument("--work", type=Path)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,16 +99,14 @@ def main() -> int:
                     rows.append([name, job, str(p), f"{peak / 1e6:,.0f}", f"{pred / 1e6:,.0f}",
                                  f"{100 * (pred - peak) / peak:+.1f}%"])
                     print(" | ".join(rows[-1]), flush=True)
-    body = ("Command: `python scripts/bench_memory.py --networks " + " ".join(args.networks)
+    body = ("Command: `python scripts/bench/bench_memory.py --networks " + " ".join(args.networks)
             + " --ranks " + " ".join(map(str, args.ranks)) + "`. Block plans; training: 4 "
             "steps of 64 on 2,048 samples, evaluation on 512; inference: the 512. Peak: the "
             "largest rank's `/usr/bin/time -f %M`; predicted: the largest rank's prediction "
             "of the job's own memory line (`spdnn.model.memory.predict`, the data counted as "
             "held); float32, one thread per rank, P = 4 on 2 cores.\n\n"
             + table(["network", "job", "P", "peak (MB)", "predicted (MB)", "error"], rows))
-    print(body)
-    if not args.no_write:
-        write_section("memory-validation", "Memory: the validation networks", body)
+    publish(args, "memory-validation", "Memory: the validation networks", body)
     return 0
 
 

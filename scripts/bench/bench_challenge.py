@@ -1,7 +1,7 @@
 """The Sparse DNN Graph Challenge at every size: spdnn against SuiteSparse:GraphBLAS and the
 scipy CSR loop, side by side on the same inputs, with peak memory and how the cost grows.
 
-    python scripts/bench_challenge.py --networks 1024x120,4096x120 [--inputs 60000]
+    python scripts/bench/bench_challenge.py --networks 1024x120,4096x120 [--inputs 60000]
         [--baseline-inputs M] [--rounds 3] [--work challenge-work] [--no-write]
 
 Networks: RadiX-Net (spdnn generate radixnet) with the challenge's sizes and biases (1024:
@@ -10,7 +10,7 @@ resized to sqrt(N) x sqrt(N) and made binary (spdnn generate challenge-images; t
 from ../shared/data/mnist). Engines, each a process of its own (peak memory: the largest sum
 of resident memory over its process tree, sampled every 100 ms): spdnn at P = 1, 1 rank x 2
 threads, 2 ranks with a hypergraph plan, 2 ranks of data parallelism (--replicas 2);
-GraphBLAS at 1 and 2 threads and the scipy loop (scripts/challenge_engines.py). Rounds are
+GraphBLAS at 1 and 2 threads and the scipy loop (scripts/bench/challenge_engines.py). Rounds are
 interleaved; rates (inputs x edges / seconds of the inference loop) are medians. Every engine
 must find the same categories before a rate is printed. With --baseline-inputs M, the other
 engines run on the first M inputs and spdnn P = 1 runs on those too, for the ratio.
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, SHARED, write_section  # noqa: E402
+from harness import ROOT, SHARED, parser, publish  # noqa: E402
 
 BIN = Path(sys.executable).parent
 BIASES = {1024: -0.3, 4096: -0.35, 16384: -0.4, 65536: -0.45}
@@ -134,7 +134,7 @@ def engines(files: dict[str, Path], subset: Path | None, tmp: Path,
         out["spdnn P=1 (baseline inputs)"] = infer + ["--inputs", other]
     elif only == "baselines":  # the baselines' categories are checked against spdnn's
         out["spdnn P=1"] = infer + ["--inputs", images]
-    worker = [sys.executable, str(ROOT / "scripts" / "challenge_engines.py")]
+    worker = [sys.executable, str(ROOT / "scripts" / "bench" / "challenge_engines.py")]
     for threads in () if only == "spdnn" else (1, 2):
         out[f"GraphBLAS {threads} thread{'s' * (threads > 1)}"] = worker + [
             "graphblas", "--network", str(files["net"]), "--inputs", other, "--threads",
@@ -237,10 +237,7 @@ def _digest(categories: list[int]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="example:\n  python scripts/bench_challenge.py "
-                                        "--networks 1024x120 --inputs 60000 --rounds 3")
+    ap = parser(__doc__)
     ap.add_argument("--networks", default="1024x120,1024x480,1024x1920,4096x120,4096x480,"
                     "4096x1920,16384x120,16384x480,16384x1920,65536x120,65536x480,65536x1920")
     ap.add_argument("--inputs", type=int, default=60_000)
@@ -250,7 +247,6 @@ def main() -> int:
     ap.add_argument("--max-plan-edges", type=float, default=1.5e8,
                     help="no hypergraph plan (and no run with it) for larger networks")
     ap.add_argument("--work", type=Path, default=Path("challenge-work"))
-    ap.add_argument("--no-write", action="store_true")
     only = ap.add_mutually_exclusive_group()
     only.add_argument("--only-spdnn", dest="only", action="store_const", const="spdnn",
                       help="rerun spdnn's engines only; the other engines' figures (and "
@@ -279,9 +275,7 @@ def main() -> int:
     from challenge_report import report
 
     body = report(results, ROOT / "docs" / "figures" / "challenge_growth.png")
-    print(body)
-    if not args.no_write:
-        write_section("BENCH_CHALLENGE", "Graph Challenge at every size", body)
+    publish(args, "BENCH_CHALLENGE", "Graph Challenge at every size", body)
     return 0
 
 

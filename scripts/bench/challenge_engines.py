@@ -1,9 +1,10 @@
-"""The other engines of scripts/bench_challenge.py, each run as its own process so that its peak
-memory is its own: SuiteSparse:GraphBLAS through python-graphblas (pip install
+"""The other engines of scripts/bench/bench_challenge.py, each run as its own process so that
+its peak memory is its own: SuiteSparse:GraphBLAS through python-graphblas (pip install
 'spdnn[bench]') and the plain scipy CSR loop. Both compute the challenge's recurrence on sparse
 Y (samples x neurons): Y <- Y W; the bias on the stored entries; keep the positive ones; cap.
 
-    python scripts/challenge_engines.py graphblas|scipy --network NET.npz --inputs IMAGES.npz \\
+    python scripts/bench/challenge_engines.py graphblas|scipy --network NET.npz \\
+        --inputs IMAGES.npz \\
         --threads T --out RESULT.json [--method tuned|reference]
 
 GraphBLAS is used at its best as measured here (1024 x 120, 60,000 inputs, one thread): the
@@ -18,14 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from spdnn.io.bundle import load_network  # noqa: E402
 from spdnn.io.images import read_images  # noqa: E402
 

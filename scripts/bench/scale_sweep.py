@@ -2,14 +2,14 @@
 measured and predicted side by side: the check of the cost model past 2 ranks that the first
 machine with more cores can run with no new code.
 
-    python scripts/scale_sweep.py [--networks mlp random radixnet | --network FILE ...]
+    python scripts/bench/scale_sweep.py [--networks mlp random radixnet | --network FILE ...]
         [--max-ranks P] [--batch 32 256] [--steps 10] [--rounds 3] [--calibration FILE]
         [--nodes N --link RATE] [-o sweep.json]
 
 For each P = 1, 2, ..., max (default: the cores, or the nodes with --nodes), every grid
 parts x replicas = P (hypergraph plan for parts > 1; the block plan beside it when parts = P);
 each configuration in a fresh job timing ``steps`` SGD steps after 2 warm-up steps (the
-slowest rank's median step, scripts/validate_model.py's worker), rounds interleaved, each
+slowest rank's median step, scripts/bench/validate_model.py's worker), rounds interleaved, each
 predicted from one calibration (taken first with as many ranks as the sweep's largest P on
 one node, unless given). The output has validate_model.py's format (``spdnn-validation/1``:
 ``steps`` per case and round, ``calibrations``) plus ``predicted`` per case and round; the
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import Ranks, table  # noqa: E402
+from harness import Ranks, table  # noqa: E402
 from validate_model import MEASUREMENTS_FORMAT, build  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -1,6 +1,6 @@
 """The three products of a training step, one thread, side by side in one run, with a roofline.
 
-    python scripts/bench_kernels.py [--sizes 4096 16384] [--batch 256] [--repeats 9]
+    python scripts/bench/bench_kernels.py [--sizes 4096 16384] [--batch 256] [--repeats 9]
 
 For each n: an n x n CSR matrix W with 32 random nonzeros per row (float32), dense n x B blocks X
 and G. Kernels: the forward product W X, the transposed product W^T G and the weight gradient
@@ -25,7 +25,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import os
 import sys
 import time
@@ -37,7 +36,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import interleaved, table, write_section  # noqa: E402
+from harness import interleaved, parser, publish, table  # noqa: E402
 
 from spdnn.kernels import products as kernels  # noqa: E402
 from spdnn.model.generate import fixed_fan_in  # noqa: E402
@@ -140,11 +139,10 @@ def candidates(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray, outs: dict) -> di
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     kernels.set_threads(1)
     rng = np.random.default_rng(0)
@@ -178,7 +176,8 @@ def main() -> int:
                              f"{flop / s / 1e9:.1f}",
                              f"{gathered / s / 1e9:.1f}", f"{gathered / s / ceiling:.2f}", vs])
                 print(" | ".join(rows[-1]), flush=True)
-    body = (f"Command: `python scripts/bench_kernels.py --sizes {' '.join(map(str, args.sizes))} "
+    body = ("Command: `python scripts/bench/bench_kernels.py --sizes "
+            f"{' '.join(map(str, args.sizes))} "
             f"--batch {args.batch} --repeats {args.repeats}` (float32, one thread, 32 nonzeros "
             f"per row, median of {args.repeats} interleaved repeats; torch "
             f"{torch_version or 'not installed'}). Stream bandwidth of one core in this run (a "
@@ -189,9 +188,7 @@ def main() -> int:
             "(above 1: spdnn is faster).\n\n"
             + table(["n", "kernel", "implementation", "ms", "GFLOP/s", "gathered GB/s",
                      "of gather ceiling", "vs fastest other"], rows))
-    print(body)
-    if not args.no_write:
-        write_section("BENCH_KERNELS", "Local kernels", body)
+    publish(args, "BENCH_KERNELS", "Local kernels", body)
     return 0
 
 

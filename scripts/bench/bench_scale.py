@@ -7,9 +7,9 @@ pages counted once), and compares the plan with the block and cyclic baselines. 
 in WORKDIR/bench_scale.json, so sizes can be measured in separate runs; the table in
 docs/BENCHMARKS.md ("Partitioner at scale") shows them all.
 
-    python scripts/bench_scale.py --neurons 1024 4096 -P 64
-    python scripts/bench_scale.py --neurons 16384 -P 64 --time-limit 600 --jobs 2
-    python scripts/bench_scale.py --neurons 65536 -P 256 --time-limit 3600
+    python scripts/bench/bench_scale.py --neurons 1024 4096 -P 64
+    python scripts/bench/bench_scale.py --neurons 16384 -P 64 --time-limit 600 --jobs 2
+    python scripts/bench/bench_scale.py --neurons 65536 -P 256 --time-limit 3600
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import spdnn.cli.pinned  # noqa: F401
 import numpy as np
-from benchlib import table, write_section
+from harness import parser, publish, table
 
 
 def _tree(pid: int) -> list[int]:
@@ -132,7 +132,7 @@ def before_after(args: argparse.Namespace) -> int:
     from spdnn.io.graphchallenge import read_graphchallenge
     from spdnn.model.network import Network
 
-    gc = Path(__file__).resolve().parents[2] / "shared" / "data" / "graphchallenge" / "neuron1024"
+    gc = Path(__file__).resolve().parents[3] / "shared" / "data" / "graphchallenge" / "neuron1024"
     if not gc.is_dir():
         raise SystemExit(f"{gc} is absent: the before/after comparison needs the real network")
     work = Path(args.workdir)
@@ -141,7 +141,7 @@ def before_after(args: argparse.Namespace) -> int:
     if not network.exists():
         save_network(Network(layers=read_graphchallenge(gc, -0.3, 32).layers[:args.gc_layers]),
                      network)
-    trees = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parents[1]}
+    trees = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parents[2]}
     seconds: dict[str, list[float]] = {k: [] for k in trees}
     volume: dict[str, int] = {}
     for _ in range(args.rounds):
@@ -160,20 +160,19 @@ def before_after(args: argparse.Namespace) -> int:
              " / ".join(f"{t:.1f}" for t in seconds[name]), f"{volume[name]:,}"]
             for name in trees]
     ratio = statistics.median(seconds["before"]) / statistics.median(seconds["after"])
-    body = (f"Command: `python scripts/bench_scale.py --before {args.before} --gc-layers "
+    body = (f"Command: `python scripts/bench/bench_scale.py --before {args.before} --gc-layers "
             f"{args.gc_layers} -P {args.nparts} --rounds {args.rounds}` "
             f"({time.strftime('%Y-%m-%d')}; the two trees alternate; whole `spdnn-partition` "
             f"commands, default options). "
             f"Graph Challenge 1024 x {args.gc_layers} at P = {args.nparts}.\n\n"
             + table(["tree", "median s", "each round s", "volume"], rows)
             + f"\n\nAfter / before speed: **{ratio:.2f}x**.")
-    write_section("partition-before-after", "Partitioner before and after", body)
-    print(body)
+    publish(args, "partition-before-after", "Partitioner before and after", body)
     return 0
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("--neurons", type=int, nargs="+")
     p.add_argument("--before", metavar="TREE",
                    help="instead: time the Graph Challenge network against this source tree")
@@ -200,12 +199,12 @@ def main() -> int:
                                                          args.jobs, args.time_limit)] + [row]
         results.write_text(json.dumps(rows, indent=1))
         print(render([row]), flush=True)
-    body = ("Commands: `python scripts/bench_scale.py --neurons N... -P P [--time-limit S] "
+    body = ("Commands: `python scripts/bench/bench_scale.py --neurons N... -P P [--time-limit S] "
             "[--jobs J]` (one run per row; RadiX-Net generated with seed 0; wall time of the "
             "whole command, loading and writing included; peak memory: the largest sum of the "
             "proportional set sizes of the command and its worker processes, sampled every "
             "0.5 s). Volumes in rows per training step, forward in brackets.\n\n" + render(rows))
-    write_section("partition-scale", "Partitioner at scale", body)
+    publish(args, "partition-scale", "Partitioner at scale", body)
     return 0
 
 

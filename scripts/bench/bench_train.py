@@ -1,6 +1,6 @@
 """The SGD training step: spdnn against the fastest PyTorch formulations we know, side by side.
 
-    python scripts/bench_train.py [--hidden 16384] [--batch 256] [--steps 10] [--rounds 3]
+    python scripts/bench/bench_train.py [--hidden 16384] [--batch 256] [--steps 10] [--rounds 3]
                                   [--structure random radixnet] [--no-write]
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `random`, fixed fan-in 32,
@@ -11,7 +11,8 @@ One SGD step (forward, cross-entropy, backward, SGD with momentum 0.9 and its up
 a fresh process per configuration and round, rounds interleaved, after 2 warm-up steps:
 spdnn at P = 1 with 1 and 2 kernel threads and at P = 2 (hypergraph and block plans, 1 thread
 per rank; the step time is the slowest rank's), and PyTorch (`pip install torch==2.13.0`, not
-a dependency of spdnn) with 1 and 2 threads in the three formulations of scripts/torch_baselines.py:
+a dependency of spdnn) with 1 and 2 threads in the three formulations of
+scripts/bench/torch_baselines.py:
 embedding_bag + sampled_addmm (the fastest), CSR + sampled_addmm, and the naive COO one (2
 steps, one round: it is 30x slower). Each PyTorch variant is first checked against spdnn's
 serial reference in float64. The last table is where spdnn's P = 1 step goes, per layer.
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import table, write_section  # noqa: E402
+from harness import parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
@@ -227,14 +228,13 @@ def build(structure: str, hidden: int):  # noqa: ANN201
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--hidden", type=int, default=16384)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per process")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--structure", nargs="+", choices=["random", "radixnet"],
                     default=["random", "radixnet"])
-    ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)
@@ -257,7 +257,7 @@ def main() -> int:
         rows += r
         split += s
         notes.append(note)
-    body = (f"Command: `python scripts/bench_train.py --hidden {args.hidden} --batch "
+    body = (f"Command: `python scripts/bench/bench_train.py --hidden {args.hidden} --batch "
             f"{args.batch} --steps {args.steps} --rounds {args.rounds} --structure "
             f"{' '.join(args.structure)}`. float32, batch {args.batch}; one process per "
             f"configuration and round, {args.steps} timed steps each after 2 warm-up steps, "
@@ -273,9 +273,7 @@ def main() -> int:
             "2 threads'):\n\n"
             + table(["network", "layer", "forward 1t", "forward 2t", "gain", "backward 1t",
                      "backward 2t", "gain"], split))
-    print(body)
-    if not args.no_write:
-        write_section("BENCH_TRAIN", "Training", body)
+    publish(args, "BENCH_TRAIN", "Training", body)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Predicted scaling of a training step from 1 to 1,024 ranks on the example cluster.
 
     mpirun -n 2 spdnn calibrate -o docs/calibration-2core-vm.json
-    python scripts/scaling_study.py --calibration docs/calibration-2core-vm.json \\
+    python scripts/bench/scaling_study.py --calibration docs/calibration-2core-vm.json \\
         [--cluster docs/cluster-hdr-infiniband.json] [--batch 256] [--max-ranks 1024] \\
         [--hypergraph-up-to 64] [--partition-limit 300] [--jobs 2] [--plans DIR] [--no-write]
 
@@ -23,14 +23,13 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, SHARED, table, write_section  # noqa: E402
+from harness import ROOT, SHARED, parser, publish, table  # noqa: E402
 
 SCALING = ROOT / "docs" / "SCALING.md"
 
@@ -73,7 +72,7 @@ def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--calibration", required=True, help="from spdnn calibrate")
     ap.add_argument("--cluster", default=str(ROOT / "docs" / "cluster-hdr-infiniband.json"))
     ap.add_argument("--batch", type=int, default=256)
@@ -85,7 +84,6 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="partitioner worker processes")
     ap.add_argument("--plans", metavar="DIR", help="keep the hypergraph plans in DIR and reuse "
                                                    "them (checked against the network)")
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if args.jobs < 1 or args.partition_limit <= 0 or args.hypergraph_up_to < 1:
         ap.error("--jobs and --hypergraph-up-to must be at least 1, --partition-limit above 0")
@@ -158,29 +156,28 @@ def main() -> int:
             + table(["P", "best grid (method parts x replicas)", "ms/step", "speed-up",
                      "compute / exchange / gradient %", "block best ms (grid)",
                      "cyclic best ms (grid)", "hypergraph best ms (grid)"], rows))
-    if not args.no_write:
-        cmd = (f"python scripts/scaling_study.py --calibration {args.calibration} --batch "
-               f"{args.batch} --max-ranks {args.max_ranks} --hypergraph-up-to "
-               f"{args.hypergraph_up_to} --partition-limit {args.partition_limit:g} --jobs "
-               f"{args.jobs}" + ("" if not suffix else
-                                  f" --cluster {os.path.relpath(args.cluster, ROOT)}"))
-        link = machine.cluster.inter
-        memory = "" if machine.cluster.memory_bandwidth_Bps is None else (
-            f"; copies within a node share its {machine.cluster.memory_bandwidth_Bps / 1e9:.0f} "
-            "GB/s of memory bandwidth")
-        body = (f"Command: `mpirun -n 2 spdnn calibrate -o {args.calibration}` (this 2-core "
-                f"machine: the compute side), then `{cmd}`. Network: "
-                f"`{os.path.relpath(args.cluster, ROOT)}` ({machine.cluster.name}; its numbers "
-                "are assumptions with sources named in the file: one port of "
-                f"{link.bandwidth_Bps / 1e9:.3g} GB/s and {link.latency_s * 1e6:.3g} us per node "
-                f"shared by its {machine.cluster.ranks_per_node} ranks{memory}). Every "
-                "figure here "
-                "is a prediction: beyond P = 2 nothing was measured, and the compute side "
-                "carries the misses of the validation (\"Where it misses\"). Batch "
-                f"{args.batch}, float32, `--exchange dense` bytes.\n\n"
-                + "\n\n".join(sections))
-        where = "" if not suffix else f" over {machine.cluster.name.split(',')[0]}"
-        write_section(f"study{suffix}", f"Study: 1 to 1,024 ranks{where}", body, SCALING)
+    cmd = (f"python scripts/bench/scaling_study.py --calibration {args.calibration} --batch "
+           f"{args.batch} --max-ranks {args.max_ranks} --hypergraph-up-to "
+           f"{args.hypergraph_up_to} --partition-limit {args.partition_limit:g} --jobs "
+           f"{args.jobs}" + ("" if not suffix else
+                              f" --cluster {os.path.relpath(args.cluster, ROOT)}"))
+    link = machine.cluster.inter
+    memory = "" if machine.cluster.memory_bandwidth_Bps is None else (
+        f"; copies within a node share its {machine.cluster.memory_bandwidth_Bps / 1e9:.0f} "
+        "GB/s of memory bandwidth")
+    body = (f"Command: `mpirun -n 2 spdnn calibrate -o {args.calibration}` (this 2-core "
+            f"machine: the compute side), then `{cmd}`. Network: "
+            f"`{os.path.relpath(args.cluster, ROOT)}` ({machine.cluster.name}; its numbers "
+            "are assumptions with sources named in the file: one port of "
+            f"{link.bandwidth_Bps / 1e9:.3g} GB/s and {link.latency_s * 1e6:.3g} us per node "
+            f"shared by its {machine.cluster.ranks_per_node} ranks{memory}). Every "
+            "figure here "
+            "is a prediction: beyond P = 2 nothing was measured, and the compute side "
+            "carries the misses of the validation (\"Where it misses\"). Batch "
+            f"{args.batch}, float32, `--exchange dense` bytes.\n\n"
+            + "\n\n".join(sections))
+    where = "" if not suffix else f" over {machine.cluster.name.split(',')[0]}"
+    publish(args, f"study{suffix}", f"Study: 1 to 1,024 ranks{where}", body, SCALING)
     return 0
 
 

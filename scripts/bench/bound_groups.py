@@ -2,7 +2,7 @@
 for networks where every layer splits into exactly P such units (e.g. the Graph Challenge 1024
 network at P = 64: 64 groups of 16 identical rows per layer).
 
-    python scripts/bound_groups.py [--layers 24] [-P 64] [--network NET.npz]
+    python scripts/bench/bound_groups.py [--layers 24] [-P 64] [--network NET.npz]
 
 With one unit per rank, a layer's intra-layer cost is fixed (each input row goes to every rank
 holding a unit that reads it) and the only freedom is which unit of layer k shares a rank with
@@ -27,7 +27,7 @@ from spdnn.io.graphchallenge import read_graphchallenge
 from spdnn.model.network import Network
 from spdnn.model.plan import network_patterns
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GC = ROOT.parent / "shared" / "data" / "graphchallenge" / "neuron1024"
 
 

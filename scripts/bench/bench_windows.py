@@ -7,11 +7,11 @@ hypergraph (unless --no-whole) and once in windows (under --memory-limit, or --w
 and keeps the rows in WORKDIR/bench_windows.json; the table in docs/BENCHMARKS.md ("Partitioner:
 networks larger than memory") shows them all.
 
-    python scripts/bench_windows.py rx16384x120.npz -P 64 --memory-limit 1200M \
+    python scripts/bench/bench_windows.py rx16384x120.npz -P 64 --memory-limit 1200M \
         --time-limit 600 --jobs 2
-    python scripts/bench_windows.py rx65536x1920.npz -P 2 --memory-limit 8G \
+    python scripts/bench/bench_windows.py rx65536x1920.npz -P 2 --memory-limit 8G \
         --time-limit 3600 --no-whole --workdir W2
-    python scripts/bench_windows.py - -P 0 --report W2/bench_windows.json   # the table
+    python scripts/bench/bench_windows.py - -P 0 --report W2/bench_windows.json   # the table
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import spdnn.cli.pinned  # noqa: F401
 from bench_scale import measured
-from benchlib import table, write_section
+from harness import parser, publish, table
 
 
 def run(args: argparse.Namespace, windowed: bool) -> dict:
@@ -94,7 +94,7 @@ def render(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("network")
     p.add_argument("-P", "--nparts", type=int, required=True)
     p.add_argument("--memory-limit", default=None)
@@ -103,7 +103,6 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--no-whole", action="store_true", help="only the windowed run")
     p.add_argument("--workdir", default="/tmp/spdnn-bench-windows")
-    p.add_argument("--no-write", action="store_true")
     p.add_argument("--report", nargs="*", metavar="JSON",
                    help="run nothing: write the table of the rows stored in WORKDIR and in "
                         "these other bench_windows.json files")
@@ -121,11 +120,10 @@ def main() -> None:
         store.write_text(json.dumps(rows, indent=1))
         print(json.dumps(row), flush=True)
     print(render(rows))
-    if not args.no_write:
-        write_section("windows", "Partitioner: networks larger than memory",
-                      "Command: `python scripts/bench_windows.py NETWORK -P P --memory-limit "
-                      "LIMIT --time-limit T --jobs J` (the header of each row).\n\n"
-                      + render(rows))
+    publish(args, "windows", "Partitioner: networks larger than memory",
+                  "Command: `python scripts/bench/bench_windows.py NETWORK -P P --memory-limit "
+                  "LIMIT --time-limit T --jobs J` (the header of each row).\n\n"
+                  + render(rows))
 
 
 if __name__ == "__main__":

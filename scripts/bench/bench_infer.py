@@ -1,7 +1,7 @@
 """Graph Challenge inference rate (official metric: inputs x edges / seconds of the inference
 loop), spdnn at P = 1 and P = 2 against a plain scipy loop, side by side in one run.
 
-    python scripts/bench_infer.py [--radix-layers 120] [--inputs 1200]
+    python scripts/bench/bench_infer.py [--radix-layers 120] [--inputs 1200]
 
 Cases: the official 1024-neuron, 120-layer network on the 1,200-image subset from ../shared/data
 (skipped when absent), and a generated RadiX-Net 4096 network (120 layers, bias -0.35, cap 32) on
@@ -18,7 +18,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import json
 import os
 import subprocess
@@ -31,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import SHARED, table, write_section  # noqa: E402
+from harness import SHARED, Rounds, parser, publish, table  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.io.bundle import save_network  # noqa: E402
@@ -93,31 +92,30 @@ def bench_case(label: str, name: str, net, images: sp.csr_matrix, work: Path) ->
     print(f"{label}: hypergraph plan for P=2 in {time.perf_counter() - t0:.0f} s", flush=True)
     save_plan(plan, work / f"{name}-plan.npz")
     images = read_inputs(work / f"{name}-inputs.mtx", net.sizes[0])
-    best: dict[str, float] = {}
+    rounds = Rounds()
     cats = {}
     plain = "scipy sparse loop (official reference)"
     for _ in range(3):  # interleaved rounds; the best rate of each is kept
         rate, cats[plain] = sparse_loop(net, images)
-        best[plain] = max(best.get(plain, 0), rate)
+        rounds.add(plain, rate)
         ref = challenge_infer(net, images)
         dense = "scipy dense loop, dead samples dropped (spdnn serial reference)"
-        best[dense] = max(best.get(dense, 0), ref.rate)
+        rounds.add(dense, ref.rate)
         cats[dense] = len(ref.categories)
         for key, (ranks, split) in CONFIGS.items():
-            rate, n_cats = spdnn_rate(ranks, split, work, name)
-            best[key] = max(best.get(key, 0), rate)
-            cats[key] = n_cats
-        print(label, {k: f"{v:.3g}" for k, v in best.items()}, flush=True)
+            rate, cats[key] = spdnn_rate(ranks, split, work, name)
+            rounds.add(key, rate)
+        print(label, {k: f"{v:.3g}" for k, v in rounds.best().items()}, flush=True)
+    best = rounds.best()
     assert len(set(cats.values())) == 1, cats  # every run found the same categories
     return [[label, k, f"{v:.3g}", f"{v / best[plain]:.2f}x", f"{v / best[dense]:.2f}x",
              str(cats[plain])] for k, v in best.items()]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--radix-layers", type=int, default=120)
     ap.add_argument("--inputs", type=int, default=1200)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     rows = []
     notes = []
@@ -136,15 +134,13 @@ def main() -> int:
         images = sp.csr_matrix((rng.random((args.inputs, 4096)) < 0.5).astype(np.float32))
         rows += bench_case(f"RadiX-Net 4096 x {args.radix_layers}, {args.inputs:,} random "
                            "inputs", "rx", net, images, work)
-    body = (f"Command: `python scripts/bench_infer.py --radix-layers {args.radix_layers} "
+    body = (f"Command: `python scripts/bench/bench_infer.py --radix-layers {args.radix_layers} "
             f"--inputs {args.inputs}`. Rate in edges/s (official metric), best of three "
             "interleaved rounds; float32.\n\n"
             + table(["case", "implementation", "rate (edges/s)", "vs sparse loop",
                      "vs dense loop", "categories"], rows)
             + ("\n\n" + "\n".join(notes) if notes else ""))
-    print(body)
-    if not args.no_write:
-        write_section("BENCH_INFER", "Graph Challenge inference", body)
+    publish(args, "BENCH_INFER", "Graph Challenge inference", body)
     return 0
 
 

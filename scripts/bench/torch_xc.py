@@ -1,8 +1,9 @@
-"""PyTorch's full-softmax step of an extreme-classification network, for scripts/bench_slide.py
-only (torch is not a dependency of spdnn; run with a Python that has torch and sees this
-checkout, e.g. ./.venv-torch).
+"""PyTorch's full-softmax step of an extreme-classification network, for
+scripts/bench/bench_slide.py only (torch is not a dependency of spdnn; run with a Python that
+has torch and sees this checkout, e.g. ./.venv-torch).
 
-    python scripts/torch_xc.py NETWORK.npz XC_DIR [--batch-size 64] [--lr 0.5] [--momentum 0.9]
+    python scripts/bench/torch_xc.py NETWORK.npz XC_DIR [--batch-size 64] [--lr 0.5] \
+                               [--momentum 0.9]
                                [--steps 30]
 
 The network features -> hidden -> labels of spdnn's bundle: the input layer as an
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> int:

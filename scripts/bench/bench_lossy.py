@@ -1,6 +1,6 @@
 """The lossy options on MNIST, side by side with exact training in one run.
 
-    python scripts/bench_lossy.py [--only compress|critical] [--epochs 5] [--rounds 2]
+    python scripts/bench/bench_lossy.py [--only compress|critical] [--epochs 5] [--rounds 2]
                                   [--no-write]
 
 Network: the MNIST MLP of docs/BENCHMARKS.md (784 -> 1024 -> 1024 -> 10, fan-in 32, float32),
@@ -22,7 +22,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import json
 import os
 import statistics
@@ -32,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import SHARED, table, write_section  # noqa: E402
+from harness import SHARED, parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MNIST = SHARED / "mnist"
@@ -74,7 +73,7 @@ def compress(tmp: Path, epochs: int) -> str:
                          f"{ratio:.4f}" if ratio is not None else "-", f"{sel:.1f}",
                          f"{sum(e['seconds'] for e in ep):.0f}"])
             print(" | ".join(rows[-1]), flush=True)
-    return (f"Command: `python scripts/bench_lossy.py --only compress --epochs {epochs}`; "
+    return (f"Command: `python scripts/bench/bench_lossy.py --only compress --epochs {epochs}`; "
             f"{epochs} epochs, {' '.join(COMMON[2:])}. `points`: test accuracy minus exact "
             "training's on the same grid; `MB`: gradient-sum bytes of all ranks and epochs "
             "(positions counted); `ratio`: values sent / values, last epoch (hylo: the share of "
@@ -124,7 +123,7 @@ def critical(tmp: Path, epochs: int, rounds: int) -> str:
             f"{summary['critical'][1]:.4f} "
             f"({100 * (summary['critical'][1] - summary['full'][1]):+.2f} points).")
     print(line)
-    return (f"Command: `python scripts/bench_lossy.py --only critical --epochs {epochs} "
+    return (f"Command: `python scripts/bench/bench_lossy.py --only critical --epochs {epochs} "
             f"--rounds {rounds}`; one process, {' '.join(COMMON[2:])}; the two runs "
             "alternate within each round. Per epoch (first round): test accuracy, samples "
             "trained, cumulative training seconds (evaluation excluded).\n\n"
@@ -133,11 +132,10 @@ def critical(tmp: Path, epochs: int, rounds: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--only", choices=["compress", "critical"])
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not (MNIST / "train-images-idx3-ubyte.gz").is_file():
         raise SystemExit(f"needs MNIST in {MNIST}")
@@ -148,12 +146,10 @@ def main() -> None:
                         str(tmp / "mlp.npz")], check=True, capture_output=True)
         if args.only in (None, "compress"):
             body = compress(tmp, args.epochs)
-            if not args.no_write:
-                write_section("compressed-sums", "Compressed gradient sums", body)
+            publish(args, "compressed-sums", "Compressed gradient sums", body)
         if args.only in (None, "critical"):
             body = critical(tmp, args.epochs, args.rounds)
-            if not args.no_write:
-                write_section("critical-set", "Critical-set training", body)
+            publish(args, "critical-set", "Critical-set training", body)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Gradient compressors: selection time against exact Top-k, and SIDCo's achieved ratio on real
 gradients, side by side in one run.
 
-    python scripts/bench_compress.py [--steps 300] [--repeats 15] [--no-write]
+    python scripts/bench/bench_compress.py [--steps 300] [--repeats 15] [--no-write]
 
 1. Real gradients: the MNIST MLP of docs/BENCHMARKS.md (784 -> 1024 -> 1024 -> 10, fan-in 32,
    float32) is trained on one process for ``--steps`` steps of batch 64 (lr 0.05, momentum
@@ -21,7 +21,6 @@ Writes docs/BENCHMARKS.md, section "Gradient compressors".
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import argparse
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ from spdnn.lossy import compress as C
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import SHARED, interleaved, table, write_section  # noqa: E402
+from harness import SHARED, interleaved, parser, publish, table  # noqa: E402
 
 N = 1_000_000
 
@@ -109,10 +108,9 @@ def achieved(grads: list[list[np.ndarray]]) -> list[list[str]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     C.warm_up()
     t0 = time.perf_counter()
@@ -134,11 +132,8 @@ def main() -> None:
     print(table(["ratio", "selector", "ms", "x Top-k time", "selected / k"], over))
     ach = achieved(grads)
     sizes = [f"layer {i + 1} ({len(g[0]):,} values)" for i, g in enumerate(grads)]
-    print(table(["ratio", "compressor", *sizes], ach))
-    if args.no_write:
-        return
     body = (
-        f"Command: `python scripts/bench_compress.py --steps {args.steps} --repeats "
+        f"Command: `python scripts/bench/bench_compress.py --steps {args.steps} --repeats "
         f"{args.repeats}`. Gradients: {source} ({len(grads[0])} steps of batch 64, "
         "lr 0.05, momentum 0.9). One thread.\n\n"
         "Selection time on one 1,000,000-value float32 vector made of recorded layer "
@@ -152,7 +147,7 @@ def main() -> None:
         "steps after the first 50 (stages at the end in brackets). Target: within "
         "[0.8, 1.2].\n\n"
         + table(["ratio", "compressor", *sizes], ach))
-    write_section("compressors", "Gradient compressors", body)
+    publish(args, "compressors", "Gradient compressors", body)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Partition quality and time: hypergraph plans against the block, cyclic and random baselines.
 
-    python scripts/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
+    python scripts/bench/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
                                       [--parts P ...] [--out docs/BENCHMARKS.md]
-    python scripts/bench_partition.py --backends kahypar mtkahypar mtkahypar:2 [--networks ...]
+    python scripts/bench/bench_partition.py --backends kahypar mtkahypar mtkahypar:2 \
+                                      [--networks ...]
                                       [--parts ...]
-    python scripts/bench_partition.py --exact-sweeps 1 [--objective infer] [--networks ...]
+    python scripts/bench/bench_partition.py --exact-sweeps 1 [--objective infer] [--networks ...]
 
 Networks: the Graph Challenge 1024 network from ../shared/data (first 24 layers; all 120 at P=8),
 a generated RadiX-Net 4096 network, an MNIST MLP pruned to 10% by magnitude (trained dense by
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import write_section
+from harness import parser, publish
 
 from partition.methods import BASELINES, baseline_owners, partition_network
 from spdnn.io.graphchallenge import read_graphchallenge
@@ -41,7 +42,7 @@ from spdnn.model.generate import prune_dense, radixnet, random_network
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import balance_limit, network_patterns, plan_statistics
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
 
 
@@ -159,7 +160,7 @@ def bench_variants(name: str, net: Network, parts: list[int],
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="small P set, no MNIST, no 120 layers")
     ap.add_argument("--objective", default="train", choices=["train", "infer"],
                     help="what the plans minimise (spdnn-partition --objective)")
@@ -200,7 +201,7 @@ def main() -> int:
     cmd = command(args)
     marker = "BENCH_PARTITION" + ("" if args.objective == "train" else "_INFER")
     title = "Partitioning" + ("" if args.objective == "train" else " for inference")
-    write_table(Path(args.out), marker, title, cmd, f"objective {args.objective}, epsilon 0.03, "
+    write_table(args, marker, title, cmd, f"objective {args.objective}, epsilon 0.03, "
                 "seed 0, KaHyPar backend", header, rows, skipped)
     return 0
 
@@ -231,7 +232,7 @@ def main_variants(args: argparse.Namespace) -> int:
                                variants, args.objective)
     threads = "NAME:N on N threads, others on one" if args.backends and any(
         t > 1 for _, t in args.backends) else "one thread"
-    write_table(Path(args.out), marker, title, command(args),
+    write_table(args, marker, title, command(args),
                 f"objective {args.objective}, epsilon 0.03, seed 0, {threads}", header, rows,
                 skipped)
     return 0
@@ -248,7 +249,7 @@ def backend_spec(text: str) -> tuple[str, int]:
 
 def command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run, for the table's caption."""
-    cmd = "python scripts/bench_partition.py" + (" --quick" if args.quick else "")
+    cmd = "python scripts/bench/bench_partition.py" + (" --quick" if args.quick else "")
     if args.backends:
         cmd += " --backends " + " ".join(f"{b}:{t}" if t > 1 else b for b, t in args.backends)
     if args.exact_sweeps:
@@ -262,11 +263,11 @@ def command(args: argparse.Namespace) -> str:
     return cmd
 
 
-def write_table(out: Path, marker: str, title: str, cmd: str, setting: str, header: str,
-                rows: list[str], skipped: list[str]) -> None:
+def write_table(args: argparse.Namespace, marker: str, title: str, cmd: str, setting: str,
+                header: str, rows: list[str], skipped: list[str]) -> None:
     body = (f"Command: `{cmd}` (one run, {time.strftime('%Y-%m-%d')}, {setting}).\n\n"
             + header + "\n" + "\n".join(rows) + ("\n\n" + "\n".join(skipped) if skipped else ""))
-    write_section(marker, title, body, out)
+    publish(args, marker, title, body, Path(args.out))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """LSH-selected output neurons (``--lsh``, SLIDE) against exact training and PyTorch, on a
 synthetic extreme-classification task, side by side in one run.
 
-    python scripts/bench_slide.py [--samples 20000] [--test-samples 2000] [--epochs 2]
+    python scripts/bench/bench_slide.py [--samples 20000] [--test-samples 2000] [--epochs 2]
                                   [--lsh 2:6:50] [--lsh-random 200] [--lsh-top-bias 100]
                                   [--rehash 50] [--lr 0.1] [--torch PYTHON] [--no-write]
 
@@ -11,7 +11,7 @@ each hidden neuron reading 4,096 features, and a full output layer of 25.6 M wei
 batch 64, lr 0.1 (--lr), momentum 0.9, seed 0. Runs, one after the other: 1 rank,
 2 ranks as 2 parts x 1 replica (block plan) and as 1 part x 2 replicas, each exact and with
 ``--lsh``; the test P@1 and P@5 after every epoch are exact (every neuron). PyTorch
-(scripts/torch_xc.py, ``--torch`` names a Python with torch): the median full-softmax step at
+(scripts/bench/torch_xc.py, ``--torch`` names a Python with torch): the median full-softmax step at
 one thread. Writes docs/BENCHMARKS.md, section "LSH-selected output neurons".
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, table, write_section  # noqa: E402
+from harness import ROOT, parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 COMMON = ["--batch-size", "64", "--momentum", "0.9", "--seed", "0"]
@@ -50,7 +49,7 @@ def train(ranks: int, args: list[str], metrics: Path) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--samples", type=int, default=20_000)
     ap.add_argument("--test-samples", type=int, default=2_000)
     ap.add_argument("--epochs", type=int, default=2)
@@ -60,7 +59,6 @@ def main() -> int:
     ap.add_argument("--rehash", type=int, default=50)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--torch", default=str(ROOT / ".venv-torch" / "bin" / "python"))
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -85,7 +83,8 @@ def main() -> int:
                 results[(grid, mode)] = train(ranks, base + extra + more, tmp / "m.json")
         torch_step = None
         if Path(args.torch).exists():
-            out = run([args.torch, str(ROOT / "scripts" / "torch_xc.py"), str(net), str(data),
+            torch_xc = ROOT / "scripts" / "bench" / "torch_xc.py"
+            out = run([args.torch, str(torch_xc), str(net), str(data),
                        "--batch-size", "64", "--lr", str(args.lr), "--momentum", "0.9"],
                       {**os.environ, "OMP_NUM_THREADS": "1"})
             torch_step = json.loads(out.strip().splitlines()[-1])["seconds_per_step"]
@@ -117,10 +116,10 @@ def main() -> int:
                     f"({torch_step / step_exact:.2f}x) and its `--lsh` step "
                     f"{1000 * step_lsh:.1f} ms ({torch_step / step_lsh:.1f}x faster than "
                     "PyTorch).")
-    body = (f"Command: `python scripts/bench_slide.py --samples {args.samples} --test-samples "
-            f"{args.test_samples} --epochs {args.epochs} --lsh {args.lsh} --lsh-random "
-            f"{args.lsh_random} --lsh-top-bias {args.lsh_top_bias} --rehash {args.rehash} "
-            f"--lr {args.lr}`. Task: `spdnn generate xc-data` "
+    body = (f"Command: `python scripts/bench/bench_slide.py --samples {args.samples} "
+            f"--test-samples {args.test_samples} --epochs {args.epochs} --lsh {args.lsh} "
+            f"--lsh-random {args.lsh_random} --lsh-top-bias {args.lsh_top_bias} "
+            f"--rehash {args.rehash} --lr {args.lr}`. Task: `spdnn generate xc-data` "
             "(100,000 features, 200,000 labels, seed 0); network features -> 128 -> labels "
             "(`--fan-in 4096,128`: sparse input layer, full output layer), float32, "
             f"{' '.join(common)}. One run each, one after the other. `epoch s`: training "
@@ -131,8 +130,7 @@ def main() -> int:
             + table(["grid", "training", "epoch s", "ms/step", "P@1 per epoch", "P@5",
                      "active", "MB/step"], rows) + "\n\n" + summary)
     print(summary)
-    if not args.no_write:
-        write_section("slide", "LSH-selected output neurons", body)
+    publish(args, "slide", "LSH-selected output neurons", body)
     return 0
 
 

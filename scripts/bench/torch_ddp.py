@@ -1,15 +1,15 @@
 """PyTorch DistributedDataParallel training steps of a spdnn network: what a user would pick
 instead of a partition (benchmarks only; torch is not a dependency of spdnn).
 
-    mpiexec -n 2 python scripts/torch_ddp.py --net NET.npz --batch 32 --steps 10 \
+    mpiexec -n 2 python scripts/bench/torch_ddp.py --net NET.npz --batch 32 --steps 10 \
         [--master 127.0.0.1] [--iface lo]
 
-The network in the ``embedding_bag`` formulation of scripts/torch_baselines.py (fbgemm's sparse
-x dense kernel; sampled_addmm for the weight gradients), its parameters in a Module wrapped by
-``torch.nn.parallel.DistributedDataParallel`` over the gloo backend (TCP): every step sums every
-stored weight's gradient over the ranks, bucketed and overlapped with the backward pass as DDP
-does. ``--batch`` is the global batch (each rank takes its share). Rank and size come from the
-MPI launcher's environment (PMI_RANK / OMPI_COMM_WORLD_RANK), so that the same launcher, and
+The network in the ``embedding_bag`` formulation of scripts/bench/torch_baselines.py (fbgemm's
+sparse x dense kernel; sampled_addmm for the weight gradients), its parameters in a Module
+wrapped by ``torch.nn.parallel.DistributedDataParallel`` over the gloo backend (TCP): every step
+sums every stored weight's gradient over the ranks, bucketed and overlapped with the backward pass
+as DDP does. ``--batch`` is the global batch (each rank takes its share). Rank and size come from
+the MPI launcher's environment (PMI_RANK / OMPI_COMM_WORLD_RANK), so that the same launcher, and
 ``spdnn emulate``, start it. Rank 0 prints ``{"median": s}``: the median over ``steps`` steps
 (after 2 warm-up steps) of the slowest rank's step, one thread per rank.
 """

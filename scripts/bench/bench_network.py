@@ -1,20 +1,20 @@
 """Over a network: training steps under each plan on emulated nodes (spdnn emulate), beside
 shared memory, measured and predicted by the cost model.
 
-    python scripts/bench_network.py [--networks main mlp radixnet] [--links shm 100mbit 1gbit
+    python scripts/bench/bench_network.py [--networks main mlp radixnet] [--links shm 100mbit 1gbit
         10gbit] [--layouts 2x1 2x2] [--batch 32] [--steps 10] [--rounds 3]
         [--radixnet-layers 120] [--calibration FILE] [--torch-python PY] [--no-write]
 
 Networks (float32): `main`, the main job's (8x8 digits -> 16x16 -> 16x16 locally connected,
 radius 1, shuffled neurons, 10-way head); `mlp`, the MNIST MLP 784 -> 1024 -> 1024 (fan-in 32)
 + head; `radixnet`, RadiX-Net 4096 x L + head; `random` and `radixnet16384`, the cost model's
-validation networks (scripts/validate_model.py: 4096 -> 16384 x 3, fan-in 32; RadiX-Net
+validation networks (scripts/bench/validate_model.py: 4096 -> 16384 x 3, fan-in 32; RadiX-Net
 16384 x 3). Layouts: `2x1`, 2 nodes x 1 rank (grids: 2 parts
 under the hypergraph, block and cyclic plans; 1 part x 2 replicas); `2x2`, 2 nodes x 2 ranks,
 oversubscribed on this 2-core machine (4 parts under each plan; 2 parts x 2 replicas under the
 hypergraph plan; 4 replicas). Links: `shm` is plain mpiexec on one node (shared memory); a rate
 is 2 emulated nodes whose links are shaped to it. Each configuration times `steps` SGD steps
-after 2 warm-up steps (scripts/validate_model.py's worker: the slowest rank's median step,
+after 2 warm-up steps (scripts/bench/validate_model.py's worker: the slowest rank's median step,
 `--exchange dense`, which the model assumes) in a fresh job; rounds interleave the
 configurations of a network and link in rotated order; medians are kept. Predictions: the cost
 model with this machine's calibration (taken first, unless given) and, over a link, with a
@@ -22,7 +22,7 @@ calibration taken on the link (`spdnn calibrate` on 2 emulated nodes: its networ
 link's); for 2 nodes x 2 ranks, a cluster of the two (shared memory within a node). With a Python
 that has torch (`--torch-python`, default ./.venv-torch: `cp -a .venv .venv-torch;
 .venv-torch/bin/pip install torch==2.13.0`), each layout adds PyTorch DistributedDataParallel
-(scripts/torch_ddp.py: gloo over TCP, the same global batch; on 2x2, 4 DDP ranks, 2 per node)
+(scripts/bench/torch_ddp.py: gloo over TCP, the same global batch; on 2x2, 4 DDP ranks, 2 per node)
 and the ratio of the grid that `--replicas auto` would pick (the model's faster of the
 hypergraph partition and pure data parallelism) to it.
 """
@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import Ranks, table, write_section  # noqa: E402
+from harness import Ranks, parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).resolve().parent / "validate_model.py"
@@ -157,7 +157,7 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--networks", nargs="+", choices=["main", "mlp", "radixnet", "random",
                                                       "radixnet16384"],
                     default=["main", "mlp"])
@@ -169,11 +169,10 @@ def main() -> int:
     ap.add_argument("--radixnet-layers", type=int, default=120)
     ap.add_argument("--calibration", help="calibration file (default: mpiexec -n 2 spdnn "
                                           "calibrate first)")
-    ap.add_argument("--torch-python", default=str(Path(__file__).resolve().parent.parent
+    ap.add_argument("--torch-python", default=str(Path(__file__).resolve().parents[2]
                                                   / ".venv-torch" / "bin" / "python"),
                     help="a Python with torch==2.13.0 and spdnn, for the PyTorch DDP rows "
                          "(every layout; skipped when absent)")
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not Path(args.torch_python).exists():
         print(f"no {args.torch_python}: no PyTorch DDP rows", flush=True)
@@ -244,19 +243,15 @@ def main() -> int:
               "predicted ms/step", "measured / first row", "predicted / first row"]
     body = table(header, rows)
     notes = "\n".join(f"- {k}: {v}" for k, v in links_seen.items())
-    print(body)
-    print(notes)
-    if not args.no_write:
-        cmdline = " ".join(["python scripts/bench_network.py", *sys.argv[1:]])
-        nets = ", ".join(args.networks)
-        tag = "-".join(args.networks) + ("" if args.batch == 32 else f"-batch{args.batch}")
-        title = nets + ("" if args.batch == 32 else f", batch {args.batch}")
-        if args.layouts == ["2x2"]:  # its own section beside the one with both layouts
-            tag, title = f"{tag}-2x2", f"{title}, 2 nodes x 2 ranks"
-        write_section(f"bench-network-{tag}", f"Over a network: {title}",
-                      f"`{cmdline}` (batch {args.batch}, "
-                      f"median of {args.rounds} rounds of {args.steps} steps)\n\n{body}\n\n"
-                      f"Links as measured by the emulation:\n{notes}\n")
+    cmdline = " ".join(["python scripts/bench/bench_network.py", *sys.argv[1:]])
+    nets = ", ".join(args.networks)
+    tag = "-".join(args.networks) + ("" if args.batch == 32 else f"-batch{args.batch}")
+    title = nets + ("" if args.batch == 32 else f", batch {args.batch}")
+    if args.layouts == ["2x2"]:  # its own section beside the one with both layouts
+        tag, title = f"{tag}-2x2", f"{title}, 2 nodes x 2 ranks"
+    publish(args, f"bench-network-{tag}", f"Over a network: {title}",
+            f"`{cmdline}` (batch {args.batch}, median of {args.rounds} rounds of {args.steps} "
+            f"steps)\n\n{body}\n\nLinks as measured by the emulation:\n{notes}\n")
     return 0
 
 

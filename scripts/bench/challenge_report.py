@@ -1,4 +1,4 @@
-"""The tables, growth fits and plot of scripts/bench_challenge.py, from its results.json."""
+"""The tables, growth fits and plot of scripts/bench/bench_challenge.py, from its results.json."""
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
@@ -7,7 +7,7 @@ import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn comm
 from pathlib import Path
 
 import numpy as np
-from benchlib import table
+from harness import table
 
 ONE_CORE_BASELINES = ("GraphBLAS 1 thread", "scipy loop")
 TWO_CORE_SPDNN = ("spdnn 1 rank x 2 threads", "spdnn 2 ranks, hypergraph plan",
@@ -82,7 +82,7 @@ def report(results: dict, figure: Path) -> str:
     commits: dict[str, list[str]] = {}
     for spec, r in results.items():
         commits.setdefault(r.get("commit", "before the commit was recorded"), []).append(spec)
-    text = ("Commands: " + "; ".join(f"`python scripts/bench_challenge.py {c}`"
+    text = ("Commands: " + "; ".join(f"`python scripts/bench/bench_challenge.py {c}`"
                                      for c in commands)
             + ". Code measured: " + "; ".join(f"{', '.join(specs)} at {c}"
                                               for c, specs in commits.items())

@@ -3,8 +3,8 @@ trees (this checkout and another, e.g. a `git worktree` of an earlier commit), i
 by round, so that the ratio of their times comes from one run on one machine state.
 
     git worktree add /tmp/before a57faad
-    python scripts/bench_ab.py --before /tmp/before [--rounds 3] [--hidden 16384]
-    python scripts/bench_ab.py --before /tmp/before --steps [--rounds 3]
+    python scripts/bench/bench_ab.py --before /tmp/before [--rounds 3] [--hidden 16384]
+    python scripts/bench/bench_ab.py --before /tmp/before --steps [--rounds 3]
 
 Cases (float32, one thread per rank): training the `random` 4096 -> H -> H -> H network with a
 dense 10-way head and the first 3 RadiX-Net layers of H neurons (2,048 synthetic samples, batch
@@ -25,7 +25,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import json
 import os
 import statistics
@@ -38,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, SHARED, table, write_section  # noqa: E402
+from harness import ROOT, SHARED, parser, publish, table  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.io.bundle import save_network  # noqa: E402
@@ -171,7 +170,7 @@ def steps(trees: dict[str, Path], rounds: int, hidden: int) -> str:
                  else f"{name} {hidden}x3 step, P=1")
         rows.append([label, f"{b * 1e3:.0f} / {bm * 1e3:.0f}",
                      f"{a * 1e3:.0f} / {am * 1e3:.0f}", f"{b / a:.2f}x / {bm / am:.2f}x"])
-    return (f"Command: `python scripts/bench_ab.py --before BEFORE --steps --rounds {rounds} "
+    return (f"Command: `python scripts/bench/bench_ab.py --before BEFORE --steps --rounds {rounds} "
             f"--hidden {hidden}` (one process per tree and round, 10 timed steps each; best "
             "and median over all rounds).\n\n"
             + table(["case", "before, ms best / median", "after, ms best / median",
@@ -179,19 +178,16 @@ def steps(trees: dict[str, Path], rounds: int, hidden: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--before", type=Path, required=True, help="the other source tree")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=16384)
     ap.add_argument("--steps", action="store_true", help="time the training step in-process")
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     trees = {"before": args.before.resolve(), "after": ROOT}
     if args.steps:
         body = steps(trees, args.rounds, args.hidden)
-        print(body)
-        if not args.no_write:
-            write_section("bench-ab-steps", "Before and after: the training step", body)
+        publish(args, "bench-ab-steps", "Before and after: the training step", body)
         return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -210,14 +206,12 @@ def main() -> None:
         b = statistics.median(times[(label, "before")])
         a = statistics.median(times[(label, "after")])
         rows.append([label, f"{b:.3f}", f"{a:.3f}", f"{b / a:.2f}x"])
-    body = (f"Command: `python scripts/bench_ab.py --before BEFORE --rounds {args.rounds} "
+    body = (f"Command: `python scripts/bench/bench_ab.py --before BEFORE --rounds {args.rounds} "
             f"--hidden {args.hidden}` (median seconds over the rounds, the two trees "
             "alternating within each round; training: the second epoch; inference: the "
             "inference loop).\n\n"
             + table(["case", "before (s)", "after (s)", "before / after"], rows))
-    print(body)
-    if not args.no_write:
-        write_section("bench-ab", "Before and after", body)
+    publish(args, "bench-ab", "Before and after", body)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Bytes and time of `--exchange dense|auto|sparse`, side by side in one run.
 
-    python scripts/bench_exchange.py [--rounds 3] [--only TEXT] [--no-write]
-    python scripts/bench_exchange.py --kernels [--no-write]
+    python scripts/bench/bench_exchange.py [--rounds 3] [--only TEXT] [--no-write]
+    python scripts/bench/bench_exchange.py --kernels [--no-write]
 
 Cases (float32, one thread per rank; P = 4 oversubscribes this 2-core machine and measures bytes,
 not time):
@@ -26,7 +26,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import json
 import os
 import statistics
@@ -39,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import SHARED, table, write_section  # noqa: E402
+from harness import SHARED, parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MODES = ("dense", "auto", "sparse")
@@ -107,7 +106,7 @@ def cases(work: Path) -> list[tuple[str, int, list[str], str]]:
 def _time_encoders(x, rows: np.ndarray, repeats: int) -> dict[str, float]:  # noqa: ANN001
     """ns per entry of each step on one message (rows of x), the active backend."""
     import numpy as np
-    from benchlib import interleaved
+    from harness import interleaved
 
     from spdnn.kernels import encoding
 
@@ -162,16 +161,15 @@ def kernel_rows(repeats: int) -> list[list[str]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose label contains "
                     "TEXT (e.g. 'MNIST'); implies --no-write")
     ap.add_argument("--kernels", action="store_true",
                     help="time the encoders alone (ns per entry), not whole runs")
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if args.kernels:
-        body = ("Command: `python scripts/bench_exchange.py --kernels` (one message of 300 "
+        body = ("Command: `python scripts/bench/bench_exchange.py --kernels` (one message of 300 "
                 "rows x B, one thread, median of 50 interleaved calls; ns per entry of the "
                 "block; encode and decode are the forward's sparse form, fold pack and add the "
                 "backward's; `take` is what `--exchange dense` does per entry before MPI "
@@ -180,9 +178,7 @@ def main() -> int:
                          "numba: encode / decode / fold pack / fold add",
                          "numpy (scipy backend): encode / decode / fold pack / fold add"],
                         kernel_rows(50)))
-        print(body)
-        if not args.no_write:
-            write_section("BENCH_EXCHANGE_KERNELS", "Sparse exchange kernels", body)
+        publish(args, "BENCH_EXCHANGE_KERNELS", "Sparse exchange kernels", body)
         return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -210,8 +206,8 @@ def main() -> int:
                              f"{sent[mode] / 1e6:,.2f}", f"{sent['dense'] / sent[mode]:.2f}x",
                              f"{t:.3f} ({min(secs[mode]):.3f})",
                              f"{base / t:.2f}x ({best / min(secs[mode]):.2f}x)"])
-    body = (f"Command: `python scripts/bench_exchange.py --rounds {args.rounds}` (float32, one "
-            "thread per rank, median (best) seconds over the rounds with the modes "
+    body = (f"Command: `python scripts/bench/bench_exchange.py --rounds {args.rounds}` "
+            "(float32, one thread per rank, median (best) seconds over the rounds with the modes "
             "alternating; the "
             "time is the inference loop, or the training epoch including its evaluation "
             "pass). `MB as dense rows`: the plan's rows x samples x 4 bytes, what `dense` "
@@ -219,9 +215,8 @@ def main() -> int:
             "dense over each mode.\n\n"
             + table(["case", "--exchange", "MB as dense rows", "MB sent", "fewer bytes",
                      "seconds, median (best)", "speed vs dense"], rows))
-    print(body)
-    if not (args.no_write or args.only):
-        write_section("BENCH_EXCHANGE", "Sparse exchange", body)
+    args.no_write = args.no_write or bool(args.only)  # a part of the table is not the table
+    publish(args, "BENCH_EXCHANGE", "Sparse exchange", body)
     return 0
 
 

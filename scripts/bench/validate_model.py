@@ -1,9 +1,9 @@
 """The cost model against measured training steps on this machine, side by side.
 
-    python scripts/validate_model.py [--rounds 3] [--steps 20] [--calibration FILE]
+    python scripts/bench/validate_model.py [--rounds 3] [--steps 20] [--calibration FILE]
                                      [--batch 32 256] [--networks mlp random radixnet]
                                      [--no-write] [--save-measurements FILE]
-    python scripts/validate_model.py --measurements FILE [--calibration FILE] --no-write
+    python scripts/bench/validate_model.py --measurements FILE [--calibration FILE] --no-write
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `mlp`, the MNIST MLP
 784 -> 1024 -> 1024 (fan-in 32); `random`, 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, Ranks, table, write_section  # noqa: E402
+from harness import ROOT, Ranks, parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
@@ -99,7 +99,7 @@ def build(name: str):  # noqa: ANN201
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--calibration", help="one calibration for every round (default: run "
                                           "mpiexec -n 2 spdnn calibrate before each round)")
     ap.add_argument("--networks", nargs="+", choices=["mlp", "random", "radixnet"],
@@ -107,7 +107,6 @@ def main() -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--save-measurements", metavar="FILE",
                     help="write the measured step times and each round's calibration (JSON), "
                          "to predict them again later")
@@ -271,34 +270,34 @@ def main() -> int:
                     f"measured twice per round differs by up to {100 * max(noise):.0f}% "
                     "(medians): the resolution of these measurements.")
     print(summary)
-    if not args.no_write:
-        cal = "a calibration before each round (`mpiexec -n 2 spdnn calibrate --dtype " \
-              "float32`)" if args.calibration is None else f"`{args.calibration}`"
-        cmd = (f"python scripts/validate_model.py --rounds {args.rounds} --steps {args.steps} "
-               f"--networks {' '.join(args.networks)}"
-               + (f" --emulate {args.emulate}" if args.emulate else ""))
-        if args.save_measurements:
-            cmd += f" --save-measurements {args.save_measurements}"
-        body = (f"Command: `{cmd}`: {cal}; float32, `--exchange dense`, {args.rounds} "
-                f"interleaved rounds of {args.steps} steps (median step of the slowest rank), the "
-                "configurations in a rotated order each round. "
-                "`measured ms`: median over the rounds, with their range; `error`: the median "
-                "over rounds of predicted / measured - 1, each round against its own "
-                "calibration. Share: compute / exchange / gradient sum of the predicted step, "
-                "on the rank that finishes last.\n\n"
-                + table(["network", "batch", "grid", "plan", "measured ms", "range ms",
-                         "predicted ms", "error", "share %"], rows) + "\n\n" + summary)
-        if args.emulate:
-            body = body.replace("mpiexec -n 2", f"spdnn emulate --nodes 2 --link {args.emulate} "
-                                "-n 2 --")
-            body = body.replace("Command:", f"On 2 emulated nodes linked at {args.emulate} "
-                                "(one rank each; the 1x1 rows run alone). Command:")
-            # one section per link and set of networks (each set is run on its own for time)
-            nets = "-".join(args.networks)
-            write_section(f"validation-{args.emulate}-{nets}", "Validation over an emulated "
-                          f"{args.emulate} link: {', '.join(args.networks)}", body, SCALING)
-        else:
-            write_section("validation", "Validation on this machine", body, SCALING)
+    cal = "a calibration before each round (`mpiexec -n 2 spdnn calibrate --dtype " \
+          "float32`)" if args.calibration is None else f"`{args.calibration}`"
+    cmd = (f"python scripts/bench/validate_model.py --rounds {args.rounds} "
+           f"--steps {args.steps} "
+           f"--networks {' '.join(args.networks)}"
+           + (f" --emulate {args.emulate}" if args.emulate else ""))
+    if args.save_measurements:
+        cmd += f" --save-measurements {args.save_measurements}"
+    body = (f"Command: `{cmd}`: {cal}; float32, `--exchange dense`, {args.rounds} "
+            f"interleaved rounds of {args.steps} steps (median step of the slowest rank), the "
+            "configurations in a rotated order each round. "
+            "`measured ms`: median over the rounds, with their range; `error`: the median "
+            "over rounds of predicted / measured - 1, each round against its own "
+            "calibration. Share: compute / exchange / gradient sum of the predicted step, "
+            "on the rank that finishes last.\n\n"
+            + table(["network", "batch", "grid", "plan", "measured ms", "range ms",
+                     "predicted ms", "error", "share %"], rows) + "\n\n" + summary)
+    if args.emulate:
+        body = body.replace("mpiexec -n 2", f"spdnn emulate --nodes 2 --link {args.emulate} "
+                            "-n 2 --")
+        body = body.replace("Command:", f"On 2 emulated nodes linked at {args.emulate} "
+                            "(one rank each; the 1x1 rows run alone). Command:")
+        # one section per link and set of networks (each set is run on its own for time)
+        nets = "-".join(args.networks)
+        publish(args, f"validation-{args.emulate}-{nets}", "Validation over an emulated "
+                f"{args.emulate} link: {', '.join(args.networks)}", body, SCALING)
+    else:
+        publish(args, "validation", "Validation on this machine", body, SCALING)
     return 0
 
 

@@ -6,7 +6,7 @@ forward messages), measured side by side between two ranks:
 - ``probe``: matched probe for the size, then receive exactly that (MPI_Mprobe / MPI_Mrecv);
 - ``size first``: a small message with the size, then the payload.
 
-    mpiexec -n 2 python scripts/bench_protocol.py [--repeats 2000] [--no-write]
+    mpiexec -n 2 python scripts/bench/bench_protocol.py [--repeats 2000] [--no-write]
 
 Each round trip sends one message of the given size each way (ping-pong); the table gives the
 median microseconds per round trip over interleaved batches of the three protocols. MPI is
@@ -17,7 +17,6 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 
 import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import argparse
 import os
 import statistics
 import sys
@@ -27,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import table, write_section  # noqa: E402
+from harness import parser, publish, table  # noqa: E402
 
 SIZES = (1 << 10, 16 << 10, 256 << 10, 1 << 20)
 
@@ -58,9 +57,8 @@ def ping_pong(comm: MPI.Comm, protocol: str, payload: np.ndarray, capacity: np.n
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--repeats", type=int, default=2000, help="round trips per batch")
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     if comm.size != 2:
@@ -81,14 +79,12 @@ def main() -> int:
                      f"{med['probe'] / med['capacity']:.2f}x",
                      f"{med['size first'] / med['capacity']:.2f}x"])
     if comm.rank == 0:
-        body = ("Command: `mpiexec -n 2 python scripts/bench_protocol.py` (MPICH wheel, shared "
-                "memory; median microseconds per round trip, one message each way, over 5 "
+        body = ("Command: `mpiexec -n 2 python scripts/bench/bench_protocol.py` (MPICH wheel, "
+                "shared memory; median microseconds per round trip, one message each way, over 5 "
                 "interleaved batches).\n\n"
                 + table(["message bytes", "capacity (spdnn)", "probe", "size first",
                          "probe / capacity", "size first / capacity"], rows))
-        print(body)
-        if not args.no_write:
-            write_section("BENCH_PROTOCOL", "Receiving messages of unknown size", body)
+        publish(args, "BENCH_PROTOCOL", "Receiving messages of unknown size", body)
     return 0
 
 
