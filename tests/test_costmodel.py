@@ -410,13 +410,24 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
                        lambda d: d.update(ranks_per_node=0),
                        lambda d: d["inter_node"].update(latency_us=True),  # a bool
                        lambda d: d.update(node_memory_bandwidth_GBps=-1),
-                       lambda d: d.update(node_memory_bandwidth_GBps="fast")]
+                       lambda d: d.update(node_memory_bandwidth_GBps="fast"),
+                       lambda d: d.update(node_memory_gb=64),  # misspelt: not ignored
+                       lambda d: d["inter_node"].update(cpu_ns_per_bytes=0.5)]
     for change in cluster_changes:
         data = json.loads(json.dumps(CLUSTER))
         change(data)
         path.write_text(json.dumps(data))
         with pytest.raises(InputError, match="m.json"):
             load_cluster(path)
+    data = {**CLUSTER, "node_memory_gb": 64}
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="m.json: unknown field 'node_memory_gb'"):
+        load_cluster(path)
+    data = json.loads(json.dumps(CLUSTER))
+    data["inter_node"]["cpu_ns_per_bytes"] = 0.5
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="unknown field 'inter_node.cpu_ns_per_bytes'"):
+        load_cluster(path)
     load_cluster(ROOT / "docs" / "cluster-hdr-infiniband.json")  # the shipped example
 
 

@@ -166,16 +166,18 @@ class CalibrationFile(Struct, kw_only=True):
 # --------------------------------------------------------------------------- cluster
 
 
-class LinkFile(Struct, kw_only=True):
+# A cluster description is written by hand: a misspelt field (node_memory_gb) is refused, not
+# ignored while the model runs on the default it would have replaced.
+class LinkFile(Struct, kw_only=True, forbid_unknown_fields=True):
     latency_us: NonNegative
     bandwidth_GBps: Positive
 
 
-class InterLinkFile(LinkFile, kw_only=True):
+class InterLinkFile(LinkFile, kw_only=True, forbid_unknown_fields=True):
     cpu_ns_per_byte: NonNegative = 0.0  # each end's CPU per byte: TCP's stack (RDMA: 0)
 
 
-class ClusterFile(Struct, kw_only=True):
+class ClusterFile(Struct, kw_only=True, forbid_unknown_fields=True):
     format: Literal["spdnn-cluster/1"]
     ranks_per_node: Annotated[int, Meta(ge=1, le=2**20)]
     intra_node: LinkFile
@@ -310,6 +312,8 @@ def _message(text: str) -> str:
     problem = problem.replace("`float`", "a number").replace("`int`", "an integer")
     problem = problem.replace("`", "")
     problem = problem[:1].lower() + problem[1:]
+    if problem.startswith("object contains unknown field"):
+        return f"unknown field '{'.'.join(filter(None, (where, problem.split()[-1])))}'"
     if problem.startswith("object missing required field"):
         return f"missing field '{'.'.join(filter(None, (where, problem.split()[-1])))}'"
     return f"field '{where}': {problem}" if where else problem
