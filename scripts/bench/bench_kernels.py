@@ -116,6 +116,19 @@ def torch_ops(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray) -> tuple[dict, str
     return ops, torch.__version__
 
 
+def case(n: int, batch: int, rng: np.random.Generator) -> tuple:
+    """An n x n W with 32 nonzeros per row (int32 indices), blocks X and G of n x batch, and
+    the outputs of the products: (w, x, d, outs)."""
+    w = fixed_fan_in(n, n, 32, rng, "float32")
+    w = sp.csr_matrix((w.data, w.indices.astype(np.int32), w.indptr.astype(np.int32)),
+                      shape=w.shape)
+    x = rng.standard_normal((n, batch)).astype(np.float32)
+    d = rng.standard_normal((n, batch)).astype(np.float32)
+    outs = {"z": np.empty((n, batch), np.float32), "g": np.empty((n, batch), np.float32),
+            "s": np.empty(w.nnz, np.float32)}
+    return w, x, d, outs
+
+
 def candidates(w: sp.csr_matrix, x: np.ndarray, d: np.ndarray, outs: dict) -> dict:
     t = kernels.transpose(w)
     wt = t.matrix(w.data)  # W^T with values, for the plain product
@@ -150,13 +163,7 @@ def main() -> int:
     rows = []
     torch_version = None
     for n in args.sizes:
-        w = fixed_fan_in(n, n, 32, rng, "float32")
-        w = sp.csr_matrix((w.data, w.indices.astype(np.int32), w.indptr.astype(np.int32)),
-                          shape=w.shape)
-        x = rng.standard_normal((n, args.batch)).astype(np.float32)
-        d = rng.standard_normal((n, args.batch)).astype(np.float32)
-        outs = {"z": np.empty((n, args.batch), np.float32),
-                "g": np.empty((n, args.batch), np.float32), "s": np.empty(w.nnz, np.float32)}
+        w, x, d, outs = case(n, args.batch, rng)
         fns = candidates(w, x, d, outs)
         t = torch_ops(w, x, d)
         if t:

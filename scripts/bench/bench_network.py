@@ -21,7 +21,8 @@ model with this machine's calibration (taken first, unless given) and, over a li
 calibration taken on the link (`spdnn calibrate` on 2 emulated nodes: its network part is the
 link's); for 2 nodes x 2 ranks, a cluster of the two (shared memory within a node). With a Python
 that has torch (`--torch-python`, default ./.venv-torch: `cp -a .venv .venv-torch;
-.venv-torch/bin/pip install torch==2.13.0`), each layout adds PyTorch DistributedDataParallel
+.venv-torch/bin/python -m pip install torch==2.13.0`; the copied `pip` script would install into
+.venv), each layout adds PyTorch DistributedDataParallel
 (scripts/bench/torch_ddp.py: gloo over TCP, the same global batch; on 2x2, 4 DDP ranks, 2 per node)
 and the ratio of the grid that `--replicas auto` would pick (the model's faster of the
 hypergraph partition and pure data parallelism) to it.
