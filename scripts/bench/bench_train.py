@@ -14,9 +14,10 @@ per rank; the step time is the slowest rank's), and PyTorch (`pip install torch=
 a dependency of spdnn) with 1 and 2 threads in the three formulations of
 scripts/bench/torch_baselines.py:
 embedding_bag + sampled_addmm (the fastest), CSR + sampled_addmm, and the naive COO one (2
-steps, one round: it is 30x slower). Each PyTorch variant is first checked against spdnn's
-serial reference in float64. The last table is where spdnn's P = 1 step goes, per layer.
-Writes the tables to docs/BENCHMARKS.md.
+steps, one round: it is 30x slower); and SparseProp (`pip install sparseprop`, as its authors
+ship it; its OpenMP pool of 1 or 2 threads) when it imports. Each variant is first checked
+against spdnn's serial reference (float64; SparseProp, float32 only, within 1e-4). The last
+table is where spdnn's P = 1 step goes, per layer. Writes the tables to docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -122,13 +123,16 @@ def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps
     # workers spin after each call and took a core from the numba threads (1.1x instead of
     # 1.9x for 2 threads when BLAS had 2 as well).
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "NUMBA_NUM_THREADS": str(threads)}
+    if kind == "sparseprop":  # its kernels' OpenMP pool (its own libgomp, not torch's)
+        env["OMP_NUM_THREADS"] = str(threads)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def configurations(have_torch: bool) -> list[tuple[str, str, int, int, str | None]]:
+def configurations(have_torch: bool, variants: tuple[str, ...] = ()
+                   ) -> list[tuple[str, str, int, int, str | None]]:
     """(label, worker kind, threads per rank, ranks, plan) of every configuration."""
     out = [("spdnn P=1", "spdnn", 1, 1, None),
            ("spdnn P=1, 2 threads", "spdnn", 2, 1, None),
@@ -140,6 +144,9 @@ def configurations(have_torch: bool) -> list[tuple[str, str, int, int, str | Non
                               ("coo (naive)", "naive: COO rebuilt each step")):
             out += [(f"PyTorch {name}, 1 thread", variant, 1, 1, None),
                     (f"PyTorch {name}, 2 threads", variant, 2, 1, None)]
+    if "sparseprop" in variants:  # the specialist library, as its authors ship it
+        out += [("SparseProp, 1 thread", "sparseprop", 1, 1, None),
+                ("SparseProp, 2 threads", "sparseprop", 2, 1, None)]
     return out
 
 
@@ -171,7 +178,9 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
         save_plan(block, work / "block.npz")
         volume = {name: plan_statistics(network_patterns(net), p.owners, parts=2).volume
                   for name, p in (("hypergraph", hyper), ("block", block))}
-        configs = configurations(have_torch)
+        import torch_baselines as tb
+
+        configs = configurations(have_torch, tb.available() if have_torch else ())
         for r in range(args.rounds):
             for label, kind, threads, ranks, plan in configs:
                 naive = kind == "coo (naive)"
@@ -246,9 +255,9 @@ def main() -> int:
     try:
         import torch_baselines as tb
 
-        for variant in tb.VARIANTS:
+        for variant in tb.available():
             print(f"PyTorch {variant}: gradients within {tb.check(variant):.1e} of spdnn's "
-                  "serial reference (float64)", flush=True)
+                  "serial reference", flush=True)
     except ImportError:
         pass
     rows, split, notes = [], [], []

@@ -12,6 +12,9 @@ Activations are (neurons x batch), as in spdnn, so a layer's product is a gather
   beside it), ``sampled_addmm`` for the weight gradient.
 - ``coo (naive)``: a COO tensor rebuilt from a Parameter every step, autograd through
   ``torch.sparse.mm`` (what bench_train.py used to compare against).
+- ``sparseprop``: SparseProp (`pip install sparseprop`, ICML'23, float32 only), as its authors
+  ship it: its ``SparseLinearFunction`` on activations of batch x neurons (it transposes to
+  neurons x batch inside, for its vectorized kernels), the bias added after it.
 
 A dense layer (every entry stored, e.g. the 10-way head) is a dense ``torch.mm`` in every
 variant except the naive one. ``check`` compares each variant's gradients with spdnn's serial
@@ -23,7 +26,15 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-VARIANTS = ("embedding_bag", "csr", "coo (naive)")
+VARIANTS = ("embedding_bag", "csr", "coo (naive)", "sparseprop")
+
+
+def available() -> tuple[str, ...]:
+    """The variants this Python can run (SparseProp is a package of its own)."""
+    import importlib.util
+
+    return tuple(v for v in VARIANTS if v != "sparseprop"
+                 or importlib.util.find_spec("sparseprop") is not None)
 
 
 def _torch():  # noqa: ANN202
@@ -52,6 +63,8 @@ class _Pattern:
                                else torch.float32)
         coo = w.tocoo()
         self.coo_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+        self.csr32 = (torch.from_numpy(w.indptr.astype(np.int32)),
+                      torch.from_numpy(w.indices.astype(np.int32)))
 
     def sampled(self, d, x):  # noqa: ANN001, ANN201
         """dW[e] = d[i_e] . x[j_e] on the pattern."""
@@ -118,6 +131,12 @@ class TorchNet:
     def _layer(self, k: int, h):  # noqa: ANN001, ANN202
         torch = _torch()
         pat, values = self.patterns[k], self.values[k]
+        if self.variant == "sparseprop":  # h: batch x neurons, as SparseProp takes it
+            if pat.dense:
+                return h @ values.view(pat.shape).t()
+            from sparseprop.modules.functions import SparseLinearFunction
+
+            return SparseLinearFunction.apply(h, values, pat.csr32, None, pat.shape[0])
         if self.variant == "coo (naive)":
             w = torch.sparse_coo_tensor(pat.coo_index, values, pat.shape, is_coalesced=True)
             return torch.sparse.mm(w, h)
@@ -128,12 +147,13 @@ class TorchNet:
     def loss(self, x, y):  # noqa: ANN001, ANN201
         """Mean cross-entropy of a batch (x: samples x n_0 numpy, y: labels)."""
         torch = _torch()
-        h = torch.from_numpy(np.ascontiguousarray(x.T))
+        rows = self.variant == "sparseprop"  # samples x neurons; the others neurons x samples
+        h = torch.from_numpy(np.ascontiguousarray(x if rows else x.T))
         for k in range(len(self.patterns)):
-            h = self._layer(k, h) + self.biases[k][:, None]
+            h = self._layer(k, h) + (self.biases[k] if rows else self.biases[k][:, None])
             if k + 1 < len(self.patterns):
                 h = torch.relu(h) if self.cap is None else torch.clamp(h, 0, self.cap)
-        return torch.nn.functional.cross_entropy(h.t(), torch.from_numpy(y))
+        return torch.nn.functional.cross_entropy(h if rows else h.t(), torch.from_numpy(y))
 
     def step(self, x, y) -> float:  # noqa: ANN001
         loss = self.loss(x, y)
@@ -153,23 +173,25 @@ class TorchNet:
 
 def check(variant: str, seed: int = 0) -> float:
     """Largest relative difference between the variant's gradients and spdnn's serial
-    reference on a small float64 network with a dense head; raises if above 1e-10."""
+    reference on a small network with a dense head; raises if above 1e-10 in float64 (1e-4 in
+    float32 for SparseProp, which has no float64 kernels)."""
     from spdnn import reference
     from spdnn.model.generate import random_network
 
-    net = random_network([64, 96, 80, 48], 8, seed=seed, head=10, dtype="float64")
+    dtype, limit = ("float32", 1e-4) if variant == "sparseprop" else ("float64", 1e-10)
+    net = random_network([64, 96, 80, 48], 8, seed=seed, head=10, dtype=dtype)
     rng = np.random.default_rng(seed)
     # Nonzero biases and inputs, so that some units are off and the masks matter.
     for layer in net.layers:
         layer.bias[:] = rng.standard_normal(len(layer.bias)) * 0.1
-    x = rng.standard_normal((33, 64))
+    x = rng.standard_normal((33, 64)).astype(dtype)
     y = rng.integers(0, 10, 33)
     ref = reference.backward(net, x.T.copy(), y, "cross_entropy")
     gw, gb, loss = TorchNet(net, variant, grad_only=True).gradients(x, y)
     worst = abs(loss - ref.loss) / abs(ref.loss)
     for a, b in zip(gw + gb, ref.weights + ref.biases):
         worst = max(worst, float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)))
-    if not worst <= 1e-10:
+    if not worst <= limit:
         raise AssertionError(f"PyTorch variant {variant!r} differs from the serial reference "
                              f"by {worst:.2e}")
     return worst
