@@ -6,16 +6,22 @@ Python (``spdnn.cli.entry`` from the first import, ``spdnn.collective``'s ``guar
 would wait in MPI_Finalize for peers already gone, and MPI_Abort adds a line per rank. A rank
 blocked inside a C-level MPI wait (its peer gone) would never see the interrupt, so ``watch``
 wakes a thread on the signal itself (``signal.set_wakeup_fd``), which prints the line at once
-and ends the process after GRACE seconds. The line is printed once, by rank 0 alone (the
-launcher's rank variable, known before MPI starts).
+and ends the process after GRACE seconds. Where the main thread holds the GIL inside C for good
+(MPI_Init under mpi4py's import, spinning for a peer the interrupt already ended), that thread
+cannot run again: faulthandler's C watchdog, armed by it, ends the process a second later
+(exit code 1). The line is printed once, by rank 0 alone (the launcher's rank variable, known
+before MPI starts).
 """
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -24,6 +30,13 @@ RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID
 GRACE = 1.0
 
 _said = threading.Lock()  # the line is printed once per process
+_sink: list = []  # /dev/null, open for the watchdog's traceback (the user sees one line)
+
+
+def _devnull():  # noqa: ANN202
+    if not _sink:
+        _sink.append(open(os.devnull, "w"))  # noqa: SIM115 (held open for the process's life)
+    return _sink[0]
 
 
 def launcher_rank() -> int:
@@ -50,6 +63,22 @@ def interrupted(prog: str = "spdnn", rank: int | None = None) -> None:
     os._exit(130)
 
 
+@contextlib.contextmanager
+def starting_mpi() -> Iterator[None]:
+    """While MPI starts, Ctrl-C ends this rank at once by the signal's default action.
+    mpi4py's import runs MPI_Init holding the GIL, and MPI_Init spins for peers that the same
+    interrupt may have ended: neither the main thread nor ``watch``'s thread would run Python
+    again (a 2-rank job hung there at 100% CPU). The rank prints nothing; the launcher reports
+    the interrupt (exit code 130)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+
+
 def watch(prog: str = "spdnn") -> None:
     """From now on, SIGINT ends this process within GRACE seconds even while its main thread
     is blocked in C. Call from the main thread, before MPI starts."""
@@ -62,6 +91,11 @@ def watch(prog: str = "spdnn") -> None:
         while signal.SIGINT not in os.read(r, 512):
             pass
         announce(prog)  # at once: a peer that leaves first may make the launcher kill us
+        # The main thread may hold the GIL inside C for good (MPI_Init, under mpi4py's import,
+        # spinning for a peer that the same interrupt ended): this thread would then never run
+        # again. faulthandler's watchdog is a C thread that needs no GIL; it ends the process
+        # (exit code 1) if the line below cannot.
+        faulthandler.dump_traceback_later(GRACE + 1.0, exit=True, file=_devnull())
         threading.Event().wait(GRACE)
         interrupted(prog)
 

@@ -1,0 +1,69 @@
+"""spdnn.interrupt: Ctrl-C ends a process even when its main thread holds the GIL inside C for
+good, as MPI_Init does under mpi4py's import while it spins for a peer that the same interrupt
+already ended (a 2-rank job hung there once, at 100% CPU, after its line). A compiled loop that
+keeps the GIL stands in for MPI_Init."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from tests.helpers import ROOT
+
+SPIN = """
+import numba, sys, time
+from spdnn.interrupt import starting_mpi, watch
+
+@numba.njit  # compiled code that keeps the GIL and does not return for minutes
+def spin(n):
+    s = 0.0
+    for i in range(n):
+        s += (i % 7) * 1e-9
+    return s
+
+spin(10)
+watch("spdnn")
+"""
+WHILE_MPI_STARTS = SPIN + """
+with starting_mpi():
+    print("ready", flush=True)
+    spin(10**12)
+"""
+AFTER_THE_LINE = SPIN + """
+print("ready", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    time.sleep(0.3)  # the watcher prints its line and waits its grace period
+    spin(10**12)     # then the main thread holds the GIL in C for good
+"""
+
+
+def _interrupt(script: str) -> tuple[int, str, float]:
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        return proc.returncode, err, time.monotonic() - start
+    finally:
+        proc.kill()
+
+
+def test_ctrl_c_while_mpi_starts_ends_the_rank_by_the_signal():
+    code, err, took = _interrupt(WHILE_MPI_STARTS)
+    assert code == -signal.SIGINT and took < 10, (code, took, err)
+    assert "Traceback" not in err, err
+
+
+def test_ctrl_c_ends_the_process_when_the_main_thread_then_holds_the_gil():
+    """The watcher printed the line, then cannot run again: faulthandler's C watchdog ends the
+    process a second after the grace period (exit code 1), instead of never."""
+    code, err, took = _interrupt(AFTER_THE_LINE)
+    assert code == 1 and took < 15, (code, took, err)
+    assert [ln for ln in err.splitlines() if ln.strip()] == ["spdnn: interrupted"], err
