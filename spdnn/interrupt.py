@@ -68,8 +68,8 @@ def starting_mpi() -> Iterator[None]:
     """While MPI starts, Ctrl-C ends this rank at once by the signal's default action.
     mpi4py's import runs MPI_Init holding the GIL, and MPI_Init spins for peers that the same
     interrupt may have ended: neither the main thread nor ``watch``'s thread would run Python
-    again (a 2-rank job hung there at 100% CPU). The rank prints nothing; the launcher reports
-    the interrupt (exit code 130)."""
+    again (a 2-rank job hung there at 100% CPU). The rank prints nothing, and MPICH's mpiexec
+    exits with the signal's number (2)."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_DFL) if main else None
     try:

@@ -167,7 +167,10 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
             from spdnn.watchdog import guard_start
 
             dismiss = guard_start(float(timeout), rank=launcher_rank())
-        from spdnn.collective import run_collectively  # MPI starts here
+        from spdnn.interrupt import starting_mpi
+
+        with starting_mpi():  # Ctrl-C ends the rank by the signal while MPI_Init holds the GIL
+            from spdnn.collective import run_collectively  # MPI starts here
 
         if dismiss is not None:
             dismiss()

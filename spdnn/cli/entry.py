@@ -15,12 +15,9 @@ def main() -> int:
 
     try:
         if len(sys.argv) > 1 and sys.argv[1] in DISTRIBUTED:
-            from spdnn.interrupt import starting_mpi, watch
+            from spdnn.interrupt import watch
 
             watch("spdnn")
-            if not {"-h", "--help"} & set(sys.argv):  # help needs no MPI (0.1 s, not 0.35)
-                with starting_mpi():
-                    import spdnn.comm  # noqa: F401  (its mpi4py import runs MPI_Init, here)
         from spdnn.cli.parser import main as run
 
         return run()
