@@ -42,6 +42,7 @@ from bench_train import build as train_network  # noqa: E402
 from bench_train import run as train_step
 from harness import ROOT, interleaved, parser, publish, table  # noqa: E402
 
+from spdnn.io.atomic import atomic_path  # noqa: E402
 from spdnn.kernels import products as kernels  # noqa: E402
 
 LEVELS = {"L1": 16 << 10, "L2": 256 << 10, "L3": 8 << 20, "memory": 512 << 20}
@@ -166,10 +167,9 @@ def plot(ceilings: dict[str, float], peak: float, points: list[tuple[str, str, f
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
-    tmp = output.with_name(f".{output.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    with atomic_path(output, "the figure") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
-    os.replace(tmp, output)
 
 
 def whole_step(batch: int, steps: int, block_bw: float) -> list[list[str]]:

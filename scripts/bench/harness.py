@@ -102,7 +102,7 @@ def publish(args: argparse.Namespace, marker: str, title: str, body: str,
             path: Path | None = None) -> None:
     """The report of one table: printed, written to its section of ``path`` (default
     docs/BENCHMARKS.md) unless ``--no-write``, and added to the ``--json`` file if given
-    (written to a temporary name and renamed)."""
+    (fsynced under a temporary name, then renamed)."""
     print(body, flush=True)
     if not args.no_write:
         write_section(marker, title, body, path or BENCHMARKS)
@@ -110,13 +110,12 @@ def publish(args: argparse.Namespace, marker: str, title: str, body: str,
         _SECTIONS.append({"marker": marker, "title": title, "text": body,
                           "tables": markdown_tables(body)})
         out = Path(args.json)
+        from spdnn.io.atomic import write_text  # fsynced, renamed: as every spdnn output
         record = {"format": "spdnn-bench/1", "script": Path(sys.argv[0]).name,
                   "argv": sys.argv[1:], "machine": machine(),
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                       timespec="seconds"), "sections": _SECTIONS}
-        tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        os.replace(tmp, out)
+        write_text(out, json.dumps(record, indent=1) + "\n", "the JSON results")
 
 
 def machine() -> str:
@@ -154,7 +153,9 @@ def write_section(marker: str, title: str, body: str, path: Path = BENCHMARKS) -
         text = pattern.sub(lambda _: section, text)
     else:
         text = text.rstrip() + f"\n\n## {title}\n\n{section}\n"
-    path.write_text(text)
+    from spdnn.io.atomic import write_text
+
+    write_text(path, text, "the benchmarks page")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
