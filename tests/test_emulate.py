@@ -108,19 +108,22 @@ def test_the_command_exit_code_is_returned_and_the_network_removed():
 
 
 @needs_namespaces
-def test_processes_left_on_a_node_end_with_the_network():
+def test_processes_left_on_a_node_end_with_the_network(tmp_path):
     """A process that escaped the job (its own session, as a rank's proxy orphaned by a dead
     launcher) is killed when its node's namespace is removed, not left running unseen."""
     from spdnn.processes import pid_alive
 
-    escape = ("import subprocess as s; p = s.Popen(['sleep', '300'], start_new_session=True, "
+    # Each rank names its sleeper in a file of its own: two ranks' lines on one forwarded stdout
+    # can interleave mid-line (seen in CI: "sleepersleeper 28098\n 28099").
+    escape = ("import os, subprocess as s; p = s.Popen(['sleep', '300'], start_new_session=True, "
               "stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL); "
-              "print('sleeper', p.pid, flush=True)")
+              f"open(os.path.join({str(tmp_path)!r}, f'sleeper-{{os.getpid()}}'), 'w')"
+              ".write(str(p.pid))")
     proc = emulate("--nodes", 2, "--link", "1gbit", "--no-measure", "-n", 2, "--",
                    sys.executable, "-c", escape)
     assert proc.returncode == 0, proc.stderr
-    sleepers = [int(pid) for pid in re.findall(r"sleeper (\d+)", proc.stdout)]
-    assert len(sleepers) == 2, proc.stdout
+    sleepers = [int(f.read_text()) for f in sorted(tmp_path.glob("sleeper-*"))]
+    assert len(sleepers) == 2, sorted(tmp_path.iterdir())
     deadline = time.monotonic() + 5
     while any(pid_alive(pid) and _state(pid) not in "ZX" for pid in sleepers) \
             and time.monotonic() < deadline:
