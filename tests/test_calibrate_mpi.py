@@ -22,6 +22,7 @@ TINY = CalibrationGrid(batches=(8, 32), inputs=(256, 1024), reuses=(1, 4),
                        structure_batches=(8, 32), reference_batches=(8, 32),
                        warm_references=(((256, 256, 256), (8, 32)),),
                        cold_references=(((1024, 1024, 1024), (8, 32)),), reference_rounds=2,
+                       reference_seconds=0.02,
                        link_sizes=(8, 1024, 131072), stack_work_s=0.02, stack_rounds=3)
 
 

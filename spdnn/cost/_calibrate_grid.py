@@ -16,7 +16,8 @@ class CalibrationGrid:
     (nonzeros per buffer row); dense layers (rows, columns); a RadiX-Net layer of
     ``structured`` neurons against a random one, at ``structure_batches``; reference networks
     (widths of three fan-in 32 layers, batch sizes) in cache and beyond it, each class at
-    every batch of ``reference_batches``, for ``reference_rounds`` rounds; the link at
+    every batch of ``reference_batches``, for ``reference_rounds`` rounds of at least
+    ``reference_seconds`` each (and 5 steps at least); the link at
     ``link_sizes`` bytes, and its CPU cost per byte over ``stack_work_s`` seconds of work,
     ``stack_rounds`` times."""
 
@@ -32,6 +33,7 @@ class CalibrationGrid:
     cold_references: tuple[tuple[Widths, tuple[int, ...]], ...] = (
         ((16384, 16384, 16384), (32, 256)),)
     reference_rounds: int = 3
+    reference_seconds: float = 0.5  # per network and batch, each of alone and together
     link_sizes: tuple[int, ...] = (8, 1024, 16384, 131072, 1048576, 4194304, 16777216)
     stack_work_s: float = 0.25
     stack_rounds: int = 5
@@ -45,6 +47,8 @@ class CalibrationGrid:
                                  f"{self.reference_batches}, not only {sorted(timed)}")
         if self.reference_rounds < 1 or self.stack_rounds < 1 or len(self.link_sizes) < 2:
             raise ValueError("CalibrationGrid: at least one round of each and two link sizes")
+        if not self.reference_seconds >= 0:
+            raise ValueError("CalibrationGrid: reference_seconds must be 0 or more")
 
 
 FULL = CalibrationGrid()
@@ -52,4 +56,5 @@ QUICK = CalibrationGrid(
     batches=(8, 64, 512), inputs=(256, 4096, 65536), reuses=(1, 32),
     dense_shapes=((16, 1024), (256, 4096)), structure_batches=(8, 128),
     warm_references=(((1024, 1024, 1024), (32, 256)),), reference_rounds=1,
+    reference_seconds=0.25,
     link_sizes=(8, 16384, 131072, 1048576, 16777216), stack_work_s=0.1, stack_rounds=3)

@@ -211,7 +211,7 @@ def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTab
     for cls, refs in (("", grid.warm_references), ("cold_", grid.cold_references)):
         ref = _References(dtype, refs)
         for _ in range(grid.reference_rounds):
-            solo, both = ref.paired_steps(comm)
+            solo, both = ref.paired_steps(comm, grid.reference_seconds)
             for key, steps, running in (("alone", solo, 1), ("all", both, comm.size)):
                 for batch in grid.reference_batches:
                     rounds.setdefault((cls + key, batch), []).append(compute_scale(
