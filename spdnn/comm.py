@@ -13,19 +13,28 @@ job with one line naming the rank, its host, the peers and what it waited for (e
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import mpi4py
 import numpy as np
-from mpi4py import MPI
-from mpi4py.util import dtlib
 
 from spdnn import pickled
 from spdnn.errors import SpdnnError
-from spdnn.watchdog import Watchdog
+from spdnn.watchdog import Waiting, Watchdog
+
+_CALLERS_RC = (mpi4py.rc.initialize, mpi4py.rc.finalize)
+if "mpi4py.MPI" not in sys.modules:  # this module starts MPI, without the GIL (``_start``)
+    mpi4py.rc.initialize, mpi4py.rc.finalize = False, True
+from mpi4py import MPI  # noqa: E402
+from mpi4py.util import dtlib  # noqa: E402
+
+mpi4py.rc.initialize, mpi4py.rc.finalize = _CALLERS_RC  # read at mpi4py.MPI's import only
 
 Request = MPI.Request
 
@@ -64,8 +73,10 @@ class Communicator:
         elif hook in hooks:
             hooks.remove(hook)
 
-    def _waiting(self, what: str, peers: Sequence[int] | None = None) -> _Waiting:
-        return _Waiting(self, what, peers)
+    def _waiting(self, what: str, peers: Sequence[int] | None = None) -> Waiting:
+        return Waiting(self._watchdog, what, lambda: [
+            self.world_rank(p) for p in (range(self.size) if peers is None else peers)
+            if p != self.rank])
 
     def world_rank(self, rank: int) -> int:
         """``rank`` of this communicator as a rank of the job (what the user sees)."""
@@ -250,22 +261,6 @@ def _displacements(counts: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
-class _Waiting:
-    """Arms the watchdog for one wait (peers translated to ranks of the job)."""
-
-    def __init__(self, c: Communicator, what: str, peers: Sequence[int] | None) -> None:
-        self._c, self._what, self._peers = c, what, peers
-
-    def __enter__(self) -> None:
-        c = self._c
-        if c._watchdog.timeout is not None:
-            peers = range(c.size) if self._peers is None else self._peers
-            c._watchdog.arm(self._what, [c.world_rank(p) for p in peers if p != c.rank])
-
-    def __exit__(self, *exc: object) -> None:
-        self._c._watchdog.disarm()
-
-
 # The type of a caller's communicator (what entry points accept besides a Communicator), so
 # that annotations elsewhere need not import mpi4py.
 MPIComm = MPI.Comm
@@ -291,3 +286,47 @@ def _abort_from_thread(code: int) -> None:
     threading.Timer(10.0, os._exit, args=(code,)).start()
     time.sleep(0.5)  # the launcher forwards the watchdog's line first (see spdnn.collective)
     MPI.COMM_WORLD.Abort(code)
+
+
+def _loaded_libmpi() -> ctypes.CDLL | None:
+    """The MPI library mpi4py loaded (from this process's memory map: Linux), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = dict.fromkeys(line.split()[-1] for line in maps if "/libmpi" in line)
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:
+            continue
+        if hasattr(lib, "MPI_Init_thread"):
+            return lib
+    return None
+
+
+def _start() -> None:
+    """MPI_Init_thread without the GIL (a ctypes call): it spins for peers that a Ctrl-C may
+    have ended, and under mpi4py's call, which holds the GIL, spdnn.interrupt's watcher could
+    not run to end the rank with its line. Elsewhere than Linux, mpi4py's call, with Ctrl-C
+    at its default action (``starting_mpi``)."""
+    lib = _loaded_libmpi()
+    if lib is None:
+        from spdnn.interrupt import starting_mpi
+
+        with starting_mpi():
+            MPI.Init_thread(MPI.THREAD_MULTIPLE)
+    else:
+        init = lib.MPI_Init_thread
+        init.restype = ctypes.c_int
+        init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                         ctypes.POINTER(ctypes.c_int)]
+        provided = ctypes.c_int(0)
+        if init(None, None, MPI.THREAD_MULTIPLE, ctypes.byref(provided)) != 0:
+            raise RuntimeError("MPI_Init_thread failed")
+    for comm in (MPI.COMM_SELF, MPI.COMM_WORLD):  # errors raise, as under mpi4py's own start
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+
+
+if not MPI.Is_initialized():
+    _start()

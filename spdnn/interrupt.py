@@ -6,11 +6,11 @@ Python (``spdnn.cli.entry`` from the first import, ``spdnn.collective``'s ``guar
 would wait in MPI_Finalize for peers already gone, and MPI_Abort adds a line per rank. A rank
 blocked inside a C-level MPI wait (its peer gone) would never see the interrupt, so ``watch``
 wakes a thread on the signal itself (``signal.set_wakeup_fd``), which prints the line at once
-and ends the process after GRACE seconds. Where the main thread holds the GIL inside C for good
-(MPI_Init under mpi4py's import, spinning for a peer the interrupt already ended), that thread
-cannot run again: faulthandler's C watchdog, armed by it, ends the process a second later
-(exit code 1). The line is printed once, by rank 0 alone (the launcher's rank variable, known
-before MPI starts).
+and ends the process after GRACE seconds. MPI_Init spins for peers the interrupt may have
+ended: spdnn.comm calls it without the GIL, so this thread runs meanwhile. Where the main
+thread holds the GIL inside C for good all the same, this thread cannot run again:
+faulthandler's C watchdog, armed by it, ends the process a second later (exit code 1). The
+line is printed once, by rank 0 alone (the launcher's rank variable, known before MPI starts).
 """
 
 from __future__ import annotations
@@ -65,11 +65,12 @@ def interrupted(prog: str = "spdnn", rank: int | None = None) -> None:
 
 @contextlib.contextmanager
 def starting_mpi() -> Iterator[None]:
-    """While MPI starts, Ctrl-C ends this rank at once by the signal's default action.
-    mpi4py's import runs MPI_Init holding the GIL, and MPI_Init spins for peers that the same
-    interrupt may have ended: neither the main thread nor ``watch``'s thread would run Python
-    again (a 2-rank job hung there at 100% CPU). The rank prints nothing, and MPICH's mpiexec
-    exits with the signal's number (2)."""
+    """While MPI starts under a call that holds the GIL (mpi4py's own, where spdnn.comm cannot
+    find the MPI library to call it without), Ctrl-C ends this rank at once by the signal's
+    default action: MPI_Init spins for peers that the same interrupt may have ended, and
+    neither the main thread nor ``watch``'s thread would run Python again (a 2-rank job hung
+    there at 100% CPU). The rank prints nothing; MPICH's mpiexec exits with the signal's
+    number (2)."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_DFL) if main else None
     try:

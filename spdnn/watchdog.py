@@ -105,3 +105,20 @@ def guard_start(timeout: float, prog: str = "spdnn", rank: int = 0) -> Callable[
         os.waitpid(pid, 0)
 
     return dismiss
+
+
+class Waiting:
+    """Arms ``dog`` for one wait: ``peers()`` gives the job's ranks waited for (called only
+    when a timeout is set)."""
+
+    __slots__ = ("_dog", "_what", "_peers")
+
+    def __init__(self, dog: Watchdog, what: str, peers: Callable[[], Sequence[int]]) -> None:
+        self._dog, self._what, self._peers = dog, what, peers
+
+    def __enter__(self) -> None:
+        if self._dog.timeout is not None:
+            self._dog.arm(self._what, self._peers())
+
+    def __exit__(self, *exc: object) -> None:
+        self._dog.disarm()

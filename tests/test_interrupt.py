@@ -1,7 +1,7 @@
-"""spdnn.interrupt: Ctrl-C ends a process even when its main thread holds the GIL inside C for
-good, as MPI_Init does under mpi4py's import while it spins for a peer that the same interrupt
-already ended (a 2-rank job hung there once, at 100% CPU, after its line). A compiled loop that
-keeps the GIL stands in for MPI_Init."""
+"""spdnn.interrupt: Ctrl-C ends a process with one line while MPI starts (spdnn.comm calls
+MPI_Init without the GIL; under mpi4py's call, which holds it, a 2-rank job hung once at 100%
+CPU), and even when its main thread holds the GIL inside C for good (a compiled loop that
+keeps the GIL stands in for such a call)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, start
 
 SPIN = """
 import numba, sys, time
@@ -67,3 +67,35 @@ def test_ctrl_c_ends_the_process_when_the_main_thread_then_holds_the_gil():
     code, err, took = _interrupt(AFTER_THE_LINE)
     assert code == 1 and took < 15, (code, took, err)
     assert [ln for ln in err.splitlines() if ln.strip()] == ["spdnn: interrupted"], err
+
+
+# Rank 1 starts MPI late: rank 0 waits for it inside MPI_Init when the launcher forwards Ctrl-C.
+RANK_1_LATE = """
+import os, time
+from spdnn.interrupt import interrupted, launcher_rank, watch
+watch("spdnn")
+try:
+    if launcher_rank() == 1:
+        time.sleep(60)
+    else:
+        print("ready", flush=True)
+    import spdnn.comm
+    print("MPI started", flush=True)
+except KeyboardInterrupt:
+    interrupted()
+"""
+
+
+def test_ctrl_c_while_mpi_starts_ends_the_job_with_one_line():
+    job = start(2, "-c", RANK_1_LATE, module=None, timeout=60)
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # rank 0 is inside MPI_Init, waiting for rank 1
+        t0 = time.monotonic()
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert job.returncode == 130 and time.monotonic() - t0 < 10, (job.returncode, err)
+    assert [ln for ln in err.splitlines() if ln.strip()] == ["spdnn: interrupted"], err
+    assert "MPI started" not in out

@@ -167,10 +167,7 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
             from spdnn.watchdog import guard_start
 
             dismiss = guard_start(float(timeout), rank=launcher_rank())
-        from spdnn.interrupt import starting_mpi
-
-        with starting_mpi():  # Ctrl-C ends the rank by the signal while MPI_Init holds the GIL
-            from spdnn.collective import run_collectively  # MPI starts here
+        from spdnn.collective import run_collectively  # MPI starts here (spdnn.comm)
 
         if dismiss is not None:
             dismiss()
