@@ -204,13 +204,13 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
         lo, hi = int(starts[0] - w.indptr[0]), int(ends[0] - w.indptr[0])
         dense, x = dense[:, lo:hi], x[lo:hi]
     if dense is None and backend() == "numba":
-        init = 0 if accumulate else (1 if bias is not None else 2)
-        nb = _nb()
+        init, nb = 0 if accumulate else (1 if bias is not None else 2), _nb()
         with _threads_for((r1 - r0) * x.shape[1]):
             nb.spmm_rows(starts, ends, w.indices, w.data, x, _NO_BIAS[x.dtype.char]
                          if bias is None else bias, out_z, r0, r1, init,
                          -1.0 if cap is None else float(cap), out_x is not None,
-                         out_z if out_x is None else out_x, _NO_ALIVE if alive is None else alive)
+                         out_z if out_x is None else out_x, _NO_ALIVE if alive is None else alive,
+                         nb.threads())
         return
     zr = out_z[r0:r1]
     if dense is not None and not accumulate:
