@@ -6,6 +6,8 @@ the rule that keeps message passing auditable in one place, as Heat does).
   runtime needs, and agreement on errors.
 - (``spdnn.collective`` holds the policy that ends every rank when one fails.)
 - ``world_size`` / ``abort_world``: for the test plugin, which must abort without a collective.
+- Importing this module starts MPI, without the GIL (``_start``: Ctrl-C must end a rank whose
+  MPI_Init waits for peers).
 
 Every wait is watched: with a timeout set (``watch``), a wait that lasts longer ends the whole
 job with one line naming the rank, its host, the peers and what it waited for (exit code 3).
