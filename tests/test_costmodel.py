@@ -672,3 +672,6 @@ def test_a_calibration_grid_must_time_every_reference_batch_in_both_classes():
         CalibrationGrid(cold_references=(((1024, 1024, 1024), (32,)),))
     with pytest.raises(ValueError, match="two link sizes"):
         CalibrationGrid(link_sizes=(8,))
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="reference_seconds must be 0 or more"):
+            CalibrationGrid(reference_seconds=bad)

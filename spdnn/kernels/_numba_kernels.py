@@ -88,6 +88,14 @@ def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
             grad, order, e0, e1, c == 0, rem, pf)
 
 
+@nb.njit(inline="always")
+def _spmm_row(i, starts, ends, indices, data, x, bias, flat, ko, init, cap, activate, act, ka,
+              alive):
+    start = bias[i] if init == 1 else np.zeros(1, flat.dtype)[0]
+    _axpy(flat, i * ko, x, indices, data, starts[i], ends[i], start, init != 0, act, i * ka,
+          cap, activate, alive)
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, activate,
               act_out, alive, threads):
@@ -96,24 +104,21 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
     min(max(out[i], 0), cap) (cap < 0: no cap) and alive[b] = 1 for every column b with a
     nonzero activation (when ``alive`` is not empty). ``threads``: numba's thread count
     (read outside: numba's call for it would keep this kernel out of the cache)."""
-    zero = np.zeros(1, out.dtype)[0]
-    flat, act = out.reshape(-1), act_out.reshape(-1)
+    flat, act, ko, ka = out.reshape(-1), act_out.reshape(-1), out.shape[1], act_out.shape[1]
     # On several threads, the rows in one run per thread (numba's static schedule), each run
     # with live flags of its own, merged below: a row's flags are a read, an OR and a store of
     # the whole vector, and threads sharing one array lost 12-17% of the live columns.
     if threads <= 1:  # one array (a range loop here compiled 7-11% slower than prange)
         for i in nb.prange(r0, r1):
-            start = bias[i] if init == 1 else zero
-            _axpy(flat, i * out.shape[1], x, indices, data, starts[i], ends[i], start,
-                  init != 0, act, i * act_out.shape[1], cap, activate, alive)
+            _spmm_row(i, starts, ends, indices, data, x, bias, flat, ko, init, cap, activate,
+                      act, ka, alive)
         return
     rows, width = r1 - r0, alive.shape[0]
     flags = np.zeros((threads, width), np.int32)
     for t in nb.prange(threads):
         for i in range(r0 + rows * t // threads, r0 + rows * (t + 1) // threads):
-            start = bias[i] if init == 1 else zero
-            _axpy(flat, i * out.shape[1], x, indices, data, starts[i], ends[i], start,
-                  init != 0, act, i * act_out.shape[1], cap, activate, flags[t])
+            _spmm_row(i, starts, ends, indices, data, x, bias, flat, ko, init, cap, activate,
+                      act, ka, flags[t])
     for t in range(threads):
         for c in range(width):
             alive[c] |= flags[t, c]
