@@ -82,26 +82,58 @@ def test_npz_images_round_trip_and_equal_the_text_forms(tmp_path):
     np.testing.assert_array_equal(read_image_npz(tmp_path / "v.npz", 40).toarray(), x.toarray())
 
 
+def _write_in(directory, x: sp.csr_matrix, suffix: str):
+    """``x`` as images in one of the forms read: .npz (stored, or compressed), .mtx."""
+    path = directory / f"x.{suffix.split('-')[0]}"
+    if suffix == "npz-compressed":
+        np.savez_compressed(path, shape=np.array(x.shape), indptr=x.indptr,
+                            indices=x.indices, data=x.data)
+    elif suffix == "mtx":
+        write_mtx(path, x)
+    else:
+        write_image_npz(path, x)
+    return path
+
+
 @pytest.mark.parametrize("suffix", ["npz", "npz-compressed", "mtx"])
 def test_shares_of_a_file_are_read_alone_and_make_up_the_whole(tmp_path, suffix):
     """What a data-parallel rank reads: only its images (in place from a stored .npz)."""
     rng = np.random.default_rng(4)
     x = sp.random(11, 30, density=0.3, random_state=rng, format="csr")
     x.data[:] = rng.random(x.nnz) + 0.5
-    path = tmp_path / f"x.{suffix.split('-')[0]}"
-    if suffix == "npz-compressed":
-        np.savez_compressed(path, shape=np.array(x.shape), indptr=x.indptr,
-                            indices=x.indices, data=x.data)
-    elif suffix == "npz":
-        write_image_npz(path, x)
-    else:
-        write_mtx(path, x)
+    path = _write_in(tmp_path, x, suffix)
     parts = [read_image_share(path, 30, lambda n, k=k: slice(*[(0, 4), (4, 4), (4, 11)][k]))
              for k in range(3)]
     assert [(p.first, p.total, p.matrix.shape) for p in parts] == [
         (0, 11, (4, 30)), (4, 11, (0, 30)), (4, 11, (7, 30))]
     whole = sp.vstack([p.matrix for p in parts])
     np.testing.assert_allclose(whole.toarray(), x.toarray(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("suffix", ["npz", "npz-compressed", "npz-pattern", "mtx"])
+@pytest.mark.parametrize("block", [1, 7, 1 << 22])
+def test_a_model_part_reads_only_its_features_in_its_dtype(tmp_path, monkeypatch, suffix,
+                                                           block):
+    """What a rank of a plan reads: its share of the images and only its first layer's feature
+    columns, in its dtype, block by block (blocks of 1 entry, 7, and one block)."""
+    monkeypatch.setattr("spdnn.io.images._BLOCK_ENTRIES", block)
+    rng = np.random.default_rng(5)
+    x = sp.random(13, 30, density=0.3, random_state=rng, format="csr")
+    x.data[:] = 1.0 if suffix == "npz-pattern" else rng.random(x.nnz) + 0.5
+    path = _write_in(tmp_path, x, suffix)
+    features = np.array([0, 3, 4, 5, 17, 29])
+    for dtype in (np.float32, np.float64):
+        got = read_image_share(path, 30, lambda n: slice(2, 11), features=features,
+                               dtype=dtype)
+        assert (got.first, got.total, got.matrix.shape) == (2, 13, (9, 6))
+        assert got.matrix.dtype == dtype and got.matrix.has_canonical_format
+        np.testing.assert_array_equal(got.features, features)
+        np.testing.assert_allclose(got.matrix.toarray(), x[2:11][:, features].toarray(),
+                                   rtol=1e-6)
+    none = read_image_share(path, 30, features=np.array([], np.int64))
+    assert none.matrix.shape == (13, 0) and none.matrix.nnz == 0
+    with pytest.raises(ValueError, match="ascend"):
+        read_image_share(path, 30, features=np.array([4, 3]))
 
 
 def test_a_share_is_validated_as_it_is_read(tmp_path):

@@ -43,6 +43,30 @@ def test_a_job_reports_each_ranks_peak_and_the_prediction_counts_what_it_held(co
         assert pred["weights"] == held["weights"]
 
 
+def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):
+    """Graph Challenge inference under a plan: each rank reads its first layer's features of
+    the images and holds them once (the data counted is that selection, not every feature)."""
+    from spdnn.io.images import read_image_share, write_image_npz
+    from spdnn.model.generate import radixnet
+    from spdnn.reference import challenge_infer
+    from spdnn.runtime.memory import data_nbytes
+    from tests.test_runtime_mpi import _images
+
+    net = radixnet(1024, 6, seed=0, dtype="float32")
+    images = _images(50)
+    path = mpi_tmp_path / "images.npz"
+    if comm.rank == 0:
+        write_image_npz(path, images)
+    comm.barrier()
+    plan = partition(net, parts=comm.size, method="block")
+    result = spdnn.infer(net, inputs=str(path), run=spdnn.RunOptions(plan=plan), comm=comm)
+    np.testing.assert_array_equal(result.categories, challenge_infer(net, images).categories)
+    for rank, held in enumerate(result.memory["held_bytes"]):
+        mine = read_image_share(path, 1024, features=plan.rows_of(rank, 0), dtype="float32")
+        assert held["data"] == data_nbytes([mine.matrix])
+        assert comm.size == 1 or held["data"] < data_nbytes([images.astype("float32")])
+
+
 def test_the_offline_prediction_sees_the_shapes_of_the_job(comm):
     from spdnn.runtime.memory import shapes
     from spdnn.runtime.session import open_network

@@ -21,7 +21,7 @@ from spdnn.reference import accuracy
 from spdnn.reference import challenge_infer as reference_challenge
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
-from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs
+from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, my_images
 from spdnn.runtime.session import gather_network, open_network
 from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
@@ -151,6 +151,16 @@ def test_graph_challenge_mode_on_every_grid(comm, mpi_tmp_path):
         got = challenge_infer(comm, run.dnet, share, run.nnz)
         np.testing.assert_array_equal(got.categories, expected.categories)
         assert got.n_inputs == 121
+        # ... and only its first layer's features, in its dtype: the share is then the only
+        # copy of the images it holds (as `spdnn infer` under a plan reads them)
+        dnet = run.dnet
+        share = read_image_share(path, 1024, dnet.grid.share, features=dnet.input_rows,
+                                 dtype=dnet.dtype)
+        assert share.matrix.shape[1] == len(dnet.input_rows)
+        assert np.shares_memory(my_images(dnet.grid, share, dnet.input_rows, dnet.dtype)[1].data,
+                                share.matrix.data)
+        got = challenge_infer(comm, dnet, share, run.nnz)
+        np.testing.assert_array_equal(got.categories, expected.categories)
         run.dnet.grid.free()
 
 

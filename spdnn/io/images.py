@@ -27,16 +27,19 @@ from spdnn.io.npz import NpzReader
 from spdnn.model.choices import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
 
 _CHUNK = 2000  # images resized at a time (256x256 float64: 1 GB)
+_BLOCK_ENTRIES = 1 << 22  # entries read at a time (16 MB of int32 indices)
 
 
 @dataclass(frozen=True)
 class ImageShare:
     """Some consecutive images of a file: ``matrix`` holds images first .. first + rows - 1
-    of the ``total`` the file holds."""
+    of the ``total`` the file holds, and of their features those in ``features`` (all when
+    None)."""
 
     matrix: sp.csr_matrix
     first: int
     total: int
+    features: np.ndarray | None = None
 
 
 def read_images(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
@@ -45,25 +48,40 @@ def read_images(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
 
 
 def read_image_share(path: str | os.PathLike, n_features: int,
-                     share: Callable[[int], slice] | None = None) -> ImageShare:
-    """The images ``share(total)`` of a file (all when ``share`` is None). From ``.npz`` only
-    those images are read (a data-parallel rank needs no more memory than its share); ``.mtx``
-    and ``.tsv`` are read whole first."""
+                     share: Callable[[int], slice] | None = None, *,
+                     features: np.ndarray | None = None,
+                     dtype: np.dtype | str | None = None) -> ImageShare:
+    """The images ``share(total)`` of a file (all when ``share`` is None), with only the
+    feature columns ``features`` (ascending; all when None), in ``dtype`` (default float32 for
+    a pattern, float64 for values). From ``.npz`` the images are read, selected and converted
+    in blocks: a rank holds its share of its columns and one block, never the whole share
+    (``.mtx`` and ``.tsv`` are read whole first)."""
+    if features is not None:
+        features = np.asarray(features, dtype=np.int64)
+        if features.ndim != 1 or (len(features) and (
+                features[0] < 0 or features[-1] >= n_features
+                or np.any(np.diff(features) <= 0))):
+            raise ValueError(f"features must ascend within 0..{n_features - 1}")
     if not os.fspath(path).endswith(".npz"):
         images = read_inputs(path, n_features)
         part = share(images.shape[0]) if share is not None else slice(0, images.shape[0])
-        return ImageShare(sp.csr_matrix(images[part]), part.start, images.shape[0])
-    return _read_npz(path, n_features, share)
+        m = sp.csr_matrix(images[part])
+        if features is not None:
+            m = sp.csr_matrix(m[:, features])
+        if dtype is not None:
+            m = m.astype(dtype, copy=False)
+        return ImageShare(m, part.start, images.shape[0], features)
+    return _read_npz(path, n_features, share, features, dtype)
 
 
 def read_image_npz(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
     """Members ``shape`` (2 integers), ``indptr``, ``indices`` (CSR, int64 or int32) and an
     optional ``data`` (default: every entry 1); validated before any use."""
-    return _read_npz(path, n_features, None).matrix
+    return _read_npz(path, n_features, None, None, None).matrix
 
 
-def _read_npz(path: str | os.PathLike, n_features: int,
-              share: Callable[[int], slice] | None) -> ImageShare:
+def _read_npz(path: str | os.PathLike, n_features: int, share: Callable[[int], slice] | None,
+              features: np.ndarray | None, dtype: np.dtype | str | None) -> ImageShare:
     p = os.fspath(path)
     with NpzReader(p, "images") as r:
         r.check_headers()
@@ -77,8 +95,8 @@ def _read_npz(path: str | os.PathLike, n_features: int,
         if n_rows < 1:
             raise InputError(p, "no inputs (the file holds no images)")
         for key in ("indptr", "indices"):
-            dims, dtype = r.header(key)
-            if len(dims) != 1 or dtype.kind not in "iu":
+            dims, kind = r.header(key)
+            if len(dims) != 1 or kind.kind not in "iu":
                 raise InputError(p, f"key '{key}' must be a 1-D integer array")
         if r.header("indptr")[0] != (n_rows + 1,):
             raise InputError(p, f"key 'indptr' must hold {n_rows + 1} entries (images + 1)")
@@ -90,22 +108,80 @@ def _read_npz(path: str | os.PathLike, n_features: int,
         if has_data and r.header("data")[0] != (nnz,):
             raise InputError(p, "key 'data' must hold one value per index")
         part = share(n_rows) if share is not None else slice(0, n_rows)
-        lo, hi = int(indptr[part.start]), int(indptr[part.stop])
-        indices = r.span("indices", lo, hi - lo)
-        if hi > lo and (int(indices.min()) < 0 or int(indices.max()) >= n_cols):
-            raise InputError(p, f"key 'indices' holds a feature outside 0..{n_cols - 1}")
-        if has_data:
-            data = r.span("data", lo, hi - lo).astype(np.float64, copy=False)
-            if not np.all(np.isfinite(data)):
-                raise InputError(p, "key 'data' holds a non-finite value")
-        else:
-            data = np.ones(hi - lo, np.float32)  # a pattern: 4 bytes a pixel, not 8
-        indptr = indptr[part.start:part.stop + 1] - lo
-        n_rows_read = part.stop - part.start
-    m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), indptr),
-                      shape=(n_rows_read, n_cols))
+        dtype = np.dtype(dtype if dtype is not None else
+                         np.float64 if has_data else np.float32)  # a pattern: 4 bytes a pixel
+        m = _SelectedRows(r, p, indptr[part.start:part.stop + 1], n_cols, features,
+                          has_data).read(dtype)
     m.sum_duplicates()  # also sorts each row's indices
-    return ImageShare(m, part.start, n_rows)
+    return ImageShare(m, part.start, n_rows, features)
+
+
+class _SelectedRows:
+    """Some consecutive rows of an images file, with some of their columns, read and checked
+    block by block (a block: about _BLOCK_ENTRIES entries) into arrays of the final size."""
+
+    def __init__(self, r: NpzReader, path: str, indptr: np.ndarray, n_cols: int,
+                 features: np.ndarray | None, has_data: bool) -> None:
+        self.r, self.path, self.indptr, self.n_cols, self.has_data = (
+            r, path, indptr, n_cols, has_data)
+        self.column = None  # a file column's place among ``features``, or -1
+        if features is not None:
+            self.column = np.full(n_cols, -1, np.int32)
+            self.column[features] = np.arange(len(features), dtype=np.int32)
+        self.n_out = n_cols if features is None else len(features)
+        # A compressed member cannot be read in place: it is read whole, once.
+        self.whole = {key: r.get(key) for key in ("indices", "data")
+                      if key in r.keys and not r.stored(key)}
+        rows = len(indptr) - 1
+        self.blocks = [0]
+        while self.blocks[-1] < rows:
+            b = self.blocks[-1]
+            self.blocks.append(max(b + 1, int(np.searchsorted(
+                indptr, indptr[b] + _BLOCK_ENTRIES, side="right")) - 1))
+        self.blocks[-1] = min(self.blocks[-1], rows)
+
+    def _span(self, key: str, lo: int, hi: int) -> np.ndarray:
+        if key in self.whole:
+            return self.whole[key][lo:hi]
+        return self.r.span(key, lo, hi - lo)
+
+    def _block(self, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The file columns of rows [b0, b1), checked, and which of them are kept."""
+        lo, hi = int(self.indptr[b0]), int(self.indptr[b1])
+        indices = self._span("indices", lo, hi)
+        if hi > lo and (int(indices.min()) < 0 or int(indices.max()) >= self.n_cols):
+            raise InputError(self.path, f"key 'indices' holds a feature outside "
+                                        f"0..{self.n_cols - 1}")
+        return indices, None if self.column is None else self.column[indices] >= 0
+
+    def read(self, dtype: np.dtype) -> sp.csr_matrix:
+        rows = len(self.indptr) - 1
+        base = self.indptr - self.indptr[0]
+        if self.column is None:
+            out_ptr = base
+        else:  # first pass: how many entries of each row are kept
+            out_ptr = np.zeros(rows + 1, np.int64)
+            for b0, b1 in zip(self.blocks[:-1], self.blocks[1:]):
+                _, kept = self._block(b0, b1)
+                before = np.concatenate([[0], np.cumsum(kept, dtype=np.int64)])
+                local = base[b0:b1 + 1] - base[b0]
+                out_ptr[b0 + 1:b1 + 1] = before[local[1:]] - before[local[:-1]]
+            np.cumsum(out_ptr, out=out_ptr)
+        indices = np.empty(int(out_ptr[-1]), np.int32)
+        data = np.empty(int(out_ptr[-1]), dtype)
+        for b0, b1 in zip(self.blocks[:-1], self.blocks[1:]):
+            cols, kept = self._block(b0, b1)
+            lo, hi = int(self.indptr[b0]), int(self.indptr[b1])
+            o0, o1 = int(out_ptr[b0]), int(out_ptr[b1])
+            indices[o0:o1] = cols if kept is None else self.column[cols[kept]]
+            if not self.has_data:
+                data[o0:o1] = 1
+                continue
+            values = self._span("data", lo, hi)
+            if not np.all(np.isfinite(values)):
+                raise InputError(self.path, "key 'data' holds a non-finite value")
+            data[o0:o1] = values if kept is None else values[kept]
+        return sp.csr_matrix((data, indices, out_ptr), shape=(rows, self.n_out))
 
 
 def write_image_npz(path: str | os.PathLike, images: sp.spmatrix) -> None:

@@ -60,6 +60,10 @@ class NpzReader:
             raise InputError(self.path, f"missing key '{key}'")
         return self._zip.getinfo(self._members[key])
 
+    def stored(self, key: str) -> bool:
+        """Whether a member is stored uncompressed (``span`` then reads only the span)."""
+        return self._member(key).compress_type == zipfile.ZIP_STORED
+
     def _fail(self, key: str, problem: str) -> InputError:
         return InputError(self.path, f"key '{key}' {problem}")
 

@@ -178,12 +178,17 @@ def dataset_outcome(comm: Communicator, grid: Grid, acc: float, what: str, sampl
 
 def challenge_inputs(comm: Communicator, job: Opened, spec: str,
                      truth: str | os.PathLike | None) -> tuple[np.ndarray | None, ImageShare]:
-    """The truth categories (when given) and this replica's share of the images (each rank
-    reads only its share). Collective."""
+    """The truth categories (when given) and this replica's share of the images, with only
+    this rank's feature columns (each rank reads only those). Collective."""
     truth = None if truth is None else os.fspath(truth)
     expected = comm.check(lambda: read_categories(truth)) if truth else None
-    grid = job.dnet.grid if job.dnet is not None else job.stream.grid
-    return expected, comm.check(lambda: read_image_share(spec, job.bundle.sizes[0], grid.share))
+    held = job.dnet if job.dnet is not None else job.stream
+    n_features = job.bundle.sizes[0]
+    # A model part reads only the features its first layer uses, in its dtype: the share is
+    # then the only copy of the images this rank holds.
+    features = None if len(held.input_rows) == n_features else held.input_rows
+    return expected, comm.check(lambda: read_image_share(
+        spec, n_features, held.grid.share, features=features, dtype=held.dtype))
 
 
 def challenge_outcome(comm: Communicator, job: Opened, result: ChallengeResult,

@@ -100,12 +100,16 @@ def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y:
 
 def my_images(grid: Grid, images: sp.csr_matrix | ImageShare, input_rows: np.ndarray,
               dtype: np.dtype) -> tuple[ImageShare, sp.csr_matrix]:
-    """This replica's share of the images and my feature columns of it, in ``dtype``."""
+    """This replica's share of the images and my feature columns of it, in ``dtype`` (no copy
+    when ``read_image_share`` already read only those, in that dtype)."""
     if not isinstance(images, ImageShare):
         share = grid.share(images.shape[0])
         images = ImageShare(images[share], share.start, images.shape[0])
     mine = images.matrix  # rows first: the column selection then copies only this share
-    if not np.array_equal(input_rows, np.arange(mine.shape[1])):
+    if images.features is not None:
+        if not np.array_equal(images.features, input_rows):
+            raise ValueError("the images' columns are not this rank's inputs")
+    elif not np.array_equal(input_rows, np.arange(mine.shape[1])):
         mine = mine[:, input_rows]
     return images, sp.csr_matrix(mine.astype(dtype, copy=False))
 
