@@ -2,7 +2,7 @@
 (issue 48): 16384 x 1920, 65536 x 480 (1.0e9 edges each) and 65536 x 1920 (4.0e9).
 
     python scripts/bench/bench_largest.py --networks 16384x1920,65536x480 --work /work/big \\
-        [--inputs 60000] [--check-inputs 2000] [--memory-limit 6G] [--no-write]
+        [--inputs 60000] [--check-inputs 2000] [--memory-limit 6G] [--configs block] [--no-write]
 
 Each network (RadiX-Net, `spdnn generate radixnet`, written layer by layer; the challenge's
 bias per size, cap 32) runs `spdnn infer` on the MNIST images made challenge inputs, under
@@ -43,6 +43,7 @@ from spdnn.reference import challenge_infer  # noqa: E402
 
 BIN = Path(sys.executable).parent
 BIASES = {1024: -0.3, 4096: -0.35, 16384: -0.4, 65536: -0.45}
+CONFIGS = ("p1", "replicas", "block")  # P = 1, 2 data-parallel ranks, 2 ranks under a block plan
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
 
 
@@ -106,13 +107,14 @@ def bench(n: int, layers: int, args: argparse.Namespace) -> dict:
     files = prepare(n, layers, args.inputs, args.check_inputs, args.work)
     infer = [str(BIN / "spdnn"), "infer", "--network", str(files["net"]), "--comm-timeout", "0",
              "--memory-limit", args.memory_limit]
-    configs = {
+    every = {
         "P=1": (1, infer + ["--inputs", str(files["images"])]),
         "2 ranks, data parallel": (2, infer + ["--inputs", str(files["images"]),
                                                "--replicas", "2"]),
         "2 ranks, block plan": (2, infer + ["--inputs", str(files["images"]), "--plan",
                                             str(files["plan"])]),
     }
+    configs = {name: every[name] for name, key in zip(every, CONFIGS) if key in args.configs}
     out: dict = {"network": f"{n}x{layers}", "edges": 32 * n * layers, "configs": {}}
     cats: dict[str, list[int]] = {}
     for name, (ranks, cmd) in configs.items():
@@ -125,12 +127,13 @@ def bench(n: int, layers: int, args: argparse.Namespace) -> dict:
         print(f"  {name}: {m['rate']:.3g} edges/s, {m['seconds']:.0f} s, peaks "
               f"{[round(p / 1e9, 2) for p in m['rank_peaks']]} GB; {m['streaming']}",
               flush=True)
-    if any(c != cats["P=1"] for c in cats.values()):
+    first_run = cats[next(iter(cats))]
+    if any(c != first_run for c in cats.values()):
         raise SystemExit(f"{n}x{layers}: the configurations disagree on the categories")
     t0 = time.perf_counter()
     ref: ChallengeResult = challenge_infer(StreamedNetwork(files["net"]),
                                            read_images(files["check"], n))
-    first = [c for c in cats["P=1"] if c <= args.check_inputs]  # a sample's fate is its own
+    first = [c for c in first_run if c <= args.check_inputs]  # a sample's fate is its own
     if ref.categories.tolist() != first:
         raise SystemExit(f"{n}x{layers}: spdnn's categories differ from the scipy loop's on "
                          f"the first {args.check_inputs} inputs")
@@ -177,8 +180,9 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
                      f"{ref['categories']:,}", "equal to spdnn's"])
     return (f"Command: `python scripts/bench/bench_largest.py --networks "
             f"{args.networks} --inputs {args.inputs} --check-inputs {args.check_inputs} "
-            f"--memory-limit {args.memory_limit}`. Rate = inputs x edges / seconds of the "
-            "passes (reading the blocks of a streamed run not included: its own column); "
+            f"--memory-limit {args.memory_limit} --configs {','.join(args.configs)}`. "
+            "Rate = inputs x edges / seconds of the passes (reading the blocks of a streamed "
+            "run not included: its own column); "
             "peak per rank from `/usr/bin/time -f %M`; float32, one thread per rank.\n\n"
             + table(["network", "run", "inputs", "rate (edges/s)", "passes (s)",
                      "reading blocks (s)", "peak per rank (GB)", "categories", "weights"],
@@ -191,11 +195,17 @@ def main() -> int:
     ap.add_argument("--inputs", type=int, default=60_000)
     ap.add_argument("--check-inputs", type=int, default=2_000)
     ap.add_argument("--memory-limit", default="6G")
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    type=lambda v: [c for c in v.split(",") if c],
+                    help=f"which runs, of {','.join(CONFIGS)} (default: all; each must find "
+                         "the same categories)")
     ap.add_argument("--work", type=Path, default=Path("largest-work"))
     ap.add_argument("--check-only", action="store_true",
                     help="only spdnn at P = 1 against the scipy loop on --check-inputs inputs "
                          "(prints; writes nothing to BENCHMARKS.md)")
     args = ap.parse_args()
+    if not args.configs or set(args.configs) - set(CONFIGS):
+        ap.error(f"--configs: a list of {','.join(CONFIGS)}")
     args.work.mkdir(parents=True, exist_ok=True)
     results = []
     for spec in args.networks.split(","):
