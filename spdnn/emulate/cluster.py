@@ -101,15 +101,18 @@ class Cluster:
         if ranks is not None and ranks < 1:
             raise EmulationError("-n must be at least 1")
         pipe = subprocess.PIPE if capture else None
-        proc = subprocess.Popen(self.command(argv, ranks), env=self.environment(), text=True,
-                                stdout=pipe, stderr=pipe, start_new_session=True)
-        timer = None if fault is None else \
-            FaultTimer(fault, self.network, self.nodes - 1, fault_applied).start()
+        proc, timer = None, None
         try:
-            with interrupts_as_ctrl_c():
+            with interrupts_as_ctrl_c():  # from the start: a Ctrl-C as the job starts stops it
+                proc = subprocess.Popen(self.command(argv, ranks), env=self.environment(),
+                                        text=True, stdout=pipe, stderr=pipe,
+                                        start_new_session=True)
+                timer = None if fault is None else \
+                    FaultTimer(fault, self.network, self.nodes - 1, fault_applied).start()
                 out, err = proc.communicate(timeout=timeout)
         except (KeyboardInterrupt, subprocess.TimeoutExpired) as exc:
-            _stop(proc)
+            if proc is not None:
+                _stop(proc)
             if isinstance(exc, subprocess.TimeoutExpired):
                 raise EmulationError(f"the job did not finish within {timeout:g} s; "
                                      "stopped") from None
@@ -117,7 +120,8 @@ class Cluster:
         finally:
             if timer is not None:
                 timer.cancel()
-            _kill_group(proc)
+            if proc is not None:
+                _kill_group(proc)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     @property
