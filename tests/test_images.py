@@ -15,6 +15,7 @@ from spdnn.io.formats import read_inputs, write_mtx
 from spdnn.io.images import (
     bicubic_weights,
     challenge_images,
+    image_share_nbytes,
     read_image_npz,
     read_image_share,
     read_images,
@@ -130,6 +131,10 @@ def test_a_model_part_reads_only_its_features_in_its_dtype(tmp_path, monkeypatch
         np.testing.assert_array_equal(got.features, features)
         np.testing.assert_allclose(got.matrix.toarray(), x[2:11][:, features].toarray(),
                                    rtol=1e-6)
+        held = got.matrix.data.nbytes + got.matrix.indices.nbytes + got.matrix.indptr.nbytes
+        counted = image_share_nbytes(path, 30, lambda n: slice(2, 11), features=features,
+                                     dtype=dtype)
+        assert counted == (0 if suffix == "mtx" else held)  # counted before it is read
     none = read_image_share(path, 30, features=np.array([], np.int64))
     assert none.matrix.shape == (13, 0) and none.matrix.nnz == 0
     with pytest.raises(ValueError, match="ascend"):

@@ -45,7 +45,9 @@ def test_a_job_reports_each_ranks_peak_and_the_prediction_counts_what_it_held(co
 
 def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):
     """Graph Challenge inference under a plan: each rank reads its first layer's features of
-    the images and holds them once (the data counted is that selection, not every feature)."""
+    the images and holds them once (the data counted is that selection, not every feature),
+    and the memory check before loading counts them."""
+    from spdnn.comm import AgreedError
     from spdnn.io.images import read_image_share, write_image_npz
     from spdnn.model.generate import radixnet
     from spdnn.reference import challenge_infer
@@ -65,6 +67,17 @@ def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):
         mine = read_image_share(path, 1024, features=plan.rows_of(rank, 0), dtype="float32")
         assert held["data"] == data_nbytes([mine.matrix])
         assert comm.size == 1 or held["data"] < data_nbytes([images.astype("float32")])
+    # The check before loading counts the images too: a limit that every rank's prediction
+    # without them fits, and that the images put over, is refused on every rank (streaming
+    # the layers is tried first: no block fits beside the images either).
+    pred = result.memory["predicted_bytes"]
+    limit = max(p["total"] - p["data"] for p in pred) + 1
+    assert any(p["total"] > limit for p in pred)
+    with pytest.raises(AgreedError, match="is over the allowed|no block of layers fits"):
+        spdnn.infer(net, inputs=str(path), comm=comm,
+                    run=spdnn.RunOptions(plan=plan, memory_limit=limit))
+    assert spdnn.infer(net, inputs=str(path), comm=comm, run=spdnn.RunOptions(
+        plan=plan, memory_limit=max(p["total"] for p in pred))).categories is not None
 
 
 def test_the_offline_prediction_sees_the_shapes_of_the_job(comm):

@@ -80,40 +80,67 @@ def read_image_npz(path: str | os.PathLike, n_features: int) -> sp.csr_matrix:
     return _read_npz(path, n_features, None, None, None).matrix
 
 
+def _check_npz(r: NpzReader, p: str, n_features: int) -> tuple[np.ndarray, bool]:
+    """The file's row pointers (int64) and whether it holds values, its headers checked."""
+    r.check_headers()
+    shape = r.get("shape")
+    if shape.shape != (2,) or shape.dtype.kind not in "iu":
+        raise InputError(p, "key 'shape' must hold two integers (images, features)")
+    n_rows, n_cols = int(shape[0]), int(shape[1])
+    if n_cols != n_features:
+        raise InputError(p, f"has {n_cols} features per image, the network takes "
+                            f"{n_features}")
+    if n_rows < 1:
+        raise InputError(p, "no inputs (the file holds no images)")
+    for key in ("indptr", "indices"):
+        dims, kind = r.header(key)
+        if len(dims) != 1 or kind.kind not in "iu":
+            raise InputError(p, f"key '{key}' must be a 1-D integer array")
+    if r.header("indptr")[0] != (n_rows + 1,):
+        raise InputError(p, f"key 'indptr' must hold {n_rows + 1} entries (images + 1)")
+    indptr = r.get("indptr").astype(np.int64, copy=False)
+    nnz = r.header("indices")[0][0]
+    if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
+        raise InputError(p, "key 'indptr' must rise from 0 to the number of indices")
+    has_data = "data" in r.keys
+    if has_data and r.header("data")[0] != (nnz,):
+        raise InputError(p, "key 'data' must hold one value per index")
+    return indptr, has_data
+
+
 def _read_npz(path: str | os.PathLike, n_features: int, share: Callable[[int], slice] | None,
               features: np.ndarray | None, dtype: np.dtype | str | None) -> ImageShare:
     p = os.fspath(path)
     with NpzReader(p, "images") as r:
-        r.check_headers()
-        shape = r.get("shape")
-        if shape.shape != (2,) or shape.dtype.kind not in "iu":
-            raise InputError(p, "key 'shape' must hold two integers (images, features)")
-        n_rows, n_cols = int(shape[0]), int(shape[1])
-        if n_cols != n_features:
-            raise InputError(p, f"has {n_cols} features per image, the network takes "
-                                f"{n_features}")
-        if n_rows < 1:
-            raise InputError(p, "no inputs (the file holds no images)")
-        for key in ("indptr", "indices"):
-            dims, kind = r.header(key)
-            if len(dims) != 1 or kind.kind not in "iu":
-                raise InputError(p, f"key '{key}' must be a 1-D integer array")
-        if r.header("indptr")[0] != (n_rows + 1,):
-            raise InputError(p, f"key 'indptr' must hold {n_rows + 1} entries (images + 1)")
-        indptr = r.get("indptr").astype(np.int64, copy=False)
-        nnz = r.header("indices")[0][0]
-        if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
-            raise InputError(p, "key 'indptr' must rise from 0 to the number of indices")
-        has_data = "data" in r.keys
-        if has_data and r.header("data")[0] != (nnz,):
-            raise InputError(p, "key 'data' must hold one value per index")
+        indptr, has_data = _check_npz(r, p, n_features)
+        n_rows = len(indptr) - 1
         part = share(n_rows) if share is not None else slice(0, n_rows)
         dtype = np.dtype(dtype if dtype is not None else
                          np.float64 if has_data else np.float32)  # a pattern: 4 bytes a pixel
-        m = _SelectedRows(r, p, indptr[part.start:part.stop + 1], n_cols, features,
+        m = _SelectedRows(r, p, indptr[part.start:part.stop + 1], n_features, features,
                           has_data).read(dtype)
     m.sum_duplicates()  # also sorts each row's indices
     return ImageShare(m, part.start, n_rows, features)
+
+
+def image_share_nbytes(path: str | os.PathLike, n_features: int,
+                       share: Callable[[int], slice] | None = None, *,
+                       features: np.ndarray | None = None,
+                       dtype: np.dtype | str = np.float32) -> int:
+    """The bytes ``read_image_share`` will hold for these arguments (values, int32 indices,
+    row pointers), counted from the file without holding it: a job's memory check comes
+    before anything is read. ``.npz`` only; 0 for ``.mtx`` and ``.tsv`` (read whole)."""
+    p = os.fspath(path)
+    if not p.endswith(".npz"):
+        return 0
+    with NpzReader(p, "images") as r:
+        indptr, has_data = _check_npz(r, p, n_features)
+        part = share(len(indptr) - 1) if share is not None else slice(0, len(indptr) - 1)
+        rows = _SelectedRows(r, p, indptr[part.start:part.stop + 1], n_features, features,
+                             has_data)
+        entries = int(rows.row_pointers()[-1])
+    index = 4 if max(entries, n_features) < 2**31 else 8
+    return entries * (np.dtype(dtype).itemsize + index) + (part.stop - part.start + 1) * index
 
 
 class _SelectedRows:
@@ -154,19 +181,25 @@ class _SelectedRows:
                                         f"0..{self.n_cols - 1}")
         return indices, None if self.column is None else self.column[indices] >= 0
 
-    def read(self, dtype: np.dtype) -> sp.csr_matrix:
+    def row_pointers(self) -> np.ndarray:
+        """The selection's row pointers (int64): a first pass over the indices, checking
+        them, when only some columns are kept."""
         rows = len(self.indptr) - 1
         base = self.indptr - self.indptr[0]
         if self.column is None:
-            out_ptr = base
-        else:  # first pass: how many entries of each row are kept
-            out_ptr = np.zeros(rows + 1, np.int64)
-            for b0, b1 in zip(self.blocks[:-1], self.blocks[1:]):
-                _, kept = self._block(b0, b1)
-                before = np.concatenate([[0], np.cumsum(kept, dtype=np.int64)])
-                local = base[b0:b1 + 1] - base[b0]
-                out_ptr[b0 + 1:b1 + 1] = before[local[1:]] - before[local[:-1]]
-            np.cumsum(out_ptr, out=out_ptr)
+            return base
+        out_ptr = np.zeros(rows + 1, np.int64)
+        for b0, b1 in zip(self.blocks[:-1], self.blocks[1:]):
+            _, kept = self._block(b0, b1)
+            before = np.concatenate([[0], np.cumsum(kept, dtype=np.int64)])
+            local = base[b0:b1 + 1] - base[b0]
+            out_ptr[b0 + 1:b1 + 1] = before[local[1:]] - before[local[:-1]]
+        np.cumsum(out_ptr, out=out_ptr)
+        return out_ptr
+
+    def read(self, dtype: np.dtype) -> sp.csr_matrix:
+        rows = len(self.indptr) - 1
+        out_ptr = self.row_pointers()
         indices = np.empty(int(out_ptr[-1]), np.int32)
         data = np.empty(int(out_ptr[-1]), dtype)
         for b0, b1 in zip(self.blocks[:-1], self.blocks[1:]):

@@ -4,7 +4,7 @@ the grid chosen, the network opened under its plan."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from spdnn.kernels import products as kernels
 from spdnn.model.network import Network
 from spdnn.model.records import RunOptions, candidate_plans, check_run_options, kernel_threads
 from spdnn.runtime.budget import Budget
+from spdnn.runtime.grid import Grid
 from spdnn.runtime.session import Opened, open_network
 
 
@@ -26,12 +27,14 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
              files: Sequence[tuple[str, str | None]] = (),
              dirs: Sequence[tuple[str, str | None]] = (), verbose: bool = False,
              training: bool = False, can_stream: bool = False,
-             challenge: bool = False) -> Opened:
+             challenge: bool = False,
+             data: Callable[[Grid, np.ndarray, int], int] | None = None) -> Opened:
     """Check ``run`` and the output paths, set the threads, choose the grid, open the
     network (a bundle's path, or a ``Network`` every rank holds) on every rank. The kernels
     are not loaded yet: the job calls ``spdnn.runtime.session.warm_up`` once its inputs are
     checked. ``can_stream``: an inference that may run block by block (``Opened.stream``);
-    ``challenge``: one in Graph Challenge chunks (the memory it will need).
+    ``challenge``: one in Graph Challenge chunks (the memory it will need); ``data``: this
+    rank's input bytes for its grid and features, counted before loading (``Budget.data``).
     Collective."""
     if not isinstance(network, Network):
         network = os.fspath(network)
@@ -72,7 +75,7 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
                    "need the whole output layer")
     budget = Budget(limit=run.memory_limit, batch=batch, training=training,
                     can_stream=can_stream, stream_layers=run.stream_layers,
-                    challenge=challenge)
+                    challenge=challenge, data=data)
     return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False,
                         budget=budget, dry_run=run.dry_run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.datasets import Dataset, check_fits
 from spdnn.io.formats import read_categories, write_categories
-from spdnn.io.images import ImageShare, read_image_share
+from spdnn.io.images import ImageShare, image_share_nbytes, read_image_share
 from spdnn.jobs._open import data_name, open_data, open_job
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.labels import MultiLabels
@@ -105,7 +106,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     lsh_spec = comm.check(lambda: _lsh(lsh)) if lsh is not None else None
     job = open_job(comm, network, run, 1,
                    [("--categories-out", categories_out), ("--metrics-out", metrics_out)],
-                   can_stream=lsh is None, challenge=not is_dataset(spec))
+                   can_stream=lsh is None, challenge=not is_dataset(spec),
+                   data=None if is_dataset(spec) else images_bytes(spec, run.dtype))
     if job.stream is not None:
         return run_streamed(comm, job, spec, truth, categories_out, metrics_out, run.dtype,
                             verbose)
@@ -174,6 +176,16 @@ def dataset_outcome(comm: Communicator, grid: Grid, acc: float, what: str, sampl
                        accuracy=acc, precision_at_1=extra.get("precision_at_1"),
                        precision_at_5=extra.get("precision_at_5"), traffic=counted,
                        memory=mem)
+
+
+def images_bytes(spec: str, dtype: str | None) -> Callable[[Grid, np.ndarray, int], int]:
+    """What ``challenge_inputs`` will hold on a rank (its replica's share of the images, its
+    features, in ``dtype``), for the memory check before loading."""
+    def count(grid: Grid, input_rows: np.ndarray, n_features: int) -> int:
+        features = None if len(input_rows) == n_features else input_rows
+        return image_share_nbytes(spec, n_features, grid.share, features=features,
+                                  dtype=dtype or "float32")
+    return count
 
 
 def challenge_inputs(comm: Communicator, job: Opened, spec: str,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,10 @@ class Budget:
     can_stream: bool = False
     stream_layers: int | None = None
     challenge: bool = False  # inference in Graph Challenge chunks (spdnn.model.memory)
+    # This rank's input data in bytes, from the grid (its replica's share of the samples), its
+    # first layer's features and the network's input size, counted before anything is read
+    # (None: not known ahead).
+    data: Callable[[Grid, np.ndarray, int], int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,8 +109,11 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
     shapes = planned_shapes(grid, bundle, plan)
+    data = 0 if budget.data is None else \
+        world.check(lambda: budget.data(grid, plan.rows_of(grid.model.rank, 0),
+                                                bundle.sizes[0]))  # type: ignore[attr-defined]
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
-                   training=budget.training, challenge=budget.challenge)
+                   training=budget.training, challenge=budget.challenge, data_bytes=data)
     everyone = world.allgather((pred.total, limit))
     over = [r for r, (total, lim) in enumerate(everyone) if lim and total > lim]
     line = None
@@ -135,9 +143,11 @@ def dry_run_report(comm: Communicator, pred: MemoryPrediction, limit: int | None
     rows = comm.gather((pred.as_dict(), limit))
     if rows is None:
         return ""
-    kinds = ("weights", "training", "buffers", "baseline", "total")
+    counted = budget.data is not None  # the inputs' bytes, when counted before loading
+    kinds = ("weights", "training", "buffers", *(("data",) * counted), "baseline", "total")
     what = "training at batch " + str(budget.batch) if budget.training else "inference"
-    lines = [f"predicted peak memory per rank ({what}; data not included):",
+    lines = [f"predicted peak memory per rank ({what}"
+             f"{'' if counted else '; data not included'}):",
              "rank  " + "  ".join(f"{k:>10}" for k in (*kinds, "limit"))]
     for r, (p, lim) in enumerate(rows):
         cells = [format_bytes(p[k]) for k in kinds] + [format_bytes(lim) if lim else "none"]
