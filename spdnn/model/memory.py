@@ -95,7 +95,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
-                  + s.buffer_rows * 8 for s in layers)  # global id of each buffer row
+                  + s.buffer_rows * 8  # global id of each buffer row
+                  + s.sent * 8 for s in layers)  # the exchange's send list (int64)
     state = 0
     step = 0
     if training:
@@ -103,6 +104,7 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         # and momentum; the transposes (index, order, row pointers) of the layers that fold a
         # gradient back: not the first (no gradient with respect to the inputs)
         state += sum(s.nnz * 8 + (s.buffer_rows + 1) * 4 for s in layers[1:])
+        state += sum(s.ghosts * 8 for s in layers[1:])  # the fold's index of ghost rows
         # per layer its X buffer and Z; one block of ghost partial sums for all layers, and
         # two of owned partial sums (spdnn.runtime.workspace)
         step = batch * itemsize * (

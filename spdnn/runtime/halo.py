@@ -128,6 +128,10 @@ class Exchange:
         self._send_all = np.concatenate([np.zeros(0, np.int64), *self.send_rows]).astype(
             np.int64)
         self._send_starts = np.cumsum([0] + [len(r) for r in self.send_rows], dtype=np.int64)
+        # Each peer's rows as a view of that array: one copy of the send lists, not two (a
+        # block plan sends about every row: 8 bytes a row of every layer).
+        self.send_rows = [self._send_all[a:b] for a, b in
+                          zip(self._send_starts[:-1], self._send_starts[1:])]
         self._recv_counts = np.array(self.recv_counts, np.int64)
 
     @property
@@ -164,6 +168,12 @@ class Exchange:
         """Use ``pool`` for the message buffers, shared with other exchanges that never run at
         the same time (one pass's layers): fewer fresh pages to fault in, less memory."""
         self._buffers = pool
+
+    def index_nbytes(self) -> dict[str, int]:
+        """Bytes of the schedule's index arrays by row: the send lists (held from the start)
+        and the ghost rows' index (built by the first fold: training state). The per-peer
+        arrays (a few entries) are not counted."""
+        return {"weights": int(self._send_all.nbytes), "training": int(self._ghosts.nbytes)}
 
     def pool_nbytes(self) -> int:
         """Bytes of the message buffers (the pool ``share_buffers`` gave, or this layer's)."""

@@ -72,7 +72,7 @@ class LocalLayer:
         w = self.weight
         held = w.data.nbytes + w.indices.nbytes + w.indptr.nbytes + self.bias.nbytes + \
             self.mid.nbytes + self.rows.nbytes + self.buffer_rows.nbytes
-        return {"weights": int(held)}
+        return {"weights": int(held + self.exchange.index_nbytes()["weights"])}
 
     def global_columns(self) -> np.ndarray:
         """Global column index of every stored entry."""

@@ -42,6 +42,7 @@ def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
     blocks and messages) and ``data`` (arrays or sparse matrices)."""
     weights = sum(lay.nbytes()["weights"] for lay in dnet.layers)
     training = sum(lay.transposed.nbytes for lay in dnet.layers if lay.has_transpose)
+    training += sum(lay.exchange.index_nbytes()["training"] for lay in dnet.layers)
     training += _nbytes(optimizer)
     buffers = dnet.buffer_nbytes()
     for ws in dnet.workspaces():
