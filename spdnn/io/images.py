@@ -165,7 +165,6 @@ class _SelectedRows:
             b = self.blocks[-1]
             self.blocks.append(max(b + 1, int(np.searchsorted(
                 indptr, indptr[b] + _BLOCK_ENTRIES, side="right")) - 1))
-        self.blocks[-1] = min(self.blocks[-1], rows)
 
     def _span(self, key: str, lo: int, hi: int) -> np.ndarray:
         if key in self.whole:

@@ -182,10 +182,15 @@ def images_bytes(spec: str, dtype: str | None) -> Callable[[Grid, np.ndarray, in
     """What ``challenge_inputs`` will hold on a rank (its replica's share of the images, its
     features, in ``dtype``), for the memory check before loading."""
     def count(grid: Grid, input_rows: np.ndarray, n_features: int) -> int:
-        features = None if len(input_rows) == n_features else input_rows
-        return image_share_nbytes(spec, n_features, grid.share, features=features,
+        return image_share_nbytes(spec, n_features, grid.share,
+                                  features=_selected(input_rows, n_features),
                                   dtype=dtype or "float32")
     return count
+
+
+def _selected(input_rows: np.ndarray, n_features: int) -> np.ndarray | None:
+    """The features a rank reads: None (every one) when its first layer uses them all."""
+    return None if len(input_rows) == n_features else input_rows
 
 
 def challenge_inputs(comm: Communicator, job: Opened, spec: str,
@@ -198,9 +203,9 @@ def challenge_inputs(comm: Communicator, job: Opened, spec: str,
     n_features = job.bundle.sizes[0]
     # A model part reads only the features its first layer uses, in its dtype: the share is
     # then the only copy of the images this rank holds.
-    features = None if len(held.input_rows) == n_features else held.input_rows
     return expected, comm.check(lambda: read_image_share(
-        spec, n_features, held.grid.share, features=features, dtype=held.dtype))
+        spec, n_features, held.grid.share, features=_selected(held.input_rows, n_features),
+        dtype=held.dtype))
 
 
 def challenge_outcome(comm: Communicator, job: Opened, result: ChallengeResult,
