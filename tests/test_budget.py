@@ -66,8 +66,8 @@ def network(tmp_path_factory):
 
 @pytest.mark.parametrize("limit, message", [
     ("12X", "argument --memory-limit: not a number of bytes"),
-    ("100M", "--memory-limit 104.86 MB is below a rank's fixed baseline of 200.00 MB"),
-    ("191M", "rank 0: predicted peak 20"),
+    ("100M", "--memory-limit 104.86 MB is below a rank's fixed baseline of 195.00 MB"),
+    ("186M", "rank 0: predicted peak 19"),  # 195.04 MB: above the baseline, below the job
 ])
 def test_a_limit_the_job_cannot_keep_ends_it_with_one_line(network, tmp_path, limit, message):
     saved = tmp_path / "trained.npz"
@@ -85,9 +85,12 @@ def test_a_dry_run_prints_the_prediction_and_runs_nothing(network, tmp_path):
                   "--save", saved, "--dry-run", "--memory-limit", "1G")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0] == ("predicted peak memory per rank (training at batch 32; data not "
-                        "included):")
-    assert lines[2].split()[0] == "0" and lines[2].split()[-2:] == ["1.07", "GB"]
+    assert lines[0] == "predicted peak memory per rank (training at batch 32):"
+    assert lines[1].split() == ["rank", "weights", "training", "buffers", "data", "baseline",
+                                "total", "limit"]
+    # the digits' 1,797 x 64 float32 values, counted before they are read
+    assert lines[2].split()[0] == "0" and lines[2].split()[7:9] == ["460.03", "kB"]
+    assert lines[2].split()[-2:] == ["1.07", "GB"]
     assert not saved.exists() and "epoch" not in proc.stdout
 
 

@@ -38,14 +38,14 @@ def test_weights_over_the_limit_stream_in_blocks_with_the_in_memory_accuracy(wid
                       "none")
     assert whole.returncode == 0, whole.stderr
     assert "streaming" not in whole.stdout
-    dry = run_spdnn("infer", "--network", wide, "--inputs", "digits", "--memory-limit", "245M",
+    dry = run_spdnn("infer", "--network", wide, "--inputs", "digits", "--memory-limit", "200M",
                     "--dry-run")
     assert dry.returncode == 0, dry.stderr
     blocks = re.search(r"streaming 41 layers in (\d+) block\(s\) of at most (\d+) \(the "
                        r"weights pass --memory-limit\)", dry.stdout)
     assert blocks and int(blocks.group(1)) > 1, dry.stdout
     streamed = run_spdnn("infer", "--network", wide, "--inputs", "digits", "--memory-limit",
-                         "245M")
+                         "200M")
     assert streamed.returncode == 0, streamed.stderr
     assert blocks.group(0) in streamed.stdout
     assert _accuracy(streamed.stdout) == _accuracy(whole.stdout)
@@ -93,3 +93,23 @@ def test_a_network_file_that_changes_under_a_job_is_refused(tmp_path):
             fh.truncate(os.path.getsize(other) - 100)
         with pytest.raises(InputError, match="changed, moved or shrank"):
             bundle.check_unchanged()
+
+
+def test_the_inputs_held_through_every_block_leave_less_room_for_the_blocks(wide, tmp_path):
+    """A rank holds its inputs while every block runs: they are counted before loading, the
+    blocks shrink to fit beside them, and inputs that leave no room are refused."""
+    def blocks(inputs: str) -> int:
+        dry = run_spdnn("infer", "--network", wide, "--inputs", inputs, "--memory-limit",
+                        "200M", "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        return int(re.search(r"streaming 41 layers in (\d+) block", dry.stdout).group(1))
+
+    rng = np.random.default_rng(0)
+    for rows, name in ((120_000, "some.npz"), (360_000, "many.npz")):  # 31 MB, 92 MB
+        np.savez(tmp_path / name, x_train=rng.random((rows, 64), dtype=np.float32),
+                 y_train=rng.integers(0, 10, rows))
+    assert blocks(f"npz:{tmp_path / 'some.npz'}") > blocks("digits")
+    proc = run_spdnn("infer", "--network", wide, "--inputs", f"npz:{tmp_path / 'many.npz'}",
+                     "--memory-limit", "200M")
+    assert_one_line_error(proc, "--memory-limit 209.72 MB: rank 0's inputs alone take "
+                                "92.16 MB, which leaves no room for its layers")

@@ -178,7 +178,8 @@ def load_mnist(directory: str | os.PathLike, dtype: Any = "float32",
     y = labels("train-labels-idx1-ubyte", len(x))
     xt = images("t10k-images-idx3-ubyte")
     yt = labels("t10k-labels-idx1-ubyte", len(xt))
-    kept = features is not None and x.shape[1] == len(features) != width[0]
+    # the rank's columns only (every one at P = 1: the array is then the rank's own copy)
+    kept = features is not None and x.shape[1] == len(features)
     return Dataset(name="mnist", x_train=x, y_train=y, x_test=xt, y_test=yt,
                    features=features if kept else None,
                    total_features=width[0] if kept else None)

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.datasets import Dataset, check_fits
+from spdnn.io.datasize import data_nbytes
 from spdnn.io.formats import read_categories, write_categories
 from spdnn.io.images import ImageShare, image_share_nbytes, read_image_share
 from spdnn.jobs._open import data_name, open_data, open_job
@@ -107,7 +108,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     job = open_job(comm, network, run, 1,
                    [("--categories-out", categories_out), ("--metrics-out", metrics_out)],
                    can_stream=lsh is None, challenge=not is_dataset(spec),
-                   data=None if is_dataset(spec) else images_bytes(spec, run.dtype))
+                   data=dataset_bytes(spec, run.dtype) if is_dataset(spec) else
+                   images_bytes(spec, run.dtype))
     if job.stream is not None:
         return run_streamed(comm, job, spec, truth, categories_out, metrics_out, run.dtype,
                             verbose)
@@ -185,6 +187,13 @@ def images_bytes(spec: str, dtype: str | None) -> Callable[[Grid, np.ndarray, in
         return image_share_nbytes(spec, n_features, grid.share,
                                   features=_selected(input_rows, n_features),
                                   dtype=dtype or "float32")
+    return count
+
+
+def dataset_bytes(spec: str, dtype: str | None) -> Callable[[Grid, np.ndarray, int], int]:
+    """What ``dataset_inputs`` will hold on a rank, for the memory check before loading."""
+    def count(grid: Grid, input_rows: np.ndarray, n_features: int) -> int:
+        return data_nbytes(spec, dtype, input_rows, n_features, training=False)
     return count
 
 

@@ -85,7 +85,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     cfg = comm.check(lambda: _config(opt))
     save = None if save is None else os.fspath(save)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
-    job = open_training(comm, network, run, cfg, save, metrics_out, verbose)
+    job = open_training(comm, network, run, cfg, save, metrics_out, verbose, data_spec)
     sizes, dnet = job.bundle.sizes, job.dnet
     # each rank reads only its model part's input columns
     data = open_data(comm, data_spec, run.dtype, dnet.input_rows, sizes[0])
@@ -177,11 +177,17 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
 
 
 def open_training(comm: Communicator, network: str | os.PathLike | Network, run: RunOptions,
-                  cfg: TrainConfig, save: str | None, metrics_out: str | None, verbose: bool):
+                  cfg: TrainConfig, save: str | None, metrics_out: str | None, verbose: bool,
+                  data: Any = None):  # noqa: ANN401
     """Open the job with its outputs checked first (nothing is computed for an hour and then
-    fails to be written)."""
+    fails to be written), and ``data``'s bytes counted before anything is loaded."""
+    from spdnn.io.datasize import data_nbytes
     from spdnn.jobs._open import open_job
+
+    def count(grid: object, features: Any, n_in: int) -> int:  # noqa: ANN401
+        return data_nbytes(data, run.dtype, features, n_in, training=True)
 
     return open_job(comm, network, run, cfg.batch_size,
                     [("--save", save), ("--metrics-out", metrics_out)],
-                    [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True)
+                    [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True,
+                    data=None if data is None else count)

@@ -18,9 +18,15 @@ from dataclasses import dataclass
 import numpy as np
 
 # Resident memory of a rank that holds nothing: 119-124 MB before it reads its network
-# (python 3.11, numpy 2.4, scipy 1.17, mpi4py 4.1 with MPICH 5), 199-204 MB at the end of a job
-# on a network of 10,752 weights, once numba's kernels are loaded (docs/memory.md).
-BASELINE_BYTES = 200 * 10**6
+# (python 3.11, numpy 2.4, scipy 1.17, mpi4py 4.1 with MPICH 5), 189-194 MB while numba's
+# kernels load (LLVM's library resident: ~70 MB), 125-130 MB once they are loaded and LLVM's
+# pages are given back (spdnn.kernels.residency; docs/memory.md). A job predicted to hold more
+# than EARLY_WARM_UP_BYTES loads its kernels before its layers, so the moment of loading sits
+# under what it holds and SETTLED_BYTES is its baseline. A smaller job loads them once its
+# inputs are checked (its errors do not wait for them), on top of its weights and data.
+BASELINE_BYTES = 195 * 10**6
+SETTLED_BYTES = 130 * 10**6
+EARLY_WARM_UP_BYTES = 64 << 20
 # The evaluation batch (spdnn.runtime.inference.eval_batch) keeps its blocks under this many
 # bytes (at 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers).
 EVAL_BLOCK_BYTES = 16 << 20
@@ -85,13 +91,13 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 
 
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
-            data_bytes: int = 0, baseline: int = BASELINE_BYTES,
+            data_bytes: int = 0, baseline: int | None = None,
             challenge: bool = False) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
     chunks (their dense input block and last activations too) instead of evaluation
-    batches."""
+    batches. ``baseline``: the process's own bytes (default: ``process_baseline``)."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
@@ -117,9 +123,25 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     evaluation = passes * itemsize * (
         2 * max(s.buffer_rows for s in layers) + max(s.rows for s in layers)
         + (layers[0].prev_rows + layers[-1].rows if challenge else 0))
-    return MemoryPrediction(weights=int(weights), training=int(state),
-                            buffers=int(step + messages + evaluation), data=int(data_bytes),
-                            baseline=int(baseline))
+    buffers = step + messages + evaluation
+    if baseline is None:
+        baseline = process_baseline(weights + state + buffers + data_bytes, state + buffers)
+    return MemoryPrediction(weights=int(weights), training=int(state), buffers=int(buffers),
+                            data=int(data_bytes), baseline=int(baseline))
+
+
+def loads_kernels_early(held: int) -> bool:
+    """Whether a rank that will hold ``held`` bytes loads its kernels before its layers."""
+    return held > EARLY_WARM_UP_BYTES
+
+
+def process_baseline(held: int, after: int) -> int:
+    """The process's own bytes at the peak of a rank that holds ``held`` bytes of arrays,
+    ``after`` of them allocated after its kernels load when it loads them last (training
+    state and buffers; its weights and data are loaded by then)."""
+    if loads_kernels_early(held):
+        return SETTLED_BYTES
+    return max(SETTLED_BYTES, BASELINE_BYTES - after)
 
 
 def shapes_of(work: object, part: int) -> list[LayerShape]:

@@ -114,14 +114,14 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
                                                 bundle.sizes[0]))  # type: ignore[attr-defined]
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
                    training=budget.training, challenge=budget.challenge, data_bytes=data)
-    everyone = world.allgather((pred.total, limit))
-    over = [r for r, (total, lim) in enumerate(everyone) if lim and total > lim]
+    everyone = world.allgather((pred.total, limit, pred.baseline))
+    over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None
     if over:
         r = max(over, key=lambda q: everyone[q][0])
-        total, lim = everyone[r]
-        share = sum(t - BASELINE_BYTES for t, _ in everyone)  # what the ranks split between them
-        fit = math.ceil(share / (lim - BASELINE_BYTES)) if lim > BASELINE_BYTES else None
+        total, lim, base = everyone[r]
+        share = sum(t - b for t, _, b in everyone)  # what the ranks split between them
+        fit = math.ceil(share / (lim - base)) if lim > base else None
         hint = f"about {fit} ranks would fit (the network's share split evenly)" if fit else \
             "no rank count fits"
         line = (f"rank {r}: predicted peak {format_bytes(total)} is over the allowed "

@@ -51,9 +51,17 @@ def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
     if x.shape[1] != dnet.sizes[0]:
         raise InputError(source, f"data has {x.shape[1]} features but the network's layer 0 "
                                  f"has {dnet.sizes[0]} neurons")
+    rows = dnet.input_rows
+    if len(rows) == x.shape[1] and np.array_equal(rows, np.arange(len(rows))):
+        # every column, in order: x itself where it already is what the passes read (not a
+        # second copy of the data)
+        if sp.issparse(x):
+            return x if x.format == "csr" and x.dtype == dnet.dtype else \
+                sp.csr_matrix(x, dtype=dnet.dtype)
+        return np.ascontiguousarray(x, dtype=dnet.dtype)
     if sp.issparse(x):
-        return sp.csr_matrix(x[:, dnet.input_rows], dtype=dnet.dtype)
-    return np.ascontiguousarray(x[:, dnet.input_rows], dtype=dnet.dtype)
+        return sp.csr_matrix(x[:, rows], dtype=dnet.dtype)
+    return np.ascontiguousarray(x[:, rows], dtype=dnet.dtype)
 
 
 def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,

@@ -20,6 +20,7 @@ from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced, top_bias_rows
 from spdnn.kernels.ranges import concat_ranges, segment_ids
+from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.labels import MultiLabels
 from spdnn.model.optim import RowGrad
 from spdnn.runtime.accounting import Timers
@@ -51,6 +52,7 @@ class SampledOutput:
         from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.threads)
 
         nbl.warm_up()
+        release_compiler_pages()
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out
         self.hashes = HashFunctions.make(spec, n_in, seed)

@@ -19,6 +19,8 @@ from spdnn.io.bundle import NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
 from spdnn.kernels import encoding
 from spdnn.kernels import products as kernels
+from spdnn.kernels.residency import release_compiler_pages
+from spdnn.model.memory import loads_kernels_early
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import Plan
 from spdnn.runtime.budget import Budget, DryRun, check, dry_run_report
@@ -131,7 +133,7 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
                 f"the weights pass {verdict.source}"
             blocks = choose_blocks(grid, verdict.shapes, limit=verdict.limit, itemsize=itemsize,
                                    max_layers=budget.stream_layers, reason=reason,
-                                   challenge=budget.challenge)
+                                   challenge=budget.challenge, data=verdict.prediction.data)
         elif verdict.over:
             raise AgreedError(verdict.over)
         if dry_run:
@@ -139,6 +141,10 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
             if blocks is not None and text:
                 text += "\n" + blocks.describe()
             raise DryRun(text)
+        if blocks is not None or \
+                loads_kernels_early(verdict.prediction.total - verdict.prediction.baseline):
+            # LLVM's pages come and go before the layers arrive, not on top of them
+            warm_up(dtype if dtype is not None else "float32")
         if blocks is not None:
             where = source if plan_path is not None else bundle.path
             stream = LayerStream(bundle, plan, grid, dtype, exchange, blocks,
@@ -155,11 +161,15 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
 
 def warm_up(dtype: Any = None) -> None:  # noqa: ANN401
     """Load (or compile) the kernels now, outside any timed loop, for ``dtype`` (None: both
-    types). Jobs call it after every input is checked: loading them costs ~0.4 s, which an
-    error should not wait for."""
+    types), then give back the compiler's pages. Jobs call it after every input is checked:
+    loading them costs ~0.4 s, which an error should not wait for. A job predicted to hold
+    more than ``spdnn.model.memory.EARLY_WARM_UP_BYTES`` calls it before loading its layers
+    too: loading brings ~70 MB of LLVM into the resident set for a moment, which then sits
+    under the layers' bytes instead of on top of them."""
     dtypes = (np.float32, np.float64) if dtype is None else (np.dtype(dtype).type,)
     kernels.warm_up(dtypes)
     encoding.warm_up(dtypes)
+    release_compiler_pages()  # LLVM is done: ~70 MB a rank (spdnn.kernels.residency)
 
 
 def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | None) -> None:

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from spdnn.comm import AgreedError
-from spdnn.model.memory import BASELINE_BYTES, LayerShape, MemoryPrediction, format_bytes, predict
+from spdnn.model.memory import (
+    SETTLED_BYTES,
+    LayerShape,
+    MemoryPrediction,
+    format_bytes,
+    predict,
+)
 from spdnn.model.network import Fingerprint
 from spdnn.model.ops import activate
 from spdnn.model.plan import Plan
@@ -55,8 +61,7 @@ def _block_end(shapes: list[LayerShape], start: int, cap: int, itemsize: int,
     bytes on this rank; ``start`` when not even one layer does."""
 
     def fits(end: int) -> bool:
-        return predict(shapes[start:end], batch=1, itemsize=itemsize, training=False,
-                       challenge=challenge).total <= room
+        return _block(shapes[start:end], itemsize, challenge).total <= room
 
     lo, hi = start, min(len(shapes), start + cap)
     while lo < hi:  # the prediction grows with the block
@@ -68,32 +73,47 @@ def _block_end(shapes: list[LayerShape], start: int, cap: int, itemsize: int,
     return lo
 
 
+def _block(shapes: list[LayerShape], itemsize: int, challenge: bool,
+           data: int = 0) -> MemoryPrediction:
+    """A block's prediction: a streamed job loads its kernels before its first block."""
+    return predict(shapes, batch=1, itemsize=itemsize, training=False, challenge=challenge,
+                   data_bytes=data, baseline=SETTLED_BYTES)
+
+
 def choose_blocks(grid: Grid, shapes: list[LayerShape], *, limit: int, itemsize: int,
-                  max_layers: int | None, reason: str, challenge: bool = False) -> StreamPlan:
-    """Blocks of consecutive layers that fit every rank: a block may take BLOCK_SHARE of
-    ``limit`` above the baseline (0: no limit, blocks of ``max_layers``). The job is refused
-    on every rank when one layer alone does not fit. Collective."""
+                  max_layers: int | None, reason: str, challenge: bool = False,
+                  data: int = 0) -> StreamPlan:
+    """Blocks of consecutive layers that fit every rank: a block may take BLOCK_SHARE of what
+    ``limit`` leaves above the baseline and this rank's ``data`` (its inputs, held through
+    every block); 0: no limit, blocks of ``max_layers``. The job is refused on every rank
+    when one layer alone does not fit. Collective."""
     world, n = grid.world, len(shapes)
     cap = max_layers or n
-    room = math.inf if not limit else BASELINE_BYTES + BLOCK_SHARE * (limit - BASELINE_BYTES)
+    if limit:
+        short = world.allgather(data if limit - data <= SETTLED_BYTES else 0)
+        if any(short):
+            r = int(np.argmax(short))
+            raise AgreedError(f"--memory-limit {format_bytes(limit)}: rank {r}'s inputs alone "
+                              f"take {format_bytes(short[r])}, which leaves no room for its "
+                              "layers (more ranks or a larger limit)")
+    free = limit - data  # what the blocks and the activations between them may share
+    room = math.inf if not limit else SETTLED_BYTES + BLOCK_SHARE * (free - SETTLED_BYTES)
     blocks, start, biggest = [], 0, 0
     while start < n:
         end = int(world.allreduce_scalar(
             _block_end(shapes, start, cap, itemsize, room, challenge), "min"))
         if end == start:
-            need = predict(shapes[start:start + 1], batch=1, itemsize=itemsize,
-                           training=False, challenge=challenge).total
+            need = _block(shapes[start:start + 1], itemsize, challenge).total
             every = world.allgather(need)
             r = int(np.argmax(every))
             raise AgreedError(f"--memory-limit {format_bytes(limit)}: layer {start + 1} alone "
                               f"needs {format_bytes(every[r])} on rank {r}, more than a block "
                               f"may take ({format_bytes(room)}); no block of layers fits "
                               "(more ranks or a larger limit)")
-        biggest = max(biggest, predict(shapes[start:end], batch=1, itemsize=itemsize,
-                                       training=False, challenge=challenge).total)
+        biggest = max(biggest, _block(shapes[start:end], itemsize, challenge).total)
         blocks.append((start + 1, end))
         start = end
-    allowance = 0 if not limit else max(1, limit - biggest)
+    allowance = 0 if not limit else max(1, free - biggest)
     allowance = int(world.allreduce_scalar(allowance, "min")) if limit else 0
     return StreamPlan(blocks=tuple(blocks), allowance=allowance, reason=reason,
                       challenge=challenge)
@@ -215,8 +235,7 @@ class LayerStream:
         block_shapes = memory.shapes(dnet)
         self.shapes.extend(block_shapes)
         self.store_peak = max(self.store_peak, store.peak)
-        pred = predict(block_shapes, batch=1, itemsize=self.dtype.itemsize, training=False,
-                       data_bytes=store.peak, challenge=self.stream.challenge)
+        pred = _block(block_shapes, self.dtype.itemsize, self.stream.challenge, store.peak)
         if self.predicted is None or pred.total > self.predicted.total:
             self.predicted, self.held = pred, memory.held(dnet)
 

@@ -1,0 +1,121 @@
+"""What a rank will hold of a data set, counted before it is read (the memory check before
+loading, ``spdnn.runtime.budget.Budget.data``).
+
+The count mirrors what ``spdnn.io.datasets.load_dataset`` (or ``spdnn.io.arrays.from_memory``)
+and ``spdnn.runtime.inference.local_inputs`` keep: the x arrays (labels aside), of the rank's
+feature columns where the source is read by columns (``npz:``, ``mnist:``, data in memory),
+whole where it is not (``digits``, ``xc:``), plus the rank's copy of its columns when it has
+only some of them. It reads headers only (``xc:`` files: the count of their ``:`` separators).
+A file it cannot make sense of counts 0: the loader reports the problem, as without a count.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import InputError
+from spdnn.model.network import as_dtype
+
+DIGITS = (1437, 360, 64)  # training samples, test samples, features (spdnn.io.datasets)
+_SCAN = 1 << 24
+
+
+def data_nbytes(data: Any, dtype: Any, features: np.ndarray, n_in: int, *,  # noqa: ANN401
+                training: bool) -> int:
+    """Bytes of x this rank will hold for ``data`` (a source name or arrays in memory), with
+    ``features`` its first layer's inputs of ``n_in``; ``training``: both splits are kept
+    in the rank's columns (inference: the one it evaluates)."""
+    item = as_dtype(dtype or "float32").itemsize
+    some = len(features) < n_in  # a copy of its columns beside a source read whole
+    try:
+        if not isinstance(data, str):
+            return _in_memory(data, item, len(features))
+        if data == "digits":
+            whole = (DIGITS[0] + DIGITS[1]) * DIGITS[2] * item
+            kept = (DIGITS[0] + DIGITS[1] if training else DIGITS[1]) * len(features) * item
+            return whole + (kept if some else 0)
+        kind, _, arg = data.partition(":")
+        if kind == "npz" and arg:
+            return sum(rows * len(features) * item for rows in _npz_rows(Path(arg)))
+        if kind == "mnist" and arg:
+            return sum(_idx_dims(_idx(Path(arg), stem))[0] * len(features) * item
+                       for stem in ("train-images-idx3-ubyte", "t10k-images-idx3-ubyte"))
+        if kind == "xc" and arg:
+            splits = [_xc_bytes(Path(arg) / name, item) for name in ("train.txt", "test.txt")
+                      if (Path(arg) / name).exists() or name == "train.txt"]
+            kept = sum(splits) if training else splits[-1]  # nnz of the columns: at most all
+            return sum(splits) + (kept if some else 0)
+    except (InputError, OSError, ValueError, EOFError, struct.error):
+        return 0
+    return 0
+
+
+def _in_memory(data: Any, item: int, width: int) -> int:  # noqa: ANN401
+    from spdnn.io.datasets import Dataset
+
+    if isinstance(data, Dataset):
+        data = (data.x_train, data.y_train, data.x_test, data.y_test)
+    if not isinstance(data, (tuple, list)):
+        return 0
+    total = 0
+    for x in list(data)[0::2]:
+        if x is None:
+            continue
+        if sp.issparse(x):  # the columns kept hold at most every stored value
+            total += int(x.nnz) * (item + 4) + (x.shape[0] + 1) * 4
+        else:
+            total += int(np.shape(x)[0]) * width * item
+    return total
+
+
+def _npz_rows(path: Path) -> list[int]:
+    from spdnn.io.npz import NpzReader
+
+    npz = NpzReader(path, "training data")
+    try:
+        return [npz.header(key)[0][0] for key in ("x_train", "x_test") if key in npz.keys]
+    finally:
+        npz.close()
+
+
+def _idx(directory: Path, stem: str) -> Path:
+    for name in (stem, stem + ".gz"):
+        if (directory / name).is_file():
+            return directory / name
+    raise InputError(directory / stem, "no such file")
+
+
+def _idx_dims(path: Path) -> tuple[int, ...]:
+    """An IDX file's sizes from its header, when the file's length agrees with them."""
+    with open(path, "rb") as fh:
+        opener = gzip.open if fh.read(2) == b"\x1f\x8b" else open
+    with opener(path, "rb") as fh:
+        head = fh.read(4)
+        dims = struct.unpack(f">{head[3]}I", fh.read(4 * head[3]))
+    size = 4 + 4 * len(dims) + math.prod(dims)  # uint8 images
+    if opener is open and os.path.getsize(path) != size:
+        raise ValueError("length")
+    if opener is gzip.open:
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            if struct.unpack("<I", fh.read(4))[0] != size % 2**32:  # gzip's ISIZE
+                raise ValueError("length")
+    return dims
+
+
+def _xc_bytes(path: Path, item: int) -> int:
+    """A CSR matrix of an XC file: every ``feature:value`` pair a stored value."""
+    with open(path, "rb") as fh:
+        n = int(fh.readline().split()[0])
+        pairs = 0
+        while block := fh.read(_SCAN):
+            pairs += block.count(b":")
+    return pairs * (item + 4) + (n + 1) * 4

@@ -1,0 +1,68 @@
+"""Giving back the JIT compiler's pages once the kernels are loaded.
+
+Loading numba's cached kernels runs LLVM: about 70 MB of ``libllvmlite.so``'s code and
+read-only data become resident in every rank (measured: 190 MB for a rank that holds nothing,
+122 MB without them). A job does not run LLVM again once its kernels are loaded, unless a
+kernel must be compiled anew. So the library's clean, read-only pages are dropped from this
+process's resident set with ``madvise(MADV_DONTNEED)``. They stay in the page cache, shared by
+every rank on the node, and are read back from there if LLVM runs again. Only mappings that
+cannot hold a modified page are touched (no write permission, no dirty or anonymous page), so
+nothing is lost: dropping such a page only means faulting it in again. Linux only; elsewhere,
+or where madvise fails, nothing happens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import sys
+
+MADV_DONTNEED = 4
+_MAPPING = re.compile(r"([0-9a-f]+)-([0-9a-f]+) (\S{4}) \S+ \S+ \d+\s*(.*)")
+_LIBRARY = "libllvmlite"
+
+
+def _clean_mappings(library: str, smaps: str = "/proc/self/smaps") -> list[tuple[int, int]]:
+    """(start, end) of ``library``'s mappings that are read-only and hold no dirty or anonymous
+    page, from ``smaps``."""
+    out: list[tuple[int, int]] = []
+    current: dict | None = None
+
+    def close() -> None:
+        if current and current["ok"] and current["dirty"] == 0 and current["anon"] == 0:
+            out.append((current["start"], current["end"]))
+
+    with open(smaps) as fh:
+        for line in fh:
+            m = _MAPPING.match(line)
+            if m:
+                close()
+                perms, path = m.group(3), m.group(4)
+                current = {"start": int(m.group(1), 16), "end": int(m.group(2), 16),
+                           "ok": library in path and "w" not in perms and perms[3] == "p",
+                           "dirty": 0, "anon": 0}
+            elif current is not None and line.startswith(("Private_Dirty:", "Shared_Dirty:")):
+                current["dirty"] += int(line.split()[1])
+            elif current is not None and line.startswith("Anonymous:"):
+                current["anon"] += int(line.split()[1])
+    close()
+    return out
+
+
+def release_compiler_pages() -> int:
+    """Drop LLVM's clean read-only pages from this process's resident set; the bytes of the
+    ranges advised (0 where nothing could be done)."""
+    if not sys.platform.startswith("linux") or "llvmlite.binding" not in sys.modules:
+        return 0
+    try:
+        ranges = _clean_mappings(_LIBRARY)
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return 0
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    released = 0
+    for start, end in ranges:
+        if libc.madvise(start, end - start, MADV_DONTNEED) == 0:
+            released += end - start
+    return released
