@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from spdnn.cost._calibrate_grid import CalibrationGrid
 from spdnn.cost.machine import KERNELS, TABLE_KEYS, DenseTable, KernelTable, Structure
 from spdnn.kernels import products as kernels
+from spdnn.kernels.transposed import Transposed
 from spdnn.model.generate import fixed_fan_in
 
 FAN_IN = 32
@@ -57,11 +58,12 @@ def _evict_bytes() -> int:
 
 
 def _kernel_ns(w, x: np.ndarray, d: np.ndarray, reps: int,  # noqa: ANN001
-               evict: _Evict) -> list[float]:
-    """ns per nonzero x sample of the three products of one layer ``w`` on inputs ``x``,
-    each call after ``evict`` (a no-op: warm caches)."""
+               evict: Callable[[], object], wt: Transposed | None = None) -> list[float]:
+    """ns per nonzero x sample of the three products of one layer ``w`` (transpose ``wt``,
+    made here when not given) on inputs ``x``, each call after ``evict`` (a no-op: warm
+    caches)."""
     rows, b, dtype = w.shape[0], x.shape[1], x.dtype
-    wt = kernels.transpose(w)
+    wt = kernels.transpose(w) if wt is None else wt
     z, h = np.empty((rows, b), dtype), np.empty((rows, b), dtype)
     g = np.empty((x.shape[0], b), dtype)
     gw, gb, bias = np.empty(w.nnz, dtype), np.empty(rows, dtype), np.zeros(rows, dtype)
@@ -90,17 +92,20 @@ def kernel_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, re
     d_all = rng.random(MAX_UNITS // FAN_IN).astype(dtype)
     for r, reuse in enumerate(grid.reuses):
         for j, n_in in enumerate(grid.inputs):
+            rows = max(8, reuse * n_in // FAN_IN)
+            w = wt = None  # one layer and its transpose for every batch (2M nonzeros: 2 s)
             for i, b in enumerate(grid.batches):
-                rows = max(8, reuse * n_in // FAN_IN)
                 if r > 0 and rows * FAN_IN * b > MAX_UNITS:
                     for k in TABLE_KEYS:
                         ns[k][r, j, i] = ns[k][r - 1, j, i]
                     continue
-                w = fixed_fan_in(rows, n_in, FAN_IN, rng, dtype)
+                if w is None:
+                    w = fixed_fan_in(rows, n_in, FAN_IN, rng, dtype)
+                    wt = kernels.transpose(w)
                 x = x_all[: n_in * b].reshape(n_in, b)
                 d = d_all[: rows * b].reshape(rows, b)
-                cold = _kernel_ns(w, x, d, reps, evict)
-                warm = _kernel_ns(w, x, d, reps, lambda: None)
+                cold = _kernel_ns(w, x, d, reps, evict, wt)
+                warm = _kernel_ns(w, x, d, reps, lambda: None, wt)
                 for k, c, h in zip(KERNELS, cold, warm):
                     ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
     return KernelTable(batches=grid.batches, inputs=grid.inputs, reuses=grid.reuses, ns=ns)
@@ -119,6 +124,7 @@ def dense_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, rep
     for n, (rows, cols) in enumerate(grid.dense_shapes):
         w = sp.csr_matrix(rng.random((rows, cols)).astype(dtype))
         w.sort_indices()
+        wt = kernels.transpose(w)
         for i, b in enumerate(grid.batches):
             if i > 0 and rows * cols * b > DENSE_UNITS:
                 for k in KERNELS:
@@ -126,7 +132,7 @@ def dense_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, rep
                 continue
             x = rng.random((cols, b)).astype(dtype)
             d = rng.random((rows, b)).astype(dtype)
-            for k, v in zip(KERNELS, _kernel_ns(w, x, d, reps, lambda: None)):
+            for k, v in zip(KERNELS, _kernel_ns(w, x, d, reps, lambda: None, wt)):
                 ns[k][n, i] = v
     return DenseTable(tuple(r * c for r, c in grid.dense_shapes), grid.batches, ns)
 
@@ -144,11 +150,12 @@ def structure_ratios(dtype: str, rng: np.random.Generator, grid: CalibrationGrid
     random = fixed_fan_in(n, n, FAN_IN, rng, dtype)
     evict = _Evict()
     ratio: dict[str, list[float]] = {k: [] for k in KERNELS}
+    layers = [(w, kernels.transpose(w)) for w in (structured, random)]
     for b in grid.structure_batches:
         x = rng.random((n, b)).astype(dtype)
         d = rng.random((n, b)).astype(dtype)
-        times = [np.add(_kernel_ns(w, x, d, reps, evict), _kernel_ns(w, x, d, reps, lambda: None))
-                 for w in (structured, random)]
+        times = [np.add(_kernel_ns(w, x, d, reps, evict, wt),
+                        _kernel_ns(w, x, d, reps, lambda: None, wt)) for w, wt in layers]
         for k, r in zip(KERNELS, times[0] / times[1]):
             ratio[k].append(float(r))
     gap = locality([(structured.indptr, structured.indices, structured.shape)])[0]
