@@ -240,18 +240,23 @@ class Communicator:
     def abort(self, code: int = 1) -> None:
         self._comm.Abort(code)
 
-    def alltoall_lists(self, lists: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Send lists[p] (int64) to rank p; return what every rank sent here."""
+    def alltoall_lists(self, lists: Sequence[np.ndarray], dtype: Any = np.int64  # noqa: ANN401
+                       ) -> list[np.ndarray]:
+        """Send lists[p] (1-D, ``dtype`` on every rank) to rank p; return what every rank
+        sent here."""
+        dtype = np.dtype(dtype)
         counts = np.array([len(x) for x in lists], dtype=np.int64)
         recv_counts = np.empty(self.size, dtype=np.int64)
         with self._waiting("an all-to-all"):
             self._comm.Alltoall(counts, recv_counts)
-        send = np.concatenate(lists).astype(np.int64) if len(lists) else np.zeros(0, np.int64)
-        recv = np.empty(int(recv_counts.sum()), dtype=np.int64)
+        send = np.concatenate(lists).astype(dtype) if len(lists) else np.zeros(0, dtype)
+        recv = np.empty(int(recv_counts.sum()), dtype=dtype)
+        size = dtype.itemsize  # sent as bytes: one call for every type
         sdispl, rdispl = _displacements(counts), _displacements(recv_counts)
         with self._waiting("an all-to-all"):
-            self._comm.Alltoallv([send, counts, sdispl, MPI.INT64_T],
-                                 [recv, recv_counts, rdispl, MPI.INT64_T])
+            self._comm.Alltoallv([send.view(np.uint8), counts * size, sdispl * size, MPI.BYTE],
+                                 [recv.view(np.uint8), recv_counts * size, rdispl * size,
+                                  MPI.BYTE])
         return [recv[rdispl[p]:rdispl[p] + recv_counts[p]] for p in range(self.size)]
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
+from spdnn.model.batching import SEGMENT_BYTES
 from spdnn.model.network import as_dtype
 
 DIGITS = (1437, 360, 64)  # training samples, test samples, features (spdnn.io.datasets)
@@ -29,30 +30,41 @@ _SCAN = 1 << 24
 
 
 def data_nbytes(data: Any, dtype: Any, features: np.ndarray, n_in: int, *,  # noqa: ANN401
-                training: bool) -> int:
+                training: bool, replicas: int = 1) -> int:
     """Bytes of x this rank will hold for ``data`` (a source name or arrays in memory), with
     ``features`` its first layer's inputs of ``n_in``; ``training``: both splits are kept
-    in the rank's columns (inference: the one it evaluates)."""
+    in the rank's columns (inference: the one it evaluates); a replica of ``replicas`` keeps
+    only its share of the samples (counted: the largest share)."""
     item = as_dtype(dtype or "float32").itemsize
-    some = len(features) < n_in  # a copy of its columns beside a source read whole
+
+    def share(rows: int) -> int:
+        return -(-rows // replicas)
+
+    some = len(features) < n_in or replicas > 1  # a copy beside a source read whole
+    # a training replica's fetched segment, with its send and receive copies
+    fetched = 3 * SEGMENT_BYTES // replicas if training and replicas > 1 else 0
     try:
         if not isinstance(data, str):
             return _in_memory(data, item, len(features))
         if data == "digits":
             whole = (DIGITS[0] + DIGITS[1]) * DIGITS[2] * item
-            kept = (DIGITS[0] + DIGITS[1] if training else DIGITS[1]) * len(features) * item
-            return whole + (kept if some else 0)
+            kept = (share(DIGITS[0]) + share(DIGITS[1]) if training else share(DIGITS[1])) * \
+                len(features) * item
+            return fetched + whole + (kept if some else 0)
         kind, _, arg = data.partition(":")
         if kind == "npz" and arg:
-            return sum(rows * len(features) * item for rows in _npz_rows(Path(arg)))
+            return fetched + sum(share(rows) * len(features) * item
+                                 for rows in _npz_rows(Path(arg)))
         if kind == "mnist" and arg:
-            return sum(_idx_dims(_idx(Path(arg), stem))[0] * len(features) * item
-                       for stem in ("train-images-idx3-ubyte", "t10k-images-idx3-ubyte"))
+            return fetched + sum(share(_idx_dims(_idx(Path(arg), stem))[0]) * len(features) *
+                                 item for stem in ("train-images-idx3-ubyte",
+                                                   "t10k-images-idx3-ubyte"))
         if kind == "xc" and arg:
             splits = [_xc_bytes(Path(arg) / name, item) for name in ("train.txt", "test.txt")
                       if (Path(arg) / name).exists() or name == "train.txt"]
-            kept = sum(splits) if training else splits[-1]  # nnz of the columns: at most all
-            return sum(splits) + (kept if some else 0)
+            # nnz of the columns: at most all; a replica's share: about its part of them
+            kept = (sum(splits) if training else splits[-1]) // replicas
+            return fetched + sum(splits) + (kept if some else 0)
     except (InputError, OSError, ValueError, EOFError, struct.error):
         return 0
     return 0

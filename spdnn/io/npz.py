@@ -120,14 +120,21 @@ class NpzReader:
     def get(self, key: str) -> np.ndarray:
         fh, shape, dtype = self._open(key)
         count = int(np.prod(shape, dtype=np.int64))
+        out = np.empty(count, dtype=dtype)
+        into = memoryview(out.view(np.uint8))  # read in place: no second copy of the member
+        got = 0
         try:
             with fh:
-                raw = fh.read(count * dtype.itemsize)
+                while got < len(into):
+                    n = fh.readinto(into[got:])
+                    if not n:
+                        break
+                    got += n
         except _READ_ERRORS as exc:
             raise self._fail(key, f"is corrupt ({exc})") from None
-        if len(raw) != count * dtype.itemsize:
+        if got != count * dtype.itemsize:
             raise self._fail(key, "is truncated")
-        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        return out.reshape(shape)
 
     def _vector(self, key: str) -> tuple[int, np.dtype]:
         """Length and type of a 1-D member, from its header."""

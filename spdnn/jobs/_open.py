@@ -12,7 +12,7 @@ import numpy as np
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.arrays import SOURCE, from_memory, signature
-from spdnn.io.datasets import Dataset, load_dataset
+from spdnn.io.datasets import Dataset, Share, keep_share, load_dataset
 from spdnn.io.paths import check_outputs
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Network
@@ -81,19 +81,19 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
 
 
 def open_data(comm: Communicator, data: Any, dtype: str,  # noqa: ANN401
-              features: np.ndarray, n_in: int) -> Dataset:
+              features: np.ndarray, n_in: int, share: Share = None) -> Dataset:
     """A data source by name (``digits``, ``npz:FILE``, ...) read from its files, or data in
     memory that every rank holds alike (spdnn.io.arrays), with this rank's feature columns
-    of the network's ``n_in``.
-    Collective."""
+    of the network's ``n_in`` (and only ``share`` of the samples, when given: a training
+    replica's). Collective."""
     if isinstance(data, str):
-        return comm.check(lambda: load_dataset(data, dtype, features=features))
+        return comm.check(lambda: load_dataset(data, dtype, features=features, share=share))
     found = comm.check(lambda: from_memory(data, dtype, features=features, n_in=n_in))
     signatures = comm.allgather(signature(found))
     if any(s != signatures[0] for s in signatures):
         comm.agree("data in memory differs between ranks (in its shapes or labels): every rank "
                    "must pass the same arrays")
-    return found
+    return keep_share(found, share)
 
 
 def data_name(data: Any) -> str:  # noqa: ANN401

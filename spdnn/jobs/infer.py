@@ -48,16 +48,21 @@ def is_dataset(spec: Any) -> bool:  # noqa: ANN401
 
 
 def dataset_inputs(comm: Communicator, job: Opened, spec: str, dtype: str
-                   ) -> tuple[Dataset, np.ndarray | sp.csr_matrix, np.ndarray | MultiLabels]:
-    """The data set, my feature columns of its test split (else its training split) and the
-    labels. Collective."""
+                   ) -> tuple[Dataset, np.ndarray | sp.csr_matrix, np.ndarray | MultiLabels,
+                              bool]:
+    """The data set, my feature columns of its test split (else its training split), the
+    labels, and whether the columns are of this replica's share of the samples only (a
+    replica reads only its share). Collective."""
     net = job.dnet if job.dnet is not None else job.stream
-    data = open_data(comm, spec, dtype, net.input_rows, job.bundle.sizes[0])
-    x, y = (data.x_test, data.y_test) if data.x_test is not None else (data.x_train,
-                                                                        data.y_train)
+    grid = net.grid
+    data = open_data(comm, spec, dtype, net.input_rows, job.bundle.sizes[0],
+                     (grid.replica, grid.replicas) if grid.replicas > 1 else None)
+    x, y, rows = (data.x_test, data.y_test, data.test_rows) if data.x_test is not None else \
+        (data.x_train, data.y_train, data.train_rows)
     name = data_name(spec)
     comm.check(lambda: check_fits(data, job.bundle.sizes, name))
-    return data, comm.check(lambda: local_inputs(net, x, name, data.features)), y
+    return data, comm.check(lambda: local_inputs(net, x, name, data.features)), y, \
+        rows is not None
 
 
 def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.PathLike | None,
@@ -74,10 +79,10 @@ def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.Pat
         return accounting(comm, stream.traffic, volume, stream.dtype.itemsize, stream.grid.data)
 
     if is_dataset(spec):
-        data, x_local, y = dataset_inputs(comm, job, spec, dtype)
+        data, x_local, y, shared = dataset_inputs(comm, job, spec, dtype)
         warm_up(stream.dtype)
         t0 = time.perf_counter()
-        acc, p5 = stream_scores(stream, x_local, y)
+        acc, p5 = stream_scores(stream, x_local, y, shared=shared)
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
         extra = {} if p5 is None else {"precision_at_1": acc, "precision_at_5": p5}
         what = f"accuracy {acc:.4f}" if p5 is None else f"P@1 {acc:.4f}, P@5 {p5:.4f}"
@@ -121,7 +126,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data)
 
     if is_dataset(spec):
-        data, x_local, y = dataset_inputs(comm, job, spec, run.dtype)
+        data, x_local, y, shared = dataset_inputs(comm, job, spec, run.dtype)
         if lsh is not None and not data.multi_label:
             comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
                        "single-label data")
@@ -134,7 +139,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
             if lsh_spec is not None:
                 dnet.use_lsh(lsh_spec, 0)
                 dnet.sampled.rebuild()
-            acc, p5 = precisions(dnet, x_local, y, sampled=lsh is not None)
+            acc, p5 = precisions(dnet, x_local, y, sampled=lsh is not None, shared=shared)
             extra = {"precision_at_1": acc, "precision_at_5": p5}
             what = f"P@1 {acc:.4f}, P@5 {p5:.4f}"
             if lsh is not None:
@@ -142,7 +147,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
                 extra |= {"lsh": lsh, "active_outputs": active}
                 what += f" among the LSH-retrieved outputs ({active:,.0f} per sample)"
         else:
-            acc = evaluate(dnet, x_local, y)
+            acc = evaluate(dnet, x_local, y, shared=shared)
             what = f"accuracy {acc:.4f}"
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
         mem = memory.report(comm, dnet, batch=1, training=False,
@@ -193,7 +198,8 @@ def images_bytes(spec: str, dtype: str | None) -> Callable[[Grid, np.ndarray, in
 def dataset_bytes(spec: str, dtype: str | None) -> Callable[[Grid, np.ndarray, int], int]:
     """What ``dataset_inputs`` will hold on a rank, for the memory check before loading."""
     def count(grid: Grid, input_rows: np.ndarray, n_features: int) -> int:
-        return data_nbytes(spec, dtype, input_rows, n_features, training=False)
+        return data_nbytes(spec, dtype, input_rows, n_features, training=False,
+                           replicas=grid.replicas)
     return count
 
 

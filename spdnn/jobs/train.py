@@ -87,8 +87,11 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
     job = open_training(comm, network, run, cfg, save, metrics_out, verbose, data_spec)
     sizes, dnet = job.bundle.sizes, job.dnet
-    # each rank reads only its model part's input columns
-    data = open_data(comm, data_spec, run.dtype, dnet.input_rows, sizes[0])
+    # each rank reads only its model part's input columns, and a replica only its share of the
+    # samples (it fetches the others' as the batches need them: spdnn.runtime.samples)
+    grid = dnet.grid
+    data = open_data(comm, data_spec, run.dtype, dnet.input_rows, sizes[0],
+                     (grid.replica, grid.replicas) if grid.replicas > 1 else None)
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes))
     position, momentum, lossy = None, None, None
@@ -118,7 +121,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
             if dnet.grid.replicas > 1 else ""
         print(f"training {short_sizes(sizes)} ({job.nnz:,} weights) on {data.name} "
               f"with {comm.size} rank(s){grid}, plan "
-              f"{job.plan.meta.get('method', '?')}: {data.x_train.shape[0]:,} samples, batch "
+              f"{job.plan.meta.get('method', '?')}: {len(data.y_train):,} samples, batch "
               f"{cfg.batch_size}, lr {opt.lr}, momentum {opt.momentum}, weight decay "
               f"{opt.weight_decay}{resumed}{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
     bars: list = []
@@ -184,8 +187,9 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
     from spdnn.io.datasize import data_nbytes
     from spdnn.jobs._open import open_job
 
-    def count(grid: object, features: Any, n_in: int) -> int:  # noqa: ANN401
-        return data_nbytes(data, run.dtype, features, n_in, training=True)
+    def count(grid: Any, features: Any, n_in: int) -> int:  # noqa: ANN401
+        return data_nbytes(data, run.dtype, features, n_in, training=True,
+                           replicas=grid.replicas)
 
     return open_job(comm, network, run, cfg.batch_size,
                     [("--save", save), ("--metrics-out", metrics_out)],

@@ -11,6 +11,11 @@ from collections.abc import Iterator
 import numpy as np
 import scipy.sparse as sp
 
+# A replica that holds only its share of the samples fetches the rows of a segment of batches
+# at a time (spdnn.runtime.samples): at most about this many bytes over all replicas (one
+# batch at least), held beside the share with its send and receive copies.
+SEGMENT_BYTES = 4 << 20
+
 
 def batch_order(n_samples: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     """One epoch's sample order."""
@@ -22,6 +27,15 @@ def batch_order(n_samples: int, epoch: int, seed: int, shuffle: bool) -> np.ndar
 def batches(order: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
     for start in range(0, len(order), batch_size):
         yield order[start:start + batch_size]
+
+
+def share_of(n: int, part: int, parts: int) -> slice:
+    """Share ``part`` of n items cut into ``parts`` contiguous shares whose sizes differ by at
+    most one (the first n mod parts one larger); a share is empty when n < parts. Replicas
+    cut batches, evaluation sets and held samples by it."""
+    q, extra = divmod(n, parts)
+    start = part * q + min(part, extra)
+    return slice(start, start + q + (part < extra))
 
 
 def n_batches(n_samples: int, batch_size: int) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
+from spdnn.model.batching import share_of
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,7 @@ class Grid:
     def share(self, n: int) -> slice:
         """This replica's contiguous share of n items: R shares whose sizes differ by at most
         one (the first n mod R one larger); a share is empty when n < R."""
-        r, q, extra = self.replica, n // self.replicas, n % self.replicas
-        start = r * q + min(r, extra)
-        return slice(start, start + q + (r < extra))
+        return share_of(n, self.replica, self.replicas)
 
     def free(self) -> None:
         self.model.free()

@@ -65,16 +65,18 @@ def local_inputs(dnet: DistributedNetwork, x: np.ndarray | sp.csr_matrix,
 
 
 def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
-             y: np.ndarray | MultiLabels, batch_size: int | None = None) -> float:
+             y: np.ndarray | MultiLabels, batch_size: int | None = None, *,
+             shared: bool = False) -> float:
     """Accuracy on samples whose features ``x_local`` (samples x my features) this rank owns;
-    replicas take contiguous shares of the samples. Label sets: P@1 (``precisions``).
-    ``batch_size``: default ``eval_batch``."""
+    replicas take contiguous shares of the samples (``shared``: x_local holds only this
+    replica's share already). Label sets: P@1 (``precisions``). ``batch_size``: default
+    ``eval_batch``."""
     if isinstance(y, MultiLabels):
-        return precisions(dnet, x_local, y, batch_size)[0]
+        return precisions(dnet, x_local, y, batch_size, shared=shared)[0]
     batch_size = batch_size or eval_batch(dnet)
     grid = dnet.grid
     share = grid.share(len(y))
-    x_local, y_mine = x_local[share], y[share]
+    x_local, y_mine = (x_local if shared else x_local[share]), y[share]
     correct = 0
     for start in range(0, len(y_mine), batch_size):
         fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False)
@@ -86,13 +88,14 @@ def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
 
 
 def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y: MultiLabels,
-               batch_size: int | None = None, sampled: bool = False) -> tuple[float, float]:
+               batch_size: int | None = None, sampled: bool = False, *,
+               shared: bool = False) -> tuple[float, float]:
     """P@1 and P@5 on label sets (as ``evaluate``); ``sampled``: among the outputs that the
     LSH tables retrieve (``dnet.sampled``), the others count as misses."""
     batch_size = batch_size or eval_batch(dnet)
     grid = dnet.grid
     share = grid.share(len(y))
-    x_local, y_mine = x_local[share], y[share]
+    x_local, y_mine = (x_local if shared else x_local[share]), y[share]
     hits = np.zeros(2)
     for start in range(0, len(y_mine), batch_size):
         fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False,

@@ -61,9 +61,12 @@ def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
 
 
 def data_nbytes(data: Iterable[Any]) -> int:
-    """Bytes of arrays and sparse matrices (None skipped)."""
+    """Bytes of arrays and sparse matrices (None skipped), and counts of bytes (int)."""
     total, seen = 0, set()
     for a in data:
+        if isinstance(a, int):
+            total += a
+            continue
         if a is None or id(a) in seen:  # the same array given twice (a rank's columns that
             continue                      # are the data set's own) is held once
         seen.add(id(a))

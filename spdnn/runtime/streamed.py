@@ -22,14 +22,16 @@ from spdnn.runtime.streaming import LayerStream
 
 
 def stream_scores(stream: LayerStream, x_local: np.ndarray | sp.csr_matrix,
-                  y: np.ndarray | MultiLabels) -> tuple[float, float | None]:
+                  y: np.ndarray | MultiLabels, *, shared: bool = False
+                  ) -> tuple[float, float | None]:
     """Accuracy (P@5 None), or P@1 and P@5 on label sets, as ``evaluate`` and ``precisions``
-    give them; replicas take contiguous shares of the samples. Collective."""
+    give them; replicas take contiguous shares of the samples (``shared``: x_local holds
+    only this replica's). Collective."""
     grid = stream.grid
     batch = int(grid.model.allreduce_scalar(eval_batch(stream.planned, stream.dtype.itemsize),
                                             "min"))
     share = grid.share(len(y))
-    x_mine, y_mine = x_local[share], y[share]
+    x_mine, y_mine = (x_local if shared else x_local[share]), y[share]
     multi = isinstance(y, MultiLabels)
     hits = np.zeros(2)
 

@@ -24,7 +24,7 @@ from spdnn.kernels.update import sgd_rows, sgd_step
 from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
-from spdnn.model.batching import batch_order, batches, columns, n_batches
+from spdnn.model.batching import batch_order, n_batches
 from spdnn.model.labels import as_labels
 from spdnn.model.optim import SGD, SGDConfig, interleave
 from spdnn.model.reports import EpochReport
@@ -32,6 +32,7 @@ from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import evaluate, local_inputs, precisions
+from spdnn.runtime.samples import SampleFeed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +82,9 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         if data.x_test is not None else None
     reports = []
     n = len(data.y_train)
+    # a replica that holds only its share of the samples fetches the others' (runtime.samples)
+    feed = SampleFeed(x_local, data.train_rows if grid.replicas > 1 else None, n, grid,
+                      n_features=data.n_features)
     dnet.sums.set_compression(cfg.compress, cfg.seed, (grid.world.rank,))
     if cfg.lsh is not None:
         dnet.use_lsh(cfg.lsh, cfg.seed)
@@ -103,11 +107,10 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             batch_order(n, pos.epoch, cfg.seed, cfg.shuffle)
         per_epoch = n_batches(len(order), cfg.batch_size)
         stop = False
-        for b, idx in enumerate(batches(order, cfg.batch_size)):
-            if b < pos.batch:
-                continue  # resumed mid-epoch: these batches were done before
-            mine = idx[grid.share(len(idx))]  # this replica's slice of the serial batch
-            value, ok = _step(dnet, cfg, data, x_local, opt, pos, idx, mine,
+        # from the first batch not done (a resumed run starts mid-epoch); ``mine``: this
+        # replica's slice of the serial batch, ``block`` its samples (features x slice)
+        for b, idx, mine, block in feed.steps(order, cfg.batch_size, pos.batch):
+            value, ok = _step(dnet, cfg, data, block, opt, pos, idx, mine,
                               crit if crit is not None and full else None)
             total_loss += value * len(idx)
             correct += ok
@@ -135,15 +138,18 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             on_epoch(report)
         if stop:
             break
-    _finish((lambda: on_finish(opt.buffers, [x_local, xt_local])) if on_finish else None,
+    # the largest segment fetched, with its send and receive copies (runtime.samples)
+    fetched = 3 * feed.fetched_bytes
+    _finish((lambda: on_finish(opt.buffers, [x_local, xt_local, fetched])) if on_finish else None,
             checkpoint if cfg.checkpoint_dir else None)
     return reports
 
 
-def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, x_local: Any,
+def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, block: np.ndarray,
           opt: SGD, pos: Position, idx: np.ndarray, mine: np.ndarray,
           crit: CriticalSet | None) -> tuple[float, int]:
-    """One SGD step on the serial batch ``idx``, of which this replica computes ``mine``: the
+    """One SGD step on the serial batch ``idx``, of which this replica computes ``mine`` (its
+    samples: ``block``, features x len(mine)): the
     forward pass (only the outputs LSH retrieves, when sampled), the backward pass with the
     gradient sums, the loss checked finite, the update. Returns the batch's mean loss and
     correct predictions, over every replica; ``crit``: record each sample's loss there."""
@@ -153,7 +159,7 @@ def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, x_local: An
         dnet.sampled.rebuild()
     fill = fill_rows(cfg.seed, pos.step, len(idx), cfg.lsh.random, dnet.sizes[-1])[
         grid.share(len(idx))] if cfg.lsh is not None and cfg.lsh.random else None
-    fwd = dnet.forward(columns(x_local, mine), sampled=dnet.sampled is not None,
+    fwd = dnet.forward(block, sampled=dnet.sampled is not None,
                        labels=as_labels(data.y_train[mine], dnet.sizes[-1])
                        if dnet.sampled is not None else None, fill=fill)
     per_sample = np.empty(len(mine)) if crit is not None else None
@@ -199,10 +205,11 @@ def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data
         pairs = comm.allreduce_scalar(float(dnet.sampled.active_pairs - c.pairs_before))
         active = pairs / max(c.seen, 1)
     test = p5 = None
+    shared = data.test_rows is not None  # the replica holds only its share of the split
     if xt_local is not None and data.multi_label:
-        test, p5 = precisions(dnet, xt_local, data.y_test)
+        test, p5 = precisions(dnet, xt_local, data.y_test, shared=shared)
     elif xt_local is not None:
-        test = evaluate(dnet, xt_local, data.y_test)
+        test = evaluate(dnet, xt_local, data.y_test, shared=shared)
     return EpochReport(
         epoch=pos.epoch if pos.batch == 0 else pos.epoch + 1, steps=pos.step,
         loss=c.total_loss / max(c.seen, 1), train_accuracy=c.correct / max(c.seen, 1),
