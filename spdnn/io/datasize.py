@@ -11,9 +11,6 @@ A file it cannot make sense of counts 0: the loader reports the problem, as with
 
 from __future__ import annotations
 
-import gzip
-import math
-import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
+from spdnn.io.mnist import idx_dims
 from spdnn.model.batching import SEGMENT_BYTES
 from spdnn.model.network import as_dtype
 
@@ -52,13 +50,14 @@ def data_nbytes(data: Any, dtype: Any, features: np.ndarray, n_in: int, *,  # no
                 len(features) * item
             return fetched + whole + (kept if some else 0)
         kind, _, arg = data.partition(":")
-        if kind == "npz" and arg:
-            return fetched + sum(share(rows) * len(features) * item
-                                 for rows in _npz_rows(Path(arg)))
+        if kind == "npz" and arg:  # inference reads only the split it evaluates
+            rows = _npz_rows(Path(arg))
+            return fetched + sum(share(n) * len(features) * item
+                                 for n in (rows if training else rows[-1:]))
         if kind == "mnist" and arg:
-            return fetched + sum(share(_idx_dims(_idx(Path(arg), stem))[0]) * len(features) *
-                                 item for stem in ("train-images-idx3-ubyte",
-                                                   "t10k-images-idx3-ubyte"))
+            stems = ("train-images-idx3-ubyte", "t10k-images-idx3-ubyte")
+            return fetched + sum(share(idx_dims(_idx(Path(arg), stem))[0]) * len(features) *
+                                 item for stem in (stems if training else stems[1:]))
         if kind == "xc" and arg:
             splits = [_xc_bytes(Path(arg) / name, item) for name in ("train.txt", "test.txt")
                       if (Path(arg) / name).exists() or name == "train.txt"]
@@ -103,24 +102,6 @@ def _idx(directory: Path, stem: str) -> Path:
         if (directory / name).is_file():
             return directory / name
     raise InputError(directory / stem, "no such file")
-
-
-def _idx_dims(path: Path) -> tuple[int, ...]:
-    """An IDX file's sizes from its header, when the file's length agrees with them."""
-    with open(path, "rb") as fh:
-        opener = gzip.open if fh.read(2) == b"\x1f\x8b" else open
-    with opener(path, "rb") as fh:
-        head = fh.read(4)
-        dims = struct.unpack(f">{head[3]}I", fh.read(4 * head[3]))
-    size = 4 + 4 * len(dims) + math.prod(dims)  # uint8 images
-    if opener is open and os.path.getsize(path) != size:
-        raise ValueError("length")
-    if opener is gzip.open:
-        with open(path, "rb") as fh:
-            fh.seek(-4, os.SEEK_END)
-            if struct.unpack("<I", fh.read(4))[0] != size % 2**32:  # gzip's ISIZE
-                raise ValueError("length")
-    return dims
 
 
 def _xc_bytes(path: Path, item: int) -> int:

@@ -34,6 +34,9 @@ RANGE_BLOCK = 1 << 20
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 
 
+# A member is read in pieces of this size (each read allocates its own bytes in zipfile).
+_READ_CHUNK = 1 << 20
+
 class NpzReader:
     """Lazy access to one ``.npz`` file; ``kind`` names it in errors ("network", "plan"...)."""
 
@@ -125,8 +128,8 @@ class NpzReader:
         got = 0
         try:
             with fh:
-                while got < len(into):
-                    n = fh.readinto(into[got:])
+                while got < len(into):  # zipfile reads through bytes of the size asked
+                    n = fh.readinto(into[got:got + _READ_CHUNK])
                     if not n:
                         break
                     got += n

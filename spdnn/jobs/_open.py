@@ -81,13 +81,16 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
 
 
 def open_data(comm: Communicator, data: Any, dtype: str,  # noqa: ANN401
-              features: np.ndarray, n_in: int, share: Share = None) -> Dataset:
+              features: np.ndarray, n_in: int, share: Share = None, *,
+              evaluate: bool = False) -> Dataset:
     """A data source by name (``digits``, ``npz:FILE``, ...) read from its files, or data in
     memory that every rank holds alike (spdnn.io.arrays), with this rank's feature columns
     of the network's ``n_in`` (and only ``share`` of the samples, when given: a training
-    replica's). Collective."""
+    replica's; ``evaluate``: only the split an evaluation reads, spdnn.io.datasets.
+    load_dataset). Collective."""
     if isinstance(data, str):
-        return comm.check(lambda: load_dataset(data, dtype, features=features, share=share))
+        return comm.check(lambda: load_dataset(data, dtype, features=features, share=share,
+                                               evaluate=evaluate))
     found = comm.check(lambda: from_memory(data, dtype, features=features, n_in=n_in))
     signatures = comm.allgather(signature(found))
     if any(s != signatures[0] for s in signatures):

@@ -56,7 +56,8 @@ def dataset_inputs(comm: Communicator, job: Opened, spec: str, dtype: str
     net = job.dnet if job.dnet is not None else job.stream
     grid = net.grid
     data = open_data(comm, spec, dtype, net.input_rows, job.bundle.sizes[0],
-                     (grid.replica, grid.replicas) if grid.replicas > 1 else None)
+                     (grid.replica, grid.replicas) if grid.replicas > 1 else None,
+                     evaluate=True)
     x, y, rows = (data.x_test, data.y_test, data.test_rows) if data.x_test is not None else \
         (data.x_train, data.y_train, data.train_rows)
     name = data_name(spec)

@@ -1,0 +1,63 @@
+"""The record every data source gives (``Dataset``): x as samples x features, dense or CSR,
+with labels; which columns and which samples of each split a rank holds of it; and the cut
+of a data set to a replica's share of its samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.model.batching import share_of
+from spdnn.model.labels import MultiLabels
+
+# (part, parts): the contiguous share of each split's samples to keep (spdnn.model.batching.
+# share_of), as a data-parallel replica keeps its own; None: every sample.
+Share = tuple[int, int] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray | sp.csr_matrix
+    y_train: np.ndarray | MultiLabels
+    x_test: np.ndarray | sp.csr_matrix | None = None
+    y_test: np.ndarray | MultiLabels | None = None
+    # The feature columns the arrays hold, when only those were read (a rank's inputs), and
+    # how many the data set has; None: every column.
+    features: np.ndarray | None = None
+    total_features: int | None = None
+    # The samples the x arrays hold of each split, when only a share was kept (a replica's);
+    # the labels are always whole. None: every sample.
+    train_rows: slice | None = None
+    test_rows: slice | None = None
+
+    @property
+    def n_features(self) -> int:
+        if self.total_features is not None:
+            return self.total_features
+        return int(self.x_train.shape[1])
+
+    @property
+    def multi_label(self) -> bool:
+        return isinstance(self.y_train, MultiLabels)
+
+    @property
+    def n_classes(self) -> int:
+        if isinstance(self.y_train, MultiLabels):
+            return self.y_train.n_labels
+        ys = [self.y_train] + ([self.y_test] if self.y_test is not None else [])
+        return int(max(int(y.max(initial=0)) for y in ys)) + 1
+
+
+def keep_share(data: Dataset, share: Share) -> Dataset:
+    """``data`` with only ``share`` of each split's samples in its x arrays (labels whole)."""
+    if share is None:
+        return data
+    train = share_of(data.x_train.shape[0], *share)
+    test = None if data.x_test is None else share_of(data.x_test.shape[0], *share)
+    # copies: a view would keep the whole array alive
+    return replace(data, x_train=data.x_train[train].copy(),
+                   x_test=None if test is None else data.x_test[test].copy(),
+                   train_rows=train, test_rows=test)
