@@ -4,8 +4,11 @@ the prediction, and volume beside the block plan's.
 
 Runs ``spdnn-partition`` as a user would on an existing network file, once on the whole
 hypergraph (unless --no-whole) and once in windows (under --memory-limit, or --window-layers),
-and keeps the rows in WORKDIR/bench_windows.json; the table in docs/BENCHMARKS.md ("Partitioner:
-networks larger than memory") shows them all.
+and keeps the rows in WORKDIR/bench_windows.json. It prints the table of the rows stored (with
+--report, of several work directories) and never writes docs/BENCHMARKS.md itself: that
+section ("Partitioner: networks larger than memory") holds rows of runs hours apart and the
+prose about them, which a run that knows only its own rows replaced (2026-11-27); its rows are
+copied there by hand.
 
     python scripts/bench/bench_windows.py rx16384x120.npz -P 64 --memory-limit 1200M \
         --time-limit 600 --jobs 2
@@ -119,7 +122,7 @@ def main() -> None:
         store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(rows, indent=1))
         print(json.dumps(row), flush=True)
-    print(render(rows))
+    args.no_write = True  # the page's section is kept by hand (the docstring says why)
     publish(args, "windows", "Partitioner: networks larger than memory",
                   "Command: `python scripts/bench/bench_windows.py NETWORK -P P --memory-limit "
                   "LIMIT --time-limit T --jobs J` (the header of each row).\n\n"
