@@ -24,12 +24,13 @@ def _shared(data, grid):
     return keep_share(data, (grid.replica, grid.replicas)) if grid.replicas > 1 else data
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-@pytest.mark.parametrize("segment_bytes", [1, batching.SEGMENT_BYTES])
+@pytest.mark.parametrize("sparse, segment_bytes", [(False, 1), (False, batching.SEGMENT_BYTES),
+                                                   (True, 1)])
 def test_shares_train_what_the_serial_reference_trains(comm, mpi_tmp_path, monkeypatch, sparse,
                                                        segment_bytes):
-    """One batch a segment (1 byte) and the whole epoch in one; dense and CSR samples; the
-    test split's accuracy from the replicas' shares."""
+    """One batch a segment (1 byte) and the whole epoch in one (dense); CSR samples, whose
+    rows travel as counts, indices and values; the test split's accuracy from the replicas'
+    shares."""
     monkeypatch.setattr(batching, "SEGMENT_BYTES", segment_bytes)
     net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3)
     data = _data(net)
