@@ -165,3 +165,28 @@ def test_the_feed_gives_every_step_its_samples_in_order(comm, monkeypatch, width
         seen.append(b)
     assert seen == [1, 2, 3]
     grid.free()
+
+
+def test_critical_sets_and_compressed_sums_train_alike_from_shares(comm, mpi_tmp_path,
+                                                                  monkeypatch):
+    """The critical set's batches (drawn from the samples' losses) and compressed gradient
+    sums read the same samples from shares as from the whole data set: the same weights, bit
+    for bit, on every grid (the whole-data runs are checked against the serial reference in
+    test_lossy_mpi)."""
+    from spdnn.lossy.compress import parse_compress
+
+    monkeypatch.setattr(batching, "SEGMENT_BYTES", 2 * 16 * 20 * 8)  # two batches a segment
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=6)
+    data = _data(net, n=80)
+    cfg = TrainConfig(epochs=4, batch_size=16, sgd=SGD, seed=2, critical_set=0.5, refresh=2,
+                      compress=parse_compress("sidco:0.2"))
+    for parts, replicas in grids(comm.size):
+        weights = []
+        for held in (data, None):
+            run = _open(comm, mpi_tmp_path, net, parts, replicas, "block")
+            train(comm, run.dnet, held if held is not None else _shared(data, run.dnet.grid),
+                  cfg)
+            weights.append([la.weight.data.copy() for la in run.dnet.layers])
+            run.dnet.grid.free()
+        for a, b in zip(*weights):
+            np.testing.assert_array_equal(a, b)
