@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from spdnn.model import batching
 from spdnn.model.batching import batches, columns, share_of
 from spdnn.runtime.grid import Grid
+from spdnn.runtime.memory import data_nbytes
 
 Matrix = np.ndarray | sp.csr_matrix
 
@@ -29,7 +30,6 @@ class SampleFeed:
                  n_features: int) -> None:
         self.x, self.rows, self.n, self.grid = x, rows, n, grid
         self.n_features = n_features
-        self.segment: Matrix | None = None  # the rows fetched for the current segment
         self.fetched_bytes = 0  # the largest segment, for the memory report
 
     def steps(self, order: np.ndarray, batch_size: int, first: int
@@ -49,14 +49,13 @@ class SampleFeed:
                   max(1, batch_size * self.n_features * self.x.dtype.itemsize))
         for s in range(0, len(todo), per):
             segment = todo[s:s + per]
-            self.segment = self._fetch([idx for _, idx in segment])
-            self.fetched_bytes = max(self.fetched_bytes, _nbytes(self.segment))
+            fetched = self._fetch([idx for _, idx in segment])
+            self.fetched_bytes = max(self.fetched_bytes, data_nbytes([fetched]))
             at = 0
             for b, idx in segment:
                 mine = idx[grid.share(len(idx))]
-                yield b, idx, mine, columns(self.segment, slice(at, at + len(mine)))
+                yield b, idx, mine, columns(fetched, slice(at, at + len(mine)))
                 at += len(mine)
-        self.segment = None
 
     def _fetch(self, serial: list[np.ndarray]) -> Matrix:
         """The rows of this replica's slices of the ``serial`` batches, in order, brought
@@ -97,9 +96,3 @@ def _exchange_csr(grid: Grid, x: sp.csr_matrix, outgoing: list[np.ndarray]) -> s
     np.cumsum(lengths, out=indptr[1:])
     return sp.csr_matrix((np.concatenate(values), np.concatenate(indices), indptr),
                          shape=(len(lengths), x.shape[1]))
-
-
-def _nbytes(x: Matrix) -> int:
-    if sp.issparse(x):
-        return int(x.data.nbytes + x.indices.nbytes + x.indptr.nbytes)
-    return int(x.nbytes)
