@@ -87,6 +87,16 @@ def watch(prog: str = "spdnn") -> None:
     os.set_blocking(w, False)
     signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = sys.unraisablehook
+
+    def unraisable(info) -> None:  # noqa: ANN001
+        # An interrupt that lands in a finaliser (a ZipFile's __del__ after a checkpoint) is
+        # not raised but printed as "Exception ignored"; the thread below ends the process
+        # with the one line all the same.
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            previous(info)
+
+    sys.unraisablehook = unraisable
 
     def wait() -> None:
         while signal.SIGINT not in os.read(r, 512):

@@ -99,3 +99,24 @@ def test_ctrl_c_while_mpi_starts_ends_the_job_with_one_line():
     assert job.returncode == 130 and time.monotonic() - t0 < 10, (job.returncode, err)
     assert [ln for ln in err.splitlines() if ln.strip()] == ["spdnn: interrupted"], err
     assert "MPI started" not in out
+
+
+def test_an_interrupt_in_a_finaliser_prints_nothing_of_its_own():
+    """Python reports an exception raised in ``__del__`` as "Exception ignored" with its
+    traceback; after ``watch`` a KeyboardInterrupt there prints nothing (the watcher ends the
+    process with the one line), while other errors there are still reported."""
+    code = ("from spdnn.interrupt import watch\n"
+            "watch()\n"
+            "class Interrupted:\n"
+            "    def __del__(self):\n"
+            "        raise KeyboardInterrupt\n"
+            "class Broken:\n"
+            "    def __del__(self):\n"
+            "        raise ValueError('still reported')\n"
+            "Interrupted()\n"
+            "Broken()\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "KeyboardInterrupt" not in proc.stderr, proc.stderr
+    assert "still reported" in proc.stderr, proc.stderr
