@@ -2,7 +2,8 @@
 # The full test suite on a fresh machine: sets up ./.venv from PyPI (MPI included), lints, runs
 # the serial tests (two worker processes, pytest-xdist), the MPI tests under 1, 2 and 4 ranks
 # with MPICH and under 3 (the odd count) with Open MPI, builds the documentation with warnings as
-# errors, and runs the main job from the built wheel in a fresh environment. Each run has an outer timeout so a hung
+# errors, and runs the main job from the built wheel in a fresh environment (the documentation
+# and the wheel's install beside the 1-rank MPI tests, which use one core of two). Each run has an outer timeout so a hung
 # rank fails the suite instead of stalling it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -66,10 +67,42 @@ step "serial tests" timeout 1200 "${PYTEST[@]}" --timeout-method=signal -n 2 --d
 # about 2.5 s a run); every test module marked mpi is found by its marker.
 MPI_FILES=$(grep -l "mark\.mpi" tests/test_*.py)
 CORES=$(nproc)
-for n in 1 2 4; do
-    yield=$(( n > CORES ? 1 : 0 ))
+mpi_tests() {
+    local n=$1
+    local yield=$(( n > CORES ? 1 : 0 ))
     step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 MPIR_CVAR_ENABLE_HEAVY_YIELD=$yield \
         timeout 960 mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi $MPI_FILES
+}
+# The 1-rank run leaves a core free: the documentation and the wheel's build and install run
+# beside it (15 s and about 30 s, each on one core), their output printed when they end.
+WHEEL_WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")"
+BESIDE_PIDS=() BESIDE_NAMES=() BESIDE_LOGS=()
+trap 'for p in "${BESIDE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WHEEL_WORK"' EXIT
+beside() {
+    local name=$1; shift
+    local log; log="$(mktemp)"
+    ( start=$SECONDS; set +e; "$@" >"$log" 2>&1; rc=$?
+      echo "   ($name: $((SECONDS - start)) s, beside the 1-rank MPI tests)" >>"$log"; exit $rc ) &
+    BESIDE_PIDS+=($!) BESIDE_NAMES+=("$name") BESIDE_LOGS+=("$log")
+}
+joined() {
+    local i rc
+    for i in "${!BESIDE_PIDS[@]}"; do
+        echo "== ${BESIDE_NAMES[$i]}"
+        set +e; wait "${BESIDE_PIDS[$i]}"; rc=$?; set -e
+        cat "${BESIDE_LOGS[$i]}"; rm -f "${BESIDE_LOGS[$i]}"
+        [ $rc -eq 0 ] || { echo "FAILED: ${BESIDE_NAMES[$i]} (exit $rc)"; exit $rc; }
+    done
+    BESIDE_PIDS=()
+}
+beside "documentation (sphinx, warnings as errors)" \
+    python -m sphinx -W --keep-going -q -b html docs docs/_build
+beside "the wheel: build and install in a fresh environment" \
+    bash scripts/wheel_check.sh build "$WHEEL_WORK"
+mpi_tests 1
+joined
+for n in 2 4; do
+    mpi_tests "$n"
 done
 # The odd rank count runs under Open MPI: every MPI test at 1, 2, 3 and 4 ranks, and all of them
 # under both implementations, without a fifth pass (a 3-rank MPICH run as well took 108 s more).
@@ -77,7 +110,5 @@ done
 step "MPI tests, 3 ranks, Open MPI" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     timeout 960 "$OMPI_VENV/bin/mpiexec" --oversubscribe -n 3 "$OMPI_VENV/bin/python" -m pytest \
     --color=no -q -rs --timeout=300 --timeout-method=thread --with-mpi -m mpi $MPI_FILES
-step "documentation (sphinx, warnings as errors)" \
-    python -m sphinx -W --keep-going -q -b html docs docs/_build
-step "the wheel in a fresh environment, main job" bash scripts/wheel_check.sh
+step "the wheel in a fresh environment, main job" bash scripts/wheel_check.sh run "$WHEEL_WORK"
 echo "== all test runs passed in $((SECONDS - SUITE_START)) s"

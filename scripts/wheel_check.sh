@@ -2,20 +2,34 @@
 # The product as a user installs it: builds the wheel, installs it into a fresh virtual
 # environment (dependencies from PyPI), and runs the main job from an empty directory with no
 # checkout beside it (the embedded digits come from the wheel's package data).
+#
+#   bash scripts/wheel_check.sh              # both steps, in a temporary directory
+#   bash scripts/wheel_check.sh build DIR    # only build and install, into DIR (kept)
+#   bash scripts/wheel_check.sh run DIR      # only the main job, from DIR's install (removed)
+#
+# (scripts/test.sh builds while the 1-rank MPI tests leave a core free, and runs at the end.)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
-python3 -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$ROOT"
-# The environment without a pip of its own (ensurepip: 6 s); uv (scripts/venv.sh installs it:
-# the same packages, 17 s instead of 56) or else this pip installs into it.
-python3 -m venv --without-pip "$WORK/venv"
-if command -v uv >/dev/null; then
-    uv pip install --quiet --compile-bytecode --python "$WORK/venv/bin/python" "$WORK"/dist/*.whl
-else
-    python3 -m pip --python "$WORK/venv/bin/python" install --quiet \
-        --disable-pip-version-check "$WORK"/dist/*.whl
+MODE="${1:-all}"
+case "$MODE" in
+    all) WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")" ;;
+    build|run) WORK="${2:?wheel_check.sh $MODE: give the directory}" ;;
+    *) echo "wheel_check.sh: unknown step '$MODE' (all, build DIR or run DIR)" >&2; exit 2 ;;
+esac
+[ "$MODE" = build ] || trap 'rm -rf "$WORK"' EXIT
+if [ "$MODE" != run ]; then
+    python3 -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$ROOT"
+    # The environment without a pip of its own (ensurepip: 6 s); uv (scripts/venv.sh installs it:
+    # the same packages, 17 s instead of 56) or else this pip installs into it.
+    python3 -m venv --without-pip "$WORK/venv"
+    if command -v uv >/dev/null; then
+        uv pip install --quiet --compile-bytecode --python "$WORK/venv/bin/python" "$WORK"/dist/*.whl
+    else
+        python3 -m pip --python "$WORK/venv/bin/python" install --quiet \
+            --disable-pip-version-check "$WORK"/dist/*.whl
+    fi
 fi
+[ "$MODE" = build ] && exit 0
 # The main job's two scripts, alone in an empty directory: venv.sh finds the environment made
 # (the stamp) and no pyproject.toml to install from, so nothing comes from the checkout.
 mkdir -p "$WORK/job/scripts"

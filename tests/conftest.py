@@ -25,6 +25,18 @@ GRAPHCHALLENGE = SHARED_DATA / "graphchallenge"
 MNIST = SHARED_DATA / "mnist"
 
 
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201
+    """The tests marked long first, each group in file order: under pytest-xdist's worksteal
+    scheduling a worker that runs out steals the short tests from the end of the other's queue,
+    instead of both waiting at the end on one long test started last. ``long(0)``: before the
+    other long tests (test_readme's 2-3 minutes)."""
+    def order(item) -> tuple[bool, int]:  # noqa: ANN001
+        mark = item.get_closest_marker("long")
+        return mark is None, (mark.args[0] if mark and mark.args else 1)
+
+    items.sort(key=order)
+
+
 @pytest.fixture(params=["scipy", "numba"])
 def backend(request):
     """Run a test once per kernel backend (the same tests, the same tolerances)."""

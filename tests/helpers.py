@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from spdnn.model.generate import random_network
 from spdnn.model.network import Network
+from tests import warm_client as warm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,9 +66,19 @@ def launch(ranks: int, *args: object, module: str | None = "spdnn", cwd: Path | 
     """The one launcher of the tests: ``python -m MODULE ARGS`` (``module=None``: ``python
     ARGS``, a script) in a new process, alone (``ranks=0``) or under ``mpiexec -n RANKS``
     (skipped without a launcher), with this checkout on the path; ``MPIEXEC_TIMEOUT`` ends a
-    hung job a little before ``timeout`` would."""
-    return subprocess.run(_command(ranks, args, module), cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=_environment(env, timeout))
+    hung job a little before ``timeout`` would. A process alone is forked from the warm server
+    (tests/warm.py) when nothing it reads at import time differs (``SPDNN_COLD=1``: never)."""
+    command, environment = _command(ranks, args, module), _environment(env, timeout)
+    started = time.perf_counter()
+    if ranks == 0 and warm.suitable(command[1:], environment):
+        proc = warm.run(command, cwd, environment, timeout)
+        if proc is not None:
+            warm.record("warm", command, time.perf_counter() - started)
+            return proc
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=environment)
+    warm.record("cold", command, time.perf_counter() - started)
+    return proc
 
 
 def start(ranks: int, *args: object, module: str | None = "spdnn",

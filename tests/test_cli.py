@@ -14,6 +14,7 @@ def test_help_has_an_example():
     assert proc.returncode == 0 and "examples:" in proc.stdout and "spdnn train" in proc.stdout
 
 
+@pytest.mark.long
 def test_generate_train_save_infer(tmp_path):
     assert run_spdnn("generate", "random", "--sizes", "64,64,64", "--fan-in", "8", "--head",
                      "10", "-o", tmp_path / "net.npz").returncode == 0
@@ -30,6 +31,7 @@ def test_generate_train_save_infer(tmp_path):
     assert proc.returncode == 0 and "accuracy" in proc.stdout
 
 
+@pytest.mark.long
 def test_threads_give_the_same_weights_and_bad_counts_fail(tmp_path):
     """--threads N splits each kernel's rows over threads; every row is still computed by
     one thread in one order, so the trained weights are bit-identical to one thread."""
@@ -206,6 +208,7 @@ def test_truncated_idx(tmp_path):
     assert_one_line_error(proc, "train-images-idx3-ubyte", "truncated")
 
 
+@pytest.mark.long
 def test_graph_challenge_cli(graphchallenge_dir, tmp_path):
     proc = run_spdnn("convert", "graphchallenge", graphchallenge_dir / "neuron1024", "--layers",
                      "120", "--bias", "-0.3", "--cap", "32", "-o", tmp_path / "gc.npz")

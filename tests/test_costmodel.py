@@ -516,6 +516,7 @@ def test_network_is_the_median_of_its_sweeps():
     assert network_costs(SimpleNamespace(size=1), 0.0, sweeps) is None
 
 
+@pytest.mark.long
 def test_counts_equal_the_runtime_on_8_ranks(tmp_path):
     if MPIEXEC is None:
         pytest.skip(NO_MPIEXEC)
@@ -570,6 +571,7 @@ def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slo
     assert grid in proc.stdout, proc.stdout
 
 
+@pytest.mark.long
 def test_replicas_auto_leaves_out_the_grids_that_do_not_fit(model_files):
     """Messages cost a second each, so two replicas would be fastest; but each would hold the
     whole network, and a limit between its predicted peak and the 2-part plan's leaves only

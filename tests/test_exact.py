@@ -110,6 +110,7 @@ def test_layers_too_large_for_an_exact_milp_are_skipped():
     assert not any("layer 1/2" in m for m in logs) and any("layer 2/2" in m for m in logs)
 
 
+@pytest.mark.long
 def test_exact_sweeps_improve_a_radixnet_plan():
     # Measured: 1,136 -> 928 forward rows (5 layers, P = 4; 7 layers: 2,060 -> 1,845 in 3x
     # the time).

@@ -119,6 +119,7 @@ def _rank_pids(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.long
 def test_killed_rank_ends_the_job_and_resume_matches_uninterrupted(digits_net):
     ckpt = digits_net / "ckpt-killed"
     common = ["--network", digits_net / "net.npz", "--plan", digits_net / "plan2.npz",

@@ -201,6 +201,7 @@ def test_a_rank_reads_only_its_columns_of_an_npz_data_set(tmp_path, monkeypatch)
         datasets.load_dataset(f"npz:{tmp_path / 'bad.npz'}", "float32", features=mine)
 
 
+@pytest.mark.long
 def test_a_large_matrix_market_file_reads_fast_and_alike(tmp_path):
     """scipy's reader takes the well-formed file (the same matrix as the line parser's); what
     it would misread (0x10 as 0, 2x as 2, a fourth field skipped) goes to the line parser,

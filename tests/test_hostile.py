@@ -25,6 +25,7 @@ from spdnn.io.planfile import save_plan
 from spdnn.model.plan import network_patterns
 from tests.helpers import ROOT, launch, run_cli, small_network
 
+pytestmark = pytest.mark.long  # 97 commands: scheduled first (tests/conftest.py)
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "MPIEXEC_TIMEOUT": "60"}
 SIZES = (12, 9, 7, 4)
 

@@ -39,6 +39,7 @@ def _capped(ranks: int, cap: str, *args: object, cwd: Path):
                   module=None, cwd=cwd, timeout=240)
 
 
+@pytest.mark.long
 def test_a_network_over_one_ranks_cap_trains_on_four_capped_ranks(tmp_path):
     if MPIEXEC is None:
         pytest.skip("no mpiexec")

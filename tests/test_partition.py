@@ -150,6 +150,7 @@ def test_hmetis_export_and_partition_import(tmp_path):
         read_partition(tmp_path / "bad.part", n_vertices=hg.n_vertices, parts=3)
 
 
+@pytest.mark.long
 def test_cli_partition_stats_compare(tmp_path):
     save_network(random_network([20, 24, 24, 4], 4, seed=0), tmp_path / "net.npz")
     proc = run_spdnn(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "plan.npz", "--compare",
@@ -235,6 +236,7 @@ def test_mtkahypar_backend():
     assert plan.meta["stats"]["volume"] <= baseline and plan.meta["backend"] == "mtkahypar"
 
 
+@pytest.mark.long
 def test_mtkahypar_plan_does_not_depend_on_threads(tmp_path):
     pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
     net = random_network([256, 512, 512], 16, seed=2)

@@ -70,6 +70,7 @@ def test_the_readme_has_the_blocks_this_test_expects():
 
 
 @pytest.mark.timeout(900)  # spdnn calibrate alone: 106 s on an idle 2-core AMD EPYC (AVX2)
+@pytest.mark.long(0)
 def test_readme_blocks_run_as_written(tmp_path):
     env = user_env()
     # The example cluster description is named by its path in the repository.
@@ -168,6 +169,7 @@ def test_the_shown_output_matcher_can_fail():
 
 @pytest.mark.emulation
 @pytest.mark.timeout(600)
+@pytest.mark.long
 def test_console_blocks_print_what_the_pages_show(tmp_path):
     """The pages' ```console blocks run, each command printing the lines shown after it
     (measured figures aside). Commands on a reader's own script (``my_*.py``) are not run."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from spdnn.io.bundle import save_network
 from tests.helpers import ROOT, emulation_refused, launch, small_network
 
@@ -32,6 +34,7 @@ def _sweep(tmp_path, *extra: object) -> dict:
     return data
 
 
+@pytest.mark.long
 def test_every_grid_up_to_two_ranks_is_measured_and_predicted(tmp_path):
     """Over 2 emulated nodes where namespaces are permitted (the 1-rank grids run alone, the
     2-rank ones on the nodes: both ways of starting a job), else on this node."""

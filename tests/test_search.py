@@ -45,6 +45,7 @@ def _best_balanced_baseline(patterns, nparts, epsilon=0.03):
 
 @pytest.mark.parametrize("net,nparts", [(radixnet(1024, 5, seed=2), 4),
                                         (random_network([40, 60, 60, 8], 5, seed=1), 3)])
+@pytest.mark.long
 def test_a_time_limit_anywhere_gives_a_balanced_plan_no_worse_than_the_baselines(
         monkeypatch, net, nparts):
     patterns = network_patterns(net)
@@ -123,6 +124,7 @@ def _layer1_gain(patterns, nparts):
     ([256] * 3, 4, 2, False),  # sparse random layers: much to gain
     ([1024] * 3, 32, 4, False),
 ])
+@pytest.mark.long
 def test_the_unstructured_shortcut_is_taken_exactly_where_layer_1_gains_little(
         sizes, fan_in, nparts, taken):
     from partition.search import PROBE_GAIN

@@ -66,7 +66,8 @@ def prepare(n: int, layers: int, inputs: int, check: int, work: Path) -> dict[st
     size = int(round(n ** 0.5))
     files = {"net": work / f"rx{n}x{layers}.npz", "all": work / f"img{size}.npz",
              "images": work / f"img{size}-first{inputs}.npz",
-             "check": work / f"img{size}-first{check}.npz", "plan": work / f"block2-{n}.npz"}
+             "check": work / f"img{size}-first{check}.npz",
+             "plan": work / f"block2-{n}x{layers}.npz"}  # one per depth: a plan has its layers
     if not files["net"].exists():
         subprocess.run([str(BIN / "spdnn"), "generate", "radixnet", "--neurons", str(n),
                         "--layers", str(layers), "--bias", str(BIASES[n]), "--cap", "32",
