@@ -61,16 +61,17 @@ def _environment(env: dict[str, str] | None, timeout: float) -> dict[str, str]:
 
 
 def launch(ranks: int, *args: object, module: str | None = "spdnn", cwd: Path | None = None,
-           env: dict[str, str] | None = None, timeout: float = 180
+           env: dict[str, str] | None = None, timeout: float = 180, cold: bool = False
            ) -> subprocess.CompletedProcess:
     """The one launcher of the tests: ``python -m MODULE ARGS`` (``module=None``: ``python
     ARGS``, a script) in a new process, alone (``ranks=0``) or under ``mpiexec -n RANKS``
     (skipped without a launcher), with this checkout on the path; ``MPIEXEC_TIMEOUT`` ends a
     hung job a little before ``timeout`` would. A process alone is forked from the warm server
-    (tests/warm.py) when nothing it reads at import time differs (``SPDNN_COLD=1``: never)."""
+    (tests/warm.py) when nothing it reads at import time differs, unless ``cold`` (a test of
+    what a new interpreter holds: its peak resident memory) or ``SPDNN_COLD=1``."""
     command, environment = _command(ranks, args, module), _environment(env, timeout)
     started = time.perf_counter()
-    if ranks == 0 and warm.suitable(command[1:], environment):
+    if ranks == 0 and not cold and warm.suitable(command[1:], environment):
         proc = warm.run(command, cwd, environment, timeout)
         if proc is not None:
             warm.record("warm", command, time.perf_counter() - started)
