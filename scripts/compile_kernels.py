@@ -22,9 +22,9 @@ import numpy as np
 # LSH 19 s, the compressors 7 s).
 HALVES = {
     "float32": (lambda: _warm("products", np.float32), lambda: _warm("encoding", np.float32),
-                lambda: _lossy()),
+                lambda: _update(np.float32), lambda: _lossy()),
     "float64": (lambda: _warm("products", np.float64), lambda: _warm("encoding", np.float64),
-                lambda: _lsh()),
+                lambda: _update(np.float64), lambda: _lsh()),
 }
 
 
@@ -32,6 +32,17 @@ def _warm(module: str, dtype: type) -> None:
     from importlib import import_module
 
     import_module(f"spdnn.kernels.{module}").warm_up((dtype,))
+
+
+def _update(dtype: type) -> None:
+    """The SGD update's kernels, which run on arrays of PARALLEL_MIN values or more (a job that
+    compiled them itself peaked 58 MB above its prediction: tests/test_residency.py)."""
+    from spdnn.kernels.update import PARALLEL_MIN, sgd_rows, sgd_step
+
+    p, g, buf = (np.zeros(PARALLEL_MIN, dtype) for _ in range(3))
+    for first in (True, False):
+        sgd_step(p, g, buf, 0.1, 0.9, 0.0, first)
+    sgd_rows(p, np.arange(PARALLEL_MIN, dtype=np.int64), g, buf, 0.1, 0.9, 0.0)
 
 
 def _lossy() -> None:

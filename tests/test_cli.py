@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from spdnn.io.bundle import load_network, save_network
-from spdnn.io.formats import write_idx
+from spdnn.io.idx import write_idx
 from tests.helpers import assert_one_line_error, launch, run_spdnn, small_network
 
 

@@ -8,16 +8,15 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.io.formats import (
     read_categories,
-    read_idx,
     read_inputs,
     read_mtx,
     read_triples,
     write_categories,
-    write_idx,
     write_mtx,
     write_triples,
 )
 from spdnn.io.graphchallenge import read_graphchallenge, write_graphchallenge
+from spdnn.io.idx import read_idx, write_idx
 from spdnn.model.generate import radixnet
 
 

@@ -26,7 +26,8 @@ from spdnn.errors import InputError
 from spdnn.io.bundle import NetworkBundle, load_network, save_network
 from spdnn.io.checkpoint_format import read_manifest
 from spdnn.io.checkpoint_format import shard_layer as _shard_layer
-from spdnn.io.formats import read_idx, read_mtx, read_triples, write_idx, write_mtx, write_triples
+from spdnn.io.formats import read_mtx, read_triples, write_mtx, write_triples
+from spdnn.io.idx import read_idx, write_idx
 from spdnn.io.npz import NpzReader
 from spdnn.io.planfile import load_plan, save_plan
 from spdnn.io.safetensors import read_safetensors, write_safetensors

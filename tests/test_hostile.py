@@ -319,7 +319,7 @@ def test_malformed_checkpoints(base):
 
 
 def _mnist_dir(d: Path, name: str, train_images: bytes | None = None) -> Path:
-    from spdnn.io.formats import write_idx
+    from spdnn.io.idx import write_idx
 
     m = d / name
     m.mkdir(exist_ok=True)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from spdnn.cost.machine import Calibration, Network, load_calibration
-from spdnn.io.jsonfiles import ClusterFile, read
+from spdnn.io.jsonfiles import ClusterFile
+from spdnn.io.jsonread import read
 
 CLUSTER_FORMAT = "spdnn-cluster/1"
 

@@ -1,67 +1,9 @@
 """What a machine costs: the calibration ``spdnn calibrate`` measures (kernels, the runtime's
 fixed costs, the network between two ranks) and a cluster description that overrides the
 network part. Both are small JSON files, declared as typed structures in
-``spdnn.io.jsonfiles`` and validated field by field when read. One concern in one module (over
-320 lines): the two machine files and their lookup tables; a third of it is this description
-of the formats.
-
-Calibration (``spdnn-calibration/2``)::
-
-    {"format": "spdnn-calibration/2", "host": "...", "ranks": 2, "backend": "numba",
-     "kernels": {"float32": K, "float64": K},
-     "runtime": {"layer_forward_s", "layer_backward_s", "step_s", "message_s",
-                 "exchange_layer_s", "pack_ns_per_byte", "update_ns_per_value",
-                 "elementwise_ns_per_value", "collective_s",
-                 "compute_scale_alone", "compute_scale_all",
-                 "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes"},
-     "structure": {"batches": [...], "forward": [...], "backward": [...], "gradient": [...],
-                   "gap_forward", "gap_backward"} or null,
-     "scales": {"batches": [...], "alone": [...], "all": [...], "cold_alone": [...],
-                "cold_all": [...]} (optional),
-     "network": {"latency_s", "bandwidth_Bps", "allreduce_latency_s",
-                 "allreduce_bandwidth_Bps", "pingpong": {"bytes": [...], "seconds": [...]},
-                 "allreduce": {"bytes": [...], "seconds": [...]} (optional),
-                 "cpu_ns_per_byte" (optional)} or null}
-
-where K = {"batches": [...], "inputs": [...], "reuses": [...], "forward": T, "backward": T,
-"gradient": T, "forward_warm": T, "backward_warm": T, "gradient_warm": T, "dense": D (optional)}
-and T[r][j][i] is ns per stored nonzero x sample at reuses[r] nonzeros per buffer row, inputs[j]
-buffer rows and batches[i] samples, from cold caches (``_warm``: warm caches). D = {"nnz": [...],
-"batches": [...], "forward": [[...]], "backward": [[...]], "gradient": [[...]]}: the same for
-dense layers (BLAS), D[k][n][i] at nnz[n] values and batches[i] samples; without it, dense
-layers are timed as sparse ones (up to 2x high for a 10-way head on the 2-core VM).
-``cache_bytes``: the host's last-level cache, shared by the calibrated ranks; a rank whose
-step fits in its share runs warm. The reuse axis matters: a layer whose nonzeros read each
-buffer row many times (an unpartitioned square layer: its fan-in) pays the row's trip from
-memory once per many products, a partitioned layer's ghost rows nearly once each. (Format 1
-had no reuse axis and one cold table; its tables came from layers of one reuse per batch size,
-up to 2x off for real layers. It is refused: calibrate again.)
-``compute_scale_alone`` / ``_all``: measured over predicted kernel time of real training steps
-of reference networks that run in cache, with one rank running and with every calibrated rank
-running at once, timed in turns (what isolated kernel loops miss: caches shared with a step's
-other buffers, contention); ``_all`` is the slowest rank's of each step, which a
-synchronised step waits for (calibrations before 2026-11-25 hold the mean over ranks);
-``compute_scale_cold_*`` the same for a network far larger than the cache (the tables are
-measured with every rank busy: alone, such a network runs faster than they say).
-Optional and ignored: ``gather_ns_per_value``, the refresh of a layer's derived copies after
-the update, which calibrations of 2026-11-25 and 26 measured; the products have read the
-weights in place since (no copies to refresh). Optional:
-``network.allreduce``, the measured all-reduce over the calibrated ranks (bytes per rank,
-seconds of a blocking call), which replaces the straight line of ``allreduce_latency_s`` and
-``allreduce_bandwidth_Bps``: on the 2-core VM that line was 2x low at 128 KiB. Optional
-(0 before 2026-11-27): ``network.cpu_ns_per_byte``, the CPU time a byte costs each end of the
-link beyond the message's fixed cost, which no transfer overlaps (TCP copies and processes
-every byte on the cores that compute); charged only to bytes that cross nodes, under a cluster
-description (a cluster file's ``inter_node.cpu_ns_per_byte`` takes its place).
-Optional: ``compute_scale_spread``, the largest relative distance of one round of reference
-steps from the median of the rounds (how far the calibration itself can be trusted; 0 when
-unknown). Optional: ``scales``, the four compute scales per batch size of the reference steps
-(samples per rank), interpolated in log2 of the batch and clamped; when present they replace
-the four ``runtime`` values (then the median over the batches). Real steps run a different
-fraction of their table time at different batch sizes: on the 2-core VM the network far beyond
-the cache ran 1.1x its tables at batch 32 and 0.55x at 256 (before 2026-11-25 that network was
-timed at batch 256 only, and one rank at batch 32 beyond the cache was under-predicted by
-7-24%).
+``spdnn.io.jsonfiles`` and validated field by field when read; the calibration's fields, and
+what each measures, are described in docs/formats.md ("Calibration"). One concern: the two
+machine files and their lookup tables.
 """
 
 from __future__ import annotations
@@ -72,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.io.jsonfiles import CalibrationFile, read
+from spdnn.io.jsonfiles import CalibrationFile
+from spdnn.io.jsonread import read
 
 CALIBRATION_FORMAT = "spdnn-calibration/2"
 KERNELS = ("forward", "backward", "gradient")

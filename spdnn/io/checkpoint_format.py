@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import InputError
-from spdnn.io.jsonfiles import ManifestFile, as_dict, read
+from spdnn.io.jsonfiles import ManifestFile
+from spdnn.io.jsonread import as_dict, read
 from spdnn.io.npz import NpzReader
 
 CHECKPOINT_FORMAT = "spdnn-checkpoint/1"

@@ -3,17 +3,16 @@
 - Text triples (1-based ``row<TAB>col<TAB>value``), as Graph Challenge input images; category
   files with one 1-based index per line (network directories: ``spdnn.io.graphchallenge``).
 - Matrix Market coordinate files (real, integer or pattern; general).
-- MNIST IDX files, gzipped or not.
 
 Every reader reports a malformed file as InputError naming the file and line. (One concern:
-the field's text formats, each reader beside its writer.)
+the field's text formats, each reader beside its writer; MNIST's binary IDX files are in
+``spdnn.io.idx``.)
 """
 
 from __future__ import annotations
 
 import gzip
 import io
-import math
 import os
 import warnings
 import zlib
@@ -24,7 +23,7 @@ import scipy.sparse as sp
 
 from spdnn.errors import InputError
 from spdnn.io._mtx_fast import MM_HEADER, read_coordinates
-from spdnn.io.atomic import atomic_path, write_text
+from spdnn.io.atomic import write_text
 
 # --------------------------------------------------------------------------- text tables
 
@@ -33,7 +32,7 @@ from spdnn.io.atomic import atomic_path, write_text
 MAX_DIMENSION = 2**27
 
 
-def _read_bytes(path: str | os.PathLike) -> bytes:
+def read_bytes(path: str | os.PathLike) -> bytes:
     """A file's bytes, gunzipped when it starts with the gzip magic."""
     p = os.fspath(path)
     if not os.path.isfile(p):
@@ -48,7 +47,7 @@ def _read_bytes(path: str | os.PathLike) -> bytes:
 
 def _read_text(path: str | os.PathLike) -> str:
     try:
-        return _read_bytes(path).decode("ascii")
+        return read_bytes(path).decode("ascii")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not a text file ({exc})") from None
 
@@ -192,7 +191,7 @@ def read_mtx(path: str | os.PathLike) -> sp.csr_matrix:
     field). Anything else, or anything it refuses, goes through the line parser below, which
     names the line at fault. 60,000 images of 1,024 pixels (9e6 entries): 24 s -> 2 s."""
     p = os.fspath(path)
-    raw = _read_bytes(p)
+    raw = read_bytes(p)
     fast = read_coordinates(raw, MAX_DIMENSION)
     if fast is not None:
         return coo_to_csr(p, *fast)
@@ -297,40 +296,3 @@ def write_categories(path: str | os.PathLike, categories: np.ndarray) -> None:
 
 
 # --------------------------------------------------------------------------- Graph Challenge
-
-
-
-# --------------------------------------------------------------------------- MNIST IDX
-
-_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-
-
-def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Read an IDX file (gzipped or not): magic 0x0000TTDD, D big-endian sizes, then the data."""
-    p = os.fspath(path)
-    raw = _read_bytes(p)
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
-        raise InputError(p, "not an IDX file (bad magic number)")
-    ndim = raw[3]
-    if ndim < 1 or len(raw) < 4 + 4 * ndim:
-        raise InputError(p, "truncated IDX header")
-    dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", ndim, 4))
-    dtype = np.dtype(_IDX_TYPES[raw[2]])
-    need = math.prod(dims) * dtype.itemsize  # Python integers: no overflow
-    body = raw[4 + 4 * ndim:]
-    if len(body) < need:
-        raise InputError(p, f"truncated: header promises {need} data bytes, found {len(body)}")
-    if len(body) > need:
-        raise InputError(p, f"{len(body) - need} bytes of trailing data after the IDX payload")
-    return np.frombuffer(body, dtype, math.prod(dims)).reshape(dims)
-
-
-def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
-    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09}
-    arr = np.ascontiguousarray(array)
-    if arr.dtype not in codes:
-        raise ValueError("write_idx supports uint8 and int8 arrays")
-    head = bytes([0, 0, codes[arr.dtype], arr.ndim]) + np.array(arr.shape, ">u4").tobytes()
-    with atomic_path(path) as tmp:
-        data = head + arr.tobytes()
-        tmp.write_bytes(gzip.compress(data) if os.fspath(path).endswith(".gz") else data)

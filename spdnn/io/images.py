@@ -22,7 +22,8 @@ import scipy.sparse as sp
 
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
-from spdnn.io.formats import read_idx, read_inputs
+from spdnn.io.formats import read_inputs
+from spdnn.io.idx import read_idx
 from spdnn.io.npz import NpzReader
 from spdnn.model.choices import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
 

@@ -4,24 +4,21 @@ checkpoint manifest (``spdnn-checkpoint/1``) and the metrics of ``--metrics-out`
 formats are documented in docs/formats.md and docs/cost-model.md. One concern: every JSON
 schema in one place, so that one reader validates them all alike.
 
-``read(path, kind)`` returns the decoded structure or raises one ``InputError`` naming the file
-and the field: ``m.json: runtime.step_s: expected a number >= 0, got -1``. msgspec is
-imported here only, when a file is read (``spdnn --help`` does not load it).
+``spdnn.io.jsonread.read(path, kind)`` returns the decoded structure or raises one
+``InputError`` naming the file and the field: ``m.json: runtime.step_s: expected a number >= 0,
+got -1``. msgspec is imported here and there only, when a file is read (``spdnn --help`` does
+not load it).
 """
 
 from __future__ import annotations
 
 import os
-import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta, Struct, field
 
-from spdnn.errors import InputError
 from spdnn.model.choices import Dtype
 
-MAX_BYTES = 16 * 2**20
 # Numbers bounded so that every value is finite (JSON has no NaN or infinity; 1e400 would be).
 Positive = Annotated[float, Meta(gt=0, lt=1e300)]
 NonNegative = Annotated[float, Meta(ge=0, lt=1e300)]
@@ -260,73 +257,3 @@ class TrainMetrics(Struct, kw_only=True):
 
     epochs: Annotated[list[EpochMetrics], Meta(min_length=1)]  # "no epochs": refused
     ranks: Annotated[int, Meta(ge=1)] = 1
-
-
-# --------------------------------------------------------------------------- reading
-
-S = TypeVar("S")
-_WHERE = re.compile(r"\s+- at (?:key in )?`\$\.?(.*)`$")
-
-
-def read(path: str | os.PathLike, kind: type[S]) -> S:
-    """Decode and validate the JSON file at ``path`` as ``kind``; any problem is one
-    ``InputError`` naming the file and the field."""
-    name = os.fspath(path)
-    try:
-        with open(name, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > MAX_BYTES:
-                raise InputError(name, f"larger than {MAX_BYTES // 2**20} MiB: not a "
-                                       f"{_format_of(kind) or kind.__name__} file")
-            raw = fh.read()
-    except FileNotFoundError:
-        raise InputError(name, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(name, "is a directory") from None
-    except OSError as exc:
-        raise InputError(name, f"cannot read ({exc.strerror or exc})") from None
-    try:
-        head = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise InputError(name, f"not valid JSON ({exc})") from None
-    expected = _format_of(kind)
-    found = head.get("format") if isinstance(head, dict) else None
-    if expected and found != expected:
-        if found == "spdnn-calibration/1":
-            raise InputError(name, "an older calibration (spdnn-calibration/1, no reuse axis in "
-                                   "its kernel tables): run spdnn calibrate again")
-        noun = "manifest" if expected == "spdnn-checkpoint/1" else "file"
-        raise InputError(name, f"not a {expected} {noun} (its 'format' field must be "
-                               f"{expected!r})")
-    try:
-        return msgspec.convert(head, kind, strict=True)
-    except msgspec.ValidationError as exc:
-        raise InputError(name, _message(str(exc))) from None
-
-
-def _message(text: str) -> str:
-    """msgspec's ``Expected `float` >= 0, got `-1` - at `$.runtime.step_s``` as
-    ``runtime.step_s: expected a number >= 0, got -1``."""
-    m = _WHERE.search(text)
-    where = m.group(1) if m else ""
-    problem = _WHERE.sub("", text)
-    problem = problem.replace("`float`", "a number").replace("`int`", "an integer")
-    problem = problem.replace("`", "")
-    problem = problem[:1].lower() + problem[1:]
-    if problem.startswith("object contains unknown field"):
-        return f"unknown field '{'.'.join(filter(None, (where, problem.split()[-1])))}'"
-    if problem.startswith("object missing required field"):
-        return f"missing field '{'.'.join(filter(None, (where, problem.split()[-1])))}'"
-    return f"field '{where}': {problem}" if where else problem
-
-
-def _format_of(kind: type) -> str | None:
-    hints = getattr(kind, "__annotations__", {})
-    ann = str(hints.get("format", ""))
-    m = re.search(r"Literal\[['\"]([^'\"]+)['\"]\]", ann)
-    return m.group(1) if m else None
-
-
-
-def as_dict(record: Struct) -> dict[str, Any]:
-    """A decoded structure's fields, without the optional ones that were absent (None)."""
-    return {k: v for k, v in msgspec.structs.asdict(record).items() if v is not None}

@@ -14,7 +14,7 @@ import numpy as np
 
 from spdnn.errors import InputError
 from spdnn.io.dataset import Dataset, Share
-from spdnn.io.formats import read_idx
+from spdnn.io.idx import read_idx
 from spdnn.model.batching import share_of
 from spdnn.model.network import as_dtype
 

@@ -38,7 +38,8 @@ def _save(fig: Any, path: str | os.PathLike) -> None:
 def read_training_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The per-epoch records of a ``spdnn train --metrics-out`` file, validated
     (``spdnn.io.jsonfiles.TrainMetrics``)."""
-    from spdnn.io.jsonfiles import TrainMetrics, as_dict, read
+    from spdnn.io.jsonfiles import TrainMetrics
+    from spdnn.io.jsonread import as_dict, read
 
     return [as_dict(e) for e in read(path, TrainMetrics).epochs]
 

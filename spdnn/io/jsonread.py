@@ -1,0 +1,83 @@
+"""The one reader of spdnn's JSON files (their structures: ``spdnn.io.jsonfiles``): a file is
+decoded and validated as its structure, or refused with one ``InputError`` naming the file and
+the field (``m.json: runtime.step_s: expected a number >= 0, got -1``)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, TypeVar
+
+import msgspec
+from msgspec import Struct
+
+from spdnn.errors import InputError
+
+MAX_BYTES = 16 * 2**20
+
+S = TypeVar("S")
+_WHERE = re.compile(r"\s+- at (?:key in )?`\$\.?(.*)`$")
+
+
+def read(path: str | os.PathLike, kind: type[S]) -> S:
+    """Decode and validate the JSON file at ``path`` as ``kind``; any problem is one
+    ``InputError`` naming the file and the field."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_BYTES:
+                raise InputError(name, f"larger than {MAX_BYTES // 2**20} MiB: not a "
+                                       f"{_format_of(kind) or kind.__name__} file")
+            raw = fh.read()
+    except FileNotFoundError:
+        raise InputError(name, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(name, "is a directory") from None
+    except OSError as exc:
+        raise InputError(name, f"cannot read ({exc.strerror or exc})") from None
+    try:
+        head = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise InputError(name, f"not valid JSON ({exc})") from None
+    expected = _format_of(kind)
+    found = head.get("format") if isinstance(head, dict) else None
+    if expected and found != expected:
+        if found == "spdnn-calibration/1":
+            raise InputError(name, "an older calibration (spdnn-calibration/1, no reuse axis in "
+                                   "its kernel tables): run spdnn calibrate again")
+        noun = "manifest" if expected == "spdnn-checkpoint/1" else "file"
+        raise InputError(name, f"not a {expected} {noun} (its 'format' field must be "
+                               f"{expected!r})")
+    try:
+        return msgspec.convert(head, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InputError(name, _message(str(exc))) from None
+
+
+def _message(text: str) -> str:
+    """msgspec's ``Expected `float` >= 0, got `-1` - at `$.runtime.step_s``` as
+    ``runtime.step_s: expected a number >= 0, got -1``."""
+    m = _WHERE.search(text)
+    where = m.group(1) if m else ""
+    problem = _WHERE.sub("", text)
+    problem = problem.replace("`float`", "a number").replace("`int`", "an integer")
+    problem = problem.replace("`", "")
+    problem = problem[:1].lower() + problem[1:]
+    if problem.startswith("object contains unknown field"):
+        return f"unknown field '{'.'.join(filter(None, (where, problem.split()[-1])))}'"
+    if problem.startswith("object missing required field"):
+        return f"missing field '{'.'.join(filter(None, (where, problem.split()[-1])))}'"
+    return f"field '{where}': {problem}" if where else problem
+
+
+def _format_of(kind: type) -> str | None:
+    hints = getattr(kind, "__annotations__", {})
+    ann = str(hints.get("format", ""))
+    m = re.search(r"Literal\[['\"]([^'\"]+)['\"]\]", ann)
+    return m.group(1) if m else None
+
+
+
+def as_dict(record: Struct) -> dict[str, Any]:
+    """A decoded structure's fields, without the optional ones that were absent (None)."""
+    return {k: v for k, v in msgspec.structs.asdict(record).items() if v is not None}
