@@ -14,6 +14,9 @@ from spdnn.io.bundle import save_network
 from tests import warm_client
 from tests.helpers import ROOT, _environment, small_network
 
+pytestmark = pytest.mark.skipif(os.environ.get("SPDNN_COLD") == "1",
+                                reason="SPDNN_COLD=1: the warm launcher is switched off")
+
 SCRIPT = """
 import atexit, os, sys
 atexit.register(lambda: print("atexit ran"))
