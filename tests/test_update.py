@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from spdnn.kernels import products as kernels
-from spdnn.kernels.update import PARALLEL_MIN, sgd_rows, sgd_step, take
+from spdnn.kernels.update import PARALLEL_MIN, sgd_rows, sgd_step
 from spdnn.model.optim import SGD, RowGrad, SGDConfig
 
 
@@ -89,13 +89,3 @@ def test_fused_sgd_declines_what_it_does_not_handle(backend):
     assert not sgd_step(p, g.astype(np.float64), p, 0.1, 0.0, 0.0, False)  # mixed types
     assert not sgd_step(p[:10], g[:10], p[:10], 0.1, 0.0, 0.0, False)  # too small for threads
     assert not sgd_step(p[::2], g[::2], p[::2], 0.1, 0.0, 0.0, False)  # strided
-
-
-@pytest.mark.parametrize("n", [10, 5 * PARALLEL_MIN])
-def test_take(backend, n):
-    rng = np.random.default_rng(n)
-    src = rng.standard_normal(n)
-    gather = rng.permutation(n).astype(np.int64)
-    out = np.full(n, np.nan)
-    take(src, gather, out)
-    np.testing.assert_array_equal(out, src[gather])

@@ -115,21 +115,20 @@ def load_npz(path: str | os.PathLike, dtype: Any = "float32",
     only those columns of x are read into memory, with ``share`` only that share of each
     split's samples, with ``evaluate`` only the split an evaluation reads
     (spdnn.io.datasets.load_dataset)."""
-    npz = NpzReader(path, "training data")
-    source = npz.path
-    xs, width, rows = _columns(npz, "train", dtype, features, share,
-                               skip=evaluate and "x_test" in npz.keys)
-    x, y = _check_xy(source, xs, npz.get("y_train"), "train", dtype, _total(npz, "train", rows))
-    x_test = y_test = test_rows = None
-    if "x_test" in npz.keys or "y_test" in npz.keys:
-        if "x_test" not in npz.keys:
-            raise InputError(source, "missing key 'x_test'")
-        xs, test_width, test_rows = _columns(npz, "test", dtype, features, share)
-        x_test, y_test = _check_xy(source, xs, npz.get("y_test"), "test", dtype,
-                                   _total(npz, "test", test_rows))
-        if test_width != width:
-            raise InputError(source, "x_test and x_train have different feature counts")
-    npz.close()
+    with NpzReader(path, "training data") as npz:
+        source = npz.path
+        xs, width, rows = _columns(npz, "train", dtype, features, share,
+                                   skip=evaluate and "x_test" in npz.keys)
+        x, y = _check_xy(source, xs, npz.get("y_train"), "train", dtype, _total(npz, "train", rows))
+        x_test = y_test = test_rows = None
+        if "x_test" in npz.keys or "y_test" in npz.keys:
+            if "x_test" not in npz.keys:
+                raise InputError(source, "missing key 'x_test'")
+            xs, test_width, test_rows = _columns(npz, "test", dtype, features, share)
+            x_test, y_test = _check_xy(source, xs, npz.get("y_test"), "test", dtype,
+                                       _total(npz, "test", test_rows))
+            if test_width != width:
+                raise InputError(source, "x_test and x_train have different feature counts")
     return Dataset(name=Path(source).name, x_train=x, y_train=y, x_test=x_test, y_test=y_test,
                    features=features, total_features=None if features is None else width,
                    train_rows=rows, test_rows=test_rows)

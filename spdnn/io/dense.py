@@ -28,12 +28,12 @@ def prune_file(path: str | os.PathLike, density: float, seed: int | None = 0,
             raise InputError(p, f"cannot read .npy ({exc})") from None
         weights, biases = [w], [None]
     else:
-        npz = NpzReader(p, "dense weights")
-        k = 1
-        while f"W{k}" in npz.keys:
-            weights.append(npz.get(f"W{k}"))
-            biases.append(npz.get(f"b{k}") if f"b{k}" in npz.keys else None)
-            k += 1
+        with NpzReader(p, "dense weights") as npz:
+            k = 1
+            while f"W{k}" in npz.keys:
+                weights.append(npz.get(f"W{k}"))
+                biases.append(npz.get(f"b{k}") if f"b{k}" in npz.keys else None)
+                k += 1
         if not weights:
             raise InputError(p, "no dense weights (expected keys W1, W2, ...)")
     for k, (w, b) in enumerate(zip(weights, biases), start=1):

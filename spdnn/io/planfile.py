@@ -33,24 +33,23 @@ def save_plan(plan: Plan, path: str | os.PathLike) -> None:
 
 
 def load_plan(path: str | os.PathLike) -> Plan:
-    npz = NpzReader(path, "plan")
-    fmt = npz.text("format")
-    if fmt != PLAN_FORMAT:
-        raise InputError(npz.path, f"unknown format version '{fmt}' (expected {PLAN_FORMAT})")
-    nparts = npz.integer("nparts")
-    try:
-        meta = json.loads(npz.text("meta"))
-    except json.JSONDecodeError as exc:
-        raise InputError(npz.path, f"meta is not valid JSON ({exc})") from None
-    if not isinstance(meta, dict):
-        raise InputError(npz.path, "meta must be a JSON object")
-    owners = []
-    k = 0
-    while f"owner{k}" in npz.keys:
-        owners.append(npz.get(f"owner{k}"))
-        k += 1
-    if len(owners) < 2:
-        raise InputError(npz.path, "a plan needs owner0 and at least owner1")
-    check_owners(owners, nparts, npz.path)
-    npz.close()
+    with NpzReader(path, "plan") as npz:
+        fmt = npz.text("format")
+        if fmt != PLAN_FORMAT:
+            raise InputError(npz.path, f"unknown format version '{fmt}' (expected {PLAN_FORMAT})")
+        nparts = npz.integer("nparts")
+        try:
+            meta = json.loads(npz.text("meta"))
+        except json.JSONDecodeError as exc:
+            raise InputError(npz.path, f"meta is not valid JSON ({exc})") from None
+        if not isinstance(meta, dict):
+            raise InputError(npz.path, "meta must be a JSON object")
+        owners = []
+        k = 0
+        while f"owner{k}" in npz.keys:
+            owners.append(npz.get(f"owner{k}"))
+            k += 1
+        if len(owners) < 2:
+            raise InputError(npz.path, "a plan needs owner0 and at least owner1")
+        check_owners(owners, nparts, npz.path)
     return Plan(nparts, tuple(o.astype(np.int32) for o in owners), meta)

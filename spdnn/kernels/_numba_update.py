@@ -1,4 +1,4 @@
-"""numba kernels of the SGD update and the refresh of derived weight arrays: elementwise, split
+"""numba kernels of the SGD update: elementwise, split
 over the kernel threads (in numpy they were serial passes, the one part of a training step that
 a second thread did not share)."""
 
@@ -42,10 +42,3 @@ def sgd_rows(p, positions, values, buf, lr, momentum, weight_decay):
         else:
             d = d * lr
         p[i] -= d
-
-
-@nb.njit(parallel=True, cache=True, nogil=True)
-def take(src, gather, out):
-    """out[k] = src[gather[k]] (np.take into ``out``)."""
-    for k in nb.prange(len(out)):
-        out[k] = src[gather[k]]

@@ -1,7 +1,7 @@
-"""Elementwise passes of a training step for the numba backend: the SGD update (the hook
-``spdnn.model.optim.SGD(fused=...)``) and the refresh of derived weight arrays, in one pass
-split over the kernel threads. The scipy backend, and any array below ``PARALLEL_MIN`` values
-(where starting threads costs more than it saves), keep numpy's passes: the same bits."""
+"""The SGD update of a training step for the numba backend (the hook
+``spdnn.model.optim.SGD(fused=...)``), in one pass split over the kernel threads. The scipy
+backend, and any array below ``PARALLEL_MIN`` values (where starting threads costs more than
+it saves), keep numpy's passes: the same bits."""
 
 from __future__ import annotations
 
@@ -46,14 +46,3 @@ def sgd_rows(p: np.ndarray, positions: np.ndarray, values: np.ndarray, buf: np.n
     t = p.dtype.type
     _numba_update.sgd_rows(p, positions, values, buf, t(lr), t(momentum), t(weight_decay))
     return True
-
-
-def take(src: np.ndarray, gather: np.ndarray, out: np.ndarray) -> None:
-    """out[k] = src[gather[k]] (every index in range: the caller's own map)."""
-    if _numba(out, gather) and src.flags.c_contiguous:
-        from spdnn.kernels import _numba_update
-
-        products._nb()
-        _numba_update.take(src, gather, out)
-        return
-    np.take(src, gather, out=out, mode="clip")  # "raise" would buffer out

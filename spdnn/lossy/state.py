@@ -14,6 +14,7 @@ The manifest names the files and the settings (``compress``, ``replicas``, ``cri
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,32 +130,34 @@ def load_lossy(dnet: Any, directory: str, spec: CompressSpec,  # noqa: ANN401
                 all(isinstance(f, str) and Path(f).name == f for f in r) for r in rows)):
             raise InputError(path, f"manifest field 'residual_files' must list {parts} file "
                                    f"names for each of {grid.replicas} replicas")
-        weights = [NpzReader(Path(directory) / f, "checkpoint") for f in manifest["files"]]
-        mine = [NpzReader(Path(directory) / f, "checkpoint") for f in rows[grid.replica]]
-        same_plan = parts == grid.parts
-        for i, layer in enumerate(dnet.layers):
-            k = layer.index
-            shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in weights]
-            if not any(f"rw{k}" in r.keys for r in mine):
-                continue
-            rw, rb = [], []
-            for r, a in zip(mine, shards):
-                for name, n in ((f"rw{k}", len(a["w"])), (f"rb{k}", len(a["b"]))):
-                    v = r.get(name) if name in r.keys else np.zeros(n, dnet.dtype)
-                    if v.ndim != 1 or v.dtype.kind != "f" or len(v) != n or \
-                            not np.all(np.isfinite(v)):
-                        raise InputError(r.path, f"'{name}' must hold {n} finite values")
-                    (rw if name.startswith("rw") else rb).append(v)
-            idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
-            residuals[i] = np.concatenate([np.concatenate(rw)[idx], np.concatenate(rb)[bias]])
-            own = mine[grid.model.rank] if same_plan else None
-            if own is not None and f"s{k}" in own.keys:
-                s = own.get(f"s{k}")
-                if s.shape != (4,) or s.dtype.kind != "f" or not np.all(np.isfinite(s)):
-                    raise InputError(own.path, f"'s{k}' must hold 4 finite values")
-                states[i] = s
-        for r in weights + mine:
-            r.close()
+        with contextlib.ExitStack() as stack:  # closed on an error too
+            def open_all(names: list[str]) -> list[NpzReader]:
+                return [stack.enter_context(NpzReader(Path(directory) / f, "checkpoint"))
+                        for f in names]
+
+            weights, mine = open_all(manifest["files"]), open_all(rows[grid.replica])
+            same_plan = parts == grid.parts
+            for i, layer in enumerate(dnet.layers):
+                k = layer.index
+                shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in weights]
+                if not any(f"rw{k}" in r.keys for r in mine):
+                    continue
+                rw, rb = [], []
+                for r, a in zip(mine, shards):
+                    for name, n in ((f"rw{k}", len(a["w"])), (f"rb{k}", len(a["b"]))):
+                        v = r.get(name) if name in r.keys else np.zeros(n, dnet.dtype)
+                        if v.ndim != 1 or v.dtype.kind != "f" or len(v) != n or \
+                                not np.all(np.isfinite(v)):
+                            raise InputError(r.path, f"'{name}' must hold {n} finite values")
+                        (rw if name.startswith("rw") else rb).append(v)
+                idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
+                residuals[i] = np.concatenate([np.concatenate(rw)[idx], np.concatenate(rb)[bias]])
+                own = mine[grid.model.rank] if same_plan else None
+                if own is not None and f"s{k}" in own.keys:
+                    s = own.get(f"s{k}")
+                    if s.shape != (4,) or s.dtype.kind != "f" or not np.all(np.isfinite(s)):
+                        raise InputError(own.path, f"'s{k}' must hold 4 finite values")
+                    states[i] = s
     if crit is None:
         return LossyState(residuals, states)
     had_crit = (manifest.get("critical_set"), manifest.get("refresh"))

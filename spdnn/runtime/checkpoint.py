@@ -206,23 +206,23 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
     position and momentum."""
     settings = {**settings, "dtype": str(dnet.dtype)}
     manifest = read_manifest(directory, dnet.fingerprint, settings, allow_changes)
-    readers = [NpzReader(Path(directory) / f, "checkpoint") for f in manifest["files"]]
     momentum = []
-    for layer in dnet.layers:
-        k = layer.index
-        shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in readers]
-        if any("mw" in a for a in shards) and not all("mw" in a for a in shards):
-            raise InputError(directory, f"only some rank files hold momentum for layer {k}")
-        idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
-        layer.weight.data[:] = np.concatenate([a["w"] for a in shards])[idx]
-        layer.bias[:] = np.concatenate([a["b"] for a in shards])[bias]
-        if shards and "mw" in shards[0]:
-            momentum += [np.concatenate([a["mw"] for a in shards])[idx].astype(dnet.dtype),
-                         np.concatenate([a["mb"] for a in shards])[bias].astype(dnet.dtype)]
-        else:
-            momentum += [None, None]
-    for r in readers:
-        r.close()
+    with contextlib.ExitStack() as stack:  # closed on an error too
+        readers = [stack.enter_context(NpzReader(Path(directory) / f, "checkpoint"))
+                   for f in manifest["files"]]
+        for layer in dnet.layers:
+            k = layer.index
+            shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in readers]
+            if any("mw" in a for a in shards) and not all("mw" in a for a in shards):
+                raise InputError(directory, f"only some rank files hold momentum for layer {k}")
+            idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
+            layer.weight.data[:] = np.concatenate([a["w"] for a in shards])[idx]
+            layer.bias[:] = np.concatenate([a["b"] for a in shards])[bias]
+            if shards and "mw" in shards[0]:
+                momentum += [np.concatenate([a["mw"] for a in shards])[idx].astype(dnet.dtype),
+                             np.concatenate([a["mb"] for a in shards])[bias].astype(dnet.dtype)]
+            else:
+                momentum += [None, None]
     batch = manifest["batch"]
     old_size, new_size = manifest.get("batch_size"), settings.get("batch_size")
     if isinstance(old_size, int) and old_size > 0 and new_size and old_size != new_size:
