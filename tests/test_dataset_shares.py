@@ -89,3 +89,30 @@ def test_an_npz_member_is_read_without_a_second_copy(tmp_path):
         tracemalloc.stop()
     np.testing.assert_array_equal(got, x)
     assert peak < 1.2 * x.nbytes, peak  # read as bytes and then copied: 2x
+
+
+@pytest.mark.parametrize("chunk", [7, 20_000])
+def test_an_xc_share_is_the_rows_of_the_whole_read_chunk_by_chunk(tmp_path, monkeypatch,
+                                                                   chunk):
+    """A replica keeps the features of its share alone (labels whole), cut chunk by chunk
+    as the file is read: the same rows as the whole file's, at every chunk boundary."""
+    import spdnn.io.xc as xc
+    from spdnn.io.xc_synthetic import XCTask, synthetic_xc
+
+    monkeypatch.setattr(xc, "CHUNK_LINES", chunk)
+    x, y, xt, yt = synthetic_xc(XCTask(train_samples=23, test_samples=9, features=30,
+                                       labels=12, features_per_sample=5), seed=1)
+    xc.write_xc(tmp_path / "train.txt", x, y)
+    xc.write_xc(tmp_path / "test.txt", xt, yt)
+    whole = load_dataset(f"xc:{tmp_path}", "float64")
+    for replicas in (1, 2, 3, 5):
+        parts = [load_dataset(f"xc:{tmp_path}", "float64", share=(k, replicas))
+                 for k in range(replicas)]
+        for split in ("train", "test"):
+            stacked = np.concatenate([getattr(p, f"x_{split}").toarray() for p in parts])
+            np.testing.assert_array_equal(stacked, getattr(whole, f"x_{split}").toarray())
+            for p in parts:
+                rows = getattr(p, f"{split}_rows")
+                assert getattr(p, f"x_{split}").shape[0] == rows.stop - rows.start
+                assert np.array_equal(getattr(p, f"y_{split}").indices,
+                                      getattr(whole, f"y_{split}").indices)  # labels whole

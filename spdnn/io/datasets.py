@@ -151,23 +151,28 @@ def load_digits(dtype: Any = "float32") -> Dataset:
                    y_test=y[test])
 
 
-def load_xc(directory: str | os.PathLike, dtype: Any = "float32") -> Dataset:
+def load_xc(directory: str | os.PathLike, dtype: Any = "float32", share: Share = None
+            ) -> Dataset:
     """``DIR/train.txt`` and ``DIR/test.txt`` (when present) in the Extreme Classification
-    Repository's format (spdnn.io.xc)."""
+    Repository's format (spdnn.io.xc); with ``share``, the features of that share of each
+    split's samples alone (every line still checked)."""
     from spdnn.io.xc import read_xc
 
     d = Path(directory)
     if not d.is_dir():
         raise InputError(d, "no such directory")
-    x, y = read_xc(d / "train.txt", as_dtype(dtype))
-    x_test = y_test = None
+    x, y = read_xc(d / "train.txt", as_dtype(dtype), share=share)
+    x_test = y_test = test_rows = None
     if (d / "test.txt").exists():
-        x_test, y_test = read_xc(d / "test.txt", as_dtype(dtype))
+        x_test, y_test = read_xc(d / "test.txt", as_dtype(dtype), share=share)
         if x_test.shape[1] != x.shape[1] or y_test.n_labels != y.n_labels:
             raise InputError(d / "test.txt", f"header has {x_test.shape[1]} features and "
                                              f"{y_test.n_labels} labels, train.txt "
                                              f"{x.shape[1]} and {y.n_labels}")
-    return Dataset(name=d.name or str(d), x_train=x, y_train=y, x_test=x_test, y_test=y_test)
+        test_rows = None if share is None else share_of(len(y_test), *share)
+    return Dataset(name=d.name or str(d), x_train=x, y_train=y, x_test=x_test, y_test=y_test,
+                   train_rows=None if share is None else share_of(len(y), *share),
+                   test_rows=test_rows)
 
 
 def load_dataset(spec: str, dtype: Any = "float32", *,
@@ -176,8 +181,9 @@ def load_dataset(spec: str, dtype: Any = "float32", *,
     """``digits``, ``npz:FILE``, ``mnist:DIR`` or ``xc:DIR``. ``features``: the columns this
     process needs (a model part's inputs); ``npz:`` and ``mnist:`` then hold only those
     (``Dataset.features``), the others every column. ``share``: keep only that share of each
-    split's samples (a data-parallel replica's); ``npz:`` reads only those rows, the others
-    read their files whole first (``digits`` is 1,797 images; ``xc:`` is sparse text).
+    split's samples (a data-parallel replica's); ``npz:`` reads only those rows, ``mnist:`` and
+    ``xc:`` keep only those (their files are read whole, ``xc:`` chunk by chunk), ``digits``
+    (1,797 images) is cut after reading.
     ``evaluate``: only the split an evaluation reads (the test split, where there is one) is
     read by ``npz:`` and ``mnist:``; the other holds no sample (rows ``slice(0, 0)``), its
     labels read."""
@@ -189,7 +195,7 @@ def load_dataset(spec: str, dtype: Any = "float32", *,
     if kind == "mnist" and arg:
         return load_mnist(arg, dtype, features, share, evaluate=evaluate)
     if kind == "xc" and arg:
-        return keep_share(load_xc(arg, dtype), share)
+        return load_xc(arg, dtype, share)
     raise InputError(spec, "unknown data source (use digits, npz:FILE, mnist:DIR or xc:DIR)")
 
 

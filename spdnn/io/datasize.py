@@ -4,8 +4,9 @@ loading, ``spdnn.runtime.budget.Budget.data``).
 The count mirrors what ``spdnn.io.datasets.load_dataset`` (or ``spdnn.io.arrays.from_memory``)
 and ``spdnn.runtime.inference.local_inputs`` keep: the x arrays (labels aside), of the rank's
 feature columns where the source is read by columns (``npz:``, ``mnist:``, data in memory),
-whole where it is not (``digits``, ``xc:``), plus the rank's copy of its columns when it has
-only some of them. It reads headers only (``xc:`` files: the count of their ``:`` separators).
+whole where it is not (``digits``; ``xc:``: the replica's share of the samples, every column),
+plus the rank's copy of its columns when it has only some of them. It reads headers only
+(``xc:`` files: the count of their ``:`` separators).
 A file it cannot make sense of counts 0: the loader reports the problem, as without a count.
 """
 
@@ -61,9 +62,11 @@ def data_nbytes(data: Any, dtype: Any, features: np.ndarray, n_in: int, *,  # no
         if kind == "xc" and arg:
             splits = [_xc_bytes(Path(arg) / name, item) for name in ("train.txt", "test.txt")
                       if (Path(arg) / name).exists() or name == "train.txt"]
-            # nnz of the columns: at most all; a replica's share: about its part of them
-            kept = (sum(splits) if training else splits[-1]) // replicas
-            return fetched + sum(splits) + (kept if some else 0)
+            # both splits' share, every column (kept chunk by chunk as the files are read);
+            # nnz of the rank's columns: at most all of the share's
+            held = -(-sum(splits) // replicas)
+            kept = -(-(sum(splits) if training else splits[-1]) // replicas)
+            return fetched + held + (kept if len(features) < n_in else 0)
     except (InputError, OSError, ValueError, EOFError, struct.error):
         return 0
     return 0
