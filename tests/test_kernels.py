@@ -216,12 +216,58 @@ def test_a_sample_does_not_depend_on_its_place_in_the_batch(backend, dtype):
     full = kernels.spmm(w, x, b)
     back = np.empty((90, 301), dtype)
     kernels.backward_products(wt, w.data, d, x, back, np.empty(w.nnz, dtype))
-    for cols in ([300], [0, 5, 9], list(range(7, 40)), list(range(150, 301))):
+    for cols in ([300], [0, 5, 9], list(range(7, 27)), list(range(7, 40)),
+                 list(range(150, 301))):
         xs, ds = np.ascontiguousarray(x[:, cols]), np.ascontiguousarray(d[:, cols])
         np.testing.assert_array_equal(kernels.spmm(w, xs, b), full[:, cols])
         part = np.empty((90, len(cols)), dtype)
         kernels.backward_products(wt, w.data, ds, xs, part, np.empty(w.nnz, dtype))
         np.testing.assert_array_equal(part, back[:, cols])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_narrow_batches_in_groups_of_rows(dtype, threads):
+    """Batches of up to 4 vectors of 256 bits run several rows at a time, storing whole
+    vectors across the next rows' places: every bit equals the wide kernel's column for
+    column, in every mode (bias, none, accumulate; activation and live flags), over row ranges
+    of every parity, and no row outside the range changes. Row lengths differ (0 to 60)."""
+    from spdnn.kernels import products
+
+    if "numba" not in products.available_backends():
+        pytest.skip("the numba backend is not installed")
+    nb = products._nb()
+    rng = np.random.default_rng(3)
+    n, n_in = 23, 70
+    dense = rng.standard_normal((n, n_in)) * (rng.random((n, n_in)) < rng.random((n, 1)))
+    w = sp.csr_matrix(dense.astype(dtype))
+    bias = rng.standard_normal(n).astype(dtype)
+    wide = rng.standard_normal((n_in, 80)).astype(dtype)
+    prior = rng.standard_normal((n, 80)).astype(dtype)
+    lanes = 32 // np.dtype(dtype).itemsize
+    for width in sorted({1, 2, lanes - 1, lanes, lanes + 1, 2 * lanes, 3 * lanes - 1,
+                         3 * lanes, 4 * lanes, 4 * lanes + 1}):
+        for init in (0, 1, 2):
+            for r0, r1 in ((0, n), (1, n), (2, n - 1), (5, 8), (4, 5)):
+                runs = []
+                for x in (wide, np.ascontiguousarray(wide[:, :width])):
+                    z = prior[:, :x.shape[1]].copy()
+                    h = np.full_like(z, np.nan)
+                    alive = np.zeros(x.shape[1], np.int32)
+                    nb.spmm_rows(w.indptr[:-1], w.indptr[1:], w.indices, w.data, x, bias, z,
+                                 r0, r1, init, 0.75, True, h, alive, threads)
+                    runs.append((z[:, :width], h[:, :width], alive[:width]))
+                (z_wide, h_wide, a_wide), (z, h, alive) = runs
+                where = (width, init, r0, r1)
+                np.testing.assert_array_equal(z, z_wide, err_msg=str(where))
+                np.testing.assert_array_equal(h, h_wide, err_msg=str(where))
+                np.testing.assert_array_equal(alive, a_wide, err_msg=str(where))
+                outside = np.r_[0:r0, r1:n]
+                np.testing.assert_array_equal(z[outside], prior[outside, :width])
+                assert np.isnan(h[outside]).all()
+                expected = {0: prior[:, :width], 1: np.repeat(bias[:, None], width, 1),
+                            2: np.zeros((n, width))}[init][r0:r1] + dense[r0:r1] @ wide[:, :width]
+                np.testing.assert_allclose(z[r0:r1], expected, **_tol(dtype))
 
 
 @pytest.mark.parametrize("cap", [None, 0.5])

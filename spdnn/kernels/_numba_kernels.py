@@ -13,6 +13,7 @@ import numba as nb
 import numpy as np
 
 from spdnn.kernels._gather import AXPY, AXPY_DOT, DOT, PREFETCH_AHEAD
+from spdnn.kernels._narrow import NARROW
 
 
 def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
@@ -31,6 +32,24 @@ def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
 _A, _AP = AXPY[0], _partial(AXPY[1:], 18)
 _D, _DP = DOT[0], _partial(DOT[1:], 12)
 _B, _BP = AXPY_DOT[0], _partial(AXPY_DOT[1:], 16)
+
+
+def _dispatch(kernels: dict):  # noqa: ANN202
+    """``call(size, single, *args)``: kernels[size][0 if single else 1](*args), written out
+    (numba's inliner takes no *args, and no dict of functions)."""
+    args = ", ".join(f"a{i}" for i in range(19))
+    lines = [f"def call(size, single, {args}):"]
+    scope = {}
+    for n, size in enumerate(sorted(kernels)):
+        lines.append(f"    {'if' if n == 0 else 'elif'} size == {size}:")
+        for which, cond in ((0, "if single"), (1, "else")):
+            scope[f"k{size}_{which}"] = kernels[size][which]
+            lines += [f"        {cond}:", f"            k{size}_{which}({args})"]
+    exec("\n".join(lines), scope)  # noqa: S102 (source built above from constants)
+    return nb.njit(inline="always")(scope["call"])
+
+
+_NARROW = _dispatch(NARROW)
 
 
 @nb.njit(inline="always")
@@ -96,6 +115,28 @@ def _spmm_row(i, starts, ends, indices, data, x, bias, flat, ko, init, cap, acti
           cap, activate, alive)
 
 
+@nb.njit(cache=True, nogil=True)  # not inlined: spmm_rows calls it in two places
+def _narrow_rows(a, b, starts, ends, indices, data, x, bias, flat, ko, init, cap, activate, act,
+                 ka, alive):
+    """Rows [a, b) of a narrow batch, a group of rows at a time. Stores run whole vectors up
+    to row b where rows hold the batch alone (the lanes past it land on later rows, written
+    after), except when accumulating: those rows are read after."""
+    batch, xf = x.shape[1], x.reshape(-1)
+    size = (batch * x.itemsize + 31) // 32  # vectors of 256 bits
+    lim_o = b * ko if ko == batch and init != 0 else 0
+    lim_a = b * ka if ka == batch else 0
+    group = 2 if size <= 2 else 1  # _narrow.GROUP
+    i = a
+    while i + group <= b:
+        _NARROW(size, False, flat, ko, xf, batch, indices, data, starts, ends, i, batch, bias,
+                init, act, ka, cap, activate, alive, lim_o, lim_a)
+        i += group
+    while i < b:
+        _NARROW(size, True, flat, ko, xf, batch, indices, data, starts, ends, i, batch, bias,
+                init, act, ka, cap, activate, alive, lim_o, lim_a)
+        i += 1
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, activate,
               act_out, alive, threads):
@@ -105,9 +146,14 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
     nonzero activation (when ``alive`` is not empty). ``threads``: numba's thread count
     (read outside: numba's call for it would keep this kernel out of the cache)."""
     flat, act, ko, ka = out.reshape(-1), act_out.reshape(-1), out.shape[1], act_out.shape[1]
+    narrow = 0 < x.shape[1] * x.itemsize <= 128  # up to 4 vectors of 256 bits
     # On several threads, the rows in one run per thread (numba's static schedule), each run
     # with live flags of its own, merged below: a row's flags are a read, an OR and a store of
     # the whole vector, and threads sharing one array lost 12-17% of the live columns.
+    if threads <= 1 and narrow:
+        _narrow_rows(r0, r1, starts, ends, indices, data, x, bias, flat, ko, init, cap,
+                     activate, act, ka, alive)
+        return
     if threads <= 1:  # one array (a range loop here compiled 7-11% slower than prange)
         for i in nb.prange(r0, r1):
             _spmm_row(i, starts, ends, indices, data, x, bias, flat, ko, init, cap, activate,
@@ -116,7 +162,12 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
     rows, width = r1 - r0, alive.shape[0]
     flags = np.zeros((threads, width), np.int32)
     for t in nb.prange(threads):
-        for i in range(r0 + rows * t // threads, r0 + rows * (t + 1) // threads):
+        a, b = r0 + rows * t // threads, r0 + rows * (t + 1) // threads
+        if narrow:
+            _narrow_rows(a, b, starts, ends, indices, data, x, bias, flat, ko, init, cap,
+                         activate, act, ka, flags[t])
+            continue
+        for i in range(a, b):
             _spmm_row(i, starts, ends, indices, data, x, bias, flat, ko, init, cap, activate,
                       act, ka, flags[t])
     for t in range(threads):

@@ -50,7 +50,7 @@ class Arrays:
         # The same lanes as all-ones words, for an AND after a plain load: the sign of
         # lane - keep, without an i1 vector, which LLVM keeps packed on AVX2 and unpacks again
         # in every iteration (8 instructions a vector).
-        width = 512 // self.lanes
+        width = 32 if self.vt.element == ir.FloatType() else 64
         self.bits = ir.VectorType(ir.IntType(width), self.lanes)
         lane = ir.Constant(self.bits, list(range(self.lanes)))
         below = builder.sub(lane, splat(builder, builder.trunc(keep, ir.IntType(width)),
@@ -237,16 +237,22 @@ def activation(builder, a: Arrays, v: dict, z: list, nvec: int) -> None:  # noqa
     In registers: written as loops over the stored row, a row's tail re-read what the block
     had just stored and cost as much as its sum at narrow widths."""
     zero = ir.Constant(a.vt, [0.0] * a.lanes)
-    cap = splat(builder, v["cap"], a.vt)
-    capped = builder.fcmp_ordered(">=", v["cap"], ir.Constant(ir.DoubleType(), 0.0))
     act = builder.gep(a.ptr["act"], [v["ka"]])
     track = builder.icmp_signed(">", a.len["alive"], a.const(0))
     flags = ir.VectorType(ir.IntType(32), a.lanes)
     alive = builder.gep(a.ptr["alive"], [v["col"]])
     for r in range(nvec):
-        h = builder.select(builder.fcmp_ordered("<", z[r], zero), zero, z[r])
-        h = builder.select(capped, builder.select(builder.fcmp_ordered(">", h, cap), cap, h), h)
+        h = relu_cap(builder, a, v, z[r])
         vstore(builder, a, h, act, r)
         with builder.if_then(track):
             live = builder.zext(builder.fcmp_unordered("!=", h, zero), flags)
             vstore(builder, a, builder.or_(vload(builder, a, alive, r, flags), live), alive, r)
+
+
+def relu_cap(builder, a: Arrays, v: dict, z):  # noqa: ANN001, ANN202
+    """h(z): ReLU, then the cap where v["cap"] >= 0, as comparisons (NaN and -0.0 pass)."""
+    zero = ir.Constant(a.vt, [0.0] * a.lanes)
+    cap = splat(builder, v["cap"], a.vt)
+    capped = builder.fcmp_ordered(">=", v["cap"], ir.Constant(ir.DoubleType(), 0.0))
+    h = builder.select(builder.fcmp_ordered("<", z, zero), zero, z)
+    return builder.select(capped, builder.select(builder.fcmp_ordered(">", h, cap), cap, h), h)
