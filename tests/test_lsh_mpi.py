@@ -15,6 +15,7 @@ from spdnn.io.datasets import load_dataset
 from spdnn.kernels.lsh import parse_lsh
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
+from spdnn.runtime.sampled import use_lsh
 from spdnn.runtime.session import gather_network
 from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
@@ -119,7 +120,7 @@ def test_inference_among_retrieved_outputs_on_every_grid(comm, mpi_tmp_path, spe
     expected = (precision_at(data.y_test, top, 1), precision_at(data.y_test, top, 5))
     for parts, replicas in grids(comm.size):
         dnet = _open(comm, mpi_tmp_path, net, parts, replicas, name="lsh-i").dnet
-        dnet.use_lsh(lsh, 0)
+        use_lsh(dnet, lsh, 0)
         dnet.sampled.rebuild()
         got = precisions(dnet, local_inputs(dnet, data.x_test, "x"), data.y_test,
                          batch_size=37, sampled=True)

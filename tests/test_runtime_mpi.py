@@ -15,6 +15,7 @@ from spdnn.io.bundle import save_network
 from spdnn.io.datasets import Dataset
 from spdnn.io.planfile import save_plan
 from spdnn.kernels.encoding import HEADER, MODES
+from spdnn.kernels.layers import LayerRun
 from spdnn.model.generate import radixnet
 from spdnn.model.optim import SGDConfig
 from spdnn.model.plan import Plan, network_patterns, plan_statistics
@@ -271,8 +272,7 @@ def test_graph_challenge_mode_equals_the_reference_on_a_synthetic_network(
 
 
 def test_chunks_whose_samples_all_die_end_early_and_agree_with_the_reference(comm,
-                                                                            mpi_tmp_path,
-                                                                            monkeypatch):
+                                                                            mpi_tmp_path):
     """Chunks of 5: the first two of sparse images that die within the first layers (their
     remaining layers are skipped on every rank alike), the third mixed."""
     net = radixnet(1024, 12, seed=0, dtype="float64")
@@ -286,13 +286,34 @@ def test_chunks_whose_samples_all_die_end_early_and_agree_with_the_reference(com
     run = _setup(mpi_tmp_path, net, "cyclic", comm, "rx")
     got = challenge_infer(comm, run.dnet, mixed, run.nnz, chunk=5)
     np.testing.assert_array_equal(got.categories, expected)
-    layers_run = []
-    inner = run.dnet.forward_layer
-    monkeypatch.setattr(run.dnet, "forward_layer", lambda i, *a, **k: (layers_run.append(i),
-                                                                       inner(i, *a, **k)))
+    before = run.dnet.timers.compute[0].copy()  # a layer that runs adds compute time
     none = challenge_infer(comm, run.dnet, faint, run.nnz, chunk=5)
     assert len(none.categories) == 0
-    assert 0 < len(layers_run) <= 2 * 2  # two chunks, each over by layer 2 of 12
+    layers_run = np.flatnonzero(run.dnet.timers.compute[0] > before)
+    assert 0 < len(layers_run) <= 2  # both chunks over by layer 2 of 12 (at P = 1 in one
+    # kernel call a chunk: spdnn.runtime.narrow)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_narrow_end_in_one_call_equals_the_layer_by_layer_pass(comm, mpi_tmp_path, dtype):
+    """Where a rank holds every row (P = 1 here), the layers after the batch turns narrow run
+    in one kernel call (spdnn.runtime.narrow): Z of the last layer and the surviving samples
+    are those of the pass that runs them one at a time, bit for bit, at every width."""
+    net = radixnet(1024, 12, seed=0, dtype=dtype)
+    run = _setup(mpi_tmp_path, net, "cyclic", comm, "rx", dtype=dtype)
+    x = _images(40).T.toarray().astype(dtype)
+    mine = np.ascontiguousarray(x[run.dnet.input_rows])
+    results = []
+    for fused in (True, False):
+        run.dnet.layer_run = False if fused else None  # built again, or never
+        for width in (3, 9, 25, 40):
+            fwd = run.dnet.forward(mine[:, :width], keep=False, drop_dead=True)
+            results.append((fwd.z_last.copy(), fwd.ids.copy()))
+        assert isinstance(run.dnet.layer_run, LayerRun) == (fused and comm.size == 1)
+    for (z, ids), (z_ref, ids_ref) in zip(results[:4], results[4:]):
+        np.testing.assert_array_equal(ids, ids_ref)
+        np.testing.assert_array_equal(z, z_ref)
+    assert {len(ids) for _, ids in results} != {0}
 
 
 @pytest.mark.parametrize("exchange", MODES)

@@ -27,6 +27,7 @@ from spdnn.runtime import memory
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, precisions
+from spdnn.runtime.sampled import use_lsh
 from spdnn.runtime.session import Opened, warm_up, write_json
 from spdnn.runtime.streamed import stream_challenge, stream_scores
 
@@ -92,7 +93,7 @@ def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.Pat
                                extra | {"load_seconds": stream.load_seconds}, metrics_out,
                                show, ", reading the blocks included")
     expected, images = challenge_inputs(comm, job, spec, truth)
-    warm_up(stream.dtype)
+    warm_up(stream.dtype, narrow=True)
     result = stream_challenge(comm, stream, images, job.nnz)
     mem = stream.memory_report([images.matrix])
     if show:
@@ -138,7 +139,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         extra: dict = {}
         if data.multi_label:
             if lsh_spec is not None:
-                dnet.use_lsh(lsh_spec, 0)
+                use_lsh(dnet, lsh_spec, 0)
                 dnet.sampled.rebuild()
             acc, p5 = precisions(dnet, x_local, y, sampled=lsh is not None, shared=shared)
             extra = {"precision_at_1": acc, "precision_at_5": p5}
@@ -159,7 +160,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on Graph Challenge "
                    "images")
     expected, images = challenge_inputs(comm, job, spec, truth)
-    warm_up(dnet.dtype)
+    warm_up(dnet.dtype, narrow=True)
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
     mem = memory.report(comm, dnet, batch=1, training=False, data=[images.matrix],

@@ -17,7 +17,6 @@ import numpy as np
 from spdnn.io.bundle import NetworkBundle
 from spdnn.kernels import products as kernels
 from spdnn.kernels.encoding import MODES
-from spdnn.kernels.lsh import LshSpec
 from spdnn.kernels.ranges import row_chunks
 from spdnn.model.labels import MultiLabels, as_labels
 from spdnn.model.network import Fingerprint
@@ -30,6 +29,7 @@ from spdnn.runtime.gradsum import GradientSums
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.halo import Traffic
 from spdnn.runtime.local_layer import LocalLayer
+from spdnn.runtime.narrow import layer_run, narrow_tail
 from spdnn.runtime.sampled import SampledOutput
 from spdnn.runtime.workspace import PingPong, Workspace
 
@@ -74,7 +74,8 @@ class DistributedNetwork:
                                  [(layer.weight.nnz, len(layer.bias)) for layer in layers], dtype)
         self._workspaces: dict[int, Workspace] = {}
         self._pingpong: dict[int, PingPong] = {}
-        self.sampled: SampledOutput | None = None  # --lsh on the last layer
+        self.sampled: SampledOutput | None = None  # --lsh on the last layer (sampled.use_lsh)
+        self.layer_run: Any = False  # spdnn.runtime.narrow's typed lists, built on first use
 
     @property
     def n_layers(self) -> int:
@@ -151,11 +152,13 @@ class DistributedNetwork:
         ``backward``. Otherwise two buffers are reused layer after layer, and ``drop_dead``
         drops the columns (samples) that are zero on every rank, which stay zero when no bias
         is positive (the Graph Challenge mode); ``Forward.ids`` says which samples remain.
+        There, once the batch is narrow and one rank holds the replica's rows, the remaining
+        layers run in one kernel call (spdnn.runtime.narrow).
         ``sampled``: the last layer computes its LSH-selected pairs only (``self.sampled``),
         with the ``labels`` of the samples and the random ``fill`` joining them in training.
         """
         if sampled and self.sampled is None:
-            raise ValueError("sampled forward pass without LSH tables (use_lsh)")
+            raise ValueError("sampled forward pass without LSH tables (sampled.use_lsh)")
         if keep and drop_dead:
             raise ValueError("drop_dead needs keep=False (backward needs every sample)")
         width = x0.shape[1]
@@ -174,7 +177,11 @@ class DistributedNetwork:
 
         x = xview(0, cur, width)
         x[: self.layers[0].n_owned_prev] = x0
+        run = layer_run(self) if drop_dead and not sampled and self.comm.size == 1 else None
         for i, layer in enumerate(self.layers):
+            if run is not None and run.fits(i, width, x.itemsize):  # the rest in one call
+                return Forward(*narrow_tail(run, self, i, pp, cur, width, ids, COMPACT_BELOW),
+                               None, False)
             n = len(layer.rows)
             z = ws.zs[i] if ws is not None else pp.z[: n * width].reshape(n, width)
             last = i + 1 == self.n_layers
@@ -284,16 +291,6 @@ class DistributedNetwork:
                   wait=t4 - t3)
         self.sums.finish(ws.grad_w, ws.grad_b)
         return value, correct, grads_w, grads_b
-
-    def use_lsh(self, spec: LshSpec, seed: int) -> None:
-        """LSH tables on the last layer (``spec.layer`` must be it); build them with
-        ``sampled.rebuild()``. Its gradient sums stay exact."""
-        if spec.layer != self.n_layers:
-            raise ValueError(f"--lsh {spec.text()}: LSH runs on the output layer (layer "
-                             f"{self.n_layers}) only, so far")
-        self.sampled = SampledOutput(self.comm, self.grid.data, self.layers[-1],
-                                     self.sizes[-2], self.sizes[-1], spec, seed)
-        self.sampled.attach(self.traffic, self.timers, self.sums, self.cap)
 
     def workspaces(self) -> list[Workspace]:
         return list(self._workspaces.values())

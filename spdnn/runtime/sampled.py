@@ -265,3 +265,15 @@ class SampledOutput:
         pick = np.lexsort((ids, -values), axis=1)[:, :k]
         best = np.take_along_axis(ids, pick, axis=1)
         return np.where(best == np.iinfo(np.int64).max, -1, best)
+
+
+def use_lsh(dnet, spec: LshSpec, seed: int) -> None:  # noqa: ANN001 (a DistributedNetwork)
+    """LSH tables on the last layer of ``dnet`` (``spec.layer`` must be it), in
+    ``dnet.sampled``; build them with ``dnet.sampled.rebuild()``. Its gradient sums stay
+    exact."""
+    if spec.layer != dnet.n_layers:
+        raise ValueError(f"--lsh {spec.text()}: LSH runs on the output layer (layer "
+                         f"{dnet.n_layers}) only, so far")
+    dnet.sampled = SampledOutput(dnet.comm, dnet.grid.data, dnet.layers[-1], dnet.sizes[-2],
+                                 dnet.sizes[-1], spec, seed)
+    dnet.sampled.attach(dnet.traffic, dnet.timers, dnet.sums, dnet.cap)

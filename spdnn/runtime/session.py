@@ -17,7 +17,7 @@ from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
 from spdnn.io.bundle import NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
-from spdnn.kernels import encoding
+from spdnn.kernels import encoding, layers
 from spdnn.kernels import products as kernels
 from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.memory import loads_kernels_early
@@ -159,9 +159,10 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     return Opened(bundle, plan, dnet)
 
 
-def warm_up(dtype: Any = None) -> None:  # noqa: ANN401
+def warm_up(dtype: Any = None, *, narrow: bool = False) -> None:  # noqa: ANN401
     """Load (or compile) the kernels now, outside any timed loop, for ``dtype`` (None: both
-    types), then give back the compiler's pages. Jobs call it after every input is checked:
+    types; with ``narrow``, also the narrow end of challenge inference), then give back the
+    compiler's pages. Jobs call it after every input is checked:
     loading them costs ~0.4 s, which an error should not wait for. A job predicted to hold
     more than ``spdnn.model.memory.EARLY_WARM_UP_BYTES`` calls it before loading its layers
     too: loading brings ~70 MB of LLVM into the resident set for a moment, which then sits
@@ -169,6 +170,8 @@ def warm_up(dtype: Any = None) -> None:  # noqa: ANN401
     dtypes = (np.float32, np.float64) if dtype is None else (np.dtype(dtype).type,)
     kernels.warm_up(dtypes)
     encoding.warm_up(dtypes)
+    if narrow:
+        layers.warm_up(dtypes)
     release_compiler_pages()  # LLVM is done: ~70 MB a rank (spdnn.kernels.residency)
 
 

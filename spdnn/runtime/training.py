@@ -32,6 +32,7 @@ from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import evaluate, local_inputs, precisions
+from spdnn.runtime.sampled import use_lsh
 from spdnn.runtime.samples import SampleFeed
 
 
@@ -87,7 +88,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                       n_features=data.n_features)
     dnet.sums.set_compression(cfg.compress, cfg.seed, (grid.world.rank,))
     if cfg.lsh is not None:
-        dnet.use_lsh(cfg.lsh, cfg.seed)
+        use_lsh(dnet, cfg.lsh, cfg.seed)
         dnet.sums.compressors[-1] = None  # its compact gradients are summed exactly
     crit = CriticalSet(n, cfg.critical_set, cfg.refresh) if cfg.critical_set else None
     if lossy is not None:
