@@ -13,7 +13,7 @@ import numba as nb
 import numpy as np
 
 from spdnn.kernels._gather import AXPY, AXPY_DOT, DOT, PREFETCH_AHEAD
-from spdnn.kernels._narrow import NARROW
+from spdnn.kernels._narrow import GROUP, NARROW
 
 
 def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
@@ -50,6 +50,7 @@ def _dispatch(kernels: dict):  # noqa: ANN202
 
 
 _NARROW = _dispatch(NARROW)
+_GROUPS = tuple(GROUP[n] for n in sorted(GROUP))  # rows a call, by vectors a row
 
 
 @nb.njit(inline="always")
@@ -125,7 +126,7 @@ def _narrow_rows(a, b, starts, ends, indices, data, x, bias, flat, ko, init, cap
     size = (batch * x.itemsize + 31) // 32  # vectors of 256 bits
     lim_o = b * ko if ko == batch and init != 0 else 0
     lim_a = b * ka if ka == batch else 0
-    group = 2 if size <= 2 else 1  # _narrow.GROUP
+    group = _GROUPS[size - 1]
     i = a
     while i + group <= b:
         _NARROW(size, False, flat, ko, xf, batch, indices, data, starts, ends, i, batch, bias,
