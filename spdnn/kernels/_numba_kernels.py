@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from spdnn.kernels._gather import AXPY, AXPY_DOT, DOT, PREFETCH_AHEAD
+from spdnn.kernels._gather import AXPY, AXPY_DOT, AXPY_DOT_VECTORS, DOT, PREFETCH_AHEAD
 from spdnn.kernels._narrow import GROUP, NARROW
 
 
@@ -94,7 +94,7 @@ def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
     """The axpy of d's rows into acc[k:] and grad[order[e]] = d[indices[e]] . xj[kx:] over
     every column, block by block (0 without columns)."""
     batch, lanes, pf = d.shape[1], 64 // d.itemsize, PREFETCH_AHEAD
-    df, c, full = d.reshape(-1), 0, 8 * lanes
+    df, c, full = d.reshape(-1), 0, AXPY_DOT_VECTORS * lanes
     if batch == 0:
         for e in range(e0, e1):
             grad[order[e]] = 0
