@@ -123,18 +123,27 @@ def test_a_frozen_link_ends_the_gradient_sums_in_bounded_time(job_files, tmp_pat
     """Two replicas, one per node (pure data parallelism): every step ends in a gradient sum
     over the link, which freezes after the first complete checkpoint. The next checkpoint is
     200 steps away, so the freeze (seen within 50 ms of the manifest) meets a gradient sum,
-    not that checkpoint's agreement (10 steps apart, CI saw the all-gather)."""
-    d, ckpt = job_files, tmp_path / "ckpt"
-    start = time.monotonic()
-    proc = launch(0, *_emulate("1gbit", "--stall-when", ckpt / "manifest.json"),
-                  *_train(d, "--replicas", 2, "--checkpoint-dir", ckpt, "--checkpoint-every",
-                          200), timeout=120)
-    elapsed = time.monotonic() - start
-    assert proc.returncode == 3, proc.stderr[-2000:]
-    assert elapsed - _froze_at(proc.stderr) < AFTER_FAULT, (elapsed, proc.stderr[-2000:])
-    line = _watchdog_line(proc.stderr)
-    assert "gradient sum of layer" in line or "all-reduce" in line, line
-    assert stale_namespaces() == []
+    not that checkpoint's agreement (10 steps apart, CI saw the all-gather). The manifest is
+    visible from its rename, before its directory is flushed and the ranks agree that it is
+    written: on a busy disk the freeze can still meet that last agreement (CI saw it once in
+    ~10 runs). Such a run must end in bounded time too, and the job runs again, at most
+    twice more, until a freeze meets the sums."""
+    d = job_files
+    for attempt in range(3):
+        ckpt = tmp_path / f"ckpt{attempt}"
+        start = time.monotonic()
+        proc = launch(0, *_emulate("1gbit", "--stall-when", ckpt / "manifest.json"),
+                      *_train(d, "--replicas", 2, "--checkpoint-dir", ckpt,
+                              "--checkpoint-every", 200), timeout=120)
+        elapsed = time.monotonic() - start
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        assert elapsed - _froze_at(proc.stderr) < AFTER_FAULT, (elapsed, proc.stderr[-2000:])
+        line = _watchdog_line(proc.stderr)
+        assert stale_namespaces() == []
+        if "gradient sum of layer" in line or "all-reduce" in line:
+            return
+        assert "all-gather" in line or "barrier" in line, line  # the checkpoint's agreement
+    pytest.fail(f"three freezes met the checkpoint's agreement, none the gradient sums: {line}")
 
 
 def test_a_slowed_link_is_not_a_stall(job_files):
