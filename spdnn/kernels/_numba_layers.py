@@ -48,7 +48,7 @@ def narrow_layers(where, in_rows, first, cap, compact_below, xa, xb, cur, zbuf, 
     when every column died (the remaining layers do not run); work[k] = nnz x width of each
     layer that ran, for the timers."""
     bufs = (xa, xb)
-    no_flags = np.zeros(0, np.int32)
+    no_flags, flags = np.zeros(0, np.int32), np.zeros(width, np.int32)  # one array, reused
     last = where.shape[2] - 1
     for k in range(first, last + 1):
         indptr, indices = _array(where, k, 0, index_like), _array(where, k, 1, index_like)
@@ -62,7 +62,8 @@ def narrow_layers(where, in_rows, first, cap, compact_below, xa, xb, cur, zbuf, 
                          False, z, w, no_flags)
             return w
         nxt = bufs[1 - cur][: n * w]
-        alive = np.zeros(w, np.int32)
+        alive = flags[:w]
+        alive[:] = 0
         _narrow_rows(0, n, indptr[:-1], indptr[1:], indices, data, x, bias, z, w, 1, cap,
                      True, nxt, w, alive)
         kept = 0
@@ -88,14 +89,3 @@ def narrow_layers(where, in_rows, first, cap, compact_below, xa, xb, cur, zbuf, 
         width = kept
     return width
 
-
-def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
-    """Compile (or load from cache) for ``dtypes``, with int32 indices, outside timed loops."""
-    indptr, indices = np.array([0, 1], np.int32), np.array([0], np.int32)
-    for dt in dtypes:
-        data, bias, buf = np.ones(1, dt), np.zeros(1, dt), np.ones(2, dt)
-        arrays = (indptr, indices, data, bias)
-        where = np.array([[[a.ctypes.data] for a in arrays], [[len(a)] for a in arrays]],
-                         dtype=np.int64)
-        narrow_layers(where, np.ones(1, np.int64), 0, -1.0, 0.75, buf, buf.copy(), 0,
-                      np.zeros(2, dt), 2, np.arange(2), np.zeros(1), indices[:0], data[:0])

@@ -74,8 +74,11 @@ class LayerRun:
 
 
 def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
-    if products.backend() == "numba":
-        products._nb()
-        from spdnn.kernels import _numba_layers
-
-        _numba_layers.warm_up(dtypes)
+    """Load (or compile) the run's kernel for ``dtypes`` (int32 indices, as layers hold)."""
+    for dt in dtypes:
+        w = sp.csr_matrix(np.ones((1, 1), dt)) * 1  # one stored entry, int32 indices
+        run = LayerRun.of([w], [np.zeros(1, dt)], [1])
+        if run is None:  # the scipy backend
+            return
+        buf = np.ones(2, dt)
+        run.narrow(0, None, 0.75, (buf, buf.copy()), 0, np.zeros(2, dt), 2, np.arange(2))
