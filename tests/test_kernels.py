@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn.kernels import products as kernels
+from spdnn.kernels.dense import dense_view
 
 
 def test_backend_choice(monkeypatch):
@@ -109,8 +110,8 @@ def test_dense_layers_go_to_blas_with_the_same_results(backend, dtype):
     rng = np.random.default_rng(3)
     dense = rng.standard_normal((7, 13)).astype(dtype)
     w = sp.csr_matrix(dense)
-    # ``_dense`` (internal) is where a layer is routed to BLAS: what this test is about.
-    assert w.nnz == dense.size and kernels._dense(w) is not None
+    # ``dense_view`` is where a layer is routed to BLAS: what this test is about.
+    assert w.nnz == dense.size and dense_view(w) is not None
     x = rng.standard_normal((13, 5)).astype(dtype)
     d = rng.standard_normal((7, 5)).astype(dtype)
     b = rng.standard_normal(7).astype(dtype)
@@ -127,8 +128,15 @@ def test_dense_layers_go_to_blas_with_the_same_results(backend, dtype):
                                **_tol(dtype))
     np.testing.assert_allclose(gb, d.sum(axis=1), **_tol(dtype))
     t = kernels.transpose(w)
-    assert t.dense and kernels._dense(t.matrix(w.data)) is not None
+    assert t.dense and dense_view(t.matrix(w.data)) is not None
     np.testing.assert_allclose(kernels.spmm(t.matrix(w.data), d), dense.T @ d, **_tol(dtype))
+    # the backward's two products: every column of W at once, and a range of them
+    for lo, hi in ((0, 13), (4, 9)):
+        g, gw = np.full((hi - lo, 5), np.nan, dtype), np.zeros(w.nnz, dtype)
+        kernels.backward_products(t, w.data, d, x, g, gw, (lo, hi), base=lo)
+        np.testing.assert_allclose(g, dense[:, lo:hi].T @ d, **_tol(dtype))
+        np.testing.assert_allclose(gw.reshape(7, 13)[:, lo:hi], d @ x[lo:hi].T, **_tol(dtype))
+        assert (gw.reshape(7, 13)[:, :lo] == 0).all() and (gw.reshape(7, 13)[:, hi:] == 0).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

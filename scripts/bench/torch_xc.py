@@ -43,6 +43,9 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--loss", choices=("gather", "dense-target"), default="gather",
+                    help="the loss's form (the same values): label logits gathered "
+                         "(default, the faster) or a dense target block")
     args = ap.parse_args()
     torch.set_num_threads(1)
     net = load_network(args.network)
@@ -63,15 +66,22 @@ def main() -> int:
         rows = slice(start, start + args.batch_size)
         xb, yb = x[rows], y[rows]
         t0 = time.perf_counter()
-        target = torch.zeros(xb.shape[0], n_labels)
+        samples = torch.from_numpy(yb.samples())
         counts = np.maximum(yb.counts, 1)
-        target[torch.from_numpy(yb.samples()), torch.from_numpy(yb.indices)] = \
-            torch.from_numpy((1.0 / counts)[yb.samples()].astype(np.float32))
+        mass = torch.from_numpy((1.0 / counts)[yb.samples()].astype(np.float32))
         h = torch.relu(emb(torch.from_numpy(xb.indices.astype(np.int64)),
                            torch.from_numpy(xb.indptr[:-1].astype(np.int64)),
                            per_sample_weights=torch.from_numpy(xb.data)) + b1)
         logits = F.linear(h, weight2, b2)
-        loss = -(target * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
+        if args.loss == "dense-target":  # the textbook form: a (batch x labels) target
+            target = torch.zeros(xb.shape[0], n_labels)
+            target[samples, torch.from_numpy(yb.indices)] = mass
+            loss = -(target * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
+        else:  # the same loss without the dense target: log-sum-exp minus the label logits
+            picked = logits[samples, torch.from_numpy(yb.indices)] * mass
+            has = torch.from_numpy((yb.counts > 0).astype(np.float32))
+            loss = ((torch.logsumexp(logits, dim=1) * has).sum()
+                    - picked.sum()) / xb.shape[0]
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import SpdnnError
+from spdnn.kernels.dense import blas_ready, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
 from spdnn.threads import default_threads
@@ -152,21 +153,15 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
     """Load (or compile) the active backend's kernels for ``dtypes`` now, outside any timed
     loop."""
     if backend() == "numba":
+        from spdnn.kernels import _numba_softmax
+
         _nb().warm_up(dtypes)
+        _numba_softmax.warm_up(dtypes)
 
 
 def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
     """The row index of every stored entry of a CSR matrix."""
     return np.repeat(np.arange(w.shape[0], dtype=w.indices.dtype), np.diff(w.indptr))
-
-
-def _dense(w: sp.csr_matrix) -> np.ndarray | None:
-    """W's values as a dense (rows x cols) view when every entry is stored in order (a dense
-    layer): then W.data is the row-major dense matrix and BLAS does the products."""
-    rows, cols = w.shape
-    if w.nnz != rows * cols or w.nnz == 0 or not w.has_sorted_indices:
-        return None
-    return w.data.reshape(rows, cols)
 
 
 Rows = tuple[int, int]
@@ -198,7 +193,7 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
     ``span`` = (starts, ends): row i uses W's entries [starts[i], ends[i]) only (a block of
     its columns, read in place: no copy of the block)."""
     r0, r1 = _range(w, rows)
-    dense = _dense(w)
+    dense = dense_view(w)
     starts, ends = span if span is not None else (w.indptr[:-1], w.indptr[1:])
     if dense is not None and span is not None:  # a block of a dense W's columns: BLAS on it
         lo, hi = int(starts[0] - w.indptr[0]), int(ends[0] - w.indptr[0])
@@ -252,7 +247,7 @@ def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray | None
     nnz = w.nnz
     if out is None:
         out = np.empty(nnz, dtype=np.result_type(d, x))
-    dense = _dense(w)
+    dense = dense_view(w)
     if dense is None and backend() == "numba":
         _nb().sddmm(w.indptr, w.indices, d, x, out, out if bias_grad is None else bias_grad,
                     bias_grad is not None)
@@ -292,9 +287,14 @@ def backward_products(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.nda
         return
     sub = out[r0 - base:r1 - base]
     if wt.dense:  # W dense: grad_w is W's row-major layout, rows of W^T its columns
+        blas_ready(data.dtype)
         dense = data.reshape(wt.shape[1], wt.shape[0])
         np.matmul(dense[:, r0:r1].T, d, out=sub)
-        grad_w.reshape(wt.shape[1], wt.shape[0])[:, r0:r1] = d @ x[r0:r1].T
+        gw = grad_w.reshape(wt.shape[1], wt.shape[0])
+        if r1 - r0 == wt.shape[0]:  # every column: straight into the gradient
+            np.matmul(d, x.T, out=gw)
+        elif r1 > r0:
+            gw[:, r0:r1] = d @ x[r0:r1].T
     else:
         lo, hi = wt.indptr[r0], wt.indptr[r1]
         order = wt.order[lo:hi]

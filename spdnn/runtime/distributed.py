@@ -20,7 +20,7 @@ from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
 from spdnn.model.labels import MultiLabels, as_labels
 from spdnn.model.network import Fingerprint
-from spdnn.model.ops import activation_slope, check_targets, output
+from spdnn.model.ops import check_targets, output
 from spdnn.model.optim import parameters
 from spdnn.model.plan import Plan
 from spdnn.runtime import outputs
@@ -240,14 +240,10 @@ class DistributedNetwork:
             check_targets(y, loss)
             value, correct, delta = self.sampled.loss(as_labels(y, self.sizes[-1]), scale,
                                                       sample_losses)
-        else:
-            out = self.output(fwd.z_last)
-            rows = self.layers[-1].rows
-            value, grad = outputs.loss_and_gradient(self.comm, rows, self.sizes[-1], out, y,
-                                                    loss, scale, sample_losses)
-            correct = outputs.correct(self.comm, rows, out, y)
-            delta = grad if self.output_activation == "linear" else \
-                grad * activation_slope(fwd.z_last, self.cap)
+        else:  # a softmax's passes overwrite z_last with the gradient
+            value, correct, delta = outputs.training_loss(
+                self.comm, self.layers[-1].rows, self.sizes[-1], fwd.z_last, y, loss, scale,
+                sample_losses, self.output_activation, self.cap)
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from spdnn.comm import Communicator
+from spdnn.kernels import softmax
 from spdnn.model.labels import MultiLabels
-from spdnn.model.ops import check_targets, top_rows
+from spdnn.model.ops import activation_slope, check_targets, output, top_rows
 
 
 def global_max(comm: Communicator, out: np.ndarray) -> np.ndarray:
@@ -96,6 +97,58 @@ def loss_and_gradient(comm: Communicator, rows: np.ndarray, n_out: int, out: np.
         squares = np.sum(diff.astype(np.float64) ** 2, axis=0)
         sample_losses[:] = comm.allreduce(squares) / n_out
     return value, diff * (2.0 / n)
+
+
+def training_loss(comm: Communicator, rows: np.ndarray, n_out: int, z: np.ndarray,
+                  y: np.ndarray | MultiLabels, loss: str, scale: int,
+                  sample_losses: np.ndarray | None, output_activation: str,
+                  cap: float | None) -> tuple[float, int, np.ndarray]:
+    """A training step's loss, correct predictions and gradient with respect to ``z`` (this
+    rank's rows of the last layer's pre-activation), as ``loss_and_gradient`` and ``correct``.
+    Softmax cross-entropy of a linear output (every classifier here) runs as three fused
+    passes over ``z`` that leave the gradient in it (``z`` is consumed): the column maxima
+    with the predictions, the exponentials with their sums, the scaling; only the label
+    entries are touched apart. The other losses keep the passes of ``loss_and_gradient``."""
+    if loss != "cross_entropy" or output_activation != "linear":
+        out = output(z, output_activation, cap)
+        value, grad = loss_and_gradient(comm, rows, n_out, out, y, loss, scale, sample_losses)
+        hits = correct(comm, rows, out, y)
+        return value, hits, grad if output_activation == "linear" else \
+            grad * activation_slope(z, cap)
+    check_targets(y, loss)
+    batch = z.shape[1]
+    local = np.full(n_out, -1, dtype=np.int64)
+    local[rows] = np.arange(len(rows))
+    best, arg = softmax.column_max(z)
+    top = comm.allreduce(best, "max")
+    none = np.iinfo(np.int64).max  # predictions: the lowest row holding the maximum
+    cand = np.where((best == top) & (arg >= 0), rows[np.maximum(arg, 0)], none) if len(rows) \
+        else np.full(batch, none)
+    pred = comm.allreduce(cand, "min")
+    if isinstance(y, MultiLabels):
+        lab, c = y.indices, y.samples()
+        mine = local[lab] >= 0  # the label rows this rank holds
+        r, c, w = local[lab[mine]], c[mine], y.weights(z.dtype)[mine]
+        has = y.counts > 0
+        hits = int(np.sum(y.contains(pred)))
+    else:
+        c = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
+        r, w, has = local[y[c]], np.ones(len(c), z.dtype), None
+        hits = int(np.sum(pred == y))
+    packed = np.zeros((2, batch), dtype=z.dtype)
+    packed[1] = np.bincount(c, weights=w * (z[r, c] - top[c]), minlength=batch)
+    packed[0] = softmax.exp_columns(z, top)
+    total, target = comm.allreduce(packed)
+    per_sample = np.log(total) - target
+    factor = (1 / total) / scale
+    if has is not None:
+        per_sample = np.where(has, per_sample, 0.0)
+        factor[~has] = 0
+    softmax.scale_columns(z, factor)
+    z[r, c] -= w / z.dtype.type(scale)  # label pairs are distinct; a sample with none has none
+    if sample_losses is not None:
+        sample_losses[:] = per_sample
+    return float(np.sum(per_sample)) / scale, hits, z
 
 
 def correct(comm: Communicator, rows: np.ndarray, out: np.ndarray,
