@@ -8,7 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spdnn.io.dataset import Dataset
 from spdnn.io.datasets import load_dataset
+from spdnn.io.xc_synthetic import XCTask, synthetic_xc
+from spdnn.kernels import sparse_inputs
 from spdnn.reference import precisions as reference_precisions
 from spdnn.reference import train as reference_train
 from spdnn.runtime.inference import local_inputs, precisions
@@ -43,6 +46,35 @@ def test_multi_label_training_on_every_grid_equals_the_serial_reference(
         p1, p5 = precisions(run.dnet, local_inputs(run.dnet, data.x_test, "x"), data.y_test,
                             batch_size=37)
         assert (p1, p5) == reference_precisions(expected, data.x_test, data.y_test)
+        run.dnet.grid.free()
+
+
+def test_sparse_inputs_skipped_rows_train_to_the_serial_reference(comm, mpi_tmp_path,
+                                                                 monkeypatch):
+    """Inputs of 3,000 features, about 8 a sample: in a batch of 32 most input rows are zero,
+    and the first layer skips them where a rank holds its replica's rows."""
+    task = XCTask(train_samples=200, test_samples=40, features=3_000, labels=150,
+                  features_per_sample=8.0)
+    x, y, xt, yt = synthetic_xc(task, seed=4)
+    data = Dataset(name="xc-sparse", x_train=x.astype(np.float64), y_train=y,
+                   x_test=xt.astype(np.float64), y_test=yt)
+    net = small_network((3_000, 24, 150), fan_in=200, seed=6, bias_scale=0.1)
+    cfg = TrainConfig(epochs=1, batch_size=32, sgd=SGD, seed=3, max_steps=6)
+    expected, ref_reports = reference_train(net, data, 1, 32, SGD, seed=3, max_steps=6)
+    calls = []
+    spmm_act = sparse_inputs.spmm_act
+    monkeypatch.setattr(sparse_inputs, "spmm_act", lambda *a: calls.append(1) or spmm_act(*a))
+    for parts, replicas in grids(comm.size):
+        calls.clear()
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, "block", name="xc-sparse")
+        reports = train(comm, run.dnet, data, cfg)
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref_reports],
+                                   rtol=1e-12)
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        if parts == 1 and sparse_inputs.live_rows(np.zeros((2, 1))) is not None:
+            assert calls  # the numba backend took the skipping kernels
         run.dnet.grid.free()
 
 

@@ -141,38 +141,83 @@ def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
 
 
 @nb.njit(cache=True, nogil=True)
-def sampled_forward(ptr, act, indptr, indices, data, bias, xt, z):
-    """z[a] = bias[r] + W[r] . xt[s] for every active pair a = (r, s); xt is (batch x inputs)."""
+def _by_row(ptr, act, key, n_keys):
+    """The active pairs grouped by key[row] ascending, samples ascending within a group:
+    (start per key, pair, sample). A row's accumulators then see the pairs in sample order
+    and a sample's in row order, as a loop over samples gives them: the same sums, while each
+    row's weights (512 bytes of a 50,000-row head) are read once per step, not per pair."""
+    start = np.zeros(n_keys + 1, dtype=np.int64)
+    for a in range(len(act)):
+        start[key[act[a]] + 1] += 1
+    for u in range(n_keys):
+        start[u + 1] += start[u]
+    pos = start[:-1].copy()
+    pair = np.empty(len(act), dtype=np.int64)
+    sample = np.empty(len(act), dtype=np.int64)
     for s in range(len(ptr) - 1):
-        x = xt[s]
         for a in range(ptr[s], ptr[s + 1]):
-            r = act[a]
+            u = key[act[a]]
+            pair[pos[u]] = a
+            sample[pos[u]] = s
+            pos[u] += 1
+    return start, pair, sample
+
+
+@nb.njit(cache=True, nogil=True)
+def sampled_forward(ptr, act, indptr, indices, data, bias, xt, z, dense):
+    """z[a] = bias[r] + W[r] . xt[s] for every active pair a = (r, s); xt is (batch x inputs).
+    ``dense``: every row of W holds every input in order (a full output layer), so the
+    input row is read in place instead of gathered: the same terms in the same order."""
+    rows = len(indptr) - 1
+    start, pair, sample = _by_row(ptr, act, np.arange(rows), rows)
+    for r in range(rows):
+        lo, hi = indptr[r], indptr[r + 1]
+        w, cols = data[lo:hi], indices[lo:hi]
+        for k in range(start[r], start[r + 1]):
+            x = xt[sample[k]]
             acc = bias[r]
-            for e in range(indptr[r], indptr[r + 1]):
-                acc += data[e] * x[indices[e]]
-            z[a] = acc
+            if dense:
+                for j in range(hi - lo):
+                    acc += w[j] * x[j]
+            else:
+                for j in range(hi - lo):
+                    acc += w[j] * x[cols[j]]
+            z[pair[k]] = acc
 
 
 @nb.njit(cache=True, nogil=True)
 def sampled_backward(ptr, act, delta, indptr, indices, data, xt, slot, entry_start, gw, gb,
-                     part):
+                     part_t, dense):
     """For every active pair a = (r, s) with error delta[a]: the bias and weight gradients of
-    row r (at slot[r] of the compact arrays: gb[slot], gw[entry_start[slot] + entry]) and the
-    partial sums part[c, s] += delta W[r, c] of the inputs. Samples in order: the sums over a
-    batch are taken in sample order."""
-    for s in range(len(ptr) - 1):
-        x = xt[s]
-        for a in range(ptr[s], ptr[s + 1]):
-            r = act[a]
-            d = delta[a]
-            u = slot[r]
+    row r (at slot[r] of the compact arrays, rows ascending: gb[slot], gw[entry_start[slot] +
+    entry]) and the partial sums part_t[s, c] += delta W[r, c] of the inputs (transposed: a
+    sample's sums are one contiguous row). Every sum is taken in sample order for a row's
+    gradients and in row order for a sample's partial sums (``_by_row``). ``dense``: as
+    sampled_forward. The row's arrays are taken as slices and the two updates run as two
+    loops: with offsets into the whole arrays and one loop, LLVM's overlap checks kept the
+    loop scalar (22 ms against 6 for 40,000 pairs of 128)."""
+    start, pair, sample = _by_row(ptr, act, slot, len(gb))
+    for u in range(len(gb)):
+        if start[u] == start[u + 1]:
+            continue
+        r = act[pair[start[u]]]
+        lo, hi = indptr[r], indptr[r + 1]
+        g = gw[entry_start[u]:entry_start[u] + hi - lo]
+        w, cols = data[lo:hi], indices[lo:hi]
+        for k in range(start[u], start[u + 1]):
+            d = delta[pair[k]]
+            x, p = xt[sample[k]], part_t[sample[k]]
             gb[u] += d
-            lo = indptr[r]
-            base = entry_start[u] - lo
-            for e in range(lo, indptr[r + 1]):
-                c = indices[e]
-                gw[base + e] += d * x[c]
-                part[c, s] += d * data[e]
+            if dense:
+                for j in range(hi - lo):
+                    g[j] += d * x[j]
+                for j in range(hi - lo):
+                    p[j] += d * w[j]
+            else:
+                for j in range(hi - lo):
+                    g[j] += d * x[cols[j]]
+                for j in range(hi - lo):
+                    p[cols[j]] += d * w[j]
 
 
 def warm_up() -> None:
@@ -188,7 +233,8 @@ def warm_up() -> None:
                                      np.array([0]), np.ones(1, dt), 1)
         z = np.empty(len(act), dtype=dt)
         xt = np.ones((1, 2), dtype=dt)
-        sampled_forward(ptr, act, ip, ix, dd, np.zeros(1, dt), xt, z)
-        sampled_backward(ptr, act, z, ip, ix, dd, xt, np.zeros(1, np.int64),
-                         np.zeros(1, np.int64), np.zeros(2, dt), np.zeros(1, dt),
-                         np.zeros((2, 1), dt))
+        for dense in (False, True):
+            sampled_forward(ptr, act, ip, ix, dd, np.zeros(1, dt), xt, z, dense)
+            sampled_backward(ptr, act, z, ip, ix, dd, xt, np.zeros(1, np.int64),
+                             np.zeros(1, np.int64), np.zeros(2, dt), np.zeros(1, dt),
+                             np.zeros((1, 2), dt), dense)

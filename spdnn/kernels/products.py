@@ -153,10 +153,10 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
     """Load (or compile) the active backend's kernels for ``dtypes`` now, outside any timed
     loop."""
     if backend() == "numba":
-        from spdnn.kernels import _numba_softmax
+        from spdnn.kernels import _numba_inputs, _numba_softmax
 
-        _nb().warm_up(dtypes)
-        _numba_softmax.warm_up(dtypes)
+        for module in (_nb(), _numba_softmax, _numba_inputs):
+            module.warm_up(dtypes)
 
 
 def row_of_entries(w: sp.csr_matrix) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 
 from spdnn.io.bundle import NetworkBundle
 from spdnn.kernels import products as kernels
+from spdnn.kernels import sparse_inputs
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
 from spdnn.model.labels import MultiLabels, as_labels
@@ -116,11 +117,13 @@ class DistributedNetwork:
         return self._workspaces[batch]
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
-                      next_top: np.ndarray | None, alive: np.ndarray | None = None) -> None:
+                      next_top: np.ndarray | None, alive: np.ndarray | None = None
+                      ) -> np.ndarray | None:
         """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled. While its ghost
         rows arrive, Z = W[:, owned] X_owned + b is computed in row chunks (progressing the
         messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
-        ``next_top`` when given (and a 1 in ``alive`` for every nonzero column)."""
+        ``next_top`` when given (and a 1 in ``alive`` for every nonzero column). Returns the
+        live rows of a sparse first input block when its zero rows were skipped."""
         layer, t, comm = self.layers[i], self.timers, self.comm
         t0 = time.perf_counter()
         reqs, sent = layer.exchange.start_expand(xbuf)
@@ -128,9 +131,15 @@ class DistributedNetwork:
                            sent, len(layer.exchange.send_peers))
         t1 = time.perf_counter()
         if not reqs and layer.exchange.n_ghost == 0:  # nothing to wait for: one fused pass
-            kernels.spmm_act(layer.weight, xbuf, layer.bias, self.cap, z, next_top, alive=alive)
+            live = sparse_inputs.live_rows(xbuf) if i == 0 and alive is None else None
+            if live is None:
+                kernels.spmm_act(layer.weight, xbuf, layer.bias, self.cap, z, next_top,
+                                 alive=alive)
+            else:  # a sparse input block: the entries on its zero rows skipped
+                sparse_inputs.spmm_act(layer.weight, xbuf, live, layer.bias, self.cap, z,
+                                       next_top)
             t.add("forward", i, compute=time.perf_counter() - t1, comm=t1 - t0, wait=0.0)
-            return
+            return live
         for rows in row_chunks(len(layer.rows), OVERLAP_CHUNKS if reqs else 1):
             kernels.spmm_act(layer.weight, xbuf, layer.bias, None, z, None, rows,
                              span=layer.owned_span)
@@ -142,6 +151,7 @@ class DistributedNetwork:
                          alive=alive, span=layer.ghost_span)
         t4 = time.perf_counter()
         t.add("forward", i, compute=(t2 - t1) + (t4 - t3), comm=t1 - t0, wait=t3 - t2)
+        return None
 
     def forward(self, x0: np.ndarray, *, keep: bool = True, drop_dead: bool = False,
                 sampled: bool = False, labels: MultiLabels | None = None,
@@ -190,7 +200,9 @@ class DistributedNetwork:
             if last and sampled:
                 self.sampled.forward_layer(x, labels, fill)
                 break
-            self.forward_layer(i, x, z, None if nxt is None else nxt[:n], flags)
+            live = self.forward_layer(i, x, z, None if nxt is None else nxt[:n], flags)
+            if ws is not None and i == 0:
+                ws.live_inputs = live
             if flags is not None:
                 alive = (self.comm.allreduce(flags, "max") if self.comm.size > 1 else flags) > 0
                 kept = int(alive.sum())
@@ -251,8 +263,8 @@ class DistributedNetwork:
                 grads_w[i], grads_b[i], delta = self.sampled.backward_layer(delta, ws)
                 continue
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
-                kernels.sddmm(layer.weight, delta, ws.xbufs[i], out=ws.grad_w[i],
-                              bias_grad=ws.grad_b[i])
+                sparse_inputs.sddmm(layer.weight, delta, ws.xbufs[i], ws.live_inputs,
+                                    ws.grad_w[i], ws.grad_b[i])
                 self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break
@@ -291,13 +303,8 @@ class DistributedNetwork:
     def workspaces(self) -> list[Workspace]:
         return list(self._workspaces.values())
 
-    def buffer_nbytes(self) -> int:
-        """Bytes of the activation blocks (training workspaces, inference ping-pong) and of
-        the exchanges' message buffers (one pool, shared by the layers)."""
-        blocks = sum(ws.nbytes() for ws in self._workspaces.values())
-        blocks += sum(pp.z.nbytes + sum(x.nbytes for x in pp.x)
-                      for pp in self._pingpong.values())
-        return int(blocks + self.layers[0].exchange.pool_nbytes())
+    def pingpongs(self) -> list[PingPong]:
+        return list(self._pingpong.values())
 
     # ------------------------------------------------------------------ parameters
 

@@ -53,7 +53,9 @@ def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
     training = sum(lay.transposed.nbytes for lay in dnet.layers if lay.has_transpose)
     training += sum(lay.exchange.index_nbytes()["training"] for lay in dnet.layers)
     training += _nbytes(optimizer)
-    buffers = dnet.buffer_nbytes()
+    # the activation blocks (training, inference) and the exchanges' messages (one pool)
+    buffers = sum(ws.nbytes() for ws in dnet.workspaces()) + \
+        sum(pp.nbytes() for pp in dnet.pingpongs()) + dnet.layers[0].exchange.pool_nbytes()
     for ws in dnet.workspaces():
         training += _nbytes(ws.grad_w) + _nbytes(ws.grad_b)
     return {"weights": int(weights), "training": int(training), "buffers": int(buffers),

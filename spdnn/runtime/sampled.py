@@ -18,6 +18,7 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
+from spdnn.kernels.dense import dense_view
 from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced, top_bias_rows
 from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.kernels.residency import release_compiler_pages
@@ -171,7 +172,8 @@ class SampledOutput:
         z = np.empty(len(act), dtype=dtype)
         from spdnn.kernels import _numba_lsh as nbl
 
-        nbl.sampled_forward(ptr, act, w.indptr, w.indices, w.data, self.layer.bias, xt, z)
+        nbl.sampled_forward(ptr, act, w.indptr, w.indices, w.data, self.layer.bias, xt, z,
+                            dense_view(w) is not None)
         self._batch = _Batch(ptr, act, mass, z, xt)
         self.active_pairs += len(act)
 
@@ -233,14 +235,14 @@ class SampledOutput:
         np.cumsum(counts[:-1], out=entry_start[1:])
         gw = np.zeros(int(counts.sum()), dtype=w.dtype)
         gb = np.zeros(len(union), dtype=w.dtype)
-        part = np.zeros((self.layer.n_buffer_rows, len(b.ptr) - 1), dtype=w.dtype)
+        part_t = np.zeros((len(b.ptr) - 1, self.layer.n_buffer_rows), dtype=w.dtype)
         from spdnn.kernels import _numba_lsh as nbl
 
         nbl.sampled_backward(b.ptr, b.act, delta, w.indptr, w.indices, w.data, b.xt, slot,
-                             entry_start, gw, gb, part)
+                             entry_start, gw, gb, part_t, dense_view(w) is not None)
         n_own = self.layer.n_owned_prev
-        partial[:] = part[:n_own]
-        ghost[:] = part[n_own:]
+        partial[:] = part_t[:, :n_own].T
+        ghost[:] = part_t[:, n_own:].T
         positions = concat_ranges(w.indptr[union], counts)
         return RowGrad(positions, gw), RowGrad(union, gb)
 

@@ -25,6 +25,9 @@ class Workspace:
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in layers]
         self.ghost = _views([lay.exchange.n_ghost for lay in layers], batch, dt, 1)
         self.partial = _views([lay.n_owned_prev for lay in layers], batch, dt, 2)
+        # The rows of X_0 that hold a nonzero, when the forward pass skipped the others
+        # (spdnn.kernels.sparse_inputs): the weight gradient skips them too.
+        self.live_inputs: np.ndarray | None = None
 
     def nbytes(self) -> int:
         """Bytes of the activation blocks (shared storage counted once)."""
@@ -51,3 +54,6 @@ class PingPong:
         rows = max(lay.n_buffer_rows for lay in layers)
         self.x = [np.zeros(rows * batch, dtype) for _ in range(2)]
         self.z = np.zeros(max(len(lay.rows) for lay in layers) * batch, dtype)
+
+    def nbytes(self) -> int:
+        return self.z.nbytes + sum(x.nbytes for x in self.x)
