@@ -40,11 +40,14 @@ def _update(dtype: type) -> None:
     """The SGD update's kernels, which run on arrays of PARALLEL_MIN values or more (a job that
     compiled them itself peaked 58 MB above its prediction: tests/test_residency.py)."""
     from spdnn.kernels.update import PARALLEL_MIN, sgd_rows, sgd_step
+    from spdnn.model.optim import RowGrad
 
     p, g, buf = (np.zeros(PARALLEL_MIN, dtype) for _ in range(3))
     for first in (True, False):
         sgd_step(p, g, buf, 0.1, 0.9, 0.0, first)
-    sgd_rows(p, np.arange(PARALLEL_MIN, dtype=np.int64), g, buf, 0.1, 0.9, 0.0)
+    sgd_rows(p, RowGrad(np.arange(PARALLEL_MIN, dtype=np.int64), g), buf, 0.1, 0.9, 0.0)
+    runs = np.arange(0, PARALLEL_MIN, 128, dtype=np.int32)  # a sampled layer's row starts
+    sgd_rows(p, RowGrad(runs, g, np.full(len(runs), 128, np.int64)), buf, 0.1, 0.9, 0.0)
 
 
 def _lossy() -> None:

@@ -68,17 +68,38 @@ def _row_grads(params, rng):
     return out
 
 
+def _run_grads(params, rng):
+    """As ``_row_grads`` in runs of consecutive entries (a row's weights: RowGrad.counts),
+    of 1 to 40 entries, some runs adjacent."""
+    out = []
+    for p in params:
+        cuts = np.unique(rng.integers(0, len(p), size=max(len(p) // 10, 2)))
+        starts, ends = cuts[:-1], np.minimum(cuts[1:], cuts[:-1] + rng.integers(1, 41))
+        keep = rng.random(len(starts)) < 0.7
+        starts, counts = starts[keep], (ends - starts)[keep]
+        out.append(RowGrad(starts, rng.standard_normal(int(counts.sum())).astype(p.dtype),
+                           counts))
+    return out
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("config", [SGDConfig(0.1), SGDConfig(0.05, 0.9),
                                     SGDConfig(0.01, 0.9, 0.001)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_fused_row_updates_give_numpys_bits(backend, dtype, config, threads):
+@pytest.mark.parametrize("grads", [_row_grads, _run_grads])
+def test_fused_row_updates_give_numpys_bits(backend, dtype, config, threads, grads):
     with _kernel_threads(threads):
-        _assert_same_updates(config, dtype, _row_grads, fused_rows=sgd_rows)
+        _assert_same_updates(config, dtype, grads, fused_rows=sgd_rows)
     p = _params(dtype)[2]
     idx = np.arange(0, len(p), 2)
-    handled = sgd_rows(p, idx, np.ones(len(idx), dtype), p, 0.1, 0.0, 0.0)
+    handled = sgd_rows(p, RowGrad(idx, np.ones(len(idx), dtype)), p, 0.1, 0.0, 0.0)
     assert handled == (backend == "numba")
+
+
+def test_runs_spell_out_their_entries():
+    g = RowGrad(np.array([5, 0, 9]), np.arange(6.0), np.array([2, 1, 3]))
+    np.testing.assert_array_equal(g.entries(), [5, 6, 0, 9, 10, 11])
+    assert RowGrad(np.array([3, 1]), np.zeros(2)).entries().tolist() == [3, 1]
 
 
 def test_fused_sgd_declines_what_it_does_not_handle(backend):

@@ -1,17 +1,17 @@
 """PyTorch's full-softmax step of an extreme-classification network, for
-scripts/bench/bench_slide.py only (torch is not a dependency of spdnn; run with a Python that
-has torch and sees this checkout, e.g. ./.venv-torch).
+scripts/bench/bench_slide.py and bench_xc.py (torch is not a dependency of spdnn; run with a
+Python that has torch and sees this checkout, e.g. ./.venv-torch).
 
     python scripts/bench/torch_xc.py NETWORK.npz XC_DIR [--batch-size 64] [--lr 0.5] \
-                               [--momentum 0.9]
-                               [--steps 30]
+                               [--momentum 0.9] [--steps 30] [--loss gather]
 
 The network features -> hidden -> labels of spdnn's bundle: the input layer as an
 ``nn.EmbeddingBag`` over the sample's nonzero features (fbgemm's kernel; weights = W1^T, its
 gradient sparse: the rows of the features present), ReLU, the output layer as a dense
 ``F.linear`` (every label), softmax cross-entropy against the label mass split over the
-sample's labels (SLIDE's loss, as spdnn trains it), ``torch.optim.SGD`` with momentum (the
-input layer's gradient sparse). One thread. Prints one JSON line: the median seconds
+sample's labels (SLIDE's loss, as spdnn trains it: by default log-sum-exp minus the label
+logits, gathered; ``--loss dense-target`` multiplies a dense target block instead, 3% slower
+at 50,000 labels), ``torch.optim.SGD`` with momentum (the input layer's gradient sparse). One thread. Prints one JSON line: the median seconds
 per step over ``--steps`` batches after 3 warm-up steps, in the order of the file.
 """
 

@@ -42,3 +42,25 @@ def sgd_rows(p, positions, values, buf, lr, momentum, weight_decay):
         else:
             d = d * lr
         p[i] -= d
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def sgd_runs(p, starts, offsets, values, buf, lr, momentum, weight_decay):
+    """``sgd_rows`` on runs of entries: run r is p[starts[r]:starts[r] + n] with gradients
+    values[offsets[r]:offsets[r + 1]] (n = their count); the same roundings. Slices per run:
+    contiguous loops LLVM vectorizes, and no position array (8 bytes an entry) to build."""
+    for r in nb.prange(len(starts)):
+        n = offsets[r + 1] - offsets[r]
+        pr, br = p[starts[r]:starts[r] + n], buf[starts[r]:starts[r] + n]
+        g = values[offsets[r]:offsets[r + 1]]
+        for j in range(n):
+            d = g[j]
+            if weight_decay != 0:
+                d = pr[j] * weight_decay + d
+            if momentum != 0:
+                b = br[j] * momentum + d
+                br[j] = b
+                d = b * lr
+            else:
+                d = d * lr
+            pr[j] -= d

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from spdnn.kernels import products
+from spdnn.model.optim import RowGrad
 
 PARALLEL_MIN = 1 << 15
 
@@ -33,16 +34,24 @@ def sgd_step(p: np.ndarray, g: np.ndarray, buf: np.ndarray, lr: float, momentum:
     return True
 
 
-def sgd_rows(p: np.ndarray, positions: np.ndarray, values: np.ndarray, buf: np.ndarray,
-             lr: float, momentum: float, weight_decay: float) -> bool:
-    """``sgd_step`` on the entries ``positions`` (distinct) alone, their gradients ``values``,
-    the momentum buffer ``buf`` (zeros where never updated; ignored without momentum); False
-    where the numba backend does not apply."""
-    if values.dtype != p.dtype or not _numba(values, positions) or not _numba(p, buf):
+def sgd_rows(p: np.ndarray, grad: RowGrad, buf: np.ndarray, lr: float, momentum: float,
+             weight_decay: float) -> bool:
+    """``sgd_step`` on the entries of ``grad`` alone (distinct; runs of entries one pass a
+    run), the momentum buffer ``buf`` (zeros where never updated; ignored without
+    momentum); False where the numba backend does not apply."""
+    values = grad.values
+    if values.dtype != p.dtype or not _numba(values, grad.positions) or not _numba(p, buf):
         return False
     from spdnn.kernels import _numba_update
 
     products._nb()
     t = p.dtype.type
-    _numba_update.sgd_rows(p, positions, values, buf, t(lr), t(momentum), t(weight_decay))
+    if grad.counts is None:
+        _numba_update.sgd_rows(p, grad.positions, values, buf, t(lr), t(momentum),
+                               t(weight_decay))
+        return True
+    offsets = np.zeros(len(grad.counts) + 1, dtype=np.int64)
+    np.cumsum(grad.counts, out=offsets[1:])
+    _numba_update.sgd_runs(p, grad.positions, offsets, values, buf, t(lr), t(momentum),
+                           t(weight_decay))
     return True

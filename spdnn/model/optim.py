@@ -40,10 +40,21 @@ def interleave(weights: list[np.ndarray], biases: list[np.ndarray]) -> list[np.n
 @dataclass(frozen=True)
 class RowGrad:
     """The gradient of some entries of a parameter only (LSH-selected rows): the others are
-    not updated at all this step (no weight decay, no momentum), as SLIDE trains."""
+    not updated at all this step (no weight decay, no momentum), as SLIDE trains. The
+    entries are ``positions``, or with ``counts`` runs of them: positions[k], positions[k] +
+    1, ..., counts[k] entries (a row's weights), the runs' values one after the other."""
 
     positions: np.ndarray
     values: np.ndarray
+    counts: np.ndarray | None = None
+
+    def entries(self) -> np.ndarray:
+        """Every entry's position, runs spelled out."""
+        if self.counts is None:
+            return self.positions
+        counts = np.asarray(self.counts, dtype=np.int64)
+        shift = np.asarray(self.positions, dtype=np.int64) - (np.cumsum(counts) - counts)
+        return np.repeat(shift, counts) + np.arange(int(counts.sum()))
 
 
 @dataclass
@@ -52,8 +63,8 @@ class SGD:
     step); ``buffers`` are the momentum buffers (None until the first step, as in torch).
     ``fused(p, g, buf, lr, momentum, weight_decay, first) -> bool``, when given, may do a
     parameter's update in one pass instead (spdnn.kernels.update.sgd_step, the runtime's);
-    ``fused_rows(p, positions, values, buf, lr, momentum, weight_decay) -> bool`` the same
-    for a RowGrad (spdnn.kernels.update.sgd_rows)."""
+    ``fused_rows(p, grad, buf, lr, momentum, weight_decay) -> bool`` the same for a RowGrad
+    (spdnn.kernels.update.sgd_rows)."""
 
     config: SGDConfig
     params: list[np.ndarray]
@@ -106,13 +117,13 @@ class SGD:
     def _step_rows(self, i: int, g: RowGrad) -> None:
         """The update of ``step`` on the entries ``g.positions`` alone; a momentum buffer
         starts at zero, so an entry's first update uses its gradient as torch's first step."""
-        c, p, idx = self.config, self.params[i], g.positions
+        c, p = self.config, self.params[i]
         if c.momentum and self.buffers[i] is None:
             self.buffers[i] = np.zeros_like(p)
         if self.fused_rows is not None and self.fused_rows(
-                p, idx, g.values, self.buffers[i] if c.momentum else p, c.lr, c.momentum,
-                c.weight_decay):
+                p, g, self.buffers[i] if c.momentum else p, c.lr, c.momentum, c.weight_decay):
             return
+        idx = g.entries()
         d = g.values.astype(p.dtype, copy=True)
         if c.weight_decay:
             d = p[idx] * c.weight_decay + d

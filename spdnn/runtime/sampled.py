@@ -20,7 +20,7 @@ from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.dense import dense_view
 from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced, top_bias_rows
-from spdnn.kernels.ranges import concat_ranges, segment_ids
+from spdnn.kernels.ranges import segment_ids
 from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.labels import MultiLabels
 from spdnn.model.optim import RowGrad
@@ -224,7 +224,7 @@ class SampledOutput:
         ghost rows into ``ghost``."""
         b = self._batch
         assert b is not None
-        mine = np.unique(b.act)
+        mine = np.flatnonzero(np.bincount(b.act, minlength=len(self.layer.rows)))
         union = np.unique(np.concatenate(self.data.allgather(mine))) \
             if self.data.size > 1 else mine
         w = self.layer.weight
@@ -243,8 +243,7 @@ class SampledOutput:
         n_own = self.layer.n_owned_prev
         partial[:] = part_t[:, :n_own].T
         ghost[:] = part_t[:, n_own:].T
-        positions = concat_ranges(w.indptr[union], counts)
-        return RowGrad(positions, gw), RowGrad(union, gb)
+        return RowGrad(w.indptr[union], gw, counts), RowGrad(union, gb)
 
     def top_k(self, k: int) -> np.ndarray:
         """The k best active outputs' global rows per sample (samples x k, -1 past the active
