@@ -26,22 +26,26 @@ def sgd(p, g, buf, lr, momentum, weight_decay, first):
         p[i] -= d
 
 
+@nb.njit(inline="always")
+def _update(p, buf, i, d, lr, momentum, weight_decay):
+    """Entry i of ``sgd``'s update after its first step, gradient d, in place."""
+    if weight_decay != 0:
+        d = p[i] * weight_decay + d
+    if momentum != 0:
+        b = buf[i] * momentum + d
+        buf[i] = b
+        d = b * lr
+    else:
+        d = d * lr
+    p[i] -= d
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def sgd_rows(p, positions, values, buf, lr, momentum, weight_decay):
     """``sgd`` on the entries p[positions[k]] (distinct) with gradients values[k]: the same
     roundings as the numpy form of a row update, whose momentum buffer starts at zero."""
     for k in nb.prange(len(positions)):
-        i = positions[k]
-        d = values[k]
-        if weight_decay != 0:
-            d = p[i] * weight_decay + d
-        if momentum != 0:
-            b = buf[i] * momentum + d
-            buf[i] = b
-            d = b * lr
-        else:
-            d = d * lr
-        p[i] -= d
+        _update(p, buf, positions[k], values[k], lr, momentum, weight_decay)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -54,13 +58,4 @@ def sgd_runs(p, starts, offsets, values, buf, lr, momentum, weight_decay):
         pr, br = p[starts[r]:starts[r] + n], buf[starts[r]:starts[r] + n]
         g = values[offsets[r]:offsets[r + 1]]
         for j in range(n):
-            d = g[j]
-            if weight_decay != 0:
-                d = pr[j] * weight_decay + d
-            if momentum != 0:
-                b = br[j] * momentum + d
-                br[j] = b
-                d = b * lr
-            else:
-                d = d * lr
-            pr[j] -= d
+            _update(pr, br, j, g[j], lr, momentum, weight_decay)
