@@ -1,7 +1,7 @@
-"""numba kernels of the softmax over a block's rows (neurons x batch, C-contiguous), in blocks
-of ``BLOCK`` rows, each with its own per-column partials combined in block order afterwards.
-One thread: the three passes take 20 of a 231 ms step at 50,000 labels, and parallel kernels
-took 2.7x as long to compile (6.7 s against 2.5 for both value types).
+"""numba kernels of the softmax over a block's rows (neurons x batch, C-contiguous): the
+exponentials with their column sums and the rows of the maxima in one pass, then a scaling of
+the columns (the maxima themselves are numpy's: 3 ms on 50,000 x 128, where a kernel that
+also kept their rows took 10). One thread: parallel kernels took 2.7x as long to compile.
 
 float32 exponentials use ``exp32``, a polynomial that LLVM vectorizes (libm's expf is one call
 per value: 44 of a 286 ms extreme-classification step went to it); float64 keeps libm's exp."""
@@ -16,7 +16,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-BLOCK = 2048
+SUM_ROWS = 256  # rows summed in the block's type before a float64 sum
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693359375)  # ln 2 in two parts (Cephes): n * _LN2_HI is exact
 _LN2_LO = np.float32(-2.12194440e-4)
@@ -46,60 +46,34 @@ def exp32(x):  # noqa: ANN001, ANN201
     return (p * r * r + r + np.float32(1.0)) * _pow2(np.int32(n))
 
 
-@nb.njit(cache=True, nogil=True)
-def column_max(z, best, arg):
-    """best[j] = max_r z[r, j] and arg[j] = its first row (-1 where no value exceeds -inf:
-    NaN never wins a comparison, and a NaN column's loss is NaN all the same)."""
-    n, b = z.shape
-    blocks = (n + BLOCK - 1) // BLOCK
-    part = np.full((blocks, b), -np.inf, z.dtype)
-    where = np.full((blocks, b), -1, np.int64)
-    for k in range(blocks):
-        pm, pa = part[k], where[k]
-        for r in range(k * BLOCK, min(n, (k + 1) * BLOCK)):
-            row = z[r]
-            for j in range(b):
-                if row[j] > pm[j]:
-                    pm[j] = row[j]
-                    pa[j] = r
-    for j in range(b):
-        best[j] = -np.inf
-        arg[j] = -1
-    for k in range(blocks):  # in block order: the first row among equal maxima
-        for j in range(b):
-            if part[k, j] > best[j]:
-                best[j] = part[k, j]
-                arg[j] = where[k, j]
-
-
-@nb.njit(cache=True, nogil=True)
-def exp_columns(z, shift, total, single):
+@nb.njit(cache=True, nogil=True, fastmath={"contract"})
+def exp_columns(z, shift, total, first, single):
     """z[r, j] = exp(z[r, j] - shift[j]) in place (shift[j] >= every z[r, j]: the column
-    maxima) and total[j] = the sum of column j; ``single``: z is float32 (exp32, else libm's
-    exp). In place, not into a second array: LLVM's overlap check of two arguments that are
-    the same array sent every value down its scalar path (63 ms against 11 on 50,000 x 128)."""
+    maxima), total[j] = the sum of column j, first[j] = the first row r whose z[r, j] equals
+    shift[j] before the pass (-1: none), ``single``: z is float32 (exp32, else libm's exp).
+    The sums run in z's type over ``SUM_ROWS`` rows, then in float64. In place, not into a
+    second array: LLVM's overlap check of two arguments that are the same array sent every
+    value down its scalar path (63 ms against 11 on 50,000 x 128)."""
     n, b = z.shape
-    blocks = (n + BLOCK - 1) // BLOCK
-    part = np.zeros((blocks, b), np.float64)  # float32's sums too: 50,000 terms a column
-    for k in range(blocks):
-        acc = part[k]
-        for r in range(k * BLOCK, min(n, (k + 1) * BLOCK)):
+    acc = np.zeros(b, z.dtype)
+    sums = np.zeros(b, np.float64)
+    first[:] = -1
+    for r0 in range(0, n, SUM_ROWS):
+        acc[:] = 0
+        for r in range(r0, min(n, r0 + SUM_ROWS)):
             row = z[r]
-            if single:
-                for j in range(b):
-                    e = exp32(row[j] - shift[j])
-                    row[j] = e
-                    acc[j] += e
-            else:
-                for j in range(b):
-                    e = math.exp(row[j] - shift[j])
-                    row[j] = e
-                    acc[j] += e
+            rr = np.int32(r)
+            for j in range(b):
+                v = row[j]
+                hit = (v == shift[j]) & (first[j] < 0)
+                first[j] = rr if hit else first[j]
+                e = exp32(v - shift[j]) if single else math.exp(v - shift[j])
+                row[j] = e
+                acc[j] += e
+        for j in range(b):
+            sums[j] += acc[j]
     for j in range(b):
-        t = 0.0
-        for k in range(blocks):
-            t += part[k, j]
-        total[j] = t
+        total[j] = sums[j]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -116,7 +90,6 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
     """Compile (or load from cache) for ``dtypes``."""
     for dt in dtypes:
         z = np.zeros((1, 2), dt)
-        best, arg, total = np.zeros(2, dt), np.zeros(2, np.int64), np.zeros(2, dt)
-        column_max(z, best, arg)
-        exp_columns(z, best, total, dt == np.float32)
-        scale_columns(z, best)
+        total, first = np.zeros(2, dt), np.zeros(2, np.int32)
+        exp_columns(z, total, total, first, dt == np.float32)
+        scale_columns(z, total)

@@ -1,10 +1,11 @@
 """The passes of a softmax over the rows of a block (neurons x batch), for the fused loss of
-``spdnn.runtime.outputs``: column maxima with their first row, the shifted exponentials with
-their column sums (in place), a scaling of the columns. Between the passes the runtime agrees
-the per-column vectors over the ranks that share the block's columns; no MPI here.
+``spdnn.runtime.outputs``: column maxima, the shifted exponentials in place with their column
+sums and the first row of each maximum, a scaling of the columns. Between the passes the
+runtime agrees the per-column vectors over the ranks that share the block's columns; no MPI
+here.
 
-The numba backend runs each pass as one kernel over blocks of rows (spdnn.kernels._numba_softmax);
-the scipy backend, and blocks that are not C-contiguous, numpy's passes."""
+The numba backend runs the last two passes as kernels (spdnn.kernels._numba_softmax); the
+scipy backend, and blocks that are not C-contiguous, numpy's passes."""
 
 from __future__ import annotations
 
@@ -17,37 +18,31 @@ def _numba(*blocks: np.ndarray) -> bool:
     return products.backend() == "numba" and all(b.flags.c_contiguous for b in blocks)
 
 
-def column_max(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each column's maximum and its first row (an empty block: -inf and -1)."""
-    n, b = z.shape
-    best, arg = np.full(b, -np.inf, z.dtype), np.full(b, -1, np.int64)
-    if n == 0:
-        return best, arg
-    if _numba(z):
-        from spdnn.kernels import _numba_softmax
-
-        products._nb()  # this rank's thread count
-        _numba_softmax.column_max(z, best, arg)
-        return best, arg
-    return z.max(axis=0), z.argmax(axis=0).astype(np.int64)
-
-
-def exp_columns(z: np.ndarray, shift: np.ndarray) -> np.ndarray:
-    """z = exp(z - shift[None, :]) in place (shift: at least each column's maximum); returns
-    the column sums (added in float64 whatever the dtype: 50,000 terms a column)."""
-    total = np.zeros(z.shape[1], z.dtype)
+def column_max(z: np.ndarray) -> np.ndarray:
+    """Each column's maximum (an empty block: -inf; NaN where a column holds one)."""
     if len(z) == 0:
-        return total
+        return np.full(z.shape[1], -np.inf, z.dtype)
+    return z.max(axis=0)
+
+
+def exp_columns(z: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """z = exp(z - shift[None, :]) in place (shift: at least each column's maximum); returns
+    the column sums (added in float64 whatever the dtype) and each column's first row whose
+    value equalled its shift (-1: none)."""
+    total, first = np.zeros(z.shape[1], z.dtype), np.full(z.shape[1], -1, np.int32)
+    if len(z) == 0:
+        return total, first
+    shift = shift.astype(z.dtype, copy=False)
     if _numba(z):
         from spdnn.kernels import _numba_softmax
 
-        products._nb()
-        _numba_softmax.exp_columns(z, shift.astype(z.dtype, copy=False), total,
-                                   z.dtype == np.float32)
-        return total
+        _numba_softmax.exp_columns(z, shift, total, first, z.dtype == np.float32)
+        return total, first
+    hit = z == shift[None, :]
+    first = np.where(hit.any(axis=0), hit.argmax(axis=0), -1).astype(np.int32)
     np.subtract(z, shift[None, :], out=z)
     np.exp(z, out=z)
-    return z.sum(axis=0, dtype=np.float64).astype(z.dtype)  # as the numba kernel sums
+    return z.sum(axis=0, dtype=np.float64).astype(z.dtype), first
 
 
 def scale_columns(g: np.ndarray, factor: np.ndarray) -> None:
@@ -55,7 +50,6 @@ def scale_columns(g: np.ndarray, factor: np.ndarray) -> None:
     if len(g) and _numba(g):
         from spdnn.kernels import _numba_softmax
 
-        products._nb()
         _numba_softmax.scale_columns(g, factor.astype(g.dtype, copy=False))
         return
     g *= factor[None, :].astype(g.dtype, copy=False)

@@ -123,7 +123,7 @@ class DistributedNetwork:
         rows arrive, Z = W[:, owned] X_owned + b is computed in row chunks (progressing the
         messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
         ``next_top`` when given (and a 1 in ``alive`` for every nonzero column). Returns the
-        live rows of a sparse first input block when its zero rows were skipped."""
+        live rows of a sparse first input block whose zero rows it skipped."""
         layer, t, comm = self.layers[i], self.timers, self.comm
         t0 = time.perf_counter()
         reqs, sent = layer.exchange.start_expand(xbuf)
@@ -136,8 +136,8 @@ class DistributedNetwork:
                 kernels.spmm_act(layer.weight, xbuf, layer.bias, self.cap, z, next_top,
                                  alive=alive)
             else:  # a sparse input block: the entries on its zero rows skipped
-                sparse_inputs.spmm_act(layer.weight, xbuf, live, layer.bias, self.cap, z,
-                                       next_top)
+                sparse_inputs.spmm_act(layer.transposed, layer.weight.data, xbuf, live,
+                                       layer.bias, self.cap, z, next_top)
             t.add("forward", i, compute=time.perf_counter() - t1, comm=t1 - t0, wait=0.0)
             return live
         for rows in row_chunks(len(layer.rows), OVERLAP_CHUNKS if reqs else 1):
@@ -264,7 +264,7 @@ class DistributedNetwork:
                 continue
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
                 sparse_inputs.sddmm(layer.weight, delta, ws.xbufs[i], ws.live_inputs,
-                                    ws.grad_w[i], ws.grad_b[i])
+                                    ws.grad_w[i], ws.grad_b[i], lambda lay=layer: lay.transposed)
                 self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break

@@ -106,8 +106,8 @@ def training_loss(comm: Communicator, rows: np.ndarray, n_out: int, z: np.ndarra
     """A training step's loss, correct predictions and gradient with respect to ``z`` (this
     rank's rows of the last layer's pre-activation), as ``loss_and_gradient`` and ``correct``.
     Softmax cross-entropy of a linear output (every classifier here) runs as three fused
-    passes over ``z`` that leave the gradient in it (``z`` is consumed): the column maxima
-    with the predictions, the exponentials with their sums, the scaling; only the label
+    passes over ``z`` that leave the gradient in it (``z`` is consumed): the column maxima,
+    the exponentials with their sums and the predictions, the scaling; only the label
     entries are touched apart. The other losses keep the passes of ``loss_and_gradient``."""
     if loss != "cross_entropy" or output_activation != "linear":
         out = output(z, output_activation, cap)
@@ -119,25 +119,22 @@ def training_loss(comm: Communicator, rows: np.ndarray, n_out: int, z: np.ndarra
     batch = z.shape[1]
     local = np.full(n_out, -1, dtype=np.int64)
     local[rows] = np.arange(len(rows))
-    best, arg = softmax.column_max(z)
-    top = comm.allreduce(best, "max")
-    none = np.iinfo(np.int64).max  # predictions: the lowest row holding the maximum
-    cand = np.where((best == top) & (arg >= 0), rows[np.maximum(arg, 0)], none) if len(rows) \
-        else np.full(batch, none)
-    pred = comm.allreduce(cand, "min")
+    top = comm.allreduce(softmax.column_max(z), "max")
     if isinstance(y, MultiLabels):
         lab, c = y.indices, y.samples()
         mine = local[lab] >= 0  # the label rows this rank holds
         r, c, w = local[lab[mine]], c[mine], y.weights(z.dtype)[mine]
         has = y.counts > 0
-        hits = int(np.sum(y.contains(pred)))
     else:
         c = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
         r, w, has = local[y[c]], np.ones(len(c), z.dtype), None
-        hits = int(np.sum(pred == y))
     packed = np.zeros((2, batch), dtype=z.dtype)
     packed[1] = np.bincount(c, weights=w * (z[r, c] - top[c]), minlength=batch)
-    packed[0] = softmax.exp_columns(z, top)
+    packed[0], first = softmax.exp_columns(z, top)
+    none = np.iinfo(np.int64).max  # predictions: the lowest row holding the maximum
+    pred = comm.allreduce(np.where(first >= 0, rows[np.maximum(first, 0)], none)
+                          if len(rows) else np.full(batch, none), "min")
+    hits = int(np.sum(y.contains(pred) if has is not None else pred == y))
     total, target = comm.allreduce(packed)
     per_sample = np.log(total) - target
     factor = (1 / total) / scale
