@@ -11,9 +11,10 @@ features and 3 labels a sample); network 20,000 -> 128 -> labels (``spdnn genera
 --fan-in 4096,128``: a sparse input layer, a full output layer), float32, batch 128, momentum
 0.9, seed 0, one thread. A round runs ``spdnn train`` for N + 3 steps and for 3 (steps 4 to
 N + 3: their training seconds, evaluation excluded) and scripts/bench/torch_xc.py (PyTorch's
-fastest form known here: the input layer as an ``EmbeddingBag`` with a dense gradient, the
-output as ``F.linear``, the loss as log-sum-exp minus the label logits; the median of N steps
-after 3 warm-up steps), one after the other. The epochs: ``--epochs``
+fastest form known here: the input layer as an ``EmbeddingBag``, its gradient dense and
+sparse in turn with the faster kept, the output as ``F.linear``, the loss as log-sum-exp
+minus the label logits; the median of N steps after 3 warm-up steps), one after the other.
+The epochs: ``--epochs``
 epochs exact, then with ``--lsh`` (``--lsh-random 200 --lsh-top-bias 100 --rehash 50``).
 Writes docs/BENCHMARKS.md, section "Extreme classification: the exact step and LSH".
 """
@@ -85,11 +86,15 @@ def main() -> int:
             ep = train([*base, "--max-steps", str(args.steps + WARM)], tmp / "m.json")[-1]
             steps.add("spdnn", 1000 * (ep["seconds"] - warm) / args.steps)
             steps.add("spdnn-all", 1000 * ep["seconds"] / ep["epoch_steps"])
-            out = run([args.torch, str(ROOT / "scripts" / "bench" / "torch_xc.py"), str(net),
-                       str(data), "--batch-size", str(BATCH), "--lr", str(args.lr),
-                       "--momentum", "0.9", "--steps", str(args.steps)], torch_env)
-            steps.add("torch", 1000 * json.loads(out.strip().splitlines()[-1])[
-                "seconds_per_step"])
+            best = None  # both forms of the input layer's gradient: the faster
+            for form in ("dense", "sparse"):
+                out = run([args.torch, str(ROOT / "scripts" / "bench" / "torch_xc.py"),
+                           str(net), str(data), "--batch-size", str(BATCH), "--lr",
+                           str(args.lr), "--momentum", "0.9", "--steps", str(args.steps),
+                           "--embedding-grad", form], torch_env)
+                step = json.loads(out.strip().splitlines()[-1])["seconds_per_step"]
+                best = step if best is None else min(best, step)
+            steps.add("torch", 1000 * best)
             print(f"round {r + 1}: spdnn {steps.values['spdnn'][-1]:.1f} ms, PyTorch "
                   f"{steps.values['torch'][-1]:.1f} ms", flush=True)
         epochs = {}
@@ -113,7 +118,8 @@ def main() -> int:
             "spdnn: the mean of steps 4 to N + 3 (a run of N + 3 steps less a run of 3; "
             "beside it the mean of every step of the longer run, its start-up included), "
             "PyTorch: the median of N steps after 3 warm-up steps (scripts/bench/torch_xc.py:"
-            " the input layer's gradient dense, its faster form here). Rounds interleaved; "
+            " the faster of the input layer's dense and sparse gradients, each round). Rounds "
+            "interleaved; "
             "the medians.\n\n"
             + table(["step", "ms (median)", "ms per round", "spdnn / this"], rows))
     summary = f"\n\nspdnn's exact step is **{med['spdnn'] / med['torch']:.2f}x** PyTorch's."
