@@ -55,17 +55,19 @@ def _dwta_by_hand(hf: HashFunctions, v: np.ndarray) -> np.ndarray:
     return np.array(codes)
 
 
-def test_dwta_codes_match_a_plain_computation():
-    hf = HashFunctions.make(parse_lsh("2:3:5:dwta"), 40, seed=4)
+@pytest.mark.parametrize("spec", ["2:3:5:dwta", "2:6:7:dwta"])  # 15 functions; 32 + 10
+def test_dwta_codes_match_a_plain_computation(spec):
+    hf = HashFunctions.make(parse_lsh(spec), 40, seed=4)
     rng = np.random.default_rng(0)
     v = rng.standard_normal((6, 40)) * (rng.random((6, 40)) < 0.4)
     v[1] = 0  # every bin empty: code 0
     v[2, :] = np.where(v[2] != 0, 1.0, 0)  # ties: the first position wins
+    v[3, :5] = -2.0  # negative values win where nothing larger is there
     m = sp.csr_matrix(v)
     got = hf.codes(m.indptr, m.indices, m.data)
     for i in range(6):
         np.testing.assert_array_equal(got[i], _dwta_by_hand(hf, v[i]), err_msg=str(i))
-    assert np.all(got[1] == 0) and got.max() < 8 ** 3
+    assert np.all(got[1] == 0) and got.max() < 8 ** hf.spec.k
 
 
 def test_simhash_codes_match_a_plain_computation():

@@ -52,26 +52,6 @@ def test_softmax_passes_equal_numpy(backend, dtype, threads):
     assert (total == 0).all() and (first == -1).all()
 
 
-def test_the_passes_do_not_depend_on_the_thread_count():
-    if "numba" not in products.available_backends():
-        pytest.skip("numba is not installed")
-    before = products.backend(), products.threads()
-    products.set_backend("numba")
-    try:
-        results = []
-        for n in range(1, products.max_threads() + 1):
-            products.set_threads(n)
-            z = _block(np.random.default_rng(3), 9_000, 17, np.float32)
-            best = softmax.column_max(z)
-            results.append((best, *softmax.exp_columns(z, best), z))
-        for other in results[1:]:
-            for a, b in zip(results[0], other, strict=True):
-                np.testing.assert_array_equal(a, b)
-    finally:
-        products.set_backend(before[0])
-        products.set_threads(before[1])
-
-
 def test_exp32_is_within_one_ulp_and_clamps_below_float32s_normals():
     if "numba" not in products.available_backends():
         pytest.skip("numba is not installed")
