@@ -15,10 +15,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.io.datasets import Dataset
+from spdnn.kernels.hashing import HashFunctions, Tables
 from spdnn.kernels.lsh import (
-    HashFunctions,
     LshSpec,
-    Tables,
     apply_cap,
     fill_rows,
     forced,

@@ -1,6 +1,6 @@
-"""LSH of neurons and samples (spdnn.kernels.lsh, its numba kernels) against plain
-computations: DWTA and SimHash codes, the tables' retrieval, the rebuild schedule, the
-rows-only SGD update, and the options' errors."""
+"""LSH of neurons and samples (spdnn.kernels.lsh and .hashing, their numba kernels) against
+plain computations: DWTA and SimHash codes, the tables' order and retrieval, the rebuild
+schedule, the rows-only SGD update, and the options' errors."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spdnn.kernels._numba_lsh import _probe
+from spdnn.kernels._numba_hash import _probe
+from spdnn.kernels.hashing import HashFunctions, Tables
 from spdnn.kernels.lsh import (
-    HashFunctions,
     LshSpec,
-    Tables,
     apply_cap,
     is_rebuild_step,
     parse_lsh,
@@ -68,6 +67,47 @@ def test_dwta_codes_match_a_plain_computation(spec):
     for i in range(6):
         np.testing.assert_array_equal(got[i], _dwta_by_hand(hf, v[i]), err_msg=str(i))
     assert np.all(got[1] == 0) and got.max() < 8 ** hf.spec.k
+
+
+@pytest.mark.parametrize("n_in", [5, 8, 40, 300])  # bins of 5 (no power of 2), 8, and wide
+def test_dwta_codes_over_several_blocks_of_rows(n_in):
+    """More rows than one block (side-by-side rows: 128 at 40 inputs) and a tail; float32
+    and float64 alike; a column map gives the codes of the mapped rows."""
+    hf = HashFunctions.make(parse_lsh("2:4:9:dwta"), n_in, seed=7)
+    rng = np.random.default_rng(n_in)
+    v = rng.standard_normal((301, n_in)) * (rng.random((301, n_in)) < 0.3)
+    v[7] = 0
+    m = sp.csr_matrix(v)
+    got = hf.codes(m.indptr, m.indices, m.data)
+    assert got.shape == (301, 9)
+    for i in range(0, 301, 7):
+        np.testing.assert_array_equal(got[i], _dwta_by_hand(hf, v[i]), err_msg=str(i))
+    m32 = m.astype(np.float32)
+    np.testing.assert_array_equal(hf.codes(m32.indptr, m32.indices, m32.data),
+                                  hf.codes(m32.indptr, m32.indices, m32.data.astype(np.float64)))
+    perm = rng.permutation(n_in)  # local column j is input coordinate perm[j]
+    local = sp.csr_matrix(v[:, perm])
+    np.testing.assert_array_equal(hf.codes(local.indptr, local.indices, local.data, perm), got)
+
+
+@pytest.mark.parametrize("top", [1, 5, 2**11, 8**6, 2**31 + 5, 2**40, 2**61])
+def test_tables_order_rows_by_bucket_then_row(top):
+    """Every sort path (radix passes of up to 11 bits; int64 keys beyond int32; packed pairs;
+    a stable argsort) gives the order of a stable sort by bucket."""
+    rng = np.random.default_rng(top % 1000)
+    codes = rng.integers(0, top, (1000, 3), dtype=np.int64)
+    codes[::10, 1] = codes[5, 1]  # many rows in one bucket
+    codes[0, 2] = top - 1
+    tables = Tables.build(np.asfortranarray(codes))
+    for t in range(3):
+        order = np.argsort(codes[:, t], kind="stable")
+        np.testing.assert_array_equal(tables.rows[t], order)
+        np.testing.assert_array_equal(tables.keys[t], codes[order, t])
+    assert tables.rows.dtype == np.int32
+    assert tables.keys.dtype == (np.int32 if top <= 2**31 else np.int64)
+    again = Tables.build(codes[::-1], tables)  # a rebuild into the old tables' arrays
+    assert again.keys is tables.keys
+    np.testing.assert_array_equal(again.rows[0], np.argsort(codes[::-1, 0], kind="stable"))
 
 
 def test_simhash_codes_match_a_plain_computation():

@@ -106,7 +106,7 @@ def _retrieved_top5(net, x, hashes):
 
 @pytest.mark.parametrize("spec", ["2:2:6:dwta", "2:3:5:simhash", "2:8:2:simhash"])
 def test_inference_among_retrieved_outputs_on_every_grid(comm, mpi_tmp_path, spec):
-    from spdnn.kernels.lsh import HashFunctions
+    from spdnn.kernels.hashing import HashFunctions
     from spdnn.model.labels import precision_at
     from spdnn.runtime.inference import local_inputs, precisions
 

@@ -1,9 +1,7 @@
-"""numba kernels of LSH-selected neurons (spdnn.kernels.lsh, spdnn.runtime.sampled): hash
-codes of sparse vectors, the union of the buckets a batch hits, and the forward and backward
-products on the (neuron, sample) pairs of that union only. No Python loop per sample.
-
-Vectors come as CSR rows (indptr, indices = input coordinates, data); a zero value counts as
-absent, so a neuron's stored zero and a sample's ReLU zero hash alike.
+"""numba kernels of LSH-selected neurons (spdnn.kernels.hashing, spdnn.runtime.sampled): the
+union of the buckets a batch hits, and the forward and backward products on the (neuron,
+sample) pairs of that union only. No Python loop per sample. The hash codes:
+spdnn.kernels._numba_hash.
 """
 
 from __future__ import annotations
@@ -11,84 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-
-@nb.njit(cache=True, nogil=True)
-def _probe(f, attempt, n):
-    """The function whose winner an empty DWTA bin borrows at this attempt (densification)."""
-    return (f * 40503 + attempt * 2654435761 + attempt * attempt * 97) % n
-
-
-_GROUP = 32  # DWTA functions whose bins are compared side by side
-
-
-@nb.njit(cache=True, nogil=True)
-def dwta_codes(indptr, indices, data, members, k, tables, n_in, out):
-    """Densified winner-take-all: function f's code is the position q of the largest nonzero
-    value among its bin's coordinates ``members[f]`` (the first among equals); an empty bin
-    borrows the code of another function. Table t's bucket packs functions t*k..t*k+k-1 in
-    base len(members[f]). The bins of ``_GROUP`` functions are gathered first, then compared
-    position by position across the group: each function's comparisons form a chain of
-    dependent selects, so one function at a time ran at one comparison per ~6 ns (a table
-    rebuild of 50,000 rows with 300 functions: 916 ms, against 462 grouped)."""
-    n_fn, base = members.shape
-    dense = np.zeros(n_in, dtype=np.float64)
-    arg = np.empty(n_fn, dtype=np.int64)
-    vals = np.empty((base, _GROUP), dtype=np.float64)
-    best = np.empty(_GROUP, dtype=np.float64)
-    won = np.empty(_GROUP, dtype=np.int64)
-    for i in range(len(indptr) - 1):
-        for e in range(indptr[i], indptr[i + 1]):
-            dense[indices[e]] = data[e]
-        for f0 in range(0, n_fn, _GROUP):
-            size = min(_GROUP, n_fn - f0)
-            for g in range(size):
-                m = members[f0 + g]
-                for q in range(base):
-                    vals[q, g] = dense[m[q]]
-            best[:] = -np.inf  # no nonzero value yet (a weight of -inf or NaN never wins)
-            won[:] = -1
-            for q in range(base):
-                vq = vals[q]
-                for g in range(size):
-                    v = vq[g]
-                    take = (v != 0) & (v > best[g])
-                    best[g] = v if take else best[g]
-                    won[g] = q if take else won[g]
-            arg[f0:f0 + size] = won[:size]
-        for e in range(indptr[i], indptr[i + 1]):
-            dense[indices[e]] = 0.0
-        for t in range(tables):
-            code = 0
-            for j in range(k):
-                f = t * k + j
-                a = arg[f]
-                attempt = 1
-                while a < 0 and attempt <= 2 * n_fn:
-                    a = arg[_probe(f, attempt, n_fn)]
-                    attempt += 1
-                code = code * base + max(a, 0)
-            out[i, t] = code
-
-
-@nb.njit(cache=True, nogil=True)
-def simhash_codes(indptr, indices, data, col_ptr, col_fn, col_sign, k, tables, out):
-    """Signed random projections: bit j of table t is 1 when the projection of function
-    t*k+j (coordinate c feeds the functions col_fn[col_ptr[c]:col_ptr[c+1]] with signs
-    col_sign) is positive; sums in float64."""
-    n_fn = k * tables
-    acc = np.zeros(n_fn, dtype=np.float64)
-    for i in range(len(indptr) - 1):
-        acc[:] = 0.0
-        for e in range(indptr[i], indptr[i + 1]):
-            c = indices[e]
-            v = np.float64(data[e])
-            for j in range(col_ptr[c], col_ptr[c + 1]):
-                acc[col_fn[j]] += col_sign[j] * v
-        for t in range(tables):
-            code = 0
-            for j in range(k):
-                code = code * 2 + (1 if acc[t * k + j] > 0 else 0)
-            out[i, t] = code
+from spdnn.kernels import _numba_hash
 
 
 @nb.njit(cache=True, nogil=True)
@@ -237,16 +158,15 @@ def sampled_backward(ptr, act, delta, indptr, indices, data, xt, slot, entry_sta
 
 
 def warm_up() -> None:
-    """Compile the kernels for both value types now, not in a timed step."""
+    """Compile the kernels (and the hashing's) for both value types now, not in a timed
+    step."""
+    _numba_hash.warm_up()
     for dt in (np.float32, np.float64):
         ip, ix, dd = np.array([0, 2]), np.array([0, 1]), np.ones(2, dt)
-        out = np.empty((1, 1), dtype=np.int64)
-        dwta_codes(ip, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, out)
-        simhash_codes(ip, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
-                      np.ones(1, np.int8), 1, 1, out)
-        ptr, act, mass, _ = retrieve(out, np.zeros((1, 1), np.int64),
-                                     np.zeros((1, 1), np.int64), np.array([0, 1]),
-                                     np.array([0]), np.ones(1, dt), 1)
+        out = np.zeros((1, 1), dtype=np.int64)
+        for index in (np.int64, np.int32):  # the tables' keys and rows
+            ptr, act, mass, _ = retrieve(out, np.zeros((1, 1), index), np.zeros((1, 1), index),
+                                         np.array([0, 1]), np.array([0]), np.ones(1, dt), 1)
         z = np.empty(len(act), dtype=dt)
         xt = np.ones((1, 2), dtype=dt)
         for dense in (False, True):

@@ -1,27 +1,16 @@
-"""Locality-sensitive hashing of a layer's neurons (SLIDE: Chen et al., MLSys 2020): the hash
-functions, the tables over a set of neurons, and the rebuild schedule. No MPI.
+"""Locality-sensitive hashing of a layer's neurons (SLIDE: Chen et al., MLSys 2020): what
+``--lsh`` asks for, the rebuild schedule, and the active sets built around the tables'
+retrieval (the cap, the random fill, the neurons of largest bias, the labels). The hash
+functions and the tables: spdnn.kernels.hashing. No MPI.
 
-``--lsh LAYER:K:L[:dwta|simhash]`` puts L tables of K functions each on a layer. A neuron is
-hashed by its weight row, a sample by the layer's input vector, both in the global input
-coordinates, so a neuron lands in the same buckets on every grid. The functions come from
-(seed, layer) alone:
-
-- ``dwta`` (densified winner-take-all, SLIDE's choice for Amazon-670K): K x L bins of
-  ``BIN`` coordinates cut from seeded permutations of the inputs; a function's code is the
-  position of the bin's largest nonzero value, an empty bin borrows another function's code;
-  a table's bucket packs its K codes (BIN^K buckets).
-- ``simhash`` (signed random projections): each function sums the coordinates with seeded
-  signs, each coordinate taking part with probability 1/3; a table's bucket is its K sign bits
-  (2^K buckets).
-
-The tables are rebuilt from the current weights at step 0 and then after ``--rehash N`` steps,
-each period 10% longer than the one before (SLIDE's exponentially growing period), and at every
+``--lsh LAYER:K:L[:dwta|simhash]`` puts L tables of K functions each on a layer. The tables
+are rebuilt from the current weights at step 0 and then after ``--rehash N`` steps, each
+period 10% longer than the one before (SLIDE's exponentially growing period), and at every
 checkpoint step, so that a resumed run rebuilds exactly what an uninterrupted one does.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -32,8 +21,6 @@ from spdnn.kernels.ranges import segment_ids
 from spdnn.model.labels import MultiLabels
 
 KINDS = ("dwta", "simhash")
-BIN = 8  # coordinates per DWTA bin (SLIDE's)
-SIMHASH_DENSITY = 1 / 3
 REHASH_GROWTH_DIVISOR = 10  # each rebuild period is 1/10 longer than the last
 
 
@@ -115,98 +102,6 @@ def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) 
         at += period
         period += -(-period // REHASH_GROWTH_DIVISOR)  # 10% longer, rounded up, in integers
     return at == step
-
-
-@dataclass(frozen=True)
-class HashFunctions:
-    """The K x L functions of one layer over ``n_in`` input coordinates."""
-
-    spec: LshSpec
-    n_in: int
-    base: int  # DWTA: the code range (BIN, or n_in when smaller)
-    members: np.ndarray  # DWTA: (K L x base) the coordinates of each function's bin
-    col_ptr: np.ndarray  # SimHash: coordinate c feeds col_fn[col_ptr[c]:col_ptr[c + 1]]
-    col_fn: np.ndarray
-    col_sign: np.ndarray
-
-    @staticmethod
-    def make(spec: LshSpec, n_in: int, seed: int) -> HashFunctions:
-        rng = np.random.default_rng([seed, 0x51DE, spec.layer])
-        n_fn = spec.k * spec.tables
-        if spec.kind == "dwta":
-            base = min(BIN, n_in)
-            per = n_in // base  # bins per permutation
-            bins = [rng.permutation(n_in)[: per * base].reshape(per, base)
-                    for _ in range(math.ceil(n_fn / per))]
-            members = np.ascontiguousarray(np.concatenate(bins)[:n_fn], dtype=np.int32)
-            return HashFunctions(spec, n_in, base, members, np.zeros(1, np.int64),
-                                 np.zeros(0, np.int32), np.zeros(0, np.int8))
-        member = rng.random((n_in, n_fn)) < SIMHASH_DENSITY
-        signs = np.where(rng.random((n_in, n_fn)) < 0.5, -1, 1).astype(np.int8)
-        col_ptr = np.zeros(n_in + 1, dtype=np.int64)
-        np.cumsum(member.sum(axis=1), out=col_ptr[1:])
-        col_fn = np.nonzero(member)[1].astype(np.int32)
-        return HashFunctions(spec, n_in, 2, np.zeros((0, 1), np.int32), col_ptr, col_fn,
-                             signs[member])
-
-    def codes(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
-        """Bucket of every CSR row (vectors over the input coordinates) in every table:
-        (rows x L) int64."""
-        from spdnn.kernels import _numba_lsh as nbl
-
-        out = np.empty((len(indptr) - 1, self.spec.tables), dtype=np.int64)
-        if self.spec.kind == "dwta":
-            nbl.dwta_codes(indptr, indices, data, self.members, self.spec.k, self.spec.tables,
-                           self.n_in, out)
-        else:
-            nbl.simhash_codes(indptr, indices, data, self.col_ptr, self.col_fn, self.col_sign,
-                              self.spec.k, self.spec.tables, out)
-        return out
-
-    def codes_of_columns(self, x: np.ndarray) -> np.ndarray:
-        """Buckets of the columns of a dense (n_in x batch) block: (batch x L)."""
-        xt = np.ascontiguousarray(x.T)
-        nz = xt != 0
-        indptr = np.zeros(xt.shape[0] + 1, dtype=np.int64)
-        np.cumsum(nz.sum(axis=1), out=indptr[1:])
-        cols = np.nonzero(nz)[1]
-        return self.codes(indptr, cols, xt[nz])
-
-
-@dataclass(frozen=True)
-class Tables:
-    """L tables over a set of neurons: table t lists the neurons (local ids) ``rows[t]``
-    ordered by their bucket ``keys[t]`` (ties by id)."""
-
-    keys: np.ndarray  # (L x n) int64
-    rows: np.ndarray  # (L x n) int64
-
-    @staticmethod
-    def build(codes: np.ndarray) -> Tables:
-        n, tables = codes.shape
-        keys = np.empty((tables, n), dtype=np.int64)
-        rows = np.empty((tables, n), dtype=np.int64)
-        ids = np.arange(n, dtype=np.int64)
-        for t in range(tables):
-            # bucket and id as one key where it fits (a faster sort than a stable argsort)
-            if codes[:, t].max(initial=0) < 2**62 // max(n, 1):
-                packed = np.sort(codes[:, t] * n + ids)
-                keys[t], rows[t] = packed // n, packed % n
-            else:
-                order = np.argsort(codes[:, t], kind="stable")
-                keys[t], rows[t] = codes[order, t], order
-        return Tables(keys, rows)
-
-    def retrieve(self, sample_codes: np.ndarray, n_rows: int, label_ptr: np.ndarray,
-                 label_rows: np.ndarray, label_weights: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Active pairs of a batch: CSR (ptr, rows) over the samples, ascending rows, each
-        pair's target mass (label_ptr empty: no labels added, as in inference) and how many
-        tables retrieved it."""
-        from spdnn.kernels import _numba_lsh as nbl
-
-        return nbl.retrieve(sample_codes, self.keys, self.rows, label_ptr, label_rows,
-                            label_weights, n_rows)
 
 
 def cap_keys(hits: np.ndarray, global_rows: np.ndarray, n_out: int, seed: int,

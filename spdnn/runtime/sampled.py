@@ -1,6 +1,6 @@
 """The output layer with LSH-selected neurons (``--lsh``, SLIDE) on one rank's rows.
 
-Each rank hashes the rows it owns into its own tables (spdnn.kernels.lsh). Per batch it hashes
+Each rank hashes the rows it owns into its own tables (spdnn.kernels.hashing). Per batch it hashes
 every sample's input vector (the layer's whole input: from the X buffer when the rank's rows
 read every input, else gathered from the owners), retrieves the union of the buckets hit plus,
 in training, the sample's labels it owns, and computes those (neuron, sample) pairs only. The
@@ -19,7 +19,8 @@ import numpy as np
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.dense import dense_view
-from spdnn.kernels.lsh import HashFunctions, LshSpec, Tables, apply_cap, forced, top_bias_rows
+from spdnn.kernels.hashing import HashFunctions, Tables
+from spdnn.kernels.lsh import LshSpec, apply_cap, forced, top_bias_rows
 from spdnn.kernels.ranges import segment_ids
 from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.labels import MultiLabels
@@ -122,8 +123,8 @@ class SampledOutput:
         """Hash this rank's rows (their current weights) into fresh tables; find the rows of
         largest bias anew."""
         w = self.layer.weight
-        self.tables = Tables.build(self.hashes.codes(w.indptr, self.layer.buffer_rows[w.indices],
-                                                     w.data))
+        self.tables = Tables.build(self.hashes.codes(w.indptr, w.indices, w.data,
+                                                     self.layer.buffer_rows), self.tables)
         if self.spec.top_bias:
             self.top = top_bias_rows(self.layer.bias, self.layer.rows, self.spec.top_bias,
                                      self._gather_pairs)
@@ -133,8 +134,7 @@ class SampledOutput:
             nz = xt != 0
             indptr = np.zeros(xt.shape[0] + 1, dtype=np.int64)
             np.cumsum(nz.sum(axis=1), out=indptr[1:])
-            cols = self.layer.buffer_rows[np.nonzero(nz)[1]]
-            return self.hashes.codes(indptr, cols, xt[nz])
+            return self.hashes.codes(indptr, np.nonzero(nz)[1], xt[nz], self.layer.buffer_rows)
         own = np.ascontiguousarray(xbuf[: self.layer.n_owned_prev])
         batch = xbuf.shape[1]
         gathered = np.empty((int(self._owned_counts.sum()), batch), dtype=xbuf.dtype)
