@@ -22,6 +22,8 @@ from spdnn.kernels.lsh import (
     fill_rows,
     forced,
     is_rebuild_step,
+    tail_pairs,
+    tail_weights,
     top_bias_rows,
 )
 from spdnn.kernels.ranges import concat_ranges, segment_ids
@@ -108,13 +110,19 @@ def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashF
     ptr, act, mass, hits = tables.retrieve(hashes.codes_of_columns(h), net.sizes[-1],
                                            *forced(y, fill, h.dtype, batch, top_rows))
     if hashes.spec.max_active:
-        ptr, act, mass = apply_cap(ptr, act, mass, hits, act, hashes.spec, net.sizes[-1], seed,
-                                   lambda samples, keys: (samples, keys))
+        ptr, act, mass, hits = apply_cap(ptr, act, mass, hits, act, hashes.spec, net.sizes[-1],
+                                         seed, lambda samples, keys: (samples, keys))
     s = segment_ids(ptr)
     z = np.asarray(w[act].multiply(h[:, s].T).sum(axis=1)).ravel() + last.bias[act]
     gmax = np.full(batch, -np.inf)
     np.maximum.at(gmax, s, z)
     e = np.exp(z - gmax[s])
+    if hashes.spec.estimate_tail:  # the random pairs stand for the outputs not retrieved
+        rand = tail_pairs(hits, mass, act, np.zeros(0) if top_rows is None else top_rows,
+                          hashes.spec.tables)
+        weight = tail_weights(np.bincount(s[~rand], minlength=batch),
+                              np.bincount(s[rand], minlength=batch), net.sizes[-1])
+        e = np.where(rand, e * weight[s], e)
     total = np.bincount(s, weights=e, minlength=batch)
     target = np.bincount(s, weights=mass * (z - gmax[s]), minlength=batch)
     has = y.counts > 0

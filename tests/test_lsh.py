@@ -13,11 +13,14 @@ from spdnn.kernels.hashing import HashFunctions, Tables
 from spdnn.kernels.lsh import (
     LshSpec,
     apply_cap,
+    fill_rows,
     is_rebuild_step,
     parse_lsh,
     top_bias_rows,
 )
+from spdnn.model.labels import MultiLabels
 from spdnn.model.optim import SGD, RowGrad, SGDConfig
+from spdnn.reference import lsh_tables
 from tests.helpers import launch, small_network
 
 
@@ -159,9 +162,8 @@ def test_retrieval_is_the_union_of_the_buckets_and_the_labels():
                                             weights[label_ptr[s]:label_ptr[s + 1]]) if r >= 0}
         assert list(act[ptr[s]:ptr[s + 1]]) == sorted(hit | set(labels))
         for r, h in zip(act[ptr[s]:ptr[s + 1]], hits[ptr[s]:ptr[s + 1]]):
-            joined = 4 if r in labels else sum(row_codes[r, t] == sample_codes[s, t]
-                                               for t in range(3))
-            assert h == joined  # a label: one more than the tables
+            tables_hit = sum(row_codes[r, t] == sample_codes[s, t] for t in range(3))
+            assert h == tables_hit + (4 if r in labels else 0)  # a label: 1 + the tables more
         assert {int(r): m for r, m in zip(act[ptr[s]:ptr[s + 1]], mass[ptr[s]:ptr[s + 1]])
                 if m} == labels
     ptr, act, mass, _ = tables.retrieve(sample_codes, 30, np.zeros(0, np.int64),
@@ -194,11 +196,36 @@ def test_the_cap_keeps_labels_and_fillers_besides_the_retrieved():
     ptr, act, mass, hits = tables.retrieve(codes, 40, label_ptr, label_rows, weights)
     assert np.all(np.diff(ptr) == 40)
     spec = parse_lsh("2:1:2", max_active=4)
-    ptr, act, mass = apply_cap(ptr, act, mass, hits, act, spec, 40, 0, lambda a, b: (a, b))
+    ptr, act, mass, _ = apply_cap(ptr, act, mass, hits, act, spec, 40, 0, lambda a, b: (a, b))
     for s in range(3):
         kept = set(act[ptr[s]:ptr[s + 1]].tolist())
         joined = set(label_rows[label_ptr[s]:label_ptr[s + 1]].tolist())
         assert joined <= kept and len(kept - joined) == 4, (s, kept)
+
+
+@pytest.mark.parametrize("estimate", [False, True])
+def test_the_tail_estimate_gives_the_full_softmax_when_every_output_is_equal(estimate):
+    """With every output's logit equal, the random neurons standing for the outputs not
+    retrieved make the sampled loss the full softmax's, log(n_out), whatever was retrieved;
+    the active outputs alone give log(active)."""
+    from spdnn.reference import sampled_backward
+
+    net = small_network((30, 16, 500), fan_in=8, seed=2, bias_scale=0.0)
+    net.layers[-1].weight.data[:] = 0
+    x = np.abs(np.random.default_rng(0).standard_normal((30, 6)))
+    labels = MultiLabels(np.array([0, 1, 3, 4, 5, 6, 7]), np.array([3, 7, 9, 1, 400, 2, 5]), 500)
+    spec = parse_lsh("2:2:4", random=40, top_bias=3, estimate_tail=estimate)
+    hashes = HashFunctions.make(spec, 16, seed=1)
+    tables = lsh_tables(net, hashes)
+    fill = fill_rows(0, 0, 6, 40, 500)
+    g, active = sampled_backward(net, x, labels, hashes, tables, 0, fill, np.array([0, 1, 2]))
+    mean_active = active / 6
+    if estimate:
+        assert g.loss == pytest.approx(np.log(500), rel=1e-12)
+    else:
+        assert g.loss < np.log(mean_active + 1) < np.log(500)
+    with pytest.raises(ValueError, match="needs random neurons"):
+        parse_lsh("2:2:4", estimate_tail=True)
 
 
 def test_rebuild_schedule():

@@ -26,18 +26,20 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "xc-sample"
 
 
 @pytest.mark.parametrize("spec", ["2:3:6:dwta", "2:5:6:simhash", "2:2:6:simhash:cap 7",
-                                  "2:4:6:dwta:random 20", "2:2:6:simhash:cap 7:top 9"])
+                                  "2:4:6:dwta:random 20", "2:2:6:simhash:cap 7:top 9",
+                                  "2:3:6:simhash:random 12:top 5:tail"])
 @pytest.mark.parametrize("method", ["block", "hypergraph"])
 def test_sampled_training_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, spec,
                                                                    method):
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     # a sparse output layer (fan-in 24 of 40): ranks hash a gathered input vector
     net = small_network((256, 40, 128), fan_in=24, seed=5, bias_scale=0.1)
-    spec, _, top = spec.partition(":top ")
+    tail = spec.endswith(":tail")  # the random neurons stand for the rest
+    spec, _, top = spec.removesuffix(":tail").partition(":top ")
     text, _, cap = spec.partition(":cap ")
     text, _, fill = text.partition(":random ")
     lsh = parse_lsh(text, int(cap) if cap else None, int(fill) if fill else 0,
-                    int(top) if top else 0)
+                    int(top) if top else 0, tail)
     cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=14, lsh=lsh,
                       rehash=3)
     expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=14, lsh=lsh,

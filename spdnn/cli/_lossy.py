@@ -44,6 +44,13 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
                             "frequent labels are pushed down as in exact training; without it "
                             "they drift up and can become every sample's prediction (about "
                             "100 at 200,000 labels)")
+    lossy.add_argument("--lsh-estimate-tail", action="store_true",
+                       help="with --lsh-random: in training the random output neurons stand "
+                            "for every output not retrieved, their softmax terms weighted by "
+                            "(outputs not retrieved) / (random ones): the loss and gradients "
+                            "of the full softmax, estimated (sampled softmax); holds at "
+                            "learning rates where the softmax over the active outputs alone "
+                            "kills the hidden layer (docs/lossy.md)")
     lossy.add_argument("--rehash", type=positive_int, default=50, metavar="N",
                        help="with --lsh: rebuild the tables after N steps, each later period "
                             "10%% longer")

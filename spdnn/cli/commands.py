@@ -207,7 +207,8 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
         compress=args.compress, compress_min_values=args.compress_min_values,
         critical_set=args.critical_set, refresh=args.refresh, lsh=args.lsh,
         lsh_max_active=args.lsh_max_active, lsh_random=args.lsh_random,
-        lsh_top_bias=args.lsh_top_bias, rehash=args.rehash)
+        lsh_top_bias=args.lsh_top_bias, lsh_estimate_tail=args.lsh_estimate_tail,
+        rehash=args.rehash)
     with _dry_run(comm):
         train(args.network, data=args.data, run=_run_options(args), options=options,
               save=args.save, metrics_out=args.metrics_out, comm=comm, verbose=True)

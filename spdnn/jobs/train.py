@@ -43,12 +43,17 @@ def _config(opt: TrainOptions) -> TrainConfig:
     except ValueError as exc:
         raise SpdnnError(f"--compress: {exc}") from None
     try:
-        lsh = parse_lsh(opt.lsh, opt.lsh_max_active, opt.lsh_random, opt.lsh_top_bias) \
-            if opt.lsh is not None else None
+        lsh = parse_lsh(opt.lsh, opt.lsh_max_active, opt.lsh_random, opt.lsh_top_bias,
+                        opt.lsh_estimate_tail is True) if opt.lsh is not None else None
     except ValueError as exc:
         raise SpdnnError(f"--lsh: {exc}") from None
-    if (opt.lsh_max_active is not None or opt.lsh_random or opt.lsh_top_bias) and lsh is None:
-        raise SpdnnError("--lsh-max-active, --lsh-random and --lsh-top-bias need --lsh")
+    if not isinstance(opt.lsh_estimate_tail, bool):
+        raise SpdnnError(f"lsh_estimate_tail must be True or False, not "
+                         f"{opt.lsh_estimate_tail!r}")
+    if (opt.lsh_max_active is not None or opt.lsh_random or opt.lsh_top_bias
+            or opt.lsh_estimate_tail) and lsh is None:
+        raise SpdnnError("--lsh-max-active, --lsh-random, --lsh-top-bias and "
+                         "--lsh-estimate-tail need --lsh")
     if lsh is not None and opt.loss != "cross_entropy":
         raise SpdnnError("--lsh trains with the cross_entropy loss (softmax over the active "
                          "outputs)")

@@ -45,8 +45,8 @@ def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
     """Per sample, the union of the rows in the buckets its codes hit (table t: rows[t]
     ordered by keys[t]) and of its label rows (-1: not here), ascending. Returns the CSR of
     the active pairs (ptr, rows), each pair's target mass (0 unless a label) and the number
-    of tables whose bucket holds it (one more than the tables for a row that joined as a
-    label or filler). Two passes: count, then fill."""
+    of tables whose bucket holds it (plus one more than the tables for a row that joined as
+    a label or filler). Two passes: count, then fill."""
     batch = codes.shape[0]
     stamp = np.full(n_rows, -1, dtype=np.int64)
     hit_of = np.zeros(n_rows, dtype=np.int64)
@@ -71,7 +71,8 @@ def retrieve(codes, keys, rows, label_ptr, label_rows, label_weights, n_rows):
                 r = label_rows[j]
                 if r >= 0:
                     a = ptr[s] + np.searchsorted(out[ptr[s]:c], r)
-                    hits[a] = codes.shape[1] + 1
+                    if hits[a] <= codes.shape[1]:  # once, a row also drawn as a filler
+                        hits[a] += codes.shape[1] + 1
                     if label_weights[j] > mass[a]:  # a label also drawn as a filler
                         mass[a] = label_weights[j]
     return ptr, out, mass, hits

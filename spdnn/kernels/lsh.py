@@ -35,18 +35,20 @@ class LshSpec:
     max_active: int | None = None  # --lsh-max-active: retrieved neurons kept per sample
     random: int = 0  # --lsh-random: random output neurons added per sample in training
     top_bias: int = 0  # --lsh-top-bias: the neurons of largest bias, added to every sample
+    estimate_tail: bool = False  # --lsh-estimate-tail: the random neurons stand for the rest
 
     def text(self) -> str:
         cap = f", at most {self.max_active} per sample" if self.max_active else ""
         fill = f", {self.random} random" if self.random else ""
+        tail = " standing for the rest" if self.estimate_tail else ""
         top = f", the {self.top_bias} largest biases" if self.top_bias else ""
-        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}{cap}{fill}{top}"
+        return f"{self.layer}:{self.k}:{self.tables}:{self.kind}{cap}{fill}{tail}{top}"
 
 
 def parse_lsh(text: str, max_active: int | None = None, random: int = 0,
-              top_bias: int = 0) -> LshSpec:
+              top_bias: int = 0, estimate_tail: bool = False) -> LshSpec:
     """``LAYER:K:L[:dwta|simhash]`` (and ``--lsh-max-active``, ``--lsh-random``,
-    ``--lsh-top-bias``)."""
+    ``--lsh-top-bias``, ``--lsh-estimate-tail``)."""
     parts = text.strip().split(":")
     if len(parts) not in (3, 4):
         raise ValueError(f"{text!r}: write LAYER:K:L[:dwta|simhash], e.g. 2:6:50")
@@ -70,8 +72,11 @@ def parse_lsh(text: str, max_active: int | None = None, random: int = 0,
         raise ValueError(f"the random neurons per sample must be a count >= 0, not {random}")
     if not 0 <= top_bias < 2**31:
         raise ValueError(f"the neurons of largest bias must be a count >= 0, not {top_bias}")
+    if estimate_tail and not random:
+        raise ValueError("the tail's estimate needs random neurons (--lsh-random N > 0): "
+                         "they are its sample of the outputs not retrieved")
     return LshSpec(layer=layer, k=k, tables=tables, kind=kind, max_active=max_active,
-                   random=random, top_bias=top_bias)
+                   random=random, top_bias=top_bias, estimate_tail=estimate_tail)
 
 
 def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...]) -> None:
@@ -140,7 +145,7 @@ def local_candidates(samples: np.ndarray, joined: np.ndarray, keys: np.ndarray, 
 def apply_cap(ptr: np.ndarray, act: np.ndarray, mass: np.ndarray, hits: np.ndarray,
               global_rows: np.ndarray, spec: LshSpec, n_out: int, seed: int,
               gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """At most ``spec.max_active`` retrieved neurons per sample (the labels, random and
     top-bias neurons kept besides them: ``retrieve`` counts them in more hits than there are
     tables; the others when their key reaches the sample's threshold), the same ones on every
@@ -155,7 +160,23 @@ def apply_cap(ptr: np.ndarray, act: np.ndarray, mass: np.ndarray, hits: np.ndarr
     keep = joined | (keys >= threshold[samples])
     new_ptr = np.zeros(batch + 1, dtype=np.int64)
     np.cumsum(np.bincount(samples[keep], minlength=batch), out=new_ptr[1:])
-    return new_ptr, act[keep], mass[keep]
+    return new_ptr, act[keep], mass[keep], hits[keep]
+
+
+def tail_pairs(hits: np.ndarray, mass: np.ndarray, global_rows: np.ndarray, top: np.ndarray,
+               tables: int) -> np.ndarray:
+    """The active pairs that joined as random neurons only: no table retrieved them
+    (``retrieve`` gives a joined row one hit more than the tables, plus its tables' hits),
+    not a label (no target mass), not a neuron of largest bias (``top``, global rows)."""
+    return (hits == tables + 1) & (mass == 0) & ~np.isin(global_rows, top)
+
+
+def tail_weights(others: np.ndarray, randoms: np.ndarray, n_out: int) -> np.ndarray:
+    """Per sample, the weight of each of its random pairs in the softmax: the outputs outside
+    its other active pairs over its random ones (both counted over every rank), so that the
+    random pairs' terms estimate the sum over every output not retrieved, as sampled
+    softmax does with a uniform proposal (Bengio and Senecal 2008); 0 without random pairs."""
+    return np.where(randoms > 0, (n_out - others) / np.maximum(randoms, 1), 0.0)
 
 
 def fill_rows(seed: int, step: int, batch: int, count: int, n_out: int) -> np.ndarray:

@@ -72,6 +72,7 @@ class TrainOptions:
     lsh_max_active: int | None = None  # retrieved output neurons kept per sample
     lsh_random: int = 0  # random output neurons added per sample in training
     lsh_top_bias: int = 0  # output neurons of largest bias added to every sample in training
+    lsh_estimate_tail: bool = False  # the random ones stand for every output not retrieved
     rehash: int = 50  # steps before the first rebuild of the LSH tables
 
 

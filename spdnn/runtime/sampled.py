@@ -20,7 +20,14 @@ from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.dense import dense_view
 from spdnn.kernels.hashing import HashFunctions, Tables
-from spdnn.kernels.lsh import LshSpec, apply_cap, forced, top_bias_rows
+from spdnn.kernels.lsh import (
+    LshSpec,
+    apply_cap,
+    forced,
+    tail_pairs,
+    tail_weights,
+    top_bias_rows,
+)
 from spdnn.kernels.ranges import segment_ids
 from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.labels import MultiLabels
@@ -39,6 +46,7 @@ class _Batch:
     mass: np.ndarray  # target mass of each pair (training)
     z: np.ndarray  # pre-activation of each pair
     xt: np.ndarray  # the layer's input buffer, (batch x buffer rows)
+    tail: np.ndarray | None  # --lsh-estimate-tail in training: the random-only pairs
 
     @property
     def samples(self) -> np.ndarray:
@@ -166,15 +174,18 @@ class SampledOutput:
         ptr, act, mass, hits = self.tables.retrieve(codes, len(self.layer.rows), lptr, lrows,
                                                     lw)
         if self.spec.max_active:
-            ptr, act, mass = apply_cap(ptr, act, mass, hits, self.layer.rows[act], self.spec,
-                                       self.n_out, self.seed, self._gather_pairs)
+            ptr, act, mass, hits = apply_cap(ptr, act, mass, hits, self.layer.rows[act],
+                                             self.spec, self.n_out, self.seed,
+                                             self._gather_pairs)
         w = self.layer.weight
         z = np.empty(len(act), dtype=dtype)
         from spdnn.kernels import _numba_lsh as nbl
 
         nbl.sampled_forward(ptr, act, w.indptr, w.indices, w.data, self.layer.bias, xt, z,
                             dense_view(w) is not None)
-        self._batch = _Batch(ptr, act, mass, z, xt)
+        tail = tail_pairs(hits, mass, self.layer.rows[act], self.top, self.spec.tables) \
+            if self.spec.estimate_tail and labels is not None else None
+        self._batch = _Batch(ptr, act, mass, z, xt, tail)
         self.active_pairs += len(act)
 
     def _best(self, b: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -193,20 +204,32 @@ class SampledOutput:
 
     def loss(self, labels: MultiLabels, scale: int, sample_losses: np.ndarray | None = None
              ) -> tuple[float, int, np.ndarray]:
-        """Softmax cross-entropy over the active outputs of every rank, the target mass split
-        over the labels (always active in training): the loss (mean over ``scale`` samples),
-        the count of samples whose best active output is a label, and the error of each
-        active pair."""
+        """Softmax cross-entropy over the active outputs of every rank (with
+        ``--lsh-estimate-tail``, the random ones weighted to stand for every output not
+        retrieved: ``tail_weights``), the target mass split over the labels (always active in
+        training): the loss (mean over ``scale`` samples), the count of samples whose best
+        active output is a label, and the error of each active pair."""
         b = self._batch
         assert b is not None
         gmax, pred, samples = self._best(b)
         shifted = b.z - gmax[samples]
         e = np.exp(shifted)
         batch = len(b.ptr) - 1
-        packed = np.zeros((2, batch), dtype=b.z.dtype)
-        packed[0] = np.bincount(samples, weights=e, minlength=batch)
+        rand = b.tail
+        packed = np.zeros((2 if rand is None else 5, batch), dtype=b.z.dtype)
+        packed[0] = np.bincount(samples, weights=e if rand is None else np.where(rand, 0, e),
+                                minlength=batch)
         packed[1] = np.bincount(samples, weights=b.mass * shifted, minlength=batch)
-        total, target = self.comm.allreduce(packed) if self.comm.size > 1 else packed
+        if rand is not None:
+            packed[2] = np.bincount(samples, weights=np.where(rand, e, 0), minlength=batch)
+            packed[3] = np.bincount(samples[~rand], minlength=batch)
+            packed[4] = np.bincount(samples[rand], minlength=batch)
+        packed = self.comm.allreduce(packed) if self.comm.size > 1 else packed
+        total, target = packed[0], packed[1]
+        if rand is not None:
+            weight = tail_weights(packed[3], packed[4], self.n_out)
+            total = total + weight * packed[2]
+            e = np.where(rand, e * weight[samples], e)
         has = labels.counts > 0
         per_sample = np.where(has, np.log(np.where(has, total, 1)) - target, 0.0)
         if sample_losses is not None:
