@@ -3,7 +3,8 @@ synthetic extreme-classification task, side by side in one run.
 
     python scripts/bench/bench_slide.py [--samples 20000] [--test-samples 2000] [--epochs 2]
                                   [--lsh 2:6:50] [--lsh-random 200] [--lsh-top-bias 100]
-                                  [--rehash 50] [--lr 0.1] [--torch PYTHON] [--no-write]
+                                  [--rehash 50] [--lr 0.1] [--high-lr 0.5] [--high-rehash 20]
+                                  [--torch PYTHON] [--no-write]
 
 Task: ``spdnn generate xc-data`` with 100,000 features and 200,000 labels (seed 0); network
 features -> 128 -> labels (``spdnn generate random --fan-in 4096,128``: a sparse input layer,
@@ -13,7 +14,9 @@ batch 64, lr 0.1 (--lr), momentum 0.9, seed 0. Runs, one after the other: 1 rank
 ``--lsh``; the test P@1 and P@5 after every epoch are exact (every neuron). PyTorch
 (scripts/bench/torch_xc.py, ``--torch`` names a Python with torch; its input layer's gradient
 dense and sparse, the faster kept): the median full-softmax step at
-one thread. Writes docs/BENCHMARKS.md, section "LSH-selected output neurons".
+one thread. ``--high-lr``: also, on one rank, exact training and ``--lsh`` at that rate, the
+latter with and without ``--lsh-estimate-tail`` (and ``--rehash`` from ``--high-rehash``).
+Writes docs/BENCHMARKS.md, section "LSH-selected output neurons".
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -59,6 +62,8 @@ def main() -> int:
     ap.add_argument("--lsh-top-bias", type=int, default=100)
     ap.add_argument("--rehash", type=int, default=50)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--high-lr", type=float, default=None)
+    ap.add_argument("--high-rehash", type=int, default=20)
     ap.add_argument("--torch", default=str(ROOT / ".venv-torch" / "bin" / "python"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -82,6 +87,15 @@ def main() -> int:
                                    ("1x2", 2, ["--replicas", "2"])):
             for mode, more in (("exact", []), (f"--lsh {args.lsh}", lsh)):
                 results[(grid, mode)] = train(ranks, base + extra + more, tmp / "m.json")
+        if args.high_lr is not None:  # where the active-only softmax kills the hidden layer
+            high = [*base[:base.index("--lr")], "--lr", str(args.high_lr)]
+            grid = f"1 rank, lr {args.high_lr}"
+            tail = [*lsh[:lsh.index("--rehash")], "--rehash", str(args.high_rehash),
+                    "--lsh-estimate-tail"]
+            for mode, more in (("exact", []), (f"--lsh {args.lsh}", lsh),
+                               (f"--lsh {args.lsh} --rehash {args.high_rehash} "
+                                "--lsh-estimate-tail", tail)):
+                results[(grid, mode)] = train(1, high + more, tmp / "m.json")
         torch_step, torch_form = None, None
         if Path(args.torch).exists():  # both forms of the input layer's gradient: the faster
             torch_xc = ROOT / "scripts" / "bench" / "torch_xc.py"
@@ -121,10 +135,21 @@ def main() -> int:
                     f"({torch_step / step_exact:.2f}x) and its `--lsh` step "
                     f"{1000 * step_lsh:.1f} ms ({torch_step / step_lsh:.1f}x faster than "
                     "PyTorch).")
+    if args.high_lr is not None:
+        grid = f"1 rank, lr {args.high_lr}"
+        ex, plain, est = (results[k] for k in results if k[0] == grid)
+        summary += (f" At `--lr {args.high_lr}`: P@1 after {args.epochs} epochs "
+                    f"{est[-1]['precision_at_1']:.4f} with `--lsh-estimate-tail` against "
+                    f"{plain[-1]['precision_at_1']:.4f} without and exact's "
+                    f"{ex[-1]['precision_at_1']:.4f}; its epoch "
+                    f"{sum(e['seconds'] for e in ex) / sum(e['seconds'] for e in est):.1f}x "
+                    "faster than exact.")
     body = (f"Command: `python scripts/bench/bench_slide.py --samples {args.samples} "
             f"--test-samples {args.test_samples} --epochs {args.epochs} --lsh {args.lsh} "
             f"--lsh-random {args.lsh_random} --lsh-top-bias {args.lsh_top_bias} "
-            f"--rehash {args.rehash} --lr {args.lr}`. Task: `spdnn generate xc-data` "
+            f"--rehash {args.rehash} --lr {args.lr}"
+            + (f" --high-lr {args.high_lr} --high-rehash {args.high_rehash}"
+               if args.high_lr is not None else "") + "`. Task: `spdnn generate xc-data` "
             "(100,000 features, 200,000 labels, seed 0); network features -> 128 -> labels "
             "(`--fan-in 4096,128`: sparse input layer, full output layer), float32, "
             f"{' '.join(common)}. One run each, one after the other. `epoch s`: training "
