@@ -43,6 +43,19 @@ def test_a_job_reports_each_ranks_peak_and_the_prediction_counts_what_it_held(co
         assert pred["weights"] == held["weights"]
 
 
+def test_the_prediction_counts_the_lsh_tables(comm):
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "xc-sample"
+    net = small_network((256, 40, 128), fan_in=24, seed=5, bias_scale=0.1)
+    plan = partition(net, parts=comm.size, method="block")
+    result = spdnn.train(net, data=f"xc:{sample}", run=spdnn.RunOptions(plan=plan), comm=comm,
+                         options=spdnn.TrainOptions(epochs=1, batch_size=64, lr=0.1,
+                                                    max_steps=3, lsh="2:3:6"))
+    for pred, held in zip(result.memory["predicted_bytes"], result.memory["held_bytes"]):
+        assert pred["weights"] == held["weights"]  # 6 tables of int32 keys and rows included
+
+
 def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):
     """Graph Challenge inference under a plan: each rank reads its first layer's features of
     the images and holds them once (the data counted is that selection, not every feature),

@@ -116,7 +116,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
                    [("--categories-out", categories_out), ("--metrics-out", metrics_out)],
                    can_stream=lsh is None, challenge=not is_dataset(spec),
                    data=dataset_bytes(spec, run.dtype) if is_dataset(spec) else
-                   images_bytes(spec, run.dtype))
+                   images_bytes(spec, run.dtype),
+                   lsh_tables=lsh_spec.tables if lsh_spec is not None else 0)
     if job.stream is not None:
         return run_streamed(comm, job, spec, truth, categories_out, metrics_out, run.dtype,
                             verbose)

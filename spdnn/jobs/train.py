@@ -199,4 +199,5 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
     return open_job(comm, network, run, cfg.batch_size,
                     [("--save", save), ("--metrics-out", metrics_out)],
                     [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True,
-                    data=None if data is None else count)
+                    data=None if data is None else count,
+                    lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0)

@@ -92,17 +92,21 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
             data_bytes: int = 0, baseline: int | None = None,
-            challenge: bool = False) -> MemoryPrediction:
+            challenge: bool = False, lsh_tables: int = 0) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
     chunks (their dense input block and last activations too) instead of evaluation
-    batches. ``baseline``: the process's own bytes (default: ``process_baseline``)."""
+    batches. ``baseline``: the process's own bytes (default: ``process_baseline``).
+    ``lsh_tables``: L hash tables over the output layer's rows (``--lsh``)."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
                   + s.buffer_rows * 8  # global id of each buffer row
                   + s.sent * 8 for s in layers)  # the exchange's send list (int64)
+    # LSH: each table's int32 keys and rows; while they are rebuilt, every row's codes (int64)
+    lsh = lsh_tables * layers[-1].rows * 8
+    weights += lsh
     state = 0
     step = 0
     if training:
@@ -123,7 +127,7 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     evaluation = passes * itemsize * (
         2 * max(s.buffer_rows for s in layers) + max(s.rows for s in layers)
         + (layers[0].prev_rows + layers[-1].rows if challenge else 0))
-    buffers = step + messages + evaluation
+    buffers = step + messages + evaluation + lsh
     if baseline is None:
         baseline = process_baseline(weights + state + buffers + data_bytes, state + buffers)
     return MemoryPrediction(weights=int(weights), training=int(state), buffers=int(buffers),

@@ -53,6 +53,7 @@ class Budget:
     can_stream: bool = False
     stream_layers: int | None = None
     challenge: bool = False  # inference in Graph Challenge chunks (spdnn.model.memory)
+    lsh_tables: int = 0  # --lsh: hash tables over the output layer (spdnn.model.memory)
     # This rank's input data in bytes, from the grid (its replica's share of the samples), its
     # first layer's features and the network's input size, counted before anything is read
     # (None: not known ahead).
@@ -113,7 +114,8 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
         world.check(lambda: budget.data(grid, plan.rows_of(grid.model.rank, 0),
                                                 bundle.sizes[0]))  # type: ignore[attr-defined]
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
-                   training=budget.training, challenge=budget.challenge, data_bytes=data)
+                   training=budget.training, challenge=budget.challenge, data_bytes=data,
+                   lsh_tables=budget.lsh_tables)
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None

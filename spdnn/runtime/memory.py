@@ -50,6 +50,9 @@ def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
     training state (transposes, gradients, ``optimizer``'s buffers), buffers (activation
     blocks and messages) and ``data`` (arrays or sparse matrices)."""
     weights = sum(lay.nbytes()["weights"] for lay in dnet.layers)
+    tables = dnet.sampled.tables if dnet.sampled is not None else None
+    if tables is not None:  # LSH: an index of the output layer's rows
+        weights += tables.keys.nbytes + tables.rows.nbytes
     training = sum(lay.transposed.nbytes for lay in dnet.layers if lay.has_transpose)
     training += sum(lay.exchange.index_nbytes()["training"] for lay in dnet.layers)
     training += _nbytes(optimizer)
@@ -85,7 +88,8 @@ def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training
     mine_held = held(dnet, optimizer, data)
     mine_pred = predict(shapes(dnet), batch=batch, itemsize=dnet.dtype.itemsize,
                         training=training, data_bytes=mine_held["data"],
-                        challenge=challenge).as_dict()
+                        challenge=challenge,
+                        lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0).as_dict()
     every = comm.allgather((peak_rss(), mine_pred, mine_held))
     return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
             "held_bytes": [e[2] for e in every]}
