@@ -69,3 +69,33 @@ def test_dense_blocks_and_the_scipy_backend_keep_the_full_kernels(backend):
     assert sparse_inputs.live_rows(x) is None
     x[1:] = 0.0  # one row of 3,000 live: the numba backend skips the others
     assert (sparse_inputs.live_rows(x) is None) == (backend == "scipy")
+
+
+def test_a_workspace_filled_by_sparse_blocks_holds_each_dense_block():
+    """X_0 filled block after block from sparse samples (only their rows written, the last
+    block's rows cleared), with a dense block between them, equals each block's dense form;
+    the rows it reports hold every nonzero, and a stored zero counts as a row too."""
+    from spdnn.model.batching import columns, sample_block
+    from spdnn.runtime.workspace import fill_inputs
+
+    class Ws:
+        filled = None
+
+    rng = np.random.default_rng(3)
+    data = sp.random(50, 300, density=0.03, format="csr", random_state=4)
+    data.data[:5] = 0  # stored zeros
+    x = np.full((300, 8), np.nan)  # the buffer's first contents: garbage
+    ws = Ws()
+    for k, dense in enumerate([False, False, True, False, False]):
+        idx = rng.choice(50, 8, replace=False)
+        block = sample_block(data, idx)
+        known = fill_inputs(x, columns(data, idx) if dense else block, ws)
+        np.testing.assert_array_equal(x, columns(data, idx), err_msg=str(k))
+        if dense:
+            assert known is None and ws.filled is None
+        else:
+            assert np.array_equal(known, np.unique(data[idx].indices))
+            assert set(np.flatnonzero(x.any(axis=1))) <= set(known)
+    y = np.full((300, 8), np.nan)  # no workspace (inference's buffers): cleared whole
+    assert fill_inputs(y, block, None) is not None
+    np.testing.assert_array_equal(y, columns(data, idx))

@@ -22,15 +22,19 @@ from spdnn.kernels.transposed import Transposed
 LIVE_AT_MOST = 0.25
 
 
-def live_rows(x: np.ndarray) -> np.ndarray | None:
-    """The rows of ``x`` holding a nonzero (ascending), when the skipping kernels apply."""
+def live_rows(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray | None:
+    """The rows of ``x`` holding a nonzero (ascending), when the skipping kernels apply;
+    ``known``: rows that hold every nonzero, ascending (a sparse block's), taken unscanned."""
     if products.backend() != "numba" or not x.flags.c_contiguous or x.size == 0:
         return None
     from spdnn.kernels import _numba_inputs
 
-    mask = np.empty(len(x), np.uint8)
-    _numba_inputs.live_rows(x, mask)
-    live = np.flatnonzero(mask)
+    if known is not None:
+        live = known
+    else:
+        mask = np.empty(len(x), np.uint8)
+        _numba_inputs.live_rows(x, mask)
+        live = np.flatnonzero(mask)
     return live if len(live) <= LIVE_AT_MOST * len(x) else None
 
 

@@ -7,6 +7,7 @@ by (seed, epoch)); the last one is smaller.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,13 +43,43 @@ def n_batches(n_samples: int, batch_size: int) -> int:
     return (n_samples + batch_size - 1) // batch_size
 
 
+@dataclass(frozen=True)
+class SparseColumns:
+    """A (features x B) block held as its B samples' CSR (``samples``, duplicates summed):
+    its nonzero rows are known without a scan, and filling a buffer writes only them."""
+
+    samples: sp.csr_matrix
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.samples.shape[1], self.samples.shape[0]
+
+    def live(self) -> np.ndarray:
+        """The block's rows that hold a stored value, ascending."""
+        return np.unique(self.samples.indices)
+
+    def scatter(self, out: np.ndarray) -> None:
+        """Write the stored values into ``out`` (features x B), whose other entries stay."""
+        s = self.samples
+        out[s.indices, np.repeat(np.arange(s.shape[0]), np.diff(s.indptr))] = s.data
+
+
+def sample_block(x: np.ndarray | sp.csr_matrix, idx: np.ndarray | slice
+                 ) -> np.ndarray | SparseColumns:
+    """Samples ``idx`` as ``columns`` gives them, but CSR data as ``SparseColumns``."""
+    if sp.issparse(x):
+        sub = sp.csr_matrix(x[idx])
+        sub.sum_duplicates()
+        return SparseColumns(sub)
+    return columns(x, idx)
+
+
 def columns(x: np.ndarray | sp.csr_matrix, idx: np.ndarray | slice) -> np.ndarray:
     """Samples ``idx`` of a (samples x features) array, dense or CSR, as a contiguous
     (features x B) block."""
     if sp.issparse(x):  # scattered straight into the block: no dense copy to transpose
-        sub = sp.csr_matrix(x[idx])
-        sub.sum_duplicates()
-        out = np.zeros((x.shape[1], sub.shape[0]), dtype=x.dtype)
-        out[sub.indices, np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))] = sub.data
+        block = sample_block(x, idx)
+        out = np.zeros(block.shape, dtype=x.dtype)
+        block.scatter(out)
         return out
     return np.ascontiguousarray(x[idx].T)

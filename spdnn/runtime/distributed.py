@@ -32,7 +32,7 @@ from spdnn.runtime.halo import Traffic
 from spdnn.runtime.local_layer import LocalLayer
 from spdnn.runtime.narrow import layer_run, narrow_tail
 from spdnn.runtime.sampled import SampledOutput
-from spdnn.runtime.workspace import PingPong, Workspace
+from spdnn.runtime.workspace import PingPong, Workspace, fill_inputs
 
 # Row chunks of the local products that overlap a message exchange; between chunks the
 # messages are progressed (MPI moves large messages only inside MPI calls).
@@ -117,13 +117,13 @@ class DistributedNetwork:
         return self._workspaces[batch]
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
-                      next_top: np.ndarray | None, alive: np.ndarray | None = None
-                      ) -> np.ndarray | None:
+                      next_top: np.ndarray | None, alive: np.ndarray | None = None,
+                      known: np.ndarray | None = None) -> np.ndarray | None:
         """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled. While its ghost
         rows arrive, Z = W[:, owned] X_owned + b is computed in row chunks (progressing the
         messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
         ``next_top`` when given (and a 1 in ``alive`` for every nonzero column). Returns the
-        live rows of a sparse first input block whose zero rows it skipped."""
+        live rows of a sparse first input block whose zero rows it skipped (``known``)."""
         layer, t, comm = self.layers[i], self.timers, self.comm
         t0 = time.perf_counter()
         reqs, sent = layer.exchange.start_expand(xbuf)
@@ -131,7 +131,7 @@ class DistributedNetwork:
                            sent, len(layer.exchange.send_peers))
         t1 = time.perf_counter()
         if not reqs and layer.exchange.n_ghost == 0:  # nothing to wait for: one fused pass
-            live = sparse_inputs.live_rows(xbuf) if i == 0 and alive is None else None
+            live = sparse_inputs.live_rows(xbuf, known) if i == 0 and alive is None else None
             if live is None:
                 kernels.spmm_act(layer.weight, xbuf, layer.bias, self.cap, z, next_top,
                                  alive=alive)
@@ -186,7 +186,7 @@ class DistributedNetwork:
             return pp.x[which][: rows * cols].reshape(rows, cols)
 
         x = xview(0, cur, width)
-        x[: self.layers[0].n_owned_prev] = x0
+        known = fill_inputs(x[: self.layers[0].n_owned_prev], x0, ws)  # a sparse block's rows
         run = layer_run(self) if drop_dead and not sampled and self.comm.size == 1 else None
         for i, layer in enumerate(self.layers):
             if run is not None and run.fits(i, width, x.itemsize):  # the rest in one call
@@ -200,7 +200,7 @@ class DistributedNetwork:
             if last and sampled:
                 self.sampled.forward_layer(x, labels, fill)
                 break
-            live = self.forward_layer(i, x, z, None if nxt is None else nxt[:n], flags)
+            live = self.forward_layer(i, x, z, nxt if nxt is None else nxt[:n], flags, known)
             if ws is not None and i == 0:
                 ws.live_inputs = live
             if flags is not None:

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.model import batching
-from spdnn.model.batching import batches, columns, share_of
+from spdnn.model.batching import batches, sample_block, share_of
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.memory import data_nbytes
 
@@ -42,7 +42,7 @@ class SampleFeed:
         if self.rows is None:
             for b, idx in todo:
                 mine = idx[grid.share(len(idx))]
-                yield b, idx, mine, columns(self.x, mine)
+                yield b, idx, mine, sample_block(self.x, mine)
             return
         # the same count on every rank: it depends on the data set, not on the rank's part
         per = max(1, batching.SEGMENT_BYTES //
@@ -54,7 +54,7 @@ class SampleFeed:
             at = 0
             for b, idx in segment:
                 mine = idx[grid.share(len(idx))]
-                yield b, idx, mine, columns(fetched, slice(at, at + len(mine)))
+                yield b, idx, mine, sample_block(fetched, slice(at, at + len(mine)))
                 at += len(mine)
 
     def _fetch(self, serial: list[np.ndarray]) -> Matrix:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spdnn.model.batching import SparseColumns
 from spdnn.runtime.local_layer import LocalLayer
 
 
@@ -28,6 +29,7 @@ class Workspace:
         # The rows of X_0 that hold a nonzero, when the forward pass skipped the others
         # (spdnn.kernels.sparse_inputs): the weight gradient skips them too.
         self.live_inputs: np.ndarray | None = None
+        self.filled: np.ndarray | None = None  # the rows of X_0 the last sparse block wrote
 
     def nbytes(self) -> int:
         """Bytes of the activation blocks (shared storage counted once)."""
@@ -37,6 +39,29 @@ class Workspace:
                 base = a if a.base is None else a.base
                 seen[id(base)] = base.nbytes
         return sum(seen.values())
+
+
+def fill_inputs(x: np.ndarray, x0: np.ndarray | SparseColumns, ws: Workspace | None
+                ) -> np.ndarray | None:
+    """X_0's owned rows ``x`` from the input block ``x0``; a ``SparseColumns`` block writes
+    only its nonzero rows, after clearing those the last one wrote in ``ws`` (all of them the
+    first time, or after a dense block, or without a workspace), and returns them: the
+    first layer then skips the scan for them (a dense 100,000 x 64 block was built, copied
+    and scanned each step)."""
+    if not isinstance(x0, SparseColumns):
+        x[:] = x0
+        if ws is not None:
+            ws.filled = None
+        return None
+    if ws is None or ws.filled is None:
+        x[:] = 0
+    else:
+        x[ws.filled] = 0
+    x0.scatter(x)
+    live = x0.live()
+    if ws is not None:
+        ws.filled = live
+    return live
 
 
 def _views(rows: Sequence[int], batch: int, dtype: np.dtype, blocks: int) -> list[np.ndarray]:
