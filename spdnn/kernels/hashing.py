@@ -68,15 +68,17 @@ class HashFunctions:
                              signs[member])
 
     def codes(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
-              columns: np.ndarray | None = None) -> np.ndarray:
+              columns: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Bucket of every CSR row in every table: (rows x L) int64, each table's column
         contiguous (Fortran order). Column j of the rows is input coordinate ``columns[j]``
-        (default: j)."""
+        (default: j). ``out``: an earlier result of this shape to write into (its pages
+        already mapped: 80 MB at 200,000 rows and 50 tables)."""
         from spdnn.kernels import _numba_hash as nbh
 
         if columns is None:
             columns = np.arange(self.n_in, dtype=np.int64)
-        out = np.empty((self.spec.tables, len(indptr) - 1), dtype=np.int64)
+        shape = (self.spec.tables, len(indptr) - 1)
+        out = out.T if out is not None and out.T.shape == shape else np.empty(shape, np.int64)
         if self.spec.kind == "dwta":
             nbh.dwta_codes(indptr, indices, columns, data, self.members, self.spec.k,
                            self.spec.tables, self.n_in, dwta_block(self.n_in, len(indptr) - 1),
@@ -140,7 +142,8 @@ class Tables:
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Active pairs of a batch: CSR (ptr, rows) over the samples, ascending rows, each
         pair's target mass (label_ptr empty: no labels added, as in inference) and how many
-        tables retrieved it."""
+        tables retrieved it (a row that joined as a label or filler: one more than there are
+        tables, plus those)."""
         from spdnn.kernels import _numba_lsh as nbl
 
         return nbl.retrieve(np.ascontiguousarray(sample_codes), self.keys, self.rows,

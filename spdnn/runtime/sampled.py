@@ -70,6 +70,7 @@ class SampledOutput:
         self.local = np.full(n_out, -1, dtype=np.int64)
         self.local[layer.rows] = np.arange(len(layer.rows))
         self.tables: Tables | None = None
+        self.codes: np.ndarray | None = None  # the last rebuild's, its storage reused
         self.top = np.zeros(0, dtype=np.int64)  # the rows of largest bias (global ids)
         self.active_pairs = 0  # counted over the batches, for the reports
         # every rank's buffer holds the whole input (a full layer): hash from it, else gather
@@ -131,8 +132,9 @@ class SampledOutput:
         """Hash this rank's rows (their current weights) into fresh tables; find the rows of
         largest bias anew."""
         w = self.layer.weight
-        self.tables = Tables.build(self.hashes.codes(w.indptr, w.indices, w.data,
-                                                     self.layer.buffer_rows), self.tables)
+        self.codes = self.hashes.codes(w.indptr, w.indices, w.data, self.layer.buffer_rows,
+                                        self.codes)
+        self.tables = Tables.build(self.codes, self.tables)
         if self.spec.top_bias:
             self.top = top_bias_rows(self.layer.bias, self.layer.rows, self.spec.top_bias,
                                      self._gather_pairs)
