@@ -202,9 +202,10 @@ def warm_up() -> None:
     for dt in (np.float32, np.float64):
         ip, ix, dd = np.array([0, 2]), np.array([0, 1]), np.ones(2, dt)
         out = np.empty((1, 1), dtype=np.int64)
-        for index in (np.int32, np.int64):
-            bucket_order(np.zeros(1, np.int64), 1, np.empty(1, index), np.empty(1, index))
-        for local in (ix, ix.astype(np.int32)):  # a sample's columns, a weight row's
-            dwta_codes(ip, local, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, 8, out)
-            simhash_codes(ip, local, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
-                          np.ones(1, np.int8), 1, 1, out)
+        # int32 column indices and tables (HashFunctions.codes, Tables.build); other types
+        # compile when first used
+        bucket_order(np.zeros(1, np.int64), 1, np.empty(1, np.int32), np.empty(1, np.int32))
+        local = ix.astype(np.int32)
+        dwta_codes(ip, local, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, 8, out)
+        simhash_codes(ip, local, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
+                      np.ones(1, np.int8), 1, 1, out)

@@ -165,9 +165,9 @@ def warm_up() -> None:
     for dt in (np.float32, np.float64):
         ip, ix, dd = np.array([0, 2]), np.array([0, 1]), np.ones(2, dt)
         out = np.zeros((1, 1), dtype=np.int64)
-        for index in (np.int64, np.int32):  # the tables' keys and rows
-            ptr, act, mass, _ = retrieve(out, np.zeros((1, 1), index), np.zeros((1, 1), index),
-                                         np.array([0, 1]), np.array([0]), np.ones(1, dt), 1)
+        index = np.zeros((1, 1), np.int32)  # the tables' keys and rows (int64: when used)
+        ptr, act, mass, _ = retrieve(out, index, index, np.array([0, 1]), np.array([0]),
+                                     np.ones(1, dt), 1)
         z = np.empty(len(act), dtype=dt)
         xt = np.ones((1, 2), dtype=dt)
         for dense in (False, True):

@@ -77,6 +77,8 @@ class HashFunctions:
 
         if columns is None:
             columns = np.arange(self.n_in, dtype=np.int64)
+        if indices.dtype != np.int32 and self.n_in < 2**31:  # one compiled form
+            indices = indices.astype(np.int32)
         shape = (self.spec.tables, len(indptr) - 1)
         out = out.T if out is not None and out.T.shape == shape else np.empty(shape, np.int64)
         if self.spec.kind == "dwta":
