@@ -257,6 +257,8 @@ def test_rows_only_update_equals_the_dense_one_on_those_rows():
     (["--lsh", "2:4:5", "--loss", "mse"], "cross_entropy"),
     (["--lsh", "2:4:5", "--rehash", "0"], "--rehash"),
     (["--lsh-random", "5"], "need --lsh"),
+    (["--lsh-estimate-tail"], "need --lsh"),
+    (["--lsh", "2:4:5", "--lsh-estimate-tail"], "needs random neurons"),
     (["--lsh", "2:4:5", "--lsh-random", "11"], "more than the output layer's 10 neurons"),
     (["--lsh", "2:4:5", "--lsh-random", "-1"], "--lsh-random"),
     (["--lsh-top-bias", "5"], "need --lsh"),
