@@ -52,8 +52,15 @@ def test_the_prediction_counts_the_lsh_tables(comm):
     result = spdnn.train(net, data=f"xc:{sample}", run=spdnn.RunOptions(plan=plan), comm=comm,
                          options=spdnn.TrainOptions(epochs=1, batch_size=64, lr=0.1,
                                                     max_steps=3, lsh="2:3:6"))
-    for pred, held in zip(result.memory["predicted_bytes"], result.memory["held_bytes"]):
+    last = net.layers[-1].weight.tocsr()
+    for rank, (pred, held) in enumerate(zip(result.memory["predicted_bytes"],
+                                            result.memory["held_bytes"])):
         assert pred["weights"] == held["weights"]  # 6 tables of int32 keys and rows included
+        # The sampled output layer has no transpose and no full gradient: the prediction
+        # counts its compact gradient at its bound (every row active), nothing more.
+        rows = plan.rows_of(rank, 2)
+        bound = (last[rows].nnz + len(rows)) * 8
+        assert held["training"] <= pred["training"] <= held["training"] + bound, (pred, held)
 
 
 def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):

@@ -110,10 +110,14 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     state = 0
     step = 0
     if training:
+        # A sampled output layer (LSH) keeps no full Z and no transpose: its pairs' products
+        # run on W's rows, with a compact gradient of the rows active in the step (at most
+        # every row: counted as the full one) and the inputs' partial sums (samples x rows).
+        sampled = layers[-1] if lsh_tables else None
         state = sum(s.nnz * 2 * itemsize + 2 * s.rows * itemsize for s in layers)  # gradients
         # and momentum; the transposes (index, order, row pointers) of the layers that fold a
         # gradient back: not the first (no gradient with respect to the inputs)
-        state += sum(s.nnz * 8 + (s.buffer_rows + 1) * 4 for s in layers[1:])
+        state += sum(s.nnz * 8 + (s.buffer_rows + 1) * 4 for s in layers[1:] if s is not sampled)
         state += sum(s.ghosts * 8 for s in layers[1:])  # the fold's index of ghost rows
         # per layer its X buffer and Z; one block of ghost partial sums for all layers, and
         # two of owned partial sums (spdnn.runtime.workspace)
@@ -121,6 +125,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
             sum(s.buffer_rows + s.rows for s in layers) + max(s.ghosts for s in layers)
             + sum(max([s.prev_rows for i, s in enumerate(layers) if i % 2 == b], default=0)
                   for b in (0, 1))) + 3 * itemsize  # each shared block has one spare value
+        if sampled is not None:
+            step += batch * itemsize * (sampled.buffer_rows - sampled.rows)
     passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
     width = max(batch, passes) if training else passes
     messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)

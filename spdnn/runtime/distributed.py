@@ -2,8 +2,7 @@
 
 Forward: expand ghost rows while the owned-column part of every row is computed. Backward: fold
 ghost partial sums to their owners while the owned part is computed. The weight gradient needs no
-communication. Loss and prediction all-reduce per-sample vectors only. Math:
-docs/formats.md.
+communication. Loss and prediction all-reduce per-sample vectors only. Math: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ class DistributedNetwork:
         self.timers = Timers(len(layers))
         self.sums = GradientSums(grid.data, self.traffic, self.timers,
                                  [(layer.weight.nnz, len(layer.bias)) for layer in layers], dtype)
-        self._workspaces: dict[int, Workspace] = {}
+        self._workspaces: dict[tuple[int, bool], Workspace] = {}
         self._pingpong: dict[int, PingPong] = {}
         self.sampled: SampledOutput | None = None  # --lsh on the last layer (sampled.use_lsh)
         self.layer_run: Any = False  # spdnn.runtime.narrow's typed lists, built on first use
@@ -112,9 +111,10 @@ class DistributedNetwork:
     # ------------------------------------------------------------------ forward
 
     def workspace(self, batch: int) -> Workspace:
-        if batch not in self._workspaces:
-            self._workspaces[batch] = Workspace(self.layers, self.dtype, batch)
-        return self._workspaces[batch]
+        key = (batch, self.sampled is not None)  # a sampled last layer: no full Z, gradient
+        if key not in self._workspaces:
+            self._workspaces[key] = Workspace(self.layers, self.dtype, batch, sampled_last=key[1])
+        return self._workspaces[key]
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
                       next_top: np.ndarray | None, alive: np.ndarray | None = None,

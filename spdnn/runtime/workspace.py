@@ -16,13 +16,20 @@ class Workspace:
 
     The backward pass runs one layer at a time, and a layer's fold completes before the next
     layer down starts: the ghost partial sums of every layer share one block, and the owned
-    partial sums two (layer i writes its own while it reads layer i+1's)."""
+    partial sums two (layer i writes its own while it reads layer i+1's).
 
-    def __init__(self, layers: Sequence[LocalLayer], dtype: np.dtype, batch: int) -> None:
+    ``sampled_last``: the last layer runs on LSH-selected pairs (spdnn.runtime.sampled), which
+    keep their own compact Z and gradient: its Z and weight gradient here are empty."""
+
+    def __init__(self, layers: Sequence[LocalLayer], dtype: np.dtype, batch: int, *,
+                 sampled_last: bool = False) -> None:
         dt = dtype
+        last = len(layers) - 1 if sampled_last else -1
         self.xbufs = [np.zeros((lay.n_buffer_rows, batch), dt) for lay in layers]
-        self.zs = [np.zeros((len(lay.rows), batch), dt) for lay in layers]
-        self.grad_w = [np.zeros(lay.weight.nnz, dt) for lay in layers]
+        self.zs = [np.zeros((0 if i == last else len(lay.rows), batch), dt)
+                   for i, lay in enumerate(layers)]
+        self.grad_w = [np.zeros(0 if i == last else lay.weight.nnz, dt)
+                       for i, lay in enumerate(layers)]
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in layers]
         self.ghost = _views([lay.exchange.n_ghost for lay in layers], batch, dt, 1)
         self.partial = _views([lay.n_owned_prev for lay in layers], batch, dt, 2)
