@@ -44,12 +44,41 @@ def sampled_products(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray) -> np.ndarr
     return out
 
 
-def forward(net: Network, x0: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Pre-activations Z_1..Z_L and activations X_0..X_{L-1} (X_0 = x0, n_0 x B)."""
+@dataclass(frozen=True)
+class HiddenSampler:
+    """``--lsh`` on a hidden layer: its tables, and the seed of its cap."""
+
+    hashes: HashFunctions
+    tables: Tables
+    seed: int = 0
+
+    def pairs(self, net: Network, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The active (neuron, sample) pairs of the layer for its inputs ``h``: CSR (ptr,
+        rows) over the samples, the buckets hit and nothing else (no labels, no fill)."""
+        spec, n_out = self.hashes.spec, net.sizes[self.hashes.spec.layer]
+        ptr, act, mass, hits = self.tables.retrieve(self.hashes.codes_of_columns(h), n_out,
+                                                    *forced(None, None, h.dtype, h.shape[1]))
+        if spec.max_active:
+            ptr, act, mass, hits = apply_cap(ptr, act, mass, hits, act, spec, n_out, self.seed,
+                                             lambda samples, keys: (samples, keys))
+        return ptr, act
+
+
+def forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None = None
+            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Pre-activations Z_1..Z_L and activations X_0..X_{L-1} (X_0 = x0, n_0 x B); with a
+    ``sampler``, its layer's Z is computed on the active pairs only, zero elsewhere."""
     zs: list[np.ndarray] = []
     xs: list[np.ndarray] = [x0]
     for k, layer in enumerate(net.layers, start=1):
-        z = layer.weight @ xs[-1] + layer.bias[:, None]
+        if sampler is not None and k == sampler.hashes.spec.layer:
+            ptr, act = sampler.pairs(net, xs[-1])
+            s = segment_ids(ptr)
+            z = np.zeros((layer.n_out, x0.shape[1]), dtype=xs[-1].dtype)
+            z[act, s] = np.asarray(layer.weight[act].multiply(xs[-1][:, s].T).sum(axis=1)
+                                   ).ravel() + layer.bias[act]
+        else:
+            z = layer.weight @ xs[-1] + layer.bias[:, None]
         zs.append(z)
         if k < net.n_layers:
             xs.append(activate(z.copy(), net.cap))
@@ -62,11 +91,15 @@ class Gradients:
     biases: list[np.ndarray]
     loss: float
     correct: int
+    pairs: int = 0  # active pairs of the LSH layer, when sampled
 
 
-def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str) -> Gradients:
-    """Loss and gradients of all parameters for one batch (x0: n_0 x B, y: B labels)."""
-    zs, xs = forward(net, x0)
+def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
+             sampler: HiddenSampler | None = None) -> Gradients:
+    """Loss and gradients of all parameters for one batch (x0: n_0 x B, y: B labels). With
+    a ``sampler``, its layer's gradients are those of the rows active for some sample
+    (RowGrad): its error is zero off the active pairs, where its Z is zero."""
+    zs, xs = forward(net, x0, sampler)
     out = output(zs[-1], net.output_activation, net.cap)
     value, grad = loss_and_gradient(out, y, loss)
     pred = np.argmax(out, axis=0)
@@ -75,6 +108,15 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str) -> Gradient
     gw: list = [np.empty(0)] * net.n_layers
     gb: list = [np.empty(0)] * net.n_layers
     _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb)
+    if sampler is not None:
+        k = sampler.hashes.spec.layer - 1
+        w = net.layers[k].weight
+        act = sampler.pairs(net, xs[k])[1]
+        union = np.unique(act)  # the rows active for some sample
+        counts = np.diff(w.indptr)[union]
+        gw[k] = RowGrad(w.indptr[union], gw[k][concat_ranges(w.indptr[union], counts)], counts)
+        gb[k] = RowGrad(union, gb[k][union])
+        return Gradients(gw, gb, value, correct, len(act))
     return Gradients(gw, gb, value, correct)
 
 
@@ -90,8 +132,8 @@ def _backward_from(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
 
 
 def lsh_tables(net: Network, hashes: HashFunctions) -> Tables:
-    """Tables over every neuron of the last layer (its rows' current weights)."""
-    w = net.layers[-1].weight
+    """Tables over every neuron of the LSH layer (its rows' current weights)."""
+    w = net.layers[hashes.spec.layer - 1].weight
     return Tables.build(hashes.codes(w.indptr, w.indices, w.data))
 
 
@@ -170,7 +212,9 @@ def train(
     opt = SGD(sgd, parameters(net.layers))
     reports = []
     steps = 0
-    hashes = HashFunctions.make(lsh, net.sizes[-2], seed) if lsh is not None else None
+    hashes = HashFunctions.make(lsh, net.sizes[lsh.layer - 1], seed) \
+        if lsh is not None else None
+    hidden = lsh is not None and lsh.layer < net.n_layers
     tables = top = None
     x, y = data.x_train.astype(net.dtype, copy=False), data.y_train
     n = x.shape[0]
@@ -179,12 +223,16 @@ def train(
         total_loss, correct, seen, steps_before = 0.0, 0, 0, steps
         pairs = 0
         for idx in batches(batch_order(n, epoch, seed, shuffle), batch_size):
-            if hashes is not None:
-                if is_rebuild_step(steps, rehash, checkpoint_every) or tables is None:
-                    tables = lsh_tables(net, hashes)
-                    last = net.layers[-1]
-                    top = top_bias_rows(last.bias, np.arange(net.sizes[-1]), lsh.top_bias,
-                                        lambda a, b: (a, b))
+            if hashes is not None and (is_rebuild_step(steps, rehash, checkpoint_every)
+                                       or tables is None):
+                tables = lsh_tables(net, hashes)
+                top = top_bias_rows(net.layers[-1].bias, np.arange(net.sizes[-1]),
+                                    lsh.top_bias, lambda a, b: (a, b))
+            if hashes is not None and hidden:
+                g = backward(net, columns(x, idx), y[idx], loss,
+                             HiddenSampler(hashes, tables, seed))
+                pairs += g.pairs
+            elif hashes is not None:
                 labels = as_labels(y[idx], net.sizes[-1])
                 fill = fill_rows(seed, steps, len(idx), lsh.random, net.sizes[-1]) \
                     if lsh is not None and lsh.random else None

@@ -252,7 +252,8 @@ def test_rows_only_update_equals_the_dense_one_on_those_rows():
 
 @pytest.mark.parametrize("args, message", [
     (["--lsh", "2:6"], "LAYER:K:L"),
-    (["--lsh", "1:4:5"], "layer 1 is a hidden layer"),
+    (["--lsh", "1:4:5", "--lsh-random", "5"], "layer 1 is hidden"),
+    (["--lsh", "1:4:5", "--compress", "sidco:0.1"], "--compress does not apply with --lsh"),
     (["--lsh", "3:4:5"], "layer 3 is beyond the network"),
     (["--lsh", "2:4:5", "--loss", "mse"], "cross_entropy"),
     (["--lsh", "2:4:5", "--rehash", "0"], "--rehash"),

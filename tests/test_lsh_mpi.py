@@ -63,6 +63,37 @@ def test_sampled_training_on_every_grid_equals_the_serial_reference(comm, mpi_tm
         run.dnet.grid.free()
 
 
+@pytest.mark.parametrize("spec", ["1:3:6:simhash", "1:2:8:dwta", "2:4:6:simhash:cap 9"])
+def test_a_sampled_hidden_layer_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path,
+                                                                          spec):
+    """``--lsh`` on a hidden layer: its neurons active for the buckets that a sample's input
+    hits (zero activation elsewhere), the layers above exact; the gradients of its active
+    rows only. Layer 1 hashes the samples themselves, layer 2 the first layer's output
+    (gathered from its owners where a rank's rows read only part of it)."""
+    data = load_dataset(f"xc:{SAMPLE}", "float64")
+    net = small_network((256, 48, 40, 128), fan_in=24, seed=8, bias_scale=0.1)
+    text, _, cap = spec.partition(":cap ")
+    lsh = parse_lsh(text, int(cap) if cap else None)
+    cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=10, lsh=lsh,
+                      rehash=3)
+    expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=10, lsh=lsh,
+                                    rehash=3)
+    width = net.sizes[lsh.layer]
+    assert 0 < ref[0].active_outputs < (int(cap) if cap else width)  # a sample uses a few
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, name="lsh-h")
+        reports = train(comm, run.dnet, data, cfg)
+        assert [r.active_outputs for r in reports] == [r.active_outputs for r in ref]
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=1e-12)
+        assert [r.precision_at_5 for r in reports] == [r.precision_at_5 for r in ref]
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        assert len(set(run.dnet.grid.data.allgather(_digest(run.dnet)))) == 1
+        run.dnet.grid.free()
+
+
 def test_sampled_training_resumes_exactly(comm, mpi_tmp_path):
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     net = small_network((256, 40, 128), fan_in=40, seed=6, bias_scale=0.1)
@@ -122,6 +153,35 @@ def test_inference_among_retrieved_outputs_on_every_grid(comm, mpi_tmp_path, spe
     expected = (precision_at(data.y_test, top, 1), precision_at(data.y_test, top, 5))
     for parts, replicas in grids(comm.size):
         dnet = _open(comm, mpi_tmp_path, net, parts, replicas, name="lsh-i").dnet
+        use_lsh(dnet, lsh, 0)
+        dnet.sampled.rebuild()
+        got = precisions(dnet, local_inputs(dnet, data.x_test, "x"), data.y_test,
+                         batch_size=37, sampled=True)
+        assert got == pytest.approx(expected, abs=1e-12)
+        dnet.grid.free()
+
+
+def test_inference_with_a_sampled_hidden_layer_on_every_grid(comm, mpi_tmp_path):
+    """``infer --lsh`` on a hidden layer: its retrieved neurons only, then every output."""
+    from spdnn.kernels.hashing import HashFunctions
+    from spdnn.model.batching import columns
+    from spdnn.model.labels import precision_at
+    from spdnn.model.ops import output, top_k
+    from spdnn.reference import HiddenSampler, forward, lsh_tables
+    from spdnn.runtime.inference import local_inputs, precisions
+
+    data = load_dataset(f"xc:{SAMPLE}", "float64")
+    net = small_network((256, 48, 40, 128), fan_in=24, seed=9, bias_scale=0.1)
+    lsh = parse_lsh("1:3:6:simhash")
+    hashes = HashFunctions.make(lsh, 256, 0)
+    sampler = HiddenSampler(hashes, lsh_tables(net, hashes))
+    zs, _ = forward(net, columns(data.x_test, slice(None)), sampler)
+    top = top_k(output(zs[-1], net.output_activation, net.cap), 5)
+    expected = (precision_at(data.y_test, top, 1), precision_at(data.y_test, top, 5))
+    active = np.count_nonzero(zs[0]) / zs[0].shape[1]
+    assert 0 < active < 0.8 * 48  # a sample computes some of the layer's neurons
+    for parts, replicas in grids(comm.size):
+        dnet = _open(comm, mpi_tmp_path, net, parts, replicas, name="lsh-hi").dnet
         use_lsh(dnet, lsh, 0)
         dnet.sampled.rebuild()
         got = precisions(dnet, local_inputs(dnet, data.x_test, "x"), data.y_test,

@@ -43,22 +43,26 @@ def test_a_job_reports_each_ranks_peak_and_the_prediction_counts_what_it_held(co
         assert pred["weights"] == held["weights"]
 
 
-def test_the_prediction_counts_the_lsh_tables(comm):
+@pytest.mark.parametrize("sizes, lsh", [((256, 40, 128), "2:3:6"),
+                                        ((256, 48, 40, 128), "2:3:6:simhash"),
+                                        ((256, 48, 40, 128), "1:3:6:simhash")])
+def test_the_prediction_counts_the_lsh_tables(comm, sizes, lsh):
     from pathlib import Path
 
     sample = Path(__file__).resolve().parents[1] / "data" / "xc-sample"
-    net = small_network((256, 40, 128), fan_in=24, seed=5, bias_scale=0.1)
+    net = small_network(sizes, fan_in=24, seed=5, bias_scale=0.1)
     plan = partition(net, parts=comm.size, method="block")
     result = spdnn.train(net, data=f"xc:{sample}", run=spdnn.RunOptions(plan=plan), comm=comm,
                          options=spdnn.TrainOptions(epochs=1, batch_size=64, lr=0.1,
-                                                    max_steps=3, lsh="2:3:6"))
-    last = net.layers[-1].weight.tocsr()
+                                                    max_steps=3, lsh=lsh))
+    layer = int(lsh.split(":")[0])
+    last = net.layers[layer - 1].weight.tocsr()
     for rank, (pred, held) in enumerate(zip(result.memory["predicted_bytes"],
                                             result.memory["held_bytes"])):
         assert pred["weights"] == held["weights"]  # 6 tables of int32 keys and rows included
-        # The sampled output layer has no transpose and no full gradient: the prediction
-        # counts its compact gradient at its bound (every row active), nothing more.
-        rows = plan.rows_of(rank, 2)
+        # The sampled layer has no transpose and no full gradient: the prediction counts its
+        # compact gradient at its bound (every row active), nothing more.
+        rows = plan.rows_of(rank, layer)
         bound = (last[rows].nnz + len(rows)) * 8
         assert held["training"] <= pred["training"] <= held["training"] + bound, (pred, held)
 

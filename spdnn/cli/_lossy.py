@@ -26,10 +26,10 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
     lossy.add_argument("--refresh", type=positive_int, metavar="K",
                        help="with --critical-set: a full pass every K epochs (default 2)")
     lossy.add_argument("--lsh", metavar="LAYER:K:L[:dwta|simhash]",
-                       help="SLIDE: compute and train only the output neurons that L hash "
-                            "tables of K functions retrieve for each sample (plus its labels), "
-                            "e.g. 2:6:50 (DWTA) or 2:9:50:simhash; LAYER must be the output "
-                            "layer")
+                       help="SLIDE: compute and train only the neurons of layer LAYER that L "
+                            "hash tables of K functions retrieve for each sample (on the output "
+                            "layer, plus its labels), e.g. 2:6:50 (DWTA) or 2:9:50:simhash; a "
+                            "hidden layer's other neurons are zero")
     lossy.add_argument("--lsh-max-active", type=positive_int, metavar="M",
                        help="with --lsh: keep at most M retrieved output neurons per sample "
                             "(those most tables retrieved; ties in a seeded order), labels, "

@@ -240,7 +240,8 @@ def _add_infer(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     inf.add_argument("--metrics-out", help="write metrics as JSON")
     inf.add_argument("--lsh", metavar="LAYER:K:L[:dwta|simhash]",
                      help="multi-label data: P@k among the output neurons that LSH tables "
-                          "built from the network's weights retrieve (default: every neuron)")
+                          "built from the network's weights retrieve (default: every neuron); "
+                          "on a hidden layer, only its retrieved neurons are computed")
     inf.add_argument("--stream-layers", type=positive_int, default=None, metavar="N",
                      help="read the weights in blocks of at most N layers, every input "
                           "passing through a block before the next is read (the same results; "

@@ -117,7 +117,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
                    can_stream=lsh is None, challenge=not is_dataset(spec),
                    data=dataset_bytes(spec, run.dtype) if is_dataset(spec) else
                    images_bytes(spec, run.dtype),
-                   lsh_tables=lsh_spec.tables if lsh_spec is not None else 0)
+                   lsh_tables=lsh_spec.tables if lsh_spec is not None else 0,
+                   lsh_layer=lsh_spec.layer - 1 if lsh_spec is not None else -1)
     if job.stream is not None:
         return run_streamed(comm, job, spec, truth, categories_out, metrics_out, run.dtype,
                             verbose)
@@ -148,7 +149,9 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
             if lsh is not None:
                 active = comm.allreduce_scalar(float(dnet.sampled.active_pairs)) / len(y)
                 extra |= {"lsh": lsh, "active_outputs": active}
-                what += f" among the LSH-retrieved outputs ({active:,.0f} per sample)"
+                what += f" among the LSH-retrieved outputs ({active:,.0f} per sample)" \
+                    if dnet.sampled.output else \
+                    f", layer {lsh_spec.layer}'s neurons LSH-selected ({active:,.0f} per sample)"
         else:
             acc = evaluate(dnet, x_local, y, shared=shared)
             what = f"accuracy {acc:.4f}"

@@ -54,6 +54,9 @@ def _config(opt: TrainOptions) -> TrainConfig:
             or opt.lsh_estimate_tail) and lsh is None:
         raise SpdnnError("--lsh-max-active, --lsh-random, --lsh-top-bias and "
                          "--lsh-estimate-tail need --lsh")
+    if lsh is not None and compress.enabled:  # its compressor keeps state per position
+        raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
+                         "those of the rows active in each step, not of fixed positions")
     if lsh is not None and opt.loss != "cross_entropy":
         raise SpdnnError("--lsh trains with the cross_entropy loss (softmax over the active "
                          "outputs)")
@@ -73,7 +76,7 @@ def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
         note += f"; gradient sums compressed {cfg.compress.text()}" if replicas > 1 else \
             f"; --compress {cfg.compress.text()} has no effect with one replica (no sums)"
     if cfg.lsh is not None:
-        note += f"; LSH {cfg.lsh.text()} on the output layer, rebuilt after {cfg.rehash} steps"
+        note += f"; LSH {cfg.lsh.text()} (layer {cfg.lsh.layer}), rebuilt after {cfg.rehash} steps"
     if cfg.critical_set:
         note += f"; critical set {cfg.critical_set:g}, full pass every {cfg.refresh} epochs"
     return note
@@ -200,4 +203,5 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
                     [("--save", save), ("--metrics-out", metrics_out)],
                     [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True,
                     data=None if data is None else count,
-                    lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0)
+                    lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0,
+                    lsh_layer=cfg.lsh.layer - 1 if cfg.lsh is not None else -1)

@@ -80,15 +80,19 @@ def parse_lsh(text: str, max_active: int | None = None, random: int = 0,
 
 
 def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...]) -> None:
-    """LSH selects neurons of the output layer (layers count from 1); the random top-up draws
-    at most as many neurons as the layer has."""
+    """LSH selects neurons of one layer of the network (layers count from 1); the labels, the
+    random top-up and the largest biases join the output layer's only, and draw at most as
+    many neurons as it has."""
     from spdnn.errors import SpdnnError
 
     n_layers = len(sizes) - 1
-    if spec is not None and spec.layer != n_layers:
-        where = "a hidden layer" if spec.layer < n_layers else "beyond the network"
-        raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is {where}; LSH selects "
-                         f"neurons of the output layer ({n_layers}) only, so far")
+    if spec is not None and spec.layer > n_layers:
+        raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is beyond the network's "
+                         f"{n_layers} layers")
+    if spec is not None and spec.layer < n_layers and (
+            spec.random or spec.top_bias or spec.estimate_tail):
+        raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is hidden; --lsh-random, "
+                         "--lsh-top-bias and --lsh-estimate-tail apply to the output layer")
     if spec is not None and spec.random > sizes[-1]:
         raise SpdnnError(f"--lsh-random {spec.random} is more than the output layer's "
                          f"{sizes[-1]} neurons")

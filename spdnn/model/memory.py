@@ -92,28 +92,31 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
             data_bytes: int = 0, baseline: int | None = None,
-            challenge: bool = False, lsh_tables: int = 0) -> MemoryPrediction:
+            challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1
+            ) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
     chunks (their dense input block and last activations too) instead of evaluation
     batches. ``baseline``: the process's own bytes (default: ``process_baseline``).
-    ``lsh_tables``: L hash tables over the output layer's rows (``--lsh``)."""
+    ``lsh_tables``: L hash tables over the rows of layer ``lsh_layer`` (from 0; -1: the
+    output layer), ``--lsh``."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
                   + s.buffer_rows * 8  # global id of each buffer row
                   + s.sent * 8 for s in layers)  # the exchange's send list (int64)
     # LSH: each table's int32 keys and rows; while they are rebuilt, every row's codes (int64)
-    lsh = lsh_tables * layers[-1].rows * 8
+    lsh = lsh_tables * layers[lsh_layer].rows * 8
     weights += lsh
     state = 0
     step = 0
     if training:
-        # A sampled output layer (LSH) keeps no full Z and no transpose: its pairs' products
-        # run on W's rows, with a compact gradient of the rows active in the step (at most
-        # every row: counted as the full one) and the inputs' partial sums (samples x rows).
-        sampled = layers[-1] if lsh_tables else None
+        # A sampled layer (LSH) keeps no transpose (its pairs' products run on W's rows) and,
+        # as the output layer, no full Z; a compact gradient of the rows active in the step
+        # (at most every row: counted as the full one) and its inputs' partial sums (samples x
+        # buffer rows).
+        sampled = layers[lsh_layer] if lsh_tables else None
         state = sum(s.nnz * 2 * itemsize + 2 * s.rows * itemsize for s in layers)  # gradients
         # and momentum; the transposes (index, order, row pointers) of the layers that fold a
         # gradient back: not the first (no gradient with respect to the inputs)
@@ -126,7 +129,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
             + sum(max([s.prev_rows for i, s in enumerate(layers) if i % 2 == b], default=0)
                   for b in (0, 1))) + 3 * itemsize  # each shared block has one spare value
         if sampled is not None:
-            step += batch * itemsize * (sampled.buffer_rows - sampled.rows)
+            step += batch * itemsize * (sampled.buffer_rows
+                                        - (sampled.rows if sampled is layers[-1] else 0))
     passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
     width = max(batch, passes) if training else passes
     messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)

@@ -51,7 +51,7 @@ class EpochReport:
         sums = f", gradient sums {self.gradient_megabytes:,.1f} MB" \
             if self.gradient_values else ""
         if self.active_outputs is not None:
-            sums += f", {self.active_outputs:,.0f} active outputs per sample"
+            sums += f", {self.active_outputs:,.0f} active LSH neurons per sample"
         if self.compression_ratio is not None:
             sums += f" (ratio {self.compression_ratio:.4f}, selection {self.select_seconds:.2f} s)"
         return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, train accuracy "

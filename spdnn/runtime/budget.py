@@ -53,7 +53,8 @@ class Budget:
     can_stream: bool = False
     stream_layers: int | None = None
     challenge: bool = False  # inference in Graph Challenge chunks (spdnn.model.memory)
-    lsh_tables: int = 0  # --lsh: hash tables over the output layer (spdnn.model.memory)
+    lsh_tables: int = 0  # --lsh: hash tables over a layer's rows (spdnn.model.memory)
+    lsh_layer: int = -1  # that layer, from 0 (-1: the output layer)
     # This rank's input data in bytes, from the grid (its replica's share of the samples), its
     # first layer's features and the network's input size, counted before anything is read
     # (None: not known ahead).
@@ -110,12 +111,15 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
     shapes = planned_shapes(grid, bundle, plan)
+    if budget.lsh_tables and budget.lsh_layer >= len(shapes):  # before its tables are counted
+        world.agree(f"--lsh: layer {budget.lsh_layer + 1} is beyond the network's "
+                    f"{len(shapes)} layers")
     data = 0 if budget.data is None else \
         world.check(lambda: budget.data(grid, plan.rows_of(grid.model.rank, 0),
                                                 bundle.sizes[0]))  # type: ignore[attr-defined]
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
                    training=budget.training, challenge=budget.challenge, data_bytes=data,
-                   lsh_tables=budget.lsh_tables)
+                   lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer)
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None

@@ -8,7 +8,6 @@ communication. Loss and prediction all-reduce per-sample vectors only. Math: doc
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,33 +22,21 @@ from spdnn.model.network import Fingerprint
 from spdnn.model.ops import check_targets, output
 from spdnn.model.optim import parameters
 from spdnn.model.plan import Plan
-from spdnn.runtime import outputs
+from spdnn.runtime import outputs, sampled_output
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.gradsum import GradientSums
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.halo import Traffic
 from spdnn.runtime.local_layer import LocalLayer
 from spdnn.runtime.narrow import layer_run, narrow_tail
-from spdnn.runtime.sampled import SampledOutput
-from spdnn.runtime.workspace import PingPong, Workspace, fill_inputs
+from spdnn.runtime.sampled import SampledLayer
+from spdnn.runtime.workspace import Forward, PingPong, Workspace, fill_inputs
 
 # Row chunks of the local products that overlap a message exchange; between chunks the
 # messages are progressed (MPI moves large messages only inside MPI calls).
 OVERLAP_CHUNKS = 8
 # Dead columns stay zero, so they ride along until enough died that a copy pays for itself.
 COMPACT_BELOW = 0.75
-
-
-@dataclass(frozen=True)
-class Forward:
-    """The result of ``DistributedNetwork.forward``: this rank's rows of Z_L for the samples
-    ``ids`` (columns of the input; all of them unless dead ones were dropped). Without
-    ``keep`` the arrays are reused by the next forward pass of the same width."""
-
-    z_last: np.ndarray
-    ids: np.ndarray
-    workspace: Workspace | None  # kept for backward (forward with keep=True)
-    sampled: bool = False  # the last layer ran on its LSH-selected pairs (``sampled``)
 
 
 class DistributedNetwork:
@@ -72,9 +59,9 @@ class DistributedNetwork:
         self.timers = Timers(len(layers))
         self.sums = GradientSums(grid.data, self.traffic, self.timers,
                                  [(layer.weight.nnz, len(layer.bias)) for layer in layers], dtype)
-        self._workspaces: dict[tuple[int, bool], Workspace] = {}
+        self._workspaces: dict[tuple[int, int], Workspace] = {}
         self._pingpong: dict[int, PingPong] = {}
-        self.sampled: SampledOutput | None = None  # --lsh on the last layer (sampled.use_lsh)
+        self.sampled: SampledLayer | None = None  # --lsh on one layer (sampled.use_lsh)
         self.layer_run: Any = False  # spdnn.runtime.narrow's typed lists, built on first use
 
     @property
@@ -111,9 +98,10 @@ class DistributedNetwork:
     # ------------------------------------------------------------------ forward
 
     def workspace(self, batch: int) -> Workspace:
-        key = (batch, self.sampled is not None)  # a sampled last layer: no full Z, gradient
+        key = (batch, -1 if self.sampled is None else self.sampled.index)  # LSH: no full grad
         if key not in self._workspaces:
-            self._workspaces[key] = Workspace(self.layers, self.dtype, batch, sampled_last=key[1])
+            self._workspaces[key] = Workspace(self.layers, self.dtype, batch,
+                                              sampled=None if key[1] < 0 else key[1])
         return self._workspaces[key]
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
@@ -197,12 +185,15 @@ class DistributedNetwork:
             last = i + 1 == self.n_layers
             nxt = None if last else xview(i + 1, 1 - cur, width)
             flags = np.zeros(width, np.int32) if drop_dead and not last else None
-            if last and sampled:
+            if sampled and i == self.sampled.index:
                 self.sampled.forward_layer(x, labels, fill)
-                break
-            live = self.forward_layer(i, x, z, nxt if nxt is None else nxt[:n], flags, known)
-            if ws is not None and i == 0:
-                ws.live_inputs = live
+                if last:
+                    break
+                self.sampled.hidden_outputs(z, nxt[:n])
+            else:
+                live = self.forward_layer(i, x, z, nxt if nxt is None else nxt[:n], flags, known)
+                if ws is not None and i == 0:
+                    ws.live_inputs = live
             if flags is not None:
                 alive = (self.comm.allreduce(flags, "max") if self.comm.size > 1 else flags) > 0
                 kept = int(alive.sum())
@@ -247,11 +238,11 @@ class DistributedNetwork:
         scale = batch if scale is None else scale
         grads_w: list = list(ws.grad_w)
         grads_b: list = list(ws.grad_b)
-        if fwd.sampled:
-            assert self.sampled is not None
+        at = self.sampled.index if fwd.sampled and self.sampled is not None else -1
+        if fwd.sampled and self.sampled is not None and self.sampled.output:
             check_targets(y, loss)
-            value, correct, delta = self.sampled.loss(as_labels(y, self.sizes[-1]), scale,
-                                                      sample_losses)
+            value, correct, delta = sampled_output.loss(
+                self.sampled, as_labels(y, self.sizes[-1]), scale, sample_losses)
         else:  # a softmax's passes overwrite z_last with the gradient
             value, correct, delta = outputs.training_loss(
                 self.comm, self.layers[-1].rows, self.sizes[-1], fwd.z_last, y, loss, scale,
@@ -259,8 +250,9 @@ class DistributedNetwork:
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
-            if fwd.sampled and i == self.n_layers - 1:
-                grads_w[i], grads_b[i], delta = self.sampled.backward_layer(delta, ws)
+            if i == at:  # a hidden layer's error at its active pairs, the output's already
+                errors = delta if self.sampled.output else self.sampled.pair_errors(delta)
+                grads_w[i], grads_b[i], delta = self.sampled.backward_layer(errors, ws)
                 continue
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
                 sparse_inputs.sddmm(layer.weight, delta, ws.xbufs[i], ws.live_inputs,

@@ -91,7 +91,8 @@ def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training
     mine_pred = predict(shapes(dnet), batch=batch, itemsize=dnet.dtype.itemsize,
                         training=training, data_bytes=mine_held["data"],
                         challenge=challenge,
-                        lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0).as_dict()
+                        lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0,
+                        lsh_layer=dnet.sampled.index if dnet.sampled else -1).as_dict()
     every = comm.allgather((peak_rss(), mine_pred, mine_held))
     return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
             "held_bytes": [e[2] for e in every]}

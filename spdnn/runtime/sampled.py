@@ -1,4 +1,5 @@
-"""The output layer with LSH-selected neurons (``--lsh``, SLIDE) on one rank's rows.
+"""A layer with LSH-selected neurons (``--lsh``, SLIDE) on one rank's rows: the output layer,
+or a hidden one (its activations zero off the active pairs, the layers above exact).
 
 Each rank hashes the rows it owns into its own tables (spdnn.kernels.hashing). Per batch it hashes
 every sample's input vector (the layer's whole input: from the X buffer when the rank's rows
@@ -25,12 +26,12 @@ from spdnn.kernels.lsh import (
     apply_cap,
     forced,
     tail_pairs,
-    tail_weights,
     top_bias_rows,
 )
 from spdnn.kernels.ranges import segment_ids
 from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.labels import MultiLabels
+from spdnn.model.ops import activate
 from spdnn.model.optim import RowGrad
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.gradsum import GradientSums
@@ -40,7 +41,7 @@ from spdnn.runtime.workspace import Workspace
 
 
 @dataclass(frozen=True)
-class _Batch:
+class PairBatch:
     ptr: np.ndarray  # active pairs: CSR over the samples
     act: np.ndarray  # local rows, ascending per sample
     mass: np.ndarray  # target mass of each pair (training)
@@ -53,18 +54,19 @@ class _Batch:
         return segment_ids(self.ptr)
 
 
-class SampledOutput:
-    """One rank's LSH tables and sampled passes of the last layer (collective over the model
+class SampledLayer:
+    """One rank's LSH tables and sampled passes of one layer (collective over the model
     communicator ``comm``; the union of active rows also over the replicas, ``data``)."""
 
     def __init__(self, comm: Communicator, data: Communicator, layer: LocalLayer, n_in: int,
-                 n_out: int, spec: LshSpec, seed: int) -> None:
+                 n_out: int, spec: LshSpec, seed: int, *, output: bool = True) -> None:
         from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.threads)
 
         nbl.warm_up()
         release_compiler_pages()
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out
+        self.output = output  # the output layer (its labels join, its loss is sampled)
         self.hashes = HashFunctions.make(spec, n_in, seed)
         self.seed = seed
         self.local = np.full(n_out, -1, dtype=np.int64)
@@ -80,7 +82,28 @@ class SampledOutput:
         every = [owned] if comm.size == 1 or self._whole_buffer else comm.allgather(owned)
         self._owned_ids = np.concatenate(every)
         self._owned_counts = np.array([len(o) for o in every], dtype=np.int64)
-        self._batch: _Batch | None = None
+        self.batch: PairBatch | None = None
+
+    @property
+    def index(self) -> int:
+        """The layer's position in the network (from 0)."""
+        return self.layer.index - 1
+
+    def hidden_outputs(self, z: np.ndarray, x_next: np.ndarray) -> None:
+        """A hidden layer after ``forward``: its Z (zero off the active pairs, so that the
+        slope masks them) and its activations, the owned rows of the next layer's input."""
+        b = self.batch
+        assert b is not None
+        z[:] = 0
+        z[b.act, b.samples] = b.z
+        np.copyto(x_next, z)
+        activate(x_next, self._cap)
+
+    def pair_errors(self, delta: np.ndarray) -> np.ndarray:
+        """A hidden layer's error block (rows x samples), at its active pairs."""
+        b = self.batch
+        assert b is not None
+        return np.ascontiguousarray(delta[b.act, b.samples])
 
     def attach(self, traffic: Traffic, timers: Timers, sums: GradientSums,
                cap: float | None) -> None:
@@ -187,67 +210,15 @@ class SampledOutput:
                             dense_view(w) is not None)
         tail = tail_pairs(hits, mass, self.layer.rows[act], self.top, self.spec.tables) \
             if self.spec.estimate_tail and labels is not None else None
-        self._batch = _Batch(ptr, act, mass, z, xt, tail)
+        self.batch = PairBatch(ptr, act, mass, z, xt, tail)
         self.active_pairs += len(act)
-
-    def _best(self, b: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per sample: the largest active output over all ranks, its global row (the lowest
-        among equals; int64 max when nothing is active) and the pair's sample index."""
-        batch, samples = len(b.ptr) - 1, b.samples
-        local_max = np.full(batch, -np.inf, dtype=b.z.dtype)
-        np.maximum.at(local_max, samples, b.z)
-        gmax = self.comm.allreduce(local_max, "max") if self.comm.size > 1 else local_max
-        none = np.iinfo(np.int64).max
-        cand = np.full(batch, none, dtype=np.int64)
-        top = b.z == gmax[samples]
-        np.minimum.at(cand, samples[top], self.layer.rows[b.act[top]])
-        pred = self.comm.allreduce(cand, "min") if self.comm.size > 1 else cand
-        return gmax, pred, samples
-
-    def loss(self, labels: MultiLabels, scale: int, sample_losses: np.ndarray | None = None
-             ) -> tuple[float, int, np.ndarray]:
-        """Softmax cross-entropy over the active outputs of every rank (with
-        ``--lsh-estimate-tail``, the random ones weighted to stand for every output not
-        retrieved: ``tail_weights``), the target mass split over the labels (always active in
-        training): the loss (mean over ``scale`` samples), the count of samples whose best
-        active output is a label, and the error of each active pair."""
-        b = self._batch
-        assert b is not None
-        gmax, pred, samples = self._best(b)
-        shifted = b.z - gmax[samples]
-        e = np.exp(shifted)
-        batch = len(b.ptr) - 1
-        rand = b.tail
-        packed = np.zeros((2 if rand is None else 5, batch), dtype=b.z.dtype)
-        packed[0] = np.bincount(samples, weights=e if rand is None else np.where(rand, 0, e),
-                                minlength=batch)
-        packed[1] = np.bincount(samples, weights=b.mass * shifted, minlength=batch)
-        if rand is not None:
-            packed[2] = np.bincount(samples, weights=np.where(rand, e, 0), minlength=batch)
-            packed[3] = np.bincount(samples[~rand], minlength=batch)
-            packed[4] = np.bincount(samples[rand], minlength=batch)
-        packed = self.comm.allreduce(packed) if self.comm.size > 1 else packed
-        total, target = packed[0], packed[1]
-        if rand is not None:
-            weight = tail_weights(packed[3], packed[4], self.n_out)
-            total = total + weight * packed[2]
-            e = np.where(rand, e * weight[samples], e)
-        has = labels.counts > 0
-        per_sample = np.where(has, np.log(np.where(has, total, 1)) - target, 0.0)
-        if sample_losses is not None:
-            sample_losses[:] = per_sample
-        delta = (e / np.where(has, total, 1)[samples] - b.mass) / scale
-        delta[~has[samples]] = 0
-        correct = int(np.sum(labels.contains(np.where(pred == np.iinfo(np.int64).max, -1,
-                                                      pred))))
-        return float(np.sum(per_sample)) / scale, correct, delta.astype(b.z.dtype, copy=False)
 
     def backward(self, delta: np.ndarray, partial: np.ndarray, ghost: np.ndarray
                  ) -> tuple[RowGrad, RowGrad]:
         """The gradients of the rows active anywhere in this step's batch (the union over the
         replicas, which sum them) and the inputs' partial sums: owned rows into ``partial``,
         ghost rows into ``ghost``."""
-        b = self._batch
+        b = self.batch
         assert b is not None
         mine = np.flatnonzero(np.bincount(b.act, minlength=len(self.layer.rows)))
         union = np.unique(np.concatenate(self.data.allgather(mine))) \
@@ -270,36 +241,12 @@ class SampledOutput:
         ghost[:] = part_t[:, n_own:].T
         return RowGrad(w.indptr[union], gw, counts), RowGrad(union, gb)
 
-    def top_k(self, k: int) -> np.ndarray:
-        """The k best active outputs' global rows per sample (samples x k, -1 past the active
-        ones), best first, ties by row: each rank's k best, gathered, merged."""
-        b = self._batch
-        assert b is not None
-        batch, samples = len(b.ptr) - 1, b.samples
-        rows = self.layer.rows[b.act]
-        order = np.lexsort((rows, -b.z, samples))
-        rank_in = np.arange(len(order)) - b.ptr[samples[order]]
-        keep = order[rank_in < k]
-        values = np.full((batch, k), -np.inf)
-        ids = np.full((batch, k), np.iinfo(np.int64).max, dtype=np.int64)
-        pos = rank_in[rank_in < k]
-        values[samples[keep], pos] = b.z[keep]
-        ids[samples[keep], pos] = rows[keep]
-        parts = self.comm.allgather((values, ids)) if self.comm.size > 1 else [(values, ids)]
-        values = np.concatenate([p[0] for p in parts], axis=1)
-        ids = np.concatenate([p[1] for p in parts], axis=1)
-        pick = np.lexsort((ids, -values), axis=1)[:, :k]
-        best = np.take_along_axis(ids, pick, axis=1)
-        return np.where(best == np.iinfo(np.int64).max, -1, best)
-
-
 def use_lsh(dnet, spec: LshSpec, seed: int) -> None:  # noqa: ANN001 (a DistributedNetwork)
-    """LSH tables on the last layer of ``dnet`` (``spec.layer`` must be it), in
-    ``dnet.sampled``; build them with ``dnet.sampled.rebuild()``. Its gradient sums stay
-    exact."""
-    if spec.layer != dnet.n_layers:
-        raise ValueError(f"--lsh {spec.text()}: LSH runs on the output layer (layer "
-                         f"{dnet.n_layers}) only, so far")
-    dnet.sampled = SampledOutput(dnet.comm, dnet.grid.data, dnet.layers[-1], dnet.sizes[-2],
-                                 dnet.sizes[-1], spec, seed)
+    """LSH tables on layer ``spec.layer`` of ``dnet``, in ``dnet.sampled``; build them with
+    ``dnet.sampled.rebuild()``. Its gradient sums stay exact."""
+    if not 1 <= spec.layer <= dnet.n_layers:
+        raise ValueError(f"--lsh {spec.text()}: the network has {dnet.n_layers} layers")
+    k = spec.layer
+    dnet.sampled = SampledLayer(dnet.comm, dnet.grid.data, dnet.layers[k - 1], dnet.sizes[k - 1],
+                                dnet.sizes[k], spec, seed, output=k == dnet.n_layers)
     dnet.sampled.attach(dnet.traffic, dnet.timers, dnet.sums, dnet.cap)

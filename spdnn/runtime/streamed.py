@@ -16,9 +16,10 @@ from spdnn.model.labels import MultiLabels
 from spdnn.model.memory import eval_batch
 from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
-from spdnn.runtime.distributed import DistributedNetwork, Forward
+from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import challenge_chunk, my_images
 from spdnn.runtime.streaming import LayerStream
+from spdnn.runtime.workspace import Forward
 
 
 def stream_scores(stream: LayerStream, x_local: np.ndarray | sp.csr_matrix,

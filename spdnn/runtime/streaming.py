@@ -30,9 +30,10 @@ from spdnn.model.plan import Plan
 from spdnn.runtime import memory
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.boundary import BoundaryStore, Chunk
-from spdnn.runtime.distributed import DistributedNetwork, Forward
+from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.halo import Traffic
+from spdnn.runtime.workspace import Forward
 
 # The share of a limit (above the process baseline) that a block of layers may take; the rest
 # keeps the activations between blocks in memory (they spill to scratch files beyond it).

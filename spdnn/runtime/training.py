@@ -160,9 +160,10 @@ def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, block: np.n
         dnet.sampled.rebuild()
     fill = fill_rows(cfg.seed, pos.step, len(idx), cfg.lsh.random, dnet.sizes[-1])[
         grid.share(len(idx))] if cfg.lsh is not None and cfg.lsh.random else None
-    fwd = dnet.forward(block, sampled=dnet.sampled is not None,
-                       labels=as_labels(data.y_train[mine], dnet.sizes[-1])
-                       if dnet.sampled is not None else None, fill=fill)
+    output = dnet.sampled is not None and dnet.sampled.output
+    fwd = dnet.forward(block, sampled=dnet.sampled is not None,  # labels join the output's
+                       labels=as_labels(data.y_train[mine], dnet.sizes[-1]) if output else None,
+                       fill=fill)
     per_sample = np.empty(len(mine)) if crit is not None else None
     dnet.sums.step = pos.step  # compressors draw by step: a resume draws the same
     value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx), per_sample)

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from spdnn.model.batching import SparseColumns
 from spdnn.runtime.local_layer import LocalLayer
+
+
+@dataclass(frozen=True)
+class Forward:
+    """The result of ``DistributedNetwork.forward``: this rank's rows of Z_L for the samples
+    ``ids`` (columns of the input; all of them unless dead ones were dropped). Without
+    ``keep`` the arrays are reused by the next forward pass of the same width."""
+
+    z_last: np.ndarray
+    ids: np.ndarray
+    workspace: Workspace | None  # kept for backward (forward with keep=True)
+    sampled: bool = False  # the LSH layer ran on its selected pairs (``dnet.sampled``)
 
 
 class Workspace:
@@ -18,17 +31,17 @@ class Workspace:
     layer down starts: the ghost partial sums of every layer share one block, and the owned
     partial sums two (layer i writes its own while it reads layer i+1's).
 
-    ``sampled_last``: the last layer runs on LSH-selected pairs (spdnn.runtime.sampled), which
-    keep their own compact Z and gradient: its Z and weight gradient here are empty."""
+    ``sampled``: the layer (from 0) that runs on LSH-selected pairs (spdnn.runtime.sampled),
+    which keeps its own compact gradient (its weight gradient here is empty) and, as the
+    output layer, its own Z (empty here too)."""
 
     def __init__(self, layers: Sequence[LocalLayer], dtype: np.dtype, batch: int, *,
-                 sampled_last: bool = False) -> None:
-        dt = dtype
-        last = len(layers) - 1 if sampled_last else -1
+                 sampled: int | None = None) -> None:
+        dt, last = dtype, len(layers) - 1
         self.xbufs = [np.zeros((lay.n_buffer_rows, batch), dt) for lay in layers]
-        self.zs = [np.zeros((0 if i == last else len(lay.rows), batch), dt)
+        self.zs = [np.zeros((0 if i == sampled == last else len(lay.rows), batch), dt)
                    for i, lay in enumerate(layers)]
-        self.grad_w = [np.zeros(0 if i == last else lay.weight.nnz, dt)
+        self.grad_w = [np.zeros(0 if i == sampled else lay.weight.nnz, dt)
                        for i, lay in enumerate(layers)]
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in layers]
         self.ghost = _views([lay.exchange.n_ghost for lay in layers], batch, dt, 1)
