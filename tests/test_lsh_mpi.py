@@ -141,7 +141,6 @@ def _retrieved_top5(net, x, hashes):
 def test_inference_among_retrieved_outputs_on_every_grid(comm, mpi_tmp_path, spec):
     from spdnn.kernels.hashing import HashFunctions
     from spdnn.model.labels import precision_at
-    from spdnn.runtime.inference import local_inputs, precisions
 
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     net = small_network((256, 40, 128), fan_in=24, seed=7, bias_scale=0.1)
@@ -151,14 +150,7 @@ def test_inference_among_retrieved_outputs_on_every_grid(comm, mpi_tmp_path, spe
     if spec == "2:8:2:simhash":  # few buckets hit: samples with fewer than 5 count misses
         assert (top == -1).any()
     expected = (precision_at(data.y_test, top, 1), precision_at(data.y_test, top, 5))
-    for parts, replicas in grids(comm.size):
-        dnet = _open(comm, mpi_tmp_path, net, parts, replicas, name="lsh-i").dnet
-        use_lsh(dnet, lsh, 0)
-        dnet.sampled.rebuild()
-        got = precisions(dnet, local_inputs(dnet, data.x_test, "x"), data.y_test,
-                         batch_size=37, sampled=True)
-        assert got == pytest.approx(expected, abs=1e-12)
-        dnet.grid.free()
+    _sampled_precisions_on_every_grid(comm, mpi_tmp_path, net, lsh, data, expected, "lsh-i")
 
 
 def test_inference_with_a_sampled_hidden_layer_on_every_grid(comm, mpi_tmp_path):
@@ -168,7 +160,6 @@ def test_inference_with_a_sampled_hidden_layer_on_every_grid(comm, mpi_tmp_path)
     from spdnn.model.labels import precision_at
     from spdnn.model.ops import output, top_k
     from spdnn.reference import HiddenSampler, forward, lsh_tables
-    from spdnn.runtime.inference import local_inputs, precisions
 
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     net = small_network((256, 48, 40, 128), fan_in=24, seed=9, bias_scale=0.1)
@@ -180,8 +171,15 @@ def test_inference_with_a_sampled_hidden_layer_on_every_grid(comm, mpi_tmp_path)
     expected = (precision_at(data.y_test, top, 1), precision_at(data.y_test, top, 5))
     active = np.count_nonzero(zs[0]) / zs[0].shape[1]
     assert 0 < active < 0.8 * 48  # a sample computes some of the layer's neurons
+    _sampled_precisions_on_every_grid(comm, mpi_tmp_path, net, lsh, data, expected, "lsh-hi")
+
+
+def _sampled_precisions_on_every_grid(comm, tmp, net, lsh, data, expected, name):
+    """P@1 and P@5 of ``precisions(..., sampled=True)`` equal ``expected`` on every grid."""
+    from spdnn.runtime.inference import local_inputs, precisions
+
     for parts, replicas in grids(comm.size):
-        dnet = _open(comm, mpi_tmp_path, net, parts, replicas, name="lsh-hi").dnet
+        dnet = _open(comm, tmp, net, parts, replicas, name=name).dnet
         use_lsh(dnet, lsh, 0)
         dnet.sampled.rebuild()
         got = precisions(dnet, local_inputs(dnet, data.x_test, "x"), data.y_test,
