@@ -4,6 +4,7 @@ synthetic extreme-classification task, side by side in one run.
     python scripts/bench/bench_slide.py [--samples 20000] [--test-samples 2000] [--epochs 2]
                                   [--lsh 2:6:50] [--lsh-random 200] [--lsh-top-bias 100]
                                   [--rehash 50] [--lr 0.1] [--high-lr 0.5] [--high-rehash 20]
+                                  [--high-random N]
                                   [--torch PYTHON] [--no-write]
 
 Task: ``spdnn generate xc-data`` with 100,000 features and 200,000 labels (seed 0); network
@@ -15,7 +16,8 @@ batch 64, lr 0.1 (--lr), momentum 0.9, seed 0. Runs, one after the other: 1 rank
 (scripts/bench/torch_xc.py, ``--torch`` names a Python with torch; its input layer's gradient
 dense and sparse, the faster kept): the median full-softmax step at
 one thread. ``--high-lr``: also, on one rank, exact training and ``--lsh`` at that rate, the
-latter with and without ``--lsh-estimate-tail`` (and ``--rehash`` from ``--high-rehash``).
+latter with and without ``--lsh-estimate-tail`` (and ``--rehash`` from ``--high-rehash``,
+``--lsh-random`` from ``--high-random``, by default --lsh-random's).
 Writes docs/BENCHMARKS.md, section "LSH-selected output neurons".
 """
 
@@ -64,6 +66,7 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--high-lr", type=float, default=None)
     ap.add_argument("--high-rehash", type=int, default=20)
+    ap.add_argument("--high-random", type=int, default=None)
     ap.add_argument("--torch", default=str(ROOT / ".venv-torch" / "bin" / "python"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -90,11 +93,13 @@ def main() -> int:
         if args.high_lr is not None:  # where the active-only softmax kills the hidden layer
             high = [*base[:base.index("--lr")], "--lr", str(args.high_lr)]
             grid = f"1 rank, lr {args.high_lr}"
-            tail = [*lsh[:lsh.index("--rehash")], "--rehash", str(args.high_rehash),
+            random = args.lsh_random if args.high_random is None else args.high_random
+            tail = [*lsh[:lsh.index("--lsh-random")], "--lsh-random", str(random),
+                    "--lsh-top-bias", str(args.lsh_top_bias), "--rehash", str(args.high_rehash),
                     "--lsh-estimate-tail"]
             for mode, more in (("exact", []), (f"--lsh {args.lsh}", lsh),
-                               (f"--lsh {args.lsh} --rehash {args.high_rehash} "
-                                "--lsh-estimate-tail", tail)):
+                               (f"--lsh {args.lsh} --lsh-random {random} --rehash "
+                                f"{args.high_rehash} --lsh-estimate-tail", tail)):
                 results[(grid, mode)] = train(1, high + more, tmp / "m.json")
         torch_step, torch_form = None, None
         if Path(args.torch).exists():  # both forms of the input layer's gradient: the faster
@@ -149,7 +154,9 @@ def main() -> int:
             f"--lsh-random {args.lsh_random} --lsh-top-bias {args.lsh_top_bias} "
             f"--rehash {args.rehash} --lr {args.lr}"
             + (f" --high-lr {args.high_lr} --high-rehash {args.high_rehash}"
-               if args.high_lr is not None else "") + "`. Task: `spdnn generate xc-data` "
+               if args.high_lr is not None else "")
+            + (f" --high-random {args.high_random}" if args.high_random is not None else "")
+            + "`. Task: `spdnn generate xc-data` "
             "(100,000 features, 200,000 labels, seed 0); network features -> 128 -> labels "
             "(`--fan-in 4096,128`: sparse input layer, full output layer), float32, "
             f"{' '.join(common)}. One run each, one after the other. `epoch s`: training "
