@@ -31,9 +31,9 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
                             "layer, plus its labels), e.g. 2:6:50 (DWTA) or 2:9:50:simhash; a "
                             "hidden layer's other neurons are zero")
     lossy.add_argument("--lsh-max-active", type=positive_int, metavar="M",
-                       help="with --lsh: keep at most M retrieved output neurons per sample "
-                            "(those most tables retrieved; ties in a seeded order), labels, "
-                            "random and top-bias neurons besides")
+                       help="with --lsh: keep at most M retrieved neurons per sample (those "
+                            "most tables retrieved; ties in a seeded order), labels, random and "
+                            "top-bias neurons besides")
     lossy.add_argument("--lsh-random", type=seed, default=0, metavar="N",
                        help="with --lsh: add N random output neurons to each sample's active "
                             "set in training (SLIDE tops its retrieved sets up so; the same on "
