@@ -20,6 +20,7 @@ import sys
 MADV_DONTNEED = 4
 _MAPPING = re.compile(r"([0-9a-f]+)-([0-9a-f]+) (\S{4}) \S+ \S+ \d+\s*(.*)")
 _LIBRARY = "libllvmlite"
+_HEX = frozenset("0123456789abcdef")
 
 
 def _clean_mappings(library: str, smaps: str = "/proc/self/smaps") -> list[tuple[int, int]]:
@@ -34,13 +35,15 @@ def _clean_mappings(library: str, smaps: str = "/proc/self/smaps") -> list[tuple
 
     with open(smaps) as fh:
         for line in fh:
-            m = _MAPPING.match(line)
-            if m:
+            # A mapping's header starts with its hex address, its fields with a capital letter;
+            # only the library's own mappings are parsed (a long-lived process has thousands).
+            if line[0] in _HEX:
                 close()
-                perms, path = m.group(3), m.group(4)
-                current = {"start": int(m.group(1), 16), "end": int(m.group(2), 16),
-                           "ok": library in path and "w" not in perms and perms[3] == "p",
-                           "dirty": 0, "anon": 0}
+                m = _MAPPING.match(line) if library in line else None
+                current = None if m is None else {
+                    "start": int(m.group(1), 16), "end": int(m.group(2), 16),
+                    "ok": library in m.group(4) and "w" not in m.group(3)
+                    and m.group(3)[3] == "p", "dirty": 0, "anon": 0}
             elif current is not None and line.startswith(("Private_Dirty:", "Shared_Dirty:")):
                 current["dirty"] += int(line.split()[1])
             elif current is not None and line.startswith("Anonymous:"):
@@ -49,13 +52,22 @@ def _clean_mappings(library: str, smaps: str = "/proc/self/smaps") -> list[tuple
     return out
 
 
+# The library's clean ranges, found once: its mappings are fixed when it is loaded, and a
+# read-only private mapping cannot gain a dirty page later (reading /proc/self/smaps of a
+# process with many mappings took 50-80 ms a call).
+_ranges: list[tuple[int, int]] | None = None
+
+
 def release_compiler_pages() -> int:
     """Drop LLVM's clean read-only pages from this process's resident set; the bytes of the
     ranges advised (0 where nothing could be done)."""
     if not sys.platform.startswith("linux") or "llvmlite.binding" not in sys.modules:
         return 0
+    global _ranges
     try:
-        ranges = _clean_mappings(_LIBRARY)
+        if _ranges is None:
+            _ranges = _clean_mappings(_LIBRARY)
+        ranges = _ranges
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return 0
