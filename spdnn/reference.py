@@ -53,8 +53,7 @@ class HiddenSampler:
     seed: int = 0
 
     def pairs(self, net: Network, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The active (neuron, sample) pairs of the layer for its inputs ``h``: CSR (ptr,
-        rows) over the samples, the buckets hit and nothing else (no labels, no fill)."""
+        """The layer's active pairs for inputs ``h`` (CSR over samples): the buckets hit."""
         spec, n_out = self.hashes.spec, net.sizes[self.hashes.spec.layer]
         ptr, act, mass, hits = self.tables.retrieve(self.hashes.codes_of_columns(h), n_out,
                                                     *forced(None, None, h.dtype, h.shape[1]))
@@ -68,8 +67,14 @@ def forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None = None
             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Pre-activations Z_1..Z_L and activations X_0..X_{L-1} (X_0 = x0, n_0 x B); with a
     ``sampler``, its layer's Z is computed on the active pairs only, zero elsewhere."""
+    return _forward(net, x0, sampler)[:2]
+
+
+def _forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None) -> tuple:
+    """``forward``'s blocks and the sampled layer's neuron of each active pair (or None)."""
     zs: list[np.ndarray] = []
     xs: list[np.ndarray] = [x0]
+    act = None
     for k, layer in enumerate(net.layers, start=1):
         if sampler is not None and k == sampler.hashes.spec.layer:
             ptr, act = sampler.pairs(net, xs[-1])
@@ -82,7 +87,7 @@ def forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None = None
         zs.append(z)
         if k < net.n_layers:
             xs.append(activate(z.copy(), net.cap))
-    return zs, xs
+    return zs, xs, act
 
 
 @dataclass
@@ -99,19 +104,17 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
     """Loss and gradients of all parameters for one batch (x0: n_0 x B, y: B labels). With
     a ``sampler``, its layer's gradients are those of the rows active for some sample
     (RowGrad): its error is zero off the active pairs, where its Z is zero."""
-    zs, xs = forward(net, x0, sampler)
+    zs, xs, act = _forward(net, x0, sampler)
     out = output(zs[-1], net.output_activation, net.cap)
     value, grad = loss_and_gradient(out, y, loss)
     pred = np.argmax(out, axis=0)
     correct = int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
     delta = grad if net.output_activation == "linear" else grad * activation_slope(zs[-1], net.cap)
-    gw: list = [np.empty(0)] * net.n_layers
-    gb: list = [np.empty(0)] * net.n_layers
+    gw, gb = [np.empty(0)] * net.n_layers, [np.empty(0)] * net.n_layers
     _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb)
-    if sampler is not None:
+    if act is not None:  # the pairs the forward pass retrieved
         k = sampler.hashes.spec.layer - 1
         w = net.layers[k].weight
-        act = sampler.pairs(net, xs[k])[1]
         union = np.unique(act)  # the rows active for some sample
         counts = np.diff(w.indptr)[union]
         gw[k] = RowGrad(w.indptr[union], gw[k][concat_ranges(w.indptr[union], counts)], counts)
@@ -179,8 +182,7 @@ def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashF
     d = sp.csr_matrix((delta, (act, s)), shape=(net.sizes[-1], batch)).toarray()
     union = np.unique(act)
     counts = np.diff(w.indptr)[union]
-    gw: list = [np.empty(0)] * net.n_layers
-    gb: list = [np.empty(0)] * net.n_layers
+    gw, gb = [np.empty(0)] * net.n_layers, [np.empty(0)] * net.n_layers
     gw[-1] = RowGrad(concat_ranges(w.indptr[union], counts),
                      sampled_products(w, d, h)[concat_ranges(w.indptr[union], counts)])
     gb[-1] = RowGrad(union, d.sum(axis=1)[union])
