@@ -16,32 +16,14 @@ from spdnn.kernels.lsh import parse_lsh
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
 from spdnn.runtime.sampled import use_lsh
-from spdnn.runtime.session import gather_network
 from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
-from tests.test_replicas_mpi import SGD, _assert_close, _digest, _open, grids
+from tests.test_replicas_mpi import SGD, _digest, _open, grids, trains_as_the_reference
 
 pytestmark = pytest.mark.mpi
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "xc-sample"
-
-
-def _trains_as_the_reference_on_every_grid(comm, tmp, net, data, cfg, expected, ref, *,  # noqa: ANN001
-                                           method: str = "hypergraph", name: str) -> None:
-    """Under every grid of ``comm``: the same active counts, P@5 and training accuracy as the
-    reference's reports, losses within 1e-12, weights within 1e-10, replicas bit-identical."""
-    for parts, replicas in grids(comm.size):
-        run = _open(comm, tmp, net, parts, replicas, method, name=name)
-        reports = train(comm, run.dnet, data, cfg)
-        assert [r.active_outputs for r in reports] == [r.active_outputs for r in ref]
-        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
-                                   rtol=1e-12)
-        assert [r.train_accuracy for r in reports] == [r.train_accuracy for r in ref]
-        assert [r.precision_at_5 for r in reports] == [r.precision_at_5 for r in ref]
-        got = gather_network(run.dnet)
-        if comm.rank == 0:
-            _assert_close(got, expected)
-        assert len(set(run.dnet.grid.data.allgather(_digest(run.dnet)))) == 1
-        run.dnet.grid.free()
+# The same active sets: the same count of active pairs, and so the same P@5 and accuracy.
+SAMPLED_FIELDS = ("active_outputs", "train_accuracy", "precision_at_5")
 
 
 @pytest.mark.parametrize("spec", ["2:3:6:dwta", "2:5:6:simhash", "2:2:6:simhash:cap 7",
@@ -67,8 +49,8 @@ def test_sampled_training_on_every_grid_equals_the_serial_reference(comm, mpi_tm
     assert 0 < ref[0].active_outputs < (10 + int(top or 0) if cap else 128)
     if fill or top:  # the random or top-bias neurons join the retrieved ones
         assert ref[0].active_outputs > 15
-    _trains_as_the_reference_on_every_grid(comm, mpi_tmp_path, net, data, cfg, expected, ref,
-                                           method=method, name="lsh")
+    trains_as_the_reference(comm, mpi_tmp_path, net, data, cfg, expected, ref, method=method,
+                            name="lsh", same=SAMPLED_FIELDS)
 
 
 @pytest.mark.parametrize("spec", ["1:3:6:simhash", "1:2:8:dwta", "2:4:6:simhash:cap 9"])
@@ -88,8 +70,8 @@ def test_a_sampled_hidden_layer_on_every_grid_equals_the_serial_reference(comm, 
                                     rehash=3)
     width = net.sizes[lsh.layer]
     assert 0 < ref[0].active_outputs < (int(cap) if cap else width)  # a sample uses a few
-    _trains_as_the_reference_on_every_grid(comm, mpi_tmp_path, net, data, cfg, expected, ref,
-                                           name="lsh-h")
+    trains_as_the_reference(comm, mpi_tmp_path, net, data, cfg, expected, ref, name="lsh-h",
+                            same=SAMPLED_FIELDS)
 
 
 def test_sampled_training_resumes_exactly(comm, mpi_tmp_path):

@@ -62,6 +62,28 @@ def _assert_close(got, expected, tol=1e-10):
         np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=tol)
 
 
+def trains_as_the_reference(comm, tmp, net, data, cfg, expected, ref, *,  # noqa: ANN001
+                            method: str = "hypergraph", name: str = "net",
+                            same: tuple[str, ...] = ()) -> None:
+    """Under every grid of ``comm``: losses within 1e-12 of the reference's reports and the
+    fields ``same`` equal to theirs, weights within 1e-10 of ``expected``, and replicas holding
+    bit-identical weights (the same digest on every rank of a part)."""
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, tmp, net, parts, replicas, method, name=name)
+        reports = train(comm, run.dnet, data, cfg)
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=1e-12)
+        for field in same:
+            assert [getattr(r, field) for r in reports] == [getattr(r, field) for r in ref], \
+                (field, parts, replicas)
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        digests = run.dnet.grid.data.allgather(_digest(run.dnet))
+        assert len(set(digests)) == 1, (parts, replicas)
+        run.dnet.grid.free()
+
+
 def _digest(dnet) -> str:
     h = hashlib.sha256()
     for layer in dnet.layers:
@@ -76,21 +98,9 @@ def test_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, method):
     data = _data(net)
     cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=7)
     expected, ref_reports = reference_train(net, data, 2, 16, SGD, seed=7)
-    for parts, replicas in grids(comm.size):
-        run = _open(comm, mpi_tmp_path, net, parts, replicas, method)
-        reports = train(comm, run.dnet, data, cfg)
-        assert reports[-1].steps == 8
-        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref_reports],
-                                   rtol=1e-12)
-        assert [r.train_accuracy for r in reports] == [r.train_accuracy for r in ref_reports]
-        assert [r.test_accuracy for r in reports] == [r.test_accuracy for r in ref_reports]
-        got = gather_network(run.dnet)
-        if comm.rank == 0:
-            _assert_close(got, expected)
-        # Replicas hold bit-identical weights: the same digest on every rank of a part.
-        digests = run.dnet.grid.data.allgather(_digest(run.dnet))
-        assert len(set(digests)) == 1, (parts, replicas)
-        run.dnet.grid.free()
+    assert ref_reports[-1].steps == 8
+    trains_as_the_reference(comm, mpi_tmp_path, net, data, cfg, expected, ref_reports,
+                            method=method, same=("steps", "train_accuracy", "test_accuracy"))
 
 
 def test_evaluation_splits_the_inputs(comm, mpi_tmp_path):
