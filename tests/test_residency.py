@@ -99,10 +99,14 @@ def test_a_job_over_the_threshold_loads_its_kernels_first_and_peaks_as_predicted
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "data.npz", x_train=rng.standard_normal((256, 256)),
              y_train=rng.integers(0, 10, 256))
-    proc = launch(0, "train", "--network", "net.npz", "--data", "npz:data.npz", "--dtype",
-                  "float64", "--max-steps", "2", "--batch-size", "64", "--metrics-out",
-                  "m.json", cwd=tmp_path, cold=True)  # a new interpreter's baseline
-    assert proc.returncode == 0, proc.stderr
+    job = ("train", "--network", "net.npz", "--data", "npz:data.npz", "--dtype", "float64",
+           "--max-steps", "2", "--batch-size", "64", "--metrics-out", "m.json")
+    # Twice: the measured run loads every kernel from numba's cache, as the prediction assumes.
+    # A kernel the cache lacks (compiled by no test yet, in whichever order the workers run
+    # them) is compiled in the first run: 285 MB were measured once with a compile, 263 without.
+    for _ in range(2):
+        proc = launch(0, *job, cwd=tmp_path, cold=True)  # a new interpreter's baseline
+        assert proc.returncode == 0, proc.stderr
     mem = json.loads((tmp_path / "m.json").read_text())["memory"]
     predicted, peak = mem["predicted_bytes"][0], mem["peak_bytes"][0]
     assert predicted["baseline"] == SETTLED_BYTES
