@@ -4,6 +4,8 @@ schedule, the rows-only SGD update, and the options' errors."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -274,6 +276,18 @@ def test_bad_lsh_options_get_one_line(tmp_path, args, message):
                *args, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_a_sampled_hidden_layer_trains_with_either_loss(tmp_path):
+    """The mse loss is refused on a sampled output layer only: above a hidden one the network's
+    own loss applies, over every output (single labels: digits)."""
+    from spdnn.io.bundle import save_network
+
+    save_network(small_network((64, 16, 10), fan_in=8), tmp_path / "n.npz")
+    r = launch(0, "train", "--network", tmp_path / "n.npz", "--data", "digits", "--epochs", "1",
+               "--lsh", "1:3:6", "--loss", "mse", "--metrics-out", "m.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert 0 < json.loads((tmp_path / "m.json").read_text())["epochs"][0]["loss"] < 1
 
 
 @pytest.mark.parametrize("inputs", ["digits", "images.tsv"])

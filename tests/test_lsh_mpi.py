@@ -74,6 +74,22 @@ def test_a_sampled_hidden_layer_on_every_grid_equals_the_serial_reference(comm, 
                             same=SAMPLED_FIELDS)
 
 
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+def test_a_sampled_hidden_layer_under_single_labels_and_either_loss(comm, mpi_tmp_path, loss):
+    """Above a sampled hidden layer the network's own loss applies (not the sampled softmax of
+    an LSH output layer): single-label digits, mse or cross-entropy, on every grid."""
+    data = load_dataset("digits", "float64")
+    net = small_network((64, 48, 40, 10), fan_in=24, seed=8, bias_scale=0.1)
+    lsh = parse_lsh("1:3:6:simhash")
+    cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=10, lsh=lsh,
+                      rehash=3, loss=loss)
+    expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=10, lsh=lsh,
+                                    rehash=3, loss=loss)
+    assert 0 < ref[0].active_outputs < 48
+    trains_as_the_reference(comm, mpi_tmp_path, net, data, cfg, expected, ref, name="lsh-m",
+                            same=("active_outputs", "train_accuracy", "test_accuracy"))
+
+
 def test_sampled_training_resumes_exactly(comm, mpi_tmp_path):
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     net = small_network((256, 40, 128), fan_in=40, seed=6, bias_scale=0.1)

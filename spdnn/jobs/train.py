@@ -57,9 +57,6 @@ def _config(opt: TrainOptions) -> TrainConfig:
     if lsh is not None and compress.enabled:  # its compressor keeps state per position
         raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
                          "those of the rows active in each step, not of fixed positions")
-    if lsh is not None and opt.loss != "cross_entropy":
-        raise SpdnnError("--lsh trains with the cross_entropy loss (softmax over the active "
-                         "outputs)")
     return TrainConfig(epochs=opt.epochs, batch_size=opt.batch_size,
                        sgd=SGDConfig(opt.lr, opt.momentum, opt.weight_decay), seed=opt.seed,
                        shuffle=opt.shuffle, loss=opt.loss, max_steps=opt.max_steps,
@@ -101,7 +98,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     data = open_data(comm, data_spec, run.dtype, dnet.input_rows, sizes[0],
                      (grid.replica, grid.replicas) if grid.replicas > 1 else None)
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
-    comm.check(lambda: check_lsh_layer(cfg.lsh, sizes))
+    comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss))
     position, momentum, lossy = None, None, None
     if opt.resume:
         resume = os.fspath(opt.resume)

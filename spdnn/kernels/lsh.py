@@ -79,16 +79,21 @@ def parse_lsh(text: str, max_active: int | None = None, random: int = 0,
                    random=random, top_bias=top_bias, estimate_tail=estimate_tail)
 
 
-def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...]) -> None:
+def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...], *,
+                    loss: str = "cross_entropy") -> None:
     """LSH selects neurons of one layer of the network (layers count from 1); the labels, the
     random top-up and the largest biases join the output layer's only, and draw at most as
-    many neurons as it has."""
+    many neurons as it has. A sampled output layer trains with softmax cross-entropy over its
+    active neurons; above a sampled hidden layer the network's own ``loss`` applies."""
     from spdnn.errors import SpdnnError
 
     n_layers = len(sizes) - 1
     if spec is not None and spec.layer > n_layers:
         raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is beyond the network's "
                          f"{n_layers} layers")
+    if spec is not None and spec.layer == n_layers and loss != "cross_entropy":
+        raise SpdnnError(f"--lsh {spec.text()} samples the output layer, which trains with "
+                         f"the cross_entropy loss (softmax over the active outputs), not {loss}")
     if spec is not None and spec.layer < n_layers and (
             spec.random or spec.top_bias or spec.estimate_tail):
         raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is hidden; --lsh-random, "
