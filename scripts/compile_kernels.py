@@ -23,10 +23,10 @@ import numpy as np
 HALVES = {
     "float32": (lambda: _warm("products", np.float32), lambda: _warm("encoding", np.float32),
                 lambda: _warm("layers", np.float32), lambda: _update(np.float32),
-                lambda: _lossy()),
+                lambda: _lossy(), lambda: _lsh(hashing=True)),
     "float64": (lambda: _warm("products", np.float64), lambda: _warm("encoding", np.float64),
                 lambda: _warm("layers", np.float64), lambda: _update(np.float64),
-                lambda: _lsh()),
+                lambda: _lsh(hashing=False)),
 }
 
 
@@ -46,8 +46,9 @@ def _update(dtype: type) -> None:
     for first in (True, False):
         sgd_step(p, g, buf, 0.1, 0.9, 0.0, first)
     sgd_rows(p, RowGrad(np.arange(PARALLEL_MIN, dtype=np.int64), g), buf, 0.1, 0.9, 0.0)
-    runs = np.arange(0, PARALLEL_MIN, 128, dtype=np.int32)  # a sampled layer's row starts
-    sgd_rows(p, RowGrad(runs, g, np.full(len(runs), 128, np.int64)), buf, 0.1, 0.9, 0.0)
+    for index in (np.int32, np.int64):  # a sampled layer's row starts (int64: the reference's)
+        runs = np.arange(0, PARALLEL_MIN, 128, dtype=index)
+        sgd_rows(p, RowGrad(runs, g, np.full(len(runs), 128, np.int64)), buf, 0.1, 0.9, 0.0)
 
 
 def _lossy() -> None:
@@ -57,13 +58,18 @@ def _lossy() -> None:
     hylo.warm_up()
 
 
-def _lsh() -> None:
+def _lsh(*, hashing: bool) -> None:
+    """LSH's sampled products in one half, the hashing kernels in the other (both value types
+    and index widths in each: 58 s against 32 for the other half before they were split)."""
     from spdnn.kernels import products
 
     if products.backend() == "numba":
-        from spdnn.kernels import _numba_lsh
+        from spdnn.kernels import _numba_hash, _numba_lsh
 
-        _numba_lsh.warm_up()
+        if hashing:
+            _numba_hash.warm_up()
+        else:
+            _numba_lsh.warm_up(hashing=False)
 
 
 def main() -> int:

@@ -199,13 +199,15 @@ def bucket_order(codes, bits, keys, rows):
 
 def warm_up() -> None:
     """Compile the kernels for both value types now, not in a timed step."""
+    for index in (np.int32, np.int64):  # a table's rows: int64 on the sampled output layer
+        bucket_order(np.zeros(1, np.int64), 1, np.empty(1, index), np.empty(1, np.int32))
     for dt in (np.float32, np.float64):
-        ip, ix, dd = np.array([0, 2]), np.array([0, 1]), np.ones(2, dt)
-        out = np.empty((1, 1), dtype=np.int64)
-        # int32 column indices and tables (HashFunctions.codes, Tables.build); other types
-        # compile when first used
-        bucket_order(np.zeros(1, np.int64), 1, np.empty(1, np.int32), np.empty(1, np.int32))
-        local = ix.astype(np.int32)
-        dwta_codes(ip, local, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, 8, out)
-        simhash_codes(ip, local, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
-                      np.ones(1, np.int8), 1, 1, out)
+        # int64 offsets of the samples' codes, int32 of the weight rows' (a layer's indptr);
+        # int32 column indices (HashFunctions.codes, Tables.build)
+        for offsets in (np.int64, np.int32):
+            ip, ix, dd = np.array([0, 2], offsets), np.array([0, 1]), np.ones(2, dt)
+            out = np.empty((1, 1), dtype=np.int64)
+            local = ix.astype(np.int32)
+            dwta_codes(ip, local, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, 8, out)
+            simhash_codes(ip, local, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
+                          np.ones(1, np.int8), 1, 1, out)
