@@ -6,8 +6,6 @@ spdnn.kernels._numba_hash.
 
 from __future__ import annotations
 
-import itertools
-
 import numba as nb
 import numpy as np
 
@@ -165,9 +163,10 @@ def warm_up(*, hashing: bool = True) -> None:
     now, not in a timed step."""
     if hashing:
         _numba_hash.warm_up()
-    for dt, index in itertools.product((np.float32, np.float64), (np.int32, np.int64)):
-        # a local layer's indptr and indices are int32 (int64 beyond 2**31 values)
-        ip, ix, dd = np.array([0, 2], index), np.array([0, 1], index), np.ones(2, dt)
+    for dt in (np.float32, np.float64):
+        # a local layer's int32 indptr and indices (int64 ones, beyond 2**31 values, compile
+        # when first used)
+        ip, ix, dd = np.array([0, 2], np.int32), np.array([0, 1], np.int32), np.ones(2, dt)
         out = np.zeros((1, 1), dtype=np.int64)
         index = np.zeros((1, 1), np.int32)  # the tables' keys and rows (int64: when used)
         ptr, act, mass, _ = retrieve(out, index, index, np.array([0, 1]), np.array([0]),
