@@ -18,15 +18,22 @@ import time
 
 import numpy as np
 
-# Two halves of about equal compile time (products: 41 s for both value types, encoding 13 s,
-# LSH 19 s, the compressors 7 s; the run of narrow layers, measured on a loaded machine, 10 s).
+# Two halves of about equal compile time (about 40 CPU-s each on a 2-core AMD EPYC: products
+# 41 s for both value types, encoding 13 s, LSH 19 s, the compressors 7 s, the partitioner's
+# passes 6 s; the run of narrow layers, measured on a loaded machine, 10 s).
+# The float64 half runs its parts in the reverse order: numba's cache index of a function is
+# read, extended and rewritten by each process that adds a signature, so two processes
+# compiling the same function at the same moment could each write an index without the
+# other's signature (and that kernel was then compiled again by a test process: in CI,
+# spmm_cols and sddmm_cols, one value type each, every run).
 HALVES = {
     "float32": (lambda: _warm("products", np.float32), lambda: _warm("encoding", np.float32),
-                lambda: _warm("layers", np.float32), lambda: _update(np.float32),
-                lambda: _hashing()),
-    "float64": (lambda: _warm("products", np.float64), lambda: _warm("encoding", np.float64),
-                lambda: _warm("layers", np.float64), lambda: _update(np.float64),
-                lambda: _lsh(), lambda: _lossy()),
+                lambda: _warm("layers", np.float32), lambda: _hashing(),
+                lambda: _partitioner()),
+    "float64": (lambda: _lossy(), lambda: _lsh(), lambda: _update(np.float32),
+                lambda: _update(np.float64),
+                lambda: _warm("layers", np.float64), lambda: _warm("encoding", np.float64),
+                lambda: _warm("products", np.float64)),
 }
 
 
@@ -49,6 +56,15 @@ def _update(dtype: type) -> None:
     for index in (np.int32, np.int64):  # a sampled layer's row starts (int64: the reference's)
         runs = np.arange(0, PARALLEL_MIN, 128, dtype=index)
         sgd_rows(p, RowGrad(runs, g, np.full(len(runs), 128, np.int64)), buf, 0.1, 0.9, 0.0)
+
+
+def _partitioner() -> None:
+    """spdnn-partition's passes over the pins (partition/_kernels.py), through a small
+    hypergraph partition: its arrays are the types a real one passes."""
+    import spdnn
+    from partition import partition
+
+    partition(spdnn.random_network([64, 64, 64, 8], fan_in=4, seed=0), parts=2)
 
 
 def _lossy() -> None:
@@ -89,8 +105,17 @@ def main() -> int:
     t0 = time.perf_counter()
     halves = [subprocess.Popen([sys.executable, __file__, half]) for half in HALVES]
     codes = [p.wait() for p in halves]
-    print(f"kernels compiled (or loaded from the cache) in {time.perf_counter() - t0:.0f} s")
-    return next((code for code in codes if code), 0)  # a half killed by a signal: < 0
+    if any(codes):
+        return next(code for code in codes if code)  # a half killed by a signal: < 0
+    halves_done = time.perf_counter()
+    # Every part once more, in this process alone: each kernel loads from the cache (about
+    # 2 s for all), and one whose signature a concurrent write lost is compiled here.
+    for half in HALVES.values():
+        for compile_part in half:
+            compile_part()
+    print(f"kernels compiled (or loaded from the cache) in {halves_done - t0:.0f} s, checked "
+          f"in {time.perf_counter() - halves_done:.0f} s")
+    return 0
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ def live_rows(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray | No
         return None
     from spdnn.kernels import _numba_inputs
 
-    if known is not None:
-        live = known
+    if known is not None:  # int64, as a scan's: one compiled signature per value type
+        live = np.asarray(known, dtype=np.int64)
     else:
         mask = np.empty(len(x), np.uint8)
         _numba_inputs.live_rows(x, mask)
