@@ -232,8 +232,12 @@ def test_the_tail_estimate_gives_the_full_softmax_when_every_output_is_equal(est
 
 def test_rebuild_schedule():
     steps = [s for s in range(400) if is_rebuild_step(s, 50)]
-    assert steps == [0, 50, 105, 166, 234, 309, 392]  # each period 10% longer, rounded up
-    assert [s for s in range(30) if is_rebuild_step(s, 50, checkpoint_every=10)] == [0, 10, 20]
+    # periods 1, 2, 4, ..., 32, then 50 and each 10% longer, rounded up
+    assert steps == [0, 1, 3, 7, 15, 31, 63, 113, 168, 229, 297, 372]
+    assert [s for s in range(40) if is_rebuild_step(s, 4)] == [0, 1, 3, 7, 12, 18, 25, 33]
+    assert [s for s in range(22) if is_rebuild_step(s, 1)] == [0, 1, 3, 6, 10, 15, 21]
+    assert [s for s in range(30) if is_rebuild_step(s, 50, checkpoint_every=10)] == \
+        [0, 1, 3, 7, 10, 15, 20]
 
 
 def test_rows_only_update_equals_the_dense_one_on_those_rows():

@@ -52,5 +52,5 @@ def add_lossy(tr: argparse.ArgumentParser) -> None:
                             "learning rates where the softmax over the active outputs alone "
                             "kills the hidden layer (docs/lossy.md)")
     lossy.add_argument("--rehash", type=positive_int, default=50, metavar="N",
-                       help="with --lsh: rebuild the tables after N steps, each later period "
-                            "10%% longer")
+                       help="with --lsh: rebuild the tables after 1, 2, 4, ... steps up to "
+                            "N, then after N steps, each later period 10%% longer")

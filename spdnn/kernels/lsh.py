@@ -4,9 +4,10 @@ retrieval (the cap, the random fill, the neurons of largest bias, the labels). T
 functions and the tables: spdnn.kernels.hashing. No MPI.
 
 ``--lsh LAYER:K:L[:dwta|simhash]`` puts L tables of K functions each on a layer. The tables
-are rebuilt from the current weights at step 0 and then after ``--rehash N`` steps, each
-period 10% longer than the one before (SLIDE's exponentially growing period), and at every
-checkpoint step, so that a resumed run rebuilds exactly what an uninterrupted one does.
+are rebuilt from the current weights at step 0, then after 1, 2, 4, ... steps (the period
+doubling up to ``--rehash N``: the first steps move the weights most), then after periods of
+N steps each 10% longer than the one before (SLIDE's exponentially growing period), and at
+every checkpoint step, so that a resumed run rebuilds exactly what an uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -107,14 +108,21 @@ def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...], *,
 
 
 def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) -> bool:
-    """Whether the tables are rebuilt before step ``step`` (0-based): at 0, after ``first``
-    steps and each period 10% longer than the last, and at every checkpoint step."""
+    """Whether the tables are rebuilt before step ``step`` (0-based): at 0; after periods of
+    1, 2, 4, ... steps, doubling until ``first`` (``--rehash``); then after ``first`` steps and
+    each period 10% longer than the last; and at every checkpoint step. Tables built from the
+    initial weights and kept ``first`` steps killed most of the hidden layer at high learning
+    rates (BENCHMARKS.md, "LSH-selected output neurons": at ``--lr 0.5`` the first 20-50 steps
+    move the weights most, and the retrieved neurons were those of the weights at step 0)."""
     if step == 0 or (checkpoint_every and step % checkpoint_every == 0):
         return True
-    at, period = 0, first
+    at, period = 0, 1
     while at < step:
         at += period
-        period += -(-period // REHASH_GROWTH_DIVISOR)  # 10% longer, rounded up, in integers
+        if period < first:
+            period = min(2 * period, first)
+        else:
+            period += -(-period // REHASH_GROWTH_DIVISOR)  # 10% longer, rounded up, in integers
     return at == step
 
 
