@@ -168,13 +168,35 @@ def test_ctrl_c_and_sigterm_stop_the_job_and_remove_the_network(sig, code):
             pass
         assert len([ns for ns in links.namespaces() if ns.startswith(f"spdnn{job.pid}")]) == 3
         job.send_signal(sig)
-        assert job.wait(30) == code, job.stderr.read() if job.stderr else ""
+        try:
+            returncode = job.wait(30)
+        except subprocess.TimeoutExpired:  # seen once, on a machine busy with disk and CPU
+            pytest.fail(f"spdnn emulate still running 30 s after {sig.name}:\n"
+                        f"{_still_running(job)}")
+        assert returncode == code, job.stderr.read() if job.stderr else ""
     finally:
         job.kill()
         job.wait()
     assert stale_namespaces() == []
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert left.stdout.strip() == "", "the job's processes outlived the emulation"
+
+
+def _still_running(job: subprocess.Popen) -> str:
+    """What a job that did not end was doing: its process tree (state and kernel wait
+    channel) and, once killed, what it wrote to stderr."""
+    table = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,stat=,wchan:24=,etime=,args="],
+                           capture_output=True, text=True).stdout.splitlines()
+    mine = {job.pid}
+    for _ in range(6):  # the job, its launcher, the launcher's proxies, their ranks
+        for line in table:
+            pid, ppid = (int(f) for f in line.split()[:2])
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+    tree = "\n".join(line for line in table if int(line.split()[0]) in mine)
+    job.kill()
+    _, err = job.communicate(timeout=30)
+    return f"processes:\n{tree}\nstderr:\n{(err or '')[-3000:]}"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
