@@ -21,7 +21,7 @@ import numpy as np
 # Two halves of about equal compile time (about 40 CPU-s each on a 2-core AMD EPYC: products
 # 41 s for both value types, encoding 13 s, LSH 19 s, the compressors 7 s, the partitioner's
 # passes 6 s; the run of narrow layers, measured on a loaded machine, 10 s).
-# The float64 half runs its parts in the reverse order: numba's cache index of a function is
+# The halves run the parts they share in opposite orders: numba's cache index of a function is
 # read, extended and rewritten by each process that adds a signature, so two processes
 # compiling the same function at the same moment could each write an index without the
 # other's signature (and that kernel was then compiled again by a test process: in CI,

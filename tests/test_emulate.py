@@ -187,12 +187,10 @@ def _still_running(job: subprocess.Popen) -> str:
     channel) and, once killed, what it wrote to stderr."""
     table = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,stat=,wchan:24=,etime=,args="],
                            capture_output=True, text=True).stdout.splitlines()
+    parent = {int(line.split()[0]): int(line.split()[1]) for line in table}
     mine = {job.pid}
-    for _ in range(6):  # the job, its launcher, the launcher's proxies, their ranks
-        for line in table:
-            pid, ppid = (int(f) for f in line.split()[:2])
-            if ppid in mine and pid not in mine:
-                mine.add(pid)
+    while grown := {pid for pid, ppid in parent.items() if ppid in mine} - mine:
+        mine |= grown  # the launcher, its proxies, their ranks
     tree = "\n".join(line for line in table if int(line.split()[0]) in mine)
     job.kill()
     _, err = job.communicate(timeout=30)
