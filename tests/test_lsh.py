@@ -115,6 +115,61 @@ def test_tables_order_rows_by_bucket_then_row(top):
     np.testing.assert_array_equal(again.rows[0], np.argsort(codes[::-1, 0], kind="stable"))
 
 
+@pytest.mark.parametrize("top", [8**6, 2**40])
+@pytest.mark.parametrize("share", [0.002, 0.3])  # few codes move in place; many: a rebuild
+def test_refreshed_tables_equal_tables_built_from_every_code(top, share):
+    rng = np.random.default_rng(int(share * 1000))
+    codes = np.asfortranarray(rng.integers(0, top, (5000, 4), dtype=np.int64))
+    codes[::7, 1] = codes[3, 1]  # a crowded bucket: rows leave and join it
+    tables = Tables.build(codes.copy(order="F"))
+    held = codes.copy(order="F")
+    for _ in range(3):  # refreshed again and again, as training's rebuilds do
+        rows = np.flatnonzero(rng.random(5000) < 0.4)
+        fresh = np.asfortranarray(codes[rows])
+        moved = rng.random(fresh.shape) < share
+        fresh[moved] = rng.integers(0, top, int(moved.sum()))
+        fresh[: len(rows) // 20, 1] = codes[3, 1]
+        codes[rows] = fresh
+        before = tables
+        tables = tables.refresh(held, rows, fresh)
+        assert (tables is before) == (share < 0.1)  # moved in place, or rebuilt
+        expected = Tables.build(codes.copy(order="F"))
+        np.testing.assert_array_equal(held, codes)
+        np.testing.assert_array_equal(tables.keys, expected.keys)
+        np.testing.assert_array_equal(tables.rows, expected.rows)
+
+
+def test_a_refreshed_code_beyond_int32_keys_rebuilds_with_int64_keys():
+    codes = np.asfortranarray(np.arange(40, dtype=np.int64).reshape(20, 2))
+    tables = Tables.build(codes.copy(order="F"))
+    assert tables.keys.dtype == np.int32
+    rows = np.array([3, 11])
+    fresh = np.asfortranarray([[2**35, 1], [5, 2**33]], dtype=np.int64)
+    codes[rows] = fresh
+    tables = tables.refresh(codes.copy(order="F"), rows, fresh)
+    assert tables.keys.dtype == np.int64
+    np.testing.assert_array_equal(tables.keys, Tables.build(codes).keys)
+    np.testing.assert_array_equal(tables.rows, Tables.build(codes).rows)
+
+
+@pytest.mark.parametrize("kind", ["dwta", "simhash"])
+def test_codes_of_some_rows_and_of_dense_rows_equal_those_of_every_row(kind):
+    """``rows`` hashes those rows alone; ``dense`` reads a full layer's rows in place, with
+    its columns in any order of the inputs (a rank's buffer)."""
+    hf = HashFunctions.make(parse_lsh(f"2:3:5:{kind}"), 37, seed=4)
+    w = sp.csr_matrix(np.random.default_rng(2).standard_normal((150, 37)).astype(np.float32))
+    w.data[::11] = 0  # a stored zero counts as absent on either path
+    columns = np.random.default_rng(3).permutation(37)
+    every = hf.codes(w.indptr, w.indices, w.data, columns)
+    rows = np.array([0, 5, 6, 77, 149])
+    np.testing.assert_array_equal(hf.codes(w.indptr, w.indices, w.data, columns, rows=rows),
+                                  every[rows])
+    np.testing.assert_array_equal(hf.codes(w.indptr, w.indices, w.data, columns, dense=True),
+                                  every)
+    np.testing.assert_array_equal(
+        hf.codes(w.indptr, w.indices, w.data, columns, rows=rows, dense=True), every[rows])
+
+
 def test_simhash_codes_match_a_plain_computation():
     hf = HashFunctions.make(parse_lsh("2:7:4:simhash"), 30, seed=2)
     proj = np.zeros((30, 28))

@@ -60,14 +60,26 @@ def _winners(dense, m, out, best):
 
 
 @nb.njit(cache=True, nogil=True)
-def _spread(indptr, indices, columns, data, r0, size, rm, dense):
-    """Rows r0..r0+size-1 as the columns of ``dense`` (n_in x block): scattered into the
-    row-major ``rm`` (sequential writes), then transposed in 8 x 8 tiles (a scatter straight
-    into the columns wrote one cache line per value: 2x slower); ``rm`` is left zero."""
+def _spread(indptr, indices, columns, data, sel, r0, size, rm, dense, dense_rows):
+    """Rows sel[r0], ..., sel[r0+size-1] as the columns of ``dense`` (n_in x block).
+    ``dense_rows`` (every row holds every input in order: a full layer): copied straight from
+    the rows, an input at a time (a third of the time of the general path). Else scattered
+    into the row-major ``rm`` (sequential writes), then transposed in 8 x 8 tiles (a scatter
+    straight into the columns wrote one cache line per value: 2x slower); ``rm`` is left
+    zero."""
     block, n_in = rm.shape
+    if dense_rows:
+        for c in range(n_in):
+            d = dense[columns[c]]
+            for b in range(size):
+                d[b] = data[indptr[sel[r0 + b]] + c]
+        return
+    stored = 0
     for b in range(size):
         row = rm[b]
-        for e in range(indptr[r0 + b], indptr[r0 + b + 1]):
+        r = sel[r0 + b]
+        stored += indptr[r + 1] - indptr[r]
+        for e in range(indptr[r], indptr[r + 1]):
             row[columns[indices[e]]] = data[e]
     for b0 in range(0, block, 8):
         for c0 in range(0, n_in, 8):
@@ -75,26 +87,29 @@ def _spread(indptr, indices, columns, data, r0, size, rm, dense):
                 src = rm[b0 + i]
                 for j in range(min(8, n_in - c0)):
                     dense[c0 + j, b0 + i] = src[c0 + j]
-    if indptr[r0 + size] - indptr[r0] > rm.size // 8:
+    if stored > rm.size // 8:
         rm[:] = 0
     else:
         for b in range(size):
             row = rm[b]
-            for e in range(indptr[r0 + b], indptr[r0 + b + 1]):
+            r = sel[r0 + b]
+            for e in range(indptr[r], indptr[r + 1]):
                 row[columns[indices[e]]] = 0
 
 
 @nb.njit(cache=True, nogil=True)
-def dwta_codes(indptr, indices, columns, data, members, k, tables, n_in, block, out):
-    """Densified winner-take-all: function f's code is the position q of the largest nonzero
-    value among its bin's coordinates ``members[f]`` (the first among equals); an empty bin
-    borrows the code of another function. Table t's bucket packs functions t*k..t*k+k-1 in
-    base len(members[f]). ``block`` rows (a multiple of 8) are hashed side by side, as the
+def dwta_codes(indptr, indices, columns, data, sel, dense_rows, members, k, tables, n_in,
+               block, out):
+    """The codes of rows ``sel`` (out[t, i]: row sel[i] in table t). Densified
+    winner-take-all: function f's code is the position q of the largest nonzero value among
+    its bin's coordinates ``members[f]`` (the first among equals); an empty bin borrows the
+    code of another function. Table t's bucket packs functions t*k..t*k+k-1 in base
+    len(members[f]). ``block`` rows (a multiple of 8) are hashed side by side, as the
     columns of a dense buffer, so that the comparisons and the packing run across rows in SIMD
     lanes: one row at a time, each function's comparisons were a chain of dependent selects
     (200,000 rows of 128 with 300 functions: 2.1 s, against 0.3 s)."""
     n_fn, base = members.shape
-    n_rows = len(indptr) - 1
+    n_rows = len(sel)
     rm = np.zeros((block, n_in), dtype=data.dtype)
     dense = np.zeros((n_in, block), dtype=data.dtype)
     arg = np.empty((n_fn, block), dtype=np.int32)
@@ -108,7 +123,7 @@ def dwta_codes(indptr, indices, columns, data, members, k, tables, n_in, block, 
         shift = -1
     for r0 in range(0, n_rows, block):
         size = min(block, n_rows - r0)
-        _spread(indptr, indices, columns, data, r0, size, rm, dense)
+        _spread(indptr, indices, columns, data, sel, r0, size, rm, dense, dense_rows)
         for f in range(n_fn):
             if base == 8:
                 _winners8(dense, members[f], arg[f])
@@ -142,15 +157,17 @@ def dwta_codes(indptr, indices, columns, data, members, k, tables, n_in, block, 
 
 
 @nb.njit(cache=True, nogil=True)
-def simhash_codes(indptr, indices, columns, data, col_ptr, col_fn, col_sign, k, tables, out):
-    """Signed random projections: bit j of table t is 1 when the projection of function
-    t*k+j (coordinate c feeds the functions col_fn[col_ptr[c]:col_ptr[c+1]] with signs
-    col_sign) is positive; sums in float64."""
+def simhash_codes(indptr, indices, columns, data, sel, col_ptr, col_fn, col_sign, k, tables,
+                  out):
+    """The codes of rows ``sel`` (out[t, i]: row sel[i] in table t). Signed random
+    projections: bit j of table t is 1 when the projection of function t*k+j (coordinate c
+    feeds the functions col_fn[col_ptr[c]:col_ptr[c+1]] with signs col_sign) is positive;
+    sums in float64."""
     n_fn = k * tables
     acc = np.zeros(n_fn, dtype=np.float64)
-    for i in range(len(indptr) - 1):
+    for i in range(len(sel)):
         acc[:] = 0.0
-        for e in range(indptr[i], indptr[i + 1]):
+        for e in range(indptr[sel[i]], indptr[sel[i] + 1]):
             c = columns[indices[e]]
             v = np.float64(data[e])
             for j in range(col_ptr[c], col_ptr[c + 1]):
@@ -197,10 +214,80 @@ def bucket_order(codes, bits, keys, rows):
             at[d] = j + 1
 
 
+@nb.njit(cache=True, nogil=True)
+def _position(keys, rows, key, row):
+    """Where (key, row) is, or would go, in a table ordered by key, ties by row."""
+    lo = np.searchsorted(keys, key, side="left")
+    hi = np.searchsorted(keys, key, side="right")
+    return lo + np.searchsorted(rows[lo:hi], row)
+
+
+@nb.njit(cache=True, nogil=True)
+def refresh_tables(keys, rows, codes, sel, fresh, limit):
+    """Rows ``sel`` (ascending) took the codes ``fresh`` (L x m; ``codes``: L x n, the
+    tables' codes until now, updated here): in each table the rows whose code changed leave
+    their old place and enter at their new one, the table kept ordered by (key, row), so the
+    same arrays as a rebuild from all codes. The unchanged stretches between those places
+    are copied whole (a code rarely changes between rebuilds: at lr 0.1, under 0.1% per
+    table). Returns the number of (row, table) codes that changed, or -1, nothing done, when
+    more than ``limit`` did (a rebuild is then faster)."""
+    tables, n = keys.shape
+    m = len(sel)
+    changed = 0
+    for t in range(tables):
+        for i in range(m):
+            changed += fresh[t, i] != codes[t, sel[i]]
+    if changed > limit:
+        return -1
+    tmp_k, tmp_r = np.empty(n, keys.dtype), np.empty(n, rows.dtype)
+    new_k, new_r = np.empty(m, np.int64), np.empty(m, np.int64)
+    gone, enter = np.empty(m, np.int64), np.empty(m, np.int64)
+    moved = 0
+    for t in range(tables):
+        kt, rt, ct, ft = keys[t], rows[t], codes[t], fresh[t]
+        c = 0
+        for i in range(m):
+            r = sel[i]
+            if ft[i] != ct[r]:
+                gone[c] = _position(kt, rt, ct[r], r)
+                new_k[c], new_r[c] = ft[i], r
+                ct[r] = ft[i]
+                c += 1
+        if c == 0:
+            continue
+        moved += c
+        order = np.argsort(new_k[:c], kind="mergesort")  # stable: rows stay ascending
+        nk, nr = new_k[:c][order], new_r[:c][order]
+        for j in range(c):
+            enter[j] = _position(kt, rt, nk[j], nr[j])  # in the old order
+        out_at = np.sort(gone[:c])
+        i = o = a = j = 0
+        while i < n or j < c:
+            stop = min(out_at[a] if a < c else n, enter[j] if j < c else n)
+            tmp_k[o:o + stop - i] = kt[i:stop]
+            tmp_r[o:o + stop - i] = rt[i:stop]
+            o += stop - i
+            i = stop
+            if j < c and enter[j] == i:
+                tmp_k[o], tmp_r[o] = nk[j], nr[j]
+                o += 1
+                j += 1
+            elif a < c and out_at[a] == i:
+                i += 1
+                a += 1
+        kt[:] = tmp_k
+        rt[:] = tmp_r
+    return moved
+
+
 def warm_up() -> None:
     """Compile the kernels for both value types now, not in a timed step."""
-    for index in (np.int32, np.int64):  # a table's rows: int64 on the sampled output layer
+    one = np.zeros((1, 1), np.int64)
+    sel = np.zeros(1, np.int64)
+    for index in (np.int32, np.int64):  # a table's keys: int64 when a code needs it
         bucket_order(np.zeros(1, np.int64), 1, np.empty(1, index), np.empty(1, np.int32))
+        refresh_tables(np.zeros((1, 1), index), np.zeros((1, 1), np.int32), one.copy(), sel,
+                       one, 1)
     for dt in (np.float32, np.float64):
         # int64 offsets of the samples' codes, int32 of the weight rows' (a layer's indptr);
         # int32 column indices (HashFunctions.codes, Tables.build)
@@ -208,6 +295,8 @@ def warm_up() -> None:
             ip, ix, dd = np.array([0, 2], offsets), np.array([0, 1]), np.ones(2, dt)
             out = np.empty((1, 1), dtype=np.int64)
             local = ix.astype(np.int32)
-            dwta_codes(ip, local, ix, dd, np.zeros((1, 2), np.int32), 1, 1, 2, 8, out)
-            simhash_codes(ip, local, ix, dd, np.array([0, 1, 1]), np.zeros(1, np.int32),
+            for dense_rows in (False, True):
+                dwta_codes(ip, local, ix, dd, sel, dense_rows, np.zeros((1, 2), np.int32), 1, 1,
+                           2, 8, out)
+            simhash_codes(ip, local, ix, dd, sel, np.array([0, 1, 1]), np.zeros(1, np.int32),
                           np.ones(1, np.int8), 1, 1, out)

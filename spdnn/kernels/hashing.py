@@ -25,6 +25,7 @@ from spdnn.kernels.lsh import LshSpec
 
 BIN = 8  # coordinates per DWTA bin (SLIDE's)
 SIMHASH_DENSITY = 1 / 3
+REFRESH_SHARE = 100  # Tables.refresh: moves in place up to 1 code in 100, else rebuilds
 
 
 def dwta_block(n_in: int, rows: int) -> int:
@@ -68,25 +69,29 @@ class HashFunctions:
                              signs[member])
 
     def codes(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
-              columns: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        """Bucket of every CSR row in every table: (rows x L) int64, each table's column
-        contiguous (Fortran order). Column j of the rows is input coordinate ``columns[j]``
-        (default: j). ``out``: an earlier result of this shape to write into (its pages
-        already mapped: 80 MB at 200,000 rows and 50 tables)."""
+              columns: np.ndarray | None = None, out: np.ndarray | None = None, *,
+              rows: np.ndarray | None = None, dense: bool = False) -> np.ndarray:
+        """Bucket of every CSR row (or of ``rows`` alone, ascending) in every table:
+        (rows x L) int64, each table's column contiguous (Fortran order). Column j of the rows
+        is input coordinate ``columns[j]`` (default: j). ``out``: an earlier result of this
+        shape to write into (its pages already mapped: 80 MB at 200,000 rows and 50 tables).
+        ``dense``: every row holds every column in order (a full layer), read in place."""
         from spdnn.kernels import _numba_hash as nbh
 
         if columns is None:
             columns = np.arange(self.n_in, dtype=np.int64)
         if indices.dtype != np.int32 and self.n_in < 2**31:  # one compiled form
             indices = indices.astype(np.int32)
-        shape = (self.spec.tables, len(indptr) - 1)
+        sel = np.arange(len(indptr) - 1, dtype=np.int64) if rows is None \
+            else rows.astype(np.int64, copy=False)
+        shape = (self.spec.tables, len(sel))
         out = out.T if out is not None and out.T.shape == shape else np.empty(shape, np.int64)
         if self.spec.kind == "dwta":
-            nbh.dwta_codes(indptr, indices, columns, data, self.members, self.spec.k,
-                           self.spec.tables, self.n_in, dwta_block(self.n_in, len(indptr) - 1),
-                           out)
+            nbh.dwta_codes(indptr, indices, columns, data, sel, dense, self.members,
+                           self.spec.k, self.spec.tables, self.n_in,
+                           dwta_block(self.n_in, len(sel)), out)
         else:
-            nbh.simhash_codes(indptr, indices, columns, data, self.col_ptr, self.col_fn,
+            nbh.simhash_codes(indptr, indices, columns, data, sel, self.col_ptr, self.col_fn,
                               self.col_sign, self.spec.k, self.spec.tables, out)
         return out.T
 
@@ -138,6 +143,23 @@ class Tables:
                 order = np.argsort(column, kind="stable")
                 keys[t], rows[t] = column[order], order
         return Tables(keys, rows)
+
+    def refresh(self, codes: np.ndarray, rows: np.ndarray, fresh: np.ndarray) -> Tables:
+        """The tables once rows ``rows`` (ascending) have taken the codes ``fresh`` (rows x L,
+        from HashFunctions.codes): ``codes`` (every row's, as these tables were built from)
+        updated in place, and the rows whose code changed moved in their tables. The same
+        arrays as ``build(codes)`` gives, at a fraction of its cost when few codes change."""
+        from spdnn.kernels import _numba_hash as nbh
+
+        assert codes.T.flags.c_contiguous and fresh.T.flags.c_contiguous  # as codes() gives
+        fits = self.keys.dtype == np.int64 or int(fresh.max(initial=0)) < 2**31
+        # a moved code costs two binary searches and its share of a copy of its table: past
+        # 1% of the codes, the radix sort of every table is faster
+        if fits and nbh.refresh_tables(self.keys, self.rows, codes.T, rows.astype(
+                np.int64, copy=False), fresh.T, self.keys.size // REFRESH_SHARE) >= 0:
+            return self
+        codes[rows] = fresh
+        return Tables.build(codes, self)
 
     def retrieve(self, sample_codes: np.ndarray, n_rows: int, label_ptr: np.ndarray,
                  label_rows: np.ndarray, label_weights: np.ndarray

@@ -211,7 +211,12 @@ def top_bias_rows(bias: np.ndarray, rows: np.ndarray, count: int,
     (identity on one). Training pushes the biases of frequent labels up at every sample that
     carries them; these neurons join every sample's active set so that the others push them
     down as well, as exact training does."""
-    mine = np.lexsort((rows, -bias))[:count]
+    mine = np.arange(len(bias))
+    if 0 < count < len(bias):  # the candidates: at least the count-th largest (a sort of 200,000
+        cut = np.partition(bias, len(bias) - count)[len(bias) - count]  # rows took 14 ms)
+        if np.isfinite(cut):
+            mine = np.flatnonzero(bias >= cut)
+    mine = mine[np.lexsort((rows[mine], -bias[mine]))[:count]]
     values, ids = gather(bias[mine].astype(np.float64), rows[mine].astype(np.int64))
     return np.sort(ids[np.lexsort((ids, -values))[:count]])
 

@@ -73,6 +73,8 @@ class SampledLayer:
         self.local[layer.rows] = np.arange(len(layer.rows))
         self.tables: Tables | None = None
         self.codes: np.ndarray | None = None  # the last rebuild's, its storage reused
+        # the rows given a gradient since the last rebuild
+        self._updated = np.zeros(len(layer.rows), dtype=bool)
         self.top = np.zeros(0, dtype=np.int64)  # the rows of largest bias (global ids)
         self.active_pairs = 0  # counted over the batches, for the reports
         # every rank's buffer holds the whole input (a full layer): hash from it, else gather
@@ -152,12 +154,22 @@ class SampledLayer:
         return gw, gb, g
 
     def rebuild(self) -> None:
-        """Hash this rank's rows (their current weights) into fresh tables; find the rows of
-        largest bias anew."""
+        """Hash this rank's rows (their current weights) into the tables; find the rows of
+        largest bias anew. Only the rows updated since the last rebuild are hashed again (the
+        others' weights have not moved: a row's update is its gradient's, RowGrad), and only
+        those whose code changed move in their tables: the same tables as hashing every row."""
         w = self.layer.weight
-        self.codes = self.hashes.codes(w.indptr, w.indices, w.data, self.layer.buffer_rows,
-                                        self.codes)
-        self.tables = Tables.build(self.codes, self.tables)
+        dense = dense_view(w) is not None
+        if self.tables is None or self.codes is None:
+            self.codes = self.hashes.codes(w.indptr, w.indices, w.data, self.layer.buffer_rows,
+                                            self.codes, dense=dense)
+            self.tables = Tables.build(self.codes, self.tables)
+        else:
+            rows = np.flatnonzero(self._updated)
+            fresh = self.hashes.codes(w.indptr, w.indices, w.data, self.layer.buffer_rows,
+                                      rows=rows, dense=dense)
+            self.tables = self.tables.refresh(self.codes, rows, fresh)
+        self._updated[:] = False
         if self.spec.top_bias:
             self.top = top_bias_rows(self.layer.bias, self.layer.rows, self.spec.top_bias,
                                      self._gather_pairs)
@@ -223,6 +235,7 @@ class SampledLayer:
         mine = np.flatnonzero(np.bincount(b.act, minlength=len(self.layer.rows)))
         union = np.unique(np.concatenate(self.data.allgather(mine))) \
             if self.data.size > 1 else mine
+        self._updated[union] = True  # the optimizer moves these rows, and only these
         w = self.layer.weight
         slot = np.full(len(self.layer.rows), -1, dtype=np.int64)
         slot[union] = np.arange(len(union))
