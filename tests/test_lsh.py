@@ -117,7 +117,10 @@ def test_tables_order_rows_by_bucket_then_row(top):
 
 @pytest.mark.parametrize("top", [8**6, 2**40])
 @pytest.mark.parametrize("share", [0.002, 0.3])  # few codes move in place; many: a rebuild
-def test_refreshed_tables_equal_tables_built_from_every_code(top, share):
+def test_refreshed_tables_equal_tables_built_from_every_code(top, share, monkeypatch):
+    builds = []
+    build = Tables.build
+    monkeypatch.setattr(Tables, "build", lambda *a: builds.append(1) or build(*a))
     rng = np.random.default_rng(int(share * 1000))
     codes = np.asfortranarray(rng.integers(0, top, (5000, 4), dtype=np.int64))
     codes[::7, 1] = codes[3, 1]  # a crowded bucket: rows leave and join it
@@ -130,13 +133,14 @@ def test_refreshed_tables_equal_tables_built_from_every_code(top, share):
         fresh[moved] = rng.integers(0, top, int(moved.sum()))
         fresh[: len(rows) // 20, 1] = codes[3, 1]
         codes[rows] = fresh
-        before = tables
+        builds.clear()
         tables = tables.refresh(held, rows, fresh)
-        assert (tables is before) == (share < 0.1)  # moved in place, or rebuilt
+        assert len(builds) == (share > 0.1)  # moved in place, or rebuilt
         expected = Tables.build(codes.copy(order="F"))
         np.testing.assert_array_equal(held, codes)
         np.testing.assert_array_equal(tables.keys, expected.keys)
         np.testing.assert_array_equal(tables.rows, expected.rows)
+        np.testing.assert_array_equal(tables.starts, expected.starts)
 
 
 def test_a_refreshed_code_beyond_int32_keys_rebuilds_with_int64_keys():
@@ -204,17 +208,20 @@ def test_codes_depend_on_seed_and_layer_not_on_the_order_of_entries(kind):
     assert not np.array_equal(other.codes(w.indptr, w.indices, w.data), codes)
 
 
-def test_retrieval_is_the_union_of_the_buckets_and_the_labels():
+@pytest.mark.parametrize(("n", "top"), [(30, 4), (1000, 300), (1000, 2**40)])
+def test_retrieval_is_the_union_of_the_buckets_and_the_labels(n, top):
+    """Also through a directory of many prefixes, and for sample codes beyond every key."""
     rng = np.random.default_rng(5)
-    row_codes = rng.integers(0, 4, (30, 3))
+    row_codes = rng.integers(0, top, (n, 3))
     tables = Tables.build(row_codes)
-    sample_codes = rng.integers(0, 5, (7, 3))
+    sample_codes = rng.integers(0, top + top // 4 + 1, (7, 3))
+    sample_codes[1:4] = row_codes[[29, 4, 3]]  # hits, beside the labels
     label_ptr = np.array([0, 2, 2, 3, 3, 3, 3, 4])
     label_rows = np.array([29, -1, 4, 3])  # -1: a label held by another rank
     weights = np.array([0.5, 0.5, 1.0, 1.0])
-    ptr, act, mass, hits = tables.retrieve(sample_codes, 30, label_ptr, label_rows, weights)
+    ptr, act, mass, hits = tables.retrieve(sample_codes, n, label_ptr, label_rows, weights)
     for s in range(7):
-        hit = {r for t in range(3) for r in range(30) if row_codes[r, t] == sample_codes[s, t]}
+        hit = {r for t in range(3) for r in range(n) if row_codes[r, t] == sample_codes[s, t]}
         labels = {int(r): w for r, w in zip(label_rows[label_ptr[s]:label_ptr[s + 1]],
                                             weights[label_ptr[s]:label_ptr[s + 1]]) if r >= 0}
         assert list(act[ptr[s]:ptr[s + 1]]) == sorted(hit | set(labels))
@@ -223,7 +230,7 @@ def test_retrieval_is_the_union_of_the_buckets_and_the_labels():
             assert h == tables_hit + (4 if r in labels else 0)  # a label: 1 + the tables more
         assert {int(r): m for r, m in zip(act[ptr[s]:ptr[s + 1]], mass[ptr[s]:ptr[s + 1]])
                 if m} == labels
-    ptr, act, mass, _ = tables.retrieve(sample_codes, 30, np.zeros(0, np.int64),
+    ptr, act, mass, _ = tables.retrieve(sample_codes, n, np.zeros(0, np.int64),
                                      np.zeros(0, np.int64), np.zeros(0))
     assert not mass.any()
 

@@ -215,6 +215,25 @@ def bucket_order(codes, bits, keys, rows):
 
 
 @nb.njit(cache=True, nogil=True)
+def directory(keys, shift, starts):
+    """starts[t, p]: where the keys of table t with key >> shift >= p begin (keys ascending),
+    for p up to starts.shape[1] - 1 (then past the end)."""
+    tables, n = keys.shape
+    top = starts.shape[1] - 1
+    for t in range(tables):
+        kt, st = keys[t], starts[t]
+        p = 0
+        for i in range(n):
+            v = kt[i] >> shift
+            while p <= v and p <= top:
+                st[p] = i
+                p += 1
+        while p <= top:
+            st[p] = n
+            p += 1
+
+
+@nb.njit(cache=True, nogil=True)
 def _position(keys, rows, key, row):
     """Where (key, row) is, or would go, in a table ordered by key, ties by row."""
     lo = np.searchsorted(keys, key, side="left")
@@ -288,6 +307,7 @@ def warm_up() -> None:
         bucket_order(np.zeros(1, np.int64), 1, np.empty(1, index), np.empty(1, np.int32))
         refresh_tables(np.zeros((1, 1), index), np.zeros((1, 1), np.int32), one.copy(), sel,
                        one, 1)
+        directory(np.zeros((1, 1), index), 0, np.zeros((1, 2), np.int32))
     for dt in (np.float32, np.float64):
         # int64 offsets of the samples' codes, int32 of the weight rows' (a layer's indptr);
         # int32 column indices (HashFunctions.codes, Tables.build)
