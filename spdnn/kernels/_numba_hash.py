@@ -11,6 +11,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from spdnn.kernels import _numba_tables
+
 
 @nb.njit(cache=True, nogil=True)
 def _probe(f, attempt, n):
@@ -214,100 +216,12 @@ def bucket_order(codes, bits, keys, rows):
             at[d] = j + 1
 
 
-@nb.njit(cache=True, nogil=True)
-def directory(keys, shift, starts):
-    """starts[t, p]: where the keys of table t with key >> shift >= p begin (keys ascending),
-    for p up to starts.shape[1] - 1 (then past the end)."""
-    tables, n = keys.shape
-    top = starts.shape[1] - 1
-    for t in range(tables):
-        kt, st = keys[t], starts[t]
-        p = 0
-        for i in range(n):
-            v = kt[i] >> shift
-            while p <= v and p <= top:
-                st[p] = i
-                p += 1
-        while p <= top:
-            st[p] = n
-            p += 1
-
-
-@nb.njit(cache=True, nogil=True)
-def _position(keys, rows, key, row):
-    """Where (key, row) is, or would go, in a table ordered by key, ties by row."""
-    lo = np.searchsorted(keys, key, side="left")
-    hi = np.searchsorted(keys, key, side="right")
-    return lo + np.searchsorted(rows[lo:hi], row)
-
-
-@nb.njit(cache=True, nogil=True)
-def refresh_tables(keys, rows, codes, sel, fresh, limit):
-    """Rows ``sel`` (ascending) took the codes ``fresh`` (L x m; ``codes``: L x n, the
-    tables' codes until now, updated here): in each table the rows whose code changed leave
-    their old place and enter at their new one, the table kept ordered by (key, row), so the
-    same arrays as a rebuild from all codes. The unchanged stretches between those places
-    are copied whole (a code rarely changes between rebuilds: at lr 0.1, under 0.1% per
-    table). Returns the number of (row, table) codes that changed, or -1, nothing done, when
-    more than ``limit`` did (a rebuild is then faster)."""
-    tables, n = keys.shape
-    m = len(sel)
-    changed = 0
-    for t in range(tables):
-        for i in range(m):
-            changed += fresh[t, i] != codes[t, sel[i]]
-    if changed > limit:
-        return -1
-    tmp_k, tmp_r = np.empty(n, keys.dtype), np.empty(n, rows.dtype)
-    new_k, new_r = np.empty(m, np.int64), np.empty(m, np.int64)
-    gone, enter = np.empty(m, np.int64), np.empty(m, np.int64)
-    moved = 0
-    for t in range(tables):
-        kt, rt, ct, ft = keys[t], rows[t], codes[t], fresh[t]
-        c = 0
-        for i in range(m):
-            r = sel[i]
-            if ft[i] != ct[r]:
-                gone[c] = _position(kt, rt, ct[r], r)
-                new_k[c], new_r[c] = ft[i], r
-                ct[r] = ft[i]
-                c += 1
-        if c == 0:
-            continue
-        moved += c
-        order = np.argsort(new_k[:c], kind="mergesort")  # stable: rows stay ascending
-        nk, nr = new_k[:c][order], new_r[:c][order]
-        for j in range(c):
-            enter[j] = _position(kt, rt, nk[j], nr[j])  # in the old order
-        out_at = np.sort(gone[:c])
-        i = o = a = j = 0
-        while i < n or j < c:
-            stop = min(out_at[a] if a < c else n, enter[j] if j < c else n)
-            tmp_k[o:o + stop - i] = kt[i:stop]
-            tmp_r[o:o + stop - i] = rt[i:stop]
-            o += stop - i
-            i = stop
-            if j < c and enter[j] == i:
-                tmp_k[o], tmp_r[o] = nk[j], nr[j]
-                o += 1
-                j += 1
-            elif a < c and out_at[a] == i:
-                i += 1
-                a += 1
-        kt[:] = tmp_k
-        rt[:] = tmp_r
-    return moved
-
-
 def warm_up() -> None:
     """Compile the kernels for both value types now, not in a timed step."""
-    one = np.zeros((1, 1), np.int64)
     sel = np.zeros(1, np.int64)
+    _numba_tables.warm_up()
     for index in (np.int32, np.int64):  # a table's keys: int64 when a code needs it
         bucket_order(np.zeros(1, np.int64), 1, np.empty(1, index), np.empty(1, np.int32))
-        refresh_tables(np.zeros((1, 1), index), np.zeros((1, 1), np.int32), one.copy(), sel,
-                       one, 1)
-        directory(np.zeros((1, 1), index), 0, np.zeros((1, 2), np.int32))
     for dt in (np.float32, np.float64):
         # int64 offsets of the samples' codes, int32 of the weight rows' (a layer's indptr);
         # int32 column indices (HashFunctions.codes, Tables.build)

@@ -17,6 +17,7 @@ come from (seed, layer) alone:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ BIN = 8  # coordinates per DWTA bin (SLIDE's)
 SIMHASH_DENSITY = 1 / 3
 DIRECTORY_SPAN = 4  # Tables.starts: about 2**4 keys per prefix
 REFRESH_SHARE = 100  # Tables.refresh: moves in place up to 1 code in 100, else rebuilds
+REFRESH_ROWS = 8192  # rows hashed at a time for a refresh (their codes: 3.3 MB for L = 50)
 
 
 def dwta_block(n_in: int, rows: int) -> int:
@@ -154,7 +156,7 @@ class Tables:
     def indexed(keys: np.ndarray, rows: np.ndarray, old: Tables | None = None) -> Tables:
         """Tables of these sorted keys and rows, with their directory (``old``'s array when
         it has the shape)."""
-        from spdnn.kernels import _numba_hash as nbh
+        from spdnn.kernels import _numba_tables as nbt
 
         tables, n = keys.shape
         bits = max(1, (n - 1).bit_length() - DIRECTORY_SPAN)
@@ -163,25 +165,28 @@ class Tables:
         shape = (tables, (1 << bits) + 1)
         starts = old.starts if old is not None and old.starts.shape == shape else \
             np.empty(shape, dtype=np.int32 if n < 2**31 else np.int64)
-        nbh.directory(keys, shift, starts)
+        nbt.directory(keys, shift, starts)
         return Tables(keys, rows, starts, shift)
 
-    def refresh(self, codes: np.ndarray, rows: np.ndarray, fresh: np.ndarray) -> Tables:
-        """The tables once rows ``rows`` (ascending) have taken the codes ``fresh`` (rows x L,
-        from HashFunctions.codes): ``codes`` (every row's, as these tables were built from)
-        updated in place, and the rows whose code changed moved in their tables. The same
-        arrays as ``build(codes)`` gives, at a fraction of its cost when few codes change."""
-        from spdnn.kernels import _numba_hash as nbh
+    def refresh(self, codes: np.ndarray,
+                updates: Iterable[tuple[np.ndarray, np.ndarray]]) -> Tables:
+        """The tables once the rows of each update (rows ascending, their new codes: rows x L
+        from HashFunctions.codes; the updates' rows ascending too) have taken their codes:
+        ``codes`` (every row's, as these tables were built from) updated in place, and the
+        rows whose code changed moved in their tables. The same arrays as ``build(codes)``,
+        at a fraction of its cost when few codes change; past 1% of them, a build."""
+        from spdnn.kernels import _numba_tables as nbt
 
-        assert codes.T.flags.c_contiguous and fresh.T.flags.c_contiguous  # as codes() gives
-        fits = self.keys.dtype == np.int64 or int(fresh.max(initial=0)) < 2**31
-        # a moved code costs two binary searches and its share of a copy of its table: past
-        # 1% of the codes, the radix sort of every table is faster
-        if fits and nbh.refresh_tables(self.keys, self.rows, codes.T, rows.astype(
-                np.int64, copy=False), fresh.T, self.keys.size // REFRESH_SHARE) >= 0:
-            return Tables.indexed(self.keys, self.rows, self)
-        codes[rows] = fresh
-        return Tables.build(codes, self)
+        log = np.empty((4, self.keys.size // REFRESH_SHARE), dtype=np.int64)
+        at, top = 0, 0
+        for rows, fresh in updates:
+            assert codes.T.flags.c_contiguous and fresh.T.flags.c_contiguous  # as codes() gives
+            at = nbt.log_changes(codes.T, rows.astype(np.int64, copy=False), fresh.T, log, at)
+            top = max(top, int(fresh.max(initial=0)))
+        if at < 0 or (self.keys.dtype == np.int32 and top >= 2**31):
+            return Tables.build(codes, self)
+        nbt.move_rows(self.keys, self.rows, log[:, :at])
+        return Tables.indexed(self.keys, self.rows, self)
 
     def retrieve(self, sample_codes: np.ndarray, n_rows: int, label_ptr: np.ndarray,
                  label_rows: np.ndarray, label_weights: np.ndarray

@@ -137,6 +137,10 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     evaluation = passes * itemsize * (
         2 * max(s.buffer_rows for s in layers) + max(s.rows for s in layers)
         + (layers[0].prev_rows + layers[-1].rows if challenge else 0))
+    # LSH: the codes kept between rebuilds (as many bytes as the tables); each table's
+    # directory (an int32 per 16 rows: hashing.DIRECTORY_SPAN) and a rebuild's log of changed
+    # codes (32 bytes for each of 1 code in 100: hashing.REFRESH_SHARE)
+    lsh += lsh_tables * layers[lsh_layer].rows * (4 / 16 + 32 / 100)
     buffers = step + messages + evaluation + lsh
     if baseline is None:
         baseline = process_baseline(weights + state + buffers + data_bytes, state + buffers)

@@ -61,8 +61,9 @@ def held(dnet: DistributedNetwork, optimizer: Iterable[Any] = (),
         sum(pp.nbytes() for pp in dnet.pingpongs()) + dnet.layers[0].exchange.pool_nbytes()
     for ws in dnet.workspaces():
         training += _nbytes(ws.grad_w) + _nbytes(ws.grad_b)
-    if dnet.sampled is not None:  # LSH: the last rebuild's codes, kept for the next
-        buffers += _nbytes([dnet.sampled.codes])
+    if dnet.sampled is not None:  # LSH: the last rebuild's codes, kept for the next, and
+        buffers += _nbytes([dnet.sampled.codes])  # the tables' directories
+        buffers += tables.starts.nbytes if tables is not None else 0
     return {"weights": int(weights), "training": int(training), "buffers": int(buffers),
             "data": data_nbytes(data)}
 

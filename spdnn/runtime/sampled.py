@@ -20,7 +20,7 @@ import numpy as np
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.dense import dense_view
-from spdnn.kernels.hashing import HashFunctions, Tables
+from spdnn.kernels.hashing import REFRESH_ROWS, HashFunctions, Tables
 from spdnn.kernels.lsh import (
     LshSpec,
     apply_cap,
@@ -166,9 +166,10 @@ class SampledLayer:
             self.tables = Tables.build(self.codes, self.tables)
         else:
             rows = np.flatnonzero(self._updated)
-            fresh = self.hashes.codes(w.indptr, w.indices, w.data, self.layer.buffer_rows,
-                                      rows=rows, dense=dense)
-            self.tables = self.tables.refresh(self.codes, rows, fresh)
+            parts = (rows[i:i + REFRESH_ROWS] for i in range(0, len(rows), REFRESH_ROWS))
+            self.tables = self.tables.refresh(self.codes, (
+                (part, self.hashes.codes(w.indptr, w.indices, w.data, self.layer.buffer_rows,
+                                         rows=part, dense=dense)) for part in parts))
         self._updated[:] = False
         if self.spec.top_bias:
             self.top = top_bias_rows(self.layer.bias, self.layer.rows, self.spec.top_bias,
