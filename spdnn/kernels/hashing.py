@@ -115,7 +115,7 @@ class Tables:
     moves half the bytes). ``starts[t, p]``: where table t's keys of prefix p (key >> shift)
     begin, so that a lookup searches about 16 keys, not all of them: each table's keys are
     800 KB at 200,000 rows, and the binary searches over all of them missed the cache at
-    most of their 18 steps (3.1 ms of a 20 ms LSH step)."""
+    most of their 18 steps (3.1 ms of a 25 ms LSH step)."""
 
     keys: np.ndarray  # (L x n)
     rows: np.ndarray  # (L x n)

@@ -75,6 +75,8 @@ class SampledLayer:
         self.codes: np.ndarray | None = None  # the last rebuild's, its storage reused
         # the rows given a gradient since the last rebuild
         self._updated = np.zeros(len(layer.rows), dtype=bool)
+        self._seen = np.zeros(len(layer.rows), dtype=bool)  # backward's scratch
+        self._slot = np.full(len(layer.rows), -1, dtype=np.int64)
         self.top = np.zeros(0, dtype=np.int64)  # the rows of largest bias (global ids)
         self.active_pairs = 0  # counted over the batches, for the reports
         # every rank's buffer holds the whole input (a full layer): hash from it, else gather
@@ -233,14 +235,16 @@ class SampledLayer:
         ghost rows into ``ghost``."""
         b = self.batch
         assert b is not None
-        mine = np.flatnonzero(np.bincount(b.act, minlength=len(self.layer.rows)))
+        self._seen[b.act] = True  # scratch arrays over every row, reset below: a count or a
+        mine = np.flatnonzero(self._seen)  # fill over 200,000 rows each step cost 0.9 ms
+        self._seen[mine] = False  # against 0.4
         union = np.unique(np.concatenate(self.data.allgather(mine))) \
             if self.data.size > 1 else mine
         self._updated[union] = True  # the optimizer moves these rows, and only these
         w = self.layer.weight
-        slot = np.full(len(self.layer.rows), -1, dtype=np.int64)
+        slot = self._slot  # -1 but on this step's union
         slot[union] = np.arange(len(union))
-        counts = np.diff(w.indptr)[union]
+        counts = w.indptr[union + 1] - w.indptr[union]
         entry_start = np.zeros(len(union), dtype=np.int64)
         np.cumsum(counts[:-1], out=entry_start[1:])
         gw = np.zeros(int(counts.sum()), dtype=w.dtype)
@@ -250,6 +254,7 @@ class SampledLayer:
 
         nbl.sampled_backward(b.ptr, b.act, delta, w.indptr, w.indices, w.data, b.xt, slot,
                              entry_start, gw, gb, part_t, dense_view(w) is not None)
+        slot[union] = -1
         n_own = self.layer.n_owned_prev
         partial[:] = part_t[:, :n_own].T
         ghost[:] = part_t[:, n_own:].T
