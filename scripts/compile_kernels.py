@@ -92,6 +92,11 @@ def _lsh() -> None:
         from spdnn.kernels import _numba_lsh
 
         _numba_lsh.warm_up(hashing=False)
+        # int64 keys (codes beyond 2**31: SimHash with K > 30), which jobs compile when first
+        # used, and tests/test_lsh.py's retrieval test uses
+        keys = np.zeros((1, 1), np.int64)
+        _numba_lsh.retrieve(keys, keys, np.zeros((1, 1), np.int32), np.zeros((1, 2), np.int32),
+                            0, np.array([0, 1]), np.array([0]), np.ones(1), 1)
 
 
 def main() -> int:

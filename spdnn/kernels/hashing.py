@@ -185,7 +185,8 @@ class Tables:
             top = max(top, int(fresh.max(initial=0)))
         if at < 0 or (self.keys.dtype == np.int32 and top >= 2**31):
             return Tables.build(codes, self)
-        nbt.move_rows(self.keys, self.rows, log[:, :at])
+        nbt.move_rows(self.keys, self.rows, np.ascontiguousarray(log[:, :at]))  # the layout
+        # the warm-up compiled (a slice of the log is not contiguous)
         return Tables.indexed(self.keys, self.rows, self)
 
     def retrieve(self, sample_codes: np.ndarray, n_rows: int, label_ptr: np.ndarray,
