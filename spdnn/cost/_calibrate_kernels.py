@@ -87,7 +87,7 @@ def kernel_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, re
     lean pessimistic."""
     ns = {k: np.zeros((len(grid.reuses), len(grid.inputs), len(grid.batches)))
           for k in TABLE_KEYS}
-    evict = _Evict()  # one buffer for the whole table
+    evict = _Evict(grid.evict_bytes)  # one buffer for the whole table
     x_all = rng.random(max(grid.inputs) * max(grid.batches)).astype(dtype)
     d_all = rng.random(MAX_UNITS // FAN_IN).astype(dtype)
     for r, reuse in enumerate(grid.reuses):
@@ -148,7 +148,7 @@ def structure_ratios(dtype: str, rng: np.random.Generator, grid: CalibrationGrid
     n = grid.structured
     structured = radixnet(n, 1, seed=0, dtype=dtype).layers[0].weight
     random = fixed_fan_in(n, n, FAN_IN, rng, dtype)
-    evict = _Evict()
+    evict = _Evict(grid.evict_bytes)
     ratio: dict[str, list[float]] = {k: [] for k in KERNELS}
     layers = [(w, kernels.transpose(w)) for w in (structured, random)]
     for b in grid.structure_batches:
