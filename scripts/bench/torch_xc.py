@@ -55,6 +55,7 @@ def main() -> int:
                          "(default, the faster) or a dense target block")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # as spdnn's softmax gradient (scripts/bench/bench_train.py)
     net = load_network(args.network)
     if net.n_layers != 2:
         raise SystemExit("expects features -> hidden -> labels")
