@@ -1,7 +1,6 @@
 """Local sparse kernels behind one interface with interchangeable backends; no MPI here.
 
-Activations are (neurons x batch) C-contiguous arrays, so one neuron's row is contiguous (the
-unit the runtime exchanges).
+Activations are (neurons x batch) C-contiguous: a neuron's row (what is exchanged) is contiguous.
 
 - ``spmm(W, X, bias, out, rows, accumulate)``: Z = W X + b 1^T on a row range, or Z += W X.
   W^T G is ``spmm`` on a stored transpose (``transpose``): a gather, not a scatter.
@@ -12,8 +11,8 @@ unit the runtime exchanges).
 
 Backends: ``scipy`` (reference) and ``numba`` (faster; see docs/BENCHMARKS.md). The default is
 numba when it is installed, else scipy; ``SPDNN_KERNELS=scipy|numba`` or ``set_backend`` choose.
-A matrix with every entry stored (a dense head) goes to BLAS in either backend. ``set_threads``
-sets the numba kernels' threads (default 1: one per rank).
+A matrix with every entry stored (a dense head) goes to BLAS, but for its backward in the
+numba backend. ``set_threads`` sets the numba kernels' threads (default 1: one per rank).
 """
 
 from __future__ import annotations
@@ -277,9 +276,10 @@ def backward_products(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.nda
     """A layer's two backward products on the rows [r0, r1) of its transpose W^T (from
     ``transpose(W)``; ``data`` is W.data): out[r - base] = (W^T d)[r], times h'(z[r]) when
     ``z`` is given, and grad_w[order[e]] = d[i_e] . x[r] for the entries of those rows (the
-    weight gradient, in W's order). One pass in the numba backend."""
+    weight gradient, in W's order). One pass in the numba backend, a dense W's included
+    (6.3 ms against BLAS's 11.2 for 10 x 16,384 in float32 at batch 256; and threaded)."""
     r0, r1 = rows if rows is not None else (0, wt.shape[0])
-    if not wt.dense and backend() == "numba":
+    if backend() == "numba":
         mask = z is not None
         _nb().backward_rows(wt.indptr, wt.indices, data, wt.order, d, x, out, base, grad_w,
                             r0, r1, z if mask else out, -1.0 if cap is None else float(cap),
