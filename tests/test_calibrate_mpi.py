@@ -26,7 +26,7 @@ TINY = CalibrationGrid(batches=(8, 32), inputs=(256, 1024), reuses=(1, 4),
                        cold_references=(((1024, 1024, 1024), (8, 32)),), reference_rounds=2,
                        reference_seconds=0.02,
                        link_sizes=(8, 1024, 131072), stack_work_s=0.02, stack_rounds=3,
-                       evict_bytes=4 * 2**20)
+                       evict_bytes=4 * 2**20, cold_reps=1)
 
 
 def test_calibrate_writes_a_complete_file_on_any_number_of_ranks(comm, mpi_tmp_path):

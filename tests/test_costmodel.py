@@ -677,3 +677,7 @@ def test_a_calibration_grid_must_time_every_reference_batch_in_both_classes():
     for bad in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="reference_seconds must be 0 or more"):
             CalibrationGrid(reference_seconds=bad)
+    with pytest.raises(ValueError, match="at least one round of each"):
+        CalibrationGrid(cold_reps=0)
+    with pytest.raises(ValueError, match="evict_bytes must be None or 8 or more"):
+        CalibrationGrid(evict_bytes=0)

@@ -43,20 +43,21 @@ def test_softmax_passes_equal_numpy(backend, dtype, threads):
         factor = (1 / total).astype(dtype)
         scaled = e.copy()
         softmax.scale_columns(scaled, factor)
+        floor = softmax.flush_below(dtype)
         want = e * factor[None, :]
-        want[np.abs(want) < np.finfo(dtype).tiny] = 0
+        want[np.abs(want) < floor] = 0
         np.testing.assert_array_equal(scaled, want)
-        # Subnormal products flushed to 0 (a far-off class's probability over a large batch),
-        # the smallest normal and NaN kept.
-        tiny = np.finfo(dtype).tiny
-        g = np.full((3, 70), tiny, dtype)  # 70 columns: past the vector width, with a tail
-        g[1] = -4 * tiny
+        # Results under the floor flushed to 0 (a far-off class's probability over a large
+        # batch: subnormal, or subnormal once times a small weight), the floor and NaN kept.
+        assert floor > np.finfo(dtype).tiny and floor * np.finfo(dtype).eps >= np.finfo(dtype).tiny
+        g = np.full((3, 70), floor, dtype)  # 70 columns: past the vector width, with a tail
+        g[1] = -4 * floor
         g[2, 5] = np.nan
         factor = np.full(70, 0.5, dtype)
         factor[::2] = 0.25
         softmax.scale_columns(g, factor)
-        assert (g[0] == 0).all()  # tiny / 2, tiny / 4: subnormal
-        np.testing.assert_array_equal(g[1], np.where(factor == 0.5, -2 * tiny, -tiny))
+        assert (g[0] == 0).all()  # floor / 2, floor / 4
+        np.testing.assert_array_equal(g[1], np.where(factor == 0.5, -2 * floor, -floor))
         assert np.isnan(g[2, 5]) and (np.delete(g[2], 5) == 0).all()
     finally:
         products.set_threads(before)

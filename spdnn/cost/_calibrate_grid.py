@@ -20,7 +20,8 @@ class CalibrationGrid:
     ``reference_seconds`` each (and 5 steps at least); the link at
     ``link_sizes`` bytes, and its CPU cost per byte over ``stack_work_s`` seconds of work,
     ``stack_rounds`` times. A cold call follows a write of ``evict_bytes`` (None: 1.5x the
-    last-level cache, 64-512 MiB; each write takes about 0.1 s on a host with 300 MB of L3)."""
+    last-level cache, 64-512 MiB; each write takes about 0.1 s on a host with 300 MB of L3);
+    a cold cell is the median of ``cold_reps`` calls."""
 
     batches: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512)
     inputs: tuple[int, ...] = (256, 1024, 4096, 16384, 65536)
@@ -39,6 +40,7 @@ class CalibrationGrid:
     stack_work_s: float = 0.25
     stack_rounds: int = 5
     evict_bytes: int | None = None
+    cold_reps: int = 3
 
     def __post_init__(self) -> None:
         # The scales are kept per reference batch for each class (in cache, beyond it).
@@ -47,7 +49,8 @@ class CalibrationGrid:
             if not set(self.reference_batches) <= timed:
                 raise ValueError(f"CalibrationGrid: {name} must time every reference batch "
                                  f"{self.reference_batches}, not only {sorted(timed)}")
-        if self.reference_rounds < 1 or self.stack_rounds < 1 or len(self.link_sizes) < 2:
+        if min(self.reference_rounds, self.stack_rounds, self.cold_reps) < 1 \
+                or len(self.link_sizes) < 2:
             raise ValueError("CalibrationGrid: at least one round of each and two link sizes")
         if self.evict_bytes is not None and self.evict_bytes < 8:
             raise ValueError("CalibrationGrid: evict_bytes must be None or 8 or more")
@@ -61,4 +64,5 @@ QUICK = CalibrationGrid(
     dense_shapes=((16, 1024), (256, 4096)), structure_batches=(8, 128),
     warm_references=(((1024, 1024, 1024), (32, 256)),), reference_rounds=1,
     reference_seconds=0.25,
-    link_sizes=(8, 16384, 131072, 1048576, 16777216), stack_work_s=0.1, stack_rounds=3)
+    link_sizes=(8, 16384, 131072, 1048576, 16777216), stack_work_s=0.1, stack_rounds=3,
+    cold_reps=1)

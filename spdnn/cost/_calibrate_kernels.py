@@ -104,7 +104,7 @@ def kernel_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, re
                     wt = kernels.transpose(w)
                 x = x_all[: n_in * b].reshape(n_in, b)
                 d = d_all[: rows * b].reshape(rows, b)
-                cold = _kernel_ns(w, x, d, reps, evict, wt)
+                cold = _kernel_ns(w, x, d, grid.cold_reps, evict, wt)
                 warm = _kernel_ns(w, x, d, reps, lambda: None, wt)
                 for k, c, h in zip(KERNELS, cold, warm):
                     ns[k][r, j, i], ns[f"{k}_warm"][r, j, i] = c, h
@@ -154,7 +154,7 @@ def structure_ratios(dtype: str, rng: np.random.Generator, grid: CalibrationGrid
     for b in grid.structure_batches:
         x = rng.random((n, b)).astype(dtype)
         d = rng.random((n, b)).astype(dtype)
-        times = [np.add(_kernel_ns(w, x, d, reps, evict, wt),
+        times = [np.add(_kernel_ns(w, x, d, grid.cold_reps, evict, wt),
                         _kernel_ns(w, x, d, reps, lambda: None, wt)) for w, wt in layers]
         for k, r in zip(KERNELS, times[0] / times[1]):
             ratio[k].append(float(r))

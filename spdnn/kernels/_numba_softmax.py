@@ -77,16 +77,16 @@ def exp_columns(z, shift, total, first, single):
 
 
 @nb.njit(cache=True, nogil=True)
-def scale_columns(g, factor, tiny):
-    """g[r, j] *= factor[j], in place; products under ``tiny`` in magnitude (the type's
-    smallest normal) become 0 (NaN stays NaN)."""
+def scale_columns(g, factor, floor):
+    """g[r, j] *= factor[j], in place; products under ``floor`` in magnitude become 0 (NaN
+    stays NaN)."""
     n, b = g.shape
     zero = g.dtype.type(0)
     for r in range(n):
         row = g[r]
         for j in range(b):
             v = row[j] * factor[j]
-            row[j] = zero if abs(v) < tiny else v
+            row[j] = zero if abs(v) < floor else v
 
 
 def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
@@ -95,4 +95,4 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         z = np.zeros((1, 2), dt)
         total, first = np.zeros(2, dt), np.zeros(2, np.int32)
         exp_columns(z, total, total, first, dt == np.float32)
-        scale_columns(z, total, np.finfo(dt).tiny.astype(dt))
+        scale_columns(z, total, dt(1e-30))

@@ -46,17 +46,26 @@ def exp_columns(z: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def scale_columns(g: np.ndarray, factor: np.ndarray) -> None:
-    """g *= factor[None, :], in place, with subnormal results flushed to 0: the probabilities
-    of far-off classes (exp clamped near the smallest normal, then divided by the sum and the
-    batch) would otherwise be subnormal, and every product with them in the layers below
-    took a microcode assist on Intel CPUs (the 10-way head's backward through OpenBLAS grew
-    from 8 to 170 ms a step as a random network's logits spread; AMD's were unaffected). A
-    flushed value is under 1.2e-38 (float32) or 2.3e-308 (float64)."""
-    tiny = np.finfo(g.dtype).tiny
+    """g *= factor[None, :], in place, with results under ``flush_below(g.dtype)`` in magnitude
+    set to 0 (NaN stays NaN)."""
+    floor = flush_below(g.dtype)
     if len(g) and _numba(g):
         from spdnn.kernels import _numba_softmax
 
-        _numba_softmax.scale_columns(g, factor.astype(g.dtype, copy=False), tiny)
+        _numba_softmax.scale_columns(g, factor.astype(g.dtype, copy=False), floor)
         return
     g *= factor[None, :].astype(g.dtype, copy=False)
-    g[np.abs(g) < tiny] = 0
+    g[np.abs(g) < floor] = 0
+
+
+def flush_below(dtype: np.dtype) -> np.floating:
+    """The smallest normal over the epsilon (float32 9.9e-32, float64 1.0e-292): the
+    probabilities of far-off classes, divided by the sum and the batch, fell below the
+    smallest normal as a network's logits spread, and so did their products with weights of
+    1e-3 just above it; on Intel CPUs every operation on a subnormal takes a microcode assist
+    (a 10 x 16,384 head's backward grew from 7 to 170 ms a step on a Xeon; AMD's did not).
+    Under this floor a value times any factor of epsilon or more stays normal; a column's
+    largest entry is at least 1 / (classes x batch), so what is dropped is far below its
+    rounding."""
+    info = np.finfo(dtype)
+    return info.dtype.type(info.tiny / info.eps)
