@@ -105,8 +105,19 @@ def test_transposed_product(backend, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_dense_layers_go_to_blas_with_the_same_results(backend, dtype):
-    """Every entry stored (a dense head): the products run on the dense view of W.data."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_layers_give_the_same_results(backend, dtype, threads):
+    """Every entry stored (a dense head): the forward products run on the dense view of
+    W.data (BLAS), the backward in numba's one pass where numba is the backend."""
+    before = kernels.threads()
+    kernels.set_threads(min(threads, kernels.max_threads()))
+    try:
+        _dense_layer_products(dtype)
+    finally:
+        kernels.set_threads(before)
+
+
+def _dense_layer_products(dtype: type) -> None:
     rng = np.random.default_rng(3)
     dense = rng.standard_normal((7, 13)).astype(dtype)
     w = sp.csr_matrix(dense)
@@ -137,6 +148,12 @@ def test_dense_layers_go_to_blas_with_the_same_results(backend, dtype):
         np.testing.assert_allclose(g, dense[:, lo:hi].T @ d, **_tol(dtype))
         np.testing.assert_allclose(gw.reshape(7, 13)[:, lo:hi], d @ x[lo:hi].T, **_tol(dtype))
         assert (gw.reshape(7, 13)[:, :lo] == 0).all() and (gw.reshape(7, 13)[:, hi:] == 0).all()
+    # with the slope of the layer below (ReLU capped at 0.7): its pre-activations z
+    zb = rng.standard_normal((13, 5)).astype(dtype)
+    g, gw = np.full((13, 5), np.nan, dtype), np.zeros(w.nnz, dtype)
+    kernels.backward_products(t, w.data, d, x, g, gw, z=zb, cap=0.7)
+    np.testing.assert_allclose(g, (dense.T @ d) * ((zb > 0) & (zb < 0.7)), **_tol(dtype))
+    np.testing.assert_allclose(gw.reshape(7, 13), d @ x.T, **_tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
