@@ -263,8 +263,9 @@ def _add_calibrate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
                      help="kernel tables to measure")
     cal.add_argument("--quick", action="store_true",
-                     help="a coarse grid and one round of reference steps: to try the cost "
-                          "model out; predictions from it carry more error")
+                     help="a coarse grid, one call a cold cell and one round of reference "
+                          "steps: to try the cost model out; predictions from it carry more "
+                          "error")
 
 
 def _add_plot(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
