@@ -108,7 +108,8 @@ def test_transposed_product(backend, dtype):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dense_layers_give_the_same_results(backend, dtype, threads):
     """Every entry stored (a dense head): the forward products run on the dense view of
-    W.data (BLAS), the backward in numba's one pass where numba is the backend."""
+    W.data (BLAS), the backward in numba's one pass where numba is the backend (7 rows: a head
+    of at most ONE_PASS_DENSE_ROWS), else BLAS (below, 40 rows)."""
     before = kernels.threads()
     kernels.set_threads(min(threads, kernels.max_threads()))
     try:
@@ -154,6 +155,13 @@ def _dense_layer_products(dtype: type) -> None:
     kernels.backward_products(t, w.data, d, x, g, gw, z=zb, cap=0.7)
     np.testing.assert_allclose(g, (dense.T @ d) * ((zb > 0) & (zb < 0.7)), **_tol(dtype))
     np.testing.assert_allclose(gw.reshape(7, 13), d @ x.T, **_tol(dtype))
+    # a dense layer of more rows than ONE_PASS_DENSE_ROWS: BLAS's products in either backend
+    wide = rng.standard_normal((40, 13)).astype(dtype)
+    tw, dw = kernels.transpose(sp.csr_matrix(wide)), rng.standard_normal((40, 5)).astype(dtype)
+    g, gw = np.full((13, 5), np.nan, dtype), np.zeros(wide.size, dtype)
+    kernels.backward_products(tw, wide.ravel(), dw, x, g, gw, z=zb, cap=0.7)
+    np.testing.assert_allclose(g, (wide.T @ dw) * ((zb > 0) & (zb < 0.7)), **_tol(dtype))
+    np.testing.assert_allclose(gw.reshape(40, 13), dw @ x.T, **_tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
