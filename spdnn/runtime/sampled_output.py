@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from spdnn.kernels.lsh import tail_weights
+from spdnn.kernels.softmax import flush_below
 from spdnn.model.labels import MultiLabels
 
 if TYPE_CHECKING:
@@ -63,9 +64,11 @@ def loss(s: SampledLayer, labels: MultiLabels, scale: int,
         sample_losses[:] = per_sample
     delta = (e / np.where(has, total, 1)[samples] - b.mass) / scale
     delta[~has[samples]] = 0
+    delta = delta.astype(b.z.dtype, copy=False)
+    delta[np.abs(delta) < flush_below(delta.dtype)] = 0  # as the full softmax's gradient
     correct = int(np.sum(labels.contains(np.where(pred == np.iinfo(np.int64).max, -1,
                                                   pred))))
-    return float(np.sum(per_sample)) / scale, correct, delta.astype(b.z.dtype, copy=False)
+    return float(np.sum(per_sample)) / scale, correct, delta
 
 
 def top_k(s: SampledLayer, k: int) -> np.ndarray:
