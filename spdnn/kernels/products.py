@@ -11,8 +11,8 @@ Activations are (neurons x batch) C-contiguous: a neuron's row (what is exchange
 
 Backends: ``scipy`` (reference) and ``numba`` (faster; see docs/BENCHMARKS.md). The default is
 numba when it is installed, else scipy; ``SPDNN_KERNELS=scipy|numba`` or ``set_backend`` choose.
-A matrix with every entry stored (a dense head) goes to BLAS, but for its backward in the
-numba backend. ``set_threads`` sets the numba kernels' threads (default 1: one per rank).
+A matrix with every entry stored (a dense head) goes to BLAS, but for the backward of one of
+few rows in the numba backend. ``set_threads`` sets the numba kernels' threads (default 1).
 """
 
 from __future__ import annotations
