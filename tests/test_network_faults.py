@@ -126,8 +126,9 @@ def test_a_frozen_link_ends_the_gradient_sums_in_bounded_time(job_files, tmp_pat
     not that checkpoint's agreement (10 steps apart, CI saw the all-gather). The manifest is
     visible from its rename, before its directory is flushed and the ranks agree that it is
     written: on a busy disk the freeze can still meet that last agreement (CI saw it once in
-    ~10 runs). Such a run must end in bounded time too, and the job runs again, at most
-    twice more, until a freeze meets the sums."""
+    ~10 runs), or the all-to-all that brings each replica its samples at an epoch's start
+    (spdnn.runtime.samples; CI saw it once). Such a run must end in bounded time too, and
+    the job runs again, at most twice more, until a freeze meets the sums."""
     d = job_files
     for attempt in range(3):
         ckpt = tmp_path / f"ckpt{attempt}"
@@ -142,8 +143,9 @@ def test_a_frozen_link_ends_the_gradient_sums_in_bounded_time(job_files, tmp_pat
         assert stale_namespaces() == []
         if "gradient sum of layer" in line or "all-reduce" in line:
             return
-        assert "all-gather" in line or "barrier" in line, line  # the checkpoint's agreement
-    pytest.fail(f"three freezes met the checkpoint's agreement, none the gradient sums: {line}")
+        # the checkpoint's agreement, or the samples of the next epoch
+        assert any(op in line for op in ("all-gather", "barrier", "all-to-all")), line
+    pytest.fail(f"three freezes met other waits, none the gradient sums: {line}")
 
 
 def test_a_slowed_link_is_not_a_stall(job_files):

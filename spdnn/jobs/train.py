@@ -170,7 +170,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         if on_epoch is not None:
             on_epoch(report)
 
-    warm_up(dnet.dtype)
+    warm_up(dnet.dtype, training=True)
     lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
     with lock:
         reports = train(comm, dnet, data, cfg, position, momentum, lossy,

@@ -55,3 +55,23 @@ def sgd_rows(p: np.ndarray, grad: RowGrad, buf: np.ndarray, lr: float, momentum:
     _numba_update.sgd_runs(p, grad.positions, offsets, values, buf, t(lr), t(momentum),
                            t(weight_decay))
     return True
+
+
+def warm_up(dtypes: tuple = (np.float32, np.float64), *, rows: bool = False) -> None:
+    """Load (or compile) the numba backend's update kernels for ``dtypes`` now (with
+    ``rows``, also those of row gradients): a job loads them with its others, before it
+    gives back the compiler's pages, not in its first step on top of its layers (that
+    brought LLVM's ~66 MB back: tests/test_residency.py)."""
+    if products.backend() != "numba":
+        return
+    from spdnn.kernels import _numba_update
+
+    for dt in dtypes:
+        t = np.dtype(dt).type
+        p, g, buf = (np.zeros(1, dt) for _ in range(3))
+        _numba_update.sgd(p, g, buf, t(0), t(0), t(0), True)
+        if rows:  # entries by int64 position; runs by row start (a layer's indptr's type)
+            at, offsets = np.zeros(1, np.int64), np.array([0, 1], np.int64)
+            _numba_update.sgd_rows(p, at, g, buf, t(0), t(0), t(0))
+            for index in (np.int32, np.int64):
+                _numba_update.sgd_runs(p, at.astype(index), offsets, g, buf, t(0), t(0), t(0))

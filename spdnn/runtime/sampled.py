@@ -19,6 +19,7 @@ import numpy as np
 
 from spdnn.comm import Communicator
 from spdnn.kernels import products as kernels
+from spdnn.kernels import update
 from spdnn.kernels.dense import dense_view
 from spdnn.kernels.hashing import REFRESH_ROWS, HashFunctions, Tables
 from spdnn.kernels.lsh import (
@@ -63,6 +64,7 @@ class SampledLayer:
         from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.threads)
 
         nbl.warm_up()
+        update.warm_up((layer.bias.dtype.type,), rows=True)  # its rows' update
         release_compiler_pages()
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out

@@ -17,7 +17,7 @@ from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
 from spdnn.io.bundle import NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
-from spdnn.kernels import encoding, layers
+from spdnn.kernels import encoding, layers, update
 from spdnn.kernels import products as kernels
 from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.memory import loads_kernels_early
@@ -144,7 +144,7 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
         if blocks is not None or \
                 loads_kernels_early(verdict.prediction.total - verdict.prediction.baseline):
             # LLVM's pages come and go before the layers arrive, not on top of them
-            warm_up(dtype if dtype is not None else "float32")
+            warm_up(dtype if dtype is not None else "float32", training=budget.training)
         if blocks is not None:
             where = source if plan_path is not None else bundle.path
             stream = LayerStream(bundle, plan, grid, dtype, exchange, blocks,
@@ -159,11 +159,12 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     return Opened(bundle, plan, dnet)
 
 
-def warm_up(dtype: Any = None, *, narrow: bool = False) -> None:  # noqa: ANN401
+def warm_up(dtype: Any = None, *, narrow: bool = False,  # noqa: ANN401
+            training: bool = False) -> None:
     """Load (or compile) the kernels now, outside any timed loop, for ``dtype`` (None: both
-    types; with ``narrow``, also the narrow end of challenge inference), then give back the
-    compiler's pages. Jobs call it after every input is checked:
-    loading them costs ~0.4 s, which an error should not wait for. A job predicted to hold
+    types; with ``narrow``, also the narrow end of challenge inference; with ``training``,
+    the update's), then give back the compiler's pages. Jobs call it after every input is
+    checked: loading them costs ~0.4 s, which an error should not wait for. A job predicted to hold
     more than ``spdnn.model.memory.EARLY_WARM_UP_BYTES`` calls it before loading its layers
     too: loading brings ~70 MB of LLVM into the resident set for a moment, which then sits
     under the layers' bytes instead of on top of them."""
@@ -172,6 +173,8 @@ def warm_up(dtype: Any = None, *, narrow: bool = False) -> None:  # noqa: ANN401
     encoding.warm_up(dtypes)
     if narrow:
         layers.warm_up(dtypes)
+    if training:
+        update.warm_up(dtypes)
     release_compiler_pages()  # LLVM is done: ~70 MB a rank (spdnn.kernels.residency)
 
 
