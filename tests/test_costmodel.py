@@ -614,7 +614,8 @@ def test_replicas_auto_leaves_out_the_grids_that_do_not_fit(model_files):
 def test_the_stack_cpu_of_bytes_crossing_nodes_lengthens_the_work_it_overlapped():
     """TCP's CPU time per byte (``inter_node.cpu_ns_per_byte``) is charged at both ends of
     every message between nodes and in the gradient sums across nodes; never within a node,
-    never without a cluster, and only where the transfer was hidden behind work."""
+    never without a cluster, and only where the transfer was hidden behind work (the sums:
+    only the part of them that moves while there is work)."""
     net = small_network((64, 512, 512, 10), fan_in=16, seed=2)
     pats = network_patterns(net)
     two = workload(pats, partition_network(pats, 2, method="cyclic"))
@@ -637,10 +638,15 @@ def test_the_stack_cpu_of_bytes_crossing_nodes_lengthens_the_work_it_overlapped(
     assert predict(two, Machine(calibration(), load_cluster_dict(together)), batch).seconds \
         == pytest.approx(predict(two, Machine(calibration(), load_cluster_dict(CLUSTER)),
                                  batch).seconds)
-    # Gradient sums across nodes: about 4 (r - 1) / r times the gradient's bytes, at c.
-    grads = sum(float(lw.nnz[0] + lw.rows[0]) for lw in single.layers) * 4
-    extra = predict(single, tcp, batch, 2).gradient - predict(single, rdma, batch, 2).gradient
-    assert extra == pytest.approx(4 * 0.5 * grads * 2e-9, rel=1e-6)
+    # Gradient sums across nodes: about 4 (r - 1) / r times the gradient's bytes, at c, for
+    # the part of the sums that moves while there is work. Pure data parallelism calls MPI
+    # only in the final wait, where the core is idle: nothing is charged.
+    assert predict(single, tcp, batch, 2).gradient == \
+        pytest.approx(predict(single, rdma, batch, 2).gradient)
+    # 2 parts x 2 replicas: the exchange's waits advance the sums, some of them under work.
+    grads = sum(float(lw.nnz.max() + lw.rows.max()) for lw in two.layers) * 4
+    extra = predict(two, tcp, batch, 2).gradient - predict(two, rdma, batch, 2).gradient
+    assert 0.05 * (4 * 0.5 * grads * 2e-9) < extra < 4 * 0.5 * grads * 2e-9
     # Without a cluster the calibration's own figure (measured within one node) is not used.
     bare = calibration()
     bare = replace(bare, network=replace(bare.network, cpu_ns_per_byte=c))

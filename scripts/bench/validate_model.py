@@ -278,6 +278,8 @@ def main() -> int:
            + (f" --emulate {args.emulate}" if args.emulate else ""))
     if args.save_measurements:
         cmd += f" --save-measurements {args.save_measurements}"
+    if args.measurements:  # the steps are not in the file: --steps must be given as measured
+        cmd += f" --measurements {args.measurements}"
     body = (f"Command: `{cmd}`: {cal}; float32, `--exchange dense`, {args.rounds} "
             f"interleaved rounds of {args.steps} steps (median step of the slowest rank), the "
             "configurations in a rotated order each round. "
