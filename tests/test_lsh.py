@@ -369,3 +369,30 @@ def test_infer_lsh_needs_label_sets(tmp_path, inputs):
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "--lsh reports P@k on label sets" in r.stderr
 
+
+
+def test_the_sampled_softmax_gradient_flushes_under_the_floor_as_the_full_one():
+    """The sampled output layer's gradient drops values under ``flush_below`` (float32:
+    9.9e-32; subnormal ones among them, which cost microcode assists in the products on
+    Intel CPUs) and keeps the others exactly as computed."""
+    from types import SimpleNamespace
+
+    from spdnn.kernels.softmax import flush_below
+    from spdnn.runtime.sampled import PairBatch
+    from spdnn.runtime.sampled_output import loss
+
+    z = np.array([0.0, -60.0, -75.0, -90.0], dtype=np.float32)  # e^-90: subnormal in float32
+    batch = PairBatch(ptr=np.array([0, 4]), act=np.arange(4), mass=np.array([1.0, 0, 0, 0]),
+                      z=z, xt=np.zeros((1, 1), np.float32), tail=None)
+    s = SimpleNamespace(batch=batch, comm=SimpleNamespace(size=1), n_out=4,
+                        layer=SimpleNamespace(rows=np.arange(4)))
+    labels = MultiLabels(np.array([0, 1]), np.array([0]), 4)
+    value, correct, delta = loss(s, labels, 2)
+    assert delta.dtype == np.float32 and correct == 1
+    e = np.exp(z)
+    assert e[3] != 0 and abs(e[3]) < np.finfo(np.float32).tiny  # the case the floor is for
+    expected = ((e / e.sum() - batch.mass) / 2).astype(np.float32)
+    floor = flush_below(np.float32)
+    assert expected[2] != 0 and abs(expected[2]) < floor < abs(expected[1])
+    assert np.array_equal(delta, np.where(np.abs(expected) < floor, 0, expected))
+    assert value == pytest.approx(float(np.log(e.sum())) / 2, rel=1e-6)
