@@ -45,17 +45,11 @@ def _warm(module: str, dtype: type) -> None:
 
 def _update(dtype: type) -> None:
     """The SGD update's kernels, which run on arrays of PARALLEL_MIN values or more (a job that
-    compiled them itself peaked 58 MB above its prediction: tests/test_residency.py)."""
-    from spdnn.kernels.update import PARALLEL_MIN, sgd_rows, sgd_step
-    from spdnn.model.optim import RowGrad
+    compiled them itself peaked 58 MB above its prediction: tests/test_residency.py): the
+    signatures a training job and a sampled layer load (spdnn.kernels.update.warm_up)."""
+    from spdnn.kernels import update
 
-    p, g, buf = (np.zeros(PARALLEL_MIN, dtype) for _ in range(3))
-    for first in (True, False):
-        sgd_step(p, g, buf, 0.1, 0.9, 0.0, first)
-    sgd_rows(p, RowGrad(np.arange(PARALLEL_MIN, dtype=np.int64), g), buf, 0.1, 0.9, 0.0)
-    for index in (np.int32, np.int64):  # a sampled layer's row starts (int64: the reference's)
-        runs = np.arange(0, PARALLEL_MIN, 128, dtype=index)
-        sgd_rows(p, RowGrad(runs, g, np.full(len(runs), 128, np.int64)), buf, 0.1, 0.9, 0.0)
+    update.warm_up((dtype,), rows=True)
 
 
 def _partitioner() -> None:
