@@ -21,22 +21,24 @@ from spdnn.interrupt import interrupted
 
 
 def run_collectively(fn: Callable[[Communicator], int], comm: MPIComm | None = None,
-                     prog: str = "spdnn", timeout: float | None = None) -> int:
+                     prog: str = "spdnn", timeout: float | None = None, *,
+                     finalize: bool = False) -> int:
     """Run an entry point on every rank (``comm``: default COMM_WORLD).
 
     A SpdnnError that every rank agreed on (Communicator.check/agree) is printed once, by
     rank 0, and every rank returns 2; one raised on a single rank is printed by that rank and
     aborts the job with code 2. Any other exception prints its traceback and aborts the whole
     job, so no rank is left waiting in a collective. ``timeout``: ``--comm-timeout`` from the
-    first wait on (the duplication of ``comm``).
+    first wait on (the duplication of ``comm``). ``finalize``: end MPI before returning, under
+    the same watch (a command's process, which then exits).
     """
     c = Communicator(world() if comm is None else comm, timeout=timeout)
     try:
-        return fn(c)
+        code = fn(c)
     except AgreedError as exc:
         if c.rank == 0:
             say_error(prog, exc)
-        return exc.exit_code
+        code = exc.exit_code
     except SpdnnError as exc:  # raised on this rank alone: the others must not wait
         say_error(prog, exc)
         if c.size > 1:
@@ -54,6 +56,9 @@ def run_collectively(fn: Callable[[Communicator], int], comm: MPIComm | None = N
         if c.size > 1:
             _abort(c, 1)
         return 1
+    if finalize:
+        c.finalize()
+    return code
 
 
 def guarded(c: Communicator, fn: Callable[[], Any]) -> Any:  # noqa: ANN401

@@ -28,7 +28,7 @@ import numpy as np
 
 from spdnn import pickled
 from spdnn.errors import SpdnnError
-from spdnn.watchdog import Waiting, Watchdog
+from spdnn.watchdog import TIMEOUT_EXIT, Waiting, Watchdog
 
 _CALLERS_RC = (mpi4py.rc.initialize, mpi4py.rc.finalize)
 if "mpi4py.MPI" not in sys.modules:  # this module starts MPI, without the GIL (``_start``)
@@ -237,6 +237,17 @@ class Communicator:
         with self._waiting("a barrier"):
             self._comm.Barrier()
 
+    def finalize(self) -> None:
+        """MPI_Finalize, watched as every wait is: a link frozen after the job's last message
+        held it for good. Called without the GIL, so the watchdog's thread can end the job:
+        by ending this process (MPI_Abort fails once MPI_Finalize has begun; the launcher ends
+        the others), its output flushed first."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.before_timeout_abort(lambda: os._exit(TIMEOUT_EXIT))
+        with self._waiting("MPI_Finalize"):
+            _call_without_gil("MPI_Finalize", MPI.Finalize)
+
     def abort(self, code: int = 1) -> None:
         self._comm.Abort(code)
 
@@ -312,25 +323,29 @@ def _loaded_libmpi() -> ctypes.CDLL | None:
     return None
 
 
+def _call_without_gil(name: str, fallback: Callable[[], Any], *args: Any) -> None:  # noqa: ANN401
+    """MPI's C function ``name`` through ctypes, which releases the GIL; elsewhere than Linux,
+    mpi4py's ``fallback``."""
+    lib = _loaded_libmpi()
+    if lib is None:
+        fallback()
+    elif getattr(lib, name)(*args) != 0:
+        raise RuntimeError(f"{name} failed")
+
+
 def _start() -> None:
     """MPI_Init_thread without the GIL (a ctypes call): it spins for peers that a Ctrl-C may
     have ended, and under mpi4py's call, which holds the GIL, spdnn.interrupt's watcher could
     not run to end the rank with its line. Elsewhere than Linux, mpi4py's call, with Ctrl-C
     at its default action (``starting_mpi``)."""
-    lib = _loaded_libmpi()
-    if lib is None:
+    def with_mpi4py() -> None:
         from spdnn.interrupt import starting_mpi
 
         with starting_mpi():
             MPI.Init_thread(MPI.THREAD_MULTIPLE)
-    else:
-        init = lib.MPI_Init_thread
-        init.restype = ctypes.c_int
-        init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                         ctypes.POINTER(ctypes.c_int)]
-        provided = ctypes.c_int(0)
-        if init(None, None, MPI.THREAD_MULTIPLE, ctypes.byref(provided)) != 0:
-            raise RuntimeError("MPI_Init_thread failed")
+
+    _call_without_gil("MPI_Init_thread", with_mpi4py, None, None, MPI.THREAD_MULTIPLE,
+                      ctypes.byref(ctypes.c_int(0)))
     for comm in (MPI.COMM_SELF, MPI.COMM_WORLD):  # errors raise, as under mpi4py's own start
         comm.Set_errhandler(MPI.ERRORS_RETURN)
 

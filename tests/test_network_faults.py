@@ -252,13 +252,16 @@ def test_a_link_frozen_while_mpi_starts_ends_the_job(job_files):
     """Frozen about a second in: while MPI starts (the ranks exchanging their addresses, where
     no thread of a rank can run and the watchdog of the job does not exist yet: a sentinel
     process covers it, spdnn.watchdog.guard_start) or in the job's first collectives. Either
-    way one line and a bounded end, where before this guard the job hung."""
+    way one line and a bounded end, where before this guard the job hung. The 60,000 inputs
+    keep the job running past the freeze on a fast machine: one over by then (the digits'
+    360, with the scipy kernels' quicker start) left MPICH's launcher waiting for the frozen
+    node's report that its ranks had ended (docs/network.md)."""
     d = job_files
     start = time.monotonic()
     proc = launch(0, *_emulate("1gbit", "--stall-after", 1.0),
                   sys.executable, "-m", "spdnn", "infer", "--network", d / "net.npz",
-                  "--plan", d / "plan.npz", "--inputs", "digits", "--comm-timeout", TIMEOUT,
-                  timeout=120)
+                  "--plan", d / "plan.npz", "--inputs", f"npz:{d / 'many.npz'}",
+                  "--comm-timeout", TIMEOUT, timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0, (proc.stdout[-500:], proc.stderr[-2000:])
     assert elapsed - _froze_at(proc.stderr) < AFTER_FAULT + TIMEOUT, elapsed

@@ -176,7 +176,8 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
         # weights); numpy's warnings about them would only precede that line.
         with np.errstate(all="ignore"):
             return run_collectively(lambda comm: body(comm, args),
-                                    timeout=float(timeout) if timeout else None)
+                                    timeout=float(timeout) if timeout else None,
+                                    finalize=args.finalize_mpi)
     return run
 
 

@@ -20,7 +20,7 @@ def main() -> int:
             watch("spdnn")
         from spdnn.cli.parser import main as run
 
-        return run()
+        return run(finalize_mpi=True)
     except KeyboardInterrupt:
         from spdnn.interrupt import interrupted
 

@@ -277,9 +277,13 @@ def _add_plot(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     pl.add_argument("-o", "--output", required=True, help="image to write: .png, .pdf or .svg")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, finalize_mpi: bool = False) -> int:
+    """``spdnn ARGV``; ``finalize_mpi``: a distributed command ends MPI itself, watched by
+    ``--comm-timeout`` (the console script, whose process then exits; in-process callers go on
+    using MPI)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.finalize_mpi = finalize_mpi
     if getattr(args, "threads", None):
         reserve_threads(args.threads)  # before anything loads numba
     try:
