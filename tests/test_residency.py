@@ -12,10 +12,13 @@ import textwrap
 import numpy as np
 import pytest
 
+from partition.methods import partition_network
 from spdnn.io.bundle import save_network
+from spdnn.io.planfile import save_plan
 from spdnn.kernels.residency import _clean_mappings
 from spdnn.model.generate import random_network
-from spdnn.model.memory import SETTLED_BYTES
+from spdnn.model.memory import SCIPY_BASELINE_BYTES, SETTLED_BYTES
+from spdnn.model.plan import network_patterns
 from tests.helpers import launch
 
 SMAPS = """\
@@ -111,6 +114,28 @@ def test_a_job_over_the_threshold_loads_its_kernels_first_and_peaks_as_predicted
     predicted, peak = mem["predicted_bytes"][0], mem["peak_bytes"][0]
     assert predicted["baseline"] == SETTLED_BYTES
     assert abs(peak - predicted["total"]) <= 0.15 * predicted["total"], (peak, predicted)
+
+
+@pytest.mark.parametrize("ranks", [0, 2])
+def test_a_job_on_the_scipy_kernels_peaks_as_predicted_without_numba(tmp_path, ranks):
+    """SPDNN_KERNELS=scipy loads no compiler: the prediction counts that process's baseline
+    (a small job peaked at 76-80 MB against 195 MB predicted when every rank was counted with
+    numba's)."""
+    net = random_network([64, 256, 256], 16, seed=0, head=10)
+    save_network(net, tmp_path / "net.npz")
+    extra = ()
+    if ranks:
+        save_plan(partition_network(network_patterns(net), ranks, method="block",
+                                    fingerprint=net.fingerprint()), tmp_path / "plan.npz")
+        extra = ("--plan", "plan.npz")
+    proc = launch(ranks, "train", "--network", "net.npz", "--data", "digits", *extra,
+                  "--max-steps", "3", "--metrics-out", "m.json", cwd=tmp_path, cold=True,
+                  env={"SPDNN_KERNELS": "scipy"})
+    assert proc.returncode == 0, proc.stderr
+    mem = json.loads((tmp_path / "m.json").read_text())["memory"]
+    for predicted, peak in zip(mem["predicted_bytes"], mem["peak_bytes"], strict=True):
+        assert predicted["baseline"] == SCIPY_BASELINE_BYTES
+        assert abs(peak - predicted["total"]) <= 0.15 * predicted["total"], (peak, predicted)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork's rusage is Linux's")

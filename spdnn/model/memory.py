@@ -26,6 +26,9 @@ import numpy as np
 # inputs are checked (its errors do not wait for them), on top of its weights and data.
 BASELINE_BYTES = 195 * 10**6
 SETTLED_BYTES = 130 * 10**6
+# A rank on the scipy kernels (SPDNN_KERNELS=scipy) never loads numba: 74-78 MB at its peak
+# beside 2-3 MB of arrays, 1 and 2 ranks (predicted 195 MB before it was told apart).
+SCIPY_BASELINE_BYTES = 80 * 10**6
 EARLY_WARM_UP_BYTES = 64 << 20
 # The evaluation batch (spdnn.runtime.inference.eval_batch) keeps its blocks under this many
 # bytes (at 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers).
@@ -92,13 +95,14 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
             data_bytes: int = 0, baseline: int | None = None,
-            challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1
-            ) -> MemoryPrediction:
+            challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1,
+            numba: bool = True) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
     chunks (their dense input block and last activations too) instead of evaluation
-    batches. ``baseline``: the process's own bytes (default: ``process_baseline``).
+    batches. ``baseline``: the process's own bytes (default: ``process_baseline``, of a rank on
+    the numba kernels or, ``numba=False``, on scipy's).
     ``lsh_tables``: L hash tables over the rows of layer ``lsh_layer`` (from 0; -1: the
     output layer), ``--lsh``."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
@@ -143,7 +147,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     lsh += lsh_tables * layers[lsh_layer].rows * (4 / 16 + 32 / 100)
     buffers = step + messages + evaluation + lsh
     if baseline is None:
-        baseline = process_baseline(weights + state + buffers + data_bytes, state + buffers)
+        baseline = process_baseline(weights + state + buffers + data_bytes, state + buffers,
+                                    numba=numba)
     return MemoryPrediction(weights=int(weights), training=int(state), buffers=int(buffers),
                             data=int(data_bytes), baseline=int(baseline))
 
@@ -153,10 +158,13 @@ def loads_kernels_early(held: int) -> bool:
     return held > EARLY_WARM_UP_BYTES
 
 
-def process_baseline(held: int, after: int) -> int:
+def process_baseline(held: int, after: int, *, numba: bool = True) -> int:
     """The process's own bytes at the peak of a rank that holds ``held`` bytes of arrays,
     ``after`` of them allocated after its kernels load when it loads them last (training
-    state and buffers; its weights and data are loaded by then)."""
+    state and buffers; its weights and data are loaded by then). ``numba=False``: a rank on
+    the scipy kernels, which loads no compiler."""
+    if not numba:
+        return SCIPY_BASELINE_BYTES
     if loads_kernels_early(held):
         return SETTLED_BYTES
     return max(SETTLED_BYTES, BASELINE_BYTES - after)

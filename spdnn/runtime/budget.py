@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spdnn.comm import AgreedError, Communicator
+from spdnn.kernels import products
 from spdnn.memlimit import cgroup_memory, node_memory
 from spdnn.model.memory import (
     BASELINE_BYTES,
@@ -119,7 +120,8 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
                                                 bundle.sizes[0]))  # type: ignore[attr-defined]
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
                    training=budget.training, challenge=budget.challenge, data_bytes=data,
-                   lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer)
+                   lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer,
+                   numba=products.backend() == "numba")
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None

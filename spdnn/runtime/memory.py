@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.comm import Communicator
+from spdnn.kernels import products
 from spdnn.model.memory import LayerShape, format_bytes, predict
 from spdnn.runtime.distributed import DistributedNetwork
 
@@ -93,7 +94,8 @@ def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training
                         training=training, data_bytes=mine_held["data"],
                         challenge=challenge,
                         lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0,
-                        lsh_layer=dnet.sampled.index if dnet.sampled else -1).as_dict()
+                        lsh_layer=dnet.sampled.index if dnet.sampled else -1,
+                        numba=products.backend() == "numba").as_dict()
     every = comm.allgather((peak_rss(), mine_pred, mine_held))
     return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
             "held_bytes": [e[2] for e in every]}
