@@ -17,6 +17,7 @@ from spdnn.kernels import products
 from spdnn.memlimit import cgroup_memory, node_memory
 from spdnn.model.memory import (
     BASELINE_BYTES,
+    SCIPY_BASELINE_BYTES,
     LayerShape,
     MemoryPrediction,
     format_bytes,
@@ -105,10 +106,11 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     rank, the bytes, the limit and the smallest P expected to fit when one passes it. A limit
     below the baseline is refused on every rank. Collective."""
     world = grid.world
-    if budget.limit is not None and budget.limit != 0 and budget.limit < BASELINE_BYTES:
+    numba = products.backend() == "numba"
+    floor = BASELINE_BYTES if numba else SCIPY_BASELINE_BYTES
+    if budget.limit is not None and budget.limit != 0 and budget.limit < floor:
         world.agree(f"--memory-limit {format_bytes(budget.limit)} is below a rank's fixed "
-                    f"baseline of {format_bytes(BASELINE_BYTES)} (interpreter, numpy, MPI, "
-                    "kernels)")
+                    f"baseline of {format_bytes(floor)} (interpreter, numpy, MPI, kernels)")
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
     shapes = planned_shapes(grid, bundle, plan)
@@ -121,7 +123,7 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
                    training=budget.training, challenge=budget.challenge, data_bytes=data,
                    lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer,
-                   numba=products.backend() == "numba")
+                   numba=numba)
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None
