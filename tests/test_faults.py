@@ -130,7 +130,9 @@ def test_a_peer_stalled_at_the_end_ends_the_job_in_mpi_finalize(tmp_path, ranks)
         return
     t0 = time.monotonic()
     proc = launch(ranks, script, "stall", module=None, timeout=120)
-    assert proc.returncode == 3, (proc.returncode, proc.stderr)
+    # 3, the watchdog's; or 9 when MPICH's launcher reports a rank it then killed (3 ranks,
+    # once in a loaded run): its choice, as for a start that lasts too long
+    assert proc.returncode in (3, 9), (proc.returncode, proc.stderr)
     assert time.monotonic() - t0 < 40
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert any("rank 0" in ln and "waited 2 s for rank" in ln and "in MPI_Finalize" in ln
