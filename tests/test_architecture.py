@@ -237,3 +237,4 @@ def test_public_functions_take_at_most_two_arguments_by_position():
                 positional = [p.name for p in inspect.signature(obj).parameters.values()
                               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
                 assert len(positional) <= 2, f"{module.__name__}.{name}{positional}"
+

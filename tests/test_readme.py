@@ -3,10 +3,12 @@ not need ``../shared`` runs, in order (the README, then the pages of its "Read o
 empty directory, with the commands a user has after ``source .venv/bin/activate`` (``spdnn``,
 ``spdnn-partition``, ``mpirun``, ``python``). The README's Python example runs under
 ``mpirun -n 2 python`` in an empty directory. The ```console blocks run too, each printing the
-lines the page shows (docs/network.md's ``spdnn emulate``, where namespaces are permitted)."""
+lines the page shows (docs/network.md's ``spdnn emulate``, where namespaces are permitted).
+Every ``spdnn.``/``partition.`` name the pages and the code's docstrings give exists."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -197,3 +199,91 @@ def test_console_blocks_print_what_the_pages_show(tmp_path):
             f"{command}\nshown:\n" + "\n".join(expected) + "\nprinted:\n" + "\n".join(output)
         ran += 1
     assert ran >= 1
+
+
+# Names the code and the pages may give that are not modules: the digits' package data (data/
+# installed as spdnn.data); bench_ab.py imports each old layout of the commits it compares.
+NOT_MODULES = {"spdnn.data"}
+OLD_LAYOUTS = {"scripts/bench/bench_ab.py"}
+FILE_SUFFIXES = {"py", "npz", "json", "md", "txt", "png"}  # spdnn.npz is a file
+DOTTED = r"\b(?:spdnn|partition)(?:\.[A-Za-z_]\w*)+"
+
+
+def _defines(tree: ast.Module | ast.ClassDef, name: str) -> ast.AST | None:
+    """The top-level statement of ``tree`` that binds ``name`` (def, class, assignment,
+    import), or None."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and node.name == name:
+            return node
+        targets = [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else \
+            node.targets if isinstance(node, ast.Assign) else []
+        for t in targets:
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(t)):
+                return node
+        if isinstance(node, (ast.Import, ast.ImportFrom)) \
+                and any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+            return node
+    return None
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    path = ROOT.joinpath(*parts)
+    for f in (path.with_suffix(".py"), path / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _exists(parts: list[str]) -> bool:
+    """Whether ``a.b.c`` names a module, or a top-level name (or a class member) of one; a
+    package's lazy exports (its ``_HOMES``: name -> module) are followed."""
+    depth = max((i for i in range(1, len(parts) + 1) if _module_file(parts[:i])), default=0)
+    if depth == 0:
+        return False
+    tree = ast.parse(_module_file(parts[:depth]).read_text())
+    rest = parts[depth:]
+    if not rest:
+        return True
+    homes = _defines(tree, "_HOMES")
+    if isinstance(homes, ast.Assign) and rest[0] not in {
+            getattr(n, "name", None) for n in tree.body}:
+        home = ast.literal_eval(homes.value).get(rest[0])
+        if home is not None:
+            home = home if home.startswith(parts[0] + ".") else ".".join([*parts[:depth], home])
+            return _exists([*home.split("."), *rest])
+    scope: ast.AST | None = tree
+    for attr in rest[:2]:  # a name, and a class's member
+        if not isinstance(scope, (ast.Module, ast.ClassDef)):
+            break
+        scope = _defines(scope, attr)
+        if scope is None:
+            return False
+    return True
+
+
+def stale_names(text: str) -> set[str]:
+    """The dotted ``spdnn.``/``partition.`` names in ``text`` that name no module, or no
+    top-level name (or class member) of one: resolved from the source, nothing imported."""
+    import re
+
+    return {name for name in set(re.findall(DOTTED, text))
+            if name not in NOT_MODULES and name.rpartition(".")[2] not in FILE_SUFFIXES
+            and not _exists(name.split("."))}
+
+
+def test_every_module_path_in_the_code_and_the_pages_exists():
+    """A docstring or page that names ``spdnn.workload.locality`` after the module moved sends
+    the reader nowhere (issue 49: three such names were left in docstrings)."""
+    files = [p for d in ("spdnn", "partition", "scripts", "docs") for p in (ROOT / d).rglob("*")
+             if p.suffix in (".py", ".md") and "_build" not in p.parts
+             and str(p.relative_to(ROOT)) not in OLD_LAYOUTS] + [ROOT / "README.md"]
+    stale = {f"{p.relative_to(ROOT)}: {n}" for p in files for n in stale_names(p.read_text())}
+    assert sorted(stale) == []
+
+
+def test_the_module_path_check_can_fail():
+    assert stale_names("see spdnn.workload.locality and spdnn.cost.workload.nothing_here") \
+        == {"spdnn.workload.locality", "spdnn.cost.workload.nothing_here"}
+    assert stale_names("spdnn.cost.workload.locality, spdnn.kernels.encoding.MODES, "
+                       "spdnn.data, spdnn.api.TrainResult.traffic, partition.cli") == set()

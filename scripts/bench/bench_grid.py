@@ -9,8 +9,8 @@ Networks (float32): the MNIST MLP 784-1024-1024-10 (fan-in 32, dense head) on MN
 --samples synthetic samples. Plans: hypergraph for the MLP and RadiX-Net, block for `random`
 (the hypergraph plan equals block there: docs/BENCHMARKS.md, "Training"). Per configuration the
 second epoch's seconds (median over --rounds) and the values per training step on each axis
-from `spdnn.plan.step_values` (the test suite checks them equal to the runtime's counts on every
-grid; the counts of a run also hold evaluation passes): the model axis moves volume x B values
+from `spdnn.model.plan.step_values` (the test suite checks them equal to the runtime's counts on
+every grid; the counts of a run also hold evaluation passes): the model axis moves volume x B values
 (expand + fold), the data axis sums nnz(W) + biases per replica and sends 2 (R - 1) / R of that
 per rank (ring all-reduce). P = 4 is not timed (2 cores). Writes docs/BENCHMARKS.md ("Grids").
 """
@@ -119,7 +119,7 @@ def main() -> None:
             f"{' '.join(map(str, args.batches))}"
             f" --samples {args.samples} --rounds {args.rounds}` (P = 2 timed side by side: "
             "seconds of the second epoch, median over the rounds; values per step from "
-            "spdnn.plan.step_values, equal to the runtime's counts).\n\n"
+            "spdnn.model.plan.step_values, equal to the runtime's counts).\n\n"
             + table(["network", "batch", "2x1 s/epoch", "1x2 s/epoch",
                      "2x1 values/step (expand + fold)", "1x2 values/step (gradient sum sent)",
                      "faster"], rows)

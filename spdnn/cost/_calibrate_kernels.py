@@ -141,7 +141,7 @@ def structure_ratios(dtype: str, rng: np.random.Generator, grid: CalibrationGrid
                      reps: int = 3) -> Structure:
     """A RadiX-Net layer's kernel times over those of a random layer of its shape (the mean of
     cold and warm caches), per batch size: what the tables, built on random columns, miss on
-    layers whose neighbouring rows share columns (``spdnn.workload.locality``)."""
+    layers whose neighbouring rows share columns (``spdnn.cost.workload.locality``)."""
     from spdnn.cost.workload import locality
     from spdnn.model.generate import radixnet
 

@@ -151,7 +151,7 @@ def _curve(sizes: tuple[float, ...], seconds: tuple[float, ...], nbytes: np.ndar
 @dataclass(frozen=True)
 class Structure:
     """A RadiX-Net layer's kernel times over a random layer's of the same shape, per batch
-    size, and its ``spdnn.workload.locality`` (forward, backward): how much faster products
+    size, and its ``spdnn.cost.workload.locality`` (forward, backward): how much faster products
     run whose neighbouring rows share columns."""
 
     batches: tuple[int, ...]

@@ -1,6 +1,6 @@
 """Vector compress and expand for numba kernels, as LLVM intrinsics (one 512-bit vector: 16
 lanes of 4 bytes or 8 of 8). On AVX-512 they become vpcompress / vpexpand; elsewhere LLVM expands
-them into scalar code with the same results. Used by spdnn._numba_encoding.
+them into scalar code with the same results. Used by spdnn.kernels._numba_encoding.
 
 The compress is the register form followed by one plain store: AMD Zen 4 microcodes the
 memory form (vpcompressd to memory measured 2.0 ns per entry here, the register form 0.2).

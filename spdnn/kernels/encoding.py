@@ -18,8 +18,8 @@ owner's activation slope is zero (x = 0, or x at the cap): the owner would multi
 sums by zero. Both ranks compute the same mask from the same activations, so only the values
 under it travel, with no index and a size both sides know.
 
-The numba kernels (spdnn._numba_encoding) encode or decode all messages of an exchange in one
-call; the numpy fallback writes the same bytes one message at a time. The kernels backend
+The numba kernels (spdnn.kernels._numba_encoding) encode or decode all messages of an exchange in
+one call; the numpy fallback writes the same bytes one message at a time. The kernels backend
 (spdnn.kernels) picks.
 """
 

@@ -304,7 +304,7 @@ class DistributedNetwork:
         return parameters(self.layers)
 
     def set_exchange(self, mode: str) -> None:
-        """How rows travel (``spdnn.encoding.MODES``): dense, sparse, or the smaller per
+        """How rows travel (``spdnn.kernels.encoding.MODES``): dense, sparse, or the smaller per
         message (auto). Every mode computes the same result."""
         if mode not in MODES:
             raise ValueError(f"unknown exchange mode {mode!r}; choose from {MODES}")

@@ -99,7 +99,7 @@ class Exchange:
     ``send_rows[q]``: local indices (into this rank's owned rows of layer k-1) sent to rank q.
     ``recv_counts[q]``: ghost rows received from rank q; ghosts are stored after the owned rows,
     grouped by source rank in ascending order, so each source fills one contiguous block.
-    ``mode`` (``spdnn.encoding.MODES``): how blocks travel; ``dense`` sends rows as they are
+    ``mode`` (``spdnn.kernels.encoding.MODES``): how blocks travel; ``dense`` sends rows as they are
     (into place, no header), ``auto`` and ``sparse`` encode each message (spdnn.kernels.encoding);
     ``cap`` is the activation cap, for the fold's mask.
     """
