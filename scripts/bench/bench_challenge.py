@@ -37,6 +37,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import ROOT, SHARED, parser, publish  # noqa: E402
 
+from spdnn.io.atomic import write_text  # noqa: E402
+
 BIN = Path(sys.executable).parent
 BIASES = {1024: -0.3, 4096: -0.35, 16384: -0.4, 65536: -0.45}
 BYTES_PER_EDGE = 8.5  # float32 value + int32 index + row pointers, one copy of the network
@@ -271,7 +273,7 @@ def main() -> int:
                                 text=True, cwd=ROOT).stdout.strip() or "unknown"
         results[spec] = bench(n, layers, args, args.work, results.get(spec)) | {
             "command": " ".join(sys.argv[1:]), "commit": commit}
-        store.write_text(json.dumps(results, indent=1))
+        write_text(store, json.dumps(results, indent=1), "the results store")
     from challenge_report import report
 
     body = report(results, ROOT / "docs" / "figures" / "challenge_growth.png")

@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import SHARED, parser, publish, table  # noqa: E402
 
+from spdnn.io.atomic import write_text  # noqa: E402
 from spdnn.io.bundle import NetworkBundle  # noqa: E402
 from spdnn.io.images import read_images, write_image_npz  # noqa: E402
 from spdnn.io.planfile import save_plan  # noqa: E402
@@ -237,11 +238,11 @@ def main() -> int:
         n, layers = (int(v) for v in spec.split("x"))
         print(f"{n} x {layers}: {32 * n * layers:,} edges", flush=True)
         if args.check_only:
-            (args.work / f"check-{spec}.json").write_text(
-                json.dumps(check_only(n, layers, args), indent=1))
+            write_text(args.work / f"check-{spec}.json",
+                       json.dumps(check_only(n, layers, args), indent=1))
             continue
         results.append(bench(n, layers, args))
-        (args.work / f"result-{spec}.json").write_text(json.dumps(results[-1], indent=1))
+        write_text(args.work / f"result-{spec}.json", json.dumps(results[-1], indent=1))
     if args.check_only:
         return 0
     body = report(results, args)

@@ -24,6 +24,7 @@ from pathlib import Path
 import spdnn.cli.pinned  # noqa: F401
 import numpy as np
 from harness import parser, publish, table
+from spdnn.io.atomic import write_text
 
 
 def _tree(pid: int) -> list[int]:
@@ -197,7 +198,7 @@ def main() -> int:
         rows = [r for r in rows if (r["neurons"], r["layers"], r["P"], r["jobs"],
                                     r["time_limit"]) != (n, args.layers, args.nparts,
                                                          args.jobs, args.time_limit)] + [row]
-        results.write_text(json.dumps(rows, indent=1))
+        write_text(results, json.dumps(rows, indent=1), "the results store")
         print(render([row]), flush=True)
     body = ("Commands: `python scripts/bench/bench_scale.py --neurons N... -P P [--time-limit S] "
             "[--jobs J]` (one run per row; RadiX-Net generated with seed 0; wall time of the "

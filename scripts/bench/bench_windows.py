@@ -27,6 +27,7 @@ from pathlib import Path
 import spdnn.cli.pinned  # noqa: F401
 from bench_scale import measured
 from harness import parser, publish, table
+from spdnn.io.atomic import write_text
 
 
 def run(args: argparse.Namespace, windowed: bool) -> dict:
@@ -120,7 +121,7 @@ def main() -> None:
         rows = [r for r in rows if (r["network"], r["P"], r["mode"]) !=
                 (row["network"], row["P"], row["mode"])] + [row]
         store.parent.mkdir(parents=True, exist_ok=True)
-        store.write_text(json.dumps(rows, indent=1))
+        write_text(store, json.dumps(rows, indent=1), "the results store")
         print(json.dumps(row), flush=True)
     args.no_write = True  # the page's section is kept by hand (the docstring says why)
     publish(args, "windows", "Partitioner: networks larger than memory",

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from spdnn.io.atomic import write_text  # noqa: E402
 from spdnn.io.bundle import load_network  # noqa: E402
 from spdnn.io.images import read_images  # noqa: E402
 
@@ -112,8 +113,7 @@ def main() -> int:
         result["live_fraction"] = live
     result |= {"seconds": seconds, "rate": x.shape[0] * net.nnz / seconds,
                "categories": (rows + 1).tolist()}
-    with open(args.out, "w") as f:
-        json.dump(result, f)
+    write_text(args.out, json.dumps(result))
     return 0
 
 

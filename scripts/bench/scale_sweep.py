@@ -33,6 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Ranks, table  # noqa: E402
 from validate_model import MEASUREMENTS_FORMAT, build  # noqa: E402
 
+from spdnn.io.atomic import write_text  # noqa: E402
+
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).resolve().parent / "validate_model.py"
 
@@ -149,21 +151,18 @@ def main() -> int:
     finally:
         if emu is not None:
             emu.close()
-    out = Path(args.output)
-    tmp_out = out.with_name(out.name + ".tmp")
-    tmp_out.write_text(json.dumps({
+    write_text(args.output, json.dumps({
         "format": MEASUREMENTS_FORMAT, "steps": steps, "predicted": predicted,
         "calibrations": [cal_json],
         "emulated": None if emu is None else {"nodes": args.nodes, "link": args.link}},
-        separators=(",", ":")))
-    os.replace(tmp_out, out)
+        separators=(",", ":")), "the measurements")
     rows = []
     for case, times in steps.items():
         t, p = statistics.median(times), statistics.median(predicted[case])
         rows.append([case, f"{t * 1e3:.3f}", f"{p * 1e3:.3f}", f"{p / t:.2f}"])
     print(table(["case (network, batch, grid)", "measured ms", "predicted ms",
                  "predicted / measured"], rows))
-    print(f"wrote {out}")
+    print(f"wrote {args.output}")
     return 0
 
 

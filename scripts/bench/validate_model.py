@@ -38,6 +38,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import ROOT, Ranks, parser, publish, table  # noqa: E402
 
+from spdnn.io.atomic import write_text  # noqa: E402
+
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
 SCALING = ROOT / "docs" / "SCALING.md"
@@ -183,7 +185,7 @@ def main() -> int:
             if path is None:
                 path = str(work / f"calibration-{r}.json")
                 if saved_cals is not None:
-                    Path(path).write_text(json.dumps(saved_cals[r]))
+                    write_text(path, json.dumps(saved_cals[r]))
                 else:
                     runner.run([str(BIN / "spdnn"), "calibrate", "-o", path, "--dtype",
                                 "float32"], 2, timeout=600)
@@ -211,12 +213,10 @@ def main() -> int:
                 predicted[case].append(predict(works[name, method], machine, batch, replicas))
             print(f"round {r + 1} of {args.rounds} done", flush=True)
     if args.save_measurements:
-        out = Path(args.save_measurements)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps({"format": MEASUREMENTS_FORMAT, "steps": {
-            repr(case): times for case, times in measured.items()},
-            "calibrations": calibrations}, separators=(",", ":")))
-        os.replace(tmp, out)
+        write_text(args.save_measurements, json.dumps({
+            "format": MEASUREMENTS_FORMAT, "steps": {
+                repr(case): times for case, times in measured.items()},
+            "calibrations": calibrations}, separators=(",", ":")), "the measurements")
     noise: list[float] = []
     ms = lambda t: f"{1e3 * t:.3g}"  # noqa: E731 (0.687 and 102 alike)
     label = lambda c: f"{c[0]} {c[1] or ''}".strip()  # noqa: E731
