@@ -94,3 +94,30 @@ def test_a_live_lock_is_refused_and_a_stale_one_taken(tmp_path):
     assert checkpoint.take_lock(tmp_path) is False
     assert (tmp_path / "lock").read_text().split()[1] == str(os.getpid())
     assert checkpoint.take_lock(tmp_path / "new") is True
+
+
+
+UNWRITABLE = "/proc"  # its permission bits say writable to root, yet no file can be made there
+
+
+@pytest.mark.skipif(not os.path.isdir(f"{UNWRITABLE}/self"), reason="needs Linux's /proc")
+def test_an_unwritable_output_directory_is_refused_before_the_run_not_after(tmp_path):
+    """Permission bits pass /proc (and a read-only mount, for root): the check makes a file
+    there instead, before any work; a write that fails anyway is one line, not a traceback
+    (``--metrics-out /proc/m.json`` trained, then ended in FileNotFoundError)."""
+    from spdnn.io.paths import check_outputs
+    from tests.helpers import assert_one_line_error, run_cli
+
+    with pytest.raises(InputError, match="--save: output directory /proc is not writable"):
+        check_outputs([("--save", f"{UNWRITABLE}/x.npz")])
+    with pytest.raises(InputError, match="--checkpoint-dir: /proc is not writable"):
+        check_outputs([], [("--checkpoint-dir", f"{UNWRITABLE}/ckpt")])
+    with pytest.raises(InputError, match="cannot write the metrics"):
+        atomic.write_text(f"{UNWRITABLE}/x.json", "{}", "the metrics")
+    check_outputs([("--save", str(tmp_path / "x.npz"))], [("--checkpoint-dir", str(tmp_path))])
+    assert list(tmp_path.iterdir()) == []  # the probe is gone
+    assert_one_line_error(run_cli("generate", "random", "--sizes", "12,4", "--fan-in", "2",
+                                  "-o", f"{UNWRITABLE}/n.npz"), "/proc is not writable")
+    save_network(random_network([12, 8, 4], 3, seed=0), tmp_path / "net.npz")
+    assert_one_line_error(run_cli(tmp_path / "net.npz", "-P", "2", "-o", f"{UNWRITABLE}/p.npz",
+                                  module="partition"), "/proc is not writable")

@@ -27,18 +27,20 @@ def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Pat
     for stale in parent.glob(f".{glob.escape(final.name)}.*.tmp"):
         with contextlib.suppress(OSError):
             stale.unlink()
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent)
-    os.close(fd)
-    # mkstemp creates the file 0600; the result should have the mode any new file gets here.
-    os.chmod(tmp, 0o666 & ~_umask())
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent)
+        os.close(fd)
+        # mkstemp creates the file 0600; the result should have the mode any new file gets.
+        os.chmod(tmp, 0o666 & ~_umask())
         yield Path(tmp)
         fsync_file(tmp)
         os.replace(tmp, final)
         fsync_directory(parent)
     except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         if isinstance(exc, OSError) and not isinstance(exc, InputError):
             # A full disk, a file-size limit (Python ignores SIGXFSZ: the write fails with
             # EFBIG), a read-only mount: one line naming the file, not numpy's zip traceback.

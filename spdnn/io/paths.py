@@ -19,8 +19,7 @@ def check_output_file(path: str | os.PathLike, option: str) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(p, f"{option}: output directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(p, f"{option}: output directory {parent} is not writable")
+    _probe(parent, p, f"{option}: output directory {parent}")
 
 
 def check_output_dir(path: str | os.PathLike, option: str) -> None:
@@ -31,8 +30,21 @@ def check_output_dir(path: str | os.PathLike, option: str) -> None:
     parent = p if p.exists() else (p.parent if str(p.parent) else Path("."))
     if not parent.is_dir():
         raise InputError(p, f"{option}: {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(p, f"{option}: {parent} is not writable")
+    _probe(parent, p, f"{option}: {parent}")
+
+
+def _probe(directory: Path, path: Path, what: str) -> None:
+    """Create and remove a file in ``directory``: permission bits alone pass /proc, a
+    read-only mount seen by root, or a full quota (the write itself would fail after the run).
+    Named as spdnn.io.atomic names its temporaries, so a probe a kill leaves is swept."""
+    import tempfile
+
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(path, f"{what} is not writable ({exc.strerror or exc})") from None
 
 
 def check_outputs(files: Iterable[tuple[str, str | None]],
