@@ -344,8 +344,11 @@ def _start() -> None:
         with starting_mpi():
             MPI.Init_thread(MPI.THREAD_MULTIPLE)
 
-    _call_without_gil("MPI_Init_thread", with_mpi4py, None, None, MPI.THREAD_MULTIPLE,
-                      ctypes.byref(ctypes.c_int(0)))
+    from spdnn.processes import file_size_limit_lifted
+
+    with file_size_limit_lifted():  # MPI's shared memory is files
+        _call_without_gil("MPI_Init_thread", with_mpi4py, None, None, MPI.THREAD_MULTIPLE,
+                          ctypes.byref(ctypes.c_int(0)))
     for comm in (MPI.COMM_SELF, MPI.COMM_WORLD):  # errors raise, as under mpi4py's own start
         comm.Set_errhandler(MPI.ERRORS_RETURN)
 

@@ -1,10 +1,13 @@
 """Processes: whether one still runs (for locks and namespaces named after the process that
-made them, left behind when it was killed), ending with the parent, and how to start helper
-processes safely (never ``fork`` inside an MPI job of several ranks)."""
+made them, left behind when it was killed), ending with the parent, how to start helper
+processes safely (never ``fork`` inside an MPI job of several ranks), and the file-size limit
+while MPI starts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -65,3 +68,33 @@ def child_context() -> BaseContext:
     import multiprocessing as mp
 
     return mp.get_context("fork" if fork_is_safe() else "forkserver")
+
+
+# MPI's shared memory is files (/dev/shm): under a file-size limit (``ulimit -f``) below this,
+# MPICH 5's start fails with a 10-line abort (measured: 4 MiB fails, 8 MiB starts 1-4 ranks).
+MPI_START_FILE_BYTES = 8 << 20
+
+
+@contextlib.contextmanager
+def file_size_limit_lifted() -> Iterator[None]:
+    """A soft file-size limit lifted to the hard one while MPI starts, then restored (the
+    job's own files keep the user's limit: a write past it is "cannot write"); a hard limit too
+    small for the start is one line (``SpdnnError``) before MPI's abort could print its
+    stack."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if hard != resource.RLIM_INFINITY and hard < MPI_START_FILE_BYTES:
+        from spdnn.errors import SpdnnError
+
+        raise SpdnnError(f"the file-size limit (ulimit -f) of {hard:,} bytes is below the "
+                         f"{MPI_START_FILE_BYTES >> 20} MiB MPI's shared memory needs to start "
+                         "(its segments are files): raise it, or lower only the soft limit "
+                         "(ulimit -S -f), which spdnn lifts while MPI starts")
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    try:
+        yield
+    finally:
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))

@@ -557,16 +557,23 @@ def test_partitioner_outputs_and_part_counts_are_checked_before_work(base):
 
 def test_a_file_size_limit_is_one_line(base, tmp_path):
     """--save beyond the file-size limit (the write fails with EFBIG: Python ignores SIGXFSZ)
-    ends in one line naming the file, not numpy's zip writer's traceback; nothing is left."""
-    # The limit is set once MPI is up (its transport writes larger files of its own).
-    limited = ("import resource, runpy, sys; from mpi4py import MPI; "
-               "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); "
-               "sys.argv = ['spdnn', *sys.argv[1:]]; "
-               "runpy.run_module('spdnn', run_name='__main__')")
+    ends in one line naming the file, not numpy's zip writer's traceback; nothing is left.
+    The limit is set before anything starts, as ``ulimit -S -f 4`` would: MPI's start, whose
+    shared memory is files, runs under the hard limit. A hard limit too small for that start
+    is one line too, not MPICH's 10-line abort."""
+    def limited(soft: int, hard: int) -> str:
+        return (f"import resource, runpy, sys; "
+                f"resource.setrlimit(resource.RLIMIT_FSIZE, ({soft}, {hard})); "
+                "sys.argv = ['spdnn', *sys.argv[1:]]; "
+                "runpy.run_module('spdnn', run_name='__main__')")
+
     big = small_network((12, 64, 64, 4), fan_in=32)
     save_network(big, tmp_path / "big.npz")
-    proc = launch(0, "-c", limited, "train", "--network", tmp_path / "big.npz", "--data",
-                  f"npz:{base / 'data.npz'}", "--epochs", "1", "--save", tmp_path / "t.npz",
-                  module=None, timeout=120)
+    job = ("train", "--network", tmp_path / "big.npz", "--data", f"npz:{base / 'data.npz'}",
+           "--epochs", "1", "--save", tmp_path / "t.npz")
+    proc = launch(0, "-c", limited(4096, -1), *job, module=None, timeout=120)
     assert_one_line(proc, "t.npz", "cannot write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npz"]
+    proc = launch(0, "-c", limited(4096, 4096), *job, module=None, timeout=120)
+    assert_one_line(proc, "file-size limit (ulimit -f) of 4,096 bytes", "MPI")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npz"]
