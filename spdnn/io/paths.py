@@ -3,6 +3,7 @@ fail to write its result."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,10 +42,11 @@ def _probe(directory: Path, path: Path, what: str) -> None:
 
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
     except OSError as exc:
         raise InputError(path, f"{what} is not writable ({exc.strerror or exc})") from None
+    os.close(fd)
+    with contextlib.suppress(FileNotFoundError):  # a writer's sweep of stale temporaries
+        os.unlink(probe)
 
 
 def check_outputs(files: Iterable[tuple[str, str | None]],
