@@ -14,6 +14,23 @@ def test_help_has_an_example():
     assert proc.returncode == 0 and "examples:" in proc.stdout and "spdnn train" in proc.stdout
 
 
+def test_every_command_answers_version():
+    """``--version`` on each command and subcommand: the installed version, exit 0."""
+    from importlib.metadata import version
+
+    from tests.helpers import run_cli
+
+    for args, module, prog in ((["--version"], "spdnn", "spdnn"),
+                               (["generate", "random", "--version"], "spdnn", "spdnn"),
+                               (["--version"], "partition", "spdnn-partition"),
+                               (["model", "--version"], "partition", "spdnn-partition")):
+        proc = run_cli(*args, module=module)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (
+            0, f"{prog} {version('spdnn')}\n", ""), args
+    proc = run_spdnn("train", "--version")  # before MPI starts
+    assert (proc.returncode, proc.stdout) == (0, f"spdnn {version('spdnn')}\n"), proc.stderr
+
+
 @pytest.mark.long
 def test_generate_train_save_infer(tmp_path):
     assert run_spdnn("generate", "random", "--sizes", "64,64,64", "--fan-in", "8", "--head",

@@ -34,8 +34,28 @@ def report(prog: str, message: str) -> None:
         say_error(prog, message)
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed package's version (read only when asked: the metadata
+    lookup is not paid by every command)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the installed spdnn version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        import spdnn
+
+        print(f"{parser.prog.split()[0]} {spdnn.__version__}", flush=True)
+        parser.exit()
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (with a pointer to --help), exit code 2."""
+    """An ArgumentParser whose errors are one line (with a pointer to --help), exit code 2;
+    every command and subcommand answers ``--version``."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action=_Version)
 
     def error(self, message: str) -> NoReturn:
         report(self.prog, f"{message} (see {self.prog} --help)")
