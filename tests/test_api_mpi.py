@@ -92,6 +92,22 @@ def test_bad_run_options_are_one_agreed_error(comm):
         spdnn.infer(net, run=spdnn.RunOptions(exchange="bitmaps"), comm=comm)
 
 
+def test_option_records_of_another_type_are_refused_before_the_job(comm):
+    """A dict where a record goes fails at the call, on every rank alike, naming the record
+    (it failed deep in the job with an AttributeError); unlabelled arrays point to predict."""
+    net = small_network((64, 24, 10), fan_in=6, seed=3)
+    with pytest.raises(TypeError, match=r"options must be a spdnn.TrainOptions .* not dict"):
+        spdnn.train(net, options={"epochs": 1}, comm=comm)
+    for call in (lambda: spdnn.train(net, run={"plan": None}, comm=comm),
+                 lambda: spdnn.infer(net, run="plan.npz", comm=comm),
+                 lambda: spdnn.predict(net, np.zeros((2, 64)), run="plan.npz", comm=comm)):
+        with pytest.raises(TypeError, match=r"run must be a spdnn.RunOptions"):
+            call()
+    run = spdnn.RunOptions(plan=partition(net, parts=comm.size, method="cyclic"))
+    with pytest.raises(AgreedError, match=r"without labels: spdnn.predict\(network, x\)"):
+        spdnn.infer(net, inputs=np.zeros((2, 64)), run=run, comm=comm)
+
+
 def test_the_partitioner_inside_an_mpi_job_does_not_fork(comm):
     """Inside a job of several ranks KaHyPar's children come from a fork server and --jobs
     runs in the rank itself; every rank finds the same plan."""

@@ -75,7 +75,8 @@ def from_memory(data: Any, dtype: Any, *,  # noqa: ANN401
         name, data = data.name, (data.x_train, data.y_train, data.x_test, data.y_test)
     if not isinstance(data, (tuple, list)) or len(data) not in (2, 4):
         raise SpdnnError("data must be a source name (digits, npz:FILE, mnist:DIR, xc:DIR), a "
-                         "Dataset, (x, y) or (x, y, x_test, y_test)")
+                         "Dataset, (x, y) or (x, y, x_test, y_test); for inputs without "
+                         "labels: spdnn.predict(network, x)")
     x, y, x_test, y_test = (*data, None, None)[:4]
     x, n_features = matrix(x, "x", dtype, features, n_in)
     y = _labels(y, "y", x.shape[0])
