@@ -29,9 +29,10 @@ class InputError(SpdnnError):
         super().__init__(f"{where}: {problem}")
 
 
-class OptionError(SpdnnError):
-    """A bad option value, named by its field in an option record. Each check is written once,
-    on the record; the command line names the option by its flag instead (``as_flag``)."""
+class OptionError(SpdnnError, ValueError):
+    """A bad option value, named by its field in an option record (or its argument). Each check
+    is written once, on the record; the command line names the option by its flag instead
+    (``as_flag``). A ``ValueError`` too, as Python's own bad arguments are."""
 
     def __init__(self, name: str, problem: str) -> None:
         self.name, self.problem = name, problem

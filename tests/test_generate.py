@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from spdnn import reference
-from spdnn.errors import InputError
+from spdnn.errors import InputError, OptionError
 from spdnn.io.dense import prune_file
 from spdnn.io.graphchallenge import read_graphchallenge
 from spdnn.model.generate import add_head, local_network, prune_dense, radixnet, random_network
@@ -50,8 +50,10 @@ def test_random_fan_in_per_layer():
     net = random_network([50, 30, 20], fan_in=[12, 30], seed=1)
     assert np.all(np.diff(net.layers[0].weight.indptr) == 12)
     assert np.all(np.diff(net.layers[1].weight.indptr) == 30)  # every input: a full layer
-    with pytest.raises(ValueError, match="2 fan-ins for 1 layers"):
+    with pytest.raises(ValueError, match="fan_in lists 2 counts for 1 layers"):
         random_network([50, 30], fan_in=[3, 4])
+    with pytest.raises(OptionError, match="fan_in must be at least 1, not 0"):
+        random_network([50, 30, 20], fan_in=[12, 0])
 
 
 def test_random_fixed_fan_in():

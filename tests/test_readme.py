@@ -245,6 +245,8 @@ def _exists(parts: list[str]) -> bool:
     rest = parts[depth:]
     if not rest:
         return True
+    if rest[0].startswith("__") and _defines(tree, "__getattr__") is not None:
+        return True  # a module attribute made on first use (``spdnn.__version__``)
     homes = _defines(tree, "_HOMES")
     if isinstance(homes, ast.Assign) and rest[0] not in {
             getattr(n, "name", None) for n in tree.body}:

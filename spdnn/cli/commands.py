@@ -17,7 +17,7 @@ from spdnn.cli._challenge import cmd_generate_images
 from spdnn.cli._emulate import cmd_emulate
 from spdnn.cli._xc import cmd_generate_xc
 from spdnn.cli.options import check_fan_in
-from spdnn.errors import InputError, SpdnnError
+from spdnn.errors import InputError, OptionError, SpdnnError
 from spdnn.io.paths import check_outputs
 from spdnn.model.reports import short_sizes
 
@@ -115,6 +115,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
             from spdnn.io.dense import prune_file
 
             net = prune_file(args.weights, args.density, args.seed, args.head, args.dtype)
+    except OptionError as exc:  # checked where the network is made, named here by its flag
+        raise exc.as_flag() from None
     except ValueError as exc:
         raise SpdnnError(str(exc)) from None
     save_network(net, args.output)

@@ -118,9 +118,9 @@ def fan_ins(text: str) -> int | list[int]:
 
 
 def check_fan_in(fan_in: int | list[int], sizes: list[int]) -> None:
+    """``--fan-in`` at most each layer's inputs (the library's ``random_network`` reads them
+    all instead; how many counts it takes is its own rule)."""
     fans = [fan_in] * (len(sizes) - 1) if isinstance(fan_in, int) else fan_in
-    if len(fans) != len(sizes) - 1:
-        raise SpdnnError(f"--fan-in lists {len(fans)} counts for {len(sizes) - 1} layers")
     for k, (n_in, f) in enumerate(zip(sizes[:-1], fans)):
         if f > n_in:
             raise SpdnnError(f"--fan-in {f} is larger than layer {k}'s {n_in} inputs: each "

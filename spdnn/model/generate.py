@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from spdnn.errors import OptionError
 from spdnn.model.network import Layer, Network, as_dtype
 
 RADIX_SIZES = (1024, 4096, 16384, 65536)
@@ -119,17 +120,19 @@ def random_network(
 ) -> Network:
     """Random fixed fan-in layers n_0 -> n_1 -> ... -> n_L, topped by a dense classifier of
     ``head`` outputs when given (``--head``);
-    ``fan_in``: one for every layer, or one per layer.
+    ``fan_in``: one for every layer, or one per layer; a fan-in above a layer's inputs reads
+    all of them (the command line refuses it instead: ``--fan-in`` larger than a layer is
+    more likely a typo than a dense layer asked for).
 
     Without a head the last layer is linear (a regression/MSE output).
     """
     if len(sizes) < 2 or any(s < 1 for s in sizes):
-        raise ValueError("random network needs at least two positive layer sizes")
+        raise OptionError("sizes", "must hold at least two positive layer sizes")
     fans = [fan_in] * (len(sizes) - 1) if isinstance(fan_in, int) else list(fan_in)
     if len(fans) != len(sizes) - 1:
-        raise ValueError(f"{len(fans)} fan-ins for {len(sizes) - 1} layers")
+        raise OptionError("fan_in", f"lists {len(fans)} counts for {len(sizes) - 1} layers")
     if min(fans) < 1:
-        raise ValueError("fan-in must be at least 1")
+        raise OptionError("fan_in", f"must be at least 1, not {min(fans)}")
     rng = _rng(seed)
     dt = as_dtype(dtype)
     layers = [Layer(fixed_fan_in(n_out, n_in, f, rng, dt), np.zeros(n_out, dtype=dt))
