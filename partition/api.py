@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from spdnn.errors import check_type
 from spdnn.model.network import Network
 from spdnn.model.plan import Plan, network_patterns
 
@@ -37,6 +38,8 @@ def partition(network: Network | str | os.PathLike, *, parts: int,
     partition in windows of consecutive layers that fit, read from the file as they advance
     (partition/windows.py); without either, the whole hypergraph at once."""
     start = time.monotonic()
+    check_type("network", network, (str, os.PathLike, Network),
+               "a network bundle's path or a spdnn.Network")
     options = PartitionOptions(
         method=method, epsilon=epsilon, seed=seed, objective=objective, backend=backend,
         time_limit=time_limit, reserve=reserve, jobs=jobs, threads=threads,

@@ -52,13 +52,20 @@ def _timeout(run: RunOptions) -> float | None:
     return float(t) if ok else None
 
 
-def _record(value: object, cls: type, name: str) -> None:
-    """Option records are records: a dict (or anything else) is refused here, on every rank
-    alike, before the job starts, instead of failing deep inside it."""
-    if value is not None and not isinstance(value, cls):
-        example = "epochs=3" if cls is TrainOptions else "plan='plan4.npz'"
-        raise TypeError(f"{name} must be a spdnn.{cls.__name__} (e.g. spdnn.{cls.__name__}"
-                        f"({example})), not {type(value).__name__}")
+def _checked(network: object, run: object, options: object = None) -> None:
+    """Arguments of the wrong kind (a dict for an option record, an array for the network) are
+    refused here, on every rank alike, before the job starts, not deep inside it."""
+    import os
+
+    from spdnn.errors import check_type
+
+    check_type("network", network, (str, os.PathLike, Network),
+               "a network bundle's path or a spdnn.Network")
+    for name, value, cls, example in (("run", run, RunOptions, "plan='plan4.npz'"),
+                                      ("options", options, TrainOptions, "epochs=3")):
+        if value is not None:
+            check_type(name, value, cls, f"a spdnn.{cls.__name__} (e.g. spdnn.{cls.__name__}"
+                                         f"({example}))")
 
 
 def _collectively(comm: MPIComm | Communicator | None, run: RunOptions,
@@ -92,8 +99,7 @@ def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptio
     after each epoch. Collective."""
     from spdnn.jobs.train import run_training
 
-    _record(run, RunOptions, "run")
-    _record(options, TrainOptions, "options")
+    _checked(network, run, options)
     run = run or RunOptions()
     return _collectively(comm, run, lambda c: run_training(  # type: ignore[return-value]
         c, network, data, run, options or TrainOptions(), save, metrics_out, verbose,
@@ -113,7 +119,7 @@ def infer(network: Path | Network, *, inputs: DataSource = "digits",
     file; ``categories_out`` writes them, 1-based). Collective."""
     from spdnn.jobs.infer import run_inference
 
-    _record(run, RunOptions, "run")
+    _checked(network, run)
     run = run or RunOptions()
     return _collectively(comm, run, lambda c: run_inference(  # type: ignore[return-value]
         c, network, inputs, run, truth, categories_out, metrics_out, verbose, lsh))
@@ -128,7 +134,7 @@ def predict(network: Path | Network, inputs: np.ndarray | sp.spmatrix, *,
     plan and grid. Collective."""
     from spdnn.jobs.predict import run_prediction
 
-    _record(run, RunOptions, "run")
+    _checked(network, run)
     run = run or RunOptions()
     return _collectively(comm, run, lambda c: run_prediction(  # type: ignore[return-value]
         c, network, inputs, run, scores))

@@ -42,3 +42,10 @@ class OptionError(SpdnnError, ValueError):
         """The same error naming ``--the-flag`` (or ``flags[name]``) instead of the field."""
         flag = (flags or {}).get(self.name, "--" + self.name.replace("_", "-"))
         return SpdnnError(f"{flag} {self.problem}")
+
+
+def check_type(name: str, value: object, types: type | tuple[type, ...], expected: str) -> None:
+    """A library argument of the wrong kind is a ``TypeError`` naming it and what it takes, at
+    the call (not an AttributeError from deep inside)."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name} must be {expected}, not {type(value).__name__}")

@@ -103,6 +103,11 @@ def test_option_records_of_another_type_are_refused_before_the_job(comm):
                  lambda: spdnn.predict(net, np.zeros((2, 64)), run="plan.npz", comm=comm)):
         with pytest.raises(TypeError, match=r"run must be a spdnn.RunOptions"):
             call()
+    for call in (lambda: spdnn.train(np.zeros(3), comm=comm),
+                 lambda: spdnn.predict(None, np.zeros((2, 64)), comm=comm)):
+        with pytest.raises(TypeError, match="network must be a network bundle's path or a "
+                                            "spdnn.Network"):
+            call()
     run = spdnn.RunOptions(plan=partition(net, parts=comm.size, method="cyclic"))
     with pytest.raises(AgreedError, match=r"without labels: spdnn.predict\(network, x\)"):
         spdnn.infer(net, inputs=np.zeros((2, 64)), run=run, comm=comm)

@@ -153,3 +153,21 @@ def test_cut_pairs_by_table_equal_cut_pairs_by_sorting(monkeypatch):
         sorted_ = plan_module.cut_pairs(indptr, indices, owner_out, owner_in, nparts)
         monkeypatch.undo()
         assert all(np.array_equal(a, b) for a, b in zip(table, sorted_))
+
+
+def test_arguments_of_the_wrong_kind_are_named_at_the_call(tmp_path):
+    """A network where a plan goes (or an array where a network goes) is a TypeError naming
+    the argument, not an AttributeError from inside the writer; nothing is written."""
+    from partition import partition
+    from spdnn.io.bundle import save_network
+
+    net = small_network()
+    plan = partition(net, parts=2, method="block")
+    with pytest.raises(TypeError, match="plan must be a spdnn.Plan .*not Network"):
+        save_plan(net, tmp_path / "p.npz")
+    with pytest.raises(TypeError, match="network must be a spdnn.Network, not Plan"):
+        save_network(plan, tmp_path / "n.npz")
+    with pytest.raises(TypeError, match="network must be a network bundle's path or a "
+                                        "spdnn.Network, not ndarray"):
+        partition(np.zeros(3), parts=2)
+    assert list(tmp_path.iterdir()) == []

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy
 
-from spdnn.errors import InputError
+from spdnn.errors import InputError, check_type
 from spdnn.io.atomic import atomic_path
 from spdnn.io.npz import RANGE_BLOCK, NpzReader
 from spdnn.model.network import (
@@ -232,6 +232,7 @@ def load_network(path: str | os.PathLike, dtype: Any = None) -> Network:
 
 def save_network(network: Network, path: str | os.PathLike) -> None:
     """Write a network bundle atomically (temporary name, then rename)."""
+    check_type("network", network, Network, "a spdnn.Network")
     network.validate(os.fspath(path))
     write_network(path, network.sizes, network.layers, network.meta())
 

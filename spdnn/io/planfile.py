@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spdnn.errors import InputError
+from spdnn.errors import InputError, check_type
 from spdnn.io.atomic import atomic_path
 from spdnn.io.npz import NpzReader
 from spdnn.model.plan import Plan, check_owners
@@ -19,6 +19,7 @@ PLAN_FORMAT = "spdnn-plan/1"
 
 
 def save_plan(plan: Plan, path: str | os.PathLike) -> None:
+    check_type("plan", plan, Plan, "a spdnn.Plan (from partition.partition or spdnn.load_plan)")
     check_owners(plan.owners, plan.parts, os.fspath(path))
     arrays = {
         "format": np.array(PLAN_FORMAT),
