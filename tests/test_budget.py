@@ -10,6 +10,7 @@ import pytest
 from spdnn.errors import SpdnnError
 from spdnn.io.bundle import save_network
 from spdnn.memlimit import cgroup_limit, parse_bytes
+from spdnn.model.memory import BASELINE_BYTES
 from tests.helpers import launch, small_network
 
 
@@ -66,8 +67,9 @@ def network(tmp_path_factory):
 
 @pytest.mark.parametrize("limit, message", [
     ("12X", "argument --memory-limit: not a number of bytes"),
-    ("100M", "--memory-limit 104.86 MB is below a rank's fixed baseline of 195.00 MB"),
-    ("186M", "rank 0: predicted peak 19"),  # 195.04 MB: above the baseline, below the job
+    ("100M", f"--memory-limit 104.86 MB is below a rank's fixed baseline of "
+             f"{BASELINE_BYTES / 1e6:.2f} MB"),
+    (str(BASELINE_BYTES + 40_000), "rank 0: predicted peak "),  # above the baseline, below the job
 ])
 def test_a_limit_the_job_cannot_keep_ends_it_with_one_line(network, tmp_path, limit, message):
     saved = tmp_path / "trained.npz"

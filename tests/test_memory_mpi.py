@@ -11,7 +11,7 @@ import pytest
 import spdnn
 from partition import partition
 from spdnn.cost.workload import workload
-from spdnn.model.memory import shapes_of
+from spdnn.model.memory import BASELINE_BYTES, shapes_of
 from spdnn.model.plan import network_patterns
 from tests.helpers import small_network
 
@@ -142,9 +142,10 @@ def test_a_job_over_its_limit_is_refused_on_every_rank_and_a_dry_run_reports(com
     net = small_network((64, 40, 30, 10), fan_in=7, seed=4)
     plan = partition(net, parts=comm.size, method="cyclic")
     options = spdnn.TrainOptions(epochs=1, batch_size=32, max_steps=2)
-    tight = spdnn.RunOptions(plan=plan, memory_limit=195_100_000)  # baseline + 0.1 MB
-    with pytest.raises(AgreedError, match=r"rank \d+: predicted peak 19[0-9.]+ MB is over the "
-                                          r"allowed 195.10 MB \(--memory-limit\); about \d+ "
+    tight = spdnn.RunOptions(plan=plan, memory_limit=BASELINE_BYTES + 100_000)  # + 0.1 MB
+    allowed = f"{(BASELINE_BYTES + 100_000) / 1e6:.2f}"
+    with pytest.raises(AgreedError, match=rf"rank \d+: predicted peak [0-9.]+ MB is over the "
+                                          rf"allowed {allowed} MB \(--memory-limit\); about \d+ "
                                           r"ranks would fit"):
         spdnn.train(net, data="digits", run=tight, options=options, comm=comm)
     dry = spdnn.RunOptions(plan=plan, memory_limit=0, dry_run=True)

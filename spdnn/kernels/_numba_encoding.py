@@ -26,6 +26,7 @@ from spdnn.kernels._simd import (
     popcount,
     slope_lanes,
 )
+from spdnn.kernels.residency import lean_cache_loads
 
 HEADER = 16
 POP = np.array([bin(b).count("1") for b in range(256)], np.int64)
@@ -301,3 +302,6 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         fold_pack(x, x, rows, -1.0, vals)
         fold_add(x, rows, vals, x, -1.0)
         add_rows(x, rows, x)
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

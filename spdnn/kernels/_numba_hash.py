@@ -12,6 +12,7 @@ import numba as nb
 import numpy as np
 
 from spdnn.kernels import _numba_tables
+from spdnn.kernels.residency import lean_cache_loads
 
 
 @nb.njit(cache=True, nogil=True)
@@ -234,3 +235,6 @@ def warm_up() -> None:
                            2, 8, out)
             simhash_codes(ip, local, ix, dd, sel, np.array([0, 1, 1]), np.zeros(1, np.int32),
                           np.ones(1, np.int8), 1, 1, out)
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

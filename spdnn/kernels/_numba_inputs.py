@@ -9,6 +9,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from spdnn.kernels.residency import lean_cache_loads
+
 
 @nb.njit(cache=True, nogil=True)
 def live_rows(x, live):
@@ -77,3 +79,6 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         live_rows(x, np.empty(1, np.uint8))
         spmm_cols(ptr, rows, rows, np.ones(1, dt), x, live, np.zeros(1, dt), z, z, -1.0, True)
         sddmm_cols(ptr, rows, rows, x, x, live, g, g)
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

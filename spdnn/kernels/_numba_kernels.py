@@ -14,6 +14,7 @@ import numpy as np
 
 from spdnn.kernels._gather import AXPY, AXPY_DOT, AXPY_DOT_VECTORS, DOT, PREFETCH_AHEAD
 from spdnn.kernels._narrow import GROUP, NARROW
+from spdnn.kernels.residency import lean_cache_loads
 
 
 def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
@@ -256,3 +257,6 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
             backward_rows(indptr, indices, data, indices, x, x, out, 0, grads, 0, 1, x,
                           -1.0, mask)
         apply_slope(out, x, -1.0)
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

@@ -17,6 +17,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from spdnn.kernels._numba_kernels import _narrow_rows
+from spdnn.kernels.residency import lean_cache_loads
 
 
 @intrinsic
@@ -89,3 +90,5 @@ def narrow_layers(where, in_rows, first, cap, compact_below, xa, xb, cur, zbuf, 
         width = kept
     return width
 
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

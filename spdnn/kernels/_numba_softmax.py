@@ -16,6 +16,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from spdnn.kernels.residency import lean_cache_loads
+
 SUM_ROWS = 256  # rows summed in the block's type before a float64 sum
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693359375)  # ln 2 in two parts (Cephes): n * _LN2_HI is exact
@@ -96,3 +98,6 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         total, first = np.zeros(2, dt), np.zeros(2, np.int32)
         exp_columns(z, total, total, first, dt == np.float32)
         scale_columns(z, total, dt(1e-30))
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from spdnn.kernels.residency import lean_cache_loads
+
 
 @nb.njit(cache=True, nogil=True)
 def directory(keys, shift, starts):
@@ -122,3 +124,6 @@ def warm_up() -> None:
         log_changes(np.zeros((1, 1), np.int64), np.zeros(1, np.int64),
                     np.zeros((1, 1), np.int64), log, 0)
         move_rows(keys, rows, log[:, :0])
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numba as nb
 
+from spdnn.kernels.residency import lean_cache_loads
+
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def sgd(p, g, buf, lr, momentum, weight_decay, first):
@@ -59,3 +61,6 @@ def sgd_runs(p, starts, offsets, values, buf, lr, momentum, weight_decay):
         g = values[offsets[r]:offsets[r + 1]]
         for j in range(n):
             _update(pr, br, j, g[j], lr, momentum, weight_decay)
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)

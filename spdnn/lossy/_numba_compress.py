@@ -11,6 +11,7 @@ import numba as nb
 import numpy as np
 
 from spdnn.kernels._simd import above_lanes, compress_iota, compress_store, popcount
+from spdnn.kernels.residency import lean_cache_loads
 
 
 def below(t: float, dtype: np.dtype) -> np.floating:
@@ -130,3 +131,6 @@ def warm_up() -> None:
         n = select_above(x, dt(0.5), idx, val)
         n = keep_above(idx, val, n, dt(0.5))
         excess_moments(val, n, 0.0)
+
+
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
