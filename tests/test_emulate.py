@@ -94,8 +94,10 @@ def test_nodes_are_separate_hosts_and_the_bytes_cross_the_link(family, rate, tmp
     bandwidth = measured(proc.stderr)
     # Above the rate by more than the token bucket explains: the bytes went around the link.
     assert bandwidth <= 1.10 * parse_rate(rate) / 8, proc.stderr
-    # Well below it only when the machine is busy (Open MPI at 1 Gbit/s beside other tests: 46%).
-    assert bandwidth >= 0.25 * parse_rate(rate) / 8, proc.stderr
+    # Well below it only when the machine is busy: Open MPI at 1 Gbit/s measured 83-95% alone,
+    # 46% and once 22% beside three test workers on two cores (its TCP is CPU time). The bound
+    # only tells a working link from a broken one (a trickle is under 1%).
+    assert bandwidth >= 0.10 * parse_rate(rate) / 8, proc.stderr
     assert stale_namespaces() == []
 
 

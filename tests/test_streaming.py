@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.io.bundle import NetworkBundle, save_network
 from spdnn.model.generate import random_network
+from spdnn.model.memory import SETTLED_BYTES
 from spdnn.runtime.boundary import BoundaryStore, Chunk
 from tests.helpers import assert_one_line_error, run_spdnn
 
@@ -98,9 +99,11 @@ def test_a_network_file_that_changes_under_a_job_is_refused(tmp_path):
 def test_the_inputs_held_through_every_block_leave_less_room_for_the_blocks(wide, tmp_path):
     """A rank holds its inputs while every block runs: they are counted before loading, the
     blocks shrink to fit beside them, and inputs that leave no room are refused."""
+    limit = SETTLED_BYTES + 80_000_000  # 80 MB above the baseline of a streamed job
+
     def blocks(inputs: str) -> int:
         dry = run_spdnn("infer", "--network", wide, "--inputs", inputs, "--memory-limit",
-                        "200M", "--dry-run")
+                        limit, "--dry-run")
         assert dry.returncode == 0, dry.stderr
         return int(re.search(r"streaming 41 layers in (\d+) block", dry.stdout).group(1))
 
@@ -110,6 +113,6 @@ def test_the_inputs_held_through_every_block_leave_less_room_for_the_blocks(wide
                  y_train=rng.integers(0, 10, rows))
     assert blocks(f"npz:{tmp_path / 'some.npz'}") > blocks("digits")
     proc = run_spdnn("infer", "--network", wide, "--inputs", f"npz:{tmp_path / 'many.npz'}",
-                     "--memory-limit", "200M")
-    assert_one_line_error(proc, "--memory-limit 209.72 MB: rank 0's inputs alone take "
-                                "92.16 MB, which leaves no room for its layers")
+                     "--memory-limit", limit)
+    assert_one_line_error(proc, f"--memory-limit {limit / 1e6:.2f} MB: rank 0's inputs alone "
+                                "take 92.16 MB, which leaves no room for its layers")
