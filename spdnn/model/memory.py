@@ -19,14 +19,15 @@ import numpy as np
 
 # Resident memory of a rank that holds nothing: 119-124 MB before it reads its network
 # (python 3.11, numpy 2.4, scipy 1.17, mpi4py 4.1 with MPICH 5), 172-178 MB while numba's
-# kernels load (LLVM's library resident: ~70 MB), 113-114 MB once they are loaded and LLVM's
-# pages are given back (spdnn.kernels.residency; docs/memory.md). Until 2026-11-29 the kernels
-# loaded with numba's compiler registries: 189-194 and 125-130 MB. A job predicted to hold more
+# kernels load (LLVM's library resident: ~70 MB), 96 MB alone and 102 MB in a 2-rank job once
+# they are loaded and the libraries' clean pages are given back (spdnn.kernels.residency;
+# docs/memory.md). Until 2026-11-29 the kernels loaded with numba's compiler registries and
+# only LLVM's pages were given back: 189-194 and 125-130 MB. A job predicted to hold more
 # than EARLY_WARM_UP_BYTES loads its kernels before its layers, so the moment of loading sits
 # under what it holds and SETTLED_BYTES is its baseline. A smaller job loads them once its
 # inputs are checked (its errors do not wait for them), on top of its weights and data.
 BASELINE_BYTES = 178 * 10**6
-SETTLED_BYTES = 114 * 10**6
+SETTLED_BYTES = 100 * 10**6
 # A rank on the scipy kernels (SPDNN_KERNELS=scipy) never loads numba: 74-78 MB at its peak
 # beside 2-3 MB of arrays, 1 and 2 ranks (predicted 195 MB before it was told apart).
 SCIPY_BASELINE_BYTES = 80 * 10**6
