@@ -6,11 +6,11 @@ read-only data become resident in every rank (measured: 190 MB for a rank that h
 122 MB without them). A job does not run LLVM again once its kernels are loaded, unless a
 kernel must be compiled anew. So the library's clean, read-only pages are dropped from this
 process's resident set with ``madvise(MADV_DONTNEED)``; at the first release, those of every
-other shared library too (their start-up code: 20 MB a rank). They stay in the page cache, shared by
-every rank on the node, and are read back from there if LLVM runs again. Only mappings that
-cannot hold a modified page are touched (no write permission, no dirty or anonymous page), so
-nothing is lost: dropping such a page only means faulting it in again. Linux only; elsewhere,
-or where madvise fails, nothing happens.
+other shared library too (their start-up code: 20 MB a rank). They stay in the page cache,
+shared by every rank on the node, and are read back from there when they run again. Only
+mappings that cannot hold a modified page are touched (no write permission, no dirty or
+anonymous page), so nothing is lost: dropping such a page only means faulting it in again.
+Linux only; elsewhere, or where madvise fails, nothing happens.
 
 Loading a kernel from numba's cache first "refreshes" numba's target: it imports and installs
 every implementation numba can compile (numpy's array functions, random generators, typed
