@@ -14,6 +14,14 @@ from pathlib import Path
 from spdnn.errors import InputError
 
 
+def temporary(directory: str | os.PathLike, name: str) -> str:
+    """A new empty file in ``directory`` named as every temporary of ``name`` is (``.NAME.*.tmp``:
+    the next write of ``name`` sweeps one that a killed run left)."""
+    fd, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds.
@@ -29,8 +37,7 @@ def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Pat
             stale.unlink()
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent)
-        os.close(fd)
+        tmp = temporary(parent, final.name)
         # mkstemp creates the file 0600; the result should have the mode any new file gets.
         os.chmod(tmp, 0o666 & ~_umask())
         yield Path(tmp)

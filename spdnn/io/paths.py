@@ -38,13 +38,12 @@ def _probe(directory: Path, path: Path, what: str) -> None:
     """Create and remove a file in ``directory``: permission bits alone pass /proc, a
     read-only mount seen by root, or a full quota (the write itself would fail after the run).
     Named as spdnn.io.atomic names its temporaries, so a probe a kill leaves is swept."""
-    import tempfile
+    from spdnn.io.atomic import temporary
 
     try:
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        probe = temporary(directory, path.name)
     except OSError as exc:
         raise InputError(path, f"{what} is not writable ({exc.strerror or exc})") from None
-    os.close(fd)
     with contextlib.suppress(FileNotFoundError):  # a writer's sweep of stale temporaries
         os.unlink(probe)
 
