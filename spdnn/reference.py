@@ -1,4 +1,5 @@
-"""The serial reference engine: forward, backward and SGD on one process, clear rather than fast.
+"""The serial reference engine: forward, backward and the optimizers on one process, clear
+rather than fast.
 
 Every distributed result is tested against this module, so nothing on the distributed path
 imports it; it shares only the pointwise pieces (``ops``), the optimizer (``optim``) and the
@@ -31,7 +32,7 @@ from spdnn.model.batching import batch_order, batches, columns
 from spdnn.model.labels import MultiLabels, as_labels, precision_at
 from spdnn.model.network import Network
 from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
-from spdnn.model.optim import SGD, RowGrad, SGDConfig, interleave, parameters
+from spdnn.model.optim import RowGrad, interleave, make, parameters
 from spdnn.model.reports import ChallengeResult, EpochReport
 
 
@@ -197,7 +198,7 @@ def train(
     data: Dataset,
     epochs: int,
     batch_size: int,
-    sgd: SGDConfig,
+    optimizer: object,
     seed: int = 0,
     shuffle: bool = True,
     loss: str = "cross_entropy",
@@ -207,11 +208,12 @@ def train(
     rehash: int = 50,
     checkpoint_every: int | None = None,
 ) -> tuple[Network, list[EpochReport]]:
-    """Train a copy of ``net``; return it and one report per epoch. ``lsh``: SLIDE's sampled
+    """Train a copy of ``net`` with the ``optimizer`` a config names (spdnn.model.optim);
+    return it and one report per epoch. ``lsh``: SLIDE's sampled
     output layer, its tables rebuilt as ``is_rebuild_step`` says (``checkpoint_every``: the
     rebuilds of a run that writes checkpoints)."""
     net = net.copy()
-    opt = SGD(sgd, parameters(net.layers))
+    opt = make(optimizer, parameters(net.layers))
     reports = []
     steps = 0
     hashes = HashFunctions.make(lsh, net.sizes[lsh.layer - 1], seed) \

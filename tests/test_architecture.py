@@ -157,16 +157,6 @@ def test_spdnn_never_imports_the_partitioner():
     assert bad == []
 
 
-def test_modules_over_320_lines_say_why_they_are_one_concern():
-    long = []
-    for path, tree in modules().items():
-        lines = len((ROOT / path).read_text().splitlines())
-        doc = ast.get_docstring(tree) or ""
-        if lines > 320 and "one concern" not in doc.lower():
-            long.append(f"{path} ({lines} lines)")
-    assert long == [], "split these or say in the docstring why each is one concern"
-
-
 def test_the_wheel_lists_every_package():
     """pyproject.toml names its packages (the digits map data/ to spdnn.data): a subpackage
     left out would be missing from the wheel, as spdnn.jobs once was."""
@@ -212,14 +202,21 @@ def test_every_measuring_script_pins_one_thread_before_numpy_loads():
     assert missing == [], missing
 
 
-def test_the_optimizers_defaults_are_train_options_defaults():
-    """SGDConfig is internal (not exported); its defaults cannot contradict TrainOptions'."""
+def test_the_optimizers_defaults_are_written_once():
+    """An optimizer's defaults live in its config (spdnn.model.optim) alone: TrainOptions and
+    the command line leave each setting None, so a job takes the chosen optimizer's."""
     import spdnn
-    from spdnn.model.optim import SGDConfig
+    from spdnn.cli.parser import build_parser
+    from spdnn.model.optim import OPTIMIZERS
+    from spdnn.model.records import OPTIMIZER_SETTINGS, optimizer_config
 
-    assert "SGDConfig" not in spdnn.__all__
     defaults = spdnn.TrainOptions()
-    assert SGDConfig() == SGDConfig(defaults.lr, defaults.momentum, defaults.weight_decay)
+    args = build_parser().parse_args(["train", "--network", "n.npz"])
+    for name in OPTIMIZER_SETTINGS:
+        assert getattr(defaults, name) is None and getattr(args, name) is None, name
+    for name, cls in OPTIMIZERS.items():
+        options = spdnn.TrainOptions(optimizer=name)
+        assert optimizer_config(options) == cls.Config()
 
 
 def test_public_functions_take_at_most_two_arguments_by_position():

@@ -284,8 +284,8 @@ def test_progress_lines_under_mpirun_with_stdout_in_a_file(tmp_path):
 
 def test_help_pages_show_meanings_defaults_and_their_own_examples():
     train = run_spdnn("train", "--help").stdout
-    assert "learning rate (default: 0.05)" in train
-    assert "samples per SGD step (default: 64)" in train and "(default: None)" not in train
+    assert "learning rate (default: sgd 0.05, adam 0.001" in train
+    assert "samples per optimizer step (default: 64)" in train and "(default: None)" not in train
     assert "spdnn train --network" in train and "spdnn infer --network" not in train
     general = run_spdnn("generate", "--help").stdout
     random_page = run_spdnn("generate", "random", "--help").stdout

@@ -287,7 +287,7 @@ def _bad_checkpoints(d: Path) -> dict[str, tuple[Path, str]]:
     made["negative epoch"] = (copy("negative epoch", epoch=-1), "'epoch'")
     made["absurd batch"] = (copy("absurd batch", batch=10**9), "batch")
     made["files not a list"] = (copy("files not a list", files="a.npz"), "'files'")
-    made["manifest a list"] = (copy("manifest a list"), "not a spdnn-checkpoint/1 manifest")
+    made["manifest a list"] = (copy("manifest a list"), "not a spdnn-checkpoint/2 manifest")
     (made["manifest a list"][0] / "manifest.json").write_text("[1, 2]")
     with np.load(shard) as z:
         arrays = {k: z[k] for k in z.files}

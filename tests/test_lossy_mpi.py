@@ -27,7 +27,7 @@ def _replicated(size: int) -> list[tuple[int, int]]:
 def test_compressed_sums_keep_replicas_identical(comm, mpi_tmp_path, kind):
     net = small_network((20, 40, 30, 6), fan_in=8, seed=3, bias_scale=0.3)
     data = _data(net)
-    exact = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=2)
+    exact = TrainConfig(epochs=2, batch_size=16, optimizer=SGD, seed=2)
     cfg = replace(exact, compress=parse_compress(kind))
     if comm.size == 1:  # one replica: nothing is summed, compression changes nothing
         a = _open(comm, mpi_tmp_path, net, 1, 1, "block").dnet
@@ -56,7 +56,7 @@ def test_compressed_sums_keep_replicas_identical(comm, mpi_tmp_path, kind):
 def test_hylo_sums_keep_replicas_identical_in_a_sixteenth_of_the_bytes(comm, mpi_tmp_path):
     net = small_network((20, 40, 30, 6), fan_in=8, seed=3, bias_scale=0.3)
     data = _data(net)
-    exact = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=2)
+    exact = TrainConfig(epochs=2, batch_size=16, optimizer=SGD, seed=2)
     cfg = replace(exact, compress=parse_compress("hylo"))
     for parts, replicas in _replicated(comm.size):
         dense = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
@@ -83,7 +83,7 @@ def test_resume_with_compression_and_critical_set_equals_the_uninterrupted_run(
     net = small_network((20, 40, 30, 6), fan_in=8, seed=4, bias_scale=0.3)
     data = _data(net)
     grid = _replicated(comm.size)[0] if comm.size > 1 else (1, 1)
-    full = TrainConfig(epochs=4, batch_size=16, sgd=SGD, seed=5,
+    full = TrainConfig(epochs=4, batch_size=16, optimizer=SGD, seed=5,
                        compress=parse_compress(kind), critical_set=0.5, refresh=2)
     whole = _open(comm, mpi_tmp_path, net, *grid).dnet
     expected = train(comm, whole, data, full)
@@ -109,7 +109,7 @@ def test_critical_set_is_the_same_on_every_grid(comm, mpi_tmp_path):
     needs the same samples in every epoch), to float64 rounding."""
     net = small_network((20, 24, 18, 6), fan_in=5, seed=6, bias_scale=0.3)
     data = _data(net, n=61)
-    cfg = TrainConfig(epochs=5, batch_size=8, sgd=SGD, seed=3, critical_set=0.3, refresh=3)
+    cfg = TrainConfig(epochs=5, batch_size=8, optimizer=SGD, seed=3, critical_set=0.3, refresh=3)
     with Communicator.self_only() as alone:
         one = _open(alone, mpi_tmp_path, net, 1, 1, name=f"alone{comm.rank}").dnet
         one_reports = train(alone, one, data, cfg)
@@ -140,7 +140,7 @@ def test_resume_refuses_other_lossy_settings_and_damaged_state(comm, mpi_tmp_pat
     net = small_network((20, 40, 30, 6), fan_in=8, seed=7, bias_scale=0.3)
     data = _data(net)
     grid = _replicated(comm.size)[0] if comm.size > 1 else (1, 1)
-    cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=5, compress=parse_compress(
+    cfg = TrainConfig(epochs=2, batch_size=16, optimizer=SGD, seed=5, compress=parse_compress(
         "topk:0.1"), critical_set=0.5, refresh=2, checkpoint_dir=str(mpi_tmp_path / "ck"))
     dnet = _open(comm, mpi_tmp_path, net, *grid).dnet
     train(comm, dnet, data, replace(cfg, max_steps=5))

@@ -41,7 +41,7 @@ def test_sampled_training_on_every_grid_equals_the_serial_reference(comm, mpi_tm
     text, _, fill = text.partition(":random ")
     lsh = parse_lsh(text, int(cap) if cap else None, int(fill) if fill else 0,
                     int(top) if top else 0, tail)
-    cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=14, lsh=lsh,
+    cfg = TrainConfig(epochs=2, batch_size=64, optimizer=SGD, seed=3, max_steps=14, lsh=lsh,
                       rehash=3)
     expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=14, lsh=lsh,
                                     rehash=3)
@@ -64,7 +64,7 @@ def test_a_sampled_hidden_layer_on_every_grid_equals_the_serial_reference(comm, 
     net = small_network((256, 48, 40, 128), fan_in=24, seed=8, bias_scale=0.1)
     text, _, cap = spec.partition(":cap ")
     lsh = parse_lsh(text, int(cap) if cap else None)
-    cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=10, lsh=lsh,
+    cfg = TrainConfig(epochs=2, batch_size=64, optimizer=SGD, seed=3, max_steps=10, lsh=lsh,
                       rehash=3)
     expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=10, lsh=lsh,
                                     rehash=3)
@@ -81,7 +81,7 @@ def test_a_sampled_hidden_layer_under_single_labels_and_either_loss(comm, mpi_tm
     data = load_dataset("digits", "float64")
     net = small_network((64, 48, 40, 10), fan_in=24, seed=8, bias_scale=0.1)
     lsh = parse_lsh("1:3:6:simhash")
-    cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=10, lsh=lsh,
+    cfg = TrainConfig(epochs=2, batch_size=64, optimizer=SGD, seed=3, max_steps=10, lsh=lsh,
                       rehash=3, loss=loss)
     expected, ref = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=10, lsh=lsh,
                                     rehash=3, loss=loss)
@@ -94,7 +94,7 @@ def test_sampled_training_resumes_exactly(comm, mpi_tmp_path):
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     net = small_network((256, 40, 128), fan_in=40, seed=6, bias_scale=0.1)
     grid = grids(comm.size)[-1]  # the most replicas
-    full = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=5, lsh=parse_lsh("2:4:5"),
+    full = TrainConfig(epochs=2, batch_size=64, optimizer=SGD, seed=5, lsh=parse_lsh("2:4:5"),
                        rehash=2)
     ckpt = str(mpi_tmp_path / "ckpt-lsh")
     whole = _open(comm, mpi_tmp_path, net, *grid, name="lsh-r").dnet

@@ -48,7 +48,7 @@ def test_sgd_follows_torch_semantics():
     y = rng.integers(0, net.sizes[-1], 10)
     data = Dataset(name="t", x_train=x, y_train=y)
     cfg = SGDConfig(lr=0.1, momentum=0.9, weight_decay=0.01)
-    trained, _ = train(net, data, epochs=2, batch_size=4, sgd=cfg, shuffle=False)
+    trained, _ = train(net, data, epochs=2, batch_size=4, optimizer=cfg, shuffle=False)
     # Hand-rolled reference of the same steps.
     ref = net.copy()
     params = parameters(ref.layers)

@@ -96,7 +96,7 @@ def _digest(dnet) -> str:
 def test_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, method):
     net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3)
     data = _data(net)
-    cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=7)
+    cfg = TrainConfig(epochs=2, batch_size=16, optimizer=SGD, seed=7)
     expected, ref_reports = reference_train(net, data, 2, 16, SGD, seed=7)
     assert ref_reports[-1].steps == 8
     trains_as_the_reference(comm, mpi_tmp_path, net, data, cfg, expected, ref_reports,
@@ -118,12 +118,13 @@ def test_resume_on_another_grid_equals_the_uninterrupted_run(comm, mpi_tmp_path)
     1 x 3 and 3 x 1 at P = 4, else on the other grids of this P."""
     net = small_network((20, 24, 18, 6), fan_in=5, seed=5)
     data = _data(net)
-    full = TrainConfig(epochs=3, batch_size=16, sgd=SGD, seed=1)
+    full = TrainConfig(epochs=3, batch_size=16, optimizer=SGD, seed=1)
     expected, _ = reference_train(net, data, 3, 16, SGD, seed=1)
     first = (2, 2) if comm.size == 4 else grids(comm.size)[-1]
     ckpt = str(mpi_tmp_path / "ckpt")
     run = _open(comm, mpi_tmp_path, net, *first, name="first")
-    train(comm, run.dnet, data, TrainConfig(epochs=3, batch_size=16, sgd=SGD, seed=1, max_steps=6,
+    train(comm, run.dnet, data, TrainConfig(epochs=3, batch_size=16, optimizer=SGD, seed=1,
+                                            max_steps=6,
                                             checkpoint_dir=ckpt,
                                             checkpoint_every=3))
     run.dnet.grid.free()
@@ -208,7 +209,8 @@ def test_counted_values_per_layer_and_axis_equal_the_prediction(comm, mpi_tmp_pa
                    y_train=rng.integers(0, 8, 48))
     for parts, replicas in grids(comm.size):
         dnet = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
-        train(comm, dnet, data, TrainConfig(epochs=1, batch_size=16, sgd=SGD))  # 3 steps of 16
+        # 3 steps of 16
+        train(comm, dnet, data, TrainConfig(epochs=1, batch_size=16, optimizer=SGD))
         volume = plan_volume(dnet.comm, dnet.plan, [lay.exchange.n_ghost for lay in dnet.layers])
         acc = accounting(comm, dnet.traffic, volume, 8, dnet.grid.data).as_dict()
         assert acc["equal"], acc

@@ -67,7 +67,7 @@ def _train_and_compare(comm, tmp, net, method, tol, dtype="float64", steps=8, ex
     data = _data(net)
     sgd = SGDConfig(lr=0.05, momentum=0.9, weight_decay=0.01)
     run = _setup(tmp, net, method, comm, dtype=dtype, exchange=exchange)
-    cfg = TrainConfig(epochs=2, batch_size=16, sgd=sgd, seed=7)
+    cfg = TrainConfig(epochs=2, batch_size=16, optimizer=sgd, seed=7)
     reports = train(comm, run.dnet, data, cfg)
     expected, ref_reports = reference_train(net.astype(dtype), data, 2, 16, sgd, seed=7)
     assert reports[-1].steps == steps  # 4 steps per epoch, the last batch smaller
@@ -92,7 +92,7 @@ def test_mse_loss_equals_the_serial_reference(comm, mpi_tmp_path):
     net = small_network((20, 24, 18, 6), fan_in=5, seed=2, cap=2.0, output_activation="relu")
     data = _data(net)
     run = _setup(mpi_tmp_path, net, "hypergraph", comm)
-    cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGDConfig(0.05, 0.9), seed=7, loss="mse")
+    cfg = TrainConfig(epochs=2, batch_size=16, optimizer=SGDConfig(0.05, 0.9), seed=7, loss="mse")
     train(comm, run.dnet, data, cfg)
     expected, _ = reference_train(net, data, 2, 16, SGDConfig(0.05, 0.9), seed=7, loss="mse")
     got = gather_network(run.dnet)
@@ -123,7 +123,7 @@ def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
     net = small_network((30, 40, 40, 8), fan_in=6, seed=2)
     run = _setup(mpi_tmp_path, net, method, comm)
     train(comm, run.dnet, _data(net, n=37), TrainConfig(epochs=1, batch_size=10,
-                                                        sgd=SGDConfig(0.01)))
+                                                        optimizer=SGDConfig(0.01)))
     dnet = run.dnet
     volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in dnet.layers])
     acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize).as_dict()
@@ -170,7 +170,7 @@ def test_a_plan_built_in_windows_of_layers_trains_to_the_serial_reference(comm, 
     _train_and_compare(comm, mpi_tmp_path, net, done.plan, 1e-10)
     run = _setup(mpi_tmp_path, net, done.plan, comm, name="windowed")
     train(comm, run.dnet, _data(net, n=20), TrainConfig(epochs=1, batch_size=10,
-                                                        sgd=SGDConfig(0.01)))
+                                                        optimizer=SGDConfig(0.01)))
     volume = plan_volume(comm, run.plan, [lay.exchange.n_ghost for lay in run.dnet.layers])
     acc = accounting(comm, run.dnet.traffic, volume, run.dnet.dtype.itemsize).as_dict()
     assert acc["counted"]["backward_rows"] == [v * 2 for v in done.stats.backward]
@@ -180,7 +180,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(comm, mpi_tmp_path):
     net = small_network((20, 24, 18, 6), fan_in=5, seed=5)
     data = _data(net)
     sgd = SGDConfig(lr=0.05, momentum=0.9, weight_decay=0.001)
-    full_cfg = TrainConfig(epochs=3, batch_size=16, sgd=sgd, seed=1)
+    full_cfg = TrainConfig(epochs=3, batch_size=16, optimizer=sgd, seed=1)
     whole = _setup(mpi_tmp_path, net, "hypergraph", comm, "a").dnet
     train(comm, whole, data, full_cfg)
     expected = gather_network(whole)
@@ -192,7 +192,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(comm, mpi_tmp_path):
     with comm.split(0 if comm.rank < first_size else 1) as sub:
         if comm.rank < first_size:
             part = _setup(mpi_tmp_path, net, "block", sub, "b").dnet
-            cfg = TrainConfig(epochs=3, batch_size=16, sgd=sgd, seed=1, max_steps=6,
+            cfg = TrainConfig(epochs=3, batch_size=16, optimizer=sgd, seed=1, max_steps=6,
                               checkpoint_dir=ckpt,
                               checkpoint_every=2)
             train(sub, part, data, cfg)
@@ -235,7 +235,7 @@ def test_bad_inputs_fail_on_every_rank(comm, mpi_tmp_path):
     bad = Dataset(name="bad", x_train=np.zeros((4, 5)), y_train=np.zeros(4, dtype=np.int64))
     with pytest.raises(AgreedError, match="5 features"):
         comm.check(lambda: train(comm, dnet, bad, TrainConfig(epochs=1, batch_size=2,
-                                                              sgd=SGDConfig())))
+                                                              optimizer=SGDConfig())))
 
 
 def _images(n, seed=5):

@@ -38,7 +38,7 @@ def test_shares_train_what_the_serial_reference_trains(comm, mpi_tmp_path, monke
         x = data.x_train * (np.abs(data.x_train) > 0.8)
         data = Dataset(name=data.name, x_train=sp.csr_matrix(x), y_train=data.y_train,
                        x_test=sp.csr_matrix(data.x_test), y_test=data.y_test)
-    cfg = TrainConfig(epochs=2, batch_size=16, sgd=SGD, seed=7)
+    cfg = TrainConfig(epochs=2, batch_size=16, optimizer=SGD, seed=7)
     expected, ref_reports = reference_train(net, data, 2, 16, SGD, seed=7)
     for parts, replicas in grids(comm.size):
         run = _open(comm, mpi_tmp_path, net, parts, replicas, "block")
@@ -60,13 +60,13 @@ def test_a_resume_mid_epoch_fetches_from_the_batch_it_starts_at(comm, mpi_tmp_pa
     monkeypatch.setattr(batching, "SEGMENT_BYTES", 2 * 16 * 20 * 8)  # two batches a segment
     net = small_network((20, 24, 18, 6), fan_in=5, seed=5)
     data = _data(net)
-    full = TrainConfig(epochs=3, batch_size=16, sgd=SGD, seed=1)
+    full = TrainConfig(epochs=3, batch_size=16, optimizer=SGD, seed=1)
     expected, _ = reference_train(net, data, 3, 16, SGD, seed=1)
     parts, replicas = grids(comm.size)[-1]  # the most replicas
     ckpt = str(mpi_tmp_path / "ckpt")
     run = _open(comm, mpi_tmp_path, net, parts, replicas, "block", name="first")
     held = _shared(data, run.dnet.grid)
-    train(comm, run.dnet, held, TrainConfig(epochs=3, batch_size=16, sgd=SGD, seed=1,
+    train(comm, run.dnet, held, TrainConfig(epochs=3, batch_size=16, optimizer=SGD, seed=1,
                                             max_steps=5, checkpoint_dir=ckpt,
                                             checkpoint_every=5))
     position, momentum = load_checkpoint(run.dnet, ckpt, full.settings())
@@ -178,7 +178,7 @@ def test_critical_sets_and_compressed_sums_train_alike_from_shares(comm, mpi_tmp
     monkeypatch.setattr(batching, "SEGMENT_BYTES", 2 * 16 * 20 * 8)  # two batches a segment
     net = small_network((20, 24, 18, 6), fan_in=5, seed=6)
     data = _data(net, n=80)
-    cfg = TrainConfig(epochs=4, batch_size=16, sgd=SGD, seed=2, critical_set=0.5, refresh=2,
+    cfg = TrainConfig(epochs=4, batch_size=16, optimizer=SGD, seed=2, critical_set=0.5, refresh=2,
                       compress=parse_compress("sidco:0.2"))
     for parts, replicas in grids(comm.size):
         weights = []

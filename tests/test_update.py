@@ -1,5 +1,5 @@
-"""The elementwise passes of a training step (spdnn.kernels.update): the fused SGD update and
-the refresh gather give numpy's bits on either backend and at any thread count."""
+"""The elementwise passes of a training step (spdnn.kernels.update): every optimizer's fused
+update gives numpy's bits on either backend and at any thread count."""
 
 from contextlib import contextmanager
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from spdnn.kernels import products as kernels
-from spdnn.kernels.update import PARALLEL_MIN, sgd_rows, sgd_step
-from spdnn.model.optim import SGD, RowGrad, SGDConfig
+from spdnn.kernels.update import PARALLEL_MIN, fused_update, sgd_rows, sgd_step
+from spdnn.model.optim import AdamConfig, RowGrad, SGDConfig, make
 
 
 def _params(dtype, seed=0):
@@ -29,11 +29,11 @@ def _kernel_threads(n: int):
         kernels.set_threads(before)
 
 
-def _assert_same_updates(config, dtype, make_grads, **hooks):
-    """Three steps of numpy's SGD and of one with ``hooks`` on the same gradients: the same
-    bits in the parameters and the momentum buffers."""
+def _assert_same_updates(config, dtype, make_grads):
+    """Three steps of an optimizer's numpy form and of its fused kernel on the same
+    gradients: the same bits in the parameters and in its state."""
     plain, fused = _params(dtype), _params(dtype)
-    opt_plain, opt_fused = SGD(config, plain), SGD(config, fused, **hooks)
+    opt_plain, opt_fused = make(config, plain), make(config, fused, fused=fused_update)
     rng = np.random.default_rng(1)
     for _ in range(3):
         grads = make_grads(plain, rng)
@@ -41,21 +41,25 @@ def _assert_same_updates(config, dtype, make_grads, **hooks):
         opt_fused.step(grads)
     for a, b in zip(plain, fused):
         np.testing.assert_array_equal(a, b)
-    for a, b in zip(opt_plain.buffers, opt_fused.buffers):
-        assert (a is None) == (b is None) == (config.momentum == 0)
-        if a is not None:
-            np.testing.assert_array_equal(a, b)
+    for a, b in zip(opt_plain.state, opt_fused.state):
+        assert a.keys() == b.keys()
+        assert bool(a) == (getattr(config, "momentum", 1) != 0)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
     assert not np.array_equal(plain[0], _params(dtype)[0])  # it did update
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("config", [SGDConfig(0.1), SGDConfig(0.05, 0.9),
-                                    SGDConfig(0.01, 0.9, 0.001), SGDConfig(0.3, 0, 0.01)])
+@pytest.mark.parametrize("config", [
+    SGDConfig(0.1), SGDConfig(0.05, 0.9), SGDConfig(0.01, 0.9, 0.001), SGDConfig(0.3, 0, 0.01),
+    SGDConfig(0.02, 0.8, 0.01, nesterov=True), AdamConfig(), AdamConfig(0.01, (0.8, 0.9),
+                                                                         1e-6, 0.05),
+    AdamConfig(0.01, (0.2, 0.5))])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_fused_sgd_gives_numpys_bits(backend, dtype, config, threads):
+def test_fused_updates_give_numpys_bits(backend, dtype, config, threads):
     with _kernel_threads(threads):
         _assert_same_updates(config, dtype, lambda params, rng: [
-            rng.standard_normal(len(p)).astype(dtype) for p in params], fused=sgd_step)
+            rng.standard_normal(len(p)).astype(dtype) for p in params])
 
 
 def _row_grads(params, rng):
@@ -84,12 +88,13 @@ def _run_grads(params, rng):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("config", [SGDConfig(0.1), SGDConfig(0.05, 0.9),
-                                    SGDConfig(0.01, 0.9, 0.001)])
+                                    SGDConfig(0.01, 0.9, 0.001),
+                                    SGDConfig(0.01, 0.9, 0.001, nesterov=True)])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("grads", [_row_grads, _run_grads])
 def test_fused_row_updates_give_numpys_bits(backend, dtype, config, threads, grads):
     with _kernel_threads(threads):
-        _assert_same_updates(config, dtype, grads, fused_rows=sgd_rows)
+        _assert_same_updates(config, dtype, grads)
     p = _params(dtype)[2]
     idx = np.arange(0, len(p), 2)
     handled = sgd_rows(p, RowGrad(idx, np.ones(len(idx), dtype)), p, 0.1, 0.0, 0.0)

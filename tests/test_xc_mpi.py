@@ -29,7 +29,7 @@ def test_multi_label_training_on_every_grid_equals_the_serial_reference(
         comm, mpi_tmp_path, method):
     data = load_dataset(f"xc:{SAMPLE}", "float64")
     net = small_network((256, 40, 128), fan_in=24, seed=5, bias_scale=0.1)
-    cfg = TrainConfig(epochs=2, batch_size=64, sgd=SGD, seed=3, max_steps=14)
+    cfg = TrainConfig(epochs=2, batch_size=64, optimizer=SGD, seed=3, max_steps=14)
     expected, ref_reports = reference_train(net, data, 2, 64, SGD, seed=3, max_steps=14)
     assert ref_reports[-1].precision_at_5 is not None
     for parts, replicas in grids(comm.size):
@@ -59,7 +59,7 @@ def test_sparse_inputs_skipped_rows_train_to_the_serial_reference(comm, mpi_tmp_
     data = Dataset(name="xc-sparse", x_train=x.astype(np.float64), y_train=y,
                    x_test=xt.astype(np.float64), y_test=yt)
     net = small_network((3_000, 24, 150), fan_in=200, seed=6, bias_scale=0.1)
-    cfg = TrainConfig(epochs=1, batch_size=32, sgd=SGD, seed=3, max_steps=6)
+    cfg = TrainConfig(epochs=1, batch_size=32, optimizer=SGD, seed=3, max_steps=6)
     expected, ref_reports = reference_train(net, data, 1, 32, SGD, seed=3, max_steps=6)
     calls = []
     spmm_act = sparse_inputs.spmm_act

@@ -198,20 +198,22 @@ def _run_options(args: argparse.Namespace) -> Any:  # noqa: ANN401 (a RunOptions
 
 @collectively
 def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
-    from spdnn.api import train
-    from spdnn.model.records import TrainOptions
+    from dataclasses import fields
 
-    options = TrainOptions(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-        weight_decay=args.weight_decay, loss=args.loss, seed=args.seed,
-        shuffle=not args.no_shuffle, max_steps=args.max_steps,
-        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-        resume=args.resume, resume_with_changes=args.resume_with_changes,
-        compress=args.compress, compress_min_values=args.compress_min_values,
-        critical_set=args.critical_set, refresh=args.refresh, lsh=args.lsh,
-        lsh_max_active=args.lsh_max_active, lsh_random=args.lsh_random,
-        lsh_top_bias=args.lsh_top_bias, lsh_estimate_tail=args.lsh_estimate_tail,
-        rehash=args.rehash)
+    from spdnn.api import train
+    from spdnn.model.records import TrainOptions, check_train_options
+
+    # Every option of the record whose flag the parser has, under the same name.
+    given = {f.name: getattr(args, f.name) for f in fields(TrainOptions) if hasattr(args, f.name)}
+    options = TrainOptions(**{**given, "shuffle": not args.no_shuffle})
+
+    def check() -> None:  # the record's checks, named by their flags
+        try:
+            check_train_options(options)
+        except OptionError as exc:
+            raise exc.as_flag() from None
+
+    comm.check(check)
     with _dry_run(comm):
         train(args.network, data=args.data, run=_run_options(args), options=options,
               save=args.save, metrics_out=args.metrics_out, comm=comm, verbose=True)

@@ -100,6 +100,14 @@ def non_negative(text: str) -> float:
     return value
 
 
+def betas(text: str) -> tuple[float, ...]:
+    """``--betas B1,B2``: numbers (their range is the optimizer's check)."""
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be two numbers B1,B2, not {text}") from None
+
+
 def fraction(text: str) -> float:
     """A number in (0, 1]."""
     try:

@@ -16,6 +16,7 @@ from spdnn.cli._lossy import add_lossy
 from spdnn.cli._xc import add_parser as add_xc_data
 from spdnn.cli.options import (
     OneLineParser,
+    betas,
     cap,
     fan_ins,
     layer_sizes,
@@ -192,21 +193,18 @@ def _add_generate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
 
 def _add_train(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     """``spdnn train``."""
-    tr = _command(sub, "train", "train with minibatch SGD",
-                  "Minibatch SGD with torch.optim.SGD semantics, on one process or on P ranks "
-                  "under mpirun (P = replicas x the plan's parts).")
+    tr = _command(sub, "train", "train with minibatch SGD, Adam or AdamW",
+                  "Minibatch training with torch.optim's semantics (SGD, Adam, AdamW), on one "
+                  "process or on P ranks under mpirun (P = replicas x the plan's parts).")
     _run_options(tr, "mpirun -n R x the plan's parts; the ranks of one replica are "
                      "consecutive", auto=True)
     tr.add_argument("--data", default="digits",
                     help="digits | npz:FILE | mnist:DIR | xc:DIR (multi-label)")
     tr.add_argument("--epochs", type=positive_int, default=10,
                     help="epochs in all (a resumed run counts the ones already done)")
-    tr.add_argument("--batch-size", type=positive_int, default=64, help="samples per SGD step")
-    tr.add_argument("--lr", type=non_negative, default=0.05, help="learning rate")
-    tr.add_argument("--momentum", type=non_negative, default=0.9,
-                    help="momentum (no dampening, no Nesterov)")
-    tr.add_argument("--weight-decay", type=non_negative, default=0.0,
-                    help="L2 weight decay on every parameter, biases included")
+    tr.add_argument("--batch-size", type=positive_int, default=64,
+                    help="samples per optimizer step")
+    _optimizer_options(tr)
     tr.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy",
                     help="softmax cross-entropy (mean over the batch) or mean squared error")
     tr.add_argument("--seed", type=seed, default=0, help="seed of the sample shuffling")
@@ -219,11 +217,45 @@ def _add_train(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     tr.add_argument("--checkpoint-every", type=positive_int, help="steps between checkpoints")
     tr.add_argument("--resume", help="continue from this checkpoint directory (any P and plan)")
     tr.add_argument("--resume-with-changes", action="store_true",
-                    help="resume even though --batch-size, --seed, --no-shuffle or --dtype "
-                         "differ from the run that wrote the checkpoint (the result then "
-                         "differs from an uninterrupted run)")
+                    help="resume even though --batch-size, --seed, --no-shuffle, --dtype, "
+                         "the optimizer or its settings differ from the run that wrote the "
+                         "checkpoint (the result then differs from an uninterrupted run; "
+                         "another optimizer starts from fresh state)")
     tr.add_argument("--metrics-out", help="write per-epoch metrics, traffic and timing as JSON")
     add_lossy(tr)
+
+
+def _optimizer_options(tr: argparse.ArgumentParser) -> None:
+    """``--optimizer`` and its settings; each left out takes the chosen optimizer's default
+    (spdnn.model.optim, where they are checked)."""
+    from dataclasses import fields
+
+    from spdnn.model.optim import OPTIMIZERS
+
+    def defaults(name: str) -> str:
+        found = []
+        for opt, cls in OPTIMIZERS.items():
+            for f in fields(cls.Config):
+                if f.name == name:
+                    value = ",".join(map(str, f.default)) if isinstance(f.default, tuple) \
+                        else f.default
+                    found.append(f"{opt} {value}")
+        return "default: " + ", ".join(found)
+
+    tr.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd",
+                    help="torch.optim's optimizer (one parameter group)")
+    tr.add_argument("--lr", type=float, help=f"learning rate ({defaults('lr')})")
+    tr.add_argument("--momentum", type=float,
+                    help=f"SGD's momentum, no dampening ({defaults('momentum')})")
+    tr.add_argument("--nesterov", action="store_const", const=True,
+                    help="SGD: Nesterov momentum")
+    tr.add_argument("--betas", type=betas, metavar="B1,B2",
+                    help=f"Adam's and AdamW's moment decays ({defaults('betas')})")
+    tr.add_argument("--eps", type=float,
+                    help=f"Adam's and AdamW's term added to sqrt(v) ({defaults('eps')})")
+    tr.add_argument("--weight-decay", type=float,
+                    help="weight decay on every parameter, biases included; AdamW's decoupled "
+                         f"({defaults('weight_decay')})")
 
 
 def _add_infer(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)

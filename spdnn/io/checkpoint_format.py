@@ -1,9 +1,12 @@
-"""The checkpoint format ``spdnn-checkpoint/1`` (docs/formats.md): the manifest and the rank
-files, read and checked field by field. The runtime's checkpoints and the lossy state both read
-through here."""
+"""The checkpoint format ``spdnn-checkpoint/2`` (docs/formats.md; ``/1`` still reads): the
+manifest and the rank files, read and checked field by field. The runtime's checkpoints and the
+lossy state both read through here. An optimizer's state is stored by name: ``NAME.wK`` and
+``NAME.bK`` for each of its arrays (``momentum_buffer``, ``exp_avg``, ...); format 1 held SGD's
+one buffer as ``mwK`` and ``mbK``."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +17,15 @@ from spdnn.io.jsonfiles import ManifestFile
 from spdnn.io.jsonread import as_dict, read
 from spdnn.io.npz import NpzReader
 
-CHECKPOINT_FORMAT = "spdnn-checkpoint/1"
-# Settings that fix the sample order and the arithmetic: resuming with other values would not
-# continue the run (unless the user says so: --resume-with-changes).
-RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash")
+CHECKPOINT_FORMAT = "spdnn-checkpoint/2"
+# Settings that fix the sample order, the arithmetic and the optimizer: resuming with other
+# values would not continue the run (unless the user says so: --resume-with-changes). A
+# checkpoint of format 1 was written by SGD and records neither it nor its settings.
+RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash", "optimizer", "lr",
+                "momentum", "nesterov", "betas", "eps", "weight_decay")
 _OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
             "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash"}
+_STATE_MEMBER = re.compile(r"([a-z][a-z0-9_]*)\.([wb])(\d+)")
 
 
 def manifest_path(directory: str) -> Path:
@@ -41,14 +47,16 @@ def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any],
     settings; the rank files it lists must exist."""
     path = manifest_path(directory)
     manifest = manifest_fields(directory)
+    manifest.setdefault("optimizer", "sgd")  # format 1: only SGD wrote checkpoints
     if manifest.get("fingerprint") not in (None, fingerprint):
         raise InputError(path, "checkpoint was written for another network")
     for key in RUN_SETTINGS:
         if key in manifest and key in settings and manifest[key] != settings[key] \
                 and not allow_changes:
-            raise InputError(path, f"checkpoint was written with {key} {manifest[key]}, this "
-                                   f"run has {settings[key]}: resume with the same "
-                                   f"{_OPTIONS[key]} (or --resume-with-changes)")
+            flag = _OPTIONS.get(key, "--" + key.replace("_", "-"))
+            raise InputError(path, f"checkpoint was written with {key} {_shown(manifest[key])}, "
+                                   f"this run has {_shown(settings[key])}: resume with the same "
+                                   f"{flag} (or --resume-with-changes)")
     for f in manifest["files"]:
         if not (Path(directory) / f).is_file():
             raise InputError(Path(directory) / f, "checkpoint file listed in the manifest is "
@@ -56,12 +64,38 @@ def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any],
     return manifest
 
 
+def _shown(value: Any) -> str:  # noqa: ANN401
+    return ",".join(f"{v:g}" for v in value) if isinstance(value, list) else str(value)
+
+
+def state_names(r: NpzReader, k: int) -> list[str]:
+    """The optimizer state arrays a rank file holds for layer k, by name (format 1's SGD
+    buffer ``mwK`` as ``momentum_buffer``)."""
+    names = {m.group(1) for key in r.keys if (m := _STATE_MEMBER.fullmatch(key))
+             and int(m.group(3)) == k}
+    if f"mw{k}" in r.keys or f"mb{k}" in r.keys:
+        names.add("momentum_buffer")
+    return sorted(names)
+
+
+def _state_member(r: NpzReader, name: str, part: str, k: int) -> str:
+    legacy = {"w": f"mw{k}", "b": f"mb{k}"}[part]
+    if name == "momentum_buffer" and legacy in r.keys:
+        return legacy
+    return f"{name}.{part}{k}"
+
+
 def shard_layer(r: NpzReader, k: int, n_out: int, n_in: int) -> dict[str, np.ndarray]:
-    """Layer k of one rank's file, every array checked against the network's sizes."""
+    """Layer k of one rank's file, every array checked against the network's sizes; an
+    optimizer's state array NAME of the weights as ``NAME.w``, of the biases ``NAME.b``."""
     a = {name: r.get(f"{name}{k}") for name in ("rows", "counts", "cols", "w", "b")}
-    for name in ("mw", "mb"):
-        if f"{name}{k}" in r.keys:
-            a[name] = r.get(f"{name}{k}")
+    for name in state_names(r, k):
+        for part in ("w", "b"):
+            member = _state_member(r, name, part, k)
+            if member not in r.keys:
+                raise InputError(r.path, f"'{member}' is missing beside the other half of "
+                                         f"the optimizer state '{name}' of layer {k}")
+            a[f"{name}.{part}"] = r.get(member)
 
     def bad(name: str, problem: str) -> InputError:
         return InputError(r.path, f"'{name}{k}' {problem}")
@@ -80,11 +114,12 @@ def shard_layer(r: NpzReader, k: int, n_out: int, n_in: int) -> dict[str, np.nda
     nnz = int(counts.sum())
     if len(cols) != nnz or (nnz and (cols.min() < 0 or cols.max() >= n_in)):
         raise bad("cols", f"must hold {nnz} columns in [0, {n_in})")
-    for name, n in (("w", nnz), ("b", len(rows)), ("mw", nnz), ("mb", len(rows))):
-        if name in a and (len(a[name]) != n or not np.all(np.isfinite(a[name]))):
+    for name in a:
+        if name in ("rows", "counts", "cols"):
+            continue
+        n = nnz if name == "w" or name.endswith(".w") else len(rows)
+        if len(a[name]) != n or not np.all(np.isfinite(a[name])):
             raise bad(name, f"must hold {n} finite values")
-    if ("mw" in a) != ("mb" in a):
-        raise bad("mw", "and 'mb' come together")
     return a
 
 

@@ -1,6 +1,7 @@
 """The JSON files spdnn reads, declared once as typed structures and validated by msgspec:
 the calibration (``spdnn-calibration/2``), the cluster description (``spdnn-cluster/1``), the
-checkpoint manifest (``spdnn-checkpoint/1``) and the metrics of ``--metrics-out``. Field
+checkpoint manifest (``spdnn-checkpoint/2``, ``/1`` read too) and the metrics of
+``--metrics-out``. Field
 formats are documented in docs/formats.md and docs/cost-model.md. One concern: every JSON
 schema in one place, so that one reader validates them all alike.
 
@@ -198,7 +199,7 @@ class ManifestFile(Struct, kw_only=True):
     """A checkpoint's ``manifest.json``; the run settings and the lossy fields are optional
     (absent from checkpoints written before them)."""
 
-    format: Literal["spdnn-checkpoint/1"]
+    format: Literal["spdnn-checkpoint/1", "spdnn-checkpoint/2"]
     step: Count
     epoch: Count
     batch: Count
@@ -219,6 +220,16 @@ class ManifestFile(Struct, kw_only=True):
     critical: str | None = None
     lsh: str = "none"
     rehash: Count | None = None
+    # The optimizer (format 2; format 1 was SGD's), its settings and its steps taken.
+    optimizer: str | None = None
+    lr: NonNegative | None = None
+    momentum: NonNegative | None = None
+    nesterov: bool | None = None
+    betas: Annotated[list[Annotated[float, Meta(ge=0, lt=1)]],
+                     Meta(min_length=2, max_length=2)] | None = None
+    eps: Positive | None = None
+    weight_decay: NonNegative | None = None
+    optimizer_steps: Count | None = None
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

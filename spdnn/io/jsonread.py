@@ -41,11 +41,11 @@ def read(path: str | os.PathLike, kind: type[S]) -> S:
         raise InputError(name, f"not valid JSON ({exc})") from None
     expected = _format_of(kind)
     found = head.get("format") if isinstance(head, dict) else None
-    if expected and found != expected:
+    if expected and found not in _formats_of(kind):
         if found == "spdnn-calibration/1":
             raise InputError(name, "an older calibration (spdnn-calibration/1, no reuse axis in "
                                    "its kernel tables): run spdnn calibrate again")
-        noun = "manifest" if expected == "spdnn-checkpoint/1" else "file"
+        noun = "manifest" if expected.startswith("spdnn-checkpoint/") else "file"
         raise InputError(name, f"not a {expected} {noun} (its 'format' field must be "
                                f"{expected!r})")
     try:
@@ -70,11 +70,18 @@ def _message(text: str) -> str:
     return f"field '{where}': {problem}" if where else problem
 
 
-def _format_of(kind: type) -> str | None:
+def _formats_of(kind: type) -> tuple[str, ...]:
+    """The ``format`` values a structure accepts (its Literal's), oldest first."""
     hints = getattr(kind, "__annotations__", {})
     ann = str(hints.get("format", ""))
-    m = re.search(r"Literal\[['\"]([^'\"]+)['\"]\]", ann)
-    return m.group(1) if m else None
+    m = re.search(r"Literal\[([^\]]+)\]", ann)
+    return tuple(re.findall(r"['\"]([^'\"]+)['\"]", m.group(1))) if m else ()
+
+
+def _format_of(kind: type) -> str | None:
+    """The newest ``format`` a structure accepts (the one spdnn writes)."""
+    formats = _formats_of(kind)
+    return formats[-1] if formats else None
 
 
 

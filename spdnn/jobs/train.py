@@ -16,8 +16,14 @@ from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
 from spdnn.model.memory import replica_batch
 from spdnn.model.network import Network
-from spdnn.model.optim import SGDConfig
-from spdnn.model.records import RunOptions, TrainOptions, TrainResult, check_train_options
+from spdnn.model.optim import describe, state_arrays
+from spdnn.model.records import (
+    RunOptions,
+    TrainOptions,
+    TrainResult,
+    check_train_options,
+    optimizer_config,
+)
 from spdnn.model.reports import EpochReport, short_sizes
 from spdnn.runtime import memory
 from spdnn.runtime.accounting import (
@@ -54,11 +60,16 @@ def _config(opt: TrainOptions) -> TrainConfig:
             or opt.lsh_estimate_tail) and lsh is None:
         raise SpdnnError("--lsh-max-active, --lsh-random, --lsh-top-bias and "
                          "--lsh-estimate-tail need --lsh")
+    optimizer = optimizer_config(opt)
+    if lsh is not None and getattr(optimizer, "betas", None) and optimizer.weight_decay:
+        raise SpdnnError(f"--lsh with {opt.optimizer} takes no --weight-decay yet: its sampled "
+                         "rows are updated lazily, as torch.optim.SparseAdam does, which has "
+                         "no weight decay (give --weight-decay 0)")
     if lsh is not None and compress.enabled:  # its compressor keeps state per position
         raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
                          "those of the rows active in each step, not of fixed positions")
     return TrainConfig(epochs=opt.epochs, batch_size=opt.batch_size,
-                       sgd=SGDConfig(opt.lr, opt.momentum, opt.weight_decay), seed=opt.seed,
+                       optimizer=optimizer, seed=opt.seed,
                        shuffle=opt.shuffle, loss=opt.loss, max_steps=opt.max_steps,
                        checkpoint_dir=None if opt.checkpoint_dir is None else
                        os.fspath(opt.checkpoint_dir),
@@ -99,10 +110,10 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                      (grid.replica, grid.replicas) if grid.replicas > 1 else None)
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss))
-    position, momentum, lossy = None, None, None
+    position, state, lossy = None, None, None
     if opt.resume:
         resume = os.fspath(opt.resume)
-        position, momentum = comm.check(lambda: load_checkpoint(
+        position, state = comm.check(lambda: load_checkpoint(
             dnet, resume, cfg.settings(), opt.resume_with_changes))
         lossy = comm.check(lambda: resumed_lossy(dnet, resume, cfg, len(data.y_train),
                                                  opt.resume_with_changes))
@@ -127,8 +138,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         print(f"training {short_sizes(sizes)} ({job.nnz:,} weights) on {data.name} "
               f"with {comm.size} rank(s){grid}, plan "
               f"{job.plan.meta.get('method', '?')}: {len(data.y_train):,} samples, batch "
-              f"{cfg.batch_size}, lr {opt.lr}, momentum {opt.momentum}, weight decay "
-              f"{opt.weight_decay}{resumed}{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
+              f"{cfg.batch_size}, {describe(cfg.optimizer)}{resumed}"
+              f"{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
     bars: list = []
 
     def on_step(done: int, total: int) -> None:
@@ -144,7 +155,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
 
     result: dict[str, Any] = {}
 
-    def finish(momentum: list, inputs: list) -> None:
+    def finish(optimizer_state: list, inputs: list) -> None:
         """Report the traffic, timing and memory and save the trained network, before the
         final checkpoint."""
         volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
@@ -153,7 +164,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         result["timing"] = tm = timing(comm, dnet.timers)
         result["memory"] = mem = memory.report(
             comm, dnet, batch=replica_batch(cfg.batch_size, dnet.grid.replicas), training=True,
-            optimizer=momentum,
+            optimizer=optimizer_state, optimizer_arrays=state_arrays(cfg.optimizer),
             data=[*inputs, data.x_train, data.x_test])
         if comm.rank == 0 and verbose:
             print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
@@ -170,10 +181,10 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         if on_epoch is not None:
             on_epoch(report)
 
-    warm_up(dnet.dtype, training=True)
+    warm_up(dnet.dtype, training=True, optimizer=opt.optimizer)
     lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
     with lock:
-        reports = train(comm, dnet, data, cfg, position, momentum, lossy,
+        reports = train(comm, dnet, data, cfg, position, state, lossy,
                         epoch_done if comm.rank == 0 else None, on_step, finish)
     out = TrainResult(rank=comm.rank, epochs=tuple(reports), ranks=comm.size,
                       parts=dnet.grid.parts,
@@ -201,4 +212,5 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
                     [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True,
                     data=None if data is None else count,
                     lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0,
-                    lsh_layer=cfg.lsh.layer - 1 if cfg.lsh is not None else -1)
+                    lsh_layer=cfg.lsh.layer - 1 if cfg.lsh is not None else -1,
+                    optimizer_arrays=state_arrays(cfg.optimizer))

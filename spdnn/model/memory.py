@@ -98,7 +98,7 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
             data_bytes: int = 0, baseline: int | None = None,
             challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1,
-            numba: bool = True) -> MemoryPrediction:
+            numba: bool = True, optimizer_arrays: int = 1) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
@@ -106,7 +106,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     batches. ``baseline``: the process's own bytes (default: ``process_baseline``, of a rank on
     the numba kernels or, ``numba=False``, on scipy's).
     ``lsh_tables``: L hash tables over the rows of layer ``lsh_layer`` (from 0; -1: the
-    output layer), ``--lsh``."""
+    output layer), ``--lsh``. ``optimizer_arrays``: the optimizer's state arrays per value
+    (SGD's momentum 1, Adam's moments 2: spdnn.model.optim.state_arrays)."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
@@ -123,8 +124,9 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         # (at most every row: counted as the full one) and its inputs' partial sums (samples x
         # buffer rows).
         sampled = layers[lsh_layer] if lsh_tables else None
-        state = sum(s.nnz * 2 * itemsize + 2 * s.rows * itemsize for s in layers)  # gradients
-        # and momentum; the transposes (index, order, row pointers) of the layers that fold a
+        per_value = (1 + optimizer_arrays) * itemsize  # the gradient and the optimizer's state
+        state = sum((s.nnz + s.rows) * per_value for s in layers)
+        # the transposes (index, order, row pointers) of the layers that fold a
         # gradient back: not the first (no gradient with respect to the inputs)
         state += sum(s.nnz * 8 + (s.buffer_rows + 1) * 4 for s in layers[1:] if s is not sampled)
         state += sum(s.ghosts * 8 for s in layers[1:])  # the fold's index of ghost rows

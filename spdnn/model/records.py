@@ -3,7 +3,6 @@ the commands built on it. Built by keyword; string choices are ``Literal``."""
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -48,14 +47,20 @@ class RunOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainOptions:
-    """Minibatch SGD with ``torch.optim.SGD`` semantics, checkpoints and the lossy speed-ups
-    (``compress``: none, topk:R, dgc:R, sidco:R[:exp|gamma|gpareto] or hylo)."""
+    """Minibatch training with ``torch.optim``'s optimizers (``optimizer``: sgd, adam or
+    adamw; the hyper-parameters left None take that optimizer's defaults, torch's:
+    ``spdnn.model.optim``), checkpoints and the lossy speed-ups (``compress``: none, topk:R,
+    dgc:R, sidco:R[:exp|gamma|gpareto] or hylo)."""
 
     epochs: int = 10
     batch_size: int = 64
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    lr: float | None = None  # sgd 0.05 (torch has no default), adam and adamw 1e-3
+    momentum: float | None = None  # sgd: 0.9
+    nesterov: bool | None = None  # sgd: False
+    betas: tuple[float, float] | None = None  # adam, adamw: (0.9, 0.999)
+    eps: float | None = None  # adam, adamw: 1e-8
+    weight_decay: float | None = None  # sgd, adam 0; adamw 1e-2 (decoupled)
     loss: Loss = "cross_entropy"
     seed: int = 0
     shuffle: bool = True
@@ -263,15 +268,22 @@ def check_train_options(opt: TrainOptions) -> None:
         count(name, 1, optional=True)
     for name in ("seed", "compress_min_values", "lsh_random", "lsh_top_bias"):
         count(name, 0)
-    for name in ("lr", "momentum", "weight_decay"):
-        v = getattr(opt, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or v < 0:
-            raise SpdnnError(f"{name} must be a finite number >= 0, not {v!r}")
+    optimizer_config(opt)
     if opt.loss not in ("cross_entropy", "mse"):
         raise SpdnnError(f"loss must be cross_entropy or mse, not {opt.loss!r}")
     if opt.critical_set is not None and not 0 < opt.critical_set <= 1:
         raise SpdnnError(f"critical_set must be a fraction in (0, 1], not {opt.critical_set}")
+
+
+OPTIMIZER_SETTINGS = ("lr", "momentum", "nesterov", "betas", "eps", "weight_decay")
+
+
+def optimizer_config(opt: TrainOptions) -> Any:  # noqa: ANN401
+    """The optimizer's config (``spdnn.model.optim``) from the options: its checks, by the
+    options' names (``OptionError``)."""
+    from spdnn.model.optim import config_of
+
+    return config_of(opt.optimizer, **{k: getattr(opt, k) for k in OPTIMIZER_SETTINGS})
 
 
 def candidate_plans(run: RunOptions) -> list[str | Plan]:

@@ -34,6 +34,7 @@ from spdnn.io.checkpoint_format import (
 from spdnn.io.npz import NpzReader
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import lossy_files, write_lossy
+from spdnn.model.optim import SavedState
 from spdnn.processes import pid_alive
 from spdnn.runtime.distributed import DistributedNetwork
 
@@ -47,13 +48,13 @@ class Position:
     batch: int = 0
 
 
-def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list, pos: Position,
-                    directory: str, settings: dict[str, Any],
+def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, state: SavedState,
+                    pos: Position, directory: str, settings: dict[str, Any],
                     crit: CriticalSet | None = None) -> None:
-    """Each rank of replica 0 writes its rows (global indices), values and momentum
-    ``buffers``; with compression every rank its residuals, with a critical set rank 0 its
-    losses (spdnn.lossy.state); rank 0 then commits a manifest naming the files. Collective over
-    ``comm`` (all ranks)."""
+    """Each rank of replica 0 writes its rows (global indices), values and the optimizer's
+    ``state`` by name; with compression every rank its residuals, with a critical set rank 0
+    its losses (spdnn.lossy.state); rank 0 then commits a manifest naming the files.
+    Collective over ``comm`` (all ranks)."""
     d = Path(directory)
     arrays: dict[str, np.ndarray] = {}
     for i, layer in enumerate(dnet.layers):
@@ -63,9 +64,9 @@ def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list,
         arrays[f"cols{k}"] = layer.global_columns()
         arrays[f"w{k}"] = layer.weight.data
         arrays[f"b{k}"] = layer.bias
-        for j, name in ((2 * i, "mw"), (2 * i + 1, "mb")):
-            if buffers[j] is not None:
-                arrays[f"{name}{k}"] = buffers[j]
+        for j, part in ((2 * i, "w"), (2 * i + 1, "b")):
+            for name, values in state.state[j].items():
+                arrays[f"{name}.{part}{k}"] = values
     finite = all(np.all(np.isfinite(a)) for a in arrays.values() if a.dtype.kind == "f")
     if not comm.allreduce_scalar(float(finite), "min"):
         kept = (f"the last good checkpoint in {directory} is kept"
@@ -89,7 +90,8 @@ def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, buffers: list,
 
     comm.check(write)
     lossy = write_lossy(comm, dnet, crit, pos.step, d)
-    comm.check(lambda: _commit(d, pos, dnet.grid.parts, dnet, {**settings, **lossy})
+    comm.check(lambda: _commit(d, pos, dnet.grid.parts, dnet,
+                               {**settings, **lossy, "optimizer_steps": state.steps})
                if comm.rank == 0 else None)
     comm.barrier()
 
@@ -199,35 +201,39 @@ def directory_lock(comm: Communicator, directory: str) -> Iterator[None]:
 
 
 def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str, Any],
-                    allow_changes: bool = False) -> tuple[Position, list]:
+                    allow_changes: bool = False) -> tuple[Position, SavedState | None]:
     """Fill my rows (any P and plan) from a checkpoint written by a run with the same
     ``settings`` and dtype (or other ones, with ``allow_changes``: a changed batch size then
-    resumes at the batch holding the first sample not yet seen in the epoch); returns the
-    position and momentum."""
+    resumes at the batch holding the first sample not yet seen in the epoch; another
+    optimizer starts from fresh state); returns the position and the optimizer's state (None
+    when it starts afresh)."""
     settings = {**settings, "dtype": str(dnet.dtype)}
     manifest = read_manifest(directory, dnet.fingerprint, settings, allow_changes)
-    momentum = []
+    state: list[dict[str, np.ndarray]] = []
     with contextlib.ExitStack() as stack:  # closed on an error too
         readers = [stack.enter_context(NpzReader(Path(directory) / f, "checkpoint"))
                    for f in manifest["files"]]
         for layer in dnet.layers:
             k = layer.index
             shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in readers]
-            if any("mw" in a for a in shards) and not all("mw" in a for a in shards):
-                raise InputError(directory, f"only some rank files hold momentum for layer {k}")
+            held = {key for key in shards[0] if "." in key} if shards else set()
+            if any({key for key in a if "." in key} != held for a in shards):
+                raise InputError(directory, f"the rank files hold different optimizer state "
+                                            f"for layer {k}")
             idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
             layer.weight.data[:] = np.concatenate([a["w"] for a in shards])[idx]
             layer.bias[:] = np.concatenate([a["b"] for a in shards])[bias]
-            if shards and "mw" in shards[0]:
-                momentum += [np.concatenate([a["mw"] for a in shards])[idx].astype(dnet.dtype),
-                             np.concatenate([a["mb"] for a in shards])[bias].astype(dnet.dtype)]
-            else:
-                momentum += [None, None]
+            for part, where in (("w", idx), ("b", bias)):
+                state.append({key[:-2]: np.concatenate([a[key] for a in shards])[where].astype(
+                    dnet.dtype) for key in sorted(held) if key.endswith("." + part)})
     batch = manifest["batch"]
     old_size, new_size = manifest.get("batch_size"), settings.get("batch_size")
     if isinstance(old_size, int) and old_size > 0 and new_size and old_size != new_size:
         batch = batch * old_size // new_size
-    return Position(manifest["step"], manifest["epoch"], batch), momentum
+    name = manifest["optimizer"]
+    saved = None if name != settings.get("optimizer", name) else \
+        SavedState(name, manifest.get("optimizer_steps", manifest["step"]), state)
+    return Position(manifest["step"], manifest["epoch"], batch), saved
 
 
 def check_position(position: Position, directory: str, batch_size: int, max_steps: int | None,

@@ -160,21 +160,21 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
 
 
 def warm_up(dtype: Any = None, *, narrow: bool = False,  # noqa: ANN401
-            training: bool = False) -> None:
+            training: bool = False, optimizer: str = "sgd") -> None:
     """Load (or compile) the kernels now, outside any timed loop, for ``dtype`` (None: both
     types; with ``narrow``, also the narrow end of challenge inference; with ``training``,
-    the update's), then give back the compiler's pages. Jobs call it after every input is
-    checked: loading them costs ~0.4 s, which an error should not wait for. A job predicted to hold
-    more than ``spdnn.model.memory.EARLY_WARM_UP_BYTES`` calls it before loading its layers
-    too: loading brings ~70 MB of LLVM into the resident set for a moment, which then sits
-    under the layers' bytes instead of on top of them."""
+    the ``optimizer``'s update), then give back the compiler's pages. Jobs call it after every
+    input is checked: loading them costs ~0.4 s, which an error should not wait for. A job
+    predicted to hold more than ``spdnn.model.memory.EARLY_WARM_UP_BYTES`` calls it before
+    loading its layers too: loading brings ~70 MB of LLVM into the resident set for a moment,
+    which then sits under the layers' bytes instead of on top of them."""
     dtypes = (np.float32, np.float64) if dtype is None else (np.dtype(dtype).type,)
     kernels.warm_up(dtypes)
     encoding.warm_up(dtypes)
     if narrow:
         layers.warm_up(dtypes)
     if training:
-        update.warm_up(dtypes)
+        update.warm_up(dtypes, optimizers=(optimizer,))
     release_compiler_pages()  # LLVM is done: ~70 MB a rank (spdnn.kernels.residency)
 
 

@@ -1,4 +1,4 @@
-"""Distributed minibatch SGD: the serial run's batches, losses and updates on P ranks.
+"""Distributed minibatch training: the serial run's batches, losses and updates on P ranks.
 
 Sample order (``batching``), losses (``ops``) and the optimizer (``optim``) are the ones the
 serial reference uses, so P ranks compute what one process computes. With replicas, each
@@ -20,13 +20,13 @@ from spdnn.comm import AgreedError, Communicator
 from spdnn.io.checkpoint_format import manifest_path
 from spdnn.io.datasets import Dataset
 from spdnn.kernels.lsh import LshSpec, fill_rows, is_rebuild_step
-from spdnn.kernels.update import sgd_rows, sgd_step
+from spdnn.kernels.update import fused_update
 from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, n_batches
 from spdnn.model.labels import as_labels
-from spdnn.model.optim import SGD, SGDConfig, interleave
+from spdnn.model.optim import Optimizer, SavedState, interleave, make, settings
 from spdnn.model.reports import EpochReport
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
@@ -40,7 +40,7 @@ from spdnn.runtime.samples import SampleFeed
 class TrainConfig:
     epochs: int
     batch_size: int
-    sgd: SGDConfig
+    optimizer: Any  # an optimizer's config (spdnn.model.optim): SGDConfig, AdamConfig, ...
     seed: int = 0
     shuffle: bool = True
     loss: Literal["cross_entropy", "mse"] = "cross_entropy"
@@ -57,27 +57,26 @@ class TrainConfig:
         """What a checkpoint records to refuse a resume that would not continue this run."""
         lsh = {"lsh": self.lsh.text(), "rehash": self.rehash} if self.lsh else {}
         return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                **lsh}
+                **lsh, **settings(self.optimizer)}
 
 
 def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: TrainConfig,
-          position: Position | None = None, momentum: list | None = None,
+          position: Position | None = None, state: SavedState | None = None,
           lossy: LossyState | None = None,
           on_epoch: Callable[[EpochReport], None] | None = None,
           on_step: Callable[[int, int], None] | None = None,
           on_finish: Callable[[list, list], None] | None = None) -> list[EpochReport]:
-    """Minibatch SGD; returns one report per epoch run (all ranks get the same reports).
+    """Minibatch training; returns one report per epoch run (all ranks get the same reports).
 
-    ``on_finish(momentum buffers, this rank's input arrays)`` (e.g. saving the trained network)
-    runs before the final checkpoint; the
-    checkpoint is written even when it fails, and the other way round. ``lossy``: the
-    compressors' residuals and the critical set of a resumed run."""
+    ``state``: the optimizer's state of a resumed run. ``on_finish(optimizer state arrays,
+    this rank's input arrays)`` (e.g. saving the trained network) runs before the final
+    checkpoint; the checkpoint is written even when it fails, and the other way round.
+    ``lossy``: the compressors' residuals and the critical set of a resumed run."""
     pos = position or Position()
     grid = dnet.grid
     if len(data.y_train) == 0:
         raise AgreedError(f"{data.name}: no training samples")
-    opt = SGD(cfg.sgd, dnet.parameters(), momentum or [], fused=sgd_step,
-              fused_rows=sgd_rows)
+    opt = make(cfg.optimizer, dnet.parameters(), state, fused=fused_update)
     x_local = local_inputs(dnet, data.x_train, data.name, data.features)
     xt_local = local_inputs(dnet, data.x_test, data.name, data.features) \
         if data.x_test is not None else None
@@ -95,8 +94,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         lossy.apply(dnet, crit)
 
     def checkpoint() -> None:
-        save_checkpoint(comm, dnet, opt.buffers, pos, str(cfg.checkpoint_dir), cfg.settings(),
-                        crit)
+        save_checkpoint(comm, dnet, SavedState.of(opt), pos, str(cfg.checkpoint_dir),
+                        cfg.settings(), crit)
 
     while pos.epoch < cfg.epochs:
         t0 = time.perf_counter()
@@ -141,15 +140,16 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             break
     # the largest segment fetched, with its send and receive copies (runtime.samples)
     fetched = 3 * feed.fetched_bytes
-    _finish((lambda: on_finish(opt.buffers, [x_local, xt_local, fetched])) if on_finish else None,
+    held = [a for s in opt.state for a in s.values()]
+    _finish((lambda: on_finish(held, [x_local, xt_local, fetched])) if on_finish else None,
             checkpoint if cfg.checkpoint_dir else None)
     return reports
 
 
 def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, block: np.ndarray,
-          opt: SGD, pos: Position, idx: np.ndarray, mine: np.ndarray,
+          opt: Optimizer, pos: Position, idx: np.ndarray, mine: np.ndarray,
           crit: CriticalSet | None) -> tuple[float, int]:
-    """One SGD step on the serial batch ``idx``, of which this replica computes ``mine`` (its
+    """One optimizer step on the serial batch ``idx``, of which this replica computes ``mine`` (its
     samples: ``block``, features x len(mine)): the
     forward pass (only the outputs LSH retrieves, when sampled), the backward pass with the
     gradient sums, the loss checked finite, the update. Returns the batch's mean loss and

@@ -1,0 +1,188 @@
+"""The optimizers (spdnn.model.optim) against torch.optim itself: each update on the same arrays,
+and whole training runs of the serial reference against torch on the same masked network
+(float64, batches in file order). torch is installed by the test command."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spdnn.errors import OptionError
+from spdnn.io.datasets import Dataset
+from spdnn.model.optim import (
+    OPTIMIZERS,
+    AdamConfig,
+    RowGrad,
+    SavedState,
+    SGDConfig,
+    config_of,
+    make,
+    parameters,
+)
+from spdnn.reference import train
+from tests.helpers import small_network
+
+torch = pytest.importorskip("torch", reason="torch is the oracle (pip install torch==2.13.0)")
+
+# Each optimizer's settings as spdnn takes them, and the torch.optim class and keywords that
+# mean the same.
+CASES = {
+    "sgd": (SGDConfig(0.1, 0.0), "SGD", dict(lr=0.1)),
+    "sgd-momentum": (SGDConfig(0.05, 0.9, 0.01), "SGD",
+                     dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
+    "sgd-nesterov": (SGDConfig(0.05, 0.8, 0.02, nesterov=True), "SGD",
+                     dict(lr=0.05, momentum=0.8, weight_decay=0.02, nesterov=True)),
+    "adam": (AdamConfig(), "Adam", dict()),
+    "adam-decay": (AdamConfig(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05), "Adam",
+                   dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)),
+    "adam-beta-low": (AdamConfig(lr=0.02, betas=(0.3, 0.9)), "Adam",
+                      dict(lr=0.02, betas=(0.3, 0.9))),  # torch's lerp takes its other form
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_update_is_torch_optims(case):
+    """Six steps on three arrays with random gradients: within 1e-13 of torch.optim (float64)."""
+    config, name, kwargs = CASES[case]
+    rng = np.random.default_rng(0)
+    ours = [rng.standard_normal(n) for n in (50, 7, 300)]
+    theirs = [torch.tensor(p.copy(), requires_grad=True) for p in ours]
+    opt = make(config, ours)
+    ref = getattr(torch.optim, name)(theirs, **kwargs)
+    for _ in range(6):
+        grads = [rng.standard_normal(len(p)) for p in ours]
+        for t, g in zip(theirs, grads):
+            t.grad = torch.tensor(g)
+        ref.step()
+        opt.step(grads)
+    for a, t in zip(ours, theirs):
+        np.testing.assert_allclose(a, t.detach().numpy(), rtol=0, atol=1e-13)
+    assert opt.steps == 6 and set(opt.state[0]) <= set(type(opt).STATE)
+
+
+def test_adams_rows_are_updated_lazily_as_sparse_adam():
+    """A RowGrad under Adam: only its entries move, their moments as torch.optim.SparseAdam
+    keeps them (the step count is the optimizer's, every step)."""
+    rng = np.random.default_rng(1)
+    p = rng.standard_normal(40)
+    theirs = torch.tensor(p.copy(), requires_grad=True)
+    opt = make(AdamConfig(lr=0.05, betas=(0.85, 0.95), eps=1e-7), [p])
+    ref = torch.optim.SparseAdam([theirs], lr=0.05, betas=(0.85, 0.95), eps=1e-7)
+    untouched = np.ones(40, dtype=bool)
+    for _ in range(7):
+        rows = np.sort(rng.choice(40, size=9, replace=False))
+        untouched[rows] = False
+        g = rng.standard_normal(9)
+        theirs.grad = torch.sparse_coo_tensor(torch.tensor(rows[None]), torch.tensor(g), (40,))
+        ref.step()
+        opt.step([RowGrad(rows, g)])
+    np.testing.assert_allclose(p, theirs.detach().numpy(), rtol=0, atol=1e-13)
+    assert untouched.any()
+
+
+def _masked_torch_model(net):
+    """torch's nn.Sequential of the same network, every weight pruned to its pattern
+    (torch.nn.utils.prune): what a user of torch trains."""
+    from torch import nn
+    from torch.nn.utils import prune
+
+    layers = []
+    for k, layer in enumerate(net.layers):
+        lin = nn.Linear(layer.n_in, layer.n_out, dtype=torch.float64)
+        dense = layer.weight.toarray()
+        with torch.no_grad():
+            lin.weight.copy_(torch.tensor(dense))
+            lin.bias.copy_(torch.tensor(layer.bias))
+        prune.custom_from_mask(lin, "weight", torch.tensor(layer.weight.toarray() != 0))
+        layers.append(lin)
+        if k < net.n_layers - 1:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def _torch_train(model, x, y, name, kwargs, epochs, batch):
+    params = [p for m in model if hasattr(m, "bias") for p in (m.weight_orig, m.bias)]
+    opt = getattr(torch.optim, name)(params, **kwargs)
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    for _ in range(epochs):
+        for s in range(0, len(x), batch):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xt[s:s + batch]), yt[s:s + batch])
+            loss.backward()
+            opt.step()
+    return [m for m in model if hasattr(m, "bias")]
+
+
+@pytest.mark.parametrize("case", ["sgd-momentum", "sgd-nesterov", "adam", "adam-decay"])
+def test_training_equals_torch_on_the_same_masked_network(case):
+    """Two epochs of the serial reference and of torch (prune masks, batches in file order,
+    the last one smaller): the same weights within 1e-9."""
+    config, name, kwargs = CASES[case]
+    net = small_network((12, 16, 10, 5), fan_in=4, seed=3, bias_scale=0.3)
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((30, 12)), rng.integers(0, 5, 30)
+    trained, _ = train(net, Dataset(name="t", x_train=x, y_train=y), 2, 8, config,
+                       shuffle=False)
+    linears = _torch_train(_masked_torch_model(net), x, y, name, kwargs, 2, 8)
+    for ours, lin in zip(trained.layers, linears):
+        w = (lin.weight_orig * lin.weight_mask).detach().numpy()  # lin.weight: the last forward's
+        np.testing.assert_allclose(ours.weight.toarray(), w, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(ours.bias, lin.bias.detach().numpy(), rtol=0, atol=1e-9)
+        assert np.all(w[ours.weight.toarray() == 0] == 0)  # pruned stays pruned
+    moved = np.abs(trained.layers[0].weight.data - net.layers[0].weight.data).max()
+    assert moved > 1e-3
+
+
+def test_every_optimizer_resumes_from_its_state_by_name():
+    """Three steps, the state saved by name and given to a new optimizer, three more: the
+    same as six in one go."""
+    rng = np.random.default_rng(2)
+    grads = [[rng.standard_normal(20), rng.standard_normal(3)] for _ in range(6)]
+    for name, cls in OPTIMIZERS.items():
+        config = cls.Config()
+        once, twice = [np.ones(20), np.ones(3)], [np.ones(20), np.ones(3)]
+        whole = make(config, once)
+        for g in grads:
+            whole.step(g)
+        first = make(config, twice)
+        for g in grads[:3]:
+            first.step(g)
+        saved = SavedState.of(first)
+        assert saved.name == name and saved.steps == 3
+        second = make(config, twice, SavedState(name, 3, [{k: v.copy() for k, v in s.items()}
+                                                          for s in saved.state]))
+        for g in grads[3:]:
+            second.step(g)
+        for a, b in zip(once, twice):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name, given, field", [
+    ("adam", dict(betas=(0.9, 1.0)), "betas"),
+    ("adam", dict(betas=(0.9,)), "betas"),
+    ("adam", dict(eps=0.0), "eps"),
+    ("adam", dict(lr=-1.0), "lr"),
+    ("adam", dict(momentum=0.9), "momentum"),
+    ("sgd", dict(betas=(0.9, 0.99)), "betas"),
+    ("sgd", dict(nesterov=True, momentum=0.0), "nesterov"),
+    ("sgd", dict(weight_decay=float("inf")), "weight_decay"),
+    ("rmsprop", {}, "optimizer"),
+])
+def test_bad_settings_are_refused_by_name(name, given, field):
+    with pytest.raises(OptionError) as err:
+        config_of(name, **given)
+    assert err.value.name == field
+    if field == "optimizer":
+        assert "sgd, adam" in str(err.value)
+
+
+def test_defaults_are_torchs():
+    """Adam's and AdamW's defaults are torch's; SGD, which has none in torch, keeps spdnn's."""
+    import inspect
+
+    for name in ("adam",):
+        ours = OPTIMIZERS[name].Config()
+        sig = inspect.signature(getattr(torch.optim, {"adam": "Adam"}[name]).__init__)
+        for field in ("lr", "betas", "eps", "weight_decay"):
+            assert getattr(ours, field) == sig.parameters[field].default, field
+    assert parameters([]) == []

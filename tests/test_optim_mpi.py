@@ -1,0 +1,108 @@
+"""Every optimizer on P ranks against the serial reference (which tests/test_optim.py holds
+against torch.optim): under hypergraph and block plans, on every grid of the communicator
+(2 x 2 at P = 4), across a checkpoint resumed on another grid, and with compressed and 2-bit
+gradient sums. Run under mpiexec -n 1, 2, 3 and 4."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from spdnn.errors import InputError
+from spdnn.lossy.compress import parse_compress
+from spdnn.model.optim import AdamConfig, SGDConfig
+from spdnn.reference import train as reference_train
+from spdnn.runtime.checkpoint import load_checkpoint
+from spdnn.runtime.session import gather_network
+from spdnn.runtime.training import TrainConfig, train
+from tests.helpers import small_network
+from tests.test_replicas_mpi import _assert_close, _data, _digest, _open, grids
+
+pytestmark = pytest.mark.mpi
+
+OPTIMIZERS = {
+    "nesterov": SGDConfig(0.05, 0.9, 0.01, nesterov=True),
+    "adam": AdamConfig(lr=0.01, weight_decay=0.02),
+}
+
+
+@pytest.mark.parametrize("method", ["block", "hypergraph"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_every_optimizer_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, method,
+                                                                     name):
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3)
+    data = _data(net)
+    opt = OPTIMIZERS[name]
+    cfg = TrainConfig(epochs=2, batch_size=16, optimizer=opt, seed=7)
+    expected, ref = reference_train(net, data, 2, 16, opt, seed=7)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, method)
+        reports = train(comm, run.dnet, data, cfg)
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=1e-12)
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        assert len(set(run.dnet.grid.data.allgather(_digest(run.dnet)))) == 1
+        run.dnet.grid.free()
+
+
+def test_adam_resumes_on_another_grid_as_the_uninterrupted_run(comm, mpi_tmp_path):
+    """Adam's moments and step count are checkpointed by name: the first part on the grid with
+    the most replicas, the rest on every grid of this P, equal to one serial run; a resume
+    with another rate is refused unless changes are allowed."""
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=5)
+    data = _data(net)
+    opt = OPTIMIZERS["adam"]
+    full = TrainConfig(epochs=3, batch_size=16, optimizer=opt, seed=1)
+    expected, _ = reference_train(net, data, 3, 16, opt, seed=1)
+    ckpt = str(mpi_tmp_path / "ckpt")
+    run = _open(comm, mpi_tmp_path, net, *grids(comm.size)[-1], name="first")
+    train(comm, run.dnet, data, replace(full, max_steps=5, checkpoint_dir=ckpt,
+                                        checkpoint_every=5))
+    run.dnet.grid.free()
+    for parts, replicas in grids(comm.size):
+        resumed = _open(comm, mpi_tmp_path, net, parts, replicas, name="second").dnet
+        position, state = load_checkpoint(resumed, ckpt, full.settings())
+        assert position.step == 5 and state.name == "adam" and state.steps == 5
+        assert all(set(s) == {"exp_avg", "exp_avg_sq"} for s in state.state)
+        train(comm, resumed, data, full, position, state)
+        got = gather_network(resumed)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        resumed.grid.free()
+    resumed = _open(comm, mpi_tmp_path, net, comm.size, 1, name="third").dnet
+    other = replace(full, optimizer=replace(opt, lr=0.02))
+    with pytest.raises(InputError, match="written with lr 0.01, this run has 0.02"):
+        load_checkpoint(resumed, ckpt, other.settings())
+    sgd = replace(full, optimizer=SGDConfig())
+    with pytest.raises(InputError, match="written with optimizer adam, this run has sgd"):
+        load_checkpoint(resumed, ckpt, sgd.settings())
+    position, state = load_checkpoint(resumed, ckpt, sgd.settings(), allow_changes=True)
+    assert position.step == 5 and state is None  # another optimizer starts afresh
+    resumed.grid.free()
+
+
+@pytest.mark.parametrize("kind", ["topk:0.05", "hylo"])
+def test_compressed_sums_under_adam_keep_replicas_identical(comm, mpi_tmp_path, kind):
+    """Compressed and 2-bit gradient sums feed Adam as they feed SGD: every replica applies
+    the same update (bit-identical weights), lossy against the exact sums, and it trains."""
+    if comm.size == 1:
+        pytest.skip("one replica: nothing is summed")
+    net = small_network((20, 40, 30, 6), fan_in=8, seed=3, bias_scale=0.3)
+    data = _data(net)
+    exact = TrainConfig(epochs=2, batch_size=16, optimizer=OPTIMIZERS["adam"], seed=2)
+    cfg = replace(exact, compress=parse_compress(kind))
+    parts, replicas = [g for g in grids(comm.size) if g[1] > 1][0]
+    dense = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
+    train(comm, dense, data, exact)
+    run = _open(comm, mpi_tmp_path, net, parts, replicas).dnet
+    reports = train(comm, run, data, cfg)
+    assert len(set(run.grid.data.allgather(_digest(run)))) == 1, (parts, replicas, kind)
+    assert _digest(run) != _digest(dense)  # it is lossy
+    assert reports[-1].compression_ratio is not None
+    assert reports[-1].loss < reports[0].loss + 0.5
+    run.grid.free()
+    dense.grid.free()
