@@ -12,6 +12,7 @@ from spdnn.io.datasets import Dataset
 from spdnn.model.optim import (
     OPTIMIZERS,
     AdamConfig,
+    AdamWConfig,
     RowGrad,
     SavedState,
     SGDConfig,
@@ -37,6 +38,9 @@ CASES = {
                    dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)),
     "adam-beta-low": (AdamConfig(lr=0.02, betas=(0.3, 0.9)), "Adam",
                       dict(lr=0.02, betas=(0.3, 0.9))),  # torch's lerp takes its other form
+    "adamw": (AdamWConfig(), "AdamW", dict()),
+    "adamw-decay": (AdamWConfig(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+                    "AdamW", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
 }
 
 
@@ -113,7 +117,8 @@ def _torch_train(model, x, y, name, kwargs, epochs, batch):
     return [m for m in model if hasattr(m, "bias")]
 
 
-@pytest.mark.parametrize("case", ["sgd-momentum", "sgd-nesterov", "adam", "adam-decay"])
+@pytest.mark.parametrize("case", ["sgd-momentum", "sgd-nesterov", "adam", "adam-decay",
+                                  "adamw-decay"])
 def test_training_equals_torch_on_the_same_masked_network(case):
     """Two epochs of the serial reference and of torch (prune masks, batches in file order,
     the last one smaller): the same weights within 1e-9."""
@@ -180,9 +185,10 @@ def test_defaults_are_torchs():
     """Adam's and AdamW's defaults are torch's; SGD, which has none in torch, keeps spdnn's."""
     import inspect
 
-    for name in ("adam",):
+    for name in ("adam", "adamw"):
         ours = OPTIMIZERS[name].Config()
-        sig = inspect.signature(getattr(torch.optim, {"adam": "Adam"}[name]).__init__)
+        sig = inspect.signature(getattr(torch.optim, {"adam": "Adam", "adamw": "AdamW"}[name]
+                                        ).__init__)
         for field in ("lr", "betas", "eps", "weight_decay"):
             assert getattr(ours, field) == sig.parameters[field].default, field
     assert parameters([]) == []

@@ -12,7 +12,7 @@ import pytest
 
 from spdnn.errors import InputError
 from spdnn.lossy.compress import parse_compress
-from spdnn.model.optim import AdamConfig, SGDConfig
+from spdnn.model.optim import AdamConfig, AdamWConfig, SGDConfig
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
 from spdnn.runtime.session import gather_network
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.mpi
 OPTIMIZERS = {
     "nesterov": SGDConfig(0.05, 0.9, 0.01, nesterov=True),
     "adam": AdamConfig(lr=0.01, weight_decay=0.02),
+    "adamw": AdamWConfig(lr=0.01, betas=(0.8, 0.99), weight_decay=0.1),
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from spdnn.kernels import products as kernels
 from spdnn.kernels.update import PARALLEL_MIN, fused_update, sgd_rows, sgd_step
-from spdnn.model.optim import AdamConfig, RowGrad, SGDConfig, make
+from spdnn.model.optim import AdamConfig, AdamWConfig, RowGrad, SGDConfig, make
 
 
 def _params(dtype, seed=0):
@@ -54,7 +54,7 @@ def _assert_same_updates(config, dtype, make_grads):
     SGDConfig(0.1), SGDConfig(0.05, 0.9), SGDConfig(0.01, 0.9, 0.001), SGDConfig(0.3, 0, 0.01),
     SGDConfig(0.02, 0.8, 0.01, nesterov=True), AdamConfig(), AdamConfig(0.01, (0.8, 0.9),
                                                                          1e-6, 0.05),
-    AdamConfig(0.01, (0.2, 0.5))])
+    AdamConfig(0.01, (0.2, 0.5)), AdamWConfig(), AdamWConfig(0.01, (0.8, 0.9), 1e-6, 0.1)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_updates_give_numpys_bits(backend, dtype, config, threads):
     with _kernel_threads(threads):

@@ -104,7 +104,7 @@ def _adam(opt: Optimizer, i: int, p: np.ndarray, g: np.ndarray | RowGrad) -> boo
     return True
 
 
-_KERNELS: dict[str, Callable[..., bool]] = {"sgd": _sgd, "adam": _adam}
+_KERNELS: dict[str, Callable[..., bool]] = {"sgd": _sgd, "adam": _adam, "adamw": _adam}
 
 
 def warm_up(dtypes: tuple = (np.float32, np.float64), *, rows: bool = False,

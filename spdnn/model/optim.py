@@ -104,6 +104,13 @@ class AdamConfig:
         object.__setattr__(self, "betas", (float(b[0]), float(b[1])))
 
 
+@dataclass(frozen=True)
+class AdamWConfig(AdamConfig):
+    """``torch.optim.AdamW``'s: Adam's, with its decoupled weight decay of 1e-2."""
+
+    weight_decay: float = 1e-2
+
+
 @dataclass
 class Optimizer:
     """Updates ``params`` in place. ``state[i]`` holds parameter i's named arrays
@@ -282,7 +289,17 @@ class Adam(Optimizer):
         p[idx] += -size * (numer / denom)
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Adam)}
+@dataclass
+class AdamW(Adam):
+    """``torch.optim.AdamW``: Adam with decoupled weight decay, p *= 1 - lr wd before the
+    step, in place of g += wd p."""
+
+    name: ClassVar[str] = "adamw"
+    Config: ClassVar[type] = AdamWConfig
+    decoupled: ClassVar[bool] = True
+
+
+OPTIMIZERS: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Adam, AdamW)}
 
 
 def optimizer_class(name: str) -> type[Optimizer]:
