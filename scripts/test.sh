@@ -10,6 +10,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SUITE_START=$SECONDS
 source scripts/venv.sh
+# torch, the oracle of the optimizer, schedule and activation tests (tests/test_optim.py), and
+# what spdnn.from_torch reads: pinned and through pip, which takes the CPU build (an unpinned
+# torch, or one that uv installs, is a CUDA build of several GB).
+TORCH_VERSION=2.13.0
+if ! "$VENV/bin/python" -c "from importlib.metadata import version; import sys
+sys.exit(version('torch').split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    echo "[setup] installing torch $TORCH_VERSION (CPU), the tests' oracle"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "torch==$TORCH_VERSION" 2>&1 | grep -v "is ignored: it is neither a file" || true
+    "$VENV/bin/python" -c "import torch" || { echo "FAILED: torch did not install"; exit 1; }
+fi
 echo "   (environment: $((SECONDS - SUITE_START)) s)"
 
 # Shared-memory segments left by aborted MPI runs (MPICH keeps them in /dev/shm).

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 
 def say_error(prog: str, message: object) -> None:
@@ -29,14 +31,34 @@ class InputError(SpdnnError):
         super().__init__(f"{where}: {problem}")
 
 
+_BY_FLAG: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def options_named_by_flag() -> Iterator[None]:
+    """While a command runs, an ``OptionError`` reads ``--the-flag ...`` (its field's flag)
+    wherever it is raised and however it is passed on (an agreed error carries its text)."""
+    before, _BY_FLAG[0] = _BY_FLAG[0], True
+    try:
+        yield
+    finally:
+        _BY_FLAG[0] = before
+
+
 class OptionError(SpdnnError, ValueError):
     """A bad option value, named by its field in an option record (or its argument). Each check
     is written once, on the record; the command line names the option by its flag instead
-    (``as_flag``). A ``ValueError`` too, as Python's own bad arguments are."""
+    (``as_flag``, or ``options_named_by_flag``). A ``ValueError`` too, as Python's own bad
+    arguments are."""
 
     def __init__(self, name: str, problem: str) -> None:
         self.name, self.problem = name, problem
         super().__init__(f"{name} {problem}")
+
+    def __str__(self) -> str:
+        if _BY_FLAG[0]:
+            return f"--{self.name.replace('_', '-')} {self.problem}"
+        return f"{self.name} {self.problem}"
 
     def as_flag(self, flags: dict[str, str] | None = None) -> SpdnnError:
         """The same error naming ``--the-flag`` (or ``flags[name]``) instead of the field."""

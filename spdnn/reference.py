@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,8 +33,18 @@ from spdnn.model.batching import batch_order, batches, columns
 from spdnn.model.labels import MultiLabels, as_labels, precision_at
 from spdnn.model.network import Network
 from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
-from spdnn.model.optim import RowGrad, interleave, make, parameters
+from spdnn.model.optim import (
+    RowGrad,
+    clip_coefficient,
+    clip_report,
+    interleave,
+    make,
+    parameters,
+    scale,
+    squared_norm,
+)
 from spdnn.model.reports import ChallengeResult, EpochReport
+from spdnn.model.schedule import Schedule, planned
 
 
 def sampled_products(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -198,7 +209,7 @@ def train(
     data: Dataset,
     epochs: int,
     batch_size: int,
-    optimizer: object,
+    optimizer: Any,  # noqa: ANN401
     seed: int = 0,
     shuffle: bool = True,
     loss: str = "cross_entropy",
@@ -207,13 +218,18 @@ def train(
     lsh: LshSpec | None = None,
     rehash: int = 50,
     checkpoint_every: int | None = None,
+    schedule: Schedule | None = None,
+    clip_grad_norm: float | None = None,
 ) -> tuple[Network, list[EpochReport]]:
     """Train a copy of ``net`` with the ``optimizer`` a config names (spdnn.model.optim);
     return it and one report per epoch. ``lsh``: SLIDE's sampled
     output layer, its tables rebuilt as ``is_rebuild_step`` says (``checkpoint_every``: the
-    rebuilds of a run that writes checkpoints)."""
+    rebuilds of a run that writes checkpoints). ``schedule``: the rate of each step (its T
+    set here), ``clip_grad_norm``: the gradients scaled as torch.nn.utils.clip_grad_norm_
+    does."""
     net = net.copy()
     opt = make(optimizer, parameters(net.layers))
+    schedule = planned(schedule or Schedule(), epochs, len(data.y_train), batch_size, optimizer.lr)
     reports = []
     steps = 0
     hashes = HashFunctions.make(lsh, net.sizes[lsh.layer - 1], seed) \
@@ -226,6 +242,7 @@ def train(
         t0 = time.perf_counter()
         total_loss, correct, seen, steps_before = 0.0, 0, 0, steps
         pairs = 0
+        norms: list[float] = []
         for idx in batches(batch_order(n, epoch, seed, shuffle), batch_size):
             if hashes is not None and (is_rebuild_step(steps, rehash, checkpoint_every)
                                        or tables is None):
@@ -245,7 +262,13 @@ def train(
                 pairs += active
             else:
                 g = backward(net, columns(x, idx), y[idx], loss)
-            opt.step(interleave(g.weights, g.biases))
+            grads = interleave(g.weights, g.biases)
+            if clip_grad_norm is not None:
+                norm = float(np.sqrt(squared_norm(grads)))
+                norms.append(norm)
+                scale(grads, clip_coefficient(norm, clip_grad_norm))
+            opt.lr = schedule.rate(steps, optimizer.lr)
+            opt.step(grads)
             total_loss += g.loss * len(idx)
             correct += g.correct
             seen += len(idx)
@@ -267,7 +290,8 @@ def train(
                                  epoch_batches=-(-n // batch_size), samples=seen,
                              precision_at_1=test_acc if p5 is not None else None,
                                  precision_at_5=p5,
-                             active_outputs=pairs / max(seen, 1) if hashes else None)
+                             active_outputs=pairs / max(seen, 1) if hashes else None,
+                             **clip_report(norms, clip_grad_norm))
         reports.append(report)
         if on_epoch:
             on_epoch(report)

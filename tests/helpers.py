@@ -36,6 +36,17 @@ MPIEXEC = find_mpiexec()
 NO_MPIEXEC = "no MPI launcher: none beside this Python, none on PATH, SPDNN_MPIEXEC unset"
 
 
+def import_torch():  # noqa: ANN201 (the torch module)
+    """torch, the oracle of the training semantics: the test command installs it, so under CI
+    its absence fails; elsewhere the tests that need it skip with a reason."""
+    if os.environ.get("CI"):
+        import torch
+
+        return torch
+    return pytest.importorskip("torch", reason="torch is the oracle: bash scripts/test.sh "
+                                               "installs it (pip install torch==2.13.0)")
+
+
 def small_network(sizes=(12, 9, 7, 4), fan_in=4, seed=0, dtype="float64", cap=None,
                   output_activation="linear", bias_scale=0.1) -> Network:
     """A random sparse network with random nonzero biases."""

@@ -21,9 +21,9 @@ from spdnn.model.optim import (
     parameters,
 )
 from spdnn.reference import train
-from tests.helpers import small_network
+from tests.helpers import import_torch, small_network
 
-torch = pytest.importorskip("torch", reason="torch is the oracle (pip install torch==2.13.0)")
+torch = import_torch()
 
 # Each optimizer's settings as spdnn takes them, and the torch.optim class and keywords that
 # mean the same.
@@ -77,7 +77,8 @@ def test_adams_rows_are_updated_lazily_as_sparse_adam():
         rows = np.sort(rng.choice(40, size=9, replace=False))
         untouched[rows] = False
         g = rng.standard_normal(9)
-        theirs.grad = torch.sparse_coo_tensor(torch.tensor(rows[None]), torch.tensor(g), (40,))
+        theirs.grad = torch.sparse_coo_tensor(torch.tensor(rows[None]), torch.tensor(g), (40,),
+                                              check_invariants=True)
         ref.step()
         opt.step([RowGrad(rows, g)])
     np.testing.assert_allclose(p, theirs.detach().numpy(), rtol=0, atol=1e-13)
@@ -104,17 +105,32 @@ def _masked_torch_model(net):
     return nn.Sequential(*layers)
 
 
-def _torch_train(model, x, y, name, kwargs, epochs, batch):
+def _torch_train(model, x, y, name, kwargs, epochs, batch, factor=None, clip=None,
+                 norms=None):
+    """torch's loop: ``factor(t)`` through LambdaLR, stepped after every optimizer step;
+    ``clip`` through clip_grad_norm_ (its norms appended to ``norms``)."""
     params = [p for m in model if hasattr(m, "bias") for p in (m.weight_orig, m.bias)]
     opt = getattr(torch.optim, name)(params, **kwargs)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor) if factor else None
     xt, yt = torch.tensor(x), torch.tensor(y)
     for _ in range(epochs):
         for s in range(0, len(x), batch):
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(xt[s:s + batch]), yt[s:s + batch])
             loss.backward()
+            if clip is not None:
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
             opt.step()
+            if sched is not None:
+                sched.step()
     return [m for m in model if hasattr(m, "bias")]
+
+
+def _assert_same_weights(trained, linears, tol=1e-9):
+    for ours, lin in zip(trained.layers, linears):
+        w = (lin.weight_orig * lin.weight_mask).detach().numpy()
+        np.testing.assert_allclose(ours.weight.toarray(), w, rtol=0, atol=tol)
+        np.testing.assert_allclose(ours.bias, lin.bias.detach().numpy(), rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("case", ["sgd-momentum", "sgd-nesterov", "adam", "adam-decay",
@@ -129,11 +145,7 @@ def test_training_equals_torch_on_the_same_masked_network(case):
     trained, _ = train(net, Dataset(name="t", x_train=x, y_train=y), 2, 8, config,
                        shuffle=False)
     linears = _torch_train(_masked_torch_model(net), x, y, name, kwargs, 2, 8)
-    for ours, lin in zip(trained.layers, linears):
-        w = (lin.weight_orig * lin.weight_mask).detach().numpy()  # lin.weight: the last forward's
-        np.testing.assert_allclose(ours.weight.toarray(), w, rtol=0, atol=1e-9)
-        np.testing.assert_allclose(ours.bias, lin.bias.detach().numpy(), rtol=0, atol=1e-9)
-        assert np.all(w[ours.weight.toarray() == 0] == 0)  # pruned stays pruned
+    _assert_same_weights(trained, linears)  # lin.weight is the last forward's: weight_orig
     moved = np.abs(trained.layers[0].weight.data - net.layers[0].weight.data).max()
     assert moved > 1e-3
 
@@ -192,3 +204,63 @@ def test_defaults_are_torchs():
         for field in ("lr", "betas", "eps", "weight_decay"):
             assert getattr(ours, field) == sig.parameters[field].default, field
     assert parameters([]) == []
+
+
+def _lambda(kind, warmup, total, lr, min_lr=0.0, step_size=None, gamma=0.1):
+    """The issue's formulas, written out for torch's LambdaLR."""
+    import math
+
+    def f(t):
+        if t < warmup:
+            return (t + 1) / warmup
+        if kind == "step":
+            return gamma ** ((t - warmup) // step_size)
+        if kind == "cosine":
+            m = min_lr / lr
+            return m + (1 - m) * (1 + math.cos(math.pi * (t - warmup) / (total - warmup))) / 2
+        return 1.0
+    return f
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("constant", {}), ("step", dict(step_size=3, gamma=0.5)), ("cosine", dict(min_lr=0.001))])
+@pytest.mark.parametrize("case", ["sgd-momentum", "adamw-decay"])
+def test_schedules_and_clipping_equal_torchs(kind, extra, case):
+    """Three epochs of 4 steps (T = 12) with 3 warm-up steps and clipping at 0.5: torch's
+    LambdaLR and clip_grad_norm_ give the same weights within 1e-9, and the epochs report
+    torch's mean norms and the steps it clipped."""
+    from spdnn.model.schedule import Schedule
+
+    config, name, kwargs = CASES[case]
+    net = small_network((12, 16, 10, 5), fan_in=4, seed=3, bias_scale=0.3)
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal((30, 12)), rng.integers(0, 5, 30)
+    schedule = Schedule(kind=kind, warmup_steps=3, **extra)
+    trained, reports = train(net, Dataset(name="t", x_train=x, y_train=y), 3, 8, config,
+                             shuffle=False, schedule=schedule, clip_grad_norm=0.5)
+    norms: list[float] = []
+    linears = _torch_train(_masked_torch_model(net), x, y, name, kwargs, 3, 8,
+                           _lambda(kind, 3, 12, config.lr, **extra), 0.5, norms)
+    _assert_same_weights(trained, linears)
+    for e, r in enumerate(reports):
+        mine = norms[4 * e:4 * e + 4]
+        assert r.gradient_norm == pytest.approx(np.mean(mine), rel=1e-12)
+        assert r.clipped_steps == sum(n > 0.5 + 1e-6 for n in mine)
+    assert sum(r.clipped_steps for r in reports) > 0
+
+
+def test_a_warm_up_longer_than_the_job_is_refused():
+    from spdnn.model.schedule import Schedule
+
+    net = small_network()
+    data = Dataset(name="t", x_train=np.zeros((10, 12)), y_train=np.zeros(10, dtype=int))
+    with pytest.raises(OptionError, match="warmup_steps 7 is longer than the job's 6 steps"):
+        train(net, data, 2, 4, SGDConfig(), schedule=Schedule(warmup_steps=7))
+    with pytest.raises(OptionError, match="min_lr 0.1 is above the rate 0.05"):
+        train(net, data, 2, 4, SGDConfig(), schedule=Schedule(kind="cosine", min_lr=0.1))
+    for bad, field in ((dict(kind="linear"), "lr_schedule"), (dict(kind="step"), "step_size"),
+                       (dict(step_size=3), "step_size"), (dict(min_lr=-1.0), "min_lr"),
+                       (dict(warmup_steps=-1), "warmup_steps"), (dict(gamma=0.0), "gamma")):
+        with pytest.raises(OptionError) as err:
+            Schedule(**bad)
+        assert err.value.name == field

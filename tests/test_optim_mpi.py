@@ -13,6 +13,7 @@ import pytest
 from spdnn.errors import InputError
 from spdnn.lossy.compress import parse_compress
 from spdnn.model.optim import AdamConfig, AdamWConfig, SGDConfig
+from spdnn.model.schedule import Schedule
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
 from spdnn.runtime.session import gather_network
@@ -107,3 +108,44 @@ def test_compressed_sums_under_adam_keep_replicas_identical(comm, mpi_tmp_path, 
     assert reports[-1].loss < reports[0].loss + 0.5
     run.grid.free()
     dense.grid.free()
+
+
+@pytest.mark.parametrize("name", ["nesterov", "adamw"])
+def test_a_schedule_and_clipping_on_every_grid_and_across_a_resume(comm, mpi_tmp_path, name):
+    """Cosine with warm-up and clipping at 0.3: every grid equals the serial reference (the
+    norm is one scalar over the model axis), and a job stopped by max_steps and resumed on
+    another grid ends as one that ran through (the schedule's T is the planned steps)."""
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=2, bias_scale=0.3)
+    data = _data(net)
+    opt = OPTIMIZERS[name]
+    schedule = Schedule(kind="cosine", warmup_steps=3, min_lr=opt.lr / 10)
+    cfg = TrainConfig(epochs=3, batch_size=16, optimizer=opt, seed=4, schedule=schedule,
+                      clip_grad_norm=0.3)
+    expected, ref = reference_train(net, data, 3, 16, opt, seed=4, schedule=schedule,
+                                    clip_grad_norm=0.3)
+    assert sum(r.clipped_steps for r in ref) > 0
+    ckpt = str(mpi_tmp_path / "ckpt")
+    for i, (parts, replicas) in enumerate(grids(comm.size)):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, name=f"g{i}")
+        reports = train(comm, run.dnet, data, cfg)
+        assert [r.clipped_steps for r in reports] == [r.clipped_steps for r in ref]
+        np.testing.assert_allclose([r.gradient_norm for r in reports],
+                                   [r.gradient_norm for r in ref], rtol=1e-10)
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        run.dnet.grid.free()
+    first = _open(comm, mpi_tmp_path, net, *grids(comm.size)[-1], name="first").dnet
+    train(comm, first, data, replace(cfg, max_steps=7, checkpoint_dir=ckpt))
+    first.grid.free()
+    resumed = _open(comm, mpi_tmp_path, net, comm.size, 1, name="second").dnet
+    position, state = load_checkpoint(resumed, ckpt, cfg.planned(len(data.y_train)).settings())
+    assert position.step == 7
+    train(comm, resumed, data, cfg, position, state)
+    got = gather_network(resumed)
+    if comm.rank == 0:
+        _assert_close(got, expected)
+    longer = replace(cfg, epochs=4).planned(len(data.y_train))
+    with pytest.raises(InputError, match="planned_steps 12, this run has 16"):
+        load_checkpoint(resumed, ckpt, longer.settings())
+    resumed.grid.free()

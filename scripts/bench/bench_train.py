@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import parser, publish, table  # noqa: E402
+from harness import machine, parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
@@ -51,8 +51,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker == "spdnn":
         from spdnn.comm import Communicator
         from spdnn.kernels import products as kernels
-        from spdnn.kernels.update import sgd_step
-        from spdnn.model.optim import SGD, SGDConfig, interleave
+        from spdnn.kernels.update import fused_update
+        from spdnn.model.optim import config_of, interleave, make
         from spdnn.runtime.session import open_network
 
         kernels.set_threads(args.threads)
@@ -62,7 +62,10 @@ def worker(args: argparse.Namespace) -> None:
         x = rng.standard_normal((args.batch, n0)).astype(np.float32)
         y = rng.integers(0, 10, args.batch)
         xs = np.ascontiguousarray(x[:, dnet.input_rows].T)
-        opt = SGD(SGDConfig(0.01, 0.9), dnet.parameters(), fused=sgd_step)  # as `spdnn train`
+        # as `spdnn train` makes it: SGD with momentum 0.9, or another optimizer's defaults
+        config = config_of("sgd", lr=0.01, momentum=0.9) if args.optimizer == "sgd" else \
+            config_of(args.optimizer)
+        opt = make(config, dnet.parameters(), fused=fused_update)
         parts = []
 
         def step() -> None:
@@ -115,9 +118,10 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps: int,
-        batch: int) -> dict:
+        batch: int, optimizer: str = "sgd") -> dict:
     cmd = [sys.executable, str(HERE), "--worker", kind, "--threads", str(threads), "--net",
-           str(work / "net.npz"), "--steps", str(steps), "--batch", str(batch)]
+           str(work / "net.npz"), "--steps", str(steps), "--batch", str(batch),
+           "--optimizer", optimizer]
     if plan:
         cmd += ["--plan", str(work / plan)]
     if ranks > 1:
@@ -232,6 +236,35 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
                          f"block plan {volume['block']:,}.")
 
 
+def recipes(net, args) -> str:  # noqa: ANN001
+    """The step of each optimizer at P = 1, one thread, side by side in interleaved rounds,
+    against SGD with momentum (the table's ratio)."""
+    from spdnn.io.bundle import save_network
+
+    names = ("sgd", "adam", "adamw")
+    times: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        save_network(net, work / "net.npz")
+        for r in range(args.rounds):
+            for name in names:
+                out = run("spdnn", 1, 1, work, None, args.steps, args.batch, name)
+                times[name] += out["times"]
+                print(f"round {r + 1}, {name}: median "
+                      f"{1e3 * statistics.median(out['times']):.0f} ms", flush=True)
+    base = statistics.median(times["sgd"])
+    rows = [[name, f"{1e3 * min(t):.0f} / {1e3 * statistics.median(t):.0f}",
+             f"{statistics.median(t) / base:.3f}"] for name, t in times.items()]
+    sizes = " -> ".join(str(n) for n in net.sizes)
+    return (f"Command: `python scripts/bench/bench_train.py --recipes --hidden {args.hidden} "
+            f"--batch {args.batch} --steps {args.steps} --rounds {args.rounds}`. The random "
+            f"network {sizes} ({net.nnz:,} weights), float32, batch {args.batch}, P = 1, one "
+            f"thread; one process per optimizer and round, {args.steps} timed steps after 2 "
+            f"warm-up steps, {args.rounds} interleaved rounds. sgd: momentum 0.9; adam, adamw: "
+            "torch's defaults. Machine: " + machine() + ".\n\n"
+            + table(["optimizer", "ms / step, best / median", "vs SGD with momentum"], rows))
+
+
 def build(structure: str, hidden: int):  # noqa: ANN201
     from spdnn.model.generate import add_head, radixnet, random_network
 
@@ -248,6 +281,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--structure", nargs="+", choices=["random", "radixnet"],
                     default=["random", "radixnet"])
+    ap.add_argument("--recipes", action="store_true",
+                    help="time each optimizer's step instead (the random network)")
+    ap.add_argument("--optimizer", default="sgd", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)
@@ -255,6 +291,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        return 0
+    if args.recipes:
+        publish(args, "BENCH_RECIPES", "Training recipes: optimizers",
+                recipes(build("random", args.hidden), args))
         return 0
     try:
         import torch_baselines as tb

@@ -207,13 +207,7 @@ def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     given = {f.name: getattr(args, f.name) for f in fields(TrainOptions) if hasattr(args, f.name)}
     options = TrainOptions(**{**given, "shuffle": not args.no_shuffle})
 
-    def check() -> None:  # the record's checks, named by their flags
-        try:
-            check_train_options(options)
-        except OptionError as exc:
-            raise exc.as_flag() from None
-
-    comm.check(check)
+    comm.check(lambda: check_train_options(options))  # named by their flags here
     with _dry_run(comm):
         train(args.network, data=args.data, run=_run_options(args), options=options,
               save=args.save, metrics_out=args.metrics_out, comm=comm, verbose=True)

@@ -28,7 +28,7 @@ from spdnn.cli.options import (
     report,
     seed,
 )
-from spdnn.errors import SpdnnError, say_error
+from spdnn.errors import SpdnnError, options_named_by_flag, say_error
 from spdnn.model.choices import DTYPE_NAMES, EXCHANGES
 from spdnn.threads import default_threads, reserve_threads
 
@@ -256,6 +256,21 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
     tr.add_argument("--weight-decay", type=float,
                     help="weight decay on every parameter, biases included; AdamW's decoupled "
                          f"({defaults('weight_decay')})")
+    from spdnn.model.schedule import SCHEDULES
+
+    tr.add_argument("--lr-schedule", choices=SCHEDULES, default="constant",
+                    help="the rate over the job's planned steps T (--epochs x steps per "
+                         "epoch), stepped once per optimizer step; docs/recipes.md")
+    tr.add_argument("--warmup-steps", type=seed, default=0, metavar="W",
+                    help="multiply the rate by (t + 1) / W for the first W steps")
+    tr.add_argument("--min-lr", type=float, default=0.0,
+                    help="cosine: the rate it decays to at step T")
+    tr.add_argument("--step-size", type=positive_int,
+                    help="step: multiply the rate by --gamma every this many steps")
+    tr.add_argument("--gamma", type=float, default=0.1, help="step: the factor")
+    tr.add_argument("--clip-grad-norm", type=float, metavar="X",
+                    help="scale the gradients to an L2 norm of at most X over every parameter "
+                         "and rank, as torch.nn.utils.clip_grad_norm_")
 
 
 def _add_infer(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
@@ -318,23 +333,24 @@ def main(argv: Sequence[str] | None = None, *, finalize_mpi: bool = False) -> in
     args.finalize_mpi = finalize_mpi
     if getattr(args, "threads", None):
         reserve_threads(args.threads)  # before anything loads numba
-    try:
-        from spdnn.cli.commands import COMMANDS
+    with options_named_by_flag():
+        try:
+            from spdnn.cli.commands import COMMANDS
 
-        return COMMANDS[args.command](args) or 0
-    except SpdnnError as exc:
-        report("spdnn", str(exc))
-        return exc.exit_code
-    except KeyboardInterrupt:
-        from spdnn.interrupt import interrupted
+            return COMMANDS[args.command](args) or 0
+        except SpdnnError as exc:
+            report("spdnn", str(exc))
+            return exc.exit_code
+        except KeyboardInterrupt:
+            from spdnn.interrupt import interrupted
 
-        # One line from rank 0 (the launcher interrupts every rank), and out at once: a normal
-        # exit would wait in MPI_Finalize for peers that are gone.
-        interrupted("spdnn")
-        return 130
-    except MemoryError:
-        say_error("spdnn", "out of memory")
-        return 1
+            # One line from rank 0 (the launcher interrupts every rank), and out at once: a
+            # normal exit would wait in MPI_Finalize for peers that are gone.
+            interrupted("spdnn")
+            return 130
+        except MemoryError:
+            say_error("spdnn", "out of memory")
+            return 1
 
 
 if __name__ == "__main__":

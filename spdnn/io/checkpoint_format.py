@@ -22,9 +22,12 @@ CHECKPOINT_FORMAT = "spdnn-checkpoint/2"
 # values would not continue the run (unless the user says so: --resume-with-changes). A
 # checkpoint of format 1 was written by SGD and records neither it nor its settings.
 RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash", "optimizer", "lr",
-                "momentum", "nesterov", "betas", "eps", "weight_decay")
+                "momentum", "nesterov", "betas", "eps", "weight_decay", "lr_schedule",
+                "warmup_steps", "min_lr", "step_size", "gamma", "planned_steps",
+                "clip_grad_norm")
 _OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
-            "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash"}
+            "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash",
+            "planned_steps": "--epochs (the schedule's planned steps)"}
 _STATE_MEMBER = re.compile(r"([a-z][a-z0-9_]*)\.([wb])(\d+)")
 
 

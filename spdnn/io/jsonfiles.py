@@ -230,6 +230,15 @@ class ManifestFile(Struct, kw_only=True):
     eps: Positive | None = None
     weight_decay: NonNegative | None = None
     optimizer_steps: Count | None = None
+    # The rate's schedule (planned_steps: its T, absent for a constant rate) and clipping (0:
+    # none).
+    lr_schedule: str | None = None
+    warmup_steps: Count | None = None
+    min_lr: NonNegative | None = None
+    step_size: Count | None = None
+    gamma: Positive | None = None
+    planned_steps: Count | None = None
+    clip_grad_norm: NonNegative | None = None
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

@@ -23,6 +23,7 @@ from spdnn.model.records import (
     TrainResult,
     check_train_options,
     optimizer_config,
+    schedule_of,
 )
 from spdnn.model.reports import EpochReport, short_sizes
 from spdnn.runtime import memory
@@ -65,6 +66,11 @@ def _config(opt: TrainOptions) -> TrainConfig:
         raise SpdnnError(f"--lsh with {opt.optimizer} takes no --weight-decay yet: its sampled "
                          "rows are updated lazily, as torch.optim.SparseAdam does, which has "
                          "no weight decay (give --weight-decay 0)")
+    schedule = schedule_of(opt)
+    if opt.critical_set is not None and not schedule.constant:
+        raise SpdnnError("--lr-schedule and --warmup-steps do not apply with --critical-set "
+                         "yet: its epochs' steps vary, so the job's planned steps are not "
+                         "known ahead")
     if lsh is not None and compress.enabled:  # its compressor keeps state per position
         raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
                          "those of the rows active in each step, not of fixed positions")
@@ -75,7 +81,8 @@ def _config(opt: TrainOptions) -> TrainConfig:
                        os.fspath(opt.checkpoint_dir),
                        checkpoint_every=opt.checkpoint_every, compress=compress,
                        critical_set=opt.critical_set, refresh=opt.refresh or 2, lsh=lsh,
-                       rehash=opt.rehash)
+                       rehash=opt.rehash, schedule=schedule,
+                       clip_grad_norm=opt.clip_grad_norm)
 
 
 def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
@@ -110,6 +117,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                      (grid.replica, grid.replicas) if grid.replicas > 1 else None)
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss))
+    cfg = comm.check(lambda: cfg.planned(len(data.y_train)))  # the schedule's T
     position, state, lossy = None, None, None
     if opt.resume:
         resume = os.fspath(opt.resume)
@@ -133,12 +141,15 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                                kernels=kernels_backend())
     if comm.rank == 0 and verbose:
         resumed = f", resumed at step {position.step}" if position else ""
+        clip = f"; gradients clipped to norm {cfg.clip_grad_norm:g}" \
+            if cfg.clip_grad_norm else ""
         grid = f" ({dnet.grid.parts} part(s) x {dnet.grid.replicas} replicas)" \
             if dnet.grid.replicas > 1 else ""
         print(f"training {short_sizes(sizes)} ({job.nnz:,} weights) on {data.name} "
               f"with {comm.size} rank(s){grid}, plan "
               f"{job.plan.meta.get('method', '?')}: {len(data.y_train):,} samples, batch "
-              f"{cfg.batch_size}, {describe(cfg.optimizer)}{resumed}"
+              f"{cfg.batch_size}, {describe(cfg.optimizer)}{cfg.schedule.describe()}"
+              f"{clip}{resumed}"
               f"{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
     bars: list = []
 

@@ -34,13 +34,13 @@ def _sgd(opt: Optimizer, i: int, p: np.ndarray, g: np.ndarray | RowGrad) -> bool
     if isinstance(g, RowGrad):
         if c.momentum and "momentum_buffer" not in state:
             state["momentum_buffer"] = np.zeros_like(p)
-        return sgd_rows(p, g, state.get("momentum_buffer", p), c.lr, c.momentum,
+        return sgd_rows(p, g, state.get("momentum_buffer", p), opt.lr, c.momentum,
                         c.weight_decay, c.nesterov)
     buf = state.get("momentum_buffer")
     first = bool(c.momentum) and buf is None
     if first:
         buf = np.empty_like(p)
-    done = sgd_step(p, g, p if buf is None else buf, c.lr, c.momentum, c.weight_decay, first,
+    done = sgd_step(p, g, p if buf is None else buf, opt.lr, c.momentum, c.weight_decay, first,
                     c.nesterov)
     if done and first:
         state["momentum_buffer"] = buf
@@ -98,7 +98,7 @@ def _adam(opt: Optimizer, i: int, p: np.ndarray, g: np.ndarray | RowGrad) -> boo
     decoupled = bool(getattr(opt, "decoupled", False))
     products._nb()
     t = p.dtype.type
-    _numba_update.adam(p, g, m, v, t(1 - c.lr * c.weight_decay), t(c.weight_decay),
+    _numba_update.adam(p, g, m, v, t(1 - opt.lr * c.weight_decay), t(c.weight_decay),
                        t(1 - b1), t(1 - (1 - b1)), abs(1 - b1) < 0.5, t(b2), t(1 - b2),
                        t(step), t(root), t(c.eps), decoupled)
     return True

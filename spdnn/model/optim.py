@@ -115,8 +115,10 @@ class AdamWConfig(AdamConfig):
 class Optimizer:
     """Updates ``params`` in place. ``state[i]`` holds parameter i's named arrays
     (``STATE``), made at its first update as torch makes them; ``steps`` counts the steps
-    taken. ``fused(optimizer, i, p, g) -> bool``, when given, may do parameter i's update
-    in one pass instead (spdnn.kernels.update.fused_update, the runtime's)."""
+    taken; ``lr`` is the rate of the next step (a schedule sets it between steps, as torch's
+    schedulers set a group's). ``fused(optimizer, i, p, g) -> bool``, when given, may do
+    parameter i's update in one pass instead (spdnn.kernels.update.fused_update, the
+    runtime's)."""
 
     name: ClassVar[str]
     STATE: ClassVar[tuple[str, ...]]
@@ -131,6 +133,7 @@ class Optimizer:
     def __post_init__(self) -> None:
         if not self.state:
             self.state = [{} for _ in self.params]
+        self.lr: float = self.config.lr
         self._scratch: list[np.ndarray | None] = [None] * len(self.params)
 
     @classmethod
@@ -194,7 +197,7 @@ class SGD(Optimizer):
                 d += buf * c.momentum
             else:
                 np.copyto(d, buf)
-        d *= c.lr
+        d *= self.lr
         p -= d
 
     def _rows(self, i: int, p: np.ndarray, g: RowGrad) -> None:
@@ -212,7 +215,7 @@ class SGD(Optimizer):
             b = buf[idx] * c.momentum + d
             buf[idx] = b
             d = d + b * c.momentum if c.nesterov else b
-        p[idx] -= d * c.lr
+        p[idx] -= d * self.lr
 
 
 @dataclass
@@ -237,7 +240,7 @@ class Adam(Optimizer):
         """This step's -lr / c1 and sqrt(c2), as torch computes them (Python floats)."""
         c = self.config
         b1, b2 = c.betas
-        return -(c.lr / (1 - b1 ** self.steps)), (1 - b2 ** self.steps) ** 0.5
+        return -(self.lr / (1 - b1 ** self.steps)), (1 - b2 ** self.steps) ** 0.5
 
     def _dense(self, i: int, p: np.ndarray, g: np.ndarray) -> None:
         c = self.config
@@ -245,7 +248,7 @@ class Adam(Optimizer):
         m, v = self.moments(i)
         d = self.scratch(i)
         if c.weight_decay and self.decoupled:
-            p *= 1 - c.lr * c.weight_decay
+            p *= 1 - self.lr * c.weight_decay
         if c.weight_decay and not self.decoupled:
             np.multiply(p, c.weight_decay, out=d)
             d += g
@@ -285,7 +288,7 @@ class Adam(Optimizer):
         v[idx] = old_v + dv
         numer = dm + old_m
         denom = np.sqrt(dv + old_v) + c.eps
-        size = c.lr * math.sqrt(1 - b2 ** self.steps) / (1 - b1 ** self.steps)
+        size = self.lr * math.sqrt(1 - b2 ** self.steps) / (1 - b1 ** self.steps)
         p[idx] += -size * (numer / denom)
 
 
@@ -297,6 +300,36 @@ class AdamW(Adam):
     name: ClassVar[str] = "adamw"
     Config: ClassVar[type] = AdamWConfig
     decoupled: ClassVar[bool] = True
+
+
+def squared_norm(grads: Iterable[np.ndarray | RowGrad]) -> float:
+    """The sum of every gradient entry squared (a RowGrad's entries)."""
+    total = 0.0
+    for g in grads:
+        v = g.values if isinstance(g, RowGrad) else g
+        total += float(np.dot(v, v))
+    return total
+
+
+def clip_coefficient(norm: float, max_norm: float) -> float:
+    """``torch.nn.utils.clip_grad_norm_``'s factor for a total norm: min(1, X / (n + 1e-6))."""
+    return min(1.0, max_norm / (norm + 1e-6))
+
+
+def clip_report(norms: list[float], limit: float | None) -> dict[str, Any]:
+    """An epoch's report of clipping (EpochReport's fields): the mean norm before clipping
+    and the steps it scaled."""
+    if limit is None:
+        return {}
+    return {"gradient_norm": float(np.mean(norms)) if norms else None,
+            "clipped_steps": sum(clip_coefficient(n, limit) < 1 for n in norms)}
+
+
+def scale(grads: Iterable[np.ndarray | RowGrad], factor: float) -> None:
+    """Every gradient times ``factor``, in place (as clip_grad_norm_ multiplies them)."""
+    for g in grads:
+        v = g.values if isinstance(g, RowGrad) else g
+        np.multiply(v, factor, out=v)
 
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Adam, AdamW)}

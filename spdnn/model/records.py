@@ -3,12 +3,13 @@ the commands built on it. Built by keyword; string choices are ``Literal``."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from spdnn.errors import SpdnnError
+from spdnn.errors import OptionError, SpdnnError
 from spdnn.model.choices import DTYPE_NAMES, EXCHANGES, Dtype, Exchange
 from spdnn.model.plan import Plan
 from spdnn.model.reports import EpochReport
@@ -61,6 +62,13 @@ class TrainOptions:
     betas: tuple[float, float] | None = None  # adam, adamw: (0.9, 0.999)
     eps: float | None = None  # adam, adamw: 1e-8
     weight_decay: float | None = None  # sgd, adam 0; adamw 1e-2 (decoupled)
+    # the rate's schedule over the job's planned steps (spdnn.model.schedule)
+    lr_schedule: str = "constant"  # constant | step | cosine
+    warmup_steps: int = 0
+    min_lr: float = 0.0  # cosine's floor
+    step_size: int | None = None  # step: steps between decays by gamma
+    gamma: float = 0.1
+    clip_grad_norm: float | None = None  # torch.nn.utils.clip_grad_norm_'s max_norm
     loss: Loss = "cross_entropy"
     seed: int = 0
     shuffle: bool = True
@@ -269,6 +277,11 @@ def check_train_options(opt: TrainOptions) -> None:
     for name in ("seed", "compress_min_values", "lsh_random", "lsh_top_bias"):
         count(name, 0)
     optimizer_config(opt)
+    schedule_of(opt)
+    c = opt.clip_grad_norm
+    if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
+                          or not 0 < c < math.inf):
+        raise OptionError("clip_grad_norm", f"must be a finite number > 0, not {c!r}")
     if opt.loss not in ("cross_entropy", "mse"):
         raise SpdnnError(f"loss must be cross_entropy or mse, not {opt.loss!r}")
     if opt.critical_set is not None and not 0 < opt.critical_set <= 1:
@@ -284,6 +297,14 @@ def optimizer_config(opt: TrainOptions) -> Any:  # noqa: ANN401
     from spdnn.model.optim import config_of
 
     return config_of(opt.optimizer, **{k: getattr(opt, k) for k in OPTIMIZER_SETTINGS})
+
+
+def schedule_of(opt: TrainOptions) -> Any:  # noqa: ANN401
+    """The rate's schedule from the options (its T is set once the data is known)."""
+    from spdnn.model.schedule import Schedule
+
+    return Schedule(kind=opt.lr_schedule, warmup_steps=opt.warmup_steps, min_lr=opt.min_lr,
+                    step_size=opt.step_size, gamma=opt.gamma)
 
 
 def candidate_plans(run: RunOptions) -> list[str | Plan]:

@@ -33,6 +33,9 @@ class EpochReport:
     precision_at_1: float | None = None
     precision_at_5: float | None = None
     active_outputs: float | None = None  # --lsh: mean active output neurons per sample
+    # --clip-grad-norm: the mean norm of the gradient before clipping, the steps it scaled
+    gradient_norm: float | None = None
+    clipped_steps: int | None = None
 
     @property
     def partial(self) -> bool:
@@ -54,6 +57,9 @@ class EpochReport:
             sums += f", {self.active_outputs:,.0f} active LSH neurons per sample"
         if self.compression_ratio is not None:
             sums += f" (ratio {self.compression_ratio:.4f}, selection {self.select_seconds:.2f} s)"
+        if self.clipped_steps is not None:
+            norm = f"{self.gradient_norm:.4g}" if self.gradient_norm is not None else "-"
+            sums += f", gradient norm {norm} (clipped {self.clipped_steps} steps)"
         return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, train accuracy "
                 f"{self.train_accuracy:.4f}{test}, {self.samples:,} samples, "
                 f"{self.samples_per_second:,.0f} samples/s, "

@@ -9,9 +9,10 @@ applies the identical update.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -26,8 +27,19 @@ from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, n_batches
 from spdnn.model.labels import as_labels
-from spdnn.model.optim import Optimizer, SavedState, interleave, make, settings
+from spdnn.model.optim import (
+    Optimizer,
+    SavedState,
+    clip_coefficient,
+    clip_report,
+    interleave,
+    make,
+    scale,
+    settings,
+    squared_norm,
+)
 from spdnn.model.reports import EpochReport
+from spdnn.model.schedule import Schedule, planned
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
@@ -52,12 +64,20 @@ class TrainConfig:
     refresh: int = 2  # epochs between full passes (with critical_set)
     lsh: LshSpec | None = None  # LSH-selected neurons of the output layer (SLIDE)
     rehash: int = 50  # steps before the first rebuild of the LSH tables
+    schedule: Schedule = Schedule()  # of the rate; its T is set from the data (planned)
+    clip_grad_norm: float | None = None  # the gradients' L2 norm over all ranks, at most
 
     def settings(self) -> dict[str, Any]:
         """What a checkpoint records to refuse a resume that would not continue this run."""
         lsh = {"lsh": self.lsh.text(), "rehash": self.rehash} if self.lsh else {}
+        clip = {"clip_grad_norm": self.clip_grad_norm or 0.0}  # 0: none
         return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                **lsh, **settings(self.optimizer)}
+                **lsh, **settings(self.optimizer), **self.schedule.settings(), **clip}
+
+    def planned(self, n_samples: int) -> TrainConfig:
+        """This config with its schedule's T set for ``n_samples`` training samples."""
+        return replace(self, schedule=planned(self.schedule, self.epochs, n_samples,
+                                              self.batch_size, self.optimizer.lr))
 
 
 def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: TrainConfig,
@@ -76,6 +96,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     grid = dnet.grid
     if len(data.y_train) == 0:
         raise AgreedError(f"{data.name}: no training samples")
+    if not cfg.schedule.total:
+        cfg = comm.check(lambda: cfg.planned(len(data.y_train)))
     opt = make(cfg.optimizer, dnet.parameters(), state, fused=fused_update)
     x_local = local_inputs(dnet, data.x_train, data.name, data.features)
     xt_local = local_inputs(dnet, data.x_test, data.name, data.features) \
@@ -102,6 +124,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         before = Counters.now(dnet)
         pairs_before = dnet.sampled.active_pairs if dnet.sampled is not None else 0
         total_loss, correct, seen, steps = 0.0, 0, 0, 0
+        norms: list[float] = []
         full = crit is None or crit.full(pos.epoch)
         order = crit.order(pos.epoch, cfg.seed, cfg.shuffle) if crit is not None else \
             batch_order(n, pos.epoch, cfg.seed, cfg.shuffle)
@@ -111,7 +134,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         # replica's slice of the serial batch, ``block`` its samples (features x slice)
         for b, idx, mine, block in feed.steps(order, cfg.batch_size, pos.batch):
             value, ok = _step(dnet, cfg, data, block, opt, pos, idx, mine,
-                              crit if crit is not None and full else None)
+                              crit if crit is not None and full else None, norms)
             total_loss += value * len(idx)
             correct += ok
             seen += len(idx)
@@ -132,7 +155,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                 break
         report = _report(comm, dnet, cfg, data, xt_local, pos, _EpochCount(
             t0=t0, before=before, pairs_before=pairs_before, total_loss=total_loss,
-            correct=correct, seen=seen, steps=steps, per_epoch=per_epoch))
+            correct=correct, seen=seen, steps=steps, per_epoch=per_epoch, norms=norms))
         reports.append(report)
         if on_epoch:
             on_epoch(report)
@@ -148,12 +171,13 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
 
 def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, block: np.ndarray,
           opt: Optimizer, pos: Position, idx: np.ndarray, mine: np.ndarray,
-          crit: CriticalSet | None) -> tuple[float, int]:
+          crit: CriticalSet | None, norms: list[float]) -> tuple[float, int]:
     """One optimizer step on the serial batch ``idx``, of which this replica computes ``mine`` (its
     samples: ``block``, features x len(mine)): the
     forward pass (only the outputs LSH retrieves, when sampled), the backward pass with the
     gradient sums, the loss checked finite, the update. Returns the batch's mean loss and
-    correct predictions, over every replica; ``crit``: record each sample's loss there."""
+    correct predictions, over every replica; ``crit``: record each sample's loss there;
+    ``norms``: the gradient's norm before clipping, appended (with clipping)."""
     grid = dnet.grid
     if dnet.sampled is not None and is_rebuild_step(
             pos.step, cfg.rehash, cfg.checkpoint_every if cfg.checkpoint_dir else None):
@@ -178,7 +202,15 @@ def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, block: np.n
         raise AgreedError(f"non-finite loss ({value}) at epoch {pos.epoch + 1}, step "
                           f"{pos.step + 1}: the weights or activations overflowed "
                           f"{dnet.dtype} (a lower --lr may help){kept}")
-    opt.step(interleave(gw, gb))
+    grads = interleave(gw, gb)
+    if cfg.clip_grad_norm is not None:
+        # each rank squares its own rows' complete gradients (summed over the replicas, which
+        # hold the same): one scalar over the model axis
+        norm = math.sqrt(grid.model.allreduce_scalar(squared_norm(grads)))
+        norms.append(norm)
+        scale(grads, clip_coefficient(norm, cfg.clip_grad_norm))
+    opt.lr = cfg.schedule.rate(pos.step, cfg.optimizer.lr)
+    opt.step(grads)
     return float(value), int(ok)
 
 
@@ -194,6 +226,7 @@ class _EpochCount:
     seen: int
     steps: int
     per_epoch: int
+    norms: list[float]
 
 
 def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset,
@@ -221,7 +254,7 @@ def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data
         gradient_values=moved.gradient_values, gradient_megabytes=moved.gradient_bytes / 1e6,
         compression_ratio=moved.ratio(cfg.compress), select_seconds=moved.select_seconds,
         precision_at_1=test if p5 is not None else None, precision_at_5=p5,
-        active_outputs=active)
+        active_outputs=active, **clip_report(c.norms, cfg.clip_grad_norm))
 
 
 def _finish(*steps: Callable[[], None] | None) -> None:
