@@ -30,6 +30,7 @@ from spdnn.kernels.lsh import (
 )
 from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.model.batching import batch_order, batches, columns
+from spdnn.model.counters import Dropout
 from spdnn.model.labels import MultiLabels, as_labels, precision_at
 from spdnn.model.network import Network
 from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
@@ -82,8 +83,10 @@ def forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None = None
     return _forward(net, x0, sampler)[:2]
 
 
-def _forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None) -> tuple:
-    """``forward``'s blocks and the sampled layer's neuron of each active pair (or None)."""
+def _forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None,
+             masks: list | None = None) -> tuple:
+    """``forward``'s blocks and the sampled layer's neuron of each active pair (or None);
+    ``masks[k - 1]``: dropout's factors of hidden layer k's outputs (None: none)."""
     zs: list[np.ndarray] = []
     xs: list[np.ndarray] = [x0]
     act = None
@@ -99,6 +102,8 @@ def _forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None) -> tup
         zs.append(z)
         if k < net.n_layers:
             xs.append(activate(z.copy(), net.cap))
+            if masks is not None and masks[k - 1] is not None:
+                xs[-1] *= masks[k - 1]
     return zs, xs, act
 
 
@@ -112,18 +117,19 @@ class Gradients:
 
 
 def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
-             sampler: HiddenSampler | None = None) -> Gradients:
+             sampler: HiddenSampler | None = None, masks: list | None = None) -> Gradients:
     """Loss and gradients of all parameters for one batch (x0: n_0 x B, y: B labels). With
     a ``sampler``, its layer's gradients are those of the rows active for some sample
-    (RowGrad): its error is zero off the active pairs, where its Z is zero."""
-    zs, xs, act = _forward(net, x0, sampler)
+    (RowGrad): its error is zero off the active pairs, where its Z is zero. ``masks``:
+    dropout's factors per hidden layer (``_forward``)."""
+    zs, xs, act = _forward(net, x0, sampler, masks)
     out = output(zs[-1], net.output_activation, net.cap)
     value, grad = loss_and_gradient(out, y, loss)
     pred = np.argmax(out, axis=0)
     correct = int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
     delta = grad if net.output_activation == "linear" else grad * activation_slope(zs[-1], net.cap)
     gw, gb = [np.empty(0)] * net.n_layers, [np.empty(0)] * net.n_layers
-    _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb)
+    _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb, masks)
     if act is not None:  # the pairs the forward pass retrieved
         k = sampler.hashes.spec.layer - 1
         w = net.layers[k].weight
@@ -136,14 +142,18 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
 
 
 def _backward_from(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
-                   delta: np.ndarray, top: int, gw: list, gb: list) -> None:
-    """Gradients of layers ``top`` down to the first, from the error block of layer ``top``."""
+                   delta: np.ndarray, top: int, gw: list, gb: list,
+                   masks: list | None = None) -> None:
+    """Gradients of layers ``top`` down to the first, from the error block of layer ``top``
+    (through dropout's ``masks`` where given)."""
     for k in range(top, -1, -1):
         w = net.layers[k].weight
         gw[k] = sampled_products(w, delta, xs[k])
         gb[k] = delta.sum(axis=1)
         if k > 0:
             delta = (w.T @ delta) * activation_slope(zs[k - 1], net.cap)
+            if masks is not None and masks[k - 1] is not None:
+                delta *= masks[k - 1]
 
 
 def lsh_tables(net: Network, hashes: HashFunctions) -> Tables:
@@ -220,13 +230,14 @@ def train(
     checkpoint_every: int | None = None,
     schedule: Schedule | None = None,
     clip_grad_norm: float | None = None,
+    dropout: Dropout | None = None,
 ) -> tuple[Network, list[EpochReport]]:
     """Train a copy of ``net`` with the ``optimizer`` a config names (spdnn.model.optim);
     return it and one report per epoch. ``lsh``: SLIDE's sampled
     output layer, its tables rebuilt as ``is_rebuild_step`` says (``checkpoint_every``: the
     rebuilds of a run that writes checkpoints). ``schedule``: the rate of each step (its T
     set here), ``clip_grad_norm``: the gradients scaled as torch.nn.utils.clip_grad_norm_
-    does."""
+    does; ``dropout``: its masks drawn by step, layer, neuron and sample index."""
     net = net.copy()
     opt = make(optimizer, parameters(net.layers))
     schedule = planned(schedule or Schedule(), epochs, len(data.y_train), batch_size, optimizer.lr)
@@ -261,7 +272,10 @@ def train(
                                              fill, top)
                 pairs += active
             else:
-                g = backward(net, columns(x, idx), y[idx], loss)
+                masks = None if dropout is None else [
+                    dropout.mask(steps, k, np.arange(net.sizes[k]), idx, net.dtype)
+                    for k in range(1, net.n_layers)]
+                g = backward(net, columns(x, idx), y[idx], loss, masks=masks)
             grads = interleave(g.weights, g.biases)
             if clip_grad_norm is not None:
                 norm = float(np.sqrt(squared_norm(grads)))

@@ -264,3 +264,55 @@ def test_a_warm_up_longer_than_the_job_is_refused():
         with pytest.raises(OptionError) as err:
             Schedule(**bad)
         assert err.value.name == field
+
+
+def test_dropout_is_torchs_inverted_dropout_with_the_same_masks():
+    """Two epochs with dropout 0.5 and 0.3 on the hidden layers: torch, multiplying each
+    hidden output by the same masks (as nn.Dropout multiplies by its Bernoulli draws over
+    1 - p), gives the same weights; the masks drop about p of the entries."""
+    from spdnn.model.batching import batch_order, batches
+    from spdnn.model.counters import Dropout
+
+    config, name, kwargs = CASES["adam-decay"]
+    net = small_network((12, 16, 10, 5), fan_in=4, seed=3, bias_scale=0.3)
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((30, 12)), rng.integers(0, 5, 30)
+    drop = Dropout((0.5, 0.3), seed=11)
+    trained, _ = train(net, Dataset(name="t", x_train=x, y_train=y), 2, 8, config,
+                       seed=11, dropout=drop)
+    model = _masked_torch_model(net)
+    params = [p for m in model if hasattr(m, "bias") for p in (m.weight_orig, m.bias)]
+    opt = getattr(torch.optim, name)(params, **kwargs)
+    linears = [m for m in model if hasattr(m, "bias")]
+    step, kept = 0, []
+    for epoch in range(2):
+        for idx in batches(batch_order(30, epoch, 11, True), 8):
+            h = torch.tensor(x[idx])
+            for k, lin in enumerate(linears, start=1):
+                h = lin(h)
+                if k < len(linears):
+                    mask = drop.mask(step, k, np.arange(lin.out_features), idx, np.float64)
+                    kept.append(np.mean(mask > 0))
+                    h = torch.relu(h) * torch.tensor(mask.T)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(h, torch.tensor(y[idx])).backward()
+            opt.step()
+            step += 1
+    _assert_same_weights(trained, linears)
+    assert 0.4 < np.mean(kept[::2]) < 0.6 and 0.6 < np.mean(kept[1::2]) < 0.8
+    assert set(np.unique(drop.mask(0, 1, np.arange(16), np.arange(8), np.float64))) == {0, 2}
+
+
+def test_dropout_masks_depend_on_the_sample_not_on_who_draws_them():
+    """A neuron's draw for a sample is the same whichever rows and samples are asked with it,
+    and differs between steps, layers and seeds."""
+    from spdnn.model.counters import uniform
+
+    whole = uniform(3, "dropout", 5, 2, np.arange(40), np.arange(100, 164))
+    part = uniform(3, "dropout", 5, 2, np.array([7, 30]), np.array([150, 101]))
+    np.testing.assert_array_equal(part, whole[np.ix_([7, 30], [50, 1])])
+    for other in (uniform(4, "dropout", 5, 2, np.arange(40), np.arange(100, 164)),
+                  uniform(3, "dropout", 6, 2, np.arange(40), np.arange(100, 164)),
+                  uniform(3, "dropout", 5, 3, np.arange(40), np.arange(100, 164))):
+        assert np.mean(other == whole) < 0.01
+    assert 0.45 < whole.mean() < 0.55 and whole.min() >= 0 and whole.max() < 1

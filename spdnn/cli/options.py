@@ -108,6 +108,16 @@ def betas(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"must be two numbers B1,B2, not {text}") from None
 
 
+def rates(text: str) -> float | tuple[float, ...]:
+    """``--dropout P`` or ``P1,P2,...``: numbers (their range is dropout's check)."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a rate or rates P1,P2,..., not {text}"
+                                         ) from None
+    return values[0] if len(values) == 1 else values
+
+
 def fraction(text: str) -> float:
     """A number in (0, 1]."""
     try:

@@ -24,6 +24,7 @@ from spdnn.cli.options import (
     memory_limit,
     non_negative,
     positive_int,
+    rates,
     replica_count,
     report,
     seed,
@@ -268,6 +269,9 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
     tr.add_argument("--step-size", type=positive_int,
                     help="step: multiply the rate by --gamma every this many steps")
     tr.add_argument("--gamma", type=float, default=0.1, help="step: the factor")
+    tr.add_argument("--dropout", type=rates, metavar="P[,P...]",
+                    help="inverted dropout on the hidden layers' outputs in training: one "
+                         "rate, or one per hidden layer (masks that do not depend on P)")
     tr.add_argument("--clip-grad-norm", type=float, metavar="X",
                     help="scale the gradients to an L2 norm of at most X over every parameter "
                          "and rank, as torch.nn.utils.clip_grad_norm_")

@@ -239,6 +239,7 @@ class ManifestFile(Struct, kw_only=True):
     gamma: Positive | None = None
     planned_steps: Count | None = None
     clip_grad_norm: NonNegative | None = None
+    dropout: list[Annotated[float, Meta(ge=0, lt=1)]] | None = None  # per hidden layer
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

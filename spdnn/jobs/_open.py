@@ -29,7 +29,8 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
              training: bool = False, can_stream: bool = False,
              challenge: bool = False,
              data: Callable[[Grid, np.ndarray, int], int] | None = None,
-             lsh_tables: int = 0, lsh_layer: int = -1, optimizer_arrays: int = 1) -> Opened:
+             lsh_tables: int = 0, lsh_layer: int = -1, optimizer_arrays: int = 1,
+             dropout: bool = False) -> Opened:
     """Check ``run`` and the output paths, set the threads, choose the grid, open the
     network (a bundle's path, or a ``Network`` every rank holds) on every rank. The kernels
     are not loaded yet: the job calls ``spdnn.runtime.session.warm_up`` once its inputs are
@@ -37,7 +38,8 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
     ``challenge``: one in Graph Challenge chunks (the memory it will need); ``data``: this
     rank's input bytes for its grid and features, counted before loading (``Budget.data``);
     ``lsh_tables``: the hash tables ``--lsh`` will build, over layer ``lsh_layer`` (from 0);
-    ``optimizer_arrays``: the training optimizer's state per value. Collective."""
+    ``optimizer_arrays``: the training optimizer's state per value; ``dropout``: whether it
+    draws masks. Collective."""
     if not isinstance(network, Network):
         network = os.fspath(network)
 
@@ -78,7 +80,7 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
     budget = Budget(limit=run.memory_limit, batch=batch, training=training,
                     can_stream=can_stream, stream_layers=run.stream_layers,
                     challenge=challenge, data=data, lsh_tables=lsh_tables,
-                    lsh_layer=lsh_layer, optimizer_arrays=optimizer_arrays)
+                    lsh_layer=lsh_layer, optimizer_arrays=optimizer_arrays, dropout=dropout)
     return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False,
                         budget=budget, dry_run=run.dry_run)
 

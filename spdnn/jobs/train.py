@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from spdnn.comm import Communicator
@@ -14,6 +15,7 @@ from spdnn.io.datasets import check_fits
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
+from spdnn.model.counters import Dropout
 from spdnn.model.memory import replica_batch
 from spdnn.model.network import Network
 from spdnn.model.optim import describe, state_arrays
@@ -71,6 +73,9 @@ def _config(opt: TrainOptions) -> TrainConfig:
         raise SpdnnError("--lr-schedule and --warmup-steps do not apply with --critical-set "
                          "yet: its epochs' steps vary, so the job's planned steps are not "
                          "known ahead")
+    if lsh is not None and opt.dropout:
+        raise SpdnnError("--dropout does not apply with --lsh yet: a sampled layer's outputs "
+                         "are its active pairs")
     if lsh is not None and compress.enabled:  # its compressor keeps state per position
         raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
                          "those of the rows active in each step, not of fixed positions")
@@ -108,7 +113,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     cfg = comm.check(lambda: _config(opt))
     save = None if save is None else os.fspath(save)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
-    job = open_training(comm, network, run, cfg, save, metrics_out, verbose, data_spec)
+    job = open_training(comm, network, run, cfg, save, metrics_out, verbose, data_spec,
+                        dropout=bool(opt.dropout))
     sizes, dnet = job.bundle.sizes, job.dnet
     # each rank reads only its model part's input columns, and a replica only its share of the
     # samples (it fetches the others' as the batches need them: spdnn.runtime.samples)
@@ -118,6 +124,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss))
     cfg = comm.check(lambda: cfg.planned(len(data.y_train)))  # the schedule's T
+    cfg = comm.check(lambda: replace(cfg, dropout=Dropout.of(opt.dropout, len(sizes) - 2,
+                                                             cfg.seed)))
     position, state, lossy = None, None, None
     if opt.resume:
         resume = os.fspath(opt.resume)
@@ -149,7 +157,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
               f"with {comm.size} rank(s){grid}, plan "
               f"{job.plan.meta.get('method', '?')}: {len(data.y_train):,} samples, batch "
               f"{cfg.batch_size}, {describe(cfg.optimizer)}{cfg.schedule.describe()}"
-              f"{clip}{resumed}"
+              f"{clip}{cfg.dropout.describe() if cfg.dropout else ''}{resumed}"
               f"{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
     bars: list = []
 
@@ -176,6 +184,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         result["memory"] = mem = memory.report(
             comm, dnet, batch=replica_batch(cfg.batch_size, dnet.grid.replicas), training=True,
             optimizer=optimizer_state, optimizer_arrays=state_arrays(cfg.optimizer),
+            dropout=cfg.dropout is not None,
             data=[*inputs, data.x_train, data.x_test])
         if comm.rank == 0 and verbose:
             print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
@@ -208,7 +217,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
 
 def open_training(comm: Communicator, network: str | os.PathLike | Network, run: RunOptions,
                   cfg: TrainConfig, save: str | None, metrics_out: str | None, verbose: bool,
-                  data: Any = None):  # noqa: ANN401
+                  data: Any = None, dropout: bool = False):  # noqa: ANN401
     """Open the job with its outputs checked first (nothing is computed for an hour and then
     fails to be written), and ``data``'s bytes counted before anything is loaded."""
     from spdnn.io.datasize import data_nbytes
@@ -224,4 +233,5 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
                     data=None if data is None else count,
                     lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0,
                     lsh_layer=cfg.lsh.layer - 1 if cfg.lsh is not None else -1,
-                    optimizer_arrays=state_arrays(cfg.optimizer))
+                    optimizer_arrays=state_arrays(cfg.optimizer),
+                    dropout=dropout)

@@ -98,7 +98,8 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
             data_bytes: int = 0, baseline: int | None = None,
             challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1,
-            numba: bool = True, optimizer_arrays: int = 1) -> MemoryPrediction:
+            numba: bool = True, optimizer_arrays: int = 1,
+            dropout: bool = False) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
@@ -107,7 +108,9 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     the numba kernels or, ``numba=False``, on scipy's).
     ``lsh_tables``: L hash tables over the rows of layer ``lsh_layer`` (from 0; -1: the
     output layer), ``--lsh``. ``optimizer_arrays``: the optimizer's state arrays per value
-    (SGD's momentum 1, Adam's moments 2: spdnn.model.optim.state_arrays)."""
+    (SGD's momentum 1, Adam's moments 2: spdnn.model.optim.state_arrays); ``dropout``: each
+    hidden layer's mask of the step (rows x batch values) and, while one is drawn, its
+    64-bit counters (two blocks of the widest layer)."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
@@ -136,6 +139,9 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
             sum(s.buffer_rows + s.rows for s in layers) + max(s.ghosts for s in layers)
             + sum(max([s.prev_rows for i, s in enumerate(layers) if i % 2 == b], default=0)
                   for b in (0, 1))) + 3 * itemsize  # each shared block has one spare value
+        if dropout:
+            step += batch * (itemsize * sum(s.rows for s in layers[:-1])
+                             + 16 * max(s.rows for s in layers))
         if sampled is not None:
             step += batch * itemsize * (sampled.buffer_rows
                                         - (sampled.rows if sampled is layers[-1] else 0))

@@ -69,6 +69,8 @@ class TrainOptions:
     step_size: int | None = None  # step: steps between decays by gamma
     gamma: float = 0.1
     clip_grad_norm: float | None = None  # torch.nn.utils.clip_grad_norm_'s max_norm
+    # inverted dropout on hidden outputs in training: one rate, or one per hidden layer
+    dropout: float | tuple[float, ...] | None = None
     loss: Loss = "cross_entropy"
     seed: int = 0
     shuffle: bool = True
@@ -278,6 +280,11 @@ def check_train_options(opt: TrainOptions) -> None:
         count(name, 0)
     optimizer_config(opt)
     schedule_of(opt)
+    if opt.dropout is not None:  # its count is checked against the network's layers
+        from spdnn.model.counters import Dropout
+
+        d = opt.dropout
+        Dropout(tuple(d) if isinstance(d, (tuple, list)) else (d,))
     c = opt.clip_grad_norm
     if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
                           or not 0 < c < math.inf):

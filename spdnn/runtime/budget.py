@@ -58,6 +58,7 @@ class Budget:
     lsh_tables: int = 0  # --lsh: hash tables over a layer's rows (spdnn.model.memory)
     lsh_layer: int = -1  # that layer, from 0 (-1: the output layer)
     optimizer_arrays: int = 1  # training: the optimizer's state per value (model.memory)
+    dropout: bool = False  # training: dropout's masks of the step (model.memory)
     # This rank's input data in bytes, from the grid (its replica's share of the samples), its
     # first layer's features and the network's input size, counted before anything is read
     # (None: not known ahead).
@@ -124,7 +125,8 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
                    training=budget.training, challenge=budget.challenge, data_bytes=data,
                    lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer,
-                   numba=numba, optimizer_arrays=budget.optimizer_arrays)
+                   numba=numba, optimizer_arrays=budget.optimizer_arrays,
+                   dropout=budget.dropout)
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None

@@ -17,6 +17,7 @@ from spdnn.kernels import products as kernels
 from spdnn.kernels import sparse_inputs
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
+from spdnn.model.counters import Dropout
 from spdnn.model.labels import MultiLabels, as_labels
 from spdnn.model.network import Fingerprint
 from spdnn.model.ops import check_targets, output
@@ -143,7 +144,8 @@ class DistributedNetwork:
 
     def forward(self, x0: np.ndarray, *, keep: bool = True, drop_dead: bool = False,
                 sampled: bool = False, labels: MultiLabels | None = None,
-                fill: np.ndarray | None = None) -> Forward:
+                fill: np.ndarray | None = None,
+                dropout: tuple[Dropout, int, np.ndarray] | None = None) -> Forward:
         """x0: this rank's input rows (n_owned_0 x B).
 
         ``keep``: every layer's X buffer and Z stay in the workspace of this batch size, for
@@ -154,6 +156,8 @@ class DistributedNetwork:
         layers run in one kernel call (spdnn.runtime.narrow).
         ``sampled``: the last layer computes its LSH-selected pairs only (``self.sampled``),
         with the ``labels`` of the samples and the random ``fill`` joining them in training.
+        ``dropout``: (the spec, the step, the samples' indices in the data set): each hidden
+        layer's owned outputs times its mask before they travel (kept for ``backward``).
         """
         if sampled and self.sampled is None:
             raise ValueError("sampled forward pass without LSH tables (sampled.use_lsh)")
@@ -174,6 +178,8 @@ class DistributedNetwork:
             return pp.x[which][: rows * cols].reshape(rows, cols)
 
         x = xview(0, cur, width)
+        if ws is not None:
+            ws.masks = []
         known = fill_inputs(x[: self.layers[0].n_owned_prev], x0, ws)  # a sparse block's rows
         run = layer_run(self) if drop_dead and not sampled and self.comm.size == 1 else None
         for i, layer in enumerate(self.layers):
@@ -194,6 +200,12 @@ class DistributedNetwork:
                 live = self.forward_layer(i, x, z, nxt if nxt is None else nxt[:n], flags, known)
                 if ws is not None and i == 0:
                     ws.live_inputs = live
+            if dropout is not None and not last:
+                spec, step, samples = dropout
+                mask = spec.mask(step, i + 1, layer.rows, samples, self.dtype)
+                if mask is not None:
+                    nxt[:n] *= mask  # dropped values are exact zeros: not sent
+                ws.masks.append(mask)
             if flags is not None:
                 alive = (self.comm.allreduce(flags, "max") if self.comm.size > 1 else flags) > 0
                 kept = int(alive.sum())
@@ -274,7 +286,8 @@ class DistributedNetwork:
             t2 = time.perf_counter()
             g = ws.partial[i]
             # With no partials coming in, the activation mask is applied inside the pass.
-            z_prev = ws.zs[i - 1] if ex.rows_sent == 0 else None
+            drop = ws.masks[i - 1] if ws.masks else None
+            z_prev = ws.zs[i - 1] if ex.rows_sent == 0 and drop is None else None
             for rows in row_chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
                 kernels.backward_products(wt, values, delta, ws.xbufs[i], g, ws.grad_w[i],
                                           rows, z=z_prev, cap=self.cap)
@@ -285,6 +298,8 @@ class DistributedNetwork:
             t4 = time.perf_counter()
             if z_prev is None:
                 kernels.apply_slope(g, ws.zs[i - 1], self.cap)
+            if drop is not None:
+                g *= drop
             delta = g
             t5 = time.perf_counter()
             t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (t5 - t4), comm=t2 - t1,

@@ -86,7 +86,8 @@ def data_nbytes(data: Iterable[Any]) -> int:
 
 def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training: bool,
            optimizer: Iterable[Any] = (), data: Iterable[Any] = (),
-           challenge: bool = False, optimizer_arrays: int = 1) -> dict[str, Any]:
+           challenge: bool = False, optimizer_arrays: int = 1,
+           dropout: bool = False) -> dict[str, Any]:
     """Per rank (lists in rank order, on every rank): the measured peak, the prediction and
     what was held (``challenge``: of Graph Challenge chunks). Collective."""
     mine_held = held(dnet, optimizer, data)
@@ -96,7 +97,7 @@ def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training
                         lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0,
                         lsh_layer=dnet.sampled.index if dnet.sampled else -1,
                         numba=products.backend() == "numba",
-                        optimizer_arrays=optimizer_arrays).as_dict()
+                        optimizer_arrays=optimizer_arrays, dropout=dropout).as_dict()
     every = comm.allgather((peak_rss(), mine_pred, mine_held))
     return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
             "held_bytes": [e[2] for e in every]}

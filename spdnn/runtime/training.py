@@ -26,6 +26,7 @@ from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, n_batches
+from spdnn.model.counters import Dropout
 from spdnn.model.labels import as_labels
 from spdnn.model.optim import (
     Optimizer,
@@ -66,13 +67,15 @@ class TrainConfig:
     rehash: int = 50  # steps before the first rebuild of the LSH tables
     schedule: Schedule = Schedule()  # of the rate; its T is set from the data (planned)
     clip_grad_norm: float | None = None  # the gradients' L2 norm over all ranks, at most
+    dropout: Dropout | None = None  # on the hidden layers' outputs (spdnn.model.counters)
 
     def settings(self) -> dict[str, Any]:
         """What a checkpoint records to refuse a resume that would not continue this run."""
         lsh = {"lsh": self.lsh.text(), "rehash": self.rehash} if self.lsh else {}
         clip = {"clip_grad_norm": self.clip_grad_norm or 0.0}  # 0: none
+        drop = self.dropout.settings() if self.dropout else {"dropout": []}
         return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                **lsh, **settings(self.optimizer), **self.schedule.settings(), **clip}
+                **lsh, **settings(self.optimizer), **self.schedule.settings(), **clip, **drop}
 
     def planned(self, n_samples: int) -> TrainConfig:
         """This config with its schedule's T set for ``n_samples`` training samples."""
@@ -114,6 +117,11 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     crit = CriticalSet(n, cfg.critical_set, cfg.refresh) if cfg.critical_set else None
     if lossy is not None:
         lossy.apply(dnet, crit)
+    if cfg.dropout is not None and dnet.cap is not None:
+        # a kept value scaled by 1 / (1 - p) may equal the cap below it: the fold must not
+        # take such an entry for one whose slope is 0 (a zero still is: dropped or z <= 0)
+        for layer in dnet.layers:
+            layer.exchange.cap = None
 
     def checkpoint() -> None:
         save_checkpoint(comm, dnet, SavedState.of(opt), pos, str(cfg.checkpoint_dir),
@@ -187,7 +195,8 @@ def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, block: np.n
     output = dnet.sampled is not None and dnet.sampled.output
     fwd = dnet.forward(block, sampled=dnet.sampled is not None,  # labels join the output's
                        labels=as_labels(data.y_train[mine], dnet.sizes[-1]) if output else None,
-                       fill=fill)
+                       fill=fill, dropout=None if cfg.dropout is None else
+                       (cfg.dropout, pos.step, mine))
     per_sample = np.empty(len(mine)) if crit is not None else None
     dnet.sums.step = pos.step  # compressors draw by step: a resume draws the same
     value, ok, gw, gb = dnet.backward(fwd, data.y_train[mine], cfg.loss, len(idx), per_sample)

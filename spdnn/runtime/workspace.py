@@ -49,6 +49,8 @@ class Workspace:
         # The rows of X_0 that hold a nonzero, when the forward pass skipped the others
         # (spdnn.kernels.sparse_inputs): the weight gradient skips them too.
         self.live_inputs: np.ndarray | None = None
+        # dropout's factors of each hidden layer's owned rows in this step (None: none)
+        self.masks: list[np.ndarray | None] = []
         self.filled: np.ndarray | None = None  # the rows of X_0 the last sparse block wrote
 
     def nbytes(self) -> int:
