@@ -15,6 +15,7 @@ _HOMES = {
     "InputError": "spdnn.errors", "OptionError": "spdnn.errors", "SpdnnError": "spdnn.errors",
     "NETWORK_FORMAT": "spdnn.io.bundle", "NetworkBundle": "spdnn.io.bundle",
     "load_network": "spdnn.io.bundle", "save_network": "spdnn.io.bundle",
+    "from_torch": "spdnn.io.pytorch", "to_torch": "spdnn.io.pytorch",
     "Dataset": "spdnn.io.datasets", "load_dataset": "spdnn.io.datasets",
     "PLAN_FORMAT": "spdnn.io.planfile", "load_plan": "spdnn.io.planfile",
     "save_plan": "spdnn.io.planfile",
@@ -81,4 +82,6 @@ __all__ = [
     "plan_statistics",
     "save_network",
     "save_plan",
+    "from_torch",
+    "to_torch",
 ]

@@ -186,7 +186,7 @@ def _serial_cases(d: Path, rank: int) -> list[tuple[str, str, list[object]]]:
         ("gc/n12-l1.tsv", "spdnn", ["convert", "graphchallenge", d / "gc", "--bias", "-0.3",
                                     "-o", out / "g.npz"]),
         ("model.safetensors", "spdnn", ["convert", "safetensors", d / "model.safetensors",
-                                        "-o", out / "s.npz"]),
+                                        "--activations", "relu", "-o", out / "s.npz"]),
         ("dense.npz", "spdnn", ["generate", "prune", "--weights", d / "dense.npz",
                                 "--density", "0.5", "-o", out / "pr.npz"]),
         ("metrics.json", "spdnn", ["plot", d / "metrics.json", "-o", out / "m.svg"]),

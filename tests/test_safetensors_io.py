@@ -69,8 +69,10 @@ def test_pruned_and_zero_styles_read_as_the_same_network(tmp_path):
         pruned[f"fc{k}.weight_orig"] = orig  # pruned-away values are still stored
         pruned[f"fc{k}.weight_mask"] = (w != 0).astype(np.float32)
         pruned[f"fc{k}.bias"] = b
-    a = read_safetensors(_write_raw(tmp_path / "plain.safetensors", plain), dtype=np.float64)
-    b = read_safetensors(_write_raw(tmp_path / "pruned.safetensors", pruned), dtype=np.float64)
+    a = read_safetensors(_write_raw(tmp_path / "plain.safetensors", plain), dtype=np.float64,
+                         activations="relu")
+    b = read_safetensors(_write_raw(tmp_path / "pruned.safetensors", pruned), dtype=np.float64,
+                         activations="relu")
     x = rng.standard_normal((5, 12))
     for net in (a, b):
         assert net.sizes == (12, 9, 7, 4) and net.output_activation == "linear"
@@ -87,7 +89,7 @@ def test_round_trip_keeps_names_style_and_values(tmp_path):
     tensors = {"layers.10.weight": ws[1], "layers.10.bias": bs[1],  # natural order: 2 < 10
                "layers.2.weight_orig": ws[0], "layers.2.weight_mask": (ws[0] != 0).astype(
                    np.float32)}  # no bias: zeros
-    net = read_safetensors(_write_raw(tmp_path / "m.safetensors", tensors))
+    net = read_safetensors(_write_raw(tmp_path / "m.safetensors", tensors), activations="relu")
     assert net.extra["safetensors"]["names"] == ["layers.2", "layers.10"]
     np.testing.assert_array_equal(net.layers[0].bias, 0)
     write_safetensors(net, tmp_path / "back.safetensors")
@@ -114,14 +116,14 @@ def test_half_precision_and_layer_selection(tmp_path):
                "fc2.weight": ("bf16", ws[1]), "fc2.bias": ("bf16", bs[1]),
                "fc3.weight": ws[2], "fc3.bias": bs[2]}
     path = _write_raw(tmp_path / "h.safetensors", tensors)
-    net = read_safetensors(path, names=["fc1", "fc2"], dtype=np.float32)
+    net = read_safetensors(path, names=["fc1", "fc2"], dtype=np.float32, activations="relu")
     assert net.sizes == (4, 6, 6)
     np.testing.assert_array_equal(net.layers[0].weight.toarray(),
                                   ws[0].astype(np.float16).astype(np.float32))
     bf = (ws[1].view(np.uint32) & 0xFFFF0000).view(np.float32)  # bf16 truncation is exact
     np.testing.assert_array_equal(net.layers[1].weight.toarray(), bf)
     with pytest.raises(InputError, match="layer 'fc1' takes 4 inputs but 'fc2' gives 6"):
-        read_safetensors(path, names=["fc2", "fc1"])
+        read_safetensors(path, names=["fc2", "fc1"], activations="relu")
 
 
 @pytest.mark.parametrize("case, match", [
@@ -179,7 +181,7 @@ def test_damaged_files_are_one_line_errors(tmp_path, case, match):
             tensors["fc1.weight"] = np.ones(12, np.float32)
         _write_raw(path, tensors, patch, cut)
     with pytest.raises(InputError, match=match) as err:
-        read_safetensors(path)
+        read_safetensors(path, activations="relu")
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
@@ -188,7 +190,8 @@ def test_cli_convert_both_ways(tmp_path):
     ws, bs = _mlp(rng, (64, 16, 10))  # the embedded digits: 64 features, 10 classes
     path = _write_raw(tmp_path / "m.safetensors", {"hidden.weight": ws[0], "hidden.bias": bs[0],
                                                    "out.weight": ws[1], "out.bias": bs[1]})
-    proc = run_spdnn("convert", "safetensors", path, "--layers", "hidden,out", "-o",
+    proc = run_spdnn("convert", "safetensors", path, "--activations", "relu", "--layers",
+                     "hidden,out", "-o",
                      tmp_path / "net.npz")
     assert proc.returncode == 0, proc.stderr
     assert "2 layers" in proc.stdout
@@ -214,7 +217,8 @@ def test_cli_convert_both_ways(tmp_path):
     proc = run_spdnn("convert", "network", tmp_path / "net.npz", "--layers", "1", "-o",
                      tmp_path / "first.npz")  # a count keeps the first layers
     assert proc.returncode == 0 and load_network(tmp_path / "first.npz").sizes == (64, 16)
-    proc = run_spdnn("convert", "safetensors", path, "--layers", "fc9", "-o",
+    proc = run_spdnn("convert", "safetensors", path, "--activations", "relu", "--layers",
+                     "fc9", "-o",
                      tmp_path / "x.npz")
     assert_one_line_error(proc, "no layer named 'fc9'")
     assert not (tmp_path / "x.npz").exists()
@@ -237,7 +241,7 @@ def test_the_safetensors_package_reads_ours_and_we_read_its(tmp_path):
               "fc2.weight_mask": (ws[1] != 0).astype(np.float32), "fc2.bias": bs[1],
               "fc3.weight": ws[2].astype(np.float16), "fc3.bias": bs[2].astype(np.float16)}
     st.save_file(theirs, str(tmp_path / "theirs.safetensors"), metadata={"by": "safetensors"})
-    net = read_safetensors(tmp_path / "theirs.safetensors")
+    net = read_safetensors(tmp_path / "theirs.safetensors", activations="relu")
     assert net.extra["safetensors"]["names"] == ["fc1", "fc2", "fc3"]
     for k, layer in enumerate(net.layers):
         want = np.asarray(ws[k], dtype=np.float16 if k == 2 else np.float64)
@@ -281,7 +285,7 @@ def test_real_pytorch_round_trip(tmp_path):
     src = model()
     st.save_file({k: v.contiguous() for k, v in src.state_dict().items()},
                  str(tmp_path / "pruned.safetensors"))
-    net = read_safetensors(tmp_path / "pruned.safetensors", dtype=np.float64)
+    net = read_safetensors(tmp_path / "pruned.safetensors", dtype=np.float64, activations="relu")
     assert net.nnz == int(sum((getattr(src, n).weight_mask != 0).sum() for n in ("fc1", "fc2")))
     x = np.random.default_rng(4).standard_normal((6, 10))
     with torch.no_grad():
@@ -298,3 +302,53 @@ def test_real_pytorch_round_trip(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(dst(torch.from_numpy(x)).numpy(), expected, rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_the_hidden_activation_is_asked_for_never_assumed(tmp_path):
+    """A file that does not say what its hidden layers compute is refused without
+    --activations; a wrong count, or one spdnn does not compute (a tanh model would give wrong
+    answers under ReLU), is refused too; spdnn's own export says relu, and reads back."""
+    rng = np.random.default_rng(4)
+    ws, bs = _mlp(rng, (64, 16, 12, 10))
+    path = _write_raw(tmp_path / "m.safetensors", {f"fc{k + 1}.{part}": a for k in range(3)
+                                                   for part, a in (("weight", ws[k]),
+                                                                   ("bias", bs[k]))})
+    for extra, fragments in (([], ["does not say", "--activations", "relu,relu"]),
+                             (["--activations", "tanh,relu"], ["'tanh' is not supported"]),
+                             (["--activations", "relu,relu,relu"], ["lists 3 activations"])):
+        proc = run_spdnn("convert", "safetensors", path, *extra, "-o", tmp_path / "x.npz")
+        assert_one_line_error(proc, "m.safetensors", *fragments)
+        assert not (tmp_path / "x.npz").exists()
+    proc = run_spdnn("convert", "safetensors", path, "--activations", "relu,relu", "-o",
+                     tmp_path / "net.npz")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_spdnn("convert", "network", tmp_path / "net.npz", "--to", "safetensors", "-o",
+                     tmp_path / "ours.safetensors")
+    assert proc.returncode == 0, proc.stderr
+    again = read_safetensors(tmp_path / "ours.safetensors")  # its metadata says relu, relu
+    assert again.n_layers == 3
+
+
+def test_a_float64_network_exports_in_float64(tmp_path):
+    net = read_safetensors(_write_raw(tmp_path / "m.safetensors", {
+        "fc1.weight": np.random.default_rng(5).standard_normal((6, 4)),
+        "fc1.bias": np.zeros(6)}), dtype=np.float64)
+    write_safetensors(net, tmp_path / "back.safetensors")
+    header = json.loads((tmp_path / "back.safetensors").read_bytes()[8:].split(b"}}")[0] + b"}}")
+    assert header["fc1.weight"]["dtype"] == "F64"
+    back = read_safetensors(tmp_path / "back.safetensors", dtype=np.float64)
+    np.testing.assert_array_equal(back.layers[0].weight.toarray(), net.layers[0].weight.toarray())
+
+
+def test_a_safetensors_or_torch_save_file_given_as_a_network_says_how_to_bring_it(tmp_path):
+    import zipfile
+
+    path = _write_raw(tmp_path / "m.safetensors", {"fc1.weight": np.ones((3, 2)),
+                                                   "fc1.bias": np.zeros(3)})
+    with pytest.raises(InputError, match="a safetensors file, not a network bundle: convert"):
+        load_network(path)
+    with zipfile.ZipFile(tmp_path / "model.pt", "w") as z:  # torch.save's layout
+        z.writestr("model/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("model/version", b"3\n")
+    with pytest.raises(InputError, match="a torch.save file .* spdnn.from_torch"):
+        load_network(tmp_path / "model.pt")

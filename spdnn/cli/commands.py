@@ -64,7 +64,8 @@ def cmd_convert(args: argparse.Namespace) -> None:
         if len(args.inputs) != 1:
             raise InputError(args.inputs[1], "safetensors takes one file")
         net = read_safetensors(args.inputs[0], names if args.to == "network" else None,
-                               args.dtype, args.cap, args.output_activation or "linear")
+                               args.dtype, args.cap, args.output_activation or "linear",
+                               args.activations)
     else:
         net = load_network(args.inputs[0], args.dtype)
     if count is not None and args.source in ("safetensors", "network"):

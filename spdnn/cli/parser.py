@@ -134,6 +134,10 @@ def _add_convert(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     conv.add_argument("--output-activation", choices=["linear", "relu"], default=None,
                       help="last layer's activation (none: relu for graphchallenge, linear "
                            "otherwise)")
+    conv.add_argument("--activations", type=lambda t: t.split(","), metavar="A,B,...",
+                      help="safetensors: what the hidden layers compute, one per layer but the "
+                           "last (required unless the file's metadata says, as spdnn's export "
+                           "writes it; spdnn computes relu, capped with --cap)")
     conv.add_argument("--layers", type=layers, metavar="L|NAMES",
                       help="read only the first L layers; for safetensors, the layer names in "
                            "order (fc1,fc2,fc3; default: every NAME.weight in natural order, "

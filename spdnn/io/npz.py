@@ -37,6 +37,21 @@ _LOCAL_HEADER = struct.Struct("<4s22xHH")
 # A member is read in pieces of this size (each read allocates its own bytes in zipfile).
 _READ_CHUNK = 1 << 20
 
+_BRING = ("convert it with `spdnn convert safetensors FILE --activations relu,... -o "
+          "net.npz` (docs/recipes.md)")
+
+
+def _is_safetensors(path: str) -> bool:
+    """An 8-byte little-endian header length, then a JSON object."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+    except OSError:
+        return False
+    return len(head) == 9 and head[8:9] == b"{" and \
+        int.from_bytes(head[:8], "little") < os.path.getsize(path)
+
+
 class NpzReader:
     """Lazy access to one ``.npz`` file; ``kind`` names it in errors ("network", "plan"...)."""
 
@@ -51,10 +66,18 @@ class NpzReader:
             self._zip = zipfile.ZipFile(self.path)
             members = self._zip.namelist()
         except _READ_ERRORS as exc:
+            if kind == "network" and _is_safetensors(self.path):
+                raise InputError(self.path, f"a safetensors file, not a network bundle: "
+                                            f"{_BRING}") from None
             raise InputError(self.path, f"not a readable {kind} .npz file ({exc})") from None
         self._identity = self._stat()
         self._members = {m[:-4]: m for m in members if m.endswith(".npy")}
         if not self._members:
+            if kind == "network" and any(m.endswith("data.pkl") for m in members):
+                raise InputError(self.path, "a torch.save file (pickled, which spdnn does not "
+                                            "load), not a network bundle: give the model to "
+                                            "spdnn.from_torch, or save its state_dict with "
+                                            "safetensors.torch.save_file and " + _BRING)
             raise InputError(self.path, f"not a {kind} .npz file (no .npy members)")
         self.keys = set(self._members)
 

@@ -125,11 +125,47 @@ def _layer_names(st: SafetensorsFile, names: Sequence[str] | None) -> list[str]:
     return list(names)
 
 
+# What the hidden layers compute, as spdnn's export writes it in the file's metadata.
+ACTIVATIONS_KEY = "spdnn_activations"
+HIDDEN_ACTIVATIONS = ("relu",)  # what spdnn's hidden layers compute (capped by ``cap``)
+
+
+def hidden_activations(path: str, given: str | Sequence[str] | None,
+                       metadata: dict[str, Any], hidden: int) -> None:
+    """The hidden layers' activations, from ``given`` (one name for all, or one per hidden
+    layer) or else the file's metadata: refused, never assumed, when neither says, when the
+    count is wrong, or when one is not what spdnn computes."""
+    if given is None and hidden and isinstance(metadata.get(ACTIVATIONS_KEY), str):
+        given = metadata[ACTIVATIONS_KEY].split(",")
+    if hidden == 0:
+        return
+    if given is None:
+        raise InputError(path, f"does not say what its {hidden} hidden layer(s) compute: give "
+                               f"--activations (one per hidden layer, e.g. "
+                               f"{','.join(['relu'] * hidden)}; spdnn computes "
+                               f"{' and '.join(HIDDEN_ACTIVATIONS)})")
+    names = [given] if isinstance(given, str) else list(given)
+    if len(names) == 1:
+        names = names * hidden
+    if len(names) != hidden:
+        raise InputError(path, f"--activations lists {len(names)} activations for {hidden} "
+                               "hidden layers (the last layer's is --output-activation)")
+    for a in names:
+        if a not in HIDDEN_ACTIVATIONS:
+            raise InputError(path, f"hidden activation {a!r} is not supported yet: spdnn's "
+                                   f"hidden layers compute {', '.join(HIDDEN_ACTIVATIONS)} "
+                                   "(a network trained with another would compute something "
+                                   "else)")
+
+
 def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None,
                      dtype: Any = np.float32, cap: float | None = None,
-                     output_activation: str = "linear") -> Network:
+                     output_activation: str = "linear",
+                     activations: str | Sequence[str] | None = None) -> Network:
     """The linear layers ``names`` (default: every NAME.weight, in natural order) as a network;
-    the names and the pruning style are kept in its metadata for ``write_safetensors``."""
+    the names and the pruning style are kept in its metadata for ``write_safetensors``.
+    ``activations``: what the hidden layers compute (one name for all, or one per hidden
+    layer; default: the file's metadata, as spdnn writes it, else refused)."""
     st = SafetensorsFile(path)
     names = _layer_names(st, names)
     layers, pruned = [], False
@@ -166,6 +202,7 @@ def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None
             raise InputError(path, f"layer '{names[k]}' takes {layers[k].n_in} inputs but "
                                    f"'{names[k - 1]}' gives {layers[k - 1].n_out} (name the "
                                    "layers in order with --layers)")
+    hidden_activations(os.fspath(path), activations, st.metadata, len(names) - 1)
     net = Network(layers=tuple(layers), cap=cap, output_activation=output_activation,
                   extra={"safetensors": {"names": names, "pruned": pruned}})
     net.validate(str(path))
@@ -185,20 +222,25 @@ def write_safetensors(net: Network, path: str | os.PathLike,
         raise InputError(path, f"{len(names)} layer names for {net.n_layers} layers")
     pruned = bool(known.get("pruned", False)) if pruned is None else pruned
     tensors: list[tuple[str, np.ndarray]] = []
+    dt, code = (np.float64, "F64") if net.dtype == np.float64 else (np.float32, "F32")
     for name, layer in zip(names, net.layers):
-        dense = layer.weight.astype(np.float32).toarray()
+        dense = layer.weight.astype(dt).toarray()
         if pruned:
-            mask = np.zeros(dense.shape, np.float32)
+            mask = np.zeros(dense.shape, dt)
             coo = layer.weight.tocoo()  # the pattern, stored zeros included
             mask[coo.row, coo.col] = 1
             tensors += [(f"{name}.weight_orig", dense), (f"{name}.weight_mask", mask)]
         else:
             tensors.append((f"{name}.weight", dense))
-        tensors.append((f"{name}.bias", layer.bias.astype(np.float32)))
-    header: dict[str, Any] = {"__metadata__": {"format": "pt", "written_by": "spdnn"}}
+        tensors.append((f"{name}.bias", layer.bias.astype(dt)))
+    meta = {"format": "pt", "written_by": "spdnn",
+            ACTIVATIONS_KEY: ",".join([HIDDEN_ACTIVATIONS[0]] * (net.n_layers - 1)),
+            "spdnn_output_activation": net.output_activation,
+            "spdnn_cap": "none" if net.cap is None else repr(float(net.cap))}
+    header: dict[str, Any] = {"__metadata__": meta}
     offset = 0
     for name, a in tensors:
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
+        header[name] = {"dtype": code, "shape": list(a.shape),
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
@@ -207,4 +249,4 @@ def write_safetensors(net: Network, path: str | os.PathLike,
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for _, a in tensors:
-            f.write(np.ascontiguousarray(a, "<f4").tobytes())
+            f.write(np.ascontiguousarray(a, "<f8" if code == "F64" else "<f4").tobytes())

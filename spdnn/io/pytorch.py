@@ -1,0 +1,150 @@
+"""PyTorch models in and out: ``from_torch`` reads an ``nn.Sequential`` of ``nn.Linear`` layers
+and the activations spdnn computes (its sparsity from ``torch.nn.utils.prune`` masks, else the
+weights' nonzeros; its dtype kept), ``to_torch`` gives the network back as one, with prune masks
+in place, ready to fine-tune. Anything else is refused by name, never approximated.
+
+torch is an optional extra (``pip install spdnn[torch]``), imported only here and only when
+called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import SpdnnError
+from spdnn.model.network import Layer, Network
+
+SUPPORTED = ("Linear", "ReLU", "Hardtanh(0, cap) (capped ReLU)", "Dropout", "Identity",
+             "a leading Flatten")
+
+
+def _torch() -> Any:  # noqa: ANN401
+    try:
+        import torch
+    except ImportError:
+        raise SpdnnError("spdnn.from_torch and spdnn.to_torch need PyTorch: pip install "
+                         "spdnn[torch] (or torch itself)") from None
+    return torch
+
+
+def _children(module: Any) -> list[tuple[str, Any]]:  # noqa: ANN401
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, not {type(module).__name__}")
+    if isinstance(module, (torch.nn.Linear, torch.nn.ReLU)):
+        return [("0", module)]
+    return list(module.named_children())
+
+
+def _cap_of(name: str, m: Any) -> float | None:  # noqa: ANN401
+    """A ReLU (None) or a Hardtanh(0, c) (c); anything else is refused."""
+    torch = _torch()
+    if isinstance(m, torch.nn.ReLU):
+        return None
+    if isinstance(m, torch.nn.Hardtanh) and m.min_val == 0 and m.max_val > 0:
+        return float(m.max_val)
+    _refuse(name, m)
+    return None
+
+
+def _refuse(name: str, m: Any) -> None:  # noqa: ANN401
+    raise SpdnnError(f"module '{name}' ({type(m).__name__}) is not supported: spdnn takes "
+                     f"{', '.join(SUPPORTED)} (its hidden layers compute ReLU)")
+
+
+def from_torch(module: Any, *, dtype: Any = None) -> Network:  # noqa: ANN401
+    """The network of ``module``: an ``nn.Sequential`` (or a module whose children form one)
+    of Linear layers, each but the last followed by ReLU (or Hardtanh(0, cap), one cap for
+    all), with Dropout and Identity passed over and a leading Flatten; the last Linear may be
+    followed by the same activation (``output_activation="relu"``). A pruned weight's
+    pattern is its mask; otherwise its nonzeros. ``dtype``: default the module's."""
+    torch = _torch()
+    kids = _children(module)
+    linears: list[tuple[str, Any]] = []
+    after: list[list[tuple[str, Any]]] = []
+    for i, (name, m) in enumerate(kids):
+        if isinstance(m, (torch.nn.Dropout, torch.nn.Identity)):
+            continue
+        if isinstance(m, torch.nn.Flatten) and not linears and i == 0:
+            continue
+        if isinstance(m, torch.nn.Linear):
+            linears.append((name, m))
+            after.append([])
+        elif linears and isinstance(m, (torch.nn.ReLU, torch.nn.Hardtanh)):
+            after[-1].append((name, m))
+        else:
+            _refuse(name, m)
+    if not linears:
+        raise SpdnnError("the module holds no nn.Linear layer")
+    caps = set()
+    for k, acts in enumerate(after):
+        if len(acts) > 1:
+            _refuse(acts[1][0], acts[1][1])
+        if k < len(after) - 1 and not acts:
+            name = linears[k + 1][0]
+            raise SpdnnError(f"module '{name}' (Linear) follows a Linear with no activation: "
+                             "spdnn's hidden layers compute ReLU")
+        caps.update(_cap_of(n, m) for n, m in acts)
+    if len(caps) > 1:
+        raise SpdnnError(f"the activations have different caps ({sorted(map(str, caps))}): "
+                         "spdnn's layers share one")
+    cap = caps.pop() if caps else None
+    layers = []
+    for name, lin in linears:
+        weight = (lin.weight_orig if hasattr(lin, "weight_orig") else lin.weight).detach()
+        values = weight.cpu().numpy()
+        keep = lin.weight_mask.detach().cpu().numpy() != 0 if hasattr(lin, "weight_mask") \
+            else values != 0
+        dt = np.dtype(dtype) if dtype is not None else values.dtype
+        rows, cols = np.nonzero(keep)
+        w = sp.csr_matrix((values[rows, cols].astype(np.float64), (rows, cols)),
+                          shape=values.shape)
+        w.sort_indices()
+        bias = lin.bias.detach().cpu().numpy().astype(np.float64) if lin.bias is not None \
+            else np.zeros(values.shape[0])
+        layers.append(Layer.from_arrays(w.indptr, w.indices, w.data, w.shape, bias,
+                                        "the module", f"layer '{name}'", dt, min_rows=1))
+    for k in range(1, len(layers)):
+        if layers[k].n_in != layers[k - 1].n_out:
+            raise SpdnnError(f"module '{linears[k][0]}' takes {layers[k].n_in} inputs but "
+                             f"'{linears[k - 1][0]}' gives {layers[k - 1].n_out}")
+    net = Network(layers=tuple(layers), cap=cap,
+                  output_activation="relu" if after[-1] else "linear",
+                  extra={"safetensors": {"names": [n for n, _ in linears], "pruned": True}})
+    net.validate("the module")
+    return net
+
+
+def to_torch(network: Network) -> Any:  # noqa: ANN401
+    """``network`` as an ``nn.Sequential`` of Linear and ReLU (Hardtanh(0, cap) when capped)
+    in its dtype, every weight pruned to its pattern (``torch.nn.utils.prune``: weight_orig
+    and weight_mask), ready to fine-tune or to ``prune.remove``."""
+    torch = _torch()
+    from torch.nn.utils import prune
+
+    if not isinstance(network, Network):
+        raise TypeError(f"network must be a spdnn.Network, not {type(network).__name__}")
+    dt = torch.float64 if network.dtype == np.float64 else torch.float32
+
+    def act() -> Any:  # noqa: ANN401
+        return torch.nn.ReLU() if network.cap is None else \
+            torch.nn.Hardtanh(0.0, float(network.cap))
+
+    mods: list[Any] = []
+    for k, layer in enumerate(network.layers):
+        lin = torch.nn.Linear(layer.n_in, layer.n_out, dtype=dt)
+        dense = layer.weight.toarray()
+        mask = np.zeros(dense.shape, dtype=bool)
+        coo = layer.weight.tocoo()  # the pattern, stored zeros included
+        mask[coo.row, coo.col] = True
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(dense))
+            lin.bias.copy_(torch.from_numpy(np.asarray(layer.bias, dtype=np.float64)))
+        prune.custom_from_mask(lin, "weight", torch.from_numpy(mask))
+        mods.append(lin)
+        if k < network.n_layers - 1 or network.output_activation == "relu":
+            mods.append(act())
+    return torch.nn.Sequential(*mods)

@@ -1,0 +1,82 @@
+"""spdnn.from_torch and spdnn.to_torch against the real torch: the same model both ways,
+outputs equal, prune masks in place, and what spdnn does not compute refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import spdnn
+from spdnn import reference
+from spdnn.errors import SpdnnError
+from tests.helpers import import_torch, small_network
+
+torch = import_torch()
+nn = torch.nn
+from torch.nn.utils import prune  # noqa: E402
+
+
+def _pruned_mlp(dtype=torch.float64, cap=None):
+    torch.manual_seed(0)
+    act = (lambda: nn.ReLU()) if cap is None else (lambda: nn.Hardtanh(0.0, cap))
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 16, dtype=dtype), act(), nn.Dropout(0.2),
+                          nn.Linear(16, 9, dtype=dtype), act(), nn.Identity(),
+                          nn.Linear(9, 4, dtype=dtype))
+    for m in model:
+        if isinstance(m, nn.Linear):
+            prune.random_unstructured(m, "weight", amount=0.6)
+    return model.eval()
+
+
+@pytest.mark.parametrize("cap", [None, 0.7])
+def test_a_pruned_torch_model_computes_the_same_in_spdnn(cap):
+    model = _pruned_mlp(cap=cap)
+    net = spdnn.from_torch(model)
+    assert tuple(net.sizes) == (12, 16, 9, 4) and net.dtype == np.float64 and net.cap == cap
+    masks = [m.weight_mask for m in model if isinstance(m, nn.Linear)]
+    assert [layer.weight.nnz for layer in net.layers] == [int(m.sum()) for m in masks]
+    x = np.random.default_rng(1).standard_normal((20, 12))
+    with torch.no_grad():
+        theirs = model(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(reference.predict(net, x), theirs, rtol=0, atol=1e-12)
+
+
+def test_to_torch_gives_the_network_back_with_its_masks_ready_to_fine_tune():
+    net = small_network((12, 16, 9, 4), fan_in=4, seed=2, bias_scale=0.3)
+    model = spdnn.to_torch(net)
+    x = np.random.default_rng(3).standard_normal((10, 12))
+    with torch.no_grad():
+        out = model(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(out, reference.predict(net, x), rtol=0, atol=1e-12)
+    lins = [m for m in model if isinstance(m, nn.Linear)]
+    assert all(hasattr(m, "weight_orig") and hasattr(m, "weight_mask") for m in lins)
+    assert [int(m.weight_mask.sum()) for m in lins] == [la.weight.nnz for la in net.layers]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.nn.functional.cross_entropy(model(torch.tensor(x)), torch.zeros(10, dtype=torch.long)
+                                      ).backward()
+    opt.step()
+    again = spdnn.from_torch(model)  # still sparse on the same pattern after a torch step
+    for a, b in zip(again.layers, net.layers):
+        np.testing.assert_array_equal(a.weight.indices, b.weight.indices)
+    back = spdnn.from_torch(spdnn.to_torch(net))
+    for a, b in zip(back.layers, net.layers):
+        np.testing.assert_array_equal(a.weight.data, b.weight.data)
+        np.testing.assert_array_equal(a.bias, b.bias)
+
+
+@pytest.mark.parametrize("module, fragment", [
+    (nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)), "module '1' (Tanh)"),
+    (nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2)),
+     "module '1' (BatchNorm1d)"),
+    (nn.Sequential(nn.Conv1d(1, 2, 3)), "module '0' (Conv1d)"),
+    (nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2)), "follows a Linear with no activation"),
+    (nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(2, 2)), "takes 2 inputs but '0'"),
+])
+def test_what_spdnn_does_not_compute_is_refused_by_name(module, fragment):
+    with pytest.raises(SpdnnError) as err:
+        spdnn.from_torch(module)
+    assert fragment in str(err.value)
+    if "not supported" in str(err.value):
+        assert "Linear, ReLU" in str(err.value)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        spdnn.from_torch("model.pt")
