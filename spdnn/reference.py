@@ -291,7 +291,15 @@ def train(
                 break
         seconds = time.perf_counter() - t0
         test_acc = p5 = None
-        if data.x_test is not None and data.y_test is not None:
+        validation = {}
+        if data.x_validation is not None:  # the test split is then scored after training
+            zs, _ = forward(net, columns(data.x_validation.astype(net.dtype, copy=False),
+                                         slice(None)))
+            out = output(zs[-1], net.output_activation, net.cap)
+            vl = loss_and_gradient(out, data.y_validation, loss)[0]
+            va = float(np.mean(np.argmax(out, axis=0) == data.y_validation))
+            validation = {"validation_loss": float(vl), "validation_accuracy": va}
+        elif data.x_test is not None and data.y_test is not None:
             if isinstance(data.y_test, MultiLabels):
                 test_acc, p5 = precisions(net, data.x_test, data.y_test)
             else:
@@ -305,7 +313,7 @@ def train(
                              precision_at_1=test_acc if p5 is not None else None,
                                  precision_at_5=p5,
                              active_outputs=pairs / max(seen, 1) if hashes else None,
-                             **clip_report(norms, clip_grad_norm))
+                             **clip_report(norms, clip_grad_norm), **validation)
         reports.append(report)
         if on_epoch:
             on_epoch(report)

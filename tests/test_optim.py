@@ -316,3 +316,16 @@ def test_dropout_masks_depend_on_the_sample_not_on_who_draws_them():
                   uniform(3, "dropout", 5, 3, np.arange(40), np.arange(100, 164))):
         assert np.mean(other == whole) < 0.01
     assert 0.45 < whole.mean() < 0.55 and whole.min() >= 0 and whole.max() < 1
+
+
+def test_the_validation_split_is_the_last_samples_in_file_order():
+    from spdnn.io.dataset import split_validation
+
+    x, y = np.arange(40.0).reshape(10, 4), np.arange(10) % 3
+    data = split_validation(Dataset(name="t", x_train=x, y_train=y), 0.25)
+    np.testing.assert_array_equal(data.x_validation, x[7:])  # ceil(2.5) = 3 held out
+    np.testing.assert_array_equal(data.y_train, y[:7])
+    assert len(split_validation(Dataset(name="t", x_train=x, y_train=y), 0.01).y_validation) == 1
+    for n, f in ((10, 0.99), (1, 0.5)):
+        with pytest.raises(OptionError, match="leaves"):
+            split_validation(Dataset(name="t", x_train=x[:n], y_train=y[:n]), f)

@@ -185,3 +185,37 @@ def test_dropout_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path, m
             sent.append(comm.allreduce_scalar(float(run.traffic.bytes_sent)))
             run.grid.free()
         assert sent[1] < sent[0]
+
+
+def test_validation_and_early_stopping_on_every_grid_equal_the_serial_reference(
+        comm, mpi_tmp_path):
+    """The last quarter of the training samples held out: each epoch's validation loss and
+    accuracy equal the reference's on every grid, the best epoch is reported to on_best, and
+    early stopping ends the job where the reference's losses say it should."""
+    from spdnn.io.dataset import split_validation
+
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=4, bias_scale=0.3)
+    data = split_validation(_data(net, n=60), 0.25)
+    assert len(data.y_train) == 45 and len(data.y_validation) == 15
+    opt = AdamConfig(lr=0.05)
+    expected, ref = reference_train(net, data, 8, 16, opt, seed=3)
+    losses = [r.validation_loss for r in ref]
+    best, since, stop = float("inf"), 0, len(ref)
+    for e, v in enumerate(losses):
+        best, since = (v, 0) if v < best else (best, since + 1)
+        if since >= 1:
+            stop = e + 1
+            break
+    cfg = TrainConfig(epochs=8, batch_size=16, optimizer=opt, seed=3, early_stopping=1)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas)
+        bests: list = []
+        reports = train(comm, run.dnet, data, cfg, on_best=bests.append)
+        assert len(reports) == stop
+        np.testing.assert_allclose([r.validation_loss for r in reports], losses[:stop],
+                                   rtol=1e-10)
+        assert [r.validation_accuracy for r in reports] == \
+            [r.validation_accuracy for r in ref[:stop]]
+        assert all(r.test_accuracy is None for r in reports)
+        assert bests[-1].validation_loss == min(r.validation_loss for r in reports)
+        run.dnet.grid.free()

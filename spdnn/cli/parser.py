@@ -276,6 +276,14 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
     tr.add_argument("--dropout", type=rates, metavar="P[,P...]",
                     help="inverted dropout on the hidden layers' outputs in training: one "
                          "rate, or one per hidden layer (masks that do not depend on P)")
+    tr.add_argument("--validation-split", type=float, metavar="F",
+                    help="hold out the last F of the training samples (file order, before "
+                         "shuffling) and score them each epoch; the test split is then scored "
+                         "once, after training")
+    tr.add_argument("--save-best", metavar="FILE",
+                    help="write the network of the epoch with the lowest validation loss")
+    tr.add_argument("--early-stopping", type=positive_int, metavar="N",
+                    help="end training after N epochs without a lower validation loss")
     tr.add_argument("--clip-grad-norm", type=float, metavar="X",
                     help="scale the gradients to an L2 norm of at most X over every parameter "
                          "and rank, as torch.nn.utils.clip_grad_norm_")

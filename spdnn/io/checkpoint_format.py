@@ -24,7 +24,7 @@ CHECKPOINT_FORMAT = "spdnn-checkpoint/2"
 RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash", "optimizer", "lr",
                 "momentum", "nesterov", "betas", "eps", "weight_decay", "lr_schedule",
                 "warmup_steps", "min_lr", "step_size", "gamma", "planned_steps",
-                "clip_grad_norm", "dropout")
+                "clip_grad_norm", "dropout", "validation_split")
 _OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
             "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash",
             "planned_steps": "--epochs (the schedule's planned steps)"}

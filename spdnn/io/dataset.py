@@ -32,6 +32,10 @@ class Dataset:
     # the labels are always whole. None: every sample.
     train_rows: slice | None = None
     test_rows: slice | None = None
+    # Held out of the training samples (``split_validation``): every sample, this rank's
+    # features.
+    x_validation: np.ndarray | sp.csr_matrix | None = None
+    y_validation: np.ndarray | None = None
 
     @property
     def n_features(self) -> int:
@@ -61,3 +65,23 @@ def keep_share(data: Dataset, share: Share) -> Dataset:
     return replace(data, x_train=data.x_train[train].copy(),
                    x_test=None if test is None else data.x_test[test].copy(),
                    train_rows=train, test_rows=test)
+
+
+def split_validation(data: Dataset, fraction: float) -> Dataset:
+    """``data`` with the last ``fraction`` of its training samples, in file order (before any
+    shuffling), held out for validation: ceil(fraction x n) of them."""
+    from spdnn.errors import OptionError
+
+    if data.train_rows is not None:
+        raise ValueError("split_validation needs every training sample")
+    if isinstance(data.y_train, MultiLabels):
+        raise OptionError("validation_split", "applies to single-label data (P@k is scored "
+                                              "on the test split)")
+    n = len(data.y_train)
+    held = -(-int(round(fraction * n * 1e9)) // 10**9)  # ceil, without float noise
+    if held < 1 or held >= n:
+        raise OptionError("validation_split", f"{fraction:g} of {n} training samples leaves "
+                                              f"{n - held} to train on and {held} to validate")
+    keep = n - held
+    return replace(data, x_train=data.x_train[:keep], y_train=data.y_train[:keep],
+                   x_validation=data.x_train[keep:], y_validation=data.y_train[keep:])

@@ -240,6 +240,7 @@ class ManifestFile(Struct, kw_only=True):
     planned_steps: Count | None = None
     clip_grad_norm: NonNegative | None = None
     dropout: list[Annotated[float, Meta(ge=0, lt=1)]] | None = None  # per hidden layer
+    validation_split: Annotated[float, Meta(ge=0, lt=1)] | None = None  # 0: none
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

@@ -11,6 +11,7 @@ from typing import Any
 
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
+from spdnn.io.dataset import split_validation
 from spdnn.io.datasets import check_fits
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
@@ -86,7 +87,8 @@ def _config(opt: TrainOptions) -> TrainConfig:
                        os.fspath(opt.checkpoint_dir),
                        checkpoint_every=opt.checkpoint_every, compress=compress,
                        critical_set=opt.critical_set, refresh=opt.refresh or 2, lsh=lsh,
-                       rehash=opt.rehash, schedule=schedule,
+                       rehash=opt.rehash, schedule=schedule, early_stopping=opt.early_stopping,
+                       validation_split=opt.validation_split,
                        clip_grad_norm=opt.clip_grad_norm)
 
 
@@ -114,13 +116,17 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     save = None if save is None else os.fspath(save)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
     job = open_training(comm, network, run, cfg, save, metrics_out, verbose, data_spec,
-                        dropout=bool(opt.dropout))
+                        dropout=bool(opt.dropout), opt_best=opt.save_best)
     sizes, dnet = job.bundle.sizes, job.dnet
     # each rank reads only its model part's input columns, and a replica only its share of the
     # samples (it fetches the others' as the batches need them: spdnn.runtime.samples)
     grid = dnet.grid
+    # a validation split is cut from every training sample (replicas then hold them all)
     data = open_data(comm, data_spec, run.dtype, dnet.input_rows, sizes[0],
-                     (grid.replica, grid.replicas) if grid.replicas > 1 else None)
+                     (grid.replica, grid.replicas) if grid.replicas > 1
+                     and opt.validation_split is None else None)
+    if opt.validation_split is not None:
+        data = comm.check(lambda: split_validation(data, opt.validation_split))
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss))
     cfg = comm.check(lambda: cfg.planned(len(data.y_train)))  # the schedule's T
@@ -203,21 +209,60 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
 
     warm_up(dnet.dtype, training=True, optimizer=opt.optimizer)
     lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
+    best: list[EpochReport] = []
+
+    def keep_best(report: EpochReport) -> None:
+        best[:] = [report]
+        if opt.save_best is not None:
+            save_trained(comm, dnet, os.fspath(opt.save_best),
+                         {"trained_by": "spdnn train", "data": data.name,
+                          "epoch": report.epoch, "validation_loss": report.validation_loss})
+
     with lock:
         reports = train(comm, dnet, data, cfg, position, state, lossy,
-                        epoch_done if comm.rank == 0 else None, on_step, finish)
+                        epoch_done if comm.rank == 0 else None, on_step, finish,
+                        on_best=keep_best)
+    test = _tested_once(comm, dnet, data, verbose, reports, best, opt)
     out = TrainResult(rank=comm.rank, epochs=tuple(reports), ranks=comm.size,
                       parts=dnet.grid.parts,
                       replicas=dnet.grid.replicas, plan_method=job.plan.meta.get("method"),
                       kernels=kernels_backend(), traffic=result["traffic"],
-                      timing=result["timing"], memory=result["memory"])
+                      timing=result["timing"], memory=result["memory"], test_accuracy=test)
     write_json(comm, metrics_out, out.metrics())
     return out
 
 
+def _tested_once(comm: Communicator, dnet: Any, data: Any, verbose: bool,  # noqa: ANN401
+                 reports: list, best: list, opt: TrainOptions) -> float | None:
+    """With a validation split: the test split scored once, on the trained network (rank 0
+    says so, and which epoch was best)."""
+    if data.x_validation is None:
+        return None
+    from spdnn.runtime.inference import evaluate, local_inputs
+
+    test = None
+    if data.x_test is not None:
+        test = evaluate(dnet, local_inputs(dnet, data.x_test, data.name, data.features),
+                        data.y_test)
+    if comm.rank == 0 and verbose:
+        stopped = opt.early_stopping is not None and reports and \
+            reports[-1].epoch < opt.epochs and not reports[-1].partial
+        if stopped:
+            print(f"early stopping: {opt.early_stopping} epoch(s) without a lower validation "
+                  "loss", flush=True)
+        if best:
+            where = f", written to {os.fspath(opt.save_best)}" if opt.save_best else ""
+            print(f"best validation loss {best[0].validation_loss:.4f} at epoch "
+                  f"{best[0].epoch}{where}", flush=True)
+        if test is not None:
+            print(f"test accuracy {test:.4f} (the trained network, scored once)", flush=True)
+    return test
+
+
 def open_training(comm: Communicator, network: str | os.PathLike | Network, run: RunOptions,
                   cfg: TrainConfig, save: str | None, metrics_out: str | None, verbose: bool,
-                  data: Any = None, dropout: bool = False):  # noqa: ANN401
+                  data: Any = None, dropout: bool = False,  # noqa: ANN401
+                  opt_best: str | os.PathLike | None = None):
     """Open the job with its outputs checked first (nothing is computed for an hour and then
     fails to be written), and ``data``'s bytes counted before anything is loaded."""
     from spdnn.io.datasize import data_nbytes
@@ -228,7 +273,8 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
                            replicas=grid.replicas)
 
     return open_job(comm, network, run, cfg.batch_size,
-                    [("--save", save), ("--metrics-out", metrics_out)],
+                    [("--save", save), ("--metrics-out", metrics_out),
+                     ("--save-best", None if opt_best is None else os.fspath(opt_best))],
                     [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True,
                     data=None if data is None else count,
                     lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0,

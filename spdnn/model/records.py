@@ -71,6 +71,12 @@ class TrainOptions:
     clip_grad_norm: float | None = None  # torch.nn.utils.clip_grad_norm_'s max_norm
     # inverted dropout on hidden outputs in training: one rate, or one per hidden layer
     dropout: float | tuple[float, ...] | None = None
+    # the last fraction of the training samples in file order, held out and scored each
+    # epoch (the test split is then scored once, after training); the lowest validation loss's
+    # network written to save_best; training ended after early_stopping epochs without one
+    validation_split: float | None = None
+    save_best: Path | None = None
+    early_stopping: int | None = None
     loss: Loss = "cross_entropy"
     seed: int = 0
     shuffle: bool = True
@@ -201,16 +207,22 @@ class TrainResult:
     timing: TimingReport | None = None
     # per rank: peak_bytes (measured), predicted_bytes and held_bytes by kind (docs/memory.md)
     memory: dict[str, Any] = field(default_factory=dict)
+    # with a validation split: the test split's accuracy, scored once after training
+    test_accuracy: float | None = None
 
     @property
     def accuracy(self) -> float | None:
-        """The last epoch's accuracy on the test split (as ``InferResult.accuracy``)."""
+        """The accuracy on the test split: after training (with a validation split), else
+        the last epoch's (as ``InferResult.accuracy``)."""
+        if self.test_accuracy is not None:
+            return self.test_accuracy
         return self.epochs[-1].test_accuracy if self.epochs else None
 
     def metrics(self) -> dict[str, Any]:
         return {"ranks": self.ranks, "epochs": [r.as_dict() for r in self.epochs],
                 "traffic": _as_dict(self.traffic), "timing": _as_dict(self.timing),
-                "plan": self.plan_method, "kernels": self.kernels, "memory": self.memory}
+                "plan": self.plan_method, "kernels": self.kernels, "memory": self.memory,
+                "test_accuracy": self.test_accuracy}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,6 +301,17 @@ def check_train_options(opt: TrainOptions) -> None:
     if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
                           or not 0 < c < math.inf):
         raise OptionError("clip_grad_norm", f"must be a finite number > 0, not {c!r}")
+    v = opt.validation_split
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                          or not 0 < v < 1):
+        raise OptionError("validation_split", f"must be a fraction in (0, 1), not {v!r}")
+    count("early_stopping", 1, optional=True)
+    for name in ("save_best", "early_stopping"):
+        if getattr(opt, name) is not None and v is None:
+            raise OptionError(name, "needs a validation split")
+        if getattr(opt, name) is not None and opt.resume is not None:
+            raise OptionError(name, "does not apply with resume yet: the best epoch so far is "
+                                    "not in the checkpoint")
     if opt.loss not in ("cross_entropy", "mse"):
         raise SpdnnError(f"loss must be cross_entropy or mse, not {opt.loss!r}")
     if opt.critical_set is not None and not 0 < opt.critical_set <= 1:

@@ -14,9 +14,9 @@ class EpochReport:
     """One epoch (or the part of it that ran): mean loss and accuracy over the samples seen."""
 
     epoch: int
-    steps: int  # SGD steps completed so far, over the whole run
-    loss: float
-    train_accuracy: float
+    steps: int  # optimizer steps completed so far, over the whole run
+    loss: float  # the mean of the steps' losses during the epoch (as the weights moved)
+    train_accuracy: float  # running: the steps' predictions during the epoch
     test_accuracy: float | None
     seconds: float
     samples_per_second: float
@@ -36,6 +36,9 @@ class EpochReport:
     # --clip-grad-norm: the mean norm of the gradient before clipping, the steps it scaled
     gradient_norm: float | None = None
     clipped_steps: int | None = None
+    # --validation-split: the held-out samples' mean loss and accuracy after the epoch
+    validation_loss: float | None = None
+    validation_accuracy: float | None = None
 
     @property
     def partial(self) -> bool:
@@ -60,7 +63,10 @@ class EpochReport:
         if self.clipped_steps is not None:
             norm = f"{self.gradient_norm:.4g}" if self.gradient_norm is not None else "-"
             sums += f", gradient norm {norm} (clipped {self.clipped_steps} steps)"
-        return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, train accuracy "
+        if self.validation_loss is not None:
+            test = (f", validation loss {self.validation_loss:.4f}, validation accuracy "
+                    f"{self.validation_accuracy:.4f}{test}")
+        return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, running train accuracy "
                 f"{self.train_accuracy:.4f}{test}, {self.samples:,} samples, "
                 f"{self.samples_per_second:,.0f} samples/s, "
                 f"{self.megabytes_sent:,.1f} MB exchanged by its steps{sums}")

@@ -88,6 +88,33 @@ def evaluate(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
     return correct / len(y) if len(y) else float("nan")
 
 
+def evaluate_loss(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
+                  y: np.ndarray, loss: str, batch_size: int | None = None
+                  ) -> tuple[float, float]:
+    """The mean loss (as training computes it) and the accuracy on samples whose features
+    ``x_local`` (every sample, this rank's features) this rank owns; replicas take
+    contiguous shares of the samples, as ``evaluate``."""
+    from spdnn.runtime.outputs import training_loss
+
+    batch_size = batch_size or eval_batch(dnet)
+    grid = dnet.grid
+    share = grid.share(len(y))
+    x_mine, y_mine = x_local[share], y[share]
+    total = np.zeros(2)
+    last = dnet.layers[-1]
+    for start in range(0, len(y_mine), batch_size):
+        block = y_mine[start:start + batch_size]
+        fwd = dnet.forward(columns(x_mine, slice(start, start + batch_size)), keep=False)
+        value, hits, _ = training_loss(dnet.comm, last.rows, dnet.sizes[-1], fwd.z_last,
+                                       block, loss, len(block), None, dnet.output_activation,
+                                       dnet.cap)
+        total += [value * len(block), hits]
+    if grid.replicas > 1:
+        total = grid.data.allreduce(total)
+    n = max(len(y), 1)
+    return float(total[0] / n), float(total[1] / n)
+
+
 def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y: MultiLabels,
                batch_size: int | None = None, sampled: bool = False, *,
                shared: bool = False) -> tuple[float, float]:

@@ -44,7 +44,7 @@ from spdnn.model.schedule import Schedule, planned
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
-from spdnn.runtime.inference import evaluate, local_inputs, precisions
+from spdnn.runtime.inference import evaluate, evaluate_loss, local_inputs, precisions
 from spdnn.runtime.sampled import use_lsh
 from spdnn.runtime.samples import SampleFeed
 
@@ -68,12 +68,15 @@ class TrainConfig:
     schedule: Schedule = Schedule()  # of the rate; its T is set from the data (planned)
     clip_grad_norm: float | None = None  # the gradients' L2 norm over all ranks, at most
     dropout: Dropout | None = None  # on the hidden layers' outputs (spdnn.model.counters)
+    early_stopping: int | None = None  # epochs without a lower validation loss, at most
+    validation_split: float | None = None  # recorded: a resume must hold out the same
 
     def settings(self) -> dict[str, Any]:
         """What a checkpoint records to refuse a resume that would not continue this run."""
         lsh = {"lsh": self.lsh.text(), "rehash": self.rehash} if self.lsh else {}
         clip = {"clip_grad_norm": self.clip_grad_norm or 0.0}  # 0: none
         drop = self.dropout.settings() if self.dropout else {"dropout": []}
+        drop["validation_split"] = self.validation_split or 0.0
         return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
                 **lsh, **settings(self.optimizer), **self.schedule.settings(), **clip, **drop}
 
@@ -88,13 +91,17 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
           lossy: LossyState | None = None,
           on_epoch: Callable[[EpochReport], None] | None = None,
           on_step: Callable[[int, int], None] | None = None,
-          on_finish: Callable[[list, list], None] | None = None) -> list[EpochReport]:
+          on_finish: Callable[[list, list], None] | None = None,
+          on_best: Callable[[EpochReport], None] | None = None) -> list[EpochReport]:
     """Minibatch training; returns one report per epoch run (all ranks get the same reports).
 
     ``state``: the optimizer's state of a resumed run. ``on_finish(optimizer state arrays,
     this rank's input arrays)`` (e.g. saving the trained network) runs before the final
     checkpoint; the checkpoint is written even when it fails, and the other way round.
-    ``lossy``: the compressors' residuals and the critical set of a resumed run."""
+    ``lossy``: the compressors' residuals and the critical set of a resumed run. With
+    validation samples, ``on_best(report)`` runs (collectively) after each epoch whose
+    validation loss is the lowest so far, and ``early_stopping`` ends the job after that many
+    epochs without one."""
     pos = position or Position()
     grid = dnet.grid
     if len(data.y_train) == 0:
@@ -104,7 +111,9 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     opt = make(cfg.optimizer, dnet.parameters(), state, fused=fused_update)
     x_local = local_inputs(dnet, data.x_train, data.name, data.features)
     xt_local = local_inputs(dnet, data.x_test, data.name, data.features) \
-        if data.x_test is not None else None
+        if data.x_test is not None and data.x_validation is None else None
+    xv_local = local_inputs(dnet, data.x_validation, data.name, data.features) \
+        if data.x_validation is not None else None
     reports = []
     n = len(data.y_train)
     # a replica that holds only its share of the samples fetches the others' (runtime.samples)
@@ -127,6 +136,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         save_checkpoint(comm, dnet, SavedState.of(opt), pos, str(cfg.checkpoint_dir),
                         cfg.settings(), crit)
 
+    best, since = math.inf, 0
     while pos.epoch < cfg.epochs:
         t0 = time.perf_counter()
         before = Counters.now(dnet)
@@ -161,12 +171,21 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                 checkpoint()
             if stop:
                 break
-        report = _report(comm, dnet, cfg, data, xt_local, pos, _EpochCount(
+        report = _report(comm, dnet, cfg, data, xt_local, xv_local, pos, _EpochCount(
             t0=t0, before=before, pairs_before=pairs_before, total_loss=total_loss,
             correct=correct, seen=seen, steps=steps, per_epoch=per_epoch, norms=norms))
         reports.append(report)
         if on_epoch:
             on_epoch(report)
+        if report.validation_loss is not None:
+            if report.validation_loss < best:
+                best, since = report.validation_loss, 0
+                if on_best is not None:
+                    on_best(report)
+            else:
+                since += 1
+            if cfg.early_stopping is not None and since >= cfg.early_stopping:
+                stop = True
         if stop:
             break
     # the largest segment fetched, with its send and receive copies (runtime.samples)
@@ -239,9 +258,10 @@ class _EpochCount:
 
 
 def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset,
-            xt_local: Any, pos: Position, c: _EpochCount) -> EpochReport:
-    """The epoch's line: its loss and accuracies, speed, what it moved, and the test split's
-    accuracy (P@1 and P@5 on label sets). Collective."""
+            xt_local: Any, xv_local: Any, pos: Position, c: _EpochCount) -> EpochReport:
+    """The epoch's line: its loss and accuracies, speed, what it moved, and the validation
+    samples' loss and accuracy, else the test split's accuracy (P@1 and P@5 on label sets).
+    Collective."""
     seconds = comm.allreduce_scalar(time.perf_counter() - c.t0, "max")
     moved = Counters.now(dnet).minus(c.before).total(comm)
     active = None
@@ -254,6 +274,10 @@ def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data
         test, p5 = precisions(dnet, xt_local, data.y_test, shared=shared)
     elif xt_local is not None:
         test = evaluate(dnet, xt_local, data.y_test, shared=shared)
+    validation = {}
+    if xv_local is not None:
+        vl, va = evaluate_loss(dnet, xv_local, data.y_validation, cfg.loss)
+        validation = {"validation_loss": vl, "validation_accuracy": va}
     return EpochReport(
         epoch=pos.epoch if pos.batch == 0 else pos.epoch + 1, steps=pos.step,
         loss=c.total_loss / max(c.seen, 1), train_accuracy=c.correct / max(c.seen, 1),
@@ -263,7 +287,7 @@ def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data
         gradient_values=moved.gradient_values, gradient_megabytes=moved.gradient_bytes / 1e6,
         compression_ratio=moved.ratio(cfg.compress), select_seconds=moved.select_seconds,
         precision_at_1=test if p5 is not None else None, precision_at_5=p5,
-        active_outputs=active, **clip_report(c.norms, cfg.clip_grad_norm))
+        active_outputs=active, **clip_report(c.norms, cfg.clip_grad_norm), **validation)
 
 
 def _finish(*steps: Callable[[], None] | None) -> None:
