@@ -28,7 +28,7 @@ NOT_HERE = {"bash scripts/test.sh", "bash scripts/main.sh"}
 
 
 # The pages whose blocks run after the README's, in the order of its "Read on" list.
-PAGES = ("running", "partitioner", "formats", "failures", "sparse-exchange", "lossy",
+PAGES = ("running", "recipes", "partitioner", "formats", "failures", "sparse-exchange", "lossy",
          "cost-model", "cluster", "network", "architecture")
 
 
