@@ -43,7 +43,7 @@ def cmd_partition(argv: Sequence[str]) -> None:
     from .methods import partition_network
 
     args = parser_partition().parse_args(argv)
-    check_outputs([("-o", args.output)])  # before any work
+    check_outputs([("-o", args.output)], inputs=[("NETWORK", args.network)])  # before any work
     options = PartitionOptions(
         method=args.method, epsilon=args.epsilon, seed=args.seed, objective=args.objective,
         backend=args.backend, threads=args.threads, jobs=args.jobs, time_limit=args.time_limit,
@@ -171,7 +171,7 @@ def cmd_export(argv: Sequence[str]) -> None:
     from .hypergraph import build_hypergraph, write_hmetis
 
     args = parser_export().parse_args(argv)
-    check_outputs([("-o", args.output)])  # before any work
+    check_outputs([("-o", args.output)], inputs=[("NETWORK", args.network)])  # before any work
     _, patterns = load_network_patterns(args.network)
     hg = build_hypergraph(patterns, objective=args.objective)
     write_hmetis(hg, args.output)
@@ -186,7 +186,8 @@ def cmd_import(argv: Sequence[str]) -> None:
     from .hypergraph import build_hypergraph, read_partition
 
     args = parser_import().parse_args(argv)
-    check_outputs([("-o", args.output)])  # before any work
+    check_outputs([("-o", args.output)], inputs=[("NETWORK", args.network),
+                                                 ("PARTITION", args.partition)])
     bundle, patterns = load_network_patterns(args.network)
     check_nparts(args.nparts, bundle.sizes)
     hg = build_hypergraph(patterns)

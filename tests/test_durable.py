@@ -121,3 +121,41 @@ def test_an_unwritable_output_directory_is_refused_before_the_run_not_after(tmp_
     save_network(random_network([12, 8, 4], 3, seed=0), tmp_path / "net.npz")
     assert_one_line_error(run_cli(tmp_path / "net.npz", "-P", "2", "-o", f"{UNWRITABLE}/p.npz",
                                   module="partition"), "/proc is not writable")
+
+
+def test_taking_the_lock_sweeps_only_the_temporaries_spdnn_names(tmp_path):
+    """A killed run's temporaries are removed; a user's own ``.*.tmp`` files are not."""
+    from spdnn.io.atomic import temporary
+    from spdnn.runtime.checkpoint import take_lock
+
+    ours = [temporary(tmp_path, n) for n in ("manifest.json", "step000000012-rank00003.npz",
+                                             "step000000012-replica0001-rank00000.npz",
+                                             "step000000012-critical.npz")]
+    theirs = [tmp_path / ".notes.txt.abc.tmp", tmp_path / ".manifest.json.tmp",
+              tmp_path / ".step1-rank0.npz.x.tmp"]
+    for p in theirs:
+        p.write_text("keep me")
+    take_lock(tmp_path)
+    assert not any(os.path.exists(p) for p in ours)
+    assert all(p.read_text() == "keep me" for p in theirs)
+
+
+def test_outputs_that_clash_with_each_other_or_an_input_are_refused(tmp_path):
+    """Two outputs naming one file, or an output naming an input (through a symlink too),
+    end in one line before any work, and the input is left as it was."""
+    from spdnn.io.bundle import save_network
+    from tests.helpers import assert_one_line_error, launch, run_cli, small_network
+
+    net = tmp_path / "net.npz"
+    save_network(small_network(), net)
+    before = net.read_bytes()
+    (tmp_path / "alias.npz").symlink_to(net)
+    assert_one_line_error(run_cli(net, "-P", "2", "-o", tmp_path / "alias.npz",
+                                  module="partition"), "-o names the input (NETWORK)")
+    assert_one_line_error(run_cli("convert", "network", net, "--to", "network", "-o", net),
+                          "-o names the input")
+    assert_one_line_error(launch(0, "train", "--network", net, "--data", "digits",
+                                 "--save", tmp_path / "m.json", "--metrics-out",
+                                 tmp_path / "m.json"),
+                          "--save and --metrics-out name the same file")
+    assert net.read_bytes() == before and not (tmp_path / "m.json").exists()

@@ -38,7 +38,7 @@ def cmd_convert(args: argparse.Namespace) -> None:
         raise InputError(args.inputs[0], "--layers takes names only with safetensors; give "
                                          "a number of layers")
     if args.to in ("network", "safetensors"):
-        check_outputs([("-o", args.output)])
+        check_outputs([("-o", args.output)], inputs=[("the input", f) for f in args.inputs])
     else:
         check_outputs([], [("-o", args.output)])
     if args.source == "graphchallenge":

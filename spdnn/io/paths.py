@@ -48,9 +48,31 @@ def _probe(directory: Path, path: Path, what: str) -> None:
         os.unlink(probe)
 
 
+def _same(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def check_outputs(files: Iterable[tuple[str, str | None]],
-                  dirs: Iterable[tuple[str, str | None]] = ()) -> None:
-    """Check (option, path) pairs of output files and directories that were given."""
+                  dirs: Iterable[tuple[str, str | None]] = (),
+                  inputs: Iterable[tuple[str, str | None]] = ()) -> None:
+    """Check (option, path) pairs of output files and directories that were given: each
+    writable, no two naming one file, none naming one of the ``inputs`` (it would be
+    overwritten before, or while, it is read)."""
+    files, dirs = list(files), list(dirs)
+    given = [(o, os.fspath(p)) for o, p in files + dirs if p]
+    for i, (option, path) in enumerate(given):
+        for other, earlier in given[:i]:
+            if _same(path, earlier):
+                raise InputError(path, f"{other} and {option} name the same file")
+        for source, read in inputs:
+            if read and isinstance(read, (str, os.PathLike)) and _same(path, os.fspath(read)):
+                raise InputError(path, f"{option} names the input ({source}): it would be "
+                                       "overwritten")
     for option, path in files:
         if path:
             check_output_file(path, option)

@@ -45,7 +45,9 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
 
     def check() -> None:
         check_run_options(run)
-        check_outputs(files, dirs)
+        plans = [("--plan", p) for p in candidate_plans(run) if isinstance(p, str)]
+        source = [("--network", network)] if isinstance(network, str) else []
+        check_outputs(files, dirs, inputs=source + plans)
         kernels.backend()  # an unknown SPDNN_KERNELS value is an error now, not mid-run
 
     def threads() -> None:

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -116,6 +117,11 @@ def _commit(d: Path, pos: Position, nparts: int, dnet: DistributedNetwork,
             f.unlink(missing_ok=True)
 
 
+# The temporaries a killed run of spdnn leaves here (spdnn.io.atomic.temporary names them
+# ``.NAME.XXXXXXXX.tmp``): the manifest's and the rank, residual and critical-set files'.
+_OUR_TEMPORARY = re.compile(r"\.(manifest\.json|step\d{9}-(rank\d{5}|replica\d{4}-rank\d{5}"
+                            r"|critical)\.npz)\.[A-Za-z0-9_]+\.tmp")
+
 # Seconds a takeover waits between reading a stale lock and replacing it (tests widen the race).
 _TAKEOVER_PAUSE = 0.0
 
@@ -135,7 +141,8 @@ def take_lock(d: Path) -> bool:
     finally:
         os.close(fd)  # releases the flock
     for tmp in d.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
+        if _OUR_TEMPORARY.fullmatch(tmp.name):  # a user's own .tmp files stay
+            tmp.unlink(missing_ok=True)
     return created
 
 
