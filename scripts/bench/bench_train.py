@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import machine, parser, publish, table  # noqa: E402
+from harness import parser, publish, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
@@ -261,7 +261,7 @@ def recipes(net, args) -> str:  # noqa: ANN001
             f"network {sizes} ({net.nnz:,} weights), float32, batch {args.batch}, P = 1, one "
             f"thread; one process per optimizer and round, {args.steps} timed steps after 2 "
             f"warm-up steps, {args.rounds} interleaved rounds. sgd: momentum 0.9; adam, adamw: "
-            "torch's defaults. Machine: " + machine() + ".\n\n"
+            "torch's defaults.\n\n"
             + table(["optimizer", "ms / step, best / median", "vs SGD with momentum"], rows))
 
 
