@@ -352,3 +352,19 @@ def test_a_safetensors_or_torch_save_file_given_as_a_network_says_how_to_bring_i
         z.writestr("model/version", b"3\n")
     with pytest.raises(InputError, match="a torch.save file .* spdnn.from_torch"):
         load_network(tmp_path / "model.pt")
+
+
+def test_plain_writes_dense_weights_for_a_model_without_pruning(tmp_path):
+    net = tmp_path / "net.npz"
+    path = _write_raw(tmp_path / "p.safetensors", {
+        "fc1.weight_orig": np.ones((3, 2)), "fc1.weight_mask": np.eye(3, 2),
+        "fc1.bias": np.zeros(3)})
+    assert run_spdnn("convert", "safetensors", path, "-o", net).returncode == 0
+    for extra, names in (([], {"fc1.weight_orig", "fc1.weight_mask", "fc1.bias"}),
+                         (["--plain"], {"fc1.weight", "fc1.bias"})):
+        out = tmp_path / f"out{len(extra)}.safetensors"
+        proc = run_spdnn("convert", "network", net, "--to", "safetensors", *extra, "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        n = struct.unpack("<Q", out.read_bytes()[:8])[0]
+        header = json.loads(out.read_bytes()[8:8 + n])
+        assert set(header) - {"__metadata__"} == names

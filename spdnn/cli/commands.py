@@ -75,7 +75,8 @@ def cmd_convert(args: argparse.Namespace) -> None:
     if args.to == "network":
         save_network(net, args.output)
     elif args.to == "safetensors":
-        write_safetensors(net, args.output, names if args.source != "safetensors" else None)
+        write_safetensors(net, args.output, names if args.source != "safetensors" else None,
+                          pruned=False if args.plain else None)
     elif args.to == "graphchallenge":
         write_graphchallenge(net, args.output)
     else:

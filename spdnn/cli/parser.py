@@ -31,7 +31,11 @@ from spdnn.cli.options import (
 )
 from spdnn.errors import SpdnnError, options_named_by_flag, say_error
 from spdnn.model.choices import DTYPE_NAMES, EXCHANGES
+from spdnn.model.records import TrainOptions
 from spdnn.threads import default_threads, reserve_threads
+
+# The defaults of ``spdnn train``'s options are the record's (written once, there).
+_TRAIN = TrainOptions()
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -134,6 +138,10 @@ def _add_convert(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     conv.add_argument("--output-activation", choices=["linear", "relu"], default=None,
                       help="last layer's activation (none: relu for graphchallenge, linear "
                            "otherwise)")
+    conv.add_argument("--plain", action="store_true",
+                      help="--to safetensors: dense NAME.weight, which a model without pruning "
+                           "loads (default: NAME.weight_orig and NAME.weight_mask for a network "
+                           "read from a pruned model)")
     conv.add_argument("--activations", type=lambda t: t.split(","), metavar="A,B,...",
                       help="safetensors: what the hidden layers compute, one per layer but the "
                            "last (required unless the file's metadata says, as spdnn's export "
@@ -205,14 +213,15 @@ def _add_train(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
                      "consecutive", auto=True)
     tr.add_argument("--data", default="digits",
                     help="digits | npz:FILE | mnist:DIR | xc:DIR (multi-label)")
-    tr.add_argument("--epochs", type=positive_int, default=10,
+    tr.add_argument("--epochs", type=positive_int, default=_TRAIN.epochs,
                     help="epochs in all (a resumed run counts the ones already done)")
-    tr.add_argument("--batch-size", type=positive_int, default=64,
+    tr.add_argument("--batch-size", type=positive_int, default=_TRAIN.batch_size,
                     help="samples per optimizer step")
     _optimizer_options(tr)
-    tr.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy",
+    tr.add_argument("--loss", choices=["cross_entropy", "mse"], default=_TRAIN.loss,
                     help="softmax cross-entropy (mean over the batch) or mean squared error")
-    tr.add_argument("--seed", type=seed, default=0, help="seed of the sample shuffling")
+    tr.add_argument("--seed", type=seed, default=_TRAIN.seed,
+                    help="seed of the sample shuffling and of dropout's masks")
     tr.add_argument("--no-shuffle", action="store_true", help="batches in file order")
     tr.add_argument("--max-steps", type=positive_int,
                     help="stop after this many SGD steps in all")
@@ -263,16 +272,16 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
                          f"({defaults('weight_decay')})")
     from spdnn.model.schedule import SCHEDULES
 
-    tr.add_argument("--lr-schedule", choices=SCHEDULES, default="constant",
+    tr.add_argument("--lr-schedule", choices=SCHEDULES, default=_TRAIN.lr_schedule,
                     help="the rate over the job's planned steps T (--epochs x steps per "
                          "epoch), stepped once per optimizer step; docs/recipes.md")
-    tr.add_argument("--warmup-steps", type=seed, default=0, metavar="W",
+    tr.add_argument("--warmup-steps", type=seed, default=_TRAIN.warmup_steps, metavar="W",
                     help="multiply the rate by (t + 1) / W for the first W steps")
-    tr.add_argument("--min-lr", type=float, default=0.0,
+    tr.add_argument("--min-lr", type=float, default=_TRAIN.min_lr,
                     help="cosine: the rate it decays to at step T")
     tr.add_argument("--step-size", type=positive_int,
                     help="step: multiply the rate by --gamma every this many steps")
-    tr.add_argument("--gamma", type=float, default=0.1, help="step: the factor")
+    tr.add_argument("--gamma", type=float, default=_TRAIN.gamma, help="step: the factor")
     tr.add_argument("--dropout", type=rates, metavar="P[,P...]",
                     help="inverted dropout on the hidden layers' outputs in training: one "
                          "rate, or one per hidden layer (masks that do not depend on P)")
