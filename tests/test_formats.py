@@ -196,7 +196,7 @@ def test_a_rank_reads_only_its_columns_of_an_npz_data_set(tmp_path, monkeypatch)
     np.testing.assert_array_equal(data.x_test, x[:50, mine].astype(np.float32))
     x[650, 7] = np.inf  # outside the columns kept: still refused
     np.savez(tmp_path / "bad.npz", x_train=x, y_train=y)
-    with pytest.raises(InputError, match="x_train must hold finite numbers"):
+    with pytest.raises(InputError, match="x_train must hold finite real numbers"):
         datasets.load_dataset(f"npz:{tmp_path / 'bad.npz'}", "float32", features=mine)
 
 
@@ -231,3 +231,32 @@ def test_a_large_matrix_market_file_reads_fast_and_alike(tmp_path):
         (tmp_path / "bad.mtx").write_text(head + body)
         with pytest.raises(InputError, match=re.escape(message)):
             read_mtx(tmp_path / "bad.mtx")
+
+
+@pytest.mark.parametrize("y, problem", [
+    (np.array([0, 2**63, 1], dtype=np.uint64), r"beyond 2\^63"),
+    (np.array([0.0, np.inf, 1.0]), "NaN or infinity"),
+    (np.array([0.0, 1.5, 1.0]), "fractions"),
+    (np.array([0, -1, 1]), "negative label"),
+    (np.array(["a", "b", "c"]), "integer labels, not <U1"),
+])
+def test_labels_that_would_wrap_or_are_not_integers_are_refused(tmp_path, y, problem):
+    """In a file and in memory alike (one check): never a wrapped or truncated label."""
+    from spdnn.errors import SpdnnError
+    from spdnn.io.arrays import from_memory
+    from spdnn.io.datasets import load_dataset
+
+    x = np.zeros((3, 4))
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=y)
+    with pytest.raises(InputError, match=problem):
+        load_dataset(f"npz:{tmp_path / 'd.npz'}", "float32")
+    with pytest.raises(SpdnnError, match=problem):
+        from_memory((x, y), "float32")
+
+
+def test_complex_inputs_are_refused_not_cast_with_a_warning(tmp_path):
+    from spdnn.io.datasets import load_dataset
+
+    np.savez(tmp_path / "c.npz", x_train=np.ones((3, 4), complex), y_train=np.zeros(3, int))
+    with pytest.raises(InputError, match="finite real numbers, not complex128"):
+        load_dataset(f"npz:{tmp_path / 'c.npz'}", "float32")

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import SpdnnError
+from spdnn.io.dataset import integer_labels
 from spdnn.io.datasets import Dataset
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import as_dtype
@@ -54,13 +55,10 @@ def _labels(y: Any, name: str, n: int) -> np.ndarray:  # noqa: ANN401
     if y.ndim != 1 or len(y) != n:
         raise SpdnnError(f"{SOURCE}: {name} must hold one label per sample ({n}), not shape "
                          f"{y.shape}")
-    if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
-        y = y.astype(np.int64)
-    if y.dtype.kind not in "iub":
-        raise SpdnnError(f"{SOURCE}: {name} must be integer class labels, not {y.dtype}")
-    if len(y) and y.min() < 0:
-        raise SpdnnError(f"{SOURCE}: {name} holds a negative label ({y.min()})")
-    return y.astype(np.int64)
+    try:
+        return integer_labels(y)
+    except ValueError as exc:
+        raise SpdnnError(f"{SOURCE}: {name} {exc}") from None
 
 
 def from_memory(data: Any, dtype: Any, *,  # noqa: ANN401

@@ -85,3 +85,27 @@ def split_validation(data: Dataset, fraction: float) -> Dataset:
     keep = n - held
     return replace(data, x_train=data.x_train[:keep], y_train=data.y_train[:keep],
                    x_validation=data.x_train[keep:], y_validation=data.y_train[keep:])
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def integer_labels(y: np.ndarray) -> np.ndarray:
+    """Class labels as int64, every data source alike: integers (or integral, finite floats)
+    in [0, 2^63); ``ValueError`` naming the problem otherwise (never a wrapped value)."""
+    if y.dtype.kind not in "iufb":
+        raise ValueError(f"must hold integer labels, not {y.dtype}")
+    if not len(y):
+        return y.astype(np.int64)
+    if y.dtype.kind == "f":
+        if not np.all(np.isfinite(y)):
+            raise ValueError("must hold integer labels, not NaN or infinity")
+        if np.any(y != np.round(y)):
+            raise ValueError("must hold integer labels (it holds fractions)")
+        if float(y.max()) >= 2.0 ** 63:
+            raise ValueError(f"holds a label beyond 2^63 ({float(y.max()):g})")
+    elif y.dtype.kind == "u" and int(y.max()) > _INT64_MAX:
+        raise ValueError(f"holds a label beyond 2^63 ({int(y.max())})")
+    if float(y.min()) < 0:
+        raise ValueError(f"holds a negative label ({y.min()})")
+    return y.astype(np.int64)

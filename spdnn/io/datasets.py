@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import InputError
-from spdnn.io.dataset import Dataset, Share, keep_share
+from spdnn.io.dataset import Dataset, Share, integer_labels, keep_share
 from spdnn.io.mnist import load_mnist
 from spdnn.io.npz import NpzReader
 from spdnn.model.batching import share_of
@@ -51,18 +51,19 @@ def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any,
                                                                if split == "train" else ""))
     if y.ndim != 1 or len(y) != total:
         raise InputError(source, f"y_{split} must hold one label per row of x_{split}")
-    if not np.issubdtype(y.dtype, np.integer):
-        if not np.issubdtype(y.dtype, np.floating) or np.any(y != np.round(y)):
-            raise InputError(source, f"y_{split} must hold integer labels")
-    if len(y) and int(y.min()) < 0:
-        raise InputError(source, f"y_{split} has a negative label")
-    return _check_x(source, x, split, dtype), y.astype(np.int64)
+    try:
+        labels = integer_labels(y)
+    except ValueError as exc:
+        raise InputError(source, f"y_{split} {exc}") from None
+    return _check_x(source, x, split, dtype), labels
 
 
 def _check_x(source: str, x: np.ndarray, split: str, dtype: Any) -> np.ndarray:
     """x's values: finite numbers within ``dtype``'s range; x cast to it."""
-    if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
-        raise InputError(source, f"x_{split} must hold finite numbers")
+    if not np.issubdtype(x.dtype, np.number) or x.dtype.kind == "c" \
+            or not np.all(np.isfinite(x)):
+        raise InputError(source, f"x_{split} must hold finite real numbers"
+                                 + (f", not {x.dtype}" if x.dtype.kind == "c" else ""))
     dt = as_dtype(dtype)
     with np.errstate(over="ignore"):
         cast = x.astype(dt, copy=False)
