@@ -188,3 +188,21 @@ def test_an_internal_error_is_not_reported_as_a_damaged_file(tmp_path, monkeypat
     monkeypatch.setattr(npz_module.npy, "read_magic", broken)
     with pytest.raises(error, match="a bug"):
         NetworkBundle(tmp_path / "net.npz")
+
+
+def test_a_float16_bundle_reads_as_float32_on_every_path(tmp_path):
+    """float16 values, which train and infer read, are float32 to the partitioner too (it
+    ended in a traceback); other dtypes are still refused in one line."""
+    from spdnn.io.bundle import load_network, save_network
+    from tests.helpers import run_cli, small_network
+
+    save_network(small_network(dtype="float32"), tmp_path / "n.npz")
+    with np.load(tmp_path / "n.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    for k in list(arrays):
+        if k.endswith("_data") or (k[0] == "b" and k[1:].isdigit()):
+            arrays[k] = arrays[k].astype(np.float16)
+    np.savez(tmp_path / "h.npz", **arrays)
+    assert load_network(tmp_path / "h.npz").dtype == np.float32
+    proc = run_cli(tmp_path / "h.npz", "-P", "2", "-o", tmp_path / "p.npz", module="partition")
+    assert proc.returncode == 0, proc.stderr

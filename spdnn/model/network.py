@@ -156,7 +156,10 @@ class Layer:
                              f"{what}: bias has shape {bias.shape}, expected ({shape_t[0]},)")
         if not np.issubdtype(bias.dtype, np.floating) or not np.all(np.isfinite(bias)):
             raise InputError(source, f"{what}: bias must be finite floating point values")
-        dt = as_dtype(dtype if dtype is not None else data.dtype)
+        # Stored in another floating type (float16, as train and infer read it): float32
+        # unless asked, on every path alike (spdnn-partition too).
+        own = data.dtype if data.dtype in (np.float32, np.float64) else np.float32
+        dt = as_dtype(dtype if dtype is not None else own)
         # Keep int32 indices where they fit: scipy's kernels are fastest on them.
         itype = np.int32 if len(indices) < 2**31 and shape_t[1] < 2**31 else np.int64
         with np.errstate(over="ignore"):
