@@ -260,3 +260,32 @@ def test_complex_inputs_are_refused_not_cast_with_a_warning(tmp_path):
     np.savez(tmp_path / "c.npz", x_train=np.ones((3, 4), complex), y_train=np.zeros(3, int))
     with pytest.raises(InputError, match="finite real numbers, not complex128"):
         load_dataset(f"npz:{tmp_path / 'c.npz'}", "float32")
+
+
+def test_deeply_nested_json_is_one_line_in_every_reader(tmp_path):
+    """A JSON file, a bundle's meta and a safetensors header nested 100,000 deep: one
+    InputError each, not a RecursionError."""
+    import struct
+
+    from spdnn.io.jsonfiles import ManifestFile
+    from spdnn.io.jsonread import read
+    from spdnn.io.safetensors import SafetensorsFile
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "m.json").write_text(deep)
+    with pytest.raises(InputError, match="nested too deeply"):
+        read(tmp_path / "m.json", ManifestFile)
+    raw = deep.encode()
+    (tmp_path / "s.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    with pytest.raises(InputError, match="nested too deeply"):
+        SafetensorsFile(tmp_path / "s.safetensors")
+    from spdnn.io.bundle import load_network, save_network
+    from tests.helpers import small_network
+
+    save_network(small_network(), tmp_path / "n.npz")
+    with np.load(tmp_path / "n.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["meta"] = np.array(deep)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(InputError, match="meta is JSON nested too deeply"):
+        load_network(tmp_path / "bad.npz")

@@ -20,6 +20,7 @@ from numpy.lib import format as npy
 
 from spdnn.errors import InputError, check_type
 from spdnn.io.atomic import atomic_path
+from spdnn.io.jsonread import decode
 from spdnn.io.npz import RANGE_BLOCK, NpzReader
 from spdnn.model.network import (
     Fingerprint,
@@ -48,10 +49,7 @@ class NetworkBundle:
         self.n_layers = self._npz.integer("n_layers")
         if self.n_layers < 1:
             raise InputError(self.path, f"n_layers is {self.n_layers}, expected at least 1")
-        try:
-            meta = json.loads(self._npz.text("meta"))
-        except json.JSONDecodeError as exc:
-            raise InputError(self.path, f"meta is not valid JSON ({exc})") from None
+        meta = decode(self._npz.text("meta"), self.path, "meta")
         if not isinstance(meta, dict):
             raise InputError(self.path, "meta must be a JSON object")
         validate_meta(meta, self.path)

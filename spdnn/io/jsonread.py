@@ -19,6 +19,19 @@ S = TypeVar("S")
 _WHERE = re.compile(r"\s+- at (?:key in )?`\$\.?(.*)`$")
 
 
+def decode(raw: bytes | str, path: str | os.PathLike, what: str = "") -> Any:  # noqa: ANN401
+    """JSON text as Python values, every JSON that spdnn reads (files, the JSON inside
+    bundles, plans and safetensors headers) alike: invalid or too deeply nested text is one
+    ``InputError`` naming ``path`` (and ``what`` of it), never a RecursionError."""
+    where = f"{what} is " if what else ""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"{where}not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(path, f"{where}JSON nested too deeply to read") from None
+
+
 def read(path: str | os.PathLike, kind: type[S]) -> S:
     """Decode and validate the JSON file at ``path`` as ``kind``; any problem is one
     ``InputError`` naming the file and the field."""
@@ -35,10 +48,7 @@ def read(path: str | os.PathLike, kind: type[S]) -> S:
         raise InputError(name, "is a directory") from None
     except OSError as exc:
         raise InputError(name, f"cannot read ({exc.strerror or exc})") from None
-    try:
-        head = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise InputError(name, f"not valid JSON ({exc})") from None
+    head = decode(raw, name)
     expected = _format_of(kind)
     found = head.get("format") if isinstance(head, dict) else None
     if expected and found not in _formats_of(kind):

@@ -12,6 +12,7 @@ import numpy as np
 
 from spdnn.errors import InputError, check_type
 from spdnn.io.atomic import atomic_path
+from spdnn.io.jsonread import decode
 from spdnn.io.npz import NpzReader
 from spdnn.model.plan import Plan, check_owners
 
@@ -39,10 +40,7 @@ def load_plan(path: str | os.PathLike) -> Plan:
         if fmt != PLAN_FORMAT:
             raise InputError(npz.path, f"unknown format version '{fmt}' (expected {PLAN_FORMAT})")
         nparts = npz.integer("nparts")
-        try:
-            meta = json.loads(npz.text("meta"))
-        except json.JSONDecodeError as exc:
-            raise InputError(npz.path, f"meta is not valid JSON ({exc})") from None
+        meta = decode(npz.text("meta"), npz.path, "meta")
         if not isinstance(meta, dict):
             raise InputError(npz.path, "meta must be a JSON object")
         owners = []

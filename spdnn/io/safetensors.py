@@ -26,6 +26,7 @@ import scipy.sparse as sp
 
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
+from spdnn.io.jsonread import decode
 from spdnn.model.network import Layer, Network
 
 DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
@@ -57,9 +58,10 @@ class SafetensorsFile:
                                             f"a file of {size:,})")
             raw = f.read(n)
         try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(self.path, f"not a safetensors file (header: {exc})") from None
+            header = decode(raw, self.path)
+        except InputError as exc:
+            raise InputError(self.path, f"not a safetensors file (header: "
+                                        f"{exc.problem})") from None
         if not isinstance(header, dict):
             raise InputError(self.path, "not a safetensors file (header is not a JSON object)")
         self.metadata = header.pop("__metadata__", None) or {}
