@@ -118,6 +118,15 @@ def test_a_rank_that_owns_no_row_of_a_layer(comm, mpi_tmp_path):
     _train_and_compare(comm, mpi_tmp_path, net, plan, 1e-10)
 
 
+def test_a_rank_that_owns_nothing_at_all_is_a_valid_rank(comm, mpi_tmp_path):
+    """Every neuron on rank 0: the others own no row of any layer, and the job (training and
+    its evaluations) still equals the serial run (it ended in a ZeroDivisionError there)."""
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=6, bias_scale=0.3)
+    plan = Plan(comm.size, tuple(np.zeros(n, np.int32) for n in net.sizes),
+                {"method": "custom", "fingerprint": net.fingerprint()})
+    _train_and_compare(comm, mpi_tmp_path, net, plan, 1e-10)
+
+
 @pytest.mark.parametrize("method", ["cyclic", "hypergraph"])
 def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
     net = small_network((30, 40, 40, 8), fan_in=6, seed=2)

@@ -34,7 +34,9 @@ def eval_batch(dnet: DistributedNetwork) -> int:
     """The evaluation batch of this network on these ranks (the same on the ranks of a
     replica: the smallest of theirs). Collective over the replica."""
     widest = max(max(layer.n_buffer_rows, len(layer.rows)) for layer in dnet.layers)
-    mine = max(1, min(EVAL_BATCH, EVAL_BLOCK_BYTES // (3 * widest * dnet.dtype.itemsize)))
+    # a rank that owns no neuron is a valid rank: it takes the others' width
+    mine = max(1, min(EVAL_BATCH,
+                      EVAL_BLOCK_BYTES // (3 * max(widest, 1) * dnet.dtype.itemsize)))
     return int(dnet.comm.allreduce_scalar(mine, "min"))
 
 
