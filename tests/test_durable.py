@@ -159,3 +159,26 @@ def test_outputs_that_clash_with_each_other_or_an_input_are_refused(tmp_path):
                                  tmp_path / "m.json"),
                           "--save and --metrics-out name the same file")
     assert net.read_bytes() == before and not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize("sink, code, line", [("| head -c 20 >/dev/null", 0, None),
+                                              ("> /dev/full", 2, "No space left on device")])
+def test_a_standard_output_that_fails_loses_no_file(tmp_path, sink, code, line):
+    """A closed pipe ends the command quietly, /dev/full with one line; the saved network is
+    written either way, and no traceback is printed."""
+    import subprocess
+    import sys
+
+    from tests.helpers import _environment
+
+    cmd = (f"{sys.executable} -m spdnn generate random --sizes 64,32 --fan-in 8 --head 10 "
+           f"-o {tmp_path}/n.npz >/dev/null && {sys.executable} -m spdnn train --network "
+           f"{tmp_path}/n.npz --epochs 2 --save {tmp_path}/t.npz {sink}; "
+           "echo \"${PIPESTATUS[0]}\" >&2")
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                          env=_environment(None, 120))
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert err[-1] == str(code), proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert err[:-1] == ([] if line is None else [err[0]]) and (line is None or line in err[0])
+    assert (tmp_path / "t.npz").is_file()

@@ -358,6 +358,14 @@ def main(argv: Sequence[str] | None = None, *, finalize_mpi: bool = False) -> in
     args.finalize_mpi = finalize_mpi
     if getattr(args, "threads", None):
         reserve_threads(args.threads)  # before anything loads numba
+    from spdnn.cli.stdout import guarded_stdout
+
+    with guarded_stdout("spdnn") as failed:
+        code = _run(args)
+    return failed[0] if failed and code == 0 else code
+
+
+def _run(args: argparse.Namespace) -> int:
     with options_named_by_flag():
         try:
             from spdnn.cli.commands import COMMANDS

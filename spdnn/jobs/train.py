@@ -192,13 +192,13 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
             optimizer=optimizer_state, optimizer_arrays=state_arrays(cfg.optimizer),
             dropout=cfg.dropout is not None,
             data=[*inputs, data.x_train, data.x_test])
+        if save:  # before anything is printed (the output may be a closed pipe)
+            save_trained(comm, dnet, save, {"trained_by": "spdnn train", "data": data.name})
         if comm.rank == 0 and verbose:
             print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
             print(format_timing(tm), flush=True)
             print(memory.format_memory(mem), flush=True)
-        if save:
-            save_trained(comm, dnet, save, {"trained_by": "spdnn train", "data": data.name})
-            if comm.rank == 0 and verbose:
+            if save:
                 print(f"saved {save}")
 
     def epoch_done(report: EpochReport) -> None:

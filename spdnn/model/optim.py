@@ -385,8 +385,9 @@ def settings(config: Any) -> dict[str, Any]:  # noqa: ANN401
 def describe(config: Any) -> str:  # noqa: ANN401
     """``adam (lr 0.001, betas 0.9,0.999, eps 1e-08, weight decay 0)``: for a job's first
     line."""
-    parts = [f"{k.replace('_', ' ')} {','.join(f'{x:g}' for x in v) if isinstance(v, tuple) else v}"
-             for k, v in asdict(config).items()]
+    parts = [k.replace("_", " ") if v is True else
+             f"{k.replace('_', ' ')} {','.join(f'{x:g}' for x in v) if isinstance(v, tuple) else v}"
+             for k, v in asdict(config).items() if v is not False]
     return f"{name_of(config)} ({', '.join(parts)})"
 
 
