@@ -30,20 +30,12 @@ from spdnn.kernels.lsh import (
 )
 from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.model.batching import batch_order, batches, columns
+from spdnn.model.clipping import clip_coefficient, clip_report, scale, squared_norm
 from spdnn.model.counters import Dropout
 from spdnn.model.labels import MultiLabels, as_labels, precision_at
 from spdnn.model.network import Network
 from spdnn.model.ops import activate, activation_slope, loss_and_gradient, output, top_k
-from spdnn.model.optim import (
-    RowGrad,
-    clip_coefficient,
-    clip_report,
-    interleave,
-    make,
-    parameters,
-    scale,
-    squared_norm,
-)
+from spdnn.model.optim import RowGrad, interleave, make, parameters
 from spdnn.model.reports import ChallengeResult, EpochReport
 from spdnn.model.schedule import Schedule, planned
 

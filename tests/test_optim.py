@@ -329,3 +329,30 @@ def test_the_validation_split_is_the_last_samples_in_file_order():
     for n, f in ((10, 0.99), (1, 0.5)):
         with pytest.raises(OptionError, match="leaves"):
             split_validation(Dataset(name="t", x_train=x[:n], y_train=y[:n]), f)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--optimizer", "rmsprop"],
+     "invalid choice: 'rmsprop' (choose from 'sgd', 'adam', 'adamw')"),
+    (["--optimizer", "adam", "--betas", "0.9,1.0"], "--betas must be two numbers in [0, 1)"),
+    (["--optimizer", "adamw", "--eps", "0"], "--eps must be a finite number > 0"),
+    (["--warmup-steps", "1000"], "--warmup-steps 1000 is longer than the job's 23 steps"),
+    (["--clip-grad-norm", "0"], "--clip-grad-norm must be a finite number > 0"),
+    (["--dropout", "1"], "--dropout must be a fraction in [0, 1)"),
+    (["--dropout", "0.1,0.2,0.3"], "--dropout lists 3 rates for 2 hidden layers"),
+    (["--validation-split", "0.9999"],
+     "--validation-split 0.9999 of 1437 training samples leaves 0"),
+    (["--momentum", "0.9", "--optimizer", "adam"], "--momentum is not a setting of adam"),
+])
+def test_bad_recipe_options_are_one_line_naming_the_flag(tmp_path, args, fragment):
+    """The command line's errors name the flag (the API's name the keyword: above); nothing is
+    written."""
+    from spdnn.io.bundle import save_network
+    from spdnn.model.generate import random_network
+    from tests.helpers import assert_one_line_error, launch
+
+    save_network(random_network([64, 32, 32], 8, seed=0, head=10), tmp_path / "n.npz")
+    proc = launch(0, "train", "--network", tmp_path / "n.npz", "--epochs", "1",
+                  "--save", tmp_path / "t.npz", *args)
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "t.npz").exists()

@@ -26,19 +26,10 @@ from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, n_batches
+from spdnn.model.clipping import clip_coefficient, clip_report, scale, squared_norm
 from spdnn.model.counters import Dropout
 from spdnn.model.labels import as_labels
-from spdnn.model.optim import (
-    Optimizer,
-    SavedState,
-    clip_coefficient,
-    clip_report,
-    interleave,
-    make,
-    scale,
-    settings,
-    squared_norm,
-)
+from spdnn.model.optim import Optimizer, SavedState, interleave, make, settings
 from spdnn.model.reports import EpochReport
 from spdnn.model.schedule import Schedule, planned
 from spdnn.runtime.accounting import Counters
