@@ -29,7 +29,7 @@ import numpy as np
 HALVES = {
     "float32": (lambda: _warm("products", np.float32), lambda: _warm("encoding", np.float32),
                 lambda: _warm("layers", np.float32), lambda: _hashing(),
-                lambda: _partitioner()),
+                lambda: _partitioner(), lambda: _activations()),
     "float64": (lambda: _lossy(), lambda: _lsh(), lambda: _update(np.float32),
                 lambda: _update(np.float64),
                 lambda: _warm("layers", np.float64), lambda: _warm("encoding", np.float64),
@@ -59,6 +59,16 @@ def _partitioner() -> None:
     from partition import partition
 
     partition(spdnn.random_network([64, 64, 64, 8], fan_in=4, seed=0), parts=2)
+
+
+def _activations() -> None:
+    """The activations other than ReLU, both value types (spdnn.kernels._numba_activations)."""
+    from spdnn.kernels import products
+
+    if products.backend() == "numba":
+        from spdnn.kernels import _numba_activations
+
+        _numba_activations.warm_up((np.float32, np.float64))
 
 
 def _lossy() -> None:

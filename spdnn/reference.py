@@ -93,7 +93,7 @@ def _forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None,
             z = layer.weight @ xs[-1] + layer.bias[:, None]
         zs.append(z)
         if k < net.n_layers:
-            xs.append(activate(z.copy(), net.cap))
+            xs.append(net.hidden(k).apply(z))
             if masks is not None and masks[k - 1] is not None:
                 xs[-1] *= masks[k - 1]
     return zs, xs, act
@@ -143,7 +143,8 @@ def _backward_from(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
         gw[k] = sampled_products(w, delta, xs[k])
         gb[k] = delta.sum(axis=1)
         if k > 0:
-            delta = (w.T @ delta) * activation_slope(zs[k - 1], net.cap)
+            delta = w.T @ delta
+            net.hidden(k).backward(delta, zs[k - 1])
             if masks is not None and masks[k - 1] is not None:
                 delta *= masks[k - 1]
 
@@ -201,7 +202,8 @@ def sampled_backward(net: Network, x0: np.ndarray, y: MultiLabels, hashes: HashF
                      sampled_products(w, d, h)[concat_ranges(w.indptr[union], counts)])
     gb[-1] = RowGrad(union, d.sum(axis=1)[union])
     if net.n_layers > 1:
-        below = (w.T @ d) * activation_slope(zs[-2], net.cap)
+        below = w.T @ d
+        net.hidden(net.n_layers - 1).backward(below, zs[-2])
         _backward_from(net, zs, xs, below, net.n_layers - 2, gw, gb)
     return Gradients(gw, gb, value, correct), len(act)
 

@@ -48,13 +48,15 @@ def import_torch():  # noqa: ANN201 (the torch module)
 
 
 def small_network(sizes=(12, 9, 7, 4), fan_in=4, seed=0, dtype="float64", cap=None,
-                  output_activation="linear", bias_scale=0.1) -> Network:
-    """A random sparse network with random nonzero biases."""
+                  output_activation="linear", bias_scale=0.1, activations=()) -> Network:
+    """A random sparse network with random nonzero biases (``activations``: per hidden layer,
+    ReLU when not given)."""
     net = random_network(list(sizes), fan_in, seed=seed, cap=cap, dtype=dtype)
     rng = np.random.default_rng(seed + 1000)
     for layer in net.layers:
         layer.bias[:] = rng.standard_normal(layer.n_out) * bias_scale
-    return Network(layers=net.layers, cap=cap, output_activation=output_activation)
+    return Network(layers=net.layers, activations=tuple(activations), cap=cap,
+                   output_activation=output_activation)
 
 
 def _command(ranks: int, args: Sequence[object], module: str | None) -> list[str]:

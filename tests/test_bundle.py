@@ -36,7 +36,7 @@ def test_keys_follow_the_documented_format(tmp_path):
         assert str(z["format"]) == NETWORK_FORMAT
         assert int(z["n_layers"]) == 3
         meta = json.loads(str(z["meta"]))
-        assert meta["activation"] == "relu" and meta["cap"] is None
+        assert meta["activations"] == ["relu", "relu"] and meta["cap"] is None
         assert meta["output_activation"] == "linear"
         assert z["W2_shape"].tolist() == [7, 9]
         assert set(z.files) >= {"W1_indptr", "W1_indices", "W1_data", "b1", "b3"}
@@ -71,8 +71,18 @@ def _rewrite(src, dst, **changes):
         ({"W1_data": np.full(36, np.nan)}, "layer 1: non-finite value"),
         ({"W2_shape": np.array([7, 8])}, "shapes do not chain"),
         ({"meta": np.array("{not json")}, "meta is not valid JSON"),
-        ({"meta": np.array('{"activation": "relu", "cap": null, "output_activation": "x"}')},
-         "output_activation"),
+        ({"meta": np.array('{"activations": ["relu", "relu"], "cap": null, '
+                           '"output_activation": "x"}')}, "output_activation"),
+        ({"meta": np.array('{"activations": ["relu", "swish"], "cap": null, '
+                           '"output_activation": "linear"}')}, "unknown activation 'swish'"),
+        ({"meta": np.array('{"activations": ["relu"], "cap": null, '
+                           '"output_activation": "linear"}')}, "1 activations for 2 hidden"),
+        ({"meta": np.array('{"activation": "relu", "cap": null, "output_activation": "linear"}')},
+         "names one activation per hidden layer"),
+        ({"format": np.array("spdnn-network/1")}, "has no per-layer activations"),
+        ({"format": np.array("spdnn-network/1"), "meta": np.array(
+            '{"activation": "tanh", "cap": null, "output_activation": "linear"}')},
+         "format-1 activation"),
     ],
 )
 def test_bad_bundles(tmp_path, changes, problem):
@@ -81,6 +91,21 @@ def test_bad_bundles(tmp_path, changes, problem):
     with pytest.raises(InputError, match=problem) as err:
         load_network(tmp_path / "bad.npz")
     assert str(tmp_path / "bad.npz") in str(err.value)
+
+
+def test_a_format_1_bundle_loads_as_relu_and_saves_as_format_2(tmp_path):
+    """Before per-layer activations a bundle said "activation": "relu" for all hidden layers;
+    such a bundle still loads, as ReLU on every one, and is written back in format 2."""
+    net = small_network(activations=("tanh", "leaky_relu:-0.5"))
+    save_network(net, tmp_path / "new.npz")
+    assert load_network(tmp_path / "new.npz").activations == ("tanh", "leaky_relu:-0.5")
+    _rewrite(tmp_path / "new.npz", tmp_path / "old.npz", format=np.array("spdnn-network/1"),
+             meta=np.array('{"activation": "relu", "cap": 2.0, "output_activation": "linear"}'))
+    old = load_network(tmp_path / "old.npz")
+    assert old.activations == ("relu", "relu") and old.cap == 2.0
+    save_network(old, tmp_path / "again.npz")
+    with np.load(tmp_path / "again.npz", allow_pickle=False) as z:
+        assert str(z["format"]) == NETWORK_FORMAT == "spdnn-network/2"
 
 
 def test_missing_and_corrupt_files(tmp_path):
@@ -170,7 +195,8 @@ def test_a_radixnet_written_layer_by_layer_equals_the_one_built_whole(tmp_path):
     for a, b in zip(read.layers, whole.layers):
         assert (a.weight != b.weight).nnz == 0 and np.array_equal(a.bias, b.bias)
     with pytest.raises(InputError, match="2 layers written, the sizes .* need 3"):
-        write_network(tmp_path / "short.npz", (1024,) * 4, whole.layers[:2], whole.meta())
+        write_network(tmp_path / "short.npz", (1024,) * 4, whole.layers[:2],
+                      {**whole.meta(), "activations": ["relu"] * 2})
     assert not (tmp_path / "short.npz").exists()
 
 

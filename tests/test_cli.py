@@ -182,10 +182,10 @@ def test_nan_weights_and_unknown_version(tmp_path):
     proc = run_spdnn("infer", "--network", tmp_path / "inf.npz", "--inputs", "digits")
     assert_one_line_error(proc, "inf.npz", "non-finite")
     arrays["W1_data"][3] = 0.5
-    arrays["format"] = np.array("spdnn-network/2")
-    np.savez(tmp_path / "v2.npz", **arrays)
-    proc = run_spdnn("train", "--network", tmp_path / "v2.npz")
-    assert_one_line_error(proc, "v2.npz", "unknown format version")
+    arrays["format"] = np.array("spdnn-network/9")
+    np.savez(tmp_path / "v9.npz", **arrays)
+    proc = run_spdnn("train", "--network", tmp_path / "v9.npz")
+    assert_one_line_error(proc, "v9.npz", "unknown format version")
 
 
 def test_missing_files_and_feature_mismatch(tmp_path):

@@ -67,6 +67,34 @@ def test_spmm_and_fused_activation(backend, dtype):
     np.testing.assert_allclose(h, np.maximum(dense, 0), **_tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spec", ["leaky_relu:-0.3", "tanh", "sigmoid", "gelu", "gelu_tanh",
+                                  "identity"])
+def test_every_activation_and_its_slope(backend, dtype, spec):
+    """The activations the products do not fuse: value and ``g *= h'(z)`` (from the outputs
+    where given) as spdnn.model.activations defines them, on rows of a (neurons x batch) block
+    (the owned rows of a buffer: a contiguous slice)."""
+    from spdnn.model.activations import parse
+
+    act = parse(spec)
+    rng = np.random.default_rng(1)
+    buf = (rng.standard_normal((40, 13)) * 3).astype(dtype)
+    buf[0, :4] = [0, -0.0, 40, -40]
+    z = buf[:31]
+    want = act.apply(z)
+    out = np.full((35, 13), np.nan, dtype)
+    kernels.activate(act, z, out[:31])
+    assert out.dtype == dtype and np.isnan(out[31:]).all()
+    np.testing.assert_allclose(out[:31], want, **_tol(dtype))
+    g0 = rng.standard_normal(z.shape).astype(dtype)
+    expected = g0.copy()
+    act.backward(expected, z)
+    for h in (None, out[:31]):
+        g = g0.copy()
+        kernels.activation_backward(act, g, z, h)
+        np.testing.assert_allclose(g, expected, **_tol(dtype))
+
+
 def test_row_ranges_and_accumulation(backend):
     w, x, d, b = _case(np.float64)
     dense = w.toarray()

@@ -64,19 +64,50 @@ def test_to_torch_gives_the_network_back_with_its_masks_ready_to_fine_tune():
         np.testing.assert_array_equal(a.bias, b.bias)
 
 
+def test_every_activation_comes_across_both_ways():
+    """Each hidden layer's own activation (a Linear with none between is identity): the same
+    outputs in spdnn as in torch, and to_torch gives the same modules back."""
+    torch.manual_seed(5)
+    d = torch.float64
+    model = nn.Sequential(nn.Linear(10, 14, dtype=d), nn.Tanh(), nn.Linear(14, 13, dtype=d),
+                          nn.LeakyReLU(-0.25), nn.Linear(13, 12, dtype=d), nn.GELU(),
+                          nn.Linear(12, 11, dtype=d), nn.GELU(approximate="tanh"),
+                          nn.Linear(11, 10, dtype=d), nn.Sigmoid(), nn.Linear(10, 9, dtype=d),
+                          nn.Linear(9, 8, dtype=d), nn.Hardtanh(0.0, 0.8),
+                          nn.Linear(8, 4, dtype=d))
+    for m in model:
+        if isinstance(m, nn.Linear):
+            prune.random_unstructured(m, "weight", amount=0.5)
+    net = spdnn.from_torch(model)
+    assert net.activations == ("tanh", "leaky_relu:-0.25", "gelu", "gelu_tanh", "sigmoid",
+                               "identity", "relu") and net.cap == 0.8
+    x = np.random.default_rng(6).standard_normal((25, 10)) * 3
+    with torch.no_grad():
+        theirs = model(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(reference.predict(net, x), theirs, rtol=0, atol=1e-12)
+    back = spdnn.to_torch(net)
+    kinds = [type(m).__name__ for m in back if not isinstance(m, nn.Linear)]
+    assert kinds == ["Tanh", "LeakyReLU", "GELU", "GELU", "Sigmoid", "Identity", "Hardtanh"]
+    with torch.no_grad():
+        np.testing.assert_allclose(back(torch.tensor(x)).numpy(), theirs, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("module, fragment", [
-    (nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)), "module '1' (Tanh)"),
+    (nn.Sequential(nn.Linear(4, 3), nn.Softplus(), nn.Linear(3, 2)), "module '1' (Softplus)"),
     (nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2)),
      "module '1' (BatchNorm1d)"),
     (nn.Sequential(nn.Conv1d(1, 2, 3)), "module '0' (Conv1d)"),
-    (nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2)), "follows a Linear with no activation"),
+    (nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.ReLU(), nn.Linear(3, 2)),
+     "one activation follows each Linear"),
+    (nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2), nn.Tanh()),
+     "the output layer is linear"),
     (nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(2, 2)), "takes 2 inputs but '0'"),
 ])
 def test_what_spdnn_does_not_compute_is_refused_by_name(module, fragment):
     with pytest.raises(SpdnnError) as err:
         spdnn.from_torch(module)
     assert fragment in str(err.value)
-    if "not supported" in str(err.value):
+    if "not supported: spdnn takes" in str(err.value):
         assert "Linear, ReLU" in str(err.value)
     with pytest.raises(TypeError, match="torch.nn.Module"):
         spdnn.from_torch("model.pt")

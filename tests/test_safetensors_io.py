@@ -306,27 +306,29 @@ def test_real_pytorch_round_trip(tmp_path):
 
 def test_the_hidden_activation_is_asked_for_never_assumed(tmp_path):
     """A file that does not say what its hidden layers compute is refused without
-    --activations; a wrong count, or one spdnn does not compute (a tanh model would give wrong
-    answers under ReLU), is refused too; spdnn's own export says relu, and reads back."""
+    --activations; a wrong count, or a name spdnn does not know, is refused too; spdnn's own
+    export says what they are, and reads back."""
     rng = np.random.default_rng(4)
     ws, bs = _mlp(rng, (64, 16, 12, 10))
     path = _write_raw(tmp_path / "m.safetensors", {f"fc{k + 1}.{part}": a for k in range(3)
                                                    for part, a in (("weight", ws[k]),
                                                                    ("bias", bs[k]))})
     for extra, fragments in (([], ["does not say", "--activations", "relu,relu"]),
-                             (["--activations", "tanh,relu"], ["'tanh' is not supported"]),
-                             (["--activations", "relu,relu,relu"], ["lists 3 activations"])):
+                             (["--activations", "swish,relu"], ["unknown activation 'swish'",
+                                                                "gelu_tanh"]),
+                             (["--activations", "leaky_relu:x,relu"], ["slope must be a number"]),
+                             (["--activations", "relu,relu,relu"], ["3 activations for 2"])):
         proc = run_spdnn("convert", "safetensors", path, *extra, "-o", tmp_path / "x.npz")
         assert_one_line_error(proc, "m.safetensors", *fragments)
         assert not (tmp_path / "x.npz").exists()
-    proc = run_spdnn("convert", "safetensors", path, "--activations", "relu,relu", "-o",
-                     tmp_path / "net.npz")
+    proc = run_spdnn("convert", "safetensors", path, "--activations", "tanh,leaky_relu:0.2",
+                     "-o", tmp_path / "net.npz")
     assert proc.returncode == 0, proc.stderr
     proc = run_spdnn("convert", "network", tmp_path / "net.npz", "--to", "safetensors", "-o",
                      tmp_path / "ours.safetensors")
     assert proc.returncode == 0, proc.stderr
-    again = read_safetensors(tmp_path / "ours.safetensors")  # its metadata says relu, relu
-    assert again.n_layers == 3
+    again = read_safetensors(tmp_path / "ours.safetensors")  # its metadata says what they are
+    assert again.n_layers == 3 and again.activations == ("tanh", "leaky_relu:0.2")
 
 
 def test_a_float64_network_exports_in_float64(tmp_path):

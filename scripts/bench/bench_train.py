@@ -2,6 +2,7 @@
 
     python scripts/bench/bench_train.py [--hidden 16384] [--batch 256] [--steps 10] [--rounds 3]
                                   [--structure random radixnet] [--no-write]
+    python scripts/bench/bench_train.py --recipes | --activations [--hidden ...]
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `random`, fixed fan-in 32,
 4096 -> H -> H -> H (the worst case for partitioning: almost every row is cut); `radixnet`, the
@@ -118,9 +119,9 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps: int,
-        batch: int, optimizer: str = "sgd") -> dict:
+        batch: int, optimizer: str = "sgd", net: str = "net.npz") -> dict:
     cmd = [sys.executable, str(HERE), "--worker", kind, "--threads", str(threads), "--net",
-           str(work / "net.npz"), "--steps", str(steps), "--batch", str(batch),
+           str(work / net), "--steps", str(steps), "--batch", str(batch),
            "--optimizer", optimizer]
     if plan:
         cmd += ["--plan", str(work / plan)]
@@ -236,33 +237,56 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
                          f"block plan {volume['block']:,}.")
 
 
-def recipes(net, args) -> str:  # noqa: ANN001
-    """The step of each optimizer at P = 1, one thread, side by side in interleaved rounds,
-    against SGD with momentum (the table's ratio)."""
+def side_by_side(nets: dict, args, optimizers: dict | None = None) -> list[list[str]]:  # noqa: ANN001
+    """The step of each variant (its network, and its optimizer from ``optimizers``) at P = 1,
+    one thread, one process per variant and round, rounds interleaved: rows of the variant, ms
+    best / median, and the ratio of medians to the first variant's."""
     from spdnn.io.bundle import save_network
 
-    names = ("sgd", "adam", "adamw")
-    times: dict[str, list[float]] = {n: [] for n in names}
+    times: dict[str, list[float]] = {name: [] for name in nets}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        save_network(net, work / "net.npz")
+        for name, net in nets.items():
+            save_network(net, work / f"{name}.npz")
         for r in range(args.rounds):
-            for name in names:
-                out = run("spdnn", 1, 1, work, None, args.steps, args.batch, name)
+            for name in nets:
+                out = run("spdnn", 1, 1, work, None, args.steps, args.batch,
+                          (optimizers or {}).get(name, "sgd"), net=f"{name}.npz")
                 times[name] += out["times"]
                 print(f"round {r + 1}, {name}: median "
                       f"{1e3 * statistics.median(out['times']):.0f} ms", flush=True)
-    base = statistics.median(times["sgd"])
-    rows = [[name, f"{1e3 * min(t):.0f} / {1e3 * statistics.median(t):.0f}",
+    base = statistics.median(next(iter(times.values())))
+    return [[name, f"{1e3 * min(t):.0f} / {1e3 * statistics.median(t):.0f}",
              f"{statistics.median(t) / base:.3f}"] for name, t in times.items()]
+
+
+def _setup(flag: str, net, args) -> str:  # noqa: ANN001
     sizes = " -> ".join(str(n) for n in net.sizes)
-    return (f"Command: `python scripts/bench/bench_train.py --recipes --hidden {args.hidden} "
+    return (f"Command: `python scripts/bench/bench_train.py {flag} --hidden {args.hidden} "
             f"--batch {args.batch} --steps {args.steps} --rounds {args.rounds}`. The random "
             f"network {sizes} ({net.nnz:,} weights), float32, batch {args.batch}, P = 1, one "
-            f"thread; one process per optimizer and round, {args.steps} timed steps after 2 "
-            f"warm-up steps, {args.rounds} interleaved rounds. sgd: momentum 0.9; adam, adamw: "
-            "torch's defaults.\n\n"
+            f"thread; one process per variant and round, {args.steps} timed steps after 2 "
+            f"warm-up steps, {args.rounds} interleaved rounds.")
+
+
+def recipes(net, args) -> str:  # noqa: ANN001
+    """The step of each optimizer against SGD with momentum (the table's ratio)."""
+    names = ("sgd", "adam", "adamw")
+    rows = side_by_side({n: net for n in names}, args, {n: n for n in names})
+    return (_setup("--recipes", net, args) + " sgd: momentum 0.9; adam, adamw: torch's "
+            "defaults.\n\n"
             + table(["optimizer", "ms / step, best / median", "vs SGD with momentum"], rows))
+
+
+ACTIVATIONS = ("relu", "leaky_relu", "tanh", "sigmoid", "gelu", "gelu_tanh")
+
+
+def activations(net, args) -> str:  # noqa: ANN001
+    """The SGD step of the same network with each hidden activation, against ReLU."""
+    rows = side_by_side({a: net.with_activations(a) for a in ACTIVATIONS}, args)
+    return (_setup("--activations", net, args) + " The one activation on every hidden "
+            "layer; SGD with momentum 0.9.\n\n"
+            + table(["activation", "ms / step, best / median", "vs ReLU"], rows))
 
 
 def build(structure: str, hidden: int):  # noqa: ANN201
@@ -283,6 +307,9 @@ def main() -> int:
                     default=["random", "radixnet"])
     ap.add_argument("--recipes", action="store_true",
                     help="time each optimizer's step instead (the random network)")
+    ap.add_argument("--activations", action="store_true",
+                    help="time the step with each hidden activation instead (the random "
+                         "network)")
     ap.add_argument("--optimizer", default="sgd", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -295,6 +322,10 @@ def main() -> int:
     if args.recipes:
         publish(args, "BENCH_RECIPES", "Training recipes: optimizers",
                 recipes(build("random", args.hidden), args))
+        return 0
+    if args.activations:
+        publish(args, "BENCH_ACTIVATIONS", "Training recipes: activations",
+                activations(build("random", args.hidden), args))
         return 0
     try:
         import torch_baselines as tb

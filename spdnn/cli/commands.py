@@ -23,6 +23,8 @@ from spdnn.model.reports import short_sizes
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
+    from dataclasses import replace
+
     import numpy as np
 
     from spdnn.io.bundle import load_network, save_network
@@ -50,8 +52,7 @@ def cmd_convert(args: argparse.Namespace) -> None:
                                                          bar.update(k)))
         bar.close()
         if args.output_activation:
-            net = Network(layers=net.layers, activation=net.activation, cap=net.cap,
-                          output_activation=args.output_activation, extra=net.extra)
+            net = replace(net, output_activation=args.output_activation)
     elif args.source == "mtx":
         layers = []
         for f in args.inputs[:count]:
@@ -69,9 +70,7 @@ def cmd_convert(args: argparse.Namespace) -> None:
     else:
         net = load_network(args.inputs[0], args.dtype)
     if count is not None and args.source in ("safetensors", "network"):
-        net = Network(layers=net.layers[:count], activation=net.activation, cap=net.cap,
-                      output_activation=net.output_activation,
-                      extra=net.extra)
+        net = net.truncated(count)
     if args.to == "network":
         save_network(net, args.output)
     elif args.to == "safetensors":
@@ -117,6 +116,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
             from spdnn.io.dense import prune_file
 
             net = prune_file(args.weights, args.density, args.seed, args.head, args.dtype)
+        net = net.with_activations(args.activations)
     except OptionError as exc:  # checked where the network is made, named here by its flag
         raise exc.as_flag() from None
     except ValueError as exc:
@@ -135,8 +135,8 @@ def cmd_generate_radixnet(args: argparse.Namespace) -> None:
     sizes = [args.neurons] * (args.layers + 1) + ([args.head] if args.head else [])
     extra = {"generator": "radixnet", "seed": args.seed} | ({"head": args.head}
                                                             if args.head else {})
-    meta = Network(layers=(), cap=args.cap, output_activation="linear" if args.head else "relu",
-                   extra=extra).meta()
+    meta = Network(layers=(), activations=("relu",) * (len(sizes) - 2), cap=args.cap,
+                   output_activation="linear" if args.head else "relu", extra=extra).meta()
     try:
         layers = generate.radixnet_layers(args.neurons, args.layers, seed=args.seed, bias=args.bias,
                                           dtype=args.dtype, head=args.head)

@@ -144,8 +144,9 @@ def _add_convert(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
                            "read from a pruned model)")
     conv.add_argument("--activations", type=lambda t: t.split(","), metavar="A,B,...",
                       help="safetensors: what the hidden layers compute, one per layer but the "
-                           "last (required unless the file's metadata says, as spdnn's export "
-                           "writes it; spdnn computes relu, capped with --cap)")
+                           "last, or one for all (required unless the file's metadata says, as "
+                           "spdnn's export writes it): relu (capped with --cap), leaky_relu[:S], "
+                           "tanh, sigmoid, gelu, gelu_tanh, identity")
     conv.add_argument("--layers", type=layers, metavar="L|NAMES",
                       help="read only the first L layers; for safetensors, the layer names in "
                            "order (fc1,fc2,fc3; default: every NAME.weight in natural order, "
@@ -196,6 +197,11 @@ def _add_generate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
     pr.add_argument("--density", type=float, default=0.05, help="fraction of weights kept")
     add_xc_data(kinds, _Formatter)
     add_challenge_images(kinds, _Formatter)
+    for kind in (rnd, loc, pr):
+        kind.add_argument("--activations", metavar="A[,A...]", default="relu",
+                          help="the hidden layers' activation, one for all or one per layer: "
+                               "relu (capped by --cap), leaky_relu[:SLOPE], tanh, sigmoid, "
+                               "gelu, gelu_tanh, identity")
     for kind in (rx, rnd, loc, pr):
         kind.add_argument("-o", "--output", required=True, help="network bundle to write (.npz)")
         kind.add_argument("--head", type=positive_int,

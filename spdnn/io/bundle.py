@@ -1,4 +1,4 @@
-"""The network bundle: one ``.npz`` file, format ``spdnn-network/1`` (see docs/formats.md).
+"""The network bundle: one ``.npz`` file, format ``spdnn-network/2`` (see docs/formats.md).
 
 Keys: ``format``, ``n_layers``, ``meta`` (JSON string) and for k = 1..L ``W{k}_indptr``,
 ``W{k}_indices``, ``W{k}_data``, ``W{k}_shape`` (= [n_k, n_{k-1}]) and ``b{k}``. An ``.npz`` is
@@ -32,7 +32,12 @@ from spdnn.model.network import (
     validate_meta,
 )
 
-NETWORK_FORMAT = "spdnn-network/1"
+# The meta keys a Network's own fields hold (the rest is ``extra``).
+ACTIVATION_KEYS = ("activation", "activations", "cap", "output_activation")
+
+NETWORK_FORMAT = "spdnn-network/2"
+# Format 1 is format 2 with every hidden layer ReLU (meta "activation": "relu").
+NETWORK_FORMAT_1 = "spdnn-network/1"
 
 
 class NetworkBundle:
@@ -43,16 +48,23 @@ class NetworkBundle:
         self.path = self._npz.path
         self._npz.check_headers()
         fmt = self._npz.text("format")
-        if fmt != NETWORK_FORMAT:
-            raise InputError(self.path,
-                             f"unknown format version '{fmt}' (expected {NETWORK_FORMAT})")
+        if fmt not in (NETWORK_FORMAT, NETWORK_FORMAT_1):
+            raise InputError(self.path, f"unknown format version '{fmt}' (expected "
+                             f"{NETWORK_FORMAT}, or {NETWORK_FORMAT_1})")
         self.n_layers = self._npz.integer("n_layers")
         if self.n_layers < 1:
             raise InputError(self.path, f"n_layers is {self.n_layers}, expected at least 1")
         meta = decode(self._npz.text("meta"), self.path, "meta")
         if not isinstance(meta, dict):
             raise InputError(self.path, "meta must be a JSON object")
-        validate_meta(meta, self.path)
+        if (fmt == NETWORK_FORMAT) != ("activations" in meta):
+            raise InputError(self.path, f"meta: {fmt} " + (
+                "names one activation per hidden layer (activations)" if fmt == NETWORK_FORMAT
+                else "has no per-layer activations (its hidden layers are ReLU)"))
+        validate_meta(meta, self.path, self.n_layers)
+        if fmt == NETWORK_FORMAT_1:  # read as format 2: ReLU on every hidden layer
+            meta = {k: v for k, v in meta.items() if k != "activation"}
+            meta["activations"] = ["relu"] * (self.n_layers - 1)
         self.meta: dict[str, Any] = meta
         shapes = []
         for k in range(1, self.n_layers + 1):
@@ -199,11 +211,10 @@ class NetworkBundle:
         return fingerprint_of(self.sizes, (self.pattern(k) for k in range(1, self.n_layers + 1)))
 
     def network(self, dtype: Any = None) -> Network:
-        extra = {k: v for k, v in self.meta.items()
-                 if k not in ("activation", "cap", "output_activation")}
+        extra = {k: v for k, v in self.meta.items() if k not in ACTIVATION_KEYS}
         return Network(
             layers=tuple(self.layers(dtype)),
-            activation=self.meta["activation"],
+            activations=tuple(self.meta["activations"]),
             cap=None if self.meta["cap"] is None else float(self.meta["cap"]),
             output_activation=self.meta["output_activation"],
             extra=extra,
@@ -256,7 +267,9 @@ class NetworkWriter:
     def __init__(self, path: str | os.PathLike, sizes: Sequence[int],
                  meta: dict[str, Any]) -> None:
         self.path = os.fspath(path)
-        validate_meta(meta, self.path)
+        if "activations" not in meta:
+            raise ValueError("a bundle's meta names its activations (Network.meta)")
+        validate_meta(meta, self.path, len(sizes) - 1)
         self.sizes = tuple(int(n) for n in sizes)
         self._fp = Fingerprint(self.sizes)
         self._k = 0

@@ -15,10 +15,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import SpdnnError
+from spdnn.model.activations import parse
 from spdnn.model.network import Layer, Network
 
-SUPPORTED = ("Linear", "ReLU", "Hardtanh(0, cap) (capped ReLU)", "Dropout", "Identity",
-             "a leading Flatten")
+SUPPORTED = ("Linear", "ReLU", "Hardtanh(0, cap) (capped ReLU)", "LeakyReLU", "Tanh",
+             "Sigmoid", "GELU", "Dropout", "Identity", "a leading Flatten")
 
 
 def _torch() -> Any:  # noqa: ANN401
@@ -39,32 +40,55 @@ def _children(module: Any) -> list[tuple[str, Any]]:  # noqa: ANN401
     return list(module.named_children())
 
 
-def _cap_of(name: str, m: Any) -> float | None:  # noqa: ANN401
-    """A ReLU (None) or a Hardtanh(0, c) (c); anything else is refused."""
-    torch = _torch()
-    if isinstance(m, torch.nn.ReLU):
-        return None
-    if isinstance(m, torch.nn.Hardtanh) and m.min_val == 0 and m.max_val > 0:
-        return float(m.max_val)
-    _refuse(name, m)
+def _activation_of(name: str, m: Any) -> tuple[str, float | None] | None:  # noqa: ANN401
+    """The activation (spdnn.model.activations) a torch module computes and ReLU's cap, or
+    None when it is no activation."""
+    nn = _torch().nn
+    if isinstance(m, nn.ReLU):
+        return "relu", None
+    if isinstance(m, nn.Hardtanh):
+        if m.min_val == 0 and m.max_val > 0:
+            return "relu", float(m.max_val)
+        _refuse(name, m, "a Hardtanh is taken as capped ReLU, Hardtanh(0, cap)")
+    if isinstance(m, nn.LeakyReLU):
+        return f"leaky_relu:{float(m.negative_slope)!r}", None
+    if isinstance(m, nn.GELU):
+        return ("gelu" if m.approximate == "none" else "gelu_tanh"), None
+    for cls, spec in ((nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid")):
+        if isinstance(m, cls):
+            return spec, None
     return None
 
 
-def _refuse(name: str, m: Any) -> None:  # noqa: ANN401
-    raise SpdnnError(f"module '{name}' ({type(m).__name__}) is not supported: spdnn takes "
-                     f"{', '.join(SUPPORTED)} (its hidden layers compute ReLU)")
+def _module_of(spec: str, cap: float | None) -> Any:  # noqa: ANN401
+    """The torch module that computes activation ``spec``."""
+    nn = _torch().nn
+    act = parse(spec, cap)
+    if act.name == "relu":
+        return nn.ReLU() if cap is None else nn.Hardtanh(0.0, float(cap))
+    if act.name == "leaky_relu":
+        return nn.LeakyReLU(act.slope)
+    if act.name in ("gelu", "gelu_tanh"):
+        return nn.GELU(approximate="none" if act.name == "gelu" else "tanh")
+    return {"tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "identity": nn.Identity}[act.name]()
+
+
+def _refuse(name: str, m: Any, why: str | None = None) -> None:  # noqa: ANN401
+    raise SpdnnError(f"module '{name}' ({type(m).__name__}) is not supported: "
+                     + (why or f"spdnn takes {', '.join(SUPPORTED)}"))
 
 
 def from_torch(module: Any, *, dtype: Any = None) -> Network:  # noqa: ANN401
     """The network of ``module``: an ``nn.Sequential`` (or a module whose children form one)
-    of Linear layers, each but the last followed by ReLU (or Hardtanh(0, cap), one cap for
-    all), with Dropout and Identity passed over and a leading Flatten; the last Linear may be
-    followed by the same activation (``output_activation="relu"``). A pruned weight's
-    pattern is its mask; otherwise its nonzeros. ``dtype``: default the module's."""
+    of Linear layers, each but the last followed by one activation (ReLU or Hardtanh(0, cap),
+    one cap for all; LeakyReLU, Tanh, Sigmoid, GELU; none: identity), with Dropout and
+    Identity passed over and a leading Flatten; the last Linear may be followed by ReLU
+    (``output_activation="relu"``). A pruned weight's pattern is its mask; otherwise its
+    nonzeros. ``dtype``: default the module's."""
     torch = _torch()
     kids = _children(module)
     linears: list[tuple[str, Any]] = []
-    after: list[list[tuple[str, Any]]] = []
+    after: list[list[tuple[str, tuple[str, float | None]]]] = []
     for i, (name, m) in enumerate(kids):
         if isinstance(m, (torch.nn.Dropout, torch.nn.Identity)):
             continue
@@ -73,21 +97,20 @@ def from_torch(module: Any, *, dtype: Any = None) -> Network:  # noqa: ANN401
         if isinstance(m, torch.nn.Linear):
             linears.append((name, m))
             after.append([])
-        elif linears and isinstance(m, (torch.nn.ReLU, torch.nn.Hardtanh)):
-            after[-1].append((name, m))
-        else:
+            continue
+        act = _activation_of(name, m) if linears else None
+        if act is None:
             _refuse(name, m)
+        if after[-1]:
+            _refuse(name, m, "one activation follows each Linear")
+        after[-1].append((name, act))
     if not linears:
         raise SpdnnError("the module holds no nn.Linear layer")
-    caps = set()
-    for k, acts in enumerate(after):
-        if len(acts) > 1:
-            _refuse(acts[1][0], acts[1][1])
-        if k < len(after) - 1 and not acts:
-            name = linears[k + 1][0]
-            raise SpdnnError(f"module '{name}' (Linear) follows a Linear with no activation: "
-                             "spdnn's hidden layers compute ReLU")
-        caps.update(_cap_of(n, m) for n, m in acts)
+    if after[-1] and after[-1][0][1][0] != "relu":
+        raise SpdnnError(f"module '{after[-1][0][0]}' follows the last Linear: the output "
+                         "layer is linear (the loss takes the softmax) or ReLU")
+    caps = {act[1] for acts in after for _, act in acts if act[0] == "relu"}
+    activations = tuple(acts[0][1][0] if acts else "identity" for acts in after[:-1])
     if len(caps) > 1:
         raise SpdnnError(f"the activations have different caps ({sorted(map(str, caps))}): "
                          "spdnn's layers share one")
@@ -111,7 +134,7 @@ def from_torch(module: Any, *, dtype: Any = None) -> Network:  # noqa: ANN401
         if layers[k].n_in != layers[k - 1].n_out:
             raise SpdnnError(f"module '{linears[k][0]}' takes {layers[k].n_in} inputs but "
                              f"'{linears[k - 1][0]}' gives {layers[k - 1].n_out}")
-    net = Network(layers=tuple(layers), cap=cap,
+    net = Network(layers=tuple(layers), activations=activations, cap=cap,
                   output_activation="relu" if after[-1] else "linear",
                   extra={"safetensors": {"names": [n for n, _ in linears], "pruned": True}})
     net.validate("the module")
@@ -119,19 +142,16 @@ def from_torch(module: Any, *, dtype: Any = None) -> Network:  # noqa: ANN401
 
 
 def to_torch(network: Network) -> Any:  # noqa: ANN401
-    """``network`` as an ``nn.Sequential`` of Linear and ReLU (Hardtanh(0, cap) when capped)
-    in its dtype, every weight pruned to its pattern (``torch.nn.utils.prune``: weight_orig
-    and weight_mask), ready to fine-tune or to ``prune.remove``."""
+    """``network`` as an ``nn.Sequential`` of Linear and its activations (ReLU as
+    Hardtanh(0, cap) when capped) in its dtype, every weight pruned to its pattern
+    (``torch.nn.utils.prune``: weight_orig and weight_mask), ready to fine-tune or to
+    ``prune.remove``."""
     torch = _torch()
     from torch.nn.utils import prune
 
     if not isinstance(network, Network):
         raise TypeError(f"network must be a spdnn.Network, not {type(network).__name__}")
     dt = torch.float64 if network.dtype == np.float64 else torch.float32
-
-    def act() -> Any:  # noqa: ANN401
-        return torch.nn.ReLU() if network.cap is None else \
-            torch.nn.Hardtanh(0.0, float(network.cap))
 
     mods: list[Any] = []
     for k, layer in enumerate(network.layers):
@@ -145,6 +165,8 @@ def to_torch(network: Network) -> Any:  # noqa: ANN401
             lin.bias.copy_(torch.from_numpy(np.asarray(layer.bias, dtype=np.float64)))
         prune.custom_from_mask(lin, "weight", torch.from_numpy(mask))
         mods.append(lin)
-        if k < network.n_layers - 1 or network.output_activation == "relu":
-            mods.append(act())
+        if k < network.n_layers - 1:
+            mods.append(_module_of(network.activations[k], network.cap))
+        elif network.output_activation == "relu":
+            mods.append(_module_of("relu", network.cap))
     return torch.nn.Sequential(*mods)

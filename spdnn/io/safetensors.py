@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
 from spdnn.io.jsonread import decode
+from spdnn.model.activations import ACTIVATIONS, parse_list
 from spdnn.model.network import Layer, Network
 
 DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
@@ -129,35 +130,27 @@ def _layer_names(st: SafetensorsFile, names: Sequence[str] | None) -> list[str]:
 
 # What the hidden layers compute, as spdnn's export writes it in the file's metadata.
 ACTIVATIONS_KEY = "spdnn_activations"
-HIDDEN_ACTIVATIONS = ("relu",)  # what spdnn's hidden layers compute (capped by ``cap``)
 
 
 def hidden_activations(path: str, given: str | Sequence[str] | None,
-                       metadata: dict[str, Any], hidden: int) -> None:
+                       metadata: dict[str, Any], hidden: int) -> tuple[str, ...]:
     """The hidden layers' activations, from ``given`` (one name for all, or one per hidden
     layer) or else the file's metadata: refused, never assumed, when neither says, when the
-    count is wrong, or when one is not what spdnn computes."""
+    count is wrong, or when one is not an activation spdnn computes."""
     if given is None and hidden and isinstance(metadata.get(ACTIVATIONS_KEY), str):
-        given = metadata[ACTIVATIONS_KEY].split(",")
+        given = metadata[ACTIVATIONS_KEY]
     if hidden == 0:
-        return
+        return ()
     if given is None:
         raise InputError(path, f"does not say what its {hidden} hidden layer(s) compute: give "
                                f"--activations (one per hidden layer, e.g. "
-                               f"{','.join(['relu'] * hidden)}; spdnn computes "
-                               f"{' and '.join(HIDDEN_ACTIVATIONS)})")
-    names = [given] if isinstance(given, str) else list(given)
-    if len(names) == 1:
-        names = names * hidden
-    if len(names) != hidden:
-        raise InputError(path, f"--activations lists {len(names)} activations for {hidden} "
-                               "hidden layers (the last layer's is --output-activation)")
-    for a in names:
-        if a not in HIDDEN_ACTIVATIONS:
-            raise InputError(path, f"hidden activation {a!r} is not supported yet: spdnn's "
-                                   f"hidden layers compute {', '.join(HIDDEN_ACTIVATIONS)} "
-                                   "(a network trained with another would compute something "
-                                   "else)")
+                               f"{','.join(['relu'] * hidden)}; choose from "
+                               f"{', '.join(ACTIVATIONS)})")
+    try:
+        return tuple(a.spec for a in parse_list(given, hidden))
+    except ValueError as exc:
+        raise InputError(path, f"--activations: {exc} (the last layer's is "
+                               "--output-activation)") from None
 
 
 def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None,
@@ -204,8 +197,9 @@ def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None
             raise InputError(path, f"layer '{names[k]}' takes {layers[k].n_in} inputs but "
                                    f"'{names[k - 1]}' gives {layers[k - 1].n_out} (name the "
                                    "layers in order with --layers)")
-    hidden_activations(os.fspath(path), activations, st.metadata, len(names) - 1)
-    net = Network(layers=tuple(layers), cap=cap, output_activation=output_activation,
+    acts = hidden_activations(os.fspath(path), activations, st.metadata, len(names) - 1)
+    net = Network(layers=tuple(layers), activations=acts, cap=cap,
+                  output_activation=output_activation,
                   extra={"safetensors": {"names": names, "pruned": pruned}})
     net.validate(str(path))
     return net
@@ -236,7 +230,7 @@ def write_safetensors(net: Network, path: str | os.PathLike,
             tensors.append((f"{name}.weight", dense))
         tensors.append((f"{name}.bias", layer.bias.astype(dt)))
     meta = {"format": "pt", "written_by": "spdnn",
-            ACTIVATIONS_KEY: ",".join([HIDDEN_ACTIVATIONS[0]] * (net.n_layers - 1)),
+            ACTIVATIONS_KEY: ",".join(net.activations),
             "spdnn_output_activation": net.output_activation,
             "spdnn_cap": "none" if net.cap is None else repr(float(net.cap))}
     header: dict[str, Any] = {"__metadata__": meta}

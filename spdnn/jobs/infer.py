@@ -135,7 +135,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
             comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on "
                        "single-label data")
         if lsh_spec is not None:
-            comm.check(lambda: check_lsh_layer(lsh_spec, job.bundle.sizes))
+            comm.check(lambda: check_lsh_layer(
+                lsh_spec, job.bundle.sizes, activations=tuple(job.bundle.meta["activations"])))
         warm_up(dnet.dtype)
         t0 = time.perf_counter()
         extra: dict = {}
@@ -218,6 +219,10 @@ def challenge_inputs(comm: Communicator, job: Opened, spec: str,
                      truth: str | os.PathLike | None) -> tuple[np.ndarray | None, ImageShare]:
     """The truth categories (when given) and this replica's share of the images, with only
     this rank's feature columns (each rank reads only those). Collective."""
+    other = sorted(set(job.bundle.meta["activations"]) - {"relu"})
+    if other:  # the challenge's categories are its ReLU network's nonzero outputs
+        comm.agree(f"{job.bundle.path}: Graph Challenge inference runs ReLU networks; this one "
+                   f"computes {', '.join(other)} (give a data set: mnist:DIR, ...)")
     truth = None if truth is None else os.fspath(truth)
     expected = comm.check(lambda: read_categories(truth)) if truth else None
     held = job.dnet if job.dnet is not None else job.stream

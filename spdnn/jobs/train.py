@@ -128,7 +128,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     if opt.validation_split is not None:
         data = comm.check(lambda: split_validation(data, opt.validation_split))
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
-    comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss))
+    comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss,
+                                       activations=tuple(job.bundle.meta["activations"])))
     cfg = comm.check(lambda: cfg.planned(len(data.y_train)))  # the schedule's T
     cfg = comm.check(lambda: replace(cfg, dropout=Dropout.of(opt.dropout, len(sizes) - 2,
                                                              cfg.seed)))

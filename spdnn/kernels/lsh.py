@@ -81,11 +81,13 @@ def parse_lsh(text: str, max_active: int | None = None, random: int = 0,
 
 
 def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...], *,
-                    loss: str = "cross_entropy") -> None:
+                    loss: str = "cross_entropy", activations: tuple[str, ...] = ()) -> None:
     """LSH selects neurons of one layer of the network (layers count from 1); the labels, the
     random top-up and the largest biases join the output layer's only, and draw at most as
     many neurons as it has. A sampled output layer trains with softmax cross-entropy over its
-    active neurons; above a sampled hidden layer the network's own ``loss`` applies."""
+    active neurons; above a sampled hidden layer the network's own ``loss`` applies. A sampled
+    hidden layer is ReLU (its neurons left out give exact zeros): ``activations``, per hidden
+    layer."""
     from spdnn.errors import SpdnnError
 
     n_layers = len(sizes) - 1
@@ -95,6 +97,11 @@ def check_lsh_layer(spec: LshSpec | None, sizes: tuple[int, ...], *,
     if spec is not None and spec.layer == n_layers and loss != "cross_entropy":
         raise SpdnnError(f"--lsh {spec.text()} samples the output layer, which trains with "
                          f"the cross_entropy loss (softmax over the active outputs), not {loss}")
+    if spec is not None and spec.layer < n_layers and spec.layer <= len(activations) and \
+            activations[spec.layer - 1] != "relu":
+        raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} computes "
+                         f"{activations[spec.layer - 1]}; a sampled hidden layer is ReLU (the "
+                         "neurons it leaves out must give exact zeros)")
     if spec is not None and spec.layer < n_layers and (
             spec.random or spec.top_bias or spec.estimate_tail):
         raise SpdnnError(f"--lsh {spec.text()}: layer {spec.layer} is hidden; --lsh-random, "

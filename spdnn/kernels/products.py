@@ -8,6 +8,8 @@ Activations are (neurons x batch) C-contiguous: a neuron's row (what is exchange
 - ``sddmm(W, D, X, out, bias_grad)``: out[e] = D[i_e, :] . X[j_e, :] for every stored
   (i_e, j_e) of W (the weight gradient) without an nnz x B temporary, and the row sums of D.
 - ``apply_slope(G, Z, cap)``: ``G *= h'(Z)`` in place.
+- ``activate(act, Z, out)``, ``activation_backward(act, G, Z, H)``: the same two for the other
+  activations (spdnn.model.activations), which the products do not fuse.
 
 Backends: ``scipy`` (reference) and ``numba`` (faster; see docs/BENCHMARKS.md). The default is
 numba when it is installed, else scipy; ``SPDNN_KERNELS=scipy|numba`` or ``set_backend`` choose.
@@ -22,6 +24,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,6 +34,9 @@ from spdnn.kernels.dense import ONE_PASS_DENSE_ROWS, blas_ready, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
 from spdnn.threads import default_threads
+
+if TYPE_CHECKING:
+    from spdnn.model.activations import Activation
 
 # Output elements below which a product runs on one thread (Graph Challenge inference, whose
 # blocks shrink to the live inputs: with the register-blocked kernels 2^15 measured best of
@@ -318,3 +324,33 @@ def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:
     if cap is not None:
         keep &= z < cap
     np.multiply(g, keep, out=g)
+
+
+def _contiguous(*blocks: np.ndarray | None) -> bool:
+    return all(b is None or (b.ndim == 2 and b.flags.c_contiguous) for b in blocks)
+
+
+def activate(act: Activation, z: np.ndarray, out: np.ndarray) -> None:
+    """``out = h(z)`` for an activation other than ReLU (which ``spmm_act`` fuses)."""
+    if backend() == "numba" and _contiguous(z, out):
+        from spdnn.kernels import _numba_activations as nba
+
+        _nb()
+        with _threads_for(z.size):
+            nba.apply(act.name, z, out, act.slope)
+        return
+    act.apply(z, out)
+
+
+def activation_backward(act: Activation, g: np.ndarray, z: np.ndarray,
+                        h: np.ndarray | None = None) -> None:
+    """``g *= h'(z)`` in place for an activation other than ReLU (``apply_slope``); ``h``, the
+    outputs h(z) when at hand (the slopes are read from them where a formula allows)."""
+    if backend() == "numba" and _contiguous(g, z, h):
+        from spdnn.kernels import _numba_activations as nba
+
+        _nb()
+        with _threads_for(g.size):
+            nba.backward(act.name, g, z, h, act.slope)
+        return
+    act.backward(g, z, h)

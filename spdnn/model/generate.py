@@ -117,9 +117,11 @@ def random_network(
     head: int | None = None,
     cap: float | None = None,
     dtype: Any = "float32",
+    activations: str | Sequence[str] = "relu",
 ) -> Network:
     """Random fixed fan-in layers n_0 -> n_1 -> ... -> n_L, topped by a dense classifier of
-    ``head`` outputs when given (``--head``);
+    ``head`` outputs when given (``--head``); ``activations``: the hidden layers', one for all
+    or one per layer (spdnn.model.activations);
     ``fan_in``: one for every layer, or one per layer; a fan-in above a layer's inputs reads
     all of them (the command line refuses it instead: ``--fan-in`` larger than a layer is
     more likely a typo than a dense layer asked for).
@@ -141,7 +143,8 @@ def random_network(
         layers.append(dense_head(head, sizes[-1], rng, dt))
     return Network(layers=tuple(layers), cap=cap, output_activation="linear",
                    extra={"generator": "random", "seed": seed,
-                          "fan_in": fan_in if isinstance(fan_in, int) else fans})
+                          "fan_in": fan_in if isinstance(fan_in, int) else fans}
+                   ).with_activations(activations)
 
 
 def _grid(text: str | Sequence[int]) -> tuple[int, int]:
@@ -252,6 +255,6 @@ def add_head(network: Network, head: int, *, seed: int | None = 0) -> Network:
     """Top a network with a dense classifier of ``head`` outputs (``--head``); the output becomes
     linear."""
     top = dense_head(head, network.sizes[-1], _rng(seed), network.dtype)
-    return Network(layers=(*network.layers, top), activation=network.activation, cap=network.cap,
-                   output_activation="linear",
+    return Network(layers=(*network.layers, top), activations=(*network.activations, "relu"),
+                   cap=network.cap, output_activation="linear",
                    extra={**network.extra, "head": head})

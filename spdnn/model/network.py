@@ -15,10 +15,10 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.errors import InputError
+from spdnn.errors import InputError, OptionError
+from spdnn.model.activations import Activation, parse, parse_list
 from spdnn.model.choices import DTYPE_NAMES
 
-ACTIVATIONS = ("relu",)
 OUTPUT_ACTIVATIONS = ("linear", "relu")
 DTYPES = dict(zip(DTYPE_NAMES, (np.float32, np.float64)))
 
@@ -177,19 +177,48 @@ class Layer:
 class Network:
     """An ordered list of sparse layers plus the activation settings.
 
-    ``activation`` is the hidden activation (ReLU, optionally capped at ``cap``);
-    ``output_activation`` is "linear" (a softmax/MSE head) or "relu" (the hidden activation and
-    cap on the last layer too, as in the Graph Challenge). ``extra`` holds further metadata.
+    ``activations``: one per hidden layer (spdnn.model.activations; empty: ReLU on every one),
+    ReLU capped at ``cap`` when given; ``output_activation`` is "linear" (a softmax/MSE head)
+    or "relu" (ReLU and the cap on the last layer too, as in the Graph Challenge). ``extra``
+    holds further metadata.
     """
 
     layers: tuple[Layer, ...]
-    activation: Literal["relu"] = "relu"
+    activations: tuple[str, ...] = ()
     cap: float | None = None
     output_activation: Literal["linear", "relu"] = "linear"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
+        acts = tuple(parse(a).spec for a in self.activations)
+        if not acts and self.layers:
+            acts = ("relu",) * (len(self.layers) - 1)
+        object.__setattr__(self, "activations", acts)
+
+    def hidden(self, k: int) -> Activation:
+        """The activation of hidden layer k (1-based, k < n_layers), with the network's cap."""
+        return parse(self.activations[k - 1], self.cap)
+
+    @property
+    def relu_only(self) -> bool:
+        """Every hidden layer ReLU: what the exact-zero paths need."""
+        return all(a == "relu" for a in self.activations)
+
+    def with_activations(self, specs: str | Sequence[str]) -> Network:
+        """The same layers with these hidden activations: one for all, or one per hidden layer
+        (a list, or comma-separated); OptionError ``activations`` otherwise."""
+        try:
+            acts = parse_list(specs, self.n_layers - 1, self.cap)
+        except ValueError as exc:
+            text = specs if isinstance(specs, str) else ",".join(map(str, specs))
+            raise OptionError("activations", f"{text}: {exc}") from None
+        return replace(self, activations=tuple(a.spec for a in acts))
+
+    def truncated(self, count: int) -> Network:
+        """The first ``count`` layers, with their activations."""
+        return replace(self, layers=self.layers[:count],
+                       activations=self.activations[:max(count - 1, 0)])
 
     @property
     def n_layers(self) -> int:
@@ -212,7 +241,7 @@ class Network:
         """The JSON-able metadata stored in a bundle's ``meta`` key."""
         return {
             **self.extra,
-            "activation": self.activation,
+            "activations": list(self.activations),
             "cap": self.cap,
             "output_activation": self.output_activation,
         }
@@ -222,6 +251,9 @@ class Network:
         validate_meta(self.meta(), source)
         if not self.layers:
             raise InputError(source, "network has no layers")
+        if len(self.activations) != self.n_layers - 1:
+            raise InputError(source, f"{len(self.activations)} activations for "
+                             f"{self.n_layers - 1} hidden layers")
         for k, layer in enumerate(self.layers, start=1):
             w = layer.weight
             if not sp.isspmatrix_csr(w) and not isinstance(w, sp.csr_array):
@@ -253,14 +285,35 @@ class Network:
         )
 
 
-def validate_meta(meta: dict[str, Any], source: str) -> None:
-    if meta.get("activation") not in ACTIVATIONS:
-        raise InputError(source, f"meta: activation must be one of {ACTIVATIONS}")
+def validate_meta(meta: dict[str, Any], source: str, n_layers: int | None = None) -> None:
+    """The activation settings of a bundle's meta: ``activations`` (a list, one per hidden
+    layer, of ``n_layers - 1`` when given), or format 1's ``activation`` "relu"."""
+    if "activations" in meta:
+        acts = meta["activations"]
+        if not isinstance(acts, list):
+            raise InputError(source, "meta: activations must be a list, one per hidden layer")
+        for a in acts:
+            try:
+                parse(a)
+            except ValueError as exc:
+                raise InputError(source, f"meta: {exc}") from None
+        if n_layers is not None and len(acts) != max(n_layers - 1, 0):
+            raise InputError(source, f"meta: {len(acts)} activations for {n_layers - 1} "
+                             "hidden layers")
+    elif meta.get("activation") != "relu":
+        raise InputError(source, "meta: no activations (one per hidden layer) and no "
+                         "format-1 activation \"relu\"")
     cap = meta.get("cap")
     if cap is not None and (not isinstance(cap, (int, float)) or not np.isfinite(cap) or cap <= 0):
         raise InputError(source, "meta: cap must be null or a positive number")
     if meta.get("output_activation") not in OUTPUT_ACTIVATIONS:
         raise InputError(source, f"meta: output_activation must be one of {OUTPUT_ACTIVATIONS}")
+
+
+def activations_of(meta: dict[str, Any], n_layers: int) -> tuple[Activation, ...]:
+    """The hidden layers' activations a validated meta gives (format 1: ReLU), with its cap."""
+    specs = meta.get("activations", ["relu"] * (n_layers - 1))
+    return tuple(parse(a, meta.get("cap")) for a in specs)
 
 
 HASH_BLOCK = 1 << 20

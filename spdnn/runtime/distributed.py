@@ -17,9 +17,10 @@ from spdnn.kernels import products as kernels
 from spdnn.kernels import sparse_inputs
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
+from spdnn.model.activations import Activation
 from spdnn.model.counters import Dropout
 from spdnn.model.labels import MultiLabels, as_labels
-from spdnn.model.network import Fingerprint
+from spdnn.model.network import Fingerprint, activations_of
 from spdnn.model.ops import check_targets, output
 from spdnn.model.optim import parameters
 from spdnn.model.plan import Plan
@@ -51,6 +52,9 @@ class DistributedNetwork:
         self.fingerprint = fingerprint  # of the network (sizes and patterns)
         self.cap = meta["cap"]
         self.output_activation = meta["output_activation"]
+        # the hidden layers' activations, by global layer (index k - 1 for layer k's outputs)
+        self.activations = activations_of(meta, len(sizes) - 1)
+        self.relu_only = all(a.zeros for a in self.activations)
         self.meta = meta
         self.dtype = dtype
         self.sizes = sizes
@@ -68,6 +72,11 @@ class DistributedNetwork:
     @property
     def n_layers(self) -> int:
         return len(self.layers)
+
+    def activation(self, i: int) -> Activation | None:
+        """The activation of local layer i's outputs (None: the network's output layer)."""
+        k = self.layers[i].index
+        return self.activations[k - 1] if k <= len(self.activations) else None
 
     @staticmethod
     def load(bundle: NetworkBundle, plan: Plan, grid: Grid, dtype: Any = None, *,
@@ -114,6 +123,13 @@ class DistributedNetwork:
         ``next_top`` when given (and a 1 in ``alive`` for every nonzero column). Returns the
         live rows of a sparse first input block whose zero rows it skipped (``known``)."""
         layer, t, comm = self.layers[i], self.timers, self.comm
+        act = self.activation(i)
+        if act is not None and not act.zeros and next_top is not None:  # h after the product
+            live = self.forward_layer(i, xbuf, z, None, alive, known)
+            t0 = time.perf_counter()
+            kernels.activate(act, z, next_top)
+            t.add("forward", i, compute=time.perf_counter() - t0)
+            return live
         t0 = time.perf_counter()
         reqs, sent = layer.exchange.start_expand(xbuf)
         self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
@@ -163,6 +179,7 @@ class DistributedNetwork:
             raise ValueError("sampled forward pass without LSH tables (sampled.use_lsh)")
         if keep and drop_dead:
             raise ValueError("drop_dead needs keep=False (backward needs every sample)")
+        drop_dead = drop_dead and self.relu_only  # a dead sample is one of exact zeros
         width = x0.shape[1]
         ws = self.workspace(width) if keep else None
         if not keep and width not in self._pingpong:
@@ -287,7 +304,9 @@ class DistributedNetwork:
             g = ws.partial[i]
             # With no partials coming in, the activation mask is applied inside the pass.
             drop = ws.masks[i - 1] if ws.masks else None
-            z_prev = ws.zs[i - 1] if ex.rows_sent == 0 and drop is None else None
+            act = self.activation(i - 1)
+            fused = act.zeros and ex.rows_sent == 0 and drop is None
+            z_prev = ws.zs[i - 1] if fused else None
             for rows in row_chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
                 kernels.backward_products(wt, values, delta, ws.xbufs[i], g, ws.grad_w[i],
                                           rows, z=z_prev, cap=self.cap)
@@ -296,8 +315,11 @@ class DistributedNetwork:
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g, ws.xbufs[i])
             t4 = time.perf_counter()
-            if z_prev is None:
+            if act.zeros and not fused:
                 kernels.apply_slope(g, ws.zs[i - 1], self.cap)
+            elif not act.zeros:  # h'(z) from the outputs h(z) kept here, when not dropped
+                kernels.activation_backward(act, g, ws.zs[i - 1],
+                                            ws.xbufs[i][:n_own] if drop is None else None)
             if drop is not None:
                 g *= drop
             delta = g
@@ -323,5 +345,8 @@ class DistributedNetwork:
         message (auto). Every mode computes the same result."""
         if mode not in MODES:
             raise ValueError(f"unknown exchange mode {mode!r}; choose from {MODES}")
-        for layer in self.layers:
-            layer.exchange.mode, layer.exchange.cap = mode, self.cap
+        for i, layer in enumerate(self.layers):
+            below = self.activation(i - 1) if i > 0 else None
+            relu = below is None or below.zeros  # a first layer's inputs: no fold below it
+            layer.exchange.mode, layer.exchange.cap = mode, self.cap if relu else None
+            layer.exchange.masked = relu

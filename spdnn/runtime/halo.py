@@ -101,7 +101,8 @@ class Exchange:
     grouped by source rank in ascending order, so each source fills one contiguous block.
     ``mode`` (``spdnn.kernels.encoding.MODES``): how blocks travel; ``dense`` sends rows as they are
     (into place, no header), ``auto`` and ``sparse`` encode each message (spdnn.kernels.encoding);
-    ``cap`` is the activation cap, for the fold's mask.
+    ``cap`` is the activation cap, for the fold's mask; ``masked``: the inputs are ReLU's,
+    so the fold may leave out the entries whose slope is zero (other activations: dense).
     """
 
     comm: Communicator
@@ -113,6 +114,7 @@ class Exchange:
     recv_counts: list[int]
     mode: ExchangeMode = "dense"
     cap: float | None = None
+    masked: bool = True
     _buffers: dict = field(default_factory=dict)  # slot or (slot, dtype) -> buffer
     _unpack: list = field(default_factory=list)  # (rows, received block or packed values)
     _ghosts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -272,7 +274,7 @@ class Exchange:
         reqs: list[Request] = []
         self._unpack = []
         tag = 2 * self.layer + 1
-        dense = self.mode == "dense"
+        dense = self.mode == "dense" or not self.masked
         start = 0
         for q, rows in zip(self.send_peers, self.send_rows):
             block = recv[start:start + len(rows)]

@@ -31,6 +31,7 @@ from spdnn.kernels.lsh import (
 )
 from spdnn.kernels.ranges import segment_ids
 from spdnn.kernels.residency import release_compiler_pages
+from spdnn.model.activations import Activation
 from spdnn.model.labels import MultiLabels
 from spdnn.model.ops import activate
 from spdnn.model.optim import RowGrad
@@ -112,9 +113,11 @@ class SampledLayer:
         return np.ascontiguousarray(delta[b.act, b.samples])
 
     def attach(self, traffic: Traffic, timers: Timers, sums: GradientSums,
-               cap: float | None) -> None:
-        """The network's counters, timers and gradient sums, for the passes below."""
+               cap: float | None, activations: tuple[Activation, ...]) -> None:
+        """The network's counters, timers, gradient sums and activations (by layer), for the
+        passes below."""
         self._traffic, self._timers, self._sums, self._cap = traffic, timers, sums, cap
+        self._activations = activations
 
     def forward_layer(self, xbuf: np.ndarray, labels: MultiLabels | None,
                       fill: np.ndarray | None = None) -> None:
@@ -152,7 +155,11 @@ class SampledLayer:
         t3 = time.perf_counter()
         ex.finish_fold(reqs, recv, g, ws.xbufs[i])
         t4 = time.perf_counter()
-        kernels.apply_slope(g, ws.zs[i - 1], self._cap)
+        below = self._activations[i - 1]
+        if below.zeros:
+            kernels.apply_slope(g, ws.zs[i - 1], self._cap)
+        else:
+            kernels.activation_backward(below, g, ws.zs[i - 1])
         t.add("backward", i, compute=(t1 - t0) + (t3 - t2) + (time.perf_counter() - t4),
               comm=t2 - t1, wait=t4 - t3)
         return gw, gb, g
@@ -270,4 +277,4 @@ def use_lsh(dnet, spec: LshSpec, seed: int) -> None:  # noqa: ANN001 (a Distribu
     k = spec.layer
     dnet.sampled = SampledLayer(dnet.comm, dnet.grid.data, dnet.layers[k - 1], dnet.sizes[k - 1],
                                 dnet.sizes[k], spec, seed, output=k == dnet.n_layers)
-    dnet.sampled.attach(dnet.traffic, dnet.timers, dnet.sums, dnet.cap)
+    dnet.sampled.attach(dnet.traffic, dnet.timers, dnet.sums, dnet.cap, dnet.activations)

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from spdnn.comm import AgreedError, Communicator
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
-from spdnn.io.bundle import NetworkBundle, NetworkWriter
+from spdnn.io.bundle import ACTIVATION_KEYS, NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
 from spdnn.kernels import encoding, layers, update
 from spdnn.kernels import products as kernels
@@ -237,8 +237,8 @@ def gather_network(dnet: DistributedNetwork) -> Network | None:
     layers = [gather_layer(dnet, layer) for layer in dnet.layers]
     if dnet.comm.rank != 0:
         return None
-    return Network(layers=tuple(layers), activation=dnet.meta["activation"], cap=dnet.cap,
-                   output_activation=dnet.output_activation)
+    return Network(layers=tuple(layers), activations=tuple(dnet.meta["activations"]),
+                   cap=dnet.cap, output_activation=dnet.output_activation)
 
 
 def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
@@ -246,9 +246,8 @@ def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
     """Write the network as it is now: rank 0 of replica 0 gathers one layer at a time and
     writes it before the next (it never holds more than one whole layer). Collective."""
     writes = dnet.grid.replica == 0 and dnet.comm.rank == 0
-    kept = {k: v for k, v in dnet.meta.items()
-            if k not in ("activation", "cap", "output_activation")}
-    meta = Network(layers=(), activation=dnet.meta["activation"], cap=dnet.cap,
+    kept = {k: v for k, v in dnet.meta.items() if k not in ACTIVATION_KEYS}
+    meta = Network(layers=(), activations=tuple(dnet.meta["activations"]), cap=dnet.cap,
                    output_activation=dnet.output_activation, extra={**kept, **extra}).meta()
     writer = comm.check(lambda: NetworkWriter(path, dnet.sizes, meta) if writes else None)
     try:

@@ -25,7 +25,6 @@ from spdnn.model.memory import (
     predict,
 )
 from spdnn.model.network import Fingerprint
-from spdnn.model.ops import activate
 from spdnn.model.plan import Plan
 from spdnn.runtime import memory
 from spdnn.runtime.accounting import Timers
@@ -206,7 +205,7 @@ class LayerStream:
                     if final:
                         finish(c, ids, dnet, fwd)
                         continue
-                    act = activate(fwd.z_last.copy(), dnet.cap)
+                    act = dnet.activation(dnet.n_layers - 1).apply(fwd.z_last)
                     if drop_dead:
                         alive = self.comm.allreduce(np.any(act != 0, axis=0).astype(np.int32),
                                                     "max") > 0
