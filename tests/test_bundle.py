@@ -80,6 +80,8 @@ def _rewrite(src, dst, **changes):
         ({"meta": np.array('{"activation": "relu", "cap": null, "output_activation": "linear"}')},
          "names one activation per hidden layer"),
         ({"format": np.array("spdnn-network/1")}, "has no per-layer activations"),
+        ({"W1_pruned": np.zeros(5)}, "W1_pruned must be 72 floats"),
+        ({"W1_pruned": np.full(72, np.inf)}, "non-finite pruned value"),
         ({"format": np.array("spdnn-network/1"), "meta": np.array(
             '{"activation": "tanh", "cap": null, "output_activation": "linear"}')},
          "format-1 activation"),

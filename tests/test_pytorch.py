@@ -111,3 +111,29 @@ def test_what_spdnn_does_not_compute_is_refused_by_name(module, fragment):
         assert "Linear, ReLU" in str(err.value)
     with pytest.raises(TypeError, match="torch.nn.Module"):
         spdnn.from_torch("model.pt")
+
+
+def test_weight_origs_values_outside_the_mask_come_back(tmp_path):
+    """A pruned module keeps weight_orig's values where the mask is 0 (torch's
+    prune.random_unstructured leaves them): from_torch keeps them, a bundle and a pruned
+    safetensors file store them, and to_torch and the export put them back; a plain export
+    writes the masked weight (zeros there)."""
+    from spdnn.io.safetensors import read_safetensors, write_safetensors
+
+    model = _pruned_mlp()
+    net = spdnn.from_torch(model)
+    lins = [m for m in model if isinstance(m, nn.Linear)]
+    assert all(la.pruned is not None and np.any(la.pruned != 0) for la in net.layers)
+    spdnn.save_network(net, tmp_path / "net.npz")
+    write_safetensors(net, tmp_path / "net.safetensors", pruned=True)
+    for again in (net, spdnn.load_network(tmp_path / "net.npz"),
+                  read_safetensors(tmp_path / "net.safetensors", dtype=np.float64)):
+        back = [m for m in spdnn.to_torch(again) if isinstance(m, nn.Linear)]
+        for a, b in zip(back, lins):
+            torch.testing.assert_close(a.weight_orig, b.weight_orig, rtol=0, atol=0)
+            torch.testing.assert_close(a.weight_mask, b.weight_mask, rtol=0, atol=0)
+    write_safetensors(net, tmp_path / "plain.safetensors", pruned=False)
+    plain = read_safetensors(tmp_path / "plain.safetensors", dtype=np.float64)
+    assert all(la.pruned is None for la in plain.layers)
+    np.testing.assert_array_equal(plain.layers[0].weight.toarray(),
+                                  (lins[0].weight_orig * lins[0].weight_mask).detach().numpy())

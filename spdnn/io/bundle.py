@@ -195,8 +195,20 @@ class NetworkBundle:
         indptr, indices = self.pattern(k)
         data = self._npz.get(f"W{k}_data")
         bias = self._npz.get(f"b{k}")
-        return Layer.from_arrays(indptr, indices, data, self.shapes[k - 1], bias, self.path,
-                                 f"layer {k}", dtype)
+        layer = Layer.from_arrays(indptr, indices, data, self.shapes[k - 1], bias, self.path,
+                                  f"layer {k}", dtype)
+        if f"W{k}_pruned" not in self._npz.keys:
+            return layer
+        n_out, n_in = self.shapes[k - 1]
+        shape, kind = self._npz.header(f"W{k}_pruned")  # checked before it is read
+        if shape != (n_out * n_in - layer.nnz,) or kind.kind != "f":
+            raise InputError(self.path, f"layer {k}: W{k}_pruned must be "
+                             f"{n_out * n_in - layer.nnz} floats (one per position outside "
+                             "the pattern)")
+        pruned = self._npz.get(f"W{k}_pruned").astype(layer.weight.dtype)
+        layer = Layer(layer.weight, layer.bias, pruned)
+        layer.check_pruned(self.path, f"layer {k}")
+        return layer
 
     def validate(self) -> None:
         """Read and check every layer (one at a time), as loading the network would."""
@@ -302,6 +314,9 @@ class NetworkWriter:
                             ("shape", np.array(w.shape, dtype=np.int64))):
             self._put(f"W{k}_{name}", value)
         self._put(f"b{k}", layer.bias)
+        if layer.pruned is not None:
+            layer.check_pruned(self.path, f"layer {k}")
+            self._put(f"W{k}_pruned", layer.pruned)
         self._k = k
 
     def close(self) -> str:

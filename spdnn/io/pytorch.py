@@ -128,8 +128,11 @@ def from_torch(module: Any, *, dtype: Any = None) -> Network:  # noqa: ANN401
         w.sort_indices()
         bias = lin.bias.detach().cpu().numpy().astype(np.float64) if lin.bias is not None \
             else np.zeros(values.shape[0])
-        layers.append(Layer.from_arrays(w.indptr, w.indices, w.data, w.shape, bias,
-                                        "the module", f"layer '{name}'", dt, min_rows=1))
+        layer = Layer.from_arrays(w.indptr, w.indices, w.data, w.shape, bias, "the module",
+                                  f"layer '{name}'", dt, min_rows=1)
+        if hasattr(lin, "weight_mask"):  # weight_orig's values outside the mask, kept
+            layer = Layer(layer.weight, layer.bias, values[~keep].astype(layer.weight.dtype))
+        layers.append(layer)
     for k in range(1, len(layers)):
         if layers[k].n_in != layers[k - 1].n_out:
             raise SpdnnError(f"module '{linears[k][0]}' takes {layers[k].n_in} inputs but "
@@ -144,8 +147,8 @@ def from_torch(module: Any, *, dtype: Any = None) -> Network:  # noqa: ANN401
 def to_torch(network: Network) -> Any:  # noqa: ANN401
     """``network`` as an ``nn.Sequential`` of Linear and its activations (ReLU as
     Hardtanh(0, cap) when capped) in its dtype, every weight pruned to its pattern
-    (``torch.nn.utils.prune``: weight_orig and weight_mask), ready to fine-tune or to
-    ``prune.remove``."""
+    (``torch.nn.utils.prune``: weight_orig and weight_mask; weight_orig's values outside the
+    mask as they were read, when they were), ready to fine-tune or to ``prune.remove``."""
     torch = _torch()
     from torch.nn.utils import prune
 
@@ -157,9 +160,9 @@ def to_torch(network: Network) -> Any:  # noqa: ANN401
     for k, layer in enumerate(network.layers):
         lin = torch.nn.Linear(layer.n_in, layer.n_out, dtype=dt)
         dense = layer.weight.toarray()
-        mask = np.zeros(dense.shape, dtype=bool)
-        coo = layer.weight.tocoo()  # the pattern, stored zeros included
-        mask[coo.row, coo.col] = True
+        mask = ~layer.outside()  # the pattern, stored zeros included
+        if layer.pruned is not None:  # weight_orig as it was read
+            dense[~mask] = layer.pruned
         with torch.no_grad():
             lin.weight.copy_(torch.from_numpy(dense))
             lin.bias.copy_(torch.from_numpy(np.asarray(layer.bias, dtype=np.float64)))

@@ -189,9 +189,14 @@ def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None
         if bias.shape != (values.shape[0],) or not np.issubdtype(bias.dtype, np.floating):
             raise InputError(path, f"'{name}.bias' is not {values.shape[0]} floating point "
                                    "values")
-        layers.append(Layer.from_arrays(w.indptr, w.indices, w.data, w.shape,
-                                        bias.astype(np.float64), str(path), f"layer '{name}'",
-                                        dtype, min_rows=1))
+        layer = Layer.from_arrays(w.indptr, w.indices, w.data, w.shape,
+                                  bias.astype(np.float64), str(path), f"layer '{name}'", dtype,
+                                  min_rows=1)
+        if values_key.endswith("_orig") and f"{name}.weight_mask" in st.tensors:
+            # weight_orig's values outside the mask, kept for the export
+            layer = Layer(layer.weight, layer.bias, values[~keep].astype(layer.weight.dtype))
+            layer.check_pruned(str(path), f"'{values_key}'")
+        layers.append(layer)
     for k in range(1, len(layers)):
         if layers[k].n_in != layers[k - 1].n_out:
             raise InputError(path, f"layer '{names[k]}' takes {layers[k].n_in} inputs but "
@@ -209,8 +214,9 @@ def write_safetensors(net: Network, path: str | os.PathLike,
                       names: Sequence[str] | None = None, pruned: bool | None = None) -> None:
     """Each layer as dense ``NAME.weight`` [out, in] and ``NAME.bias`` (float32), or, when
     ``pruned``, as ``NAME.weight_orig`` and ``NAME.weight_mask`` (what a module under
-    ``torch.nn.utils.prune`` loads). Names and style default to those the network was read
-    with, else fc1, fc2, ... and plain weights."""
+    ``torch.nn.utils.prune`` loads; weight_orig's values outside the mask as they were read,
+    when they were, else 0). Names and style default to those the network was read with, else
+    fc1, fc2, ... and plain weights."""
     known = net.extra.get("safetensors", {}) if isinstance(net.extra, dict) else {}
     names = list(names or known.get("names") or
                  [f"fc{k}" for k in range(1, net.n_layers + 1)])
@@ -222,10 +228,11 @@ def write_safetensors(net: Network, path: str | os.PathLike,
     for name, layer in zip(names, net.layers):
         dense = layer.weight.astype(dt).toarray()
         if pruned:
-            mask = np.zeros(dense.shape, dt)
-            coo = layer.weight.tocoo()  # the pattern, stored zeros included
-            mask[coo.row, coo.col] = 1
-            tensors += [(f"{name}.weight_orig", dense), (f"{name}.weight_mask", mask)]
+            outside = layer.outside()  # the pattern's complement, stored zeros inside
+            if layer.pruned is not None:  # weight_orig as it was read
+                dense[outside] = layer.pruned
+            tensors += [(f"{name}.weight_orig", dense),
+                        (f"{name}.weight_mask", (~outside).astype(dt))]
         else:
             tensors.append((f"{name}.weight", dense))
         tensors.append((f"{name}.bias", layer.bias.astype(dt)))

@@ -118,10 +118,34 @@ def check_csr(
 
 @dataclass(frozen=True)
 class Layer:
-    """One layer: W (n_out x n_in, CSR) and bias b (n_out)."""
+    """One layer: W (n_out x n_in, CSR) and bias b (n_out). ``pruned``: the values a pruned
+    torch module holds outside the pattern (``weight_orig`` where ``weight_mask`` is 0, in
+    row-major order), kept from where they were read to where they are written (a bundle, a
+    module, a safetensors file); spdnn computes nothing with them, and its training does not
+    carry them."""
 
     weight: sp.csr_matrix
     bias: np.ndarray
+    pruned: np.ndarray | None = None
+
+    def outside(self) -> np.ndarray:
+        """The dense mask of the positions outside the pattern (stored zeros are inside)."""
+        mask = np.ones(self.weight.shape, dtype=bool)
+        coo = self.weight.tocoo()
+        mask[coo.row, coo.col] = False
+        return mask
+
+    def check_pruned(self, source: str, what: str) -> None:
+        """``pruned`` holds one finite float per position outside the pattern."""
+        p = self.pruned
+        if p is None:
+            return
+        n = self.n_out * self.n_in - self.nnz
+        if p.ndim != 1 or len(p) != n or not np.issubdtype(p.dtype, np.floating):
+            raise InputError(source, f"{what}: pruned values must be {n} floats (one per "
+                             "position outside the pattern)")
+        if not np.all(np.isfinite(p)):
+            raise InputError(source, f"{what}: non-finite pruned value")
 
     @property
     def n_out(self) -> int:
@@ -260,6 +284,7 @@ class Network:
                 raise InputError(source, f"layer {k}: weight is not CSR")
             Layer.from_arrays(w.indptr, w.indices, w.data, w.shape, layer.bias, source,
                               f"layer {k}")
+            layer.check_pruned(source, f"layer {k}")
             if k > 1 and layer.n_in != self.layers[k - 2].n_out:
                 raise InputError(
                     source,
@@ -272,11 +297,15 @@ class Network:
         dt = as_dtype(dtype)
         if dt == self.dtype:
             return self
-        layers = [Layer(lay.weight.astype(dt), lay.bias.astype(dt)) for lay in self.layers]
+        layers = [Layer(lay.weight.astype(dt), lay.bias.astype(dt),
+                        None if lay.pruned is None else lay.pruned.astype(dt))
+                  for lay in self.layers]
         return replace(self, layers=tuple(layers))
 
     def copy(self) -> Network:
-        layers = [Layer(lay.weight.copy(), lay.bias.copy()) for lay in self.layers]
+        layers = [Layer(lay.weight.copy(), lay.bias.copy(),
+                        None if lay.pruned is None else lay.pruned.copy())
+                  for lay in self.layers]
         return replace(self, layers=tuple(layers), extra=dict(self.extra))
 
     def fingerprint(self) -> str:
