@@ -370,3 +370,47 @@ def test_plain_writes_dense_weights_for_a_model_without_pruning(tmp_path):
         n = struct.unpack("<Q", out.read_bytes()[:8])[0]
         header = json.loads(out.read_bytes()[8:8 + n])
         assert set(header) - {"__metadata__"} == names
+
+
+def test_a_tanh_model_from_torch_scores_in_spdnn_what_it_scores_in_torch(tmp_path):
+    """A tanh MLP trained in torch on the digits: without --activations its file is refused
+    (it once came through as ReLU and scored 0.77 instead of 0.95); with them, `spdnn infer`
+    scores it as torch does, and taken as ReLU it would score otherwise."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (not a dependency)")
+    st = pytest.importorskip("safetensors.torch",
+                             reason="the safetensors package is not installed")
+    from spdnn.io.datasets import load_digits
+
+    data = load_digits("float64")
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.Tanh(),
+                                torch.nn.Linear(48, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 10)).double()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    x, y = torch.tensor(data.x_train), torch.tensor(data.y_train)
+    for _ in range(30):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        theirs = float((model(torch.tensor(data.x_test)).argmax(1).numpy()
+                        == data.y_test).mean())
+    assert theirs > 0.85
+    names = {"0": "fc1", "2": "fc2", "4": "fc3"}
+    st.save_file({f"{names[k.split('.')[0]]}.{k.split('.')[1]}": v.contiguous()
+                  for k, v in model.state_dict().items()}, str(tmp_path / "tanh.safetensors"))
+    src = tmp_path / "tanh.safetensors"
+    proc = run_spdnn("convert", "safetensors", src, "-o", tmp_path / "x.npz")
+    assert_one_line_error(proc, "tanh.safetensors", "does not say what its 2 hidden layer(s)")
+    scores = {}
+    for acts in ("tanh", "relu"):
+        out = tmp_path / f"{acts}.npz"
+        proc = run_spdnn("convert", "safetensors", src, "--activations", acts, "--dtype",
+                         "float64", "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        proc = run_spdnn("infer", "--network", out, "--inputs", "digits", "--dtype", "float64",
+                         "--metrics-out", tmp_path / f"{acts}.json")
+        assert proc.returncode == 0, proc.stderr
+        scores[acts] = json.loads((tmp_path / f"{acts}.json").read_text())["accuracy"]
+    assert scores["tanh"] == pytest.approx(theirs, abs=1e-12)
+    assert scores["relu"] != scores["tanh"]

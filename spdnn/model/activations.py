@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.special
 
 ACTIVATIONS = ("relu", "leaky_relu", "tanh", "sigmoid", "gelu", "gelu_tanh", "identity")
 LEAKY_SLOPE = 0.01  # torch.nn.LeakyReLU's default negative_slope
@@ -63,10 +62,13 @@ class Activation:
             np.copyto(out, np.where(z > 0, z, z * z.dtype.type(self.slope)))
         elif name == "tanh":
             np.tanh(z, out=out)
-        elif name == "sigmoid":
-            scipy.special.expit(z, out=out)
+        elif name == "sigmoid":  # 1 / (1 + exp(-z)), torch's formula
+            np.negative(z, out=out)
+            np.exp(out, out=out)
+            out += 1
+            np.reciprocal(out, out=out)
         elif name == "gelu":
-            t = scipy.special.erf(z * _SQRT1_2)
+            t = _erf(z * _SQRT1_2)
             t += 1
             t *= 0.5
             np.multiply(z, t, out=out)
@@ -97,7 +99,7 @@ class Activation:
             h = self.apply(z) if h is None else h
             return 1 - h * h if name == "tanh" else (1 - h) * h
         if name == "gelu":
-            cdf = 0.5 * (1 + scipy.special.erf(z * _SQRT1_2))
+            cdf = 0.5 * (1 + _erf(z * _SQRT1_2))
             return cdf + z * (np.exp(-0.5 * z * z) * _PDF)
         if name == "gelu_tanh":
             zz = z * z
@@ -119,6 +121,12 @@ class Activation:
 
 
 RELU = Activation()
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    import scipy.special  # on first use: a ReLU job does not pay for its import
+
+    return scipy.special.erf(x)
 
 
 def parse(spec: str, cap: float | None = None) -> Activation:
