@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
-from spdnn.processes import child_context, die_with_parent
+from spdnn.processes import child_context, die_with_parent, main_script_hidden
 
 KAHYPAR_INI = Path(__file__).resolve().parent / "kahypar_km1.ini"
 BACKENDS = ("kahypar", "mtkahypar")
@@ -140,7 +140,8 @@ def _start(target: Callable[..., None], *args: Any) -> tuple[BaseProcess, Connec
     ctx = child_context()  # fork, unless inside an MPI job of several ranks or beside threads
     ours, theirs = ctx.Pipe()
     child = ctx.Process(target=target, args=(*args, theirs), daemon=True)
-    child.start()
+    with main_script_hidden():
+        child.start()
     theirs.close()
     return child, ours
 

@@ -62,12 +62,50 @@ def fork_is_safe() -> bool:
     return True
 
 
+# What an MPI launcher tells the processes it starts (MPICH's Hydra, Open MPI's PRRTE, PMIx):
+# a helper started with them would take itself for that rank and fail in MPI's start.
+LAUNCHER_VARIABLES = ("PMI_", "PMIX_", "OMPI_", "PRTE_", "HYDRA_", "HYDI_", "MPI_LOCAL")
+
+
 def child_context() -> BaseContext:
     """Where to start a helper process: ``fork`` (fast, shares memory) where that is safe,
-    else ``forkserver`` (a clean server process forks the children)."""
+    else ``forkserver`` (a clean server process forks the children), the server started
+    without the MPI launcher's variables and without importing the caller's script. Start
+    the children under ``main_script_hidden`` too: a script without a ``__main__`` guard, as
+    the README's, would otherwise run again in each."""
     import multiprocessing as mp
 
-    return mp.get_context("fork" if fork_is_safe() else "forkserver")
+    if fork_is_safe():
+        return mp.get_context("fork")
+    from multiprocessing import forkserver
+
+    kept = {k: v for k, v in os.environ.items() if k.startswith(LAUNCHER_VARIABLES)}
+    for k in kept:
+        del os.environ[k]
+    try:
+        forkserver.set_forkserver_preload([])
+        forkserver.ensure_running()  # a no-op once it runs: it keeps the environment it had
+    finally:
+        os.environ.update(kept)
+    return mp.get_context("forkserver")
+
+
+@contextlib.contextmanager
+def main_script_hidden() -> Iterator[None]:
+    """While a ``forkserver`` child starts: the caller's script is not named to it, so the
+    child does not import it again (as multiprocessing does for an interactive session). The
+    helpers' targets live in spdnn's and partition's modules, which the child imports."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is not None:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if path is not None:
+            main.__file__ = path
 
 
 # MPI's shared memory is files (/dev/shm): under a file-size limit (``ulimit -f``) below this,

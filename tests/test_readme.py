@@ -1,9 +1,9 @@
 """The README's and the docs pages' shell blocks run as written: every ```bash block that does
 not need ``../shared`` runs, in order (the README, then the pages of its "Read on" list), in one
 empty directory, with the commands a user has after ``source .venv/bin/activate`` (``spdnn``,
-``spdnn-partition``, ``mpirun``, ``python``). The README's Python example runs under
-``mpirun -n 2 python`` in an empty directory. The ```console blocks run too, each printing the
-lines the page shows (docs/network.md's ``spdnn emulate``, where namespaces are permitted).
+``spdnn-partition``, ``mpirun``, ``python``). The README's Python example runs under plain
+``python`` and ``mpirun -n 2 python`` in an empty directory. The ```console blocks run too,
+each printing the lines the page shows (docs/network.md's ``spdnn emulate``, where namespaces are permitted).
 Every ``spdnn.``/``partition.`` name the pages and the code's docstrings give exists."""
 
 from __future__ import annotations
@@ -100,11 +100,15 @@ def test_readme_blocks_run_as_written(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
 
 
-def test_the_python_example_runs_under_two_ranks(tmp_path):
+@pytest.mark.parametrize("ranks", [0, 2])
+def test_the_python_example_runs_under_plain_python_and_two_ranks(tmp_path, ranks):
+    """Under plain ``python`` (one rank, a plan of one part) and ``mpirun -n 2 python``."""
     env = user_env()
     example = blocks("python", pages=False)[0]
     (tmp_path / "example.py").write_text(example)
-    proc = launch(2, "example.py", module=None, cwd=tmp_path, env=env, timeout=300)
+    # cold: a new interpreter, as a user's (the warm server keeps mpi4py.MPI out of its forks)
+    proc = launch(ranks, "example.py", module=None, cwd=tmp_path, env=env, timeout=300,
+                  cold=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # Printed once (rank 0), with a trained accuracy well above chance (10 classes).
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("loss ")]
