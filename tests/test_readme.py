@@ -4,7 +4,8 @@ empty directory, with the commands a user has after ``source .venv/bin/activate`
 ``spdnn-partition``, ``mpirun``, ``python``). The README's Python example runs under plain
 ``python`` and ``mpirun -n 2 python`` in an empty directory. The ```console blocks run too,
 each printing the lines the page shows (docs/network.md's ``spdnn emulate``, where namespaces
-are permitted). Every ``spdnn.``/``partition.`` name the pages and the code's docstrings give exists."""
+are permitted). Every ``spdnn.``/``partition.`` name the pages and the code's docstrings
+give exists."""
 
 from __future__ import annotations
 
