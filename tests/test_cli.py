@@ -216,6 +216,31 @@ def test_bad_data_is_reported_before_the_kernels_load(tmp_path):
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
 
 
+@pytest.mark.parametrize("stem", ["train-images-idx3-ubyte", "t10k-images-idx3-ubyte"])
+def test_a_damaged_gzip_mnist_file_is_one_line(tmp_path, stem):
+    """Bytes flipped inside a gzipped IDX file's deflate stream (zlib's "invalid stored block
+    lengths", not gzip's CRC check), in the file read whole and in the one whose header
+    alone is read: one line naming it."""
+    import gzip
+
+    rng = np.random.default_rng(0)
+    for name, a in (("train-images-idx3-ubyte", rng.integers(0, 255, (6, 2, 2), np.uint8)),
+                    ("train-labels-idx1-ubyte", np.arange(6, dtype=np.uint8) % 2),
+                    ("t10k-images-idx3-ubyte", rng.integers(0, 255, (4, 2, 2), np.uint8)),
+                    ("t10k-labels-idx1-ubyte", np.arange(4, dtype=np.uint8) % 2)):
+        write_idx(tmp_path / name, a)
+        gz = bytearray(gzip.compress((tmp_path / name).read_bytes()))
+        if name == stem:
+            gz[12:20] = bytes(b ^ 0x5A for b in gz[12:20])
+        (tmp_path / f"{name}.gz").write_bytes(bytes(gz))
+        (tmp_path / name).unlink()
+    save_network(small_network((4, 3, 2)), tmp_path / "net.npz")
+    for command in ("train", "infer"):
+        flag = "--data" if command == "train" else "--inputs"
+        proc = run_spdnn(command, "--network", tmp_path / "net.npz", flag, f"mnist:{tmp_path}")
+        assert_one_line_error(proc, f"{stem}.gz")
+
+
 def test_truncated_idx(tmp_path):
     write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((4, 2, 2), dtype=np.uint8))
     raw = (tmp_path / "train-images-idx3-ubyte").read_bytes()

@@ -196,7 +196,7 @@ def test_a_rank_reads_only_its_columns_of_an_npz_data_set(tmp_path, monkeypatch)
     np.testing.assert_array_equal(data.x_test, x[:50, mine].astype(np.float32))
     x[650, 7] = np.inf  # outside the columns kept: still refused
     np.savez(tmp_path / "bad.npz", x_train=x, y_train=y)
-    with pytest.raises(InputError, match="x_train must hold finite real numbers"):
+    with pytest.raises(InputError, match="x_train: non-finite value"):
         datasets.load_dataset(f"npz:{tmp_path / 'bad.npz'}", "float32", features=mine)
 
 
@@ -258,8 +258,42 @@ def test_complex_inputs_are_refused_not_cast_with_a_warning(tmp_path):
     from spdnn.io.datasets import load_dataset
 
     np.savez(tmp_path / "c.npz", x_train=np.ones((3, 4), complex), y_train=np.zeros(3, int))
-    with pytest.raises(InputError, match="finite real numbers, not complex128"):
+    with pytest.raises(InputError, match="must hold real numbers, not complex128"):
         load_dataset(f"npz:{tmp_path / 'c.npz'}", "float32")
+
+
+def test_values_beyond_float32_are_one_line_in_every_format(tmp_path):
+    """1e39 fits float64 and is inf in float32: refused where it enters (a Matrix Market or
+    Graph Challenge layer, challenge images in .tsv, .mtx and .npz, a data set), in one line
+    with no numpy warning before it, and read as it is in float64."""
+    from tests.helpers import assert_one_line_error, run_spdnn
+
+    (tmp_path / "w.mtx").write_text("%%MatrixMarket matrix coordinate real general\n"
+                                    "2 2 2\n1 1 1e39\n2 2 1\n")
+    (tmp_path / "gc").mkdir()
+    (tmp_path / "gc" / "n2-l1.tsv").write_text("1\t1\t1e39\n2\t2\t1\n")
+    for args, name in ((["mtx", tmp_path / "w.mtx"], "w.mtx"),
+                       (["graphchallenge", tmp_path / "gc", "--layers", "1"], "n2-l1.tsv")):
+        proc = run_spdnn("convert", *args, "-o", tmp_path / "n.npz")
+        assert_one_line_error(proc, name, "beyond the float32 range")
+        assert not (tmp_path / "n.npz").exists()
+        proc = run_spdnn("convert", *args, "--dtype", "float64", "-o", tmp_path / "n.npz")
+        assert proc.returncode == 0, proc.stderr
+        (tmp_path / "n.npz").unlink()
+    proc = run_spdnn("generate", "random", "--sizes", "2,2", "--fan-in", "1", "-o",
+                     tmp_path / "net.npz")
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "img.tsv").write_text("1\t1\t1e39\n2\t2\t1\n")
+    (tmp_path / "img.mtx").write_text("%%MatrixMarket matrix coordinate real general\n"
+                                      "2 2 2\n1 1 1e39\n2 2 1\n")
+    np.savez(tmp_path / "img.npz", shape=np.array([2, 2]), indptr=np.array([0, 1, 2]),
+             indices=np.array([0, 1]), data=np.array([1e39, 1.0]))
+    np.savez(tmp_path / "d.npz", x_train=np.full((4, 2), 1e39), y_train=np.zeros(4, int))
+    for inputs, name in (("img.tsv", "img.tsv"), ("img.mtx", "img.mtx"),
+                         ("img.npz", "img.npz"), ("npz:d.npz", "d.npz")):
+        where = f"npz:{tmp_path / 'd.npz'}" if inputs.startswith("npz:") else tmp_path / inputs
+        proc = run_spdnn("infer", "--network", tmp_path / "net.npz", "--inputs", where)
+        assert_one_line_error(proc, name, "beyond the float32 range")
 
 
 def test_deeply_nested_json_is_one_line_in_every_reader(tmp_path):

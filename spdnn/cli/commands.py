@@ -55,9 +55,12 @@ def cmd_convert(args: argparse.Namespace) -> None:
             net = replace(net, output_activation=args.output_activation)
     elif args.source == "mtx":
         layers = []
-        for f in args.inputs[:count]:
-            w = read_sparse_matrix(f).astype(args.dtype)
-            layers.append(Layer(w, np.full(w.shape[0], args.bias, dtype=args.dtype)))
+        for k, f in enumerate(args.inputs[:count], start=1):
+            w = read_sparse_matrix(f).tocsr()
+            w.sort_indices()
+            layers.append(Layer.from_arrays(w.indptr, w.indices, w.data, w.shape,
+                                            np.full(w.shape[0], float(args.bias)), f,
+                                            f"layer {k}", args.dtype))
         net = Network(layers=tuple(layers), cap=args.cap,
                       output_activation=args.output_activation or "linear")
         net.validate(" ".join(args.inputs))

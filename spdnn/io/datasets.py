@@ -21,7 +21,7 @@ from spdnn.io.dataset import Dataset, Share, integer_labels, keep_share
 from spdnn.io.mnist import load_mnist
 from spdnn.io.npz import NpzReader
 from spdnn.model.batching import share_of
-from spdnn.model.network import as_dtype
+from spdnn.model.network import as_dtype, cast_values
 
 __all__ = ["Dataset", "Share", "check_fits", "keep_share", "load_dataset", "load_digits",
            "load_mnist", "load_npz", "load_xc"]
@@ -60,17 +60,7 @@ def _check_xy(source: str, x: np.ndarray, y: np.ndarray, split: str, dtype: Any,
 
 def _check_x(source: str, x: np.ndarray, split: str, dtype: Any) -> np.ndarray:
     """x's values: finite numbers within ``dtype``'s range; x cast to it."""
-    if not np.issubdtype(x.dtype, np.number) or x.dtype.kind == "c" \
-            or not np.all(np.isfinite(x)):
-        raise InputError(source, f"x_{split} must hold finite real numbers"
-                                 + (f", not {x.dtype}" if x.dtype.kind == "c" else ""))
-    dt = as_dtype(dtype)
-    with np.errstate(over="ignore"):
-        cast = x.astype(dt, copy=False)
-    if not np.all(np.isfinite(cast)):
-        raise InputError(source, f"x_{split} has values beyond the {dt} range (use --dtype "
-                                 "float64)")
-    return cast
+    return cast_values(x, dtype, source, f"x_{split}")
 
 
 def _columns(npz: NpzReader, split: str, dtype: Any, features: np.ndarray | None,

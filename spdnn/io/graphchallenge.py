@@ -59,8 +59,9 @@ def read_graphchallenge(
     for k, f in enumerate(files, start=1):
         rows, cols, vals, _ = read_triples(f, (n, n))
         # TSV row = input neuron, column = output neuron; spdnn's rows are outputs.
-        w = coo_to_csr(os.fspath(f), cols, rows, vals, (n, n)).astype(dt)
-        layers.append(Layer(w, np.full(n, bias, dtype=dt)))
+        w = coo_to_csr(os.fspath(f), cols, rows, vals, (n, n))
+        layers.append(Layer.from_arrays(w.indptr, w.indices, w.data, w.shape,
+                                        np.full(n, float(bias)), os.fspath(f), f"layer {k}", dt))
         if progress:
             progress(k, len(files))
     return Network(layers=tuple(layers), cap=cap, output_activation="relu",

@@ -26,6 +26,7 @@ from spdnn.io.formats import read_inputs
 from spdnn.io.idx import read_idx
 from spdnn.io.npz import NpzReader
 from spdnn.model.choices import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
+from spdnn.model.network import cast_values
 
 _CHUNK = 2000  # images resized at a time (256x256 float64: 1 GB)
 _BLOCK_ENTRIES = 1 << 22  # entries read at a time (16 MB of int32 indices)
@@ -70,7 +71,7 @@ def read_image_share(path: str | os.PathLike, n_features: int,
         if features is not None:
             m = sp.csr_matrix(m[:, features])
         if dtype is not None:
-            m = m.astype(dtype, copy=False)
+            m.data = cast_values(m.data, dtype, os.fspath(path), "the images")
         return ImageShare(m, part.start, images.shape[0], features)
     return _read_npz(path, n_features, share, features, dtype)
 
@@ -210,9 +211,7 @@ class _SelectedRows:
             if not self.has_data:
                 data[o0:o1] = 1
                 continue
-            values = self._span("data", lo, hi)
-            if not np.all(np.isfinite(values)):
-                raise InputError(self.path, "key 'data' holds a non-finite value")
+            values = cast_values(self._span("data", lo, hi), dtype, self.path, "key 'data'")
             data[o0:o1] = values if kept is None else values[kept]
         return sp.csr_matrix((data, indices, out_ptr), shape=(rows, self.n_out))
 

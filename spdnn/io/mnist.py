@@ -7,6 +7,7 @@ import gzip
 import math
 import os
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,16 @@ from spdnn.model.network import as_dtype
 
 
 def idx_dims(path: Path) -> tuple[int, ...]:
-    """An IDX file's sizes from its header, when the file's length agrees with them."""
+    """An IDX file's sizes from its header, when the file's length agrees with them; an
+    InputError naming the file otherwise (a damaged gzip stream too)."""
+    try:
+        return _idx_dims(path)
+    except (OSError, ValueError, EOFError, struct.error, IndexError, zlib.error):
+        raise InputError(path, "is not an IDX file of uint8 images (or its gzip stream is "
+                               "damaged)") from None
+
+
+def _idx_dims(path: Path) -> tuple[int, ...]:
     with open(path, "rb") as fh:
         opener = gzip.open if fh.read(2) == b"\x1f\x8b" else open
     with opener(path, "rb") as fh:
@@ -60,10 +70,7 @@ def load_mnist(directory: str | os.PathLike, dtype: Any = "float32",
     def images(stem: str, skip: bool = False) -> np.ndarray:
         f = find(stem)
         if skip:  # not read: its count from the header, no image held
-            try:
-                dims = idx_dims(f)
-            except (OSError, ValueError, EOFError, struct.error, IndexError):
-                raise InputError(f, "is not an IDX file of uint8 images") from None
+            dims = idx_dims(f)
             total[stem], kept[stem] = dims[0], slice(0, 0)
             kept_width = math.prod(dims[1:]) if features is None else len(features)
             return np.zeros((0, kept_width), dtype=as_dtype(dtype))

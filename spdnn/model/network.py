@@ -31,6 +31,22 @@ def as_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+def cast_values(values: np.ndarray, dtype: Any, source: str, what: str) -> np.ndarray:
+    """Values as ``dtype`` (float32 or float64), refused in one line naming ``source`` and
+    ``what`` when they are not finite real numbers or pass the type's range (1e39 in float32
+    is inf): the one cast of every array of values spdnn reads (layers, data, images)."""
+    dt = as_dtype(dtype)
+    if values.dtype.kind not in "biuf":
+        raise InputError(source, f"{what} must hold real numbers, not {values.dtype}")
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        raise InputError(source, f"{what}: non-finite value (NaN or Inf)")
+    with np.errstate(over="ignore"):
+        cast = values.astype(dt, copy=False)
+    if cast is not values and not np.all(np.isfinite(cast)):
+        raise InputError(source, f"{what}: values beyond the {dt} range (use float64)")
+    return cast
+
+
 # Entries checked per block (bounds the int64 temporaries of a check to 8 MB).
 CHECK_BLOCK = 1 << 20
 
@@ -186,10 +202,8 @@ class Layer:
         dt = as_dtype(dtype if dtype is not None else own)
         # Keep int32 indices where they fit: scipy's kernels are fastest on them.
         itype = np.int32 if len(indices) < 2**31 and shape_t[1] < 2**31 else np.int64
-        with np.errstate(over="ignore"):
-            values, bias = data.astype(dt, copy=False), bias.astype(dt, copy=False)
-        if not (np.all(np.isfinite(values)) and np.all(np.isfinite(bias))):
-            raise InputError(source, f"{what}: values beyond the {dt} range (use float64)")
+        values = cast_values(data, dt, source, what)
+        bias = cast_values(bias, dt, source, f"{what} bias")
         w = sp.csr_matrix(
             (values, indices.astype(itype, copy=False), indptr.astype(itype, copy=False)),
             shape=shape_t,
