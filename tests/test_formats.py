@@ -1,4 +1,5 @@
 import gzip
+import os
 import re
 
 import numpy as np
@@ -323,3 +324,32 @@ def test_deeply_nested_json_is_one_line_in_every_reader(tmp_path):
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(InputError, match="meta is JSON nested too deeply"):
         load_network(tmp_path / "bad.npz")
+
+
+def test_an_input_that_never_ends_is_refused_before_it_is_read(tmp_path):
+    """/dev/zero and a FIFO given where spdnn reads a file (a network, a plan, data, images,
+    safetensors, a JSON file): one line naming it, at once, not a read without end (a FIFO
+    with no writer would block the open itself)."""
+    from spdnn.io.jsonfiles import ManifestFile
+    from spdnn.io.jsonread import read
+    from tests.helpers import assert_one_line_error, run_spdnn
+
+    os.mkfifo(tmp_path / "fifo")
+    proc = run_spdnn("generate", "random", "--sizes", "4,3", "--fan-in", "2", "-o",
+                     tmp_path / "net.npz")
+    assert proc.returncode == 0, proc.stderr
+    net = tmp_path / "net.npz"
+    for endless in ("/dev/zero", tmp_path / "fifo"):
+        for args in (("train", "--network", net, "--data", f"npz:{endless}"),
+                     ("infer", "--network", endless, "--inputs", "digits"),
+                     ("train", "--network", net, "--plan", endless),
+                     ("infer", "--network", net, "--inputs", endless),
+                     ("convert", "safetensors", endless, "--activations", "relu", "-o",
+                      tmp_path / "x.npz")):
+            proc = run_spdnn(*args, timeout=30)
+            assert_one_line_error(proc, str(endless), "is not a regular file")
+        proc = run_spdnn("-P", "2", endless, "-o", tmp_path / "p.npz", module="partition",
+                         timeout=30)
+        assert_one_line_error(proc, str(endless), "is not a regular file")
+        with pytest.raises(InputError, match="is not a regular file"):
+            read(endless, ManifestFile)

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.io._mtx_fast import MM_HEADER, read_coordinates
 from spdnn.io.atomic import write_text
+from spdnn.io.paths import check_input_file
 
 # --------------------------------------------------------------------------- text tables
 
@@ -34,9 +35,7 @@ MAX_DIMENSION = 2**27
 
 def read_bytes(path: str | os.PathLike) -> bytes:
     """A file's bytes, gunzipped when it starts with the gzip magic."""
-    p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise InputError(p, "no such file")
+    p = check_input_file(path)
     try:
         with open(p, "rb") as fh:
             raw = fh.read()

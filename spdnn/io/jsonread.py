@@ -12,6 +12,7 @@ import msgspec
 from msgspec import Struct
 
 from spdnn.errors import InputError
+from spdnn.io.paths import check_input_file
 
 MAX_BYTES = 16 * 2**20
 
@@ -35,7 +36,7 @@ def decode(raw: bytes | str, path: str | os.PathLike, what: str = "") -> Any:  #
 def read(path: str | os.PathLike, kind: type[S]) -> S:
     """Decode and validate the JSON file at ``path`` as ``kind``; any problem is one
     ``InputError`` naming the file and the field."""
-    name = os.fspath(path)
+    name = check_input_file(path, f"{_format_of(kind) or kind.__name__} file")
     try:
         with open(name, "rb") as fh:
             if os.fstat(fh.fileno()).st_size > MAX_BYTES:

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.lib import format as npy
 
 from spdnn.errors import InputError
+from spdnn.io.paths import check_input_file
 from spdnn.kernels.ranges import concat_ranges
 
 # Failures of the zip and npy layers that mean "this file is damaged", not "spdnn is broken".
@@ -56,12 +57,8 @@ class NpzReader:
     """Lazy access to one ``.npz`` file; ``kind`` names it in errors ("network", "plan"...)."""
 
     def __init__(self, path: str | os.PathLike, kind: str) -> None:
-        self.path = os.fspath(path)
+        self.path = check_input_file(path, f"{kind} .npz file")
         self.kind = kind
-        if not os.path.exists(self.path):
-            raise InputError(self.path, "no such file")
-        if os.path.isdir(self.path):
-            raise InputError(self.path, f"is a directory, not a {kind} .npz file")
         try:
             self._zip = zipfile.ZipFile(self.path)
             members = self._zip.namelist()

@@ -1,5 +1,6 @@
-"""Output paths checked before any work starts: a run must not compute for an hour and then
-fail to write its result."""
+"""Paths checked before any work starts: inputs are regular files (a read is bounded by the
+size the file holds: a device or a pipe never ends), and outputs can be written (a run must not
+compute for an hour and then fail to write its result)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,26 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from spdnn.errors import InputError
+
+
+def check_input_file(path: str | os.PathLike, what: str = "file") -> str:
+    """``path`` names a regular file (through symlinks); its name. An InputError otherwise:
+    missing, a directory, or a device, pipe or socket (``/dev/zero`` would be read forever)."""
+    import stat
+
+    name = os.fspath(path)
+    try:
+        mode = os.stat(name).st_mode
+    except FileNotFoundError:
+        raise InputError(name, "no such file") from None
+    except OSError as exc:
+        raise InputError(name, f"cannot read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(name, f"is a directory, not a {what}")
+    if not stat.S_ISREG(mode):
+        raise InputError(name, f"is not a regular file (a device, pipe or socket): spdnn "
+                               f"reads a {what} of known size")
+    return name
 
 
 def check_output_file(path: str | os.PathLike, option: str) -> None:

@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
 from spdnn.io.jsonread import decode
+from spdnn.io.paths import check_input_file
 from spdnn.model.activations import ACTIVATIONS, parse_list
 from spdnn.model.network import Layer, Network
 
@@ -44,10 +45,7 @@ class SafetensorsFile:
     """The validated header of one file; tensors are read on demand."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self.path = os.fspath(path)
-        if not os.path.isfile(self.path):
-            raise InputError(self.path, "no such file" if not os.path.exists(self.path)
-                             else "not a file")
+        self.path = check_input_file(path, "safetensors file")
         size = os.path.getsize(self.path)
         with open(self.path, "rb") as f:
             head = f.read(8)

@@ -23,6 +23,7 @@ import scipy.sparse as sp
 
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
+from spdnn.io.paths import check_input_file
 from spdnn.model.batching import share_of
 from spdnn.model.labels import MultiLabels
 
@@ -133,9 +134,7 @@ def read_xc(path: str | os.PathLike, dtype: np.dtype | str = "float32", *,
     """Features (samples x D, CSR) and label sets of one file. ``share`` = (replica,
     replicas): the features of that share of the samples alone (``share_of``; every line is
     still checked, chunk by chunk, and the label sets stay whole)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "no such file")
+    path = Path(check_input_file(path, "data file"))
     parts: list[tuple] = []
     try:
         with open(path, encoding="utf-8", newline=None) as fh:
