@@ -161,6 +161,41 @@ def test_outputs_that_clash_with_each_other_or_an_input_are_refused(tmp_path):
     assert net.read_bytes() == before and not (tmp_path / "m.json").exists()
 
 
+def test_a_symlink_is_written_through_and_a_pipe_written_into(tmp_path):
+    """An output that is a symlink: its target gets the file, the link stays a link (a rename
+    over it would replace the link); a FIFO (as /dev/null or /dev/stdout, a device): the
+    output is written into it, and it stays a FIFO. Both the library writer and a job."""
+    import json
+    import stat
+    import threading
+
+    from tests.helpers import launch, small_network
+
+    (tmp_path / "link.npz").symlink_to("target.npz")
+    save_network(small_network(), tmp_path / "link.npz")
+    assert (tmp_path / "link.npz").is_symlink()
+    assert (tmp_path / "target.npz").stat().st_size > 0
+    os.mkfifo(tmp_path / "fifo")
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append((tmp_path / "fifo").read_bytes()))
+    reader.start()
+    save_network(random_network([64, 16], 4, seed=0, head=10), tmp_path / "net.npz")
+    (tmp_path / "out.npz").symlink_to("trained.npz")
+    proc = launch(0, "train", "--network", tmp_path / "net.npz", "--data", "digits",
+                  "--epochs", "1", "--metrics-out", tmp_path / "fifo", "--save",
+                  tmp_path / "out.npz")
+    if proc.returncode:  # the reader waits for a writer
+        with open(tmp_path / "fifo", "wb"):
+            pass
+    reader.join(60)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISFIFO(os.stat(tmp_path / "fifo").st_mode)
+    assert json.loads(got[0])["epochs"]
+    assert (tmp_path / "out.npz").is_symlink() and (tmp_path / "trained.npz").stat().st_size
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fifo", "link.npz", "net.npz", "out.npz", "target.npz", "trained.npz"]
+
+
 @pytest.mark.parametrize("sink, code, line", [("| head -c 20 >/dev/null", 0, None),
                                               ("> /dev/full", 2, "No space left on device")])
 def test_a_standard_output_that_fails_loses_no_file(tmp_path, sink, code, line):

@@ -1,6 +1,8 @@
 """Write files under a temporary name in the same directory and rename them into place: the
 data is flushed to the disk (``fsync``) before the rename, and the directory after it, so a
-crash or power loss leaves either the old file or the whole new one."""
+crash or power loss leaves either the old file or the whole new one. A symlink is written
+through (its target is replaced, the link stays); a device or a pipe (``/dev/null``,
+``/dev/stdout``) is written into directly: a rename would replace the device itself."""
 
 from __future__ import annotations
 
@@ -22,11 +24,31 @@ def temporary(directory: str | os.PathLike, name: str) -> str:
     return path
 
 
+def destination(path: str | os.PathLike) -> tuple[Path, bool]:
+    """Where a write of ``path`` goes: the file itself, or a symlink's target; and whether
+    that is a device, pipe or socket, written into directly (no temporary, no rename)."""
+    import stat
+
+    final = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    try:
+        mode = os.stat(final).st_mode
+    except OSError:
+        return final, False
+    return final, not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds.
-    An OS error in the block or the rename becomes one ``InputError``: "cannot write WHAT"."""
-    final = Path(path)
+    """Yield a temporary path beside ``path`` (a symlink's target); rename it into place only
+    if the block succeeds; a device or pipe is yielded itself. An OS error in the block or
+    the rename becomes one ``InputError``: "cannot write WHAT"."""
+    final, direct = destination(path)
+    if direct:
+        try:
+            yield final
+        except OSError as exc:
+            raise InputError(path, f"cannot write {what} ({exc.strerror or exc})") from None
+        return
     parent = final.parent if str(final.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(final, f"output directory {parent} does not exist")

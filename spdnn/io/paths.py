@@ -34,8 +34,14 @@ def check_input_file(path: str | os.PathLike, what: str = "file") -> str:
 
 def check_output_file(path: str | os.PathLike, option: str) -> None:
     """An output file's directory must exist and be writable; the path itself must not be a
-    directory."""
-    p = Path(path)
+    directory. A symlink is checked as its target; a device or pipe is written directly."""
+    from spdnn.io.atomic import destination
+
+    p, direct = destination(path)
+    if direct:
+        if not os.access(p, os.W_OK):
+            raise InputError(path, f"{option} is not writable")
+        return
     if p.is_dir():
         raise InputError(p, f"{option} names a directory, not a file")
     parent = p.parent if str(p.parent) else Path(".")
@@ -86,9 +92,11 @@ def check_outputs(files: Iterable[tuple[str, str | None]],
     overwritten before, or while, it is read)."""
     files, dirs = list(files), list(dirs)
     given = [(o, os.fspath(p)) for o, p in files + dirs if p]
+    from spdnn.io.atomic import destination
+
     for i, (option, path) in enumerate(given):
         for other, earlier in given[:i]:
-            if _same(path, earlier):
+            if _same(path, earlier) and not destination(path)[1]:  # /dev/null twice is fine
                 raise InputError(path, f"{other} and {option} name the same file")
         for source, read in inputs:
             if read and isinstance(read, (str, os.PathLike)) and _same(path, os.fspath(read)):
