@@ -51,8 +51,10 @@ def cmd_partition(argv: Sequence[str]) -> None:
         window_layers=args.window_layers).checked(args.nparts)
     t0 = time.perf_counter()
 
+    progress = not args.quiet and (args.verbose or sys.stderr.isatty())
+
     def log(msg: str) -> None:
-        if not args.quiet:
+        if progress:
             print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
     if windowed(args, options, log):

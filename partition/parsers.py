@@ -79,7 +79,10 @@ def parser_partition() -> argparse.ArgumentParser:
                    help="partition in windows of at most N consecutive layers even when the "
                         "whole hypergraph fits")
     p.add_argument("--compare", action="store_true", help="print the baselines beside the plan")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="progress lines on stderr even when it is not a terminal (a log file)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines (default: on a terminal only)")
     return p
 
 

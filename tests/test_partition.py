@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -329,3 +331,29 @@ def test_the_api_offers_the_commands_options_checked_in_one_place(tmp_path):
     proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "--epsilon", "0", "-o", tmp_path / "p.npz",
                      module="partition")
     assert_one_line_error(proc, "--epsilon must be in (0, 1), not 0.0")
+
+
+def test_progress_lines_only_on_a_terminal_or_with_verbose(tmp_path):
+    """spdnn-partition's progress goes to a person: printed when stderr is a terminal or
+    with --verbose, not into a log file by default; --quiet silences it everywhere."""
+    import pty
+    import subprocess
+    import sys
+
+    from spdnn.io.bundle import save_network
+    from tests.helpers import run_spdnn, small_network
+
+    save_network(small_network((12, 16, 9, 4), fan_in=4), tmp_path / "net.npz")
+    args = [tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz"]
+    quiet = run_spdnn(*args, module="partition")
+    loud = run_spdnn(*args, "--verbose", module="partition")
+    assert quiet.returncode == loud.returncode == 0, quiet.stderr + loud.stderr
+    assert quiet.stderr == "" and "hypergraph:" in loud.stderr
+    assert "wrote" in quiet.stdout
+    main, other = pty.openpty()  # stderr a terminal, as a person's
+    proc = subprocess.run([sys.executable, "-m", "partition", *map(str, args)], stderr=other,
+                          stdout=subprocess.PIPE, timeout=120)
+    os.close(other)
+    seen = os.read(main, 65536).decode()
+    os.close(main)
+    assert proc.returncode == 0 and "hypergraph:" in seen
