@@ -137,7 +137,7 @@ def test_exact_sweeps_argument(tmp_path):
                      "--exact-sweeps", "-1", module="partition")
     assert_one_line_error(proc, "--exact-sweeps must be an integer >= 0, not -1")
     proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz",
-                     "--exact-sweeps", "1", module="partition")
+                     "--exact-sweeps", "1", "--verbose", module="partition")
     assert proc.returncode == 0, proc.stderr
     assert "exact sweep 1, layer 2/2" in proc.stderr
     assert load_plan(tmp_path / "p.npz").meta["exact_sweeps"] == 1

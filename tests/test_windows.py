@@ -119,7 +119,7 @@ def test_cli_partitions_in_windows_under_a_memory_limit(tmp_path):
     net = random_network([40, 60, 50, 60, 10], 6, seed=1)
     save_network(net, tmp_path / "net.npz")
     proc = run_cli(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "plan.npz",
-                   "--window-layers", "2", "--compare", module="partition")
+                   "--window-layers", "2", "--compare", "--verbose", module="partition")
     assert proc.returncode == 0, proc.stderr
     assert "in 3 windows" in proc.stdout and "within its balance limit" in proc.stdout
     assert "3 windows of at most 2 layers" in proc.stderr
