@@ -13,7 +13,6 @@ import spdnn.cli.pinned  # noqa: F401  (one BLAS thread, before numpy loads)
 from spdnn.errors import OptionError, SpdnnError, say_error
 from spdnn.io.paths import check_outputs
 
-from .budget import process_seconds
 from .inputs import load_network_patterns
 from .options import PartitionOptions
 from .parsers import (
@@ -23,6 +22,7 @@ from .parsers import (
     parser_partition,
     parser_stats,
 )
+from .time_budget import process_seconds
 
 if TYPE_CHECKING:
     from spdnn.model.plan import Plan

@@ -10,8 +10,8 @@ from spdnn.errors import SpdnnError
 from spdnn.kernels.ranges import concat_ranges
 
 from .backends import Problem, solve
-from .budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress, duration
 from .hypergraph import Hypergraph
+from .time_budget import NO_DEADLINE, Deadline, Log, OutOfTime, Progress, duration
 
 
 class Skipped(Exception):

@@ -20,13 +20,13 @@ import numpy as np
 from spdnn.errors import SpdnnError
 from spdnn.model.plan import Pattern, Plan, plan_statistics
 
-from .budget import Deadline, Log
 from .exact import sweep_exact
 from .hypergraph import Hypergraph, build_hypergraph, contract, km1
 from .layerwise import majority
 from .options import BASELINES, PartitionOptions
 from .refine import BalanceError, Refiner
 from .search import Search, search
+from .time_budget import Deadline, Log
 
 # Group starts are worth their cost (n_runs more layer-by-layer runs) only when groups of
 # identical rows shrink the hypergraph; on unstructured networks the coarse runs repeat the fine

@@ -15,8 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._kernels import block_counts, vertex_nets
-from .budget import NO_DEADLINE, Deadline
 from .hypergraph import Hypergraph, layer_limits
+from .time_budget import NO_DEADLINE, Deadline
 
 
 class BalanceError(RuntimeError):

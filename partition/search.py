@@ -25,10 +25,10 @@ from spdnn.processes import die_with_parent, fork_is_safe
 
 from ._kernels import connectivity
 from .backends import layer_backends
-from .budget import Deadline, Log, OutOfTime
 from .hypergraph import Hypergraph, km1, layer_limits
 from .layerwise import Skipped, layer_by_layer, majority
 from .refine import BalanceError, Refiner
+from .time_budget import Deadline, Log, OutOfTime
 
 
 @dataclass(kw_only=True)

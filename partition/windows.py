@@ -30,8 +30,8 @@ from spdnn.model.plan import (
     plan_statistics,
 )
 
-from .budget import Deadline, Log
 from .methods import BASELINES, baseline_owners, search_hypergraph
+from .time_budget import Deadline, Log
 
 # Bytes the hypergraph method holds per pin of what it partitions: the window's patterns, the
 # hypergraph and its vertex-to-net index, the groups' coarse copy, the starts' part vectors and

@@ -16,7 +16,7 @@ _HOMES = {
     "NETWORK_FORMAT": "spdnn.io.bundle", "NetworkBundle": "spdnn.io.bundle",
     "load_network": "spdnn.io.bundle", "save_network": "spdnn.io.bundle",
     "from_torch": "spdnn.io.pytorch", "to_torch": "spdnn.io.pytorch",
-    "Dataset": "spdnn.io.datasets", "load_dataset": "spdnn.io.datasets",
+    "Dataset": "spdnn.io.loaders", "load_dataset": "spdnn.io.loaders",
     "PLAN_FORMAT": "spdnn.io.planfile", "load_plan": "spdnn.io.planfile",
     "save_plan": "spdnn.io.planfile",
     "local_network": "spdnn.model.generate", "radixnet": "spdnn.model.generate",

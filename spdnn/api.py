@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
     from spdnn.comm import Communicator, MPIComm
-    from spdnn.io.datasets import Dataset
+    from spdnn.io.loaders import Dataset
     from spdnn.model.reports import EpochReport
 
 __all__ = ["InferResult", "RunOptions", "TrainOptions", "TrainResult", "infer", "predict",

@@ -26,7 +26,7 @@ from typing import Any
 import mpi4py
 import numpy as np
 
-from spdnn import pickled
+from spdnn import object_buffers
 from spdnn.errors import SpdnnError
 from spdnn.watchdog import TIMEOUT_EXIT, Waiting, Watchdog
 
@@ -182,20 +182,20 @@ class Communicator:
                                       [recv, counts.astype(np.int64), displs,
                                        dtlib.from_numpy_dtype(recv.dtype)])
 
-    # Objects travel pickled through buffer collectives (spdnn.pickled says why): a short
+    # Objects travel pickled through buffer collectives (spdnn.object_buffers says why): a short
     # pickle in one fixed-size message, a longer one in a second.
     def allgather(self, obj: Any) -> list[Any]:
-        data = pickled.dumps(obj)
-        slots = np.empty((self.size, pickled.SLOT), dtype=np.uint8)
+        data = object_buffers.dumps(obj)
+        slots = np.empty((self.size, object_buffers.SLOT), dtype=np.uint8)
         with self._waiting("an all-gather"):
-            self._comm.Allgather(pickled.slot(data), slots)
-        counts = pickled.lengths(slots)
-        if counts.max() <= pickled.INLINE:
-            return pickled.inline(slots)
+            self._comm.Allgather(object_buffers.slot(data), slots)
+        counts = object_buffers.lengths(slots)
+        if counts.max() <= object_buffers.INLINE:
+            return object_buffers.inline(slots)
         recv = np.empty(int(counts.sum()), dtype=np.uint8)
         with self._waiting("an all-gather"):
             self._comm.Allgatherv(data, [recv, counts, _displacements(counts), MPI.BYTE])
-        return pickled.split(recv, counts)
+        return object_buffers.split(recv, counts)
 
     def allreduce_scalar(self, x: float, op: str = "sum") -> float:
         out = np.empty(1, dtype=np.float64)
@@ -204,7 +204,7 @@ class Communicator:
         return float(out[0])
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
-        data = pickled.dumps(obj)
+        data = object_buffers.dumps(obj)
         counts = np.empty(self.size, dtype=np.int64)
         with self._waiting("a gather"):
             self._comm.Gather(np.array([len(data)], dtype=np.int64), counts, root=root)
@@ -216,22 +216,22 @@ class Communicator:
         with self._waiting("a gather"):
             self._comm.Gatherv(data, [recv, counts, _displacements(counts), MPI.BYTE],
                                root=root)
-        return pickled.split(recv, counts)
+        return object_buffers.split(recv, counts)
 
     def bcast(self, obj: Any, root: int = 0) -> Any:  # noqa: ANN401
-        data = pickled.dumps(obj) if self.rank == root else None
-        head = pickled.slot(data)
+        data = object_buffers.dumps(obj) if self.rank == root else None
+        head = object_buffers.slot(data)
         what = f"a broadcast from rank {self.world_rank(root)}"
         with self._waiting(what):
             self._comm.Bcast(head, root=root)
-        n = int(pickled.lengths(head)[0])
-        if n <= pickled.INLINE:
-            return pickled.loads(head[8:8 + n])
+        n = int(object_buffers.lengths(head)[0])
+        if n <= object_buffers.INLINE:
+            return object_buffers.loads(head[8:8 + n])
         # The root's buffer too must be writable (a pickle's bytes are not).
         buf = data.copy() if data is not None else np.empty(n, dtype=np.uint8)
         with self._waiting(what):
             self._comm.Bcast(buf, root=root)
-        return pickled.loads(buf)
+        return object_buffers.loads(buf)
 
     def barrier(self) -> None:
         with self._waiting("a barrier"):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.io.datasets import Dataset
+from spdnn.io.loaders import Dataset
 from spdnn.kernels.hashing import HashFunctions, Tables
 from spdnn.kernels.lsh import (
     LshSpec,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spdnn.io.datasets import Dataset
+from spdnn.io.loaders import Dataset
 from spdnn.model.activations import ACTIVATIONS, parse, parse_list
 from spdnn.model.optim import AdamWConfig, SGDConfig
 from spdnn.reference import train

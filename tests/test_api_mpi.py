@@ -10,7 +10,7 @@ import pytest
 import spdnn
 from partition import partition
 from spdnn.comm import AgreedError
-from spdnn.io.datasets import load_dataset
+from spdnn.io.loaders import load_dataset
 from spdnn.model.optim import SGDConfig
 from spdnn.reference import accuracy
 from spdnn.reference import train as reference_train

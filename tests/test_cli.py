@@ -79,7 +79,7 @@ def test_train_on_npz_and_mnist_idx(tmp_path):
     import json
 
     from spdnn.io.bundle import load_network
-    from spdnn.io.datasets import load_dataset
+    from spdnn.io.loaders import load_dataset
 
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (40, 4, 4), dtype=np.uint8)

@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from spdnn.io.datasets import keep_share, load_dataset
+from spdnn.io.loaders import keep_share, load_dataset
 from spdnn.io.npz import NpzReader
 
 

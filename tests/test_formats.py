@@ -161,7 +161,7 @@ def test_graphchallenge_directory_problems(tmp_path):
 
 
 def test_training_npz_round_trip_and_errors(tmp_path):
-    from spdnn.io.datasets import load_npz
+    from spdnn.io.loaders import load_npz
 
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((6, 4)), np.array([0, 2, 1, 1, 0, 2])
@@ -180,25 +180,25 @@ def test_training_npz_round_trip_and_errors(tmp_path):
 
 
 def test_a_rank_reads_only_its_columns_of_an_npz_data_set(tmp_path, monkeypatch):
-    from spdnn.io import datasets
+    from spdnn.io import loaders
 
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((700, 30)), rng.integers(0, 3, 700)
     np.savez(tmp_path / "d.npz", x_train=x, y_train=y, x_test=x[:50], y_test=y[:50])
     np.savez_compressed(tmp_path / "z.npz", x_train=x, y_train=y)
-    monkeypatch.setattr(datasets, "ROW_BLOCK_BYTES", 30 * 8 * 64)  # blocks of 64 rows
+    monkeypatch.setattr(loaders, "ROW_BLOCK_BYTES", 30 * 8 * 64)  # blocks of 64 rows
     mine = np.array([1, 4, 5, 29])
     for name in ("d.npz", "z.npz"):  # stored: read in place; compressed: read whole
-        data = datasets.load_dataset(f"npz:{tmp_path / name}", "float32", features=mine)
+        data = loaders.load_dataset(f"npz:{tmp_path / name}", "float32", features=mine)
         np.testing.assert_array_equal(data.x_train, x[:, mine].astype(np.float32))
         assert data.n_features == 30 and data.features is mine
     np.testing.assert_array_equal(data.y_train, y)
-    data = datasets.load_dataset(f"npz:{tmp_path / 'd.npz'}", "float32", features=mine)
+    data = loaders.load_dataset(f"npz:{tmp_path / 'd.npz'}", "float32", features=mine)
     np.testing.assert_array_equal(data.x_test, x[:50, mine].astype(np.float32))
     x[650, 7] = np.inf  # outside the columns kept: still refused
     np.savez(tmp_path / "bad.npz", x_train=x, y_train=y)
     with pytest.raises(InputError, match="x_train: non-finite value"):
-        datasets.load_dataset(f"npz:{tmp_path / 'bad.npz'}", "float32", features=mine)
+        loaders.load_dataset(f"npz:{tmp_path / 'bad.npz'}", "float32", features=mine)
 
 
 @pytest.mark.long
@@ -245,7 +245,7 @@ def test_labels_that_would_wrap_or_are_not_integers_are_refused(tmp_path, y, pro
     """In a file and in memory alike (one check): never a wrapped or truncated label."""
     from spdnn.errors import SpdnnError
     from spdnn.io.arrays import from_memory
-    from spdnn.io.datasets import load_dataset
+    from spdnn.io.loaders import load_dataset
 
     x = np.zeros((3, 4))
     np.savez(tmp_path / "d.npz", x_train=x, y_train=y)
@@ -256,7 +256,7 @@ def test_labels_that_would_wrap_or_are_not_integers_are_refused(tmp_path, y, pro
 
 
 def test_complex_inputs_are_refused_not_cast_with_a_warning(tmp_path):
-    from spdnn.io.datasets import load_dataset
+    from spdnn.io.loaders import load_dataset
 
     np.savez(tmp_path / "c.npz", x_train=np.ones((3, 4), complex), y_train=np.zeros(3, int))
     with pytest.raises(InputError, match="must hold real numbers, not complex128"):

@@ -378,8 +378,8 @@ def test_the_sampled_softmax_gradient_flushes_under_the_floor_as_the_full_one():
     from types import SimpleNamespace
 
     from spdnn.kernels.softmax import flush_below
-    from spdnn.runtime.sampled import PairBatch
-    from spdnn.runtime.sampled_output import loss
+    from spdnn.runtime.lsh_layer import PairBatch
+    from spdnn.runtime.lsh_output import loss
 
     z = np.array([0.0, -60.0, -75.0, -90.0], dtype=np.float32)  # e^-90: subnormal in float32
     batch = PairBatch(ptr=np.array([0, 4]), act=np.arange(4), mass=np.array([1.0, 0, 0, 0]),

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spdnn.io.datasets import load_dataset
+from spdnn.io.loaders import load_dataset
 from spdnn.kernels.lsh import parse_lsh
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
-from spdnn.runtime.sampled import use_lsh
+from spdnn.runtime.lsh_layer import use_lsh
 from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
 from tests.test_replicas_mpi import SGD, _digest, _open, grids, trains_as_the_reference

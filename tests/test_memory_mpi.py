@@ -75,7 +75,7 @@ def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):
     from spdnn.io.images import read_image_share, write_image_npz
     from spdnn.model.generate import radixnet
     from spdnn.reference import challenge_infer
-    from spdnn.runtime.memory import data_nbytes
+    from spdnn.runtime.memory_report import data_nbytes
     from tests.test_runtime_mpi import _images
 
     net = radixnet(1024, 6, seed=0, dtype="float32")
@@ -105,7 +105,7 @@ def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):
 
 
 def test_the_offline_prediction_sees_the_shapes_of_the_job(comm):
-    from spdnn.runtime.memory import shapes
+    from spdnn.runtime.memory_report import shapes
     from spdnn.runtime.session import open_network
 
     net = small_network((50, 36, 28, 10), fan_in=5, seed=9)
@@ -118,9 +118,9 @@ def test_the_offline_prediction_sees_the_shapes_of_the_job(comm):
 
 def test_the_shapes_counted_before_loading_are_those_of_the_loaded_network(comm, mpi_tmp_path):
     from spdnn.io.bundle import NetworkBundle, save_network
-    from spdnn.runtime.budget import planned_shapes
     from spdnn.runtime.grid import Grid
-    from spdnn.runtime.memory import shapes
+    from spdnn.runtime.memory_budget import planned_shapes
+    from spdnn.runtime.memory_report import shapes
     from spdnn.runtime.session import open_network
 
     net = small_network((50, 36, 28, 10), fan_in=5, seed=11)
@@ -137,7 +137,7 @@ def test_the_shapes_counted_before_loading_are_those_of_the_loaded_network(comm,
 
 def test_a_job_over_its_limit_is_refused_on_every_rank_and_a_dry_run_reports(comm):
     from spdnn.comm import AgreedError
-    from spdnn.runtime.budget import DryRun
+    from spdnn.runtime.memory_budget import DryRun
 
     net = small_network((64, 40, 30, 10), fan_in=7, seed=4)
     plan = partition(net, parts=comm.size, method="cyclic")

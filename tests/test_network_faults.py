@@ -127,7 +127,7 @@ def test_a_frozen_link_ends_the_gradient_sums_in_bounded_time(job_files, tmp_pat
     visible from its rename, before its directory is flushed and the ranks agree that it is
     written: on a busy disk the freeze can still meet that last agreement (CI saw it once in
     ~10 runs), or the all-to-all that brings each replica its samples at an epoch's start
-    (spdnn.runtime.samples; CI saw it once). Such a run must end in bounded time too, and
+    (spdnn.runtime.sample_shares; CI saw it once). Such a run must end in bounded time too, and
     the job runs again, at most twice more, until a freeze meets the sums."""
     d = job_files
     for attempt in range(3):

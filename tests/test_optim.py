@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from spdnn.errors import OptionError
-from spdnn.io.datasets import Dataset
+from spdnn.io.loaders import Dataset
 from spdnn.model.optim import (
     OPTIMIZERS,
     AdamConfig,

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from spdnn.io.datasets import Dataset, load_digits
 from spdnn.io.formats import read_categories, read_inputs
+from spdnn.io.loaders import Dataset, load_digits
 from spdnn.model.batching import batch_order, columns
 from spdnn.model.ops import loss_and_gradient, output
 from spdnn.model.optim import SGDConfig, parameters

@@ -11,8 +11,8 @@ import pytest
 from partition.methods import partition_network
 from spdnn.comm import AgreedError
 from spdnn.io.bundle import save_network
-from spdnn.io.datasets import Dataset
 from spdnn.io.images import read_image_share, write_image_npz
+from spdnn.io.loaders import Dataset
 from spdnn.io.planfile import save_plan
 from spdnn.model.generate import radixnet
 from spdnn.model.optim import SGDConfig

@@ -150,7 +150,7 @@ def test_a_job_on_the_scipy_kernels_peaks_as_predicted_without_numba(tmp_path, r
 def test_the_peak_a_process_reports_is_its_own_not_its_parents():
     """``ru_maxrss`` keeps the resident set of the process a job was forked from; the peak
     reported is the job's own (``VmHWM``)."""
-    child = ("from spdnn.runtime.memory import peak_rss; import resource; "
+    child = ("from spdnn.runtime.memory_report import peak_rss; import resource; "
              "print(peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
     parent = textwrap.dedent(f"""
         import subprocess, sys

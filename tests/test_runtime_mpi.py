@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from partition.methods import partition_network
 from spdnn.comm import AgreedError
 from spdnn.io.bundle import save_network
-from spdnn.io.datasets import Dataset
+from spdnn.io.loaders import Dataset
 from spdnn.io.planfile import save_plan
 from spdnn.kernels.encoding import HEADER, MODES
 from spdnn.kernels.layers import LayerRun
@@ -300,13 +300,13 @@ def test_chunks_whose_samples_all_die_end_early_and_agree_with_the_reference(com
     assert len(none.categories) == 0
     layers_run = np.flatnonzero(run.dnet.timers.compute[0] > before)
     assert 0 < len(layers_run) <= 2  # both chunks over by layer 2 of 12 (at P = 1 in one
-    # kernel call a chunk: spdnn.runtime.narrow)
+    # kernel call a chunk: spdnn.runtime.narrow_tail)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_narrow_end_in_one_call_equals_the_layer_by_layer_pass(comm, mpi_tmp_path, dtype):
     """Where a rank holds every row (P = 1 here), the layers after the batch turns narrow run
-    in one kernel call (spdnn.runtime.narrow): Z of the last layer and the surviving samples
+    in one kernel call (spdnn.runtime.narrow_tail): Z of the last layer and the surviving samples
     are those of the pass that runs them one at a time, bit for bit, at every width."""
     net = radixnet(1024, 12, seed=0, dtype=dtype)
     run = _setup(mpi_tmp_path, net, "cyclic", comm, "rx", dtype=dtype)

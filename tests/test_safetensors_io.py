@@ -379,7 +379,7 @@ def test_a_tanh_model_from_torch_scores_in_spdnn_what_it_scores_in_torch(tmp_pat
     torch = pytest.importorskip("torch", reason="torch is not installed (not a dependency)")
     st = pytest.importorskip("safetensors.torch",
                              reason="the safetensors package is not installed")
-    from spdnn.io.datasets import load_digits
+    from spdnn.io.loaders import load_digits
 
     data = load_digits("float64")
     torch.manual_seed(1)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import partition.methods as methods
-from partition.budget import Deadline
 from partition.hypergraph import build_hypergraph, km1, layer_limits
 from partition.methods import BASELINES, baseline_owners, partition_network
 from partition.search import balanced
+from partition.time_budget import Deadline
 from spdnn.io.bundle import save_network
 from spdnn.io.planfile import load_plan
 from spdnn.model.generate import radixnet, random_network
@@ -180,12 +180,12 @@ def test_pin_passes_agree_with_scipy():
 
 
 def test_progress_estimates_the_time_left(monkeypatch):
-    from partition import budget
+    from partition import time_budget
 
     clock = iter([0.0, 10.0, 20.0, 40.0])
-    monkeypatch.setattr(budget.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(time_budget.time, "monotonic", lambda: next(clock))
     lines: list[str] = []
-    progress = budget.Progress("kahypar start", 100, lines.append, every=5)
+    progress = time_budget.Progress("kahypar start", 100, lines.append, every=5)
     progress.advance(25, "layer 1/4 done")  # 10 s for a quarter: 30 s left
     progress.advance(25, "layer 2/4 done")
     progress.advance(50, "layer 4/4 done")
@@ -222,8 +222,8 @@ class FixedLeft(Deadline):
 
 
 def test_a_run_that_cannot_finish_in_time_gives_up_after_three_layers(monkeypatch):
-    from partition.budget import OutOfTime, Progress
     from partition.layerwise import layer_by_layer
+    from partition.time_budget import OutOfTime, Progress
 
     hg = build_hypergraph(network_patterns(radixnet(1024, 6, seed=0)))
     unlimited = layer_by_layer(hg, 4, 0.03, 0, "kahypar")

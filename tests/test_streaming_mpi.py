@@ -15,12 +15,12 @@ from spdnn.io.bundle import save_network
 from spdnn.model.batching import columns
 from spdnn.model.generate import radixnet
 from spdnn.model.memory import SETTLED_BYTES, LayerShape
-from spdnn.runtime.budget import Budget
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.inference import challenge_infer
+from spdnn.runtime.layer_stream import BLOCK_SHARE, choose_blocks
+from spdnn.runtime.memory_budget import Budget
 from spdnn.runtime.session import open_network
-from spdnn.runtime.streamed import stream_challenge
-from spdnn.runtime.streaming import BLOCK_SHARE, choose_blocks
+from spdnn.runtime.streamed_inference import stream_challenge
 from tests.helpers import small_network
 from tests.test_runtime_mpi import _images
 

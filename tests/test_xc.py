@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn.errors import InputError
-from spdnn.io.datasets import load_dataset
+from spdnn.io.loaders import load_dataset
 from spdnn.io.xc import read_xc, write_xc
 from spdnn.io.xc_synthetic import XCTask, synthetic_xc
 from spdnn.model.batching import columns

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from spdnn.io.dataset import Dataset
-from spdnn.io.datasets import load_dataset
+from spdnn.io.loaders import load_dataset
 from spdnn.io.xc_synthetic import XCTask, synthetic_xc
 from spdnn.kernels import sparse_inputs
 from spdnn.reference import precisions as reference_precisions

@@ -26,7 +26,7 @@ import sys
 # library starts UCX's threads, which a fork does not carry (the child crashes at exit).
 PRELOAD = ("spdnn.cli.pinned", "numpy", "scipy.sparse", "spdnn.cli.parser", "spdnn.api",
            "spdnn.cli.commands", "spdnn.model.network", "spdnn.model.reports",
-           "spdnn.io.datasets", "spdnn.runtime.memory", "spdnn.runtime.budget",
+           "spdnn.io.loaders", "spdnn.runtime.memory_report", "spdnn.runtime.memory_budget",
            "spdnn.runtime.checkpoint", "spdnn.runtime.session", "spdnn.runtime.training",
            "spdnn.jobs.train", "spdnn.jobs.infer", "spdnn.interrupt", "spdnn.watchdog")
 

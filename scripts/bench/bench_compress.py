@@ -42,7 +42,7 @@ def record(steps: int) -> tuple[list[list[np.ndarray]], str]:
 
     from spdnn.comm import Communicator
     from spdnn.io.bundle import save_network
-    from spdnn.io.datasets import load_dataset
+    from spdnn.io.loaders import load_dataset
     from spdnn.model.batching import batch_order, batches, columns
     from spdnn.model.generate import random_network
     from spdnn.model.optim import SGD, SGDConfig, interleave

@@ -47,7 +47,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 
 def mnist_pruned() -> Network | None:
-    from spdnn.io.datasets import load_mnist
+    from spdnn.io.loaders import load_mnist
     from spdnn.model.optim import SGDConfig
     from spdnn.reference import train
 

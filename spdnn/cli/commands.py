@@ -233,7 +233,7 @@ def cmd_infer(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
 @contextlib.contextmanager
 def _dry_run(comm) -> Iterator[None]:  # noqa: ANN001
     """A dry run ends the job with its report (rank 0 prints it) and exit code 0."""
-    from spdnn.runtime.budget import DryRun
+    from spdnn.runtime.memory_budget import DryRun
 
     try:
         yield

@@ -16,7 +16,7 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
                 memory_limit: int | None = None) -> tuple[str | None, int]:
     """(plan path or None, replicas) for this job; with ``replicas="auto"`` rank 0 predicts
     every grid, prints the one it takes and the others, and every rank gets the choice.
-    ``memory_limit``: bytes a rank may hold (None: ``spdnn.runtime.budget.default_limit``;
+    ``memory_limit``: bytes a rank may hold (None: ``spdnn.runtime.memory_budget.default_limit``;
     0: none)."""
 
     def check() -> None:  # on every rank, so that the error is agreed and printed once
@@ -28,7 +28,7 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
     comm.check(check)
     if replicas != "auto":
         return (plans[0] if plans else None), replicas
-    from spdnn.runtime.budget import default_limit
+    from spdnn.runtime.memory_budget import default_limit
 
     limit = memory_limit if memory_limit is not None else default_limit(comm)[0]
     choice = comm.check(lambda: _decide(comm.size, plans, network, calibration, cluster, batch,

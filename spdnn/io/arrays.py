@@ -1,7 +1,7 @@
 """Data in memory, as a researcher holds it: ``(x, y)`` or ``(x, y, x_test, y_test)`` with
 ``x`` a numpy array or scipy sparse matrix (samples x features) and ``y`` integer labels, or a
 ``Dataset``. Checked once here, then cut to a rank's feature columns and converted to the
-job's value type, like a data file (spdnn.io.datasets)."""
+job's value type, like a data file (spdnn.io.loaders)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from spdnn.errors import SpdnnError
 from spdnn.io.dataset import integer_labels
-from spdnn.io.datasets import Dataset
+from spdnn.io.loaders import Dataset
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import as_dtype
 

@@ -130,7 +130,7 @@ class NetworkBundle:
     def row_indices(self, k: int, rows: np.ndarray) -> Iterator[np.ndarray]:
         """The column indices of rows ``rows`` (ascending) of layer k, in groups of at most
         RANGE_BLOCK entries (a longer row alone), each checked in range: what a rank will
-        read, counted before it is loaded (``spdnn.runtime.budget``)."""
+        read, counted before it is loaded (``spdnn.runtime.memory_budget``)."""
         n_out, n_in = self.shapes[k - 1]
         nnz = self.nnz(k)
         if nnz < 0:

@@ -1,7 +1,7 @@
 """What a rank will hold of a data set, counted before it is read (the memory check before
-loading, ``spdnn.runtime.budget.Budget.data``).
+loading, ``spdnn.runtime.memory_budget.Budget.data``).
 
-The count mirrors what ``spdnn.io.datasets.load_dataset`` (or ``spdnn.io.arrays.from_memory``)
+The count mirrors what ``spdnn.io.loaders.load_dataset`` (or ``spdnn.io.arrays.from_memory``)
 and ``spdnn.runtime.inference.local_inputs`` keep: the x arrays (labels aside), of the rank's
 feature columns where the source is read by columns (``npz:``, ``mnist:``, data in memory),
 whole where it is not (``digits``; ``xc:``: the replica's share of the samples, every column),
@@ -24,7 +24,7 @@ from spdnn.io.mnist import idx_dims
 from spdnn.model.batching import SEGMENT_BYTES
 from spdnn.model.network import as_dtype
 
-DIGITS = (1437, 360, 64)  # training samples, test samples, features (spdnn.io.datasets)
+DIGITS = (1437, 360, 64)  # training samples, test samples, features (spdnn.io.loaders)
 _SCAN = 1 << 24
 
 
@@ -73,7 +73,7 @@ def data_nbytes(data: Any, dtype: Any, features: np.ndarray, n_in: int, *,  # no
 
 
 def _in_memory(data: Any, item: int, width: int) -> int:  # noqa: ANN401
-    from spdnn.io.datasets import Dataset
+    from spdnn.io.loaders import Dataset
 
     if isinstance(data, Dataset):
         data = (data.x_train, data.y_train, data.x_test, data.y_test)

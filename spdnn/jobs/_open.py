@@ -12,13 +12,13 @@ import numpy as np
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.arrays import SOURCE, from_memory, signature
-from spdnn.io.datasets import Dataset, Share, keep_share, load_dataset
+from spdnn.io.loaders import Dataset, Share, keep_share, load_dataset
 from spdnn.io.paths import check_outputs
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Network
 from spdnn.model.records import RunOptions, candidate_plans, check_run_options, kernel_threads
-from spdnn.runtime.budget import Budget
 from spdnn.runtime.grid import Grid
+from spdnn.runtime.memory_budget import Budget
 from spdnn.runtime.session import Opened, open_network
 
 
@@ -93,7 +93,7 @@ def open_data(comm: Communicator, data: Any, dtype: str,  # noqa: ANN401
     """A data source by name (``digits``, ``npz:FILE``, ...) read from its files, or data in
     memory that every rank holds alike (spdnn.io.arrays), with this rank's feature columns
     of the network's ``n_in`` (and only ``share`` of the samples, when given: a training
-    replica's; ``evaluate``: only the split an evaluation reads, spdnn.io.datasets.
+    replica's; ``evaluate``: only the split an evaluation reads, spdnn.io.loaders.
     load_dataset). Collective."""
     if isinstance(data, str):
         return comm.check(lambda: load_dataset(data, dtype, features=features, share=share,

@@ -13,23 +13,23 @@ import scipy.sparse as sp
 
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
-from spdnn.io.datasets import Dataset, check_fits
 from spdnn.io.datasize import data_nbytes
 from spdnn.io.formats import read_categories, write_categories
 from spdnn.io.images import ImageShare, image_share_nbytes, read_image_share
+from spdnn.io.loaders import Dataset, check_fits
 from spdnn.jobs._open import data_name, open_data, open_job
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import Network
 from spdnn.model.records import InferResult, RunOptions, TimingReport, TrafficReport
 from spdnn.model.reports import ChallengeResult
-from spdnn.runtime import memory
+from spdnn.runtime import memory_report
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, precisions
-from spdnn.runtime.sampled import use_lsh
+from spdnn.runtime.lsh_layer import use_lsh
 from spdnn.runtime.session import Opened, warm_up, write_json
-from spdnn.runtime.streamed import stream_challenge, stream_scores
+from spdnn.runtime.streamed_inference import stream_challenge, stream_scores
 
 DATA_SETS = ("digits", "npz:", "mnist:", "xc:")
 
@@ -157,7 +157,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
             acc = evaluate(dnet, x_local, y, shared=shared)
             what = f"accuracy {acc:.4f}"
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
-        mem = memory.report(comm, dnet, batch=1, training=False,
+        mem = memory_report.report(comm, dnet, batch=1, training=False,
                             data=[x_local, data.x_train, data.x_test])
         return dataset_outcome(comm, dnet.grid, acc, what, len(y), seconds, traffic(), mem,
                                extra, metrics_out, show)
@@ -168,7 +168,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
     warm_up(dnet.dtype, narrow=True)
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
-    mem = memory.report(comm, dnet, batch=1, training=False, data=[images.matrix],
+    mem = memory_report.report(comm, dnet, batch=1, training=False, data=[images.matrix],
                         challenge=True)
     return challenge_outcome(comm, job, result, counted, timing(comm, dnet.timers), mem,
                              expected, truth, categories_out, metrics_out, show)
@@ -182,7 +182,7 @@ def dataset_outcome(comm: Communicator, grid: Grid, acc: float, what: str, sampl
         print(f"{what} on {samples:,} samples with {comm.size} rank(s) "
               f"({samples / seconds:,.0f} samples/s{note})")
         print(format_traffic(counted, grid.parts, grid.replicas))
-        print(memory.format_memory(mem))
+        print(memory_report.format_memory(mem))
     write_json(comm, metrics_out, {"accuracy": acc, **extra, "samples": samples,
                                    "seconds": seconds, "ranks": comm.size,
                                    "traffic": counted.as_dict(), "memory": mem})
@@ -250,7 +250,7 @@ def challenge_outcome(comm: Communicator, job: Opened, result: ChallengeResult,
               f"{comm.size} rank(s); inference {result.seconds:.3f} s, rate "
               f"{result.rate:.4g} edges/s")
         print(format_traffic(counted, grid.parts, grid.replicas))
-        print(memory.format_memory(mem))
+        print(memory_report.format_memory(mem))
     if categories_out:
         comm.check(lambda: write_categories(categories_out, result.categories)
                    if comm.rank == 0 else None)

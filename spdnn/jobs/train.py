@@ -12,7 +12,7 @@ from typing import Any
 from spdnn.comm import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.dataset import split_validation
-from spdnn.io.datasets import check_fits
+from spdnn.io.loaders import check_fits
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
@@ -29,7 +29,7 @@ from spdnn.model.records import (
     schedule_of,
 )
 from spdnn.model.reports import EpochReport, short_sizes
-from spdnn.runtime import memory
+from spdnn.runtime import memory_report
 from spdnn.runtime.accounting import (
     accounting,
     format_timing,
@@ -119,7 +119,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                         dropout=bool(opt.dropout), opt_best=opt.save_best)
     sizes, dnet = job.bundle.sizes, job.dnet
     # each rank reads only its model part's input columns, and a replica only its share of the
-    # samples (it fetches the others' as the batches need them: spdnn.runtime.samples)
+    # samples (it fetches the others' as the batches need them: spdnn.runtime.sample_shares)
     grid = dnet.grid
     # a validation split is cut from every training sample (replicas then hold them all)
     data = open_data(comm, data_spec, run.dtype, dnet.input_rows, sizes[0],
@@ -188,7 +188,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         result["traffic"] = acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize,
                                              dnet.grid.data)
         result["timing"] = tm = timing(comm, dnet.timers)
-        result["memory"] = mem = memory.report(
+        result["memory"] = mem = memory_report.report(
             comm, dnet, batch=replica_batch(cfg.batch_size, dnet.grid.replicas), training=True,
             optimizer=optimizer_state, optimizer_arrays=state_arrays(cfg.optimizer),
             dropout=cfg.dropout is not None,
@@ -198,7 +198,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         if comm.rank == 0 and verbose:
             print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
             print(format_timing(tm), flush=True)
-            print(memory.format_memory(mem), flush=True)
+            print(memory_report.format_memory(mem), flush=True)
             if save:
                 print(f"saved {save}")
 

@@ -1,4 +1,4 @@
-"""numba kernels of LSH-selected neurons (spdnn.kernels.hashing, spdnn.runtime.sampled): the
+"""numba kernels of LSH-selected neurons (spdnn.kernels.hashing, spdnn.runtime.lsh_layer): the
 union of the buckets a batch hits, and the forward and backward products on the (neuron,
 sample) pairs of that union only. No Python loop per sample. The hash codes:
 spdnn.kernels._numba_hash.

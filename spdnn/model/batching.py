@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 # A replica that holds only its share of the samples fetches the rows of a segment of batches
-# at a time (spdnn.runtime.samples): at most about this many bytes over all replicas (one
+# at a time (spdnn.runtime.sample_shares): at most about this many bytes over all replicas (one
 # batch at least), held beside the share with its send and receive copies.
 SEGMENT_BYTES = 4 << 20
 

@@ -24,14 +24,14 @@ from spdnn.model.network import Fingerprint, activations_of
 from spdnn.model.ops import check_targets, output
 from spdnn.model.optim import parameters
 from spdnn.model.plan import Plan
-from spdnn.runtime import outputs, sampled_output
+from spdnn.runtime import lsh_output, outputs
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.gradsum import GradientSums
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.halo import Traffic
 from spdnn.runtime.local_layer import LocalLayer
-from spdnn.runtime.narrow import layer_run, narrow_tail
-from spdnn.runtime.sampled import SampledLayer
+from spdnn.runtime.lsh_layer import SampledLayer
+from spdnn.runtime.narrow_tail import layer_run, narrow_tail
 from spdnn.runtime.workspace import Forward, PingPong, Workspace, fill_inputs
 
 # Row chunks of the local products that overlap a message exchange; between chunks the
@@ -67,7 +67,7 @@ class DistributedNetwork:
         self._workspaces: dict[tuple[int, int], Workspace] = {}
         self._pingpong: dict[int, PingPong] = {}
         self.sampled: SampledLayer | None = None  # --lsh on one layer (sampled.use_lsh)
-        self.layer_run: Any = False  # spdnn.runtime.narrow's typed lists, built on first use
+        self.layer_run: Any = False  # spdnn.runtime.narrow_tail's typed lists, built on first use
 
     @property
     def n_layers(self) -> int:
@@ -169,7 +169,7 @@ class DistributedNetwork:
         drops the columns (samples) that are zero on every rank, which stay zero when no bias
         is positive (the Graph Challenge mode); ``Forward.ids`` says which samples remain.
         There, once the batch is narrow and one rank holds the replica's rows, the remaining
-        layers run in one kernel call (spdnn.runtime.narrow).
+        layers run in one kernel call (spdnn.runtime.narrow_tail).
         ``sampled``: the last layer computes its LSH-selected pairs only (``self.sampled``),
         with the ``labels`` of the samples and the random ``fill`` joining them in training.
         ``dropout``: (the spec, the step, the samples' indices in the data set): each hidden
@@ -270,7 +270,7 @@ class DistributedNetwork:
         at = self.sampled.index if fwd.sampled and self.sampled is not None else -1
         if fwd.sampled and self.sampled is not None and self.sampled.output:
             check_targets(y, loss)
-            value, correct, delta = sampled_output.loss(
+            value, correct, delta = lsh_output.loss(
                 self.sampled, as_labels(y, self.sizes[-1]), scale, sample_losses)
         else:  # a softmax's passes overwrite z_last with the gradient
             value, correct, delta = outputs.training_loss(

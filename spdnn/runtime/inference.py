@@ -21,7 +21,7 @@ from spdnn.model.memory import (
 )
 from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
-from spdnn.runtime import sampled_output
+from spdnn.runtime import lsh_output
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.grid import Grid
 
@@ -130,7 +130,7 @@ def precisions(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix, y:
     for start in range(0, len(y_mine), batch_size):
         fwd = dnet.forward(columns(x_local, slice(start, start + batch_size)), keep=False,
                            sampled=sampled)
-        top = sampled_output.top_k(dnet.sampled, 5) if sampled and dnet.sampled.output else \
+        top = lsh_output.top_k(dnet.sampled, 5) if sampled and dnet.sampled.output else \
             dnet.top_k(dnet.output(fwd.z_last), 5)
         labels = y_mine[start:start + batch_size]
         hits += [labels.hits(top[:, :1]).sum(), labels.hits(top).sum()]

@@ -23,11 +23,11 @@ from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.memory import loads_kernels_early
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import Plan
-from spdnn.runtime.budget import Budget, DryRun, check, dry_run_report
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.grid import Grid
+from spdnn.runtime.layer_stream import LayerStream, choose_blocks
 from spdnn.runtime.local_layer import LocalLayer
-from spdnn.runtime.streaming import LayerStream, choose_blocks
+from spdnn.runtime.memory_budget import Budget, DryRun, check, dry_run_report
 
 
 @dataclass(frozen=True)

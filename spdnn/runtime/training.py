@@ -19,7 +19,7 @@ import numpy as np
 
 from spdnn.comm import AgreedError, Communicator
 from spdnn.io.checkpoint_format import manifest_path
-from spdnn.io.datasets import Dataset
+from spdnn.io.loaders import Dataset
 from spdnn.kernels.lsh import LshSpec, fill_rows, is_rebuild_step
 from spdnn.kernels.update import fused_update
 from spdnn.lossy.compress import CompressSpec
@@ -36,8 +36,8 @@ from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import evaluate, evaluate_loss, local_inputs, precisions
-from spdnn.runtime.sampled import use_lsh
-from spdnn.runtime.samples import SampleFeed
+from spdnn.runtime.lsh_layer import use_lsh
+from spdnn.runtime.sample_shares import SampleFeed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +107,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         if data.x_validation is not None else None
     reports = []
     n = len(data.y_train)
-    # a replica that holds only its share of the samples fetches the others' (runtime.samples)
+    # a replica that holds only its share of the samples fetches the others' (runtime.sample_shares)
     feed = SampleFeed(x_local, data.train_rows if grid.replicas > 1 else None, n, grid,
                       n_features=data.n_features)
     dnet.sums.set_compression(cfg.compress, cfg.seed, (grid.world.rank,))
@@ -179,7 +179,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
                 stop = True
         if stop:
             break
-    # the largest segment fetched, with its send and receive copies (runtime.samples)
+    # the largest segment fetched, with its send and receive copies (runtime.sample_shares)
     fetched = 3 * feed.fetched_bytes
     held = [a for s in opt.state for a in s.values()]
     _finish((lambda: on_finish(held, [x_local, xt_local, fetched])) if on_finish else None,

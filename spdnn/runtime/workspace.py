@@ -31,7 +31,7 @@ class Workspace:
     layer down starts: the ghost partial sums of every layer share one block, and the owned
     partial sums two (layer i writes its own while it reads layer i+1's).
 
-    ``sampled``: the layer (from 0) that runs on LSH-selected pairs (spdnn.runtime.sampled),
+    ``sampled``: the layer (from 0) that runs on LSH-selected pairs (spdnn.runtime.lsh_layer),
     which keeps its own compact gradient (its weight gradient here is empty) and, as the
     output layer, its own Z (empty here too)."""
 

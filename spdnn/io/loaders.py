@@ -105,7 +105,7 @@ def load_npz(path: str | os.PathLike, dtype: Any = "float32",
     """``x_train``, ``y_train`` and optionally ``x_test``, ``y_test``; with ``features``,
     only those columns of x are read into memory, with ``share`` only that share of each
     split's samples, with ``evaluate`` only the split an evaluation reads
-    (spdnn.io.datasets.load_dataset)."""
+    (spdnn.io.loaders.load_dataset)."""
     with NpzReader(path, "training data") as npz:
         source = npz.path
         xs, width, rows = _columns(npz, "train", dtype, features, share,

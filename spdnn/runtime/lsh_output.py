@@ -12,7 +12,7 @@ from spdnn.kernels.softmax import flush_below
 from spdnn.model.labels import MultiLabels
 
 if TYPE_CHECKING:
-    from spdnn.runtime.sampled import PairBatch, SampledLayer
+    from spdnn.runtime.lsh_layer import PairBatch, SampledLayer
 
 
 def _best(s: SampledLayer, b: PairBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

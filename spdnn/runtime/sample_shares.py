@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from spdnn.model import batching
 from spdnn.model.batching import batches, sample_block, share_of
 from spdnn.runtime.grid import Grid
-from spdnn.runtime.memory import data_nbytes
+from spdnn.runtime.memory_report import data_nbytes
 
 Matrix = np.ndarray | sp.csr_matrix
 

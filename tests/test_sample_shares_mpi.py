@@ -1,4 +1,4 @@
-"""Training samples held by shares (spdnn.runtime.samples): each replica keeps only its share
+"""Training samples held by shares (spdnn.runtime.sample_shares): each replica keeps only its share
 of the samples and fetches the rest as the batches need them, and trains exactly what the
 serial reference trains. Run under mpiexec -n 1, 2, 3 and 4: every grid that fits."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spdnn.io.datasets import Dataset, keep_share, load_dataset
+from spdnn.io.loaders import Dataset, keep_share, load_dataset
 from spdnn.model import batching
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
@@ -149,7 +149,7 @@ def test_the_feed_gives_every_step_its_samples_in_order(comm, monkeypatch, width
     feature (width 0: a model part whose first layer uses none) and one that reads some."""
     from spdnn.model.batching import batch_order, columns
     from spdnn.runtime.grid import Grid
-    from spdnn.runtime.samples import SampleFeed
+    from spdnn.runtime.sample_shares import SampleFeed
 
     monkeypatch.setattr(batching, "SEGMENT_BYTES", 3 * 8 * 5 * 8)  # three batches a segment
     n, batch = 29, 8

@@ -1,4 +1,4 @@
-"""Inference on a layer-streamed network (``spdnn.runtime.streaming.LayerStream``): accuracy
+"""Inference on a layer-streamed network (``spdnn.runtime.layer_stream.LayerStream``): accuracy
 and P@k on a data set, and the Graph Challenge categories, as ``spdnn.runtime.inference``
 computes them in memory, chunk for chunk."""
 
@@ -18,7 +18,7 @@ from spdnn.model.ops import activate
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import challenge_chunk, my_images
-from spdnn.runtime.streaming import LayerStream
+from spdnn.runtime.layer_stream import LayerStream
 from spdnn.runtime.workspace import Forward
 
 

@@ -1,4 +1,4 @@
-"""The communicator's object collectives (spdnn.pickled carries objects as byte buffers):
+"""The communicator's object collectives (spdnn.object_buffers carries objects as byte buffers):
 short and long pickles, on every rank count, against what each rank sent; and the slot
 format itself without MPI."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spdnn import pickled
+from spdnn import object_buffers
 from spdnn.comm import Communicator
 
 
@@ -26,15 +26,15 @@ def _same(a: object, b: object) -> bool:
 
 
 def test_a_short_pickle_rides_in_its_slot_and_a_long_one_only_gives_its_length():
-    short, long = pickled.dumps(("x", 1)), pickled.dumps(np.zeros(100))
-    assert len(short) <= pickled.INLINE < len(long)
-    slots = np.stack([pickled.slot(short), pickled.slot(short)])
-    assert list(pickled.lengths(slots)) == [len(short)] * 2
-    assert pickled.inline(slots) == [("x", 1), ("x", 1)]
-    assert pickled.lengths(pickled.slot(long))[0] == len(long)
-    assert not pickled.slot(long)[8:].any()  # too long: only the length travels first
+    short, long = object_buffers.dumps(("x", 1)), object_buffers.dumps(np.zeros(100))
+    assert len(short) <= object_buffers.INLINE < len(long)
+    slots = np.stack([object_buffers.slot(short), object_buffers.slot(short)])
+    assert list(object_buffers.lengths(slots)) == [len(short)] * 2
+    assert object_buffers.inline(slots) == [("x", 1), ("x", 1)]
+    assert object_buffers.lengths(object_buffers.slot(long))[0] == len(long)
+    assert not object_buffers.slot(long)[8:].any()  # too long: only the length travels first
     both = np.concatenate([short, long])
-    got = pickled.split(both, np.array([len(short), len(long)]))
+    got = object_buffers.split(both, np.array([len(short), len(long)]))
     assert got[0] == ("x", 1) and np.array_equal(got[1], np.zeros(100))
 
 

@@ -26,7 +26,7 @@ from spdnn.model.memory import (
 )
 from spdnn.model.network import Fingerprint
 from spdnn.model.plan import Plan
-from spdnn.runtime import memory
+from spdnn.runtime import memory_report
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.boundary import BoundaryStore, Chunk
 from spdnn.runtime.distributed import DistributedNetwork
@@ -232,23 +232,23 @@ class LayerStream:
         _place(self.timers, dnet.timers, off)
         for i, layer in enumerate(dnet.layers):
             self.ghost_rows[off + i] = layer.exchange.n_ghost
-        block_shapes = memory.shapes(dnet)
+        block_shapes = memory_report.shapes(dnet)
         self.shapes.extend(block_shapes)
         self.store_peak = max(self.store_peak, store.peak)
         pred = _block(block_shapes, self.dtype.itemsize, self.stream.challenge, store.peak)
         if self.predicted is None or pred.total > self.predicted.total:
-            self.predicted, self.held = pred, memory.held(dnet)
+            self.predicted, self.held = pred, memory_report.held(dnet)
 
     def memory_report(self, data: list[Any]) -> dict[str, Any]:  # noqa: ANN401
-        """``spdnn.runtime.memory.report``'s record for the streamed job (the largest block's
+        """``spdnn.runtime.memory_report.report``'s record for the streamed job (the largest block's
         prediction and holdings, the store's peak counted as data). Collective."""
         assert self.predicted is not None and self.held is not None
-        data_bytes = memory.data_nbytes(data) + self.store_peak
+        data_bytes = memory_report.data_nbytes(data) + self.store_peak
         pred = self.predicted.as_dict() | {"data": data_bytes}
         pred["total"] = sum(pred[k] for k in ("weights", "training", "buffers", "data",
                                               "baseline"))
         held = self.held | {"data": data_bytes}
-        every = self.grid.world.allgather((memory.peak_rss(), pred, held))
+        every = self.grid.world.allgather((memory_report.peak_rss(), pred, held))
         return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
                 "held_bytes": [e[2] for e in every], "stream": {
                     "blocks": [list(b) for b in self.stream.blocks],
