@@ -155,43 +155,35 @@ def _half_square_negated(z, out):
             oi[b] = -0.5 * v * v
 
 
+# The activations whose value has a form here (the others' numpy definitions are one
+# vectorised pass already), and those whose slope is read from the outputs h(z).
+APPLY = ("leaky_relu", "gelu", "gelu_tanh")
+FROM_OUTPUT = ("tanh", "sigmoid", "gelu", "gelu_tanh")
+
+
 def apply(name: str, z: np.ndarray, out: np.ndarray, slope: float) -> None:
-    """``out = h(z)`` for activation ``name`` (not relu; C-contiguous 2-D blocks)."""
+    """``out = h(z)`` for activation ``name``, one of APPLY (C-contiguous 2-D blocks)."""
     if name == "leaky_relu":
         _leaky_relu(z, out, z.dtype.type(slope))
-    elif name == "tanh":
-        np.tanh(z, out=out)
-    elif name == "sigmoid":  # 1 / (1 + exp(-z)), torch's formula
-        np.negative(z, out=out)
-        np.exp(out, out=out)
-        out += 1
-        np.reciprocal(out, out=out)
     elif name == "gelu" and z.dtype == np.float32:
         _gelu32_exponent(z, out)
         np.exp(out, out=out)
         _gelu32_finish(z, out)
     elif name == "gelu":
         _gelu(z, out)
-    elif name == "gelu_tanh":
+    else:
         _gelu_tanh_inner(z, out)
         np.tanh(out, out=out)
         _gelu_tanh_finish(z, out)
-    else:
-        np.copyto(out, z)
 
 
 def backward(name: str, g: np.ndarray, z: np.ndarray, h: np.ndarray | None,
              slope: float) -> None:
-    """``g *= h'(z)`` for activation ``name`` (not relu), ``h`` = h(z) (None: computed)."""
-    if name == "identity":
-        return
+    """``g *= h'(z)`` for activation ``name`` (not relu, not identity); ``h`` = h(z), given
+    for those of FROM_OUTPUT."""
     if name == "leaky_relu":
         _slope_leaky_relu(g, z, g.dtype.type(slope))
-        return
-    if h is None:
-        h = np.empty_like(z)
-        apply(name, z, h, slope)
-    if name == "tanh":
+    elif name == "tanh":
         _slope_tanh(g, h)
     elif name == "sigmoid":
         _slope_sigmoid(g, h)
@@ -210,5 +202,7 @@ def warm_up(dtypes: tuple) -> None:
 
     for dt in dtypes:
         z = np.ones((1, 2), dt)
-        for name in ACTIVATIONS[1:]:
-            backward(name, z.copy(), z, None, 0.0)
+        for name in APPLY:
+            apply(name, z, z.copy(), 0.0)
+        for name in ACTIVATIONS[1:-1]:  # not relu, not identity
+            backward(name, z.copy(), z, z, 0.0)

@@ -331,24 +331,32 @@ def _contiguous(*blocks: np.ndarray | None) -> bool:
 
 
 def activate(act: Activation, z: np.ndarray, out: np.ndarray) -> None:
-    """``out = h(z)`` for an activation other than ReLU (which ``spmm_act`` fuses)."""
+    """``out = h(z)`` for an activation other than ReLU (which ``spmm_act`` fuses): the numba
+    backend's form where it has one, else the definition's numpy form."""
     if backend() == "numba" and _contiguous(z, out):
         from spdnn.kernels import _numba_activations as nba
 
-        _nb()
-        with _threads_for(z.size):
-            nba.apply(act.name, z, out, act.slope)
-        return
+        if act.name in nba.APPLY:
+            _nb()
+            with _threads_for(z.size):
+                nba.apply(act.name, z, out, act.slope)
+            return
     act.apply(z, out)
 
 
 def activation_backward(act: Activation, g: np.ndarray, z: np.ndarray,
                         h: np.ndarray | None = None) -> None:
     """``g *= h'(z)`` in place for an activation other than ReLU (``apply_slope``); ``h``, the
-    outputs h(z) when at hand (the slopes are read from them where a formula allows)."""
+    outputs h(z) when at hand (the slopes are read from them where a formula allows; computed
+    here when not given)."""
+    if act.name == "identity":
+        return
     if backend() == "numba" and _contiguous(g, z, h):
         from spdnn.kernels import _numba_activations as nba
 
+        if h is None and act.name in nba.FROM_OUTPUT:
+            h = np.empty_like(z)
+            activate(act, z, h)
         _nb()
         with _threads_for(g.size):
             nba.backward(act.name, g, z, h, act.slope)

@@ -110,14 +110,8 @@ class Activation:
 
     def backward(self, g: np.ndarray, z: np.ndarray, h: np.ndarray | None = None) -> None:
         """``g *= h'(z)`` in place."""
-        if self.name == "identity":
-            return
-        if self.name == "tanh" or self.name == "sigmoid":
-            if h is None:
-                h = self.apply(z)
-            g *= (1 - h * h) if self.name == "tanh" else (1 - h) * h
-            return
-        g *= self.slope_of(z, h)
+        if self.name != "identity":
+            g *= self.slope_of(z, h)
 
 
 RELU = Activation()
