@@ -55,34 +55,78 @@ def test_rounds_keep_the_best_and_the_median():
     assert rounds.median() == {"spdnn": 2.0}
 
 
-def test_the_report_writes_its_section_and_the_same_tables_as_json(tmp_path, capsys):
+def _results():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("results", BENCH / "results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _first_rows(tables):  # noqa: ANN001, ANN202
+    return [{"what": r["case"], "spdnn": r["rate (edges/s)"], "peer": "-",
+             "ratio": r["vs loop"]} for r in tables[0]]
+
+
+def test_the_report_writes_its_record_with_every_table_and_the_json_file(tmp_path, capsys):
     harness = _harness()
-    page = tmp_path / "BENCHMARKS.md"
-    page.write_text("# Benchmarks\n\n<!-- X -->\nold\n<!-- /X -->\n\nkept\n")
+    sys.path.insert(0, str(BENCH))  # publish imports the results module beside it
     out = tmp_path / "results.json"
     args = argparse.Namespace(no_write=False, json=str(out))
-    harness.publish(args, "X", "Title", REPORT, page)
-    harness.publish(args, "Y", "Another", "| k |\n| --- |\n| v |", page)
-    text = page.read_text()
-    assert "old" not in text and "| b | 7.2e+10 | 4.80x |" in text and "kept" in text
-    assert text.count("Machine: ") == 2 and "## Another" in text
+    record = harness.publish(args, "X", "Title", REPORT, area="Kernels", rows=_first_rows,
+                             command="python scripts/bench/bench_x.py", results=tmp_path)
     assert "| a | 1.5e+10 | 1.00x |" in capsys.readouterr().out
-    record = json.loads(out.read_text())
-    assert record["format"] == "spdnn-bench/1" and record["machine"] == harness.machine()
-    first, second = record["sections"]
-    assert first["marker"] == "X" and second["tables"] == [[{"k": "v"}]]
-    assert first["tables"] == [
+    stored = json.loads((tmp_path / "X.json").read_text())
+    assert stored == record and record["format"] == "spdnn-results/1"
+    assert record["machine"] == harness.machine() and record["area"] == "Kernels"
+    assert record["rows"][1] == {"what": "b", "spdnn": "7.2e+10", "peer": "-", "ratio": "4.80x"}
+    assert record["tables"] == [
         [{"case": "a", "rate (edges/s)": "1.5e+10", "vs loop": "1.00x"},
          {"case": "b", "rate (edges/s)": "7.2e+10", "vs loop": "4.80x"}],
         [{"P": "2", "ms": "3.1"}]]
-    assert [p.name for p in tmp_path.iterdir()] != [] and not list(tmp_path.glob(".*tmp*"))
+    assert json.loads(out.read_text())["sections"] == [record]
+    assert not list(tmp_path.glob(".*tmp*"))
 
 
-def test_no_write_leaves_the_page_alone(tmp_path):
-    page = tmp_path / "BENCHMARKS.md"
-    page.write_text("# Benchmarks\n")
-    _harness().publish(argparse.Namespace(no_write=True, json=None), "X", "T", REPORT, page)
-    assert page.read_text() == "# Benchmarks\n"
+def test_no_write_and_a_comparison_of_trees_leave_the_records_alone(tmp_path):
+    harness = _harness()
+    sys.path.insert(0, str(BENCH))
+    harness.publish(argparse.Namespace(no_write=True, json=None), "X", "T", REPORT,
+                    area="Kernels", rows=_first_rows, results=tmp_path)
+    harness.publish(argparse.Namespace(no_write=False, json=None), "Y", "T", REPORT,
+                    area=None, rows=None, results=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_record_without_rows_or_with_an_unknown_area_is_refused():
+    results = _results()
+    good = {"format": results.FORMAT, "marker": "X", "page": "BENCHMARKS", "area": "Kernels",
+            "title": "T", "command": "c", "machine": "m", "date": "2026-12-02",
+            "rows": [{"what": "w", "spdnn": "1", "peer": "2", "ratio": "0.5x"}], "tables": []}
+    assert results.check_record(dict(good), "x.json")["marker"] == "X"
+    for change, says in (({"rows": []}, "no summary rows"), ({"area": "Cooking"}, "area"),
+                         ({"date": "yesterday"}, "date"), ({"machine": ""}, "machine"),
+                         ({"rows": [{"what": "w"}]}, "exactly")):
+        try:
+            results.check_record({**good, **change}, "x.json")
+        except results.RecordError as e:
+            assert str(e).startswith("x.json: ") and says in str(e)
+        else:
+            raise AssertionError(change)
+
+
+def test_the_pages_are_their_records_rendered_within_the_limits():
+    """docs/BENCHMARKS.md and docs/SCALING.md are what scripts/bench/results.py renders from
+    docs/results/ (nobody edits them by hand), at most 500 lines, no cell over 400
+    characters, every record naming its machine, date and command."""
+    results = _results()
+    records = results.load()
+    assert len(records) >= 30
+    for page in results.AREAS:
+        text = results.page_path(page).read_text()
+        assert text == results.render(page, records), "run python scripts/bench/results.py"
+        assert results.problems(page, text) == []
+        assert len(text.splitlines()) <= results.MAX_LINES
+    assert results.problems("P", "| " + "x" * 401 + " |") == ["P line 1: a cell of 401 characters"]
 
 
 def test_every_benchmark_script_answers_help():

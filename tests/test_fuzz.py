@@ -3,7 +3,7 @@ flips, header fields, tokens) and each outcome must be either a valid result or 
 (which the commands print as one line with exit code 2) - never another exception.
 
 ``SPDNN_FUZZ_CASES`` sets the mutations per format (default 60: a few hundred in all in the
-suite); docs/BENCHMARKS.md ("Fuzzing") records a longer run.
+suite); a larger value searches longer.
 """
 
 from __future__ import annotations

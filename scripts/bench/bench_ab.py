@@ -187,7 +187,8 @@ def main() -> None:
     trees = {"before": args.before.resolve(), "after": ROOT}
     if args.steps:
         body = steps(trees, args.rounds, args.hidden)
-        publish(args, "bench-ab-steps", "Before and after: the training step", body)
+        publish(args, "bench-ab-steps", "Before and after: the training step", body,
+                area=None, rows=None)
         return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -211,7 +212,7 @@ def main() -> None:
             "alternating within each round; training: the second epoch; inference: the "
             "inference loop).\n\n"
             + table(["case", "before (s)", "after (s)", "before / after"], rows))
-    publish(args, "bench-ab", "Before and after", body)
+    publish(args, "bench-ab", "Before and after", body, area=None, rows=None)
 
 
 if __name__ == "__main__":

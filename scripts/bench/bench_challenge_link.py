@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_challenge import BIASES, ENV  # noqa: E402
-from harness import SHARED, Ranks, parser, publish, table  # noqa: E402
+from harness import SHARED, Ranks, parser, publish, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 GRIDS = [("2 parts, hypergraph plan", "hypergraph"), ("2 parts, block plan", "block"),
@@ -102,6 +102,21 @@ def bench_link(files: dict[str, Path], link: str, emu: object | None, rounds: in
     return rows
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Inference over each link: the hypergraph plan against the block plan and against
+    replicas (which send nothing)."""
+    rows = []
+    for link in dict.fromkeys(r["link"] for r in tables[0]):
+        mine = {r["grid (2 nodes x 1 rank)"]: r for r in tables[0] if r["link"] == link}
+        hyper, block = mine["2 parts, hypergraph plan"], mine["2 parts, block plan"]
+        rows.append(summary_row(
+            f"Graph Challenge inference over {link}, 2 parts (s; MB sent)",
+            f"{hyper['inference s']}; {hyper['MB sent']} (hypergraph plan)",
+            f"{block['inference s']}; {block['MB sent']} (block plan)",
+            f"{block['time / hypergraph']}x faster"))
+    return rows
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--neurons", type=int, choices=sorted(BIASES), default=1024)
@@ -136,7 +151,7 @@ def main() -> int:
             f"Over a network: Graph Challenge inference, {args.neurons} x {args.layers}",
             f"`{cmdline}` ({args.inputs:,} inputs, median of {args.rounds} rounds; every grid "
             f"found the same categories)\n\n{body}\n\nLinks as measured by the emulation:\n"
-            + "\n".join(measured) + "\n")
+            + "\n".join(measured) + "\n", area="Over a network", rows=summary, command=cmdline)
     return 0
 
 

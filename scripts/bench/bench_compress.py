@@ -31,7 +31,7 @@ from spdnn.lossy import compress as C
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, interleaved, parser, publish, table  # noqa: E402
+from harness import SHARED, interleaved, parser, publish, summary_row, table  # noqa: E402
 
 N = 1_000_000
 
@@ -107,6 +107,21 @@ def achieved(grads: list[list[np.ndarray]]) -> list[list[str]]:
     return rows
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each approximate selector's time against exact Top-k at each ratio."""
+    rows = []
+    for ratio in dict.fromkeys(r["ratio"] for r in tables[0]):
+        mine = [r for r in tables[0] if r["ratio"] == ratio]
+        exact = next(r for r in mine if r["selector"].startswith("topk"))
+        for r in mine:
+            if r is not exact:
+                rows.append(summary_row(
+                    f"select 1M float32 gradient values at ratio {ratio}, {r['selector']} (ms)",
+                    r["ms"], f"{exact['ms']} (exact Top-k)", f"{r['x Top-k time']}x the time, "
+                    f"{r['selected / k']} of k selected"))
+    return rows
+
+
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=300)
@@ -147,7 +162,8 @@ def main() -> None:
         "steps after the first 50 (stages at the end in brackets). Target: within "
         "[0.8, 1.2].\n\n"
         + table(["ratio", "compressor", *sizes], ach))
-    publish(args, "compressors", "Gradient compressors", body)
+    publish(args, "compressors", "Gradient compressors", body,
+            area="Compression and critical sets", rows=summary)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, parser, publish, table  # noqa: E402
+from harness import SHARED, number, parser, publish, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MODES = ("dense", "auto", "sparse")
@@ -160,6 +160,37 @@ def kernel_rows(repeats: int) -> list[list[str]]:
     return out
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each case's bytes and time under the default exchange (auto) against dense rows."""
+    rows = []
+    for auto in (r for r in tables[0] if r["--exchange"] == "auto"):
+        dense = next(r for r in tables[0] if r["case"] == auto["case"]
+                     and r["--exchange"] == "dense" and r["MB as dense rows"] ==
+                     auto["MB as dense rows"])
+        rows.append(summary_row(
+            f"{auto['case']} (MB sent; s, median)",
+            f"{auto['MB sent']} MB; {auto['seconds, median (best)'].split(' ')[0]} s (auto)",
+            f"{dense['MB sent']} MB; {dense['seconds, median (best)'].split(' ')[0]} s "
+            "(dense rows)",
+            f"{auto['fewer bytes']} fewer bytes, {auto['speed vs dense'].split(' ')[0]} the "
+            "speed"))
+    return rows
+
+
+def kernel_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """The numba encoders against the numpy ones, ns per entry summed over the four."""
+    rows = []
+    for r in tables[0]:
+        fast = r["numba: encode / decode / fold pack / fold add"]
+        slow = r["numpy (scipy backend): encode / decode / fold pack / fold add"]
+        total = [sum(number(v) for v in cell.split("/")) for cell in (fast, slow)]
+        rows.append(summary_row(
+            f"exchange encoders, {r['block']}, {r['dtype']} (ns per entry: encode / decode / "
+            "fold pack / fold add)", fast, f"{slow} (numpy)",
+            f"{total[1] / total[0]:.1f}x faster"))
+    return rows
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
@@ -178,7 +209,8 @@ def main() -> int:
                          "numba: encode / decode / fold pack / fold add",
                          "numpy (scipy backend): encode / decode / fold pack / fold add"],
                         kernel_rows(50)))
-        publish(args, "BENCH_EXCHANGE_KERNELS", "Sparse exchange kernels", body)
+        publish(args, "BENCH_EXCHANGE_KERNELS", "Sparse exchange kernels", body,
+                area="Kernels", rows=kernel_summary)
         return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -216,7 +248,8 @@ def main() -> int:
             + table(["case", "--exchange", "MB as dense rows", "MB sent", "fewer bytes",
                      "seconds, median (best)", "speed vs dense"], rows))
     args.no_write = args.no_write or bool(args.only)  # a part of the table is not the table
-    publish(args, "BENCH_EXCHANGE", "Sparse exchange", body)
+    publish(args, "BENCH_EXCHANGE", "Sparse exchange", body, area="Exchange and grids",
+            rows=summary)
     return 0
 
 

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import interleaved, parser, publish, table  # noqa: E402
+from harness import interleaved, parser, publish, summary_row, table  # noqa: E402
 
 
 def _before(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
@@ -70,6 +70,13 @@ def images_mtx(tmp: Path, n: int, pixels: int, repeats: int) -> tuple[int, dict[
                               repeats=repeats)
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each file's read time (the reader before 2026-11-25 is the only other measured)."""
+    return [summary_row(f"read {r['file']}, {r['nonzeros']} nonzeros (s)", r["now, s"],
+                        f"{r['before, s']} (spdnn's line parser before 2026-11-25)",
+                        f"{r['speed-up']} faster") for r in tables[0]]
+
+
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--neurons", type=int, default=1024)
@@ -103,7 +110,8 @@ def main() -> None:
             "`before`: the line parser (numpy's C parser over the decoded lines), `now`: "
             "scipy's fast_matrix_market on one thread behind a check of the bytes "
             "(spdnn.io._mtx_fast); the same matrix.\n\n" + table(header, rows))
-    publish(args, "formats", "Reading Graph Challenge networks", body)
+    publish(args, "formats", "Reading Graph Challenge networks", body, area="Kernels",
+            rows=summary)
 
 
 if __name__ == "__main__":

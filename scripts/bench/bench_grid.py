@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, parser, publish, table  # noqa: E402
+from harness import SHARED, parser, publish, summary_row, table  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.io.bundle import save_network  # noqa: E402
@@ -72,6 +72,14 @@ def run(work: Path, name: str, data: str, batch: int, parts: int, replicas: int)
         cmd += ["--plan", str(work / f"{name}-{parts}.npz")]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(metrics.read_text())
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Two model parts against two replicas, each network and batch, epoch time."""
+    return [summary_row(f"{r['network']}, batch {r['batch']}, P = 2 (s per epoch)",
+                        f"{r['2x1 s/epoch']} (2 parts x 1)", f"{r['1x2 s/epoch']} (1 part x 2)",
+                        f"faster: {r['faster']}")
+            for r in tables[0]]
 
 
 def main() -> None:
@@ -127,7 +135,8 @@ def main() -> None:
               "counts in tests/test_replicas_mpi.py):\n\n"
             + table(["network", "batch", "grid", "model axis (expand + fold)",
                      "gradient sum in", "gradient sum sent (ring)"], rows4))
-    publish(args, "bench-grid", "Grids: model parts x replicas", body)
+    publish(args, "bench-grid", "Grids: model parts x replicas", body,
+            area="Exchange and grids", rows=summary)
 
 
 if __name__ == "__main__":

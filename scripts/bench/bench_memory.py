@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import parser, publish, table  # noqa: E402
+from harness import parser, publish, summary_row, table  # noqa: E402
 from validate_model import build as network  # noqa: E402  (the same validation networks)
 
 BIN = Path(sys.executable).parent
@@ -70,6 +70,19 @@ def run(ranks: int, args: list[str], metrics: Path) -> tuple[list[int], list[int
     return measured, [p["total"] for p in mem["predicted_bytes"]]
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each network and job: the measured peak against the prediction at every P."""
+    rows = []
+    for key in dict.fromkeys((r["network"], r["job"]) for r in tables[0]):
+        mine = [r for r in tables[0] if (r["network"], r["job"]) == key]
+        ps = " / ".join(r["P"] for r in mine)
+        rows.append(summary_row(f"{key[0]}, {key[1]}: peak a rank at P = {ps} (MB)",
+                                " / ".join(r["peak (MB)"] for r in mine),
+                                " / ".join(r["predicted (MB)"] for r in mine) + " (predicted)",
+                                "error " + " / ".join(r["error"] for r in mine)))
+    return rows
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--networks", nargs="+", choices=["mlp", "random", "radixnet"],
@@ -106,7 +119,8 @@ def main() -> int:
             "of the job's own memory line (`spdnn.model.memory.predict`, the data counted as "
             "held); float32, one thread per rank, P = 4 on 2 cores.\n\n"
             + table(["network", "job", "P", "peak (MB)", "predicted (MB)", "error"], rows))
-    publish(args, "memory-validation", "Memory: the validation networks", body)
+    publish(args, "memory-validation", "Memory: the validation networks", body, area="Memory",
+            rows=summary)
     return 0
 
 

@@ -40,10 +40,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Ranks, parser, publish, table  # noqa: E402
+from harness import Ranks, number, parser, publish, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).resolve().parent / "validate_model.py"
@@ -157,6 +158,44 @@ def run_layout(work: Path, args: argparse.Namespace, works: dict, layout: str,
     return rows
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each network, link by link: the fastest spdnn grid against PyTorch DDP, and the
+    hypergraph plan against the block plan (measured ms per step)."""
+    rows = []
+    every = tables[0]
+    for network in dict.fromkeys(r["network"] for r in every):
+        mine = [r for r in every if r["network"] == network and r["measured ms/step"]]
+        links = list(dict.fromkeys(r["link"] for r in mine))
+        layout = mine[0]["nodes x ranks"]
+
+        def at(link: str, test: Callable[[str], bool],
+               mine: list[dict[str, str]] = mine) -> dict[str, str] | None:
+            found = [r for r in mine if r["link"] == link and test(r["grid, plan"])]
+            return min(found, key=lambda r: number(r["measured ms/step"])) if found else None
+
+        ours = [at(link, lambda g: not g.startswith("PyTorch")) for link in links]
+        ddp = [at(link, lambda g: g.startswith("PyTorch")) for link in links]
+        hyper = [at(link, lambda g: g.endswith("hypergraph") and not g.startswith("1x"))
+                 for link in links]
+        block = [at(link, lambda g: g.endswith(" block")) for link in links]
+        where = f"{network}, {layout}, over {' / '.join(links)} (ms per step)"
+        if any(ddp):
+            rows.append(summary_row(
+                f"{where}: the fastest grid",
+                " / ".join(f"{o['measured ms/step']} ({o['grid, plan']})" for o in ours),
+                " / ".join(d["measured ms/step"] if d else "-" for d in ddp) + " (PyTorch DDP)",
+                " / ".join(f"{number(o['measured ms/step']) / number(d['measured ms/step']):.2f}x"
+                           if d else "-" for o, d in zip(ours, ddp)) + " the time"))
+        if all(hyper) and all(block):
+            rows.append(summary_row(
+                f"{where}: hypergraph plan",
+                " / ".join(h["measured ms/step"] for h in hyper),
+                " / ".join(b["measured ms/step"] for b in block) + " (block plan)",
+                " / ".join(f"{number(b['measured ms/step']) / number(h['measured ms/step']):.2f}x"
+                           for h, b in zip(hyper, block)) + " faster"))
+    return rows
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--networks", nargs="+", choices=["main", "mlp", "radixnet", "random",
@@ -252,7 +291,8 @@ def main() -> int:
         tag, title = f"{tag}-2x2", f"{title}, 2 nodes x 2 ranks"
     publish(args, f"bench-network-{tag}", f"Over a network: {title}",
             f"`{cmdline}` (batch {args.batch}, median of {args.rounds} rounds of {args.steps} "
-            f"steps)\n\n{body}\n\nLinks as measured by the emulation:\n{notes}\n")
+            f"steps)\n\n{body}\n\nLinks as measured by the emulation:\n{notes}\n",
+            area="Over a network", rows=summary, command=cmdline)
     return 0
 
 

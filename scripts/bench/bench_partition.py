@@ -1,7 +1,7 @@
 """Partition quality and time: hypergraph plans against the block, cyclic and random baselines.
 
     python scripts/bench/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
-                                      [--parts P ...] [--out docs/BENCHMARKS.md]
+                                      [--parts P ...]
     python scripts/bench/bench_partition.py --backends kahypar mtkahypar mtkahypar:2 \
                                       [--networks ...]
                                       [--parts ...]
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from harness import parser, publish
+from harness import parser, publish, summary_row
 
 from partition.methods import BASELINES, baseline_owners, partition_network
 from spdnn.io.graphchallenge import read_graphchallenge
@@ -159,6 +159,62 @@ def bench_variants(name: str, net: Network, parts: list[int],
     return rows
 
 
+def _at(rows: list[dict[str, str]], key: str) -> str:
+    return " / ".join(r[key].split(" (")[0] for r in rows)
+
+
+def volume_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each network's rows per step under the hypergraph plan against the block plan, at
+    every P of the run."""
+    rows = []
+    for network in dict.fromkeys(r["network"] for r in tables[0]):
+        mine = [r for r in tables[0] if r["network"] == network]
+        ratio = next(k for k in mine[0] if k.startswith("block / hypergraph"))
+        forward = "forward" in ratio  # the inference objective counts forward rows only
+        pick = 1 if forward else 0
+
+        def volumes(key: str, mine: list[dict[str, str]] = mine, pick: int = pick) -> str:
+            return " / ".join(r[key].split(" (")[pick].rstrip(")") for r in mine)
+
+        rows.append(summary_row(
+            f"{network}: {'forward ' if forward else ''}rows per step at P = {_at(mine, 'P')}",
+            volumes("hypergraph volume (forward)"), volumes("block") + " (block plan)",
+            _at(mine, ratio) + " fewer"))
+    return rows
+
+
+def backend_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each other backend's volume and time against KaHyPar's, network by network."""
+    rows = []
+    for r in tables[0]:
+        for backend in [k.removesuffix(" volume") for k in r if k.endswith(" volume")
+                        and k != "kahypar volume" and "/" not in k]:
+            rows.append(summary_row(
+                f"{r['network']}, P = {r['P']}: {backend} (rows per step, s)",
+                f"{r[backend + ' volume']}, {r[backend + ' s']} s",
+                f"{r['kahypar volume']}, {r['kahypar s']} s (kahypar)",
+                f"{r[backend + ' / kahypar volume']}x the volume, "
+                f"{r[backend + ' speed vs kahypar']} the speed"))
+    return rows
+
+
+def exact_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """The exact one-layer sweep's forward volume against the plain plan's, at every P."""
+    rows = []
+    for network in dict.fromkeys(r["network"] for r in tables[0]):
+        mine = [r for r in tables[0] if r["network"] == network]
+        rows.append(summary_row(
+            f"{network}: forward rows with one exact sweep, P = {_at(mine, 'P')}",
+            _at(mine, "exact 1 volume") + f" ({_at(mine, 'exact 1 s')} s)",
+            _at(mine, "plain volume") + f" ({_at(mine, 'plain s')} s, no sweep)",
+            _at(mine, "exact 1 / plain volume") + "x the volume"))
+    return rows
+
+
+SUMMARIES = {"BENCH_PARTITION": volume_summary, "BENCH_PARTITION_INFER": volume_summary,
+             "BENCH_BACKENDS": backend_summary, "BENCH_EXACT": exact_summary}
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="small P set, no MNIST, no 120 layers")
@@ -176,7 +232,6 @@ def main() -> int:
     ap.add_argument("--exact-sweeps", type=int, default=0, metavar="N",
                     help="compare plans without and with N exact one-layer sweeps "
                          "(spdnn-partition --exact-sweeps) instead of the baselines")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "BENCHMARKS.md"))
     args = ap.parse_args()
     if args.backends and args.exact_sweeps:
         ap.error("--backends and --exact-sweeps are separate comparisons: pass one")
@@ -267,7 +322,8 @@ def write_table(args: argparse.Namespace, marker: str, title: str, cmd: str, set
                 header: str, rows: list[str], skipped: list[str]) -> None:
     body = (f"Command: `{cmd}` (one run, {time.strftime('%Y-%m-%d')}, {setting}).\n\n"
             + header + "\n" + "\n".join(rows) + ("\n\n" + "\n".join(skipped) if skipped else ""))
-    publish(args, marker, title, body, Path(args.out))
+    publish(args, marker, title, body, area="Partitioning", rows=SUMMARIES[marker],
+            command=cmd)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import parser, publish, table  # noqa: E402
+from harness import parser, publish, summary_row, table  # noqa: E402
 
 SIZES = (1 << 10, 16 << 10, 256 << 10, 1 << 20)
 
@@ -54,6 +54,15 @@ def ping_pong(comm: MPI.Comm, protocol: str, payload: np.ndarray, capacity: np.n
                 comm.Recv(size, peer, 1)
                 comm.Recv(capacity[:int(size[0])], peer, 0)
     return (time.perf_counter() - t0) / repeats
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """spdnn's receive (a buffer of the largest size) against probing for the size."""
+    return [summary_row(f"receive a message of unknown size, {r['message bytes']} bytes "
+                        "(us per round trip)", r["capacity (spdnn)"],
+                        f"{r['probe']} (MPI probe, then receive)",
+                        f"probe takes {r['probe / capacity']} the time")
+            for r in tables[0]]
 
 
 def main() -> int:
@@ -84,7 +93,9 @@ def main() -> int:
                 "interleaved batches).\n\n"
                 + table(["message bytes", "capacity (spdnn)", "probe", "size first",
                          "probe / capacity", "size first / capacity"], rows))
-        publish(args, "BENCH_PROTOCOL", "Receiving messages of unknown size", body)
+        publish(args, "BENCH_PROTOCOL", "Receiving messages of unknown size", body,
+                area="Kernels", rows=summary,
+                command="mpiexec -n 2 python scripts/bench/bench_protocol.py")
     return 0
 
 

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kernels import candidates, case, gather_rows, torch_ops  # noqa: E402
 from bench_train import build as train_network  # noqa: E402
 from bench_train import run as train_step
-from harness import ROOT, interleaved, parser, publish, table  # noqa: E402
+from harness import ROOT, interleaved, number, parser, publish, summary_row, table  # noqa: E402
 
 from spdnn.io.atomic import atomic_path  # noqa: E402
 from spdnn.kernels import products as kernels  # noqa: E402
@@ -227,6 +227,29 @@ def level_of(nbytes: int) -> str:
     return "memory"
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """How near its memory bound each kernel runs, spdnn against PyTorch; the whole step."""
+    kernels, step = tables[0], tables[1]
+    rows = []
+    for n in dict.fromkeys(r["n"] for r in kernels):
+        mine = [r for r in kernels if r["n"] == n]
+        names = list(dict.fromkeys(r["kernel"] for r in mine))
+
+        def bound(prefix: str, mine: list[dict[str, str]] = mine,
+                  names: list[str] = names) -> str:
+            return " / ".join(next((r["of bound"] for r in mine if r["kernel"] == k
+                                    and r["implementation"].startswith(prefix)), "-")
+                              for k in names)
+        rows.append(summary_row(f"n = {n}: share of the memory bound, {' / '.join(names)}",
+                                bound("spdnn"), bound("torch") + " (PyTorch)", "-"))
+    ours, peer = step[0], step[1]
+    rows.append(summary_row("whole training step against its memory bound (ms)",
+                            f"{ours['ms']} ({ours['of bound']} of bound)",
+                            f"{peer['ms']} ({peer['implementation']}, {peer['of bound']})",
+                            f"{number(peer['ms']) / number(ours['ms']):.2f}x faster"))
+    return rows
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384])
@@ -291,7 +314,7 @@ def main() -> int:
             "block.\n\n"
             + table(["", "implementation", "ms", "MB gathered", "blocks in", "bound ms",
                      "of bound"], step_rows))
-    publish(args, "BENCH_ROOFLINE", "Roofline", body)
+    publish(args, "BENCH_ROOFLINE", "Roofline", body, area="Kernels", rows=summary)
     return 0
 
 

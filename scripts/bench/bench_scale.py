@@ -23,7 +23,7 @@ from pathlib import Path
 
 import spdnn.cli.pinned  # noqa: F401
 import numpy as np
-from harness import parser, publish, table
+from harness import parser, publish, summary_row, table
 from spdnn.io.atomic import write_text
 
 
@@ -168,8 +168,19 @@ def before_after(args: argparse.Namespace) -> int:
             f"Graph Challenge 1024 x {args.gc_layers} at P = {args.nparts}.\n\n"
             + table(["tree", "median s", "each round s", "volume"], rows)
             + f"\n\nAfter / before speed: **{ratio:.2f}x**.")
-    publish(args, "partition-before-after", "Partitioner before and after", body)
+    publish(args, "partition-before-after", "Partitioner before and after", body, area=None,
+            rows=None)
     return 0
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each run's volume against the block plan's, with its time and peak memory."""
+    return [summary_row(f"{r['network']} at P = {r['P']} (rows per step; wall s, peak GB)",
+                        f"{r['volume (forward)'].split(' (')[0]}; {r['wall s']} s, "
+                        f"{r['peak memory GB']} GB",
+                        f"{r['block'].split(' (')[0]} (block plan)",
+                        f"{r['block / plan']} fewer rows")
+            for r in tables[0]]
 
 
 def main() -> int:
@@ -205,7 +216,8 @@ def main() -> int:
             "whole command, loading and writing included; peak memory: the largest sum of the "
             "proportional set sizes of the command and its worker processes, sampled every "
             "0.5 s). Volumes in rows per training step, forward in brackets.\n\n" + render(rows))
-    publish(args, "partition-scale", "Partitioner at scale", body)
+    publish(args, "partition-scale", "Partitioner at scale", body, area="Partitioning",
+            rows=summary)
     return 0
 
 

@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import ROOT, parser, publish, table  # noqa: E402
+from harness import ROOT, number, parser, publish, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 COMMON = ["--batch-size", "64", "--momentum", "0.9", "--seed", "0"]
@@ -52,6 +52,19 @@ def train(ranks: int, args: list[str], metrics: Path) -> list[dict]:
     print(" ".join(cmd[-14:]), flush=True)
     run(cmd, {**os.environ, "OMP_NUM_THREADS": "1"})
     return json.loads(metrics.read_text())["epochs"]
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """LSH-selected training against the exact step on the same grid: step time, P@1."""
+    rows = []
+    for exact in (r for r in tables[0] if r["training"] == "exact"):
+        for lsh in (r for r in tables[0] if r["grid"] == exact["grid"] and r is not exact):
+            rows.append(summary_row(
+                f"{exact['grid']}, {lsh['training']} (ms per step; final P@1)",
+                f"{lsh['ms/step']}; {lsh['P@1 per epoch'].split(' / ')[-1]}",
+                f"{exact['ms/step']}; {exact['P@1 per epoch'].split(' / ')[-1]} (exact)",
+                f"{number(exact['ms/step']) / number(lsh['ms/step']):.1f}x faster"))
+    return rows
 
 
 def main() -> int:
@@ -167,7 +180,8 @@ def main() -> int:
             + table(["grid", "training", "epoch s", "ms/step", "P@1 per epoch", "P@5",
                      "active", "MB/step"], rows) + "\n\n" + summary)
     print(summary)
-    publish(args, "slide", "LSH-selected output neurons", body)
+    publish(args, "slide", "LSH-selected output neurons", body, area="Extreme classification",
+            rows=summary)
     return 0
 
 

@@ -33,12 +33,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import parser, publish, table  # noqa: E402
+from harness import median_of, number, parser, publish, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve()
@@ -297,6 +298,41 @@ def build(structure: str, hidden: int):  # noqa: ANN201
     return add_head(radixnet(hidden, 3, seed=0), 10, seed=0)
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """spdnn's step against the fastest PyTorch formulation, on 1 and on 2 cores."""
+    rows = []
+    steps = tables[0]
+    for network in dict.fromkeys(r["network"] for r in steps):
+        for cores in ("1", "2"):
+            mine = [r for r in steps if r["network"] == network and r["cores"] == cores]
+            ours = min((r for r in mine if r["configuration"].startswith("spdnn")),
+                       key=lambda r: median_of(r["ms / step, best / median"]))
+            peer = min((r for r in mine if r["configuration"].startswith("PyTorch")),
+                       key=lambda r: median_of(r["ms / step, best / median"]))
+            rows.append(summary_row(
+                f"training step, {network}, {cores} core{'s' if cores == '2' else ''} "
+                "(ms, median)",
+                f"{median_of(ours['ms / step, best / median']):.0f} "
+                f"({ours['configuration'].removeprefix('spdnn ')})",
+                f"{median_of(peer['ms / step, best / median']):.0f} "
+                f"({peer['configuration'].removeprefix('PyTorch ')})",
+                f"{ours['vs best PyTorch, same cores']}x the time"))
+    return rows
+
+
+def recipe_summary(column: str, baseline: str) -> Callable[[list], list[dict[str, str]]]:
+    """Each optimizer's (or activation's) step against the baseline's, as the table has it."""
+    def rows(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+        base = next(r for r in tables[0] if r[column] == baseline)
+        ratio = next(k for k in tables[0][0] if k.startswith("vs "))
+        return [summary_row(f"training step, random 16384 x 3, {r[column]} (ms, median)",
+                            f"{median_of(r['ms / step, best / median']):.0f}",
+                            f"{median_of(base['ms / step, best / median']):.0f} ({baseline})",
+                            f"{number(r[ratio]):.2f}x the time")
+                for r in tables[0] if r[column] != baseline]
+    return rows
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--hidden", type=int, default=16384)
@@ -321,11 +357,13 @@ def main() -> int:
         return 0
     if args.recipes:
         publish(args, "BENCH_RECIPES", "Training recipes: optimizers",
-                recipes(build("random", args.hidden), args))
+                recipes(build("random", args.hidden), args), area="Training",
+                rows=recipe_summary("optimizer", "sgd"))
         return 0
     if args.activations:
         publish(args, "BENCH_ACTIVATIONS", "Training recipes: activations",
-                activations(build("random", args.hidden), args))
+                activations(build("random", args.hidden), args), area="Training",
+                rows=recipe_summary("activation", "relu"))
         return 0
     try:
         import torch_baselines as tb
@@ -357,7 +395,7 @@ def main() -> int:
             "2 threads'):\n\n"
             + table(["network", "layer", "forward 1t", "forward 2t", "gain", "backward 1t",
                      "backward 2t", "gain"], split))
-    publish(args, "BENCH_TRAIN", "Training", body)
+    publish(args, "BENCH_TRAIN", "Training", body, area="Training", rows=summary)
     return 0
 
 

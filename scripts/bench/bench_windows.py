@@ -4,11 +4,8 @@ the prediction, and volume beside the block plan's.
 
 Runs ``spdnn-partition`` as a user would on an existing network file, once on the whole
 hypergraph (unless --no-whole) and once in windows (under --memory-limit, or --window-layers),
-and keeps the rows in WORKDIR/bench_windows.json. It prints the table of the rows stored (with
---report, of several work directories) and never writes docs/BENCHMARKS.md itself: that
-section ("Partitioner: networks larger than memory") holds rows of runs hours apart and the
-prose about them, which a run that knows only its own rows replaced (2026-11-27); its rows are
-copied there by hand.
+and keeps the rows in WORKDIR/bench_windows.json. Its record holds the rows stored (with
+--report, those of several work directories: runs hours apart publish as one record).
 
     python scripts/bench/bench_windows.py rx16384x120.npz -P 64 --memory-limit 1200M \
         --time-limit 600 --jobs 2
@@ -26,7 +23,7 @@ from pathlib import Path
 
 import spdnn.cli.pinned  # noqa: F401
 from bench_scale import measured
-from harness import parser, publish, table
+from harness import parser, publish, summary_row, table
 from spdnn.io.atomic import write_text
 
 
@@ -97,6 +94,25 @@ def render(rows: list[dict]) -> str:
     return table(header, lines)
 
 
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each windowed plan's volume and peak against the whole hypergraph's plan (or the
+    block plan's volume where the whole one was not run)."""
+    rows = []
+    for r in tables[0]:
+        if r["plan"] == "whole hypergraph":
+            continue
+        whole = next((w for w in tables[0] if w["network"] == r["network"] and w["P"] == r["P"]
+                      and w["plan"] == "whole hypergraph"), None)
+        rows.append(summary_row(
+            f"{r['network']} at P = {r['P']}, {r['plan']} under --memory-limit "
+            f"{r['--memory-limit']} (rows; wall s, peak GB)",
+            f"{r['volume']}; {r['wall s']} s, {r['peak GB (predicted)']}",
+            (f"{whole['volume']}; {whole['wall s']} s, {whole['peak GB (predicted)']} "
+             "(whole hypergraph)") if whole else "not run (too large)",
+            f"{r['vs whole']}x the volume" if whole else f"{r['block / plan']} below block"))
+    return rows
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("network")
@@ -123,11 +139,13 @@ def main() -> None:
         store.parent.mkdir(parents=True, exist_ok=True)
         write_text(store, json.dumps(rows, indent=1), "the results store")
         print(json.dumps(row), flush=True)
-    args.no_write = True  # the page's section is kept by hand (the docstring says why)
+    # the record holds every row stored: with --report, the runs of every work directory
     publish(args, "windows", "Partitioner: networks larger than memory",
-                  "Command: `python scripts/bench/bench_windows.py NETWORK -P P --memory-limit "
-                  "LIMIT --time-limit T --jobs J` (the header of each row).\n\n"
-                  + render(rows))
+            "Command: `python scripts/bench/bench_windows.py NETWORK -P P --memory-limit "
+            "LIMIT --time-limit T --jobs J` (the header of each row).\n\n" + render(rows),
+            area="Partitioning", rows=summary,
+            command="python scripts/bench/bench_windows.py NETWORK -P P --memory-limit LIMIT "
+                    "--time-limit T --jobs J")
 
 
 if __name__ == "__main__":

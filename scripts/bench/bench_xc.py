@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import ROOT, Rounds, parser, publish, table  # noqa: E402
+from harness import ROOT, Rounds, number, parser, publish, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 FEATURES = 20_000
@@ -49,6 +49,24 @@ def run(cmd: list[str], env: dict | None = None) -> str:
 def train(args: list[str], metrics: Path) -> list[dict]:
     run([str(BIN / "spdnn"), "train", *args, "--metrics-out", str(metrics)])
     return json.loads(metrics.read_text())["epochs"]
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """The exact step against PyTorch's full softmax; LSH training against exact."""
+    steps, training = tables[0], tables[1]
+    ours, torch = steps[0], next(r for r in steps if r["step"].startswith("PyTorch"))
+    exact = next(r for r in training if r["training"] == "exact")
+    rows = [summary_row("extreme classification step, exact (ms, median)",
+                        ours["ms (median)"], f"{torch['ms (median)']} ({torch['step']})",
+                        f"{number(torch['ms (median)']) / number(ours['ms (median)']):.2f}x "
+                        "faster")]
+    rows += [summary_row(f"extreme classification, {r['training']} (ms per step; final P@1)",
+                         f"{r['ms/step']}; {r['P@1 per epoch'].split(' / ')[-1]}",
+                         f"{exact['ms/step']}; {exact['P@1 per epoch'].split(' / ')[-1]} "
+                         "(exact)", f"{number(exact['ms/step']) / number(r['ms/step']):.1f}x "
+                         "faster")
+             for r in training if r is not exact]
+    return rows
 
 
 def main() -> int:
@@ -140,7 +158,8 @@ def main() -> int:
         summary += (f" `--lsh {args.lsh}` trains an epoch **{exact / lsh_ep:.1f}x** faster "
                     f"than exact training; P@1 after {args.epochs} epochs {gap:+.1f} points.")
     body += summary
-    publish(args, "xc-step", "Extreme classification: the exact step and LSH", body)
+    publish(args, "xc-step", "Extreme classification: the exact step and LSH", body,
+            area="Extreme classification", rows=summary)
     return 0
 
 

@@ -1,17 +1,10 @@
 """The shared harness of the scripts/bench/ benchmarks: the command line every benchmark has
 (``parser``: ``--no-write``, ``--json FILE``, the docstring's usage as the example), rounds
 (``Rounds``) and interleaving (``interleaved``), the machine line, the report (``publish``: the
-markdown section of docs/BENCHMARKS.md or docs/SCALING.md, printed, and the same tables as JSON
-records).
-
-JSON results (``--json FILE``), one file per run::
-
-    {"format": "spdnn-bench/1", "script": "bench_infer.py", "argv": [...], "machine": "...",
-     "date": "2026-11-27T09:30:00+00:00",
-     "sections": [{"marker": "BENCH_INFER", "title": "...", "text": "...",
-                   "tables": [[{"case": "...", "rate (edges/s)": "6.77e+10", ...}, ...]]}]}
-
-Every value is the string the table shows (units are in the column names).
+report printed, its record in docs/results/ and the results pages re-rendered from the records
+(scripts/bench/results.py, which documents the record); ``--json FILE`` also collects a run's
+records in one file, ``{"format": "spdnn-bench/2", "script", "argv", "sections": [records]}``).
+Every table value is the string the table shows (units are in the column names).
 """
 
 from __future__ import annotations
@@ -29,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
-BENCHMARKS = ROOT / "docs" / "BENCHMARKS.md"
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
@@ -96,26 +88,67 @@ def markdown_tables(text: str) -> list[list[dict[str, str]]]:
 
 
 _SECTIONS: list[dict] = []  # what this run published, for its JSON file
+Summary = Callable[[list[list[dict[str, str]]]], list[dict[str, str]]]
 
 
-def publish(args: argparse.Namespace, marker: str, title: str, body: str,
-            path: Path | None = None) -> None:
-    """The report of one table: printed, written to its section of ``path`` (default
-    docs/BENCHMARKS.md) unless ``--no-write``, and added to the ``--json`` file if given
-    (fsynced under a temporary name, then renamed)."""
+def summary_row(what: str, spdnn: str, peer: str = "-", ratio: str = "-") -> dict[str, str]:
+    """One row of a results page: what was measured, spdnn's figure, the peer's, the ratio."""
+    return {"what": what, "spdnn": spdnn, "peer": peer, "ratio": ratio}
+
+
+def number(text: str) -> float:
+    """The first number a table cell shows ('1,234', '2.14e+10', '196 / 206', '**0.97**')."""
+    found = re.search(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?", text.replace("**", ""))
+    if found is None:
+        raise ValueError(f"no number in {text!r}")
+    return float(found.group(0).replace(",", ""))
+
+
+def median_of(text: str) -> float:
+    """The median of a 'best / median' cell, or its only number."""
+    parts = text.split("/")
+    return number(parts[1] if len(parts) == 2 else parts[0])
+
+
+def publish(args: argparse.Namespace, marker: str, title: str, body: str, *,
+            area: str | None, rows: Summary | None, page: str = "BENCHMARKS",
+            command: str | None = None, results: Path | None = None) -> dict:
+    """The report of one run: ``body`` printed in full; its record (the summary ``rows``
+    computes from the body's tables, every table, the machine, the date and the command)
+    written to docs/results/MARKER.json and the results page re-rendered, unless
+    ``--no-write``; the record added to the ``--json`` file if given. ``rows=None``: a
+    comparison of two source trees, which belongs in a commit message, not on a page: printed
+    and added to ``--json`` only."""
+    import shlex
+
     print(body, flush=True)
-    if not args.no_write:
-        write_section(marker, title, body, path or BENCHMARKS)
+    tables = markdown_tables(body)
+    record = {"format": "spdnn-results/1", "marker": marker, "page": page, "area": area,
+              "title": title,
+              "command": command or shlex.join(["python", f"scripts/bench/{Path(sys.argv[0]).name}",
+                                                *sys.argv[1:]]),
+              "machine": machine(),
+              "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+              "rows": rows(tables) if rows else [], "tables": tables}
+    from spdnn.io.atomic import write_text  # fsynced, renamed: as every spdnn output
+
+    if rows is not None and not args.no_write:
+        import results as pages
+
+        where = results or pages.RESULTS
+        pages.check_record(record, marker)
+        where.mkdir(parents=True, exist_ok=True)
+        write_text(where / f"{marker}.json", json.dumps(record, indent=1) + "\n",
+                   f"the record {marker}.json")
+        if results is None:
+            pages.write_pages()
     if getattr(args, "json", None):
-        _SECTIONS.append({"marker": marker, "title": title, "text": body,
-                          "tables": markdown_tables(body)})
-        out = Path(args.json)
-        from spdnn.io.atomic import write_text  # fsynced, renamed: as every spdnn output
-        record = {"format": "spdnn-bench/1", "script": Path(sys.argv[0]).name,
-                  "argv": sys.argv[1:], "machine": machine(),
-                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                      timespec="seconds"), "sections": _SECTIONS}
-        write_text(out, json.dumps(record, indent=1) + "\n", "the JSON results")
+        _SECTIONS.append(record)
+        write_text(Path(args.json), json.dumps(
+            {"format": "spdnn-bench/2", "script": Path(sys.argv[0]).name,
+             "argv": sys.argv[1:], "sections": _SECTIONS}, indent=1) + "\n",
+            "the JSON results")
+    return record
 
 
 def machine() -> str:
@@ -141,21 +174,6 @@ def machine() -> str:
             f"model {info.get('model', '?')}), {os.cpu_count()} cores, "
             f"{', '.join(caches) or 'caches unknown'} (as cpu0 sees them), "
             f"{memory:.0f} GiB")
-
-
-def write_section(marker: str, title: str, body: str, path: Path = BENCHMARKS) -> None:
-    """Replace the text between <!-- MARKER --> and <!-- /MARKER --> (or append it); the
-    section's first line names the machine it was measured on."""
-    section = f"<!-- {marker} -->\nMachine: {machine()}.\n{body.rstrip()}\n<!-- /{marker} -->"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"<!-- {marker} -->.*?<!-- /{marker} -->", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
-    else:
-        text = text.rstrip() + f"\n\n## {title}\n\n{section}\n"
-    from spdnn.io.atomic import write_text
-
-    write_text(path, text, "the benchmarks page")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import ROOT, SHARED, parser, publish, table  # noqa: E402
+from harness import ROOT, SHARED, parser, publish, summary_row, table  # noqa: E402
 
 SCALING = ROOT / "docs" / "SCALING.md"
 
@@ -69,6 +69,22 @@ def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
         path.parent.mkdir(parents=True, exist_ok=True)
         save_plan(plan, path)
     return plan, seconds
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each network's predicted step at one rank, at the largest P with a hypergraph plan
+    and at the largest P, against the best block-plan grid."""
+    rows = []
+    for t in tables:
+        planned = [r for r in t if r["hypergraph best ms (grid)"] != "-"]
+        picks = [t[0], planned[-1] if planned else t[0], t[-1]]
+        picks = list({r["P"]: r for r in picks}.values())
+        rows.append(summary_row(
+            f"{t[0]['network']}: predicted step at P = {' / '.join(r['P'] for r in picks)} "
+            "(ms, best grid)", " / ".join(r["ms/step"] for r in picks),
+            " / ".join(r["block best ms (grid)"].split(" (")[0] for r in picks)
+            + " (block plans)", f"speed-up {picks[-1]['speed-up']} at P = {picks[-1]['P']}"))
+    return rows
 
 
 def main() -> int:
@@ -135,7 +151,7 @@ def main() -> int:
             for method in ("block", "cyclic", "hypergraph"):
                 b = best_of.get(method)
                 cells.append(f"{1e3 * b.seconds:.2f} ({b.parts}x{b.replicas})" if b else "-")
-            rows.append([str(p), f"{best.method} {best.parts}x{best.replicas}",
+            rows.append([title, str(p), f"{best.method} {best.parts}x{best.replicas}",
                          f"{1e3 * best.seconds:.2f}", f"{one / best.seconds:.1f}x",
                          f"{100 * best.compute / best.seconds:.0f} / "
                          f"{100 * best.exchange / best.seconds:.0f} / "
@@ -153,7 +169,8 @@ def main() -> int:
         sections.append(
             f"### {title}\n\n{hyper} One rank: {1e3 * one:.1f} ms per step. Plot: "
             f"`docs/{png.name}`.\n\n"
-            + table(["P", "best grid (method parts x replicas)", "ms/step", "speed-up",
+            + table(["network", "P", "best grid (method parts x replicas)", "ms/step",
+                     "speed-up",
                      "compute / exchange / gradient %", "block best ms (grid)",
                      "cyclic best ms (grid)", "hypergraph best ms (grid)"], rows))
     cmd = (f"python scripts/bench/scaling_study.py --calibration {args.calibration} --batch "
@@ -177,7 +194,8 @@ def main() -> int:
             f"{args.batch}, float32, `--exchange dense` bytes.\n\n"
             + "\n\n".join(sections))
     where = "" if not suffix else f" over {machine.cluster.name.split(',')[0]}"
-    publish(args, f"study{suffix}", f"Study: 1 to 1,024 ranks{where}", body, SCALING)
+    publish(args, f"study{suffix}", f"Study: 1 to 1,024 ranks{where}", body, page="SCALING",
+            area="Scaling study", rows=summary, command=cmd)
     return 0
 
 

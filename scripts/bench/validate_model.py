@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import ROOT, Ranks, parser, publish, table  # noqa: E402
+from harness import ROOT, Ranks, number, parser, publish, summary_row, table  # noqa: E402
 
 from spdnn.io.atomic import write_text  # noqa: E402
 
@@ -98,6 +98,26 @@ def build(name: str):  # noqa: ANN201
     if name == "random":
         return random_network([4096, 16384, 16384, 16384], 32, seed=0, head=10)
     return add_head(radixnet(16384, 3, seed=0), 10, seed=0)
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """Each network and batch: the predicted step against the measured one over every grid
+    and plan of the run (the range of the errors)."""
+    rows = []
+    for key in dict.fromkeys((r["network"], r["batch"]) for r in tables[0]):
+        mine = [r for r in tables[0] if (r["network"], r["batch"]) == key
+                and r["error"] not in ("", "-")]
+        if not mine:
+            continue
+        errors = [number(r["error"]) for r in mine]
+        rows.append(summary_row(
+            f"{key[0]}, batch {key[1]}: step time over {len(mine)} grids and plans (ms)",
+            f"{min(number(r['predicted ms']) for r in mine):g} to "
+            f"{max(number(r['predicted ms']) for r in mine):g} (predicted)",
+            f"{min(number(r['measured ms']) for r in mine):g} to "
+            f"{max(number(r['measured ms']) for r in mine):g} (measured)",
+            f"error {min(errors):+.0f}% to {max(errors):+.0f}%"))
+    return rows
 
 
 def main() -> int:
@@ -297,9 +317,11 @@ def main() -> int:
         # one section per link and set of networks (each set is run on its own for time)
         nets = "-".join(args.networks)
         publish(args, f"validation-{args.emulate}-{nets}", "Validation over an emulated "
-                f"{args.emulate} link: {', '.join(args.networks)}", body, SCALING)
+                f"{args.emulate} link: {', '.join(args.networks)}", body, page="SCALING",
+                area="Cost model", rows=summary, command=cmd)
     else:
-        publish(args, "validation", "Validation on this machine", body, SCALING)
+        publish(args, "validation", "Validation on this machine", body, page="SCALING",
+                area="Cost model", rows=summary, command=cmd)
     return 0
 
 

@@ -119,7 +119,7 @@ def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) 
     1, 2, 4, ... steps, doubling until ``first`` (``--rehash``); then after ``first`` steps and
     each period 10% longer than the last; and at every checkpoint step. Tables built from the
     initial weights and kept ``first`` steps killed most of the hidden layer at high learning
-    rates (BENCHMARKS.md, "LSH-selected output neurons": at ``--lr 0.5`` the first 20-50 steps
+    rates (BENCHMARKS.md, "Extreme classification": at ``--lr 0.5`` the first 20-50 steps
     move the weights most, and the retrieved neurons were those of the weights at step 0)."""
     if step == 0 or (checkpoint_every and step % checkpoint_every == 0):
         return True
