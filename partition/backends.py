@@ -87,7 +87,7 @@ def _kahypar_child(problem: Problem, ini: str, conn: Connection) -> None:
 
 def _mtkahypar_worker(threads: int, conn: Connection) -> None:
     """Partition every problem received until the pipe closes: the import and the thread pool
-    (~70 ms) are paid once, not per layer."""
+    are paid once, not per layer."""
     import mtkahypar
 
     die_with_parent()
@@ -193,10 +193,9 @@ def solve(problem: Problem, backend: str = "kahypar", timeout: float | None = No
 
 def layer_backends(backend: str, grouped: np.ndarray) -> list[str]:
     """The backend of each layer's solve. ``auto``: KaHyPar where the layer's rows form groups
-    of identical rows (RadiX-Net, Graph Challenge: up to 14% less volume than Mt-KaHyPar),
-    Mt-KaHyPar where they do not (unstructured: 0.7-2.5% less volume, 1.3-3.6x faster; one
-    16,384-neuron random layer at P = 8: KaHyPar 28+ min, Mt-KaHyPar ~45 s; docs/BENCHMARKS.md,
-    "Partitioner backends"), KaHyPar everywhere if Mt-KaHyPar is not installed."""
+    of identical rows (RadiX-Net, Graph Challenge: less volume than Mt-KaHyPar), Mt-KaHyPar
+    where they do not (unstructured: slightly less volume and much faster on large layers;
+    docs/BENCHMARKS.md, "Partitioning"), KaHyPar everywhere if Mt-KaHyPar is not installed."""
     if backend != "auto":
         return [backend] * len(grouped)
     other = "mtkahypar" if "mtkahypar" in available_backends() else "kahypar"

@@ -5,8 +5,8 @@ The MILP (HiGHS through ``scipy.optimize.milp``): x[v, r] = 1 when vertex v of l
 rank r; y[s, r] >= x[v, r] for every user v of a set s of nets of layer k-1 that share their
 users, cost w * [r != the net's source rank]; the nets of layer k (users fixed) give x a unary
 cost; per-layer balance is one row per rank. Meant for the hypergraph of identical-row groups,
-where a layer has tens of vertices: on the Graph Challenge network at P = 8 one sweep takes the
-plan from 17,916 to 17,785 forward rows in ~3 minutes (docs/BENCHMARKS.md). A layer's result is
+where a layer has tens of vertices (what a sweep gains and costs: docs/BENCHMARKS.md,
+"Partitioning"). A layer's result is
 kept only when the volume falls, so a sweep never makes a plan worse. ``window_milp`` is the
 same model over several consecutive layers at once (scripts/bench/exact_layers.py --windows).
 """

@@ -57,8 +57,8 @@ def parser_partition() -> argparse.ArgumentParser:
     p.add_argument("--exact-sweeps", type=int, default=0, metavar="N",
                    help="polish the plan by up to N sweeps of exact one-layer re-assignment "
                         "(MILP, HiGHS) of its groups of identical rows; default 0 = off. "
-                        "Graph Challenge 1024 network, 24 layers, P=8: one sweep, -0.7%% "
-                        "volume for ~3 min more (docs/BENCHMARKS.md)")
+                        "A sweep gains little volume for much more time on large groups "
+                        "(docs/BENCHMARKS.md, Partitioning)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="finish within SECONDS (the whole command): the search stops in "
                         "time to write the best complete plan so far, never worse than the best "

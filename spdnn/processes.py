@@ -49,7 +49,8 @@ def fork_is_safe() -> bool:
     parent's MPI state and network endpoints with its peers. A lone process that started MPI
     for itself (a singleton, as the test suite's) may fork. Threads alone do not count: under
     pytest-timeout's thread method every MPI test has a timer thread, and the fork server
-    instead made the MPI runs of the suite 5-10x slower (each KaHyPar child imports anew)."""
+    instead made the MPI runs of the suite several times slower (each KaHyPar child imports
+    anew)."""
     import sys
 
     mpi = sys.modules.get("mpi4py.MPI")

@@ -52,8 +52,8 @@ def network_costs(comm: Communicator, message_s: float,
                   sizes: tuple[int, ...] = FULL.link_sizes) -> Network | None:
     """Latency and bandwidth between ranks 0 and 1 (ping-pong), the all-reduce over every
     rank, and both measured curves: per size of ``sizes`` the median of ``sweeps``
-    (``network_sweep`` taken at several moments: on the 2-core VM, shared-memory transfers
-    ran 2.8x slower for minutes at a time, and one sweep caught either state); None on one
+    (``network_sweep`` taken at several moments: on a shared VM, shared-memory transfers
+    ran far slower for minutes at a time, and one sweep caught either state); None on one
     rank."""
     if comm.size < 2 or not sweeps:
         return None

@@ -204,8 +204,7 @@ class StepReplay:
             # The stack's CPU time slows the work only for the part of the sums that moved
             # while there was work (in MPI calls between its chunks); in the final wait the
             # core is idle, and the sums' measured time already holds the stack. Pure data
-            # parallelism calls MPI only there: charged in full, 1 x 2 was 25-52% over at
-            # 1 Gbit/s (docs/SCALING.md).
+            # parallelism calls MPI only there: charged in full, 1 x 2 was over-predicted.
             overlapped = np.where(sums_s > 0, 1 - left / np.maximum(sums_s, 1e-300), 0.0)
             stack = sums_cpu * np.clip(overlapped, 0.0, 1.0)
             self.grad += left + rt["collective_s"] + stack

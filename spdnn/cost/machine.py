@@ -106,7 +106,7 @@ class Network:
     """Point-to-point latency (s) and per-rank bandwidth (bytes/s), and the same for the
     all-reduce's steps; optionally the measured ping-pong curve (message bytes, half a round
     trip in seconds), which replaces ``bytes / bandwidth``: through shared memory the rate
-    grows with the message (1.8 GB/s at 128 KiB, 7.8 at 16 MiB on the 2-core VM); and the
+    grows with the message, several-fold from 128 KiB to 16 MiB; and the
     measured all-reduce curve (bytes per rank, seconds) over the calibrated ranks."""
 
     latency_s: float

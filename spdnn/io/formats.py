@@ -168,7 +168,7 @@ def write_triples(path: str | os.PathLike, matrix: sp.spmatrix) -> None:
 
 def coo_to_csr(path: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                 shape: tuple[int, int]) -> sp.csr_matrix:
-    key = np.sort(rows * shape[1] + cols)  # sorted neighbours: 10x faster than np.unique here
+    key = np.sort(rows * shape[1] + cols)  # sorted neighbours: far faster than np.unique here
     if np.any(key[1:] == key[:-1]):
         raise InputError(path, "duplicate entry for the same (row, column)")
     m = sp.csr_matrix((vals, (rows, cols)), shape=shape)

@@ -6,8 +6,7 @@ The challenge's inputs are the 60,000 MNIST training images resized to 32x32, 64
 The resize here is bicubic (Keys, a = -0.5, pixel-area aligned, edges replicated: what MATLAB's
 ``imresize`` does when enlarging) and a pixel is on when its resized grey level exceeds
 ``CHALLENGE_THRESHOLD``, the level at which the 32x32 images of the first 1,200 MNIST images
-have the density of the official subset (docs/BENCHMARKS.md "Inference"
-reports the agreement).
+have the density of the official subset.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Each gathered row of the right-hand block is read through one block of its columns (up to 8
 vectors of 512 bits: 128 float32 or 64 float64) while the block's accumulators stay in
 registers for the whole row of W, and the rows ``pf`` entries ahead are prefetched. Written in
-plain numba, the accumulators went through memory and nothing was prefetched: W X at n = 16384,
-batch 256 took 11.1 ms against 6.2 ms for this and for PyTorch's embedding_bag (fbgemm, which
-generates the same shape of code); see docs/BENCHMARKS.md. LLVM splits the 512-bit vectors
+plain numba, the accumulators went through memory and nothing was prefetched, and W X ran
+near half the speed of this and of PyTorch's embedding_bag (fbgemm, which generates the same
+shape of code; docs/BENCHMARKS.md, "Kernels"). LLVM splits the 512-bit vectors
 into what the CPU has (two 256-bit halves without AVX-512). Sums run in entry order with fused
 multiply-adds; a dot product's lanes are added as a halving tree.
 

@@ -6,10 +6,9 @@ layers.
 Values are handled as their bit patterns (int32 / int64 views of float32 / float64): a zero is
 the all-zero pattern (so -0.0 travels as a value, bit-exact) and "at the cap" is the cap's
 pattern. Each step works one 512-bit vector at a time (spdnn.kernels._simd: lane masks, compress,
-expand), with a scalar tail. One thread: a rank's other threads run the products. Measured on
-a float32 Graph Challenge block: encode 0.7 ns and decode 0.4 ns per entry, against 0.18 for the
-dense path's np.take and 4.6-5.2 for the numpy version (docs/BENCHMARKS.md, "Exchange and grids
-kernels"); branchy scalar code took 3-9 ns.
+expand), with a scalar tail: branchy scalar code was several times slower. One thread: a
+rank's other threads run the products. Measured against the numpy version: docs/BENCHMARKS.md,
+"Kernels".
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def _winners8(dense, m, out):
     """out[b]: the winning position of the bin ``m`` (8 coordinates) in buffer column b, -1
     when all 8 are zero. The 8 rows are named apart, so that each column's comparisons stay
     in registers and the loop over columns runs in SIMD lanes (a loop over positions storing
-    the best so far each time: 6x slower)."""
+    the best so far each time was several times slower)."""
     v0, v1, v2, v3 = dense[m[0]], dense[m[1]], dense[m[2]], dense[m[3]]
     v4, v5, v6, v7 = dense[m[4]], dense[m[5]], dense[m[6]], dense[m[7]]
     lowest = dense.dtype.type(-np.inf)
@@ -68,7 +68,7 @@ def _spread(indptr, indices, columns, data, sel, r0, size, rm, dense, dense_rows
     ``dense_rows`` (every row holds every input in order: a full layer): copied straight from
     the rows, an input at a time (a third of the time of the general path). Else scattered
     into the row-major ``rm`` (sequential writes), then transposed in 8 x 8 tiles (a scatter
-    straight into the columns wrote one cache line per value: 2x slower); ``rm`` is left
+    straight into the columns wrote one cache line per value); ``rm`` is left
     zero."""
     block, n_in = rm.shape
     if dense_rows:
@@ -187,7 +187,7 @@ def bucket_order(codes, bits, keys, rows):
     """The rows ordered by their code (below 2**bits), ties by row, as (keys, rows): a stable
     least-significant-digit radix sort in passes of at most 11 bits, so the same order as a
     sort of (code, row) pairs. Its counts stay in L1: a counting sort over all 262,144
-    buckets of K = 6 missed the cache at every row (22 ms for 200,000 rows, 5 here). Every
+    buckets of K = 6 missed the cache at every row. Every
     pass's counts come from one read of the codes, and the first pass reads them in place."""
     n = len(codes)
     passes = max(1, -(-bits // 11))

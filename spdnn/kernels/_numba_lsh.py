@@ -117,8 +117,7 @@ def _by_row(ptr, act, key, n_keys):
     see the pairs in sample order and a sample's in row order, as a loop over samples gives
     them: the same sums, while each row's weights (512 bytes of a 50,000-row head) are read
     once per step, not per pair. The pairs are ordered by the tables' radix sort
-    (_numba_hash.bucket_order, stable: a count per key over a 200,000-row head cost 1.9 ms a
-    step, the sort 0.2)."""
+    (_numba_hash.bucket_order, stable: cheaper than a count per key over the whole head)."""
     n = len(act)
     k = np.empty(n, np.int64)
     owner = np.empty(n, np.int64)
@@ -184,8 +183,7 @@ def sampled_forward(ptr, act, indptr, indices, data, bias, xt, z, dense):
     (batch x inputs). ``dense``: every row of W holds every input in order (a full output
     layer), so the input row is read in place instead of gathered: the same terms in the same
     order. The rows are visited in ascending order, a few apart in memory: each one is
-    prefetched PREFETCH_GROUPS rows ahead (a 200,000-row head: 4.5 ms a step without, 2.5
-    with)."""
+    prefetched PREFETCH_GROUPS rows ahead (a large head's step is markedly faster with)."""
     rows, start, pair, sample = _by_row(ptr, act, np.arange(len(indptr) - 1),
                                         len(indptr) - 1)
     for g in range(min(PREFETCH_GROUPS, len(rows))):
@@ -210,8 +208,7 @@ def sampled_backward(ptr, act, delta, indptr, indices, data, xt, slot, entry_sta
     gradients and in row order for a sample's partial sums (``_by_row``), the rows prefetched
     as in sampled_forward. ``dense``: as sampled_forward. The row's arrays are taken as
     slices and the two updates run as two loops: with offsets into the whole arrays and one
-    loop, LLVM's overlap checks kept the loop scalar (22 ms against 6 for 40,000 pairs of
-    128)."""
+    loop, LLVM's overlap checks kept the loop scalar, several times slower."""
     slots, start, pair, sample = _by_row(ptr, act, slot, len(gb))
     first = act[pair[start[:-1]]]  # the row of each group
     for g in range(min(PREFETCH_GROUPS, len(slots))):

@@ -26,12 +26,11 @@ def dense_view(w: sp.csr_matrix) -> np.ndarray | None:
 
 
 def blas_ready(dtype: np.dtype) -> None:
-    """One small product per dtype before a process's first dense-layer product. Measured
-    with numpy's OpenBLAS (0.3.31, Haswell kernels, one thread, AMD EPYC family 23): W^T G
-    for a 50,000 x 128 float32 head and a batch of 128 took 148-152 ms in every call of a
-    process whose first products had other shapes, and 51-52 ms in every call after one
-    128 x 128 by 128 x 2,048 product (a 256 x 256 square one did not help; the forward and
-    weight-gradient products took 49-50 ms either way; float64 was not affected)."""
+    """One small product per dtype before a process's first dense-layer product: with
+    numpy's OpenBLAS (one thread), W^T G of a wide float32 head ran about three times slower
+    in every call of a process whose first products had other shapes, and at full speed after
+    one 128 x 128 by 128 x 2,048 product (a square one did not help; the forward and
+    weight-gradient products and float64 were not affected)."""
     if dtype.char not in _ready:
         _ready.add(dtype.char)
         np.ones((128, 128), dtype) @ np.ones((128, 2048), dtype)

@@ -113,9 +113,9 @@ class Tables:
     """L tables over a set of neurons: table t lists the neurons (local ids) ``rows[t]``
     ordered by their bucket ``keys[t]`` (ties by id); int32 where the values fit (a rebuild
     moves half the bytes). ``starts[t, p]``: where table t's keys of prefix p (key >> shift)
-    begin, so that a lookup searches about 16 keys, not all of them: each table's keys are
-    800 KB at 200,000 rows, and the binary searches over all of them missed the cache at
-    most of their 18 steps (3.1 ms of a 25 ms LSH step)."""
+    begin, so that a lookup searches about 16 keys, not all of them: a large head's keys do
+    not fit the cache, and binary searches over all of them missed it at most of their
+    steps."""
 
     keys: np.ndarray  # (L x n)
     rows: np.ndarray  # (L x n)

@@ -119,8 +119,8 @@ def is_rebuild_step(step: int, first: int, checkpoint_every: int | None = None) 
     1, 2, 4, ... steps, doubling until ``first`` (``--rehash``); then after ``first`` steps and
     each period 10% longer than the last; and at every checkpoint step. Tables built from the
     initial weights and kept ``first`` steps killed most of the hidden layer at high learning
-    rates (BENCHMARKS.md, "Extreme classification": at ``--lr 0.5`` the first 20-50 steps
-    move the weights most, and the retrieved neurons were those of the weights at step 0)."""
+    rates (the first steps move the weights most, and the retrieved neurons were those of the
+    weights at step 0)."""
     if step == 0 or (checkpoint_every and step % checkpoint_every == 0):
         return True
     at, period = 0, 1
@@ -219,8 +219,8 @@ def top_bias_rows(bias: np.ndarray, rows: np.ndarray, count: int,
     carries them; these neurons join every sample's active set so that the others push them
     down as well, as exact training does."""
     mine = np.arange(len(bias))
-    if 0 < count < len(bias):  # the candidates: at least the count-th largest (a sort of 200,000
-        cut = np.partition(bias, len(bias) - count)[len(bias) - count]  # rows took 14 ms)
+    if 0 < count < len(bias):  # the candidates: at least the count-th largest (a partition,
+        cut = np.partition(bias, len(bias) - count)[len(bias) - count]  # not a full sort)
         if np.isfinite(cut):
             mine = np.flatnonzero(bias >= cut)
     mine = mine[np.lexsort((rows[mine], -bias[mine]))[:count]]

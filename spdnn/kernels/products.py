@@ -132,7 +132,7 @@ def callers_threads_kept() -> Iterator[None]:
 def _threads_for(elements: int) -> Iterator[None]:
     """One thread for a product of fewer than SMALL_PRODUCT output elements: waking the other
     threads costs more than they save there (the Graph Challenge's late layers, a few live
-    samples wide, once ran 1.4x slower on two threads than on one)."""
+    samples wide, ran slower on two threads than on one)."""
     if _state["threads"] == 1 or elements >= SMALL_PRODUCT:
         yield
         return

@@ -245,8 +245,8 @@ class SampledLayer:
         b = self.batch
         assert b is not None
         self._seen[b.act] = True  # scratch arrays over every row, reset below: a count or a
-        mine = np.flatnonzero(self._seen)  # fill over 200,000 rows each step cost 0.9 ms
-        self._seen[mine] = False  # against 0.4
+        mine = np.flatnonzero(self._seen)  # clearing only the rows seen: a fill over the
+        self._seen[mine] = False  # whole head each step cost twice as much
         union = np.unique(np.concatenate(self.data.allgather(mine))) \
             if self.data.size > 1 else mine
         self._updated[union] = True  # the optimizer moves these rows, and only these

@@ -22,8 +22,8 @@ _KIND = ("weights", "training", "buffers", "data")
 def peak_rss() -> int:
     """This process's peak resident set in bytes, what ``/usr/bin/time -f %M`` reports: Linux's
     ``VmHWM``, else ``ru_maxrss`` (kB on Linux, bytes on macOS). Not ``ru_maxrss`` on Linux:
-    it keeps the resident set of the process it was forked from (a 600 MB parent made a 250 MB
-    job report 636 MB)."""
+    it keeps the resident set of the process it was forked from (a large parent made a small
+    job report the parent's peak)."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
