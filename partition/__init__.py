@@ -2,7 +2,7 @@
 a per-layer balance constraint, written as a plan file (spdnn.model.plan)."""
 
 # name -> the module that defines it, imported on first use (PEP 562): ``spdnn-partition``
-# pins one BLAS thread before numpy loads (spdnn.cli.pinned), which an eager import here would
+# pins one BLAS thread before numpy loads (spdnn.cli.thread_pools), which an eager import here would
 # precede.
 _HOMES = {
     "partition": "api",

@@ -1,7 +1,7 @@
 """Partitioner backends: KaHyPar (``kahypar``) and, when installed, Mt-KaHyPar (``mtkahypar``).
 
 The C++ runs in child processes (forked; from a fork server inside an MPI job of several ranks,
-spdnn.processes.child_context). KaHyPar ends the process on many errors (exit()/abort(),
+spdnn.comm.processes.child_context). KaHyPar ends the process on many errors (exit()/abort(),
 not exceptions) and must get a fresh Context, so each call gets a fresh child. Mt-KaHyPar's thread
 pool can be sized only once per process, so each thread count gets one long-lived worker child.
 A child's death or a timeout becomes a one-line SpdnnError. Inputs are validated here before they
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from spdnn.comm.processes import child_context, die_with_parent, main_script_hidden
 from spdnn.errors import SpdnnError
-from spdnn.processes import child_context, die_with_parent, main_script_hidden
 
 KAHYPAR_INI = Path(__file__).resolve().parent / "kahypar_km1.ini"
 BACKENDS = ("kahypar", "mtkahypar")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import spdnn.cli.pinned  # noqa: F401  (one BLAS thread, before numpy loads)
+import spdnn.cli.thread_pools  # noqa: F401  (one BLAS thread, before numpy loads)
 from spdnn.errors import OptionError, SpdnnError, say_error
 from spdnn.io.paths import check_outputs
 
@@ -82,9 +82,9 @@ def windowed(args: argparse.Namespace, options: PartitionOptions,
              log: Callable[[str], None]) -> bool:
     """Partition in windows of layers when the whole hypergraph is predicted past the memory
     limit, or when asked to; False (nothing done) when the whole search fits."""
+    from spdnn.comm.memlimit import parse_bytes, process_limit
     from spdnn.io.bundle import NetworkBundle
     from spdnn.io.planfile import save_plan
-    from spdnn.memlimit import parse_bytes, process_limit
     from spdnn.model.memory import format_bytes
     from spdnn.model.plan import balance_report
 

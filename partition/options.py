@@ -107,7 +107,7 @@ class PartitionOptions:
     def _memory_limit(self) -> int | None:
         m = self.memory_limit
         if isinstance(m, str):
-            from spdnn.memlimit import parse_bytes
+            from spdnn.comm.memlimit import parse_bytes
 
             return parse_bytes(m)
         _count("memory_limit", m, 0, optional=True)

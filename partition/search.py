@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from spdnn.comm.processes import die_with_parent, fork_is_safe
 from spdnn.errors import SpdnnError
-from spdnn.processes import die_with_parent, fork_is_safe
 
 from ._kernels import connectivity
 from .backends import layer_backends

@@ -10,7 +10,7 @@ scripts/test.sh runs this first; the kernels a later process needs are then load
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (one thread: set before numpy loads)
+import spdnn.cli.thread_pools  # noqa: F401  (one thread: set before numpy loads)
 
 import subprocess
 import sys

@@ -6,7 +6,7 @@ Under mpirun every rank gets its own cgroup, so the cap is per rank, as Slurm's
 
     mpirun -n 4 python scripts/memcap.py 600M -- spdnn train --network net.npz ...
 
-spdnn reads the cap as its default ``--memory-limit`` (spdnn.memlimit.cgroup_limit). A
+spdnn reads the cap as its default ``--memory-limit`` (spdnn.comm.memlimit.cgroup_limit). A
 process that passes the cap is killed by the kernel's OOM killer. ``--clean`` removes the
 empty cgroups left by earlier runs (a cgroup can only be removed once its processes ended).
 """
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from spdnn.memlimit import parse_bytes  # noqa: E402
+from spdnn.comm.memlimit import parse_bytes  # noqa: E402
 
 ROOT = Path("/sys/fs/cgroup")
 GROUP = "spdnn-memcap"

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
     import scipy.sparse as sp
 
-    from spdnn.comm import Communicator, MPIComm
+    from spdnn.comm.mpi import Communicator, MPIComm
     from spdnn.io.loaders import Dataset
     from spdnn.model.reports import EpochReport
 
@@ -37,7 +37,7 @@ __all__ = ["InferResult", "RunOptions", "TrainOptions", "TrainResult", "infer", 
 DataSource = Union[str, "Dataset", tuple]
 
 def _communicator(comm: MPIComm | Communicator | None) -> Communicator:
-    from spdnn.comm import Communicator, world
+    from spdnn.comm.mpi import Communicator, world
 
     if comm is None:
         return Communicator(world())
@@ -72,7 +72,7 @@ def _collectively(comm: MPIComm | Communicator | None, run: RunOptions,
                   job: Callable[[Communicator], object]) -> object:
     """Run ``job`` on every rank under the watchdog and ``guarded``, and leave the caller's
     kernel threads as they were (spdnn.kernels.callers_threads_kept)."""
-    from spdnn.collective import guarded
+    from spdnn.comm.collective import guarded
     from spdnn.kernels import callers_threads_kept
 
     c = _communicator(comm)

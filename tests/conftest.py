@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import spdnn.cli.pinned  # noqa: F401 (one thread per rank, before numpy)
-import spdnn.threads
+import spdnn.cli.thread_pools  # noqa: F401 (one thread per rank, before numpy)
+import spdnn.comm.threads
 
 # Kernels still run on one thread by default; a pool of two lets the thread tests run 2.
-spdnn.threads.reserve_threads(2)
+spdnn.comm.threads.reserve_threads(2)
 
 pytest_plugins = ["mpi_plugin"]
 
@@ -85,7 +85,7 @@ def neuron1024(graphchallenge_dir):  # noqa: ANN201
 @pytest.fixture
 def comm():
     """A private duplicate of COMM_WORLD for one MPI test, freed after it."""
-    from spdnn.comm import Communicator
+    from spdnn.comm.mpi import Communicator
 
     with Communicator() as c:
         yield c

@@ -164,8 +164,8 @@ def stale_namespaces() -> list[str]:
     alive on other test workers and the planted leftover of one test do not count."""
     import re
 
+    from spdnn.comm.processes import pid_alive
     from spdnn.emulate.links import namespaces
-    from spdnn.processes import pid_alive
 
     return [ns for ns in namespaces() if not ns.startswith(f"spdnn{PLANTED_PID}")
             and not pid_alive(int(re.match(r"spdnn(\d+)", ns).group(1)))]

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from spdnn.comm import abort_world, world_size
+from spdnn.comm.mpi import abort_world, world_size
 
 
 @pytest.hookimpl(hookwrapper=True)

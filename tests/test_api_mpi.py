@@ -9,7 +9,7 @@ import pytest
 
 import spdnn
 from partition import partition
-from spdnn.comm import AgreedError
+from spdnn.comm.mpi import AgreedError
 from spdnn.io.loaders import load_dataset
 from spdnn.model.optim import SGDConfig
 from spdnn.reference import accuracy
@@ -116,7 +116,7 @@ def test_option_records_of_another_type_are_refused_before_the_job(comm):
 def test_the_partitioner_inside_an_mpi_job_does_not_fork(comm):
     """Inside a job of several ranks KaHyPar's children come from a fork server and --jobs
     runs in the rank itself; every rank finds the same plan."""
-    from spdnn.processes import child_context, fork_is_safe
+    from spdnn.comm.processes import child_context, fork_is_safe
 
     net = small_network((20, 24, 18, 6), fan_in=5, seed=1)
     if comm.size > 1:  # alone, it may fork unless a thread (a job's watchdog) still runs

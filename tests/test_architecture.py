@@ -1,5 +1,5 @@
 """The layout the docs promise: no import circles, no two subpackages importing each other,
-MPI only in spdnn/comm.py, partition never imported by spdnn, and long modules say why."""
+MPI only in spdnn/comm/mpi.py, partition never imported by spdnn, and long modules say why."""
 
 from __future__ import annotations
 
@@ -138,7 +138,24 @@ def test_mpi_is_imported_only_by_the_communication_module():
     users = sorted(path for path, tree in modules().items()
                    if any(n == "mpi4py" or n.startswith("mpi4py.") for n in imported(tree)
                           if not _type_only(tree, n)))
-    assert users == ["spdnn/comm.py"], users
+    assert users == ["spdnn/comm/mpi.py"], users
+
+
+def test_the_communication_package_starts_mpi_only_when_its_mpi_module_loads():
+    """spdnn.comm's modules other than mpi and collective (processes, threads, limits, the
+    watchdog) are read by the partitioner and the commands before any MPI job exists:
+    importing them loads no MPI, and ``spdnn.comm.Communicator`` loads it on first use."""
+    script = ("import sys\n"
+              "import spdnn.comm, spdnn.comm.processes, spdnn.comm.threads, "
+              "spdnn.comm.memlimit, spdnn.comm.watchdog, spdnn.comm.interrupt, "
+              "spdnn.comm.object_buffers\n"
+              "print('mpi4py.MPI' in sys.modules)\n"
+              "spdnn.comm.Communicator\n"
+              "print('mpi4py.MPI' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, text=True,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
 
 
 def _type_only(tree: ast.Module, name: str) -> bool:
@@ -170,7 +187,7 @@ def test_the_wheel_lists_every_package():
 
 def test_importing_the_library_changes_no_thread_setting_and_loads_no_numpy():
     """``import spdnn`` and ``import partition`` leave BLAS/OpenMP/numba alone (the commands pin
-    one thread per rank: spdnn.cli.pinned), load neither numpy nor MPI, and give the installed
+    one thread per rank: spdnn.cli.thread_pools), load neither numpy nor MPI, and give the installed
     version."""
     script = ("import os, sys, spdnn, partition\n"
               "from importlib.metadata import version\n"
@@ -189,15 +206,15 @@ def test_every_measuring_script_pins_one_thread_before_numpy_loads():
     numba pools of every core in each rank (2 ranks on 2 cores: a step 7x slower, seen in
     scripts/bench/validate_model.py); the PyTorch and GraphBLAS baselines set their own threads."""
     own = {"torch_baselines.py", "torch_ddp.py", "torch_xc.py", "challenge_engines.py",
-           "bound_groups.py", "memcap.py", "harness.py"}
+           "bound_groups.py", "memcap.py", "harness.py", "results.py"}
     missing = []
     for path in sorted((ROOT / "scripts").glob("**/*.py")):
         if path.name in own:
             continue
         body = ast.parse(path.read_text()).body
         names = [a.name for node in body if isinstance(node, ast.Import) for a in node.names]
-        firsts = [n for n in names if n in ("spdnn.cli.pinned", "numpy")]
-        if not firsts or firsts[0] != "spdnn.cli.pinned":
+        firsts = [n for n in names if n in ("spdnn.cli.thread_pools", "numpy")]
+        if not firsts or firsts[0] != "spdnn.cli.thread_pools":
             missing.append(path.name)
     assert missing == [], missing
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from spdnn.comm.memlimit import cgroup_limit, parse_bytes
 from spdnn.errors import SpdnnError
 from spdnn.io.bundle import save_network
-from spdnn.memlimit import cgroup_limit, parse_bytes
 from spdnn.model.memory import BASELINE_BYTES
 from tests.helpers import launch, small_network
 
@@ -47,7 +47,7 @@ def test_the_cgroup_limit_is_found_in_v1_and_v2(tmp_path):
 
 
 def test_a_limit_set_on_an_ancestor_cgroup_counts(tmp_path):
-    from spdnn.memlimit import cgroup_memory
+    from spdnn.comm.memlimit import cgroup_memory
 
     proc, root = tmp_path / "cgroup", tmp_path / "fs"
     (root / "memory" / "job7" / "step0").mkdir(parents=True)

@@ -520,7 +520,8 @@ def test_network_is_the_median_of_its_sweeps():
 def test_counts_equal_the_runtime_on_8_ranks(tmp_path):
     if MPIEXEC is None:
         pytest.skip(NO_MPIEXEC)
-    code = ("import sys; from pathlib import Path; from spdnn.collective import run_collectively; "
+    code = ("import sys; from pathlib import Path; "
+            "from spdnn.comm.collective import run_collectively; "
             "from tests.test_costmodel_mpi import check_counts; "
             "sys.exit(run_collectively(lambda c: 0 if len(check_counts(c, Path(sys.argv[1]))) "
             "== 8 else 1))")

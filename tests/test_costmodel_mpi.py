@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.cost.workload import workload
 from spdnn.model.plan import network_patterns
 from tests.helpers import small_network

@@ -113,7 +113,7 @@ def test_the_command_exit_code_is_returned_and_the_network_removed():
 def test_processes_left_on_a_node_end_with_the_network(tmp_path):
     """A process that escaped the job (its own session, as a rank's proxy orphaned by a dead
     launcher) is killed when its node's namespace is removed, not left running unseen."""
-    from spdnn.processes import pid_alive
+    from spdnn.comm.processes import pid_alive
 
     # Each rank names its sleeper in a file of its own: two ranks' lines on one forwarded stdout
     # can interleave mid-line (seen in CI: "sleepersleeper 28098\n 28099").

@@ -64,7 +64,7 @@ def test_missing_plan_and_wrong_features(digits_net, tmp_path):
 def test_an_exception_on_one_rank_aborts_the_job(tmp_path):
     script = tmp_path / "boom.py"
     script.write_text(textwrap.dedent("""
-        from spdnn.collective import guarded, run_collectively
+        from spdnn.comm.collective import guarded, run_collectively
 
         def main(comm):
             if comm.rank == 1:
@@ -86,7 +86,7 @@ def test_a_rank_that_exits_inside_a_collective_step_ends_the_job_with_its_code(t
     script = tmp_path / "leave.py"
     script.write_text(textwrap.dedent("""
         import sys
-        from spdnn.collective import guarded, run_collectively
+        from spdnn.comm.collective import guarded, run_collectively
 
         def main(comm):
             def body():
@@ -112,7 +112,7 @@ def test_a_peer_stalled_at_the_end_ends_the_job_in_mpi_finalize(tmp_path, ranks)
     script = tmp_path / "late.py"
     script.write_text(textwrap.dedent("""
         import sys, time
-        from spdnn.collective import run_collectively
+        from spdnn.comm.collective import run_collectively
 
         def main(comm):
             comm.barrier()

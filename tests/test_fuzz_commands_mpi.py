@@ -51,7 +51,7 @@ def case_files(comm, mpi_tmp_path) -> Path:
         np.savez(d / "data.npz", x_train=rng.standard_normal((24, SIZES[0])),
                  y_train=rng.integers(0, SIZES[-1], 24))
         # A checkpoint written by a one-rank run (resumable on any P).
-        from spdnn.comm import Communicator
+        from spdnn.comm.mpi import Communicator
 
         with Communicator.self_only() as alone:
             train(d / "net.npz", data=f"npz:{d / 'data.npz'}", run=RunOptions(dtype="float64"),

@@ -31,7 +31,7 @@ def hostile(comm, mpi_tmp_path) -> Path:
 
         from partition.api import partition
         from spdnn.api import train
-        from spdnn.comm import Communicator
+        from spdnn.comm.mpi import Communicator
         from spdnn.io.bundle import save_network
         from spdnn.io.planfile import save_plan
         from spdnn.model.records import TrainOptions

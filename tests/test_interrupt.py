@@ -1,4 +1,4 @@
-"""spdnn.interrupt: Ctrl-C ends a process with one line while MPI starts (spdnn.comm calls
+"""spdnn.comm.interrupt: Ctrl-C ends a process with one line while MPI starts (spdnn.comm calls
 MPI_Init without the GIL; under mpi4py's call, which holds it, a 2-rank job hung once at 100%
 CPU), and even when its main thread holds the GIL inside C for good (a compiled loop that
 keeps the GIL stands in for such a call)."""
@@ -14,7 +14,7 @@ from tests.helpers import ROOT, start
 
 SPIN = """
 import numba, sys, time
-from spdnn.interrupt import starting_mpi, watch
+from spdnn.comm.interrupt import starting_mpi, watch
 
 @numba.njit  # compiled code that keeps the GIL and does not return for minutes
 def spin(n):
@@ -72,14 +72,14 @@ def test_ctrl_c_ends_the_process_when_the_main_thread_then_holds_the_gil():
 # Rank 1 starts MPI late: rank 0 waits for it inside MPI_Init when the launcher forwards Ctrl-C.
 RANK_1_LATE = """
 import os, time
-from spdnn.interrupt import interrupted, launcher_rank, watch
+from spdnn.comm.interrupt import interrupted, launcher_rank, watch
 watch("spdnn")
 try:
     if launcher_rank() == 1:
         time.sleep(60)
     else:
         print("ready", flush=True)
-    import spdnn.comm
+    import spdnn.comm.mpi
     print("MPI started", flush=True)
 except KeyboardInterrupt:
     interrupted()
@@ -105,7 +105,7 @@ def test_an_interrupt_in_a_finaliser_prints_nothing_of_its_own():
     """Python reports an exception raised in ``__del__`` as "Exception ignored" with its
     traceback; after ``watch`` a KeyboardInterrupt there prints nothing (the watcher ends the
     process with the one line), while other errors there are still reported."""
-    code = ("from spdnn.interrupt import watch\n"
+    code = ("from spdnn.comm.interrupt import watch\n"
             "watch()\n"
             "class Interrupted:\n"
             "    def __del__(self):\n"

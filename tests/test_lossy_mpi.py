@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.lossy.compress import parse_compress
 from spdnn.runtime.checkpoint import load_checkpoint
 from spdnn.runtime.session import gather_network
@@ -133,7 +133,7 @@ def test_resume_refuses_other_lossy_settings_and_damaged_state(comm, mpi_tmp_pat
     import json
     from pathlib import Path
 
-    from spdnn.comm import AgreedError
+    from spdnn.comm.mpi import AgreedError
     from spdnn.lossy.critical import CriticalSet
     from spdnn.lossy.state import load_lossy
 

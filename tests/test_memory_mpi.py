@@ -71,7 +71,7 @@ def test_a_model_part_holds_only_its_features_of_the_images(comm, mpi_tmp_path):
     """Graph Challenge inference under a plan: each rank reads its first layer's features of
     the images and holds them once (the data counted is that selection, not every feature),
     and the memory check before loading counts them."""
-    from spdnn.comm import AgreedError
+    from spdnn.comm.mpi import AgreedError
     from spdnn.io.images import read_image_share, write_image_npz
     from spdnn.model.generate import radixnet
     from spdnn.reference import challenge_infer
@@ -136,7 +136,7 @@ def test_the_shapes_counted_before_loading_are_those_of_the_loaded_network(comm,
 
 
 def test_a_job_over_its_limit_is_refused_on_every_rank_and_a_dry_run_reports(comm):
-    from spdnn.comm import AgreedError
+    from spdnn.comm.mpi import AgreedError
     from spdnn.runtime.memory_budget import DryRun
 
     net = small_network((64, 40, 30, 10), fan_in=7, seed=4)

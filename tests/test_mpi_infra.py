@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.io.bundle import NetworkBundle, save_network
 from tests.helpers import MPIEXEC, NO_MPIEXEC, ROOT, launch, small_network
 

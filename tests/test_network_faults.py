@@ -251,7 +251,7 @@ def test_a_frozen_link_ends_inference_in_bounded_time(job_files):
 def test_a_link_frozen_while_mpi_starts_ends_the_job(job_files):
     """Frozen about a second in: while MPI starts (the ranks exchanging their addresses, where
     no thread of a rank can run and the watchdog of the job does not exist yet: a sentinel
-    process covers it, spdnn.watchdog.guard_start) or in the job's first collectives. Either
+    process covers it, spdnn.comm.watchdog.guard_start) or in the job's first collectives. Either
     way one line and a bounded end, where before this guard the job hung. The 60,000 inputs
     keep the job running past the freeze on a fast machine: one over by then (the digits'
     360, with the scipy kernels' quicker start) left MPICH's launcher waiting for the frozen

@@ -1,5 +1,5 @@
-"""The communicator's object collectives (spdnn.object_buffers carries objects as byte buffers):
-short and long pickles, on every rank count, against what each rank sent; and the slot
+"""The communicator's object collectives (spdnn.comm.object_buffers carries objects as byte
+buffers): short and long pickles, on every rank count, against what each rank sent; and the slot
 format itself without MPI."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spdnn import object_buffers
-from spdnn.comm import Communicator
+from spdnn.comm import object_buffers
+from spdnn.comm.mpi import Communicator
 
 
 def _payload(rank: int, big: bool) -> object:

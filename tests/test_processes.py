@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from spdnn.processes import die_with_parent
+from spdnn.comm.processes import die_with_parent
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

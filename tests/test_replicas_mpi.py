@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from partition.methods import partition_network
-from spdnn.comm import AgreedError
+from spdnn.comm.mpi import AgreedError
 from spdnn.io.bundle import save_network
 from spdnn.io.images import read_image_share, write_image_npz
 from spdnn.io.loaders import Dataset

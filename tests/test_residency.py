@@ -175,7 +175,7 @@ def test_kernels_load_without_numbas_registries_and_the_callers_numba_is_untouch
         import sys
         import numpy as np
         import scipy.sparse as sp
-        import spdnn.cli.pinned
+        import spdnn.cli.thread_pools
         from spdnn.kernels import products
         from spdnn.runtime.session import warm_up
         warm_up(np.float64, training=True)

@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from partition.methods import partition_network
-from spdnn.comm import AgreedError
+from spdnn.comm.mpi import AgreedError
 from spdnn.io.bundle import save_network
 from spdnn.io.loaders import Dataset
 from spdnn.io.planfile import save_plan

@@ -258,7 +258,7 @@ def test_a_lone_process_forks_and_the_fork_server_gives_the_same_plan(monkeypatc
     """Alone (MPI, if started, a singleton) the partitioner forks; where it may not (inside an
     MPI job of several ranks: tests/test_api_mpi.py), KaHyPar's children come from a fork
     server and --jobs runs in this process, and the plan is the same."""
-    import spdnn.processes as processes
+    import spdnn.comm.processes as processes
 
     patterns = network_patterns(random_network([30, 40, 40, 8], 5, seed=2))
     assert processes.fork_is_safe() and processes.child_context().get_start_method() == "fork"

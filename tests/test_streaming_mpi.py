@@ -10,7 +10,7 @@ import pytest
 
 import spdnn
 from partition import partition
-from spdnn.comm import AgreedError
+from spdnn.comm.mpi import AgreedError
 from spdnn.io.bundle import save_network
 from spdnn.model.batching import columns
 from spdnn.model.generate import radixnet

@@ -28,7 +28,7 @@ if sys.argv[1] == "raise":
 if sys.argv[1] == "sleep":
     import time; time.sleep(30)
 if sys.argv[1] == "mpi":
-    from spdnn.comm import Communicator
+    from spdnn.comm.mpi import Communicator
     with Communicator() as c:
         print("ranks", c.size)
 sys.exit(int(sys.argv[2]))

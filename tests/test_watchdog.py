@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from spdnn.comm.watchdog import TIMEOUT_EXIT, Watchdog
 from spdnn.errors import SpdnnError
 from spdnn.model.records import RunOptions, check_run_options
-from spdnn.watchdog import TIMEOUT_EXIT, Watchdog
 from tests.helpers import launch
 
 
@@ -99,7 +99,7 @@ def test_the_start_guard_ends_a_process_whose_start_lasts_too_long_and_only_that
     import subprocess
     import sys
 
-    stuck = ("from spdnn.watchdog import guard_start\n"
+    stuck = ("from spdnn.comm.watchdog import guard_start\n"
              "guard_start(0.5, rank=3)\n"
              "import time; time.sleep(30)\n")
     start = time.monotonic()
@@ -109,7 +109,7 @@ def test_the_start_guard_ends_a_process_whose_start_lasts_too_long_and_only_that
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "spdnn: error: rank 3 (" in proc.stderr
     assert "waited 2.5 s for MPI to start (--comm-timeout)" in proc.stderr
-    started = ("from spdnn.watchdog import guard_start\n"
+    started = ("from spdnn.comm.watchdog import guard_start\n"
                "dismiss = guard_start(0.5)\n"
                "dismiss()\n"
                "import time; time.sleep(3.5); print('ran on')\n")

@@ -24,11 +24,11 @@ import sys
 
 # What ``spdnn train|infer`` imports (0.6 s of a cold start), less mpi4py.MPI: loading MPI's
 # library starts UCX's threads, which a fork does not carry (the child crashes at exit).
-PRELOAD = ("spdnn.cli.pinned", "numpy", "scipy.sparse", "spdnn.cli.parser", "spdnn.api",
+PRELOAD = ("spdnn.cli.thread_pools", "numpy", "scipy.sparse", "spdnn.cli.parser", "spdnn.api",
            "spdnn.cli.commands", "spdnn.model.network", "spdnn.model.reports",
            "spdnn.io.loaders", "spdnn.runtime.memory_report", "spdnn.runtime.memory_budget",
            "spdnn.runtime.checkpoint", "spdnn.runtime.session", "spdnn.runtime.training",
-           "spdnn.jobs.train", "spdnn.jobs.infer", "spdnn.interrupt", "spdnn.watchdog")
+           "spdnn.jobs.train", "spdnn.jobs.infer", "spdnn.comm.interrupt", "spdnn.comm.watchdog")
 
 
 class _WithoutMPI:
@@ -93,9 +93,9 @@ def _become(request: dict) -> None:
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own stdin, kept open)
     os.environ.clear()
     os.environ.update(request["env"])
-    from spdnn.threads import pin_threads
+    from spdnn.comm.threads import pin_threads
 
-    pin_threads()  # what spdnn.cli.pinned does at a cold start, in this environment
+    pin_threads()  # what spdnn.cli.thread_pools does at a cold start, in this environment
     os.chdir(request["cwd"] or os.getcwd())
     argv = request["argv"]
     if argv[0] == "-m":

@@ -23,7 +23,7 @@ tree before the runtime was split (a57faad) is driven through its own API.
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import json
 import os
@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import ROOT, SHARED, parser, publish, table  # noqa: E402
+from harness import ROOT, SHARED, parser, publish, run_job, table  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.io.bundle import save_network  # noqa: E402
@@ -51,16 +51,10 @@ BIN = Path(sys.executable).parent
 
 
 def run(tree: Path, ranks: int, args: list[str], metrics: Path) -> dict:
-    cmd = [sys.executable, "-m", "spdnn", *args, "--metrics-out", str(metrics)]
-    if ranks > 1:
-        cmd = [str(BIN / "mpiexec"), "-n", str(ranks), *cmd]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
     # cwd=tree: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH,
     # so run from anywhere else both trees would import the spdnn found there.
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} (PYTHONPATH={tree}) failed:\n{proc.stderr}")
-    return json.loads(metrics.read_text())
+    return run_job(args, ranks, metrics=metrics, command=[sys.executable, "-m", "spdnn"],
+                   env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree).metrics
 
 
 def prepare(work: Path, hidden: int) -> list[tuple[str, int, list[str], str]]:
@@ -114,7 +108,7 @@ path, n0 = sys.argv[1], int(sys.argv[2])
 rng = np.random.default_rng(0)
 x = rng.standard_normal((256, n0)).astype(np.float32)
 y = rng.integers(0, 10, 256)
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 comm = Communicator()
 if os.path.exists(os.path.join(os.environ["PYTHONPATH"], "spdnn", "runtime", "session.py")):
     from spdnn.runtime.session import open_network

@@ -20,7 +20,7 @@ docs/BENCHMARKS.md is written from all of them, with the fitted growth exponents
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import hashlib

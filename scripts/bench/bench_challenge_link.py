@@ -17,10 +17,9 @@ images and plans for the next run.
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_challenge import BIASES, ENV  # noqa: E402
-from harness import SHARED, Ranks, parser, publish, summary_row, table  # noqa: E402
+from harness import SHARED, parser, publish, run_job, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 GRIDS = [("2 parts, hypergraph plan", "hypergraph"), ("2 parts, block plan", "block"),
@@ -66,12 +65,10 @@ def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
 
 def run_grid(files: dict[str, Path], method: str | None, emu: object | None,
              out: Path) -> dict:
-    cmd = [str(BIN / "spdnn"), "infer", "--network", str(files["net"]), "--inputs",
-           str(files["images"]), "--comm-timeout", "0", "--metrics-out", str(out),
-           "--categories-out", str(out) + ".cats"]
-    cmd += ["--plan", str(files[method])] if method else ["--replicas", "2"]
-    Ranks(emu).run(cmd, 2)
-    m = json.loads(out.read_text())
+    arguments = ["infer", "--network", str(files["net"]), "--inputs", str(files["images"]),
+                 "--comm-timeout", "0", "--categories-out", str(out) + ".cats"]
+    arguments += ["--plan", str(files[method])] if method else ["--replicas", "2"]
+    m = run_job(arguments, 2, metrics=out, emulated=emu).metrics
     m["categories_digest"] = Path(str(out) + ".cats").read_text()
     return m
 

@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-import spdnn.cli.pinned  # noqa: F401
+import spdnn.cli.thread_pools  # noqa: F401
 from spdnn.lossy import compress as C
 
 import numpy as np  # noqa: E402
@@ -40,7 +40,7 @@ def record(steps: int) -> tuple[list[list[np.ndarray]], str]:
     """Per layer, the gradient (weights then biases) of every step."""
     import tempfile
 
-    from spdnn.comm import Communicator
+    from spdnn.comm.mpi import Communicator
     from spdnn.io.bundle import save_network
     from spdnn.io.loaders import load_dataset
     from spdnn.model.batching import batch_order, batches, columns

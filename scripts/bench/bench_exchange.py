@@ -24,9 +24,8 @@ alternating within each round. Writes the table to docs/BENCHMARKS.md ("Sparse e
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import json
 import os
 import statistics
 import subprocess
@@ -38,19 +37,14 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, number, parser, publish, summary_row, table  # noqa: E402
+from harness import SHARED, number, parser, publish, run_job, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MODES = ("dense", "auto", "sparse")
 
 
 def run(ranks: int, args: list[str], metrics: Path) -> dict:
-    cmd = [str(BIN / "mpiexec"), "-n", str(ranks), str(BIN / "spdnn"), *args,
-           "--metrics-out", str(metrics)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(metrics.read_text())
+    return run_job(args, ranks, metrics=metrics).metrics
 
 
 def partition(work: Path, net: Path, ranks: int, extra: list[str]) -> Path:

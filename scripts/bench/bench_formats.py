@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import spdnn.cli.pinned  # noqa: F401
+import spdnn.cli.thread_pools  # noqa: F401
 from spdnn.io import formats
 from spdnn.io import graphchallenge as gc
 from spdnn.io.graphchallenge import read_graphchallenge, write_graphchallenge

@@ -17,12 +17,10 @@ per rank (ring all-reduce). P = 4 is not timed (2 cores). Writes docs/BENCHMARKS
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, parser, publish, summary_row, table  # noqa: E402
+from harness import SHARED, parser, publish, run_job, summary_row, table  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.io.bundle import save_network  # noqa: E402
@@ -63,15 +61,12 @@ def networks(samples: int, work: Path) -> dict:
 
 
 def run(work: Path, name: str, data: str, batch: int, parts: int, replicas: int) -> dict:
-    metrics = work / "m.json"
-    cmd = [str(BIN / "mpiexec"), "-n", str(parts * replicas), sys.executable, "-m", "spdnn",
-           "train", "--network", str(work / f"{name}.npz"), "--data", data, "--epochs", "2",
-           "--batch-size", str(batch), "--lr", "0.01", "--momentum", "0.9", "--replicas",
-           str(replicas), "--metrics-out", str(metrics)]
+    arguments = ["train", "--network", str(work / f"{name}.npz"), "--data", data, "--epochs",
+                 "2", "--batch-size", str(batch), "--lr", "0.01", "--momentum", "0.9",
+                 "--replicas", str(replicas)]
     if parts > 1:
-        cmd += ["--plan", str(work / f"{name}-{parts}.npz")]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads(metrics.read_text())
+        arguments += ["--plan", str(work / f"{name}-{parts}.npz")]
+    return run_job(arguments, parts * replicas, metrics=work / "m.json").metrics
 
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:

@@ -16,11 +16,9 @@ Ratios are against the plain loop. Writes the table to docs/BENCHMARKS.md.
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, Rounds, number, parser, publish, summary_row, table  # noqa: E402
+from harness import SHARED, Rounds, number, parser, publish, run_job, summary_row, table  # noqa: E402
 
 from partition.methods import partition_network  # noqa: E402
 from spdnn.io.bundle import save_network  # noqa: E402
@@ -51,16 +49,13 @@ CONFIGS = {"spdnn P=1": (1, None), "spdnn P=2 (hypergraph plan)": (2, "plan"),
 
 
 def spdnn_rate(ranks: int, split: str | None, work: Path, name: str) -> tuple[float, int]:
-    cmd = [str(BIN / "spdnn"), "infer", "--network", str(work / f"{name}.npz"), "--inputs",
-           str(work / f"{name}-inputs.mtx"), "--metrics-out", str(work / "m.json")]
-    if ranks > 1:
-        cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
+    arguments = ["infer", "--network", str(work / f"{name}.npz"), "--inputs",
+                 str(work / f"{name}-inputs.mtx")]
     if split == "plan":
-        cmd += ["--plan", str(work / f"{name}-plan.npz")]
+        arguments += ["--plan", str(work / f"{name}-plan.npz")]
     elif split == "replicas":
-        cmd += ["--replicas", str(ranks)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    m = json.loads((work / "m.json").read_text())
+        arguments += ["--replicas", str(ranks)]
+    m = run_job(arguments, ranks, metrics=work / "m.json").metrics
     return m["rate"], m["categories"]
 
 

@@ -23,7 +23,7 @@ Writes the table to docs/BENCHMARKS.md.
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import os
 import sys

@@ -18,12 +18,11 @@ docs/BENCHMARKS.md unless --no-write.
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, number, parser, publish, summary_row, table  # noqa: E402
+from harness import SHARED, number, parser, publish, run_job, summary_row, table  # noqa: E402
 
 from spdnn.io.atomic import write_text  # noqa: E402
 from spdnn.io.bundle import NetworkBundle  # noqa: E402
@@ -88,19 +87,11 @@ def prepare(n: int, layers: int, inputs: int, check: int, work: Path) -> dict[st
 
 def run(cmd: list[str], ranks: int, metrics: Path) -> dict:
     """One spdnn job; its metrics and each rank's peak from /usr/bin/time."""
-    timed = ["/usr/bin/time", "-f", "peak-kB %M", *cmd, "--metrics-out", str(metrics)]
-    if ranks > 1:
-        timed = [str(BIN / "mpiexec"), "-n", str(ranks), *timed]
-    t0 = time.perf_counter()
-    proc = subprocess.run(timed, capture_output=True, text=True, env=ENV)
-    wall = time.perf_counter() - t0
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(timed)} failed:\n{proc.stdout[-2000:]}\n"
-                         f"{proc.stderr[-3000:]}")
-    m = json.loads(metrics.read_text())
-    m["rank_peaks"] = [int(k) * 1024 for k in re.findall(r"peak-kB (\d+)", proc.stderr)]
-    m["wall"] = wall
-    m["streaming"] = next((ln for ln in proc.stdout.splitlines()
+    job = run_job(cmd[1:], ranks, metrics=metrics, command=cmd[:1], env=ENV, peaks=True,
+                  timeout=6 * 3600)
+    m = job.metrics
+    m["rank_peaks"], m["wall"] = job.peaks, job.seconds
+    m["streaming"] = next((ln for ln in job.stdout.splitlines()
                            if ln.startswith("streaming")), "in memory")
     return m
 

@@ -20,9 +20,8 @@ Writes docs/BENCHMARKS.md, sections "Compressed gradient sums" and "Critical-set
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import json
 import os
 import statistics
 import subprocess
@@ -31,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SHARED, number, parser, publish, summary_row, table  # noqa: E402
+from harness import SHARED, number, parser, publish, run_job, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MNIST = SHARED / "mnist"
@@ -42,12 +41,7 @@ COMMON = ["--data", f"mnist:{MNIST}", "--batch-size", "64", "--lr", "0.05", "--m
 
 
 def spdnn(ranks: int, args: list[str], metrics: Path) -> dict:
-    cmd = ([str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []) + \
-        [str(BIN / "spdnn"), *args, "--metrics-out", str(metrics)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr}")
-    return json.loads(metrics.read_text())
+    return run_job(args, ranks, metrics=metrics).metrics
 
 
 def compress(tmp: Path, epochs: int) -> str:

@@ -15,12 +15,9 @@ unless --no-write.
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
-import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import parser, publish, summary_row, table  # noqa: E402
+from harness import parser, publish, run_job, summary_row, table  # noqa: E402
 from validate_model import build as network  # noqa: E402  (the same validation networks)
 
 BIN = Path(sys.executable).parent
@@ -58,16 +55,8 @@ def prepare(name: str, ranks: list[int], work: Path) -> dict[str, Path]:
 
 def run(ranks: int, args: list[str], metrics: Path) -> tuple[list[int], list[int]]:
     """Each rank's measured peak (bytes) and predicted total, in rank order."""
-    cmd = ["/usr/bin/time", "-f", "peak-kB %M rank %x", str(BIN / "spdnn"), *args,
-           "--metrics-out", str(metrics)]
-    if ranks > 1:
-        cmd = [str(BIN / "mpiexec"), "-n", str(ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    mem = json.loads(metrics.read_text())["memory"]
-    measured = [int(k) * 1024 for k in re.findall(r"peak-kB (\d+)", proc.stderr)]
-    return measured, [p["total"] for p in mem["predicted_bytes"]]
+    job = run_job(args, ranks, metrics=metrics, env=ENV, peaks=True)
+    return job.peaks, [p["total"] for p in job.metrics["memory"]["predicted_bytes"]]
 
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:

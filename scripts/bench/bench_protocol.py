@@ -15,7 +15,7 @@ called directly here: the script measures MPI itself, not spdnn.
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import os
 import statistics

@@ -23,7 +23,7 @@ Writes docs/BENCHMARKS.md, section "LSH-selected output neurons".
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import json
 import os
@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import ROOT, number, parser, publish, summary_row, table  # noqa: E402
+from harness import ROOT, number, parser, publish, run_job, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 COMMON = ["--batch-size", "64", "--momentum", "0.9", "--seed", "0"]
@@ -47,11 +47,9 @@ def run(cmd: list[str], env: dict | None = None) -> str:
 
 
 def train(ranks: int, args: list[str], metrics: Path) -> list[dict]:
-    cmd = ([str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []) + \
-        [str(BIN / "spdnn"), "train", *args, "--metrics-out", str(metrics)]
-    print(" ".join(cmd[-14:]), flush=True)
-    run(cmd, {**os.environ, "OMP_NUM_THREADS": "1"})
-    return json.loads(metrics.read_text())["epochs"]
+    print(f"{ranks} rank(s): spdnn train {' '.join(args[-12:])}", flush=True)
+    return run_job(["train", *args], ranks, metrics=metrics,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"}).metrics["epochs"]
 
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:

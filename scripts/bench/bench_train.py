@@ -23,7 +23,7 @@ table is where spdnn's P = 1 step goes, per layer. Writes the tables to docs/BEN
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import json
@@ -51,7 +51,7 @@ def worker(args: argparse.Namespace) -> None:
     from spdnn.io.bundle import load_network
 
     if args.worker == "spdnn":
-        from spdnn.comm import Communicator
+        from spdnn.comm.mpi import Communicator
         from spdnn.kernels import products as kernels
         from spdnn.kernels.update import fused_update
         from spdnn.model.optim import config_of, interleave, make

@@ -21,7 +21,7 @@ import json
 import time
 from pathlib import Path
 
-import spdnn.cli.pinned  # noqa: F401
+import spdnn.cli.thread_pools  # noqa: F401
 from bench_scale import measured
 from harness import parser, publish, summary_row, table
 from spdnn.io.atomic import write_text

@@ -21,7 +21,7 @@ Writes docs/BENCHMARKS.md, section "Extreme classification: the exact step and L
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import json
 import os
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import ROOT, Rounds, number, parser, publish, summary_row, table  # noqa: E402
+from harness import ROOT, Rounds, number, parser, publish, run_job, summary_row, table  # noqa: E402
 
 BIN = Path(sys.executable).parent
 FEATURES = 20_000
@@ -47,8 +47,7 @@ def run(cmd: list[str], env: dict | None = None) -> str:
 
 
 def train(args: list[str], metrics: Path) -> list[dict]:
-    run([str(BIN / "spdnn"), "train", *args, "--metrics-out", str(metrics)])
-    return json.loads(metrics.read_text())["epochs"]
+    return run_job(["train", *args], metrics=metrics).metrics["epochs"]
 
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:

@@ -10,18 +10,22 @@ Every table value is the string the table shows (units are in the column names).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
+BIN = Path(sys.executable).parent  # the environment's spdnn, spdnn-partition and mpiexec
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
@@ -187,20 +191,94 @@ class Ranks:
     (``spdnn.emulate.Cluster``, entered), on its nodes (P = 1 runs alone either way)."""
 
     def __init__(self, emulated: object | None = None) -> None:
-        import sys
-
         self.emulated = emulated
-        self._mpiexec = str(Path(sys.executable).parent / "mpiexec")
+        self._mpiexec = str(BIN / "mpiexec")
 
-    def run(self, cmd: list[str], ranks: int, timeout: float = 3600):  # noqa: ANN201
-        import subprocess
-
+    def run(self, cmd: list[str], ranks: int, timeout: float = 3600,
+            env: dict[str, str] | None = None, cwd: Path | None = None,
+            cgroup: JobCgroup | None = None) -> subprocess.CompletedProcess:
         if self.emulated is not None and ranks > 1:
             proc = self.emulated.run(cmd, ranks=ranks, capture=True, timeout=timeout)
         else:
             proc = subprocess.run(([self._mpiexec, "-n", str(ranks)] if ranks > 1 else [])
-                                  + cmd, capture_output=True, text=True, timeout=timeout)
+                                  + cmd, capture_output=True, text=True, timeout=timeout,
+                                  env=env, cwd=cwd, preexec_fn=cgroup.join if cgroup else None)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd[:4])} ... on {ranks} rank(s) failed "
-                             f"(exit {proc.returncode}):\n{proc.stderr}")
+                             f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc
+
+
+class Job(NamedTuple):
+    """What one spdnn job gave: its ``--metrics-out`` record, its output, its wall time and,
+    when asked, each rank's peak resident set in bytes (``/usr/bin/time -f %M``) and the
+    peak its memory cgroup was charged (every rank and the launcher together)."""
+    metrics: dict
+    stdout: str
+    stderr: str
+    seconds: float
+    peaks: list[int]
+    cgroup_peak: int | None
+
+
+class JobCgroup:
+    """A memory cgroup of its own for one job (as a scheduler gives each job): the launcher
+    moves into it before it execs, its ranks inherit it, and ``peak`` is what the kernel
+    charged it at most (v1 ``memory.max_usage_in_bytes``, v2 ``memory.peak``: anonymous
+    memory and the page cache the job itself brought in). Needs root; removed on exit."""
+
+    ROOT = Path("/sys/fs/cgroup")
+
+    def __init__(self) -> None:
+        v1 = self.ROOT / "memory"
+        parent = v1 if v1.is_dir() else self.ROOT
+        self.peak_file = "memory.max_usage_in_bytes" if v1.is_dir() else "memory.peak"
+        self.path = parent / f"spdnn-bench-{os.getpid()}-{time.monotonic_ns()}"
+
+    def __enter__(self) -> JobCgroup:
+        try:
+            self.path.mkdir()
+        except OSError as e:
+            raise SystemExit(f"cannot make the job's memory cgroup {self.path}: {e} (as root, "
+                             "with the memory controller)") from e
+        return self
+
+    def join(self) -> None:
+        """Move the calling process in (run in the child, before it execs)."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def peak(self) -> int:
+        return int((self.path / self.peak_file).read_text())
+
+    def __exit__(self, *exc: object) -> None:
+        for _ in range(50):  # the last rank's exit is accounted a moment after it ends
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def run_job(arguments: list[str], ranks: int = 1, *, metrics: Path,
+            command: list[str] | None = None, env: dict[str, str] | None = None,
+            cwd: Path | None = None, peaks: bool = False, emulated: object | None = None,
+            cgroup: bool = False, timeout: float = 3600) -> Job:
+    """One spdnn job, as every benchmark launches it: ``spdnn ARGUMENTS --metrics-out
+    METRICS`` on ``ranks`` ranks (``Ranks``: mpiexec here, or an emulated cluster's nodes) and
+    its metrics read back. ``command`` replaces the installed ``spdnn`` (``python -m spdnn``
+    from another source tree); a job that fails ends the benchmark with its command and the
+    end of its stderr. ``cgroup``: the job runs in a memory cgroup of its own (``JobCgroup``,
+    on this node) and ``Job.cgroup_peak`` is what it was charged at most."""
+    cmd = [*(command or [str(BIN / "spdnn")]), *arguments, "--metrics-out", str(metrics)]
+    if peaks:
+        cmd = ["/usr/bin/time", "-f", "peak-kB %M", *cmd]
+    group = JobCgroup() if cgroup else None
+    with group or contextlib.nullcontext():
+        t0 = time.perf_counter()
+        proc = Ranks(emulated).run(cmd, ranks, timeout=timeout, env=env, cwd=cwd,
+                                   cgroup=group)
+        seconds = time.perf_counter() - t0
+        charged = group.peak() if group else None
+    found = [int(k) * 1024 for k in re.findall(r"peak-kB (\d+)", proc.stderr)] if peaks else []
+    return Job(json.loads(Path(metrics).read_text()), proc.stdout, proc.stderr, seconds, found,
+               charged)

@@ -20,7 +20,7 @@ reported as the resolution of the measurements. Writes the table to docs/SCALING
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
-import spdnn.cli.pinned  # noqa: F401  (every pool one thread, as the spdnn command has)
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import argparse
 import contextlib
@@ -50,7 +50,7 @@ CONFIGS = (("1x1", None, 1), ("2x1", "hypergraph", 1), ("2x1", "block", 1), ("1x
 def worker(args: argparse.Namespace) -> None:
     """One configuration's median step (the parent imported spdnn first, so BLAS and numba
     run one thread per rank here too: the pinned variables are inherited)."""
-    from spdnn.comm import Communicator
+    from spdnn.comm.mpi import Communicator
     from spdnn.model.optim import SGD, SGDConfig, interleave
     from spdnn.runtime.session import open_network
 

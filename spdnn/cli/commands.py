@@ -171,10 +171,10 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
         dismiss = None
         if timeout and "mpi4py.MPI" not in sys.modules:  # MPI's start-up, watched too
             from spdnn.cli.options import launcher_rank
-            from spdnn.watchdog import guard_start
+            from spdnn.comm.watchdog import guard_start
 
             dismiss = guard_start(float(timeout), rank=launcher_rank())
-        from spdnn.collective import run_collectively  # MPI starts here (spdnn.comm)
+        from spdnn.comm.collective import run_collectively  # MPI starts here (spdnn.comm)
 
         if dismiss is not None:
             dismiss()

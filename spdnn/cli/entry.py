@@ -1,5 +1,5 @@
 """The ``spdnn`` console script: Ctrl-C while the modules load, MPI starts or the command runs
-ends the job with one line (spdnn.interrupt) instead of a traceback per rank."""
+ends the job with one line (spdnn.comm.interrupt) instead of a traceback per rank."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ DISTRIBUTED = ("train", "infer", "calibrate")
 
 
 def main() -> int:
-    import spdnn.cli.pinned  # noqa: F401  (one BLAS thread per rank, before numpy loads)
+    import spdnn.cli.thread_pools  # noqa: F401  (one BLAS thread per rank, before numpy loads)
 
     try:
         if len(sys.argv) > 1 and sys.argv[1] in DISTRIBUTED:
-            from spdnn.interrupt import watch
+            from spdnn.comm.interrupt import watch
 
             watch("spdnn")
         from spdnn.cli.parser import main as run
 
         return run(finalize_mpi=True)
     except KeyboardInterrupt:
-        from spdnn.interrupt import interrupted
+        from spdnn.comm.interrupt import interrupted
 
         interrupted("spdnn")
         return 130

@@ -82,7 +82,7 @@ def seed(text: str) -> int:
 
 def memory_limit(text: str) -> int:
     """``--memory-limit``: bytes with K, M or G, or ``none`` (0)."""
-    from spdnn.memlimit import parse_bytes
+    from spdnn.comm.memlimit import parse_bytes
 
     try:
         return parse_bytes(text)

@@ -29,10 +29,10 @@ from spdnn.cli.options import (
     report,
     seed,
 )
+from spdnn.comm.threads import default_threads, reserve_threads
 from spdnn.errors import SpdnnError, options_named_by_flag, say_error
 from spdnn.model.choices import DTYPE_NAMES, EXCHANGES
 from spdnn.model.records import TrainOptions
-from spdnn.threads import default_threads, reserve_threads
 
 # The defaults of ``spdnn train``'s options are the record's (written once, there).
 _TRAIN = TrainOptions()
@@ -381,7 +381,7 @@ def _run(args: argparse.Namespace) -> int:
             report("spdnn", str(exc))
             return exc.exit_code
         except KeyboardInterrupt:
-            from spdnn.interrupt import interrupted
+            from spdnn.comm.interrupt import interrupted
 
             # One line from rank 0 (the launcher interrupts every rank), and out at once: a
             # normal exit would wait in MPI_Finalize for peers that are gone.

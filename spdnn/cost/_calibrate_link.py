@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.cost._calibrate_grid import FULL, CalibrationGrid
 from spdnn.cost.machine import Network
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.cost._calibrate_grid import CalibrationGrid
 from spdnn.cost._calibrate_kernels import FAN_IN, cache_bytes, median_time
 from spdnn.cost.machine import SCALE_KEYS, Calibration, KernelTable, Scales

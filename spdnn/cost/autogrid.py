@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.errors import InputError, SpdnnError
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.cost._calibrate_grid import FULL, QUICK, CalibrationGrid
 from spdnn.cost._calibrate_kernels import dense_table, kernel_table, structure_ratios
 from spdnn.cost._calibrate_link import network_costs, network_sweep, with_stack_cpu

@@ -14,8 +14,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from spdnn.comm.processes import pid_alive
 from spdnn.errors import SpdnnError
-from spdnn.processes import pid_alive
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _NAME = re.compile(r"^spdnn(\d+)(n\d+|sw)$")

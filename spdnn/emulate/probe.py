@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 
-from spdnn.collective import run_collectively
-from spdnn.comm import Communicator
+from spdnn.comm.collective import run_collectively
+from spdnn.comm.mpi import Communicator
 
 LARGE = 1 << 20
 SMALL = 8

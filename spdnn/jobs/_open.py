@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.arrays import SOURCE, from_memory, signature
 from spdnn.io.loaders import Dataset, Share, keep_share, load_dataset

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.datasize import data_nbytes
 from spdnn.io.formats import read_categories, write_categories

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.io.arrays import matrix
 from spdnn.jobs._open import open_job
 from spdnn.model.batching import columns

@@ -9,7 +9,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.dataset import split_validation
 from spdnn.io.loaders import check_fits

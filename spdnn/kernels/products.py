@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from spdnn.comm.threads import default_threads
 from spdnn.errors import SpdnnError
 from spdnn.kernels.dense import ONE_PASS_DENSE_ROWS, blas_ready, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
-from spdnn.threads import default_threads
 
 if TYPE_CHECKING:
     from spdnn.model.activations import Activation
@@ -78,7 +78,7 @@ def backend() -> str:
 
 def max_threads() -> int:
     """The most threads the numba kernels can use in this process (its pool size, fixed when
-    numba loads: ``NUMBA_NUM_THREADS``; see spdnn.threads)."""
+    numba loads: ``NUMBA_NUM_THREADS``; see spdnn.comm.threads)."""
     if "numba" not in available_backends():
         return 1
     import numba

@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 
 # numba and scipy load on first use: parsing --compress must not load numba before --threads
-# has sized its pool (spdnn.threads).
+# has sized its pool (spdnn.comm.threads).
 
 KINDS = ("none", "topk", "dgc", "sidco", "hylo")
 DISTRIBUTIONS = ("exp", "gamma", "gpareto")

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.model.batching import batch_order
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
 from spdnn.io.npz import NpzReader

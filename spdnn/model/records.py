@@ -247,7 +247,7 @@ class InferResult:
 
 def kernel_threads(run: RunOptions) -> int:
     """The threads a job's kernels get: ``run.threads``, else SPDNN_THREADS, else 1."""
-    from spdnn.threads import default_threads
+    from spdnn.comm.threads import default_threads
 
     return default_threads() if run.threads is None else run.threads
 

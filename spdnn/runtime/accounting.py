@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.model.plan import Plan
 from spdnn.model.records import (
     CountedTraffic,

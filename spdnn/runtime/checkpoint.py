@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.comm import AgreedError, Communicator
+from spdnn.comm.mpi import AgreedError, Communicator
+from spdnn.comm.processes import pid_alive
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import atomic_path, write_text
 from spdnn.io.checkpoint_format import (
@@ -36,7 +37,6 @@ from spdnn.io.npz import NpzReader
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import lossy_files, write_lossy
 from spdnn.model.optim import SavedState
-from spdnn.processes import pid_alive
 from spdnn.runtime.distributed import DistributedNetwork
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spdnn.comm import Communicator, Request
+from spdnn.comm.mpi import Communicator, Request
 from spdnn.kernels.residency import release_compiler_pages
 from spdnn.lossy import hylo
 from spdnn.lossy.compress import Compressor, CompressSpec, warm_up

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.model.batching import share_of
 

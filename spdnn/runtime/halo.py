@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spdnn.comm import Communicator, Request
+from spdnn.comm.mpi import Communicator, Request
 from spdnn.errors import SpdnnError
 from spdnn.kernels.encoding import (
     add_rows,

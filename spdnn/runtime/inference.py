@@ -8,7 +8,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.errors import InputError
 from spdnn.io.images import ImageShare
 from spdnn.model.batching import columns

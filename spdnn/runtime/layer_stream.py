@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.comm import AgreedError
+from spdnn.comm.mpi import AgreedError
 from spdnn.model.memory import (
     SETTLED_BYTES,
     LayerShape,

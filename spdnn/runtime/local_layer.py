@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Layer
 from spdnn.model.plan import Plan

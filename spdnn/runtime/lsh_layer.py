@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels import update
 from spdnn.kernels.dense import dense_view
@@ -62,7 +62,7 @@ class SampledLayer:
 
     def __init__(self, comm: Communicator, data: Communicator, layer: LocalLayer, n_in: int,
                  n_out: int, spec: LshSpec, seed: int, *, output: bool = True) -> None:
-        from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.threads)
+        from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.comm.threads)
 
         nbl.warm_up()
         update.warm_up((layer.bias.dtype.type,), rows=True)  # its rows' update

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spdnn.comm import AgreedError, Communicator
+from spdnn.comm.memlimit import cgroup_memory, node_memory
+from spdnn.comm.mpi import AgreedError, Communicator
 from spdnn.kernels import products
-from spdnn.memlimit import cgroup_memory, node_memory
 from spdnn.model.memory import (
     BASELINE_BYTES,
     SCIPY_BASELINE_BYTES,

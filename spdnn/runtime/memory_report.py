@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.kernels import products
 from spdnn.model.memory import LayerShape, format_bytes, predict
 from spdnn.runtime.distributed import DistributedNetwork

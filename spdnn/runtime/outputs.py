@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.kernels import softmax
 from spdnn.model.labels import MultiLabels
 from spdnn.model.ops import activation_slope, check_targets, output, top_rows

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.comm import AgreedError, Communicator
+from spdnn.comm.mpi import AgreedError, Communicator
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
 from spdnn.io.bundle import ACTIVATION_KEYS, NetworkBundle, NetworkWriter

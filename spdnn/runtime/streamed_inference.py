@@ -9,7 +9,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.comm import Communicator
+from spdnn.comm.mpi import Communicator
 from spdnn.io.images import ImageShare
 from spdnn.model.batching import columns
 from spdnn.model.labels import MultiLabels

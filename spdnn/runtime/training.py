@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from spdnn.comm import AgreedError, Communicator
+from spdnn.comm.mpi import AgreedError, Communicator
 from spdnn.io.checkpoint_format import manifest_path
 from spdnn.io.loaders import Dataset
 from spdnn.kernels.lsh import LshSpec, fill_rows, is_rebuild_step

@@ -1,5 +1,5 @@
 """One thread per rank: the commands pin the BLAS/OpenMP thread pools before numpy is imported
-(``spdnn.cli.pinned``); importing the library changes nothing.
+(``spdnn.cli.thread_pools``); importing the library changes nothing.
 
 Threaded kernels collapse when ranks x threads exceed the cores (docs/running.md,
 "Performance settings"), so the default is one; ``SPDNN_THREADS`` (or an explicit

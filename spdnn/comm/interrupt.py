@@ -1,7 +1,7 @@
 """Ctrl-C ends a job with one line and exit code 130, at any moment of it.
 
 The launcher forwards SIGINT to every rank; each gets a KeyboardInterrupt wherever it runs
-Python (``spdnn.cli.entry`` from the first import, ``spdnn.collective``'s ``guarded`` and
+Python (``spdnn.cli.entry`` from the first import, ``spdnn.comm.collective``'s ``guarded`` and
 ``run_collectively``, the command's own handler) and leaves at once with 130: a normal exit
 would wait in MPI_Finalize for peers already gone, and MPI_Abort adds a line per rank. A rank
 blocked inside a C-level MPI wait (its peer gone) would never see the interrupt, so ``watch``

@@ -15,9 +15,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from spdnn.comm import AgreedError, Communicator, MPIComm, world
+from spdnn.comm.interrupt import interrupted
+from spdnn.comm.mpi import AgreedError, Communicator, MPIComm, world
 from spdnn.errors import SpdnnError, say_error
-from spdnn.interrupt import interrupted
 
 
 def run_collectively(fn: Callable[[Communicator], int], comm: MPIComm | None = None,

@@ -4,7 +4,7 @@ the rule that keeps message passing auditable in one place, as Heat does).
 - ``Communicator``: a private duplicate of the caller's communicator (so spdnn's messages never
   match anyone else's), with ``split``, non-blocking point-to-point, the few collectives the
   runtime needs, and agreement on errors.
-- (``spdnn.collective`` holds the policy that ends every rank when one fails.)
+- (``spdnn.comm.collective`` holds the policy that ends every rank when one fails.)
 - ``world_size`` / ``abort_world``: for the test plugin, which must abort without a collective.
 - Importing this module starts MPI, without the GIL (``_start``: Ctrl-C must end a rank whose
   MPI_Init waits for peers).
@@ -26,9 +26,9 @@ from typing import Any
 import mpi4py
 import numpy as np
 
-from spdnn import object_buffers
+from spdnn.comm import object_buffers
+from spdnn.comm.watchdog import TIMEOUT_EXIT, Waiting, Watchdog
 from spdnn.errors import SpdnnError
-from spdnn.watchdog import TIMEOUT_EXIT, Waiting, Watchdog
 
 _CALLERS_RC = (mpi4py.rc.initialize, mpi4py.rc.finalize)
 if "mpi4py.MPI" not in sys.modules:  # this module starts MPI, without the GIL (``_start``)
@@ -182,8 +182,8 @@ class Communicator:
                                       [recv, counts.astype(np.int64), displs,
                                        dtlib.from_numpy_dtype(recv.dtype)])
 
-    # Objects travel pickled through buffer collectives (spdnn.object_buffers says why): a short
-    # pickle in one fixed-size message, a longer one in a second.
+    # Objects travel pickled through buffer collectives (spdnn.comm.object_buffers says why): a
+    # short pickle in one fixed-size message, a longer one in a second.
     def allgather(self, obj: Any) -> list[Any]:
         data = object_buffers.dumps(obj)
         slots = np.empty((self.size, object_buffers.SLOT), dtype=np.uint8)
@@ -302,7 +302,7 @@ def _abort_from_thread(code: int) -> None:
     """MPI_Abort from the watchdog's thread ends every rank; should it block (the main thread
     holding MPI's lock), the process ends itself and the launcher ends the others."""
     threading.Timer(10.0, os._exit, args=(code,)).start()
-    time.sleep(0.5)  # the launcher forwards the watchdog's line first (see spdnn.collective)
+    time.sleep(0.5)  # the launcher forwards the watchdog's line first (see spdnn.comm.collective)
     MPI.COMM_WORLD.Abort(code)
 
 
@@ -335,16 +335,16 @@ def _call_without_gil(name: str, fallback: Callable[[], Any], *args: Any) -> Non
 
 def _start() -> None:
     """MPI_Init_thread without the GIL (a ctypes call): it spins for peers that a Ctrl-C may
-    have ended, and under mpi4py's call, which holds the GIL, spdnn.interrupt's watcher could
+    have ended, and under mpi4py's call, which holds the GIL, spdnn.comm.interrupt's watcher could
     not run to end the rank with its line. Elsewhere than Linux, mpi4py's call, with Ctrl-C
     at its default action (``starting_mpi``)."""
     def with_mpi4py() -> None:
-        from spdnn.interrupt import starting_mpi
+        from spdnn.comm.interrupt import starting_mpi
 
         with starting_mpi():
             MPI.Init_thread(MPI.THREAD_MULTIPLE)
 
-    from spdnn.processes import file_size_limit_lifted
+    from spdnn.comm.processes import file_size_limit_lifted
 
     with file_size_limit_lifted():  # MPI's shared memory is files
         _call_without_gil("MPI_Init_thread", with_mpi4py, None, None, MPI.THREAD_MULTIPLE,
