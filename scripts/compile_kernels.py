@@ -45,8 +45,8 @@ def _warm(module: str, dtype: type) -> None:
 
 def _update(dtype: type) -> None:
     """The SGD update's kernels, which run on arrays of PARALLEL_MIN values or more (a job that
-    compiled them itself peaked 58 MB above its prediction: tests/test_residency.py): the
-    signatures a training job and a sampled layer load (spdnn.kernels.update.warm_up)."""
+    compiles them itself holds LLVM's compiler state above its prediction): the signatures a
+    training job and a sampled layer load (spdnn.kernels.update.warm_up)."""
     from spdnn.kernels import update
 
     update.warm_up((dtype,), rows=True)

@@ -109,6 +109,25 @@ def run_spdnn(*args: object, cwd: Path | None = None, timeout: float = 300,
     return launch(0, *args, module=module, cwd=cwd, timeout=timeout)
 
 
+def dry_run_baseline(*args: object, ranks: int = 0, cwd: Path | None = None) -> int:
+    """The process baseline (bytes) that the job ``spdnn ARGS`` measures on ``ranks`` ranks
+    (the largest), from its ``--dry-run`` table: what a memory limit in a test is set
+    against, since each process measures its own."""
+    import re
+
+    proc = launch(ranks, *args, "--dry-run", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("rank "))
+    column = lines[at].split().index("baseline") - 1
+    units = {"GB": 1e9, "MB": 1e6, "kB": 1e3, "B": 1}
+    found = []
+    for row in lines[at + 1:at + 1 + max(ranks, 1)]:
+        cells = re.findall(r"([0-9.]+) (GB|MB|kB|B)\b|none", row.split(maxsplit=1)[1])
+        found.append(int(float(cells[column][0]) * units[cells[column][1]]))
+    return max(found)
+
+
 def run_cli(*args: object, module: str = "spdnn") -> subprocess.CompletedProcess:
     """A serial command (``spdnn convert|generate|plot``, every ``spdnn-partition`` command)
     through its entry point in this process: what ``run_spdnn`` checks, without a new

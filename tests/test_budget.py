@@ -5,13 +5,13 @@ prediction and exits 0."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from spdnn.comm.memlimit import cgroup_limit, parse_bytes
 from spdnn.errors import SpdnnError
 from spdnn.io.bundle import save_network
-from spdnn.model.memory import BASELINE_BYTES
-from tests.helpers import launch, small_network
+from tests.helpers import dry_run_baseline, launch, small_network
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -67,14 +67,21 @@ def network(tmp_path_factory):
 
 @pytest.mark.parametrize("limit, message", [
     ("12X", "argument --memory-limit: not a number of bytes"),
-    ("100M", f"--memory-limit 104.86 MB is below a rank's fixed baseline of "
-             f"{BASELINE_BYTES / 1e6:.2f} MB"),
-    (str(BASELINE_BYTES + 40_000), "rank 0: predicted peak "),  # above the baseline, below the job
+    ("20M", "--memory-limit 20.97 MB is below this rank's baseline of "),
+    ("baseline + 20 MB", "rank 0: predicted peak "),  # above the baseline, below the job
 ])
 def test_a_limit_the_job_cannot_keep_ends_it_with_one_line(network, tmp_path, limit, message):
+    """The baseline is each process's own, measured: the limit between it and the job is
+    set from what a dry run of the same job measured (the job holds 51 MB of data)."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", x_train=rng.random((200_000, 64), dtype=np.float32),
+             y_train=rng.integers(0, 10, 200_000))
+    job = ("train", "--network", network, "--data", f"npz:{tmp_path / 'data.npz'}",
+           "--epochs", "1")
+    if limit.startswith("baseline"):
+        limit = str(dry_run_baseline(*job) + 20_000_000)
     saved = tmp_path / "trained.npz"
-    proc = launch(0, "train", "--network", network, "--data", "digits", "--epochs", "1",
-                  "--save", saved, "--memory-limit", limit)
+    proc = launch(0, *job, "--save", saved, "--memory-limit", limit)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr

@@ -34,6 +34,7 @@ from tests.helpers import (
     NO_MPIEXEC,
     ROOT,
     assert_one_line_error,
+    dry_run_baseline,
     launch,
     run_spdnn,
     small_network,
@@ -594,21 +595,24 @@ def test_replicas_auto_leaves_out_the_grids_that_do_not_fit(model_files):
     pats = network_patterns(net)
     plan = partition_network(pats, 2, method="block", fingerprint=net.fingerprint())
     save_plan(plan, t / "wide-block2.npz")
-    whole = _peak(workload(pats, single_part(net.sizes)), 2, 32, "float32")
-    half = _peak(workload(pats, plan), 1, 32, "float32")
+    # above the baseline the job's ranks measure (a dry run of its fastest grid)
+    common = ["train", "--network", t / "wide.npz", "--plan", t / "wide-block2.npz",
+              "--replicas", "auto", "--calibration", t / "slow.json", "--data", "digits",
+              "--max-steps", "2", "--batch-size", "32"]
+    base = dry_run_baseline(*common, ranks=2, cwd=t)
+    whole = _peak(workload(pats, single_part(net.sizes)), 2, 32, "float32", base)
+    half = _peak(workload(pats, plan), 1, 32, "float32", base)
     assert half < whole
     limit = (half + whole) // 2
     cluster = {**CLUSTER, "ranks_per_node": 2, "node_memory_GB": 2 * limit / 1e9}
     (t / "small-nodes.json").write_text(json.dumps(cluster))
-    common = ["train", "--network", t / "wide.npz", "--plan", t / "wide-block2.npz",
-              "--replicas", "auto", "--calibration", t / "slow.json", "--data", "digits",
-              "--max-steps", "2", "--batch-size", "32"]
     for extra in (["--memory-limit", str(limit)], ["--cluster", t / "small-nodes.json"]):
         proc = launch(2, *common, *extra, cwd=t, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("--replicas auto: 2 part(s) x 1 replica(s)"), proc.stdout
         assert "left out: 2 replica(s) of no plan: predicted peak" in proc.stdout
-    proc = launch(2, *common, "--memory-limit", str(half - 1), cwd=t, timeout=300)
+    # (5 MB below: the baseline the job measures moves by a few MB from run to run)
+    proc = launch(2, *common, "--memory-limit", str(half - 5_000_000), cwd=t, timeout=300)
     assert_one_line_error(proc, "--replicas auto: no grid of 2 ranks fits")
 
 

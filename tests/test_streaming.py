@@ -16,9 +16,8 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.io.bundle import NetworkBundle, save_network
 from spdnn.model.generate import random_network
-from spdnn.model.memory import SETTLED_BYTES
 from spdnn.runtime.boundary import BoundaryStore, Chunk
-from tests.helpers import assert_one_line_error, run_spdnn
+from tests.helpers import assert_one_line_error, dry_run_baseline, run_spdnn
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +38,16 @@ def test_weights_over_the_limit_stream_in_blocks_with_the_in_memory_accuracy(wid
                       "none")
     assert whole.returncode == 0, whole.stderr
     assert "streaming" not in whole.stdout
-    dry = run_spdnn("infer", "--network", wide, "--inputs", "digits", "--memory-limit", "200M",
+    # 40 MB above the baseline the job measures: less than its 44 MB of weights
+    limit = dry_run_baseline("infer", "--network", wide, "--inputs", "digits") + 40_000_000
+    dry = run_spdnn("infer", "--network", wide, "--inputs", "digits", "--memory-limit", limit,
                     "--dry-run")
     assert dry.returncode == 0, dry.stderr
     blocks = re.search(r"streaming 41 layers in (\d+) block\(s\) of at most (\d+) \(the "
                        r"weights pass --memory-limit\)", dry.stdout)
     assert blocks and int(blocks.group(1)) > 1, dry.stdout
     streamed = run_spdnn("infer", "--network", wide, "--inputs", "digits", "--memory-limit",
-                         "200M")
+                         limit)
     assert streamed.returncode == 0, streamed.stderr
     assert blocks.group(0) in streamed.stdout
     assert _accuracy(streamed.stdout) == _accuracy(whole.stdout)
@@ -99,7 +100,9 @@ def test_a_network_file_that_changes_under_a_job_is_refused(tmp_path):
 def test_the_inputs_held_through_every_block_leave_less_room_for_the_blocks(wide, tmp_path):
     """A rank holds its inputs while every block runs: they are counted before loading, the
     blocks shrink to fit beside them, and inputs that leave no room are refused."""
-    limit = SETTLED_BYTES + 80_000_000  # 80 MB above the baseline of a streamed job
+    # 55 MB above the baseline this job's process measures (less than its 44 MB of weights
+    # and 16 MB of buffers)
+    limit = dry_run_baseline("infer", "--network", wide, "--inputs", "digits") + 55_000_000
 
     def blocks(inputs: str) -> int:
         dry = run_spdnn("infer", "--network", wide, "--inputs", inputs, "--memory-limit",
@@ -108,7 +111,7 @@ def test_the_inputs_held_through_every_block_leave_less_room_for_the_blocks(wide
         return int(re.search(r"streaming 41 layers in (\d+) block", dry.stdout).group(1))
 
     rng = np.random.default_rng(0)
-    for rows, name in ((120_000, "some.npz"), (360_000, "many.npz")):  # 31 MB, 92 MB
+    for rows, name in ((40_000, "some.npz"), (360_000, "many.npz")):  # 10 MB, 92 MB
         np.savez(tmp_path / name, x_train=rng.random((rows, 64), dtype=np.float32),
                  y_train=rng.integers(0, 10, rows))
     assert blocks(f"npz:{tmp_path / 'some.npz'}") > blocks("digits")

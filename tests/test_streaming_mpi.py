@@ -14,7 +14,7 @@ from spdnn.comm.mpi import AgreedError
 from spdnn.io.bundle import save_network
 from spdnn.model.batching import columns
 from spdnn.model.generate import radixnet
-from spdnn.model.memory import SETTLED_BYTES, LayerShape
+from spdnn.model.memory import LayerShape
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.inference import challenge_infer
 from spdnn.runtime.layer_stream import BLOCK_SHARE, choose_blocks
@@ -106,15 +106,20 @@ def test_a_limit_that_leaves_no_block_fitting_is_refused_on_every_rank(comm, mpi
     net = small_network((64, 40, 30, 10), fan_in=7, seed=4)
     path = _saved(comm, mpi_tmp_path, net, "net.npz")
     plan = partition(net, parts=comm.size, method="cyclic")
-    # layer 1 alone: 160 MB of weights on every rank, more than a block may take of 300 MB
-    # (the settled baseline and half of what the limit leaves above it: 207 MB)
-    room = (SETTLED_BYTES + BLOCK_SHARE * (300_000_000 - SETTLED_BYTES)) / 1e6
+    # layer 1 alone: 160 MB of weights on every rank, more than a block may take of a limit
+    # 300 MB above this process's baseline (the baseline and a share of those 300 MB)
+    from spdnn.model.memory import format_bytes
+    from spdnn.runtime import memory_report
+
+    limit = memory_report.baseline() + 300_000_000
+    room = (limit - (1 - BLOCK_SHARE) * 300_000_000) / 1e6
     shapes = [LayerShape(nnz=20_000_000, rows=1000, prev_rows=64, ghosts=0, sent=0),
               LayerShape(nnz=1000, rows=10, prev_rows=1000, ghosts=0, sent=0)]
-    with pytest.raises(AgreedError, match=rf"--memory-limit 300.00 MB: layer 1 alone needs "
+    with pytest.raises(AgreedError, match=rf"--memory-limit {format_bytes(limit)}: layer 1 "
+                                          rf"alone needs "
                                           rf"[0-9.]+ MB on rank \d+, more than a block may "
                                           rf"take \({room:.2f} MB\); no block of layers fits"):
-        choose_blocks(Grid.make(comm, comm.size), shapes, limit=300_000_000, itemsize=4,
+        choose_blocks(Grid.make(comm, comm.size), shapes, limit=limit, itemsize=4,
                       max_layers=None, reason="a test")
     with pytest.raises(AgreedError, match="stream_layers .* is for inference"):
         spdnn.train(path, data="digits", comm=comm,

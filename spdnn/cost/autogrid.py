@@ -13,11 +13,12 @@ from spdnn.errors import InputError, SpdnnError
 def choose_grid(comm: Communicator, *, network: str, plans: list[str],
                 replicas: int | Literal["auto"], calibration: str | None, cluster: str | None,
                 batch: int, dtype: str, verbose: bool = True,
-                memory_limit: int | None = None) -> tuple[str | None, int]:
+                memory_limit: int | None = None,
+                baseline: int | None = None) -> tuple[str | None, int]:
     """(plan path or None, replicas) for this job; with ``replicas="auto"`` rank 0 predicts
     every grid, prints the one it takes and the others, and every rank gets the choice.
     ``memory_limit``: bytes a rank may hold (None: ``spdnn.runtime.memory_budget.default_limit``;
-    0: none)."""
+    0: none); ``baseline``: a rank's own bytes, measured by the job (None: measured here)."""
 
     def check() -> None:  # on every rank, so that the error is agreed and printed once
         if replicas != "auto" and len(plans) > 1:
@@ -31,34 +32,43 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
     from spdnn.runtime.memory_budget import default_limit
 
     limit = memory_limit if memory_limit is not None else default_limit(comm)[0]
+    if baseline is None:
+        from spdnn.runtime import memory_report
+
+        baseline = memory_report.measure_baseline(dtype, node_ranks=comm.node_size(),
+                                                  training=True)
     choice = comm.check(lambda: _decide(comm.size, plans, network, calibration, cluster, batch,
-                                        dtype, limit) if comm.rank == 0 else None)
+                                        dtype, limit, baseline) if comm.rank == 0 else None)
     path, chosen, report = comm.bcast(choice)
     if comm.rank == 0 and verbose:
         print(report, flush=True)
     return path, chosen
 
 
-def _peak(work: object, replicas: int, batch: int, dtype: str) -> int:
-    """The largest rank's predicted training peak under a grid (spdnn.model.memory)."""
+def _peak(work: object, replicas: int, batch: int, dtype: str,
+          baseline: int | None = None) -> int:
+    """The largest rank's predicted training peak under a grid (spdnn.model.memory), above
+    ``baseline`` (default: this process's, measured)."""
     import numpy as np
 
     from spdnn.model.memory import predict, replica_batch, shapes_of
+    from spdnn.runtime import memory_report
 
     size = np.dtype(dtype).itemsize
     return max(predict(shapes_of(work, p), batch=replica_batch(batch, replicas), itemsize=size,
-                       training=True).total for p in range(work.parts))  # type: ignore[attr-defined]
+                       training=True,
+                       baseline=memory_report.baseline() if baseline is None else baseline).total
+               for p in range(work.parts))  # type: ignore[attr-defined]
 
 
 def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluster: str | None,
-            batch: int, dtype: str, limit: int) -> tuple[str | None, int, str]:
+            batch: int, dtype: str, limit: int, base: int) -> tuple[str | None, int, str]:
     from spdnn.cost.cluster import load_machine
     from spdnn.cost.costmodel import predict, single_part
     from spdnn.cost.workload import workload
     from spdnn.io.bundle import NetworkBundle
     from spdnn.io.planfile import load_plan
     from spdnn.model.plan import network_patterns
-
     machine = load_machine(calibration, cluster)
     bundle = NetworkBundle(network)
     bundle.validate()
@@ -85,7 +95,7 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
 
     room = [m for m in (limit, machine.cluster.rank_memory if machine.cluster else None) if m]
     allowed = min(room) if room else 0
-    peaks = {id(w): _peak(w, r, batch, dtype) for _, w, r in candidates}
+    peaks = {id(w): _peak(w, r, batch, dtype, base) for _, w, r in candidates}
     too_big = [(path, r, peaks[id(w)]) for path, w, r in candidates
                if allowed and peaks[id(w)] > allowed]
     candidates = [c for c in candidates if not allowed or peaks[id(c[1])] <= allowed]

@@ -7,11 +7,13 @@ feature columns where the source is read by columns (``npz:``, ``mnist:``, data 
 whole where it is not (``digits``; ``xc:``: the replica's share of the samples, every column),
 plus the rank's copy of its columns when it has only some of them. It reads headers only
 (``xc:`` files: the count of their ``:`` separators).
-A file it cannot make sense of counts 0: the loader reports the problem, as without a count.
+A file that is not there is refused here, before anything loads; one it cannot make sense of
+counts 0: the loader names the problem, as without a count.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -67,7 +69,11 @@ def data_nbytes(data: Any, dtype: Any, features: np.ndarray, n_in: int, *,  # no
             held = -(-sum(splits) // replicas)
             kept = -(-(sum(splits) if training else splits[-1]) // replicas)
             return fetched + held + (kept if len(features) < n_in else 0)
-    except (InputError, OSError, ValueError, EOFError, struct.error):
+    except InputError as e:
+        if not os.path.lexists(e.path):
+            raise  # a file that is not there: refused before anything loads
+        return 0  # the loader names what is wrong with it
+    except (OSError, ValueError, EOFError, struct.error):
         return 0
     return 0
 

@@ -33,8 +33,8 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
              dropout: bool = False) -> Opened:
     """Check ``run`` and the output paths, set the threads, choose the grid, open the
     network (a bundle's path, or a ``Network`` every rank holds) on every rank. The kernels
-    are not loaded yet: the job calls ``spdnn.runtime.session.warm_up`` once its inputs are
-    checked. ``can_stream``: an inference that may run block by block (``Opened.stream``);
+    are not loaded yet: they load once its inputs are checked (``spdnn.kernels.loading``).
+    ``can_stream``: an inference that may run block by block (``Opened.stream``);
     ``challenge``: one in Graph Challenge chunks (the memory it will need); ``data``: this
     rank's input bytes for its grid and features, counted before loading (``Budget.data``);
     ``lsh_tables``: the hash tables ``--lsh`` will build, over layer ``lsh_layer`` (from 0);
@@ -64,15 +64,22 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
     comm.check(threads)
     plans = candidate_plans(run)
     plan, replicas = plans[0] if plans else None, run.replicas
+    baseline = None
     if len(plans) > 1 or replicas == "auto":
         from spdnn.cost.autogrid import choose_grid
+        from spdnn.runtime import memory_report
 
         if isinstance(network, Network) or not all(isinstance(p, str) for p in plans):
             comm.agree("replicas='auto' compares plan files for a network file: give paths")
+        # measured before the choice reads the network: the grid it picks is judged, and
+        # then checked, against the same baseline
+        baseline = memory_report.measure_baseline(run.dtype, node_ranks=comm.node_size(),
+                                                  training=training)
         plan, replicas = choose_grid(comm, network=network, plans=plans,
                                      replicas=run.replicas, calibration=run.calibration,
                                      cluster=run.cluster, batch=batch, dtype=run.dtype,
-                                     verbose=verbose, memory_limit=run.memory_limit)
+                                     verbose=verbose, memory_limit=run.memory_limit,
+                                     baseline=baseline)
     if training and run.stream_layers is not None:
         comm.agree("stream_layers (--stream-layers) is for inference: training holds every "
                    "layer")
@@ -82,7 +89,8 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
     budget = Budget(limit=run.memory_limit, batch=batch, training=training,
                     can_stream=can_stream, stream_layers=run.stream_layers,
                     challenge=challenge, data=data, lsh_tables=lsh_tables,
-                    lsh_layer=lsh_layer, optimizer_arrays=optimizer_arrays, dropout=dropout)
+                    lsh_layer=lsh_layer, optimizer_arrays=optimizer_arrays, dropout=dropout,
+                    baseline=baseline)
     return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False,
                         budget=budget, dry_run=run.dry_run)
 

@@ -18,6 +18,7 @@ from spdnn.io.formats import read_categories, write_categories
 from spdnn.io.images import ImageShare, image_share_nbytes, read_image_share
 from spdnn.io.loaders import Dataset, check_fits
 from spdnn.jobs._open import data_name, open_data, open_job
+from spdnn.kernels.loading import load_kernels
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import Network
@@ -28,7 +29,7 @@ from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, ti
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.inference import challenge_infer, evaluate, local_inputs, precisions
 from spdnn.runtime.lsh_layer import use_lsh
-from spdnn.runtime.session import Opened, warm_up, write_json
+from spdnn.runtime.session import Opened, write_json
 from spdnn.runtime.streamed_inference import stream_challenge, stream_scores
 
 DATA_SETS = ("digits", "npz:", "mnist:", "xc:")
@@ -82,7 +83,7 @@ def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.Pat
 
     if is_dataset(spec):
         data, x_local, y, shared = dataset_inputs(comm, job, spec, dtype)
-        warm_up(stream.dtype)
+        load_kernels(stream.dtype)
         t0 = time.perf_counter()
         acc, p5 = stream_scores(stream, x_local, y, shared=shared)
         seconds = comm.allreduce_scalar(time.perf_counter() - t0, "max")
@@ -93,7 +94,7 @@ def run_streamed(comm: Communicator, job: Opened, spec: str, truth: str | os.Pat
                                extra | {"load_seconds": stream.load_seconds}, metrics_out,
                                show, ", reading the blocks included")
     expected, images = challenge_inputs(comm, job, spec, truth)
-    warm_up(stream.dtype, narrow=True)
+    load_kernels(stream.dtype, narrow=True)
     result = stream_challenge(comm, stream, images, job.nnz)
     mem = stream.memory_report([images.matrix])
     if show:
@@ -137,7 +138,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         if lsh_spec is not None:
             comm.check(lambda: check_lsh_layer(
                 lsh_spec, job.bundle.sizes, activations=tuple(job.bundle.meta["activations"])))
-        warm_up(dnet.dtype)
+        load_kernels(dnet.dtype)
         t0 = time.perf_counter()
         extra: dict = {}
         if data.multi_label:
@@ -165,7 +166,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on Graph Challenge "
                    "images")
     expected, images = challenge_inputs(comm, job, spec, truth)
-    warm_up(dnet.dtype, narrow=True)
+    load_kernels(dnet.dtype, narrow=True)
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
     mem = memory_report.report(comm, dnet, batch=1, training=False, data=[images.matrix],

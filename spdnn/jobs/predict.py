@@ -11,12 +11,12 @@ import numpy as np
 from spdnn.comm.mpi import Communicator
 from spdnn.io.arrays import matrix
 from spdnn.jobs._open import open_job
+from spdnn.kernels.loading import load_kernels
 from spdnn.model.batching import columns
 from spdnn.model.network import Network
 from spdnn.model.records import RunOptions
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import eval_batch
-from spdnn.runtime.session import warm_up
 
 
 def _scores(dnet: DistributedNetwork, out: np.ndarray) -> np.ndarray:
@@ -43,7 +43,7 @@ def run_prediction(comm: Communicator, network: str | os.PathLike | Network, inp
     if any(n != shapes[0] for n in shapes):
         comm.agree("inputs in memory differ between ranks (in their number of samples): every "
                    "rank must pass the same array")
-    warm_up(dnet.dtype)
+    load_kernels(dnet.dtype)
     grid = dnet.grid
     mine = x_local[grid.share(x_local.shape[0])]
     batch = eval_batch(dnet)

@@ -13,6 +13,7 @@ from spdnn.comm.mpi import Communicator
 from spdnn.errors import SpdnnError
 from spdnn.io.dataset import split_validation
 from spdnn.io.loaders import check_fits
+from spdnn.kernels.loading import load_kernels
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
 from spdnn.lossy.compress import parse_compress
@@ -38,7 +39,7 @@ from spdnn.runtime.accounting import (
     timing,
 )
 from spdnn.runtime.checkpoint import check_position, directory_lock, load_checkpoint
-from spdnn.runtime.session import save_trained, warm_up, write_json
+from spdnn.runtime.session import save_trained, write_json
 from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
@@ -208,7 +209,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         if on_epoch is not None:
             on_epoch(report)
 
-    warm_up(dnet.dtype, training=True, optimizer=opt.optimizer)
+    load_kernels(dnet.dtype, training=True, optimizer=opt.optimizer)
     lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
     best: list[EpochReport] = []
 

@@ -25,7 +25,7 @@ from spdnn.kernels._simd import (
     popcount,
     slope_lanes,
 )
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 HEADER = 16
 POP = np.array([bin(b).count("1") for b in range(256)], np.int64)
@@ -303,4 +303,4 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         add_rows(x, rows, x)
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

@@ -12,7 +12,7 @@ import numba as nb
 import numpy as np
 
 from spdnn.kernels import _numba_tables
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 
 @nb.njit(cache=True, nogil=True)
@@ -237,4 +237,4 @@ def warm_up() -> None:
                           np.ones(1, np.int8), 1, 1, out)
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 
 @nb.njit(cache=True, nogil=True)
@@ -81,4 +81,4 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         sddmm_cols(ptr, rows, rows, x, x, live, g, g)
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

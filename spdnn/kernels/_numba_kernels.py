@@ -14,7 +14,7 @@ import numpy as np
 
 from spdnn.kernels._gather import AXPY, AXPY_DOT, AXPY_DOT_VECTORS, DOT, PREFETCH_AHEAD
 from spdnn.kernels._narrow import GROUP, NARROW
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 
 def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
@@ -259,4 +259,4 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         apply_slope(out, x, -1.0)
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

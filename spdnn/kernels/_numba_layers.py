@@ -17,7 +17,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from spdnn.kernels._numba_kernels import _narrow_rows
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 
 @intrinsic
@@ -91,4 +91,4 @@ def narrow_layers(where, in_rows, first, cap, compact_below, xa, xb, cur, zbuf, 
     return width
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

@@ -11,7 +11,7 @@ import numpy as np
 
 from spdnn.kernels import _numba_hash
 from spdnn.kernels._prefetch import prefetch
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 PREFETCH_GROUPS = 8  # rows prefetched ahead (2, 4, 8, 16 measured: 8 best, by a little)
 
@@ -258,4 +258,4 @@ def warm_up(*, hashing: bool = True) -> None:
                              np.zeros((1, 2), dt), dense)
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

@@ -16,7 +16,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 SUM_ROWS = 256  # rows summed in the block's type before a float64 sum
 _LOG2E = np.float32(1.4426950408889634)
@@ -100,4 +100,4 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
         scale_columns(z, total, dt(1e-30))
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

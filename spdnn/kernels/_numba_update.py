@@ -7,7 +7,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -86,4 +86,4 @@ def adam(p, g, m, v, shrink, weight_decay, w, rest, low, beta2, rest2, step, roo
         p[i] = p[i] + step * mi / (np.sqrt(vi) / root + eps)
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

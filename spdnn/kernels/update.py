@@ -110,9 +110,8 @@ _KERNELS: dict[str, Callable[..., bool]] = {"sgd": _sgd, "adam": _adam, "adamw":
 def warm_up(dtypes: tuple = (np.float32, np.float64), *, rows: bool = False,
             optimizers: tuple[str, ...] = ("sgd",)) -> None:
     """Load (or compile) the numba backend's update kernels of ``optimizers`` for ``dtypes``
-    now (with ``rows``, also those of row gradients): a job loads them with its others,
-    before it gives back the compiler's pages, not in its first step on top of its layers
-    (that brought LLVM's ~66 MB back: tests/test_residency.py)."""
+    now (with ``rows``, also those of row gradients): a job loads them with its others, not
+    inside its first timed step."""
     if products.backend() != "numba":
         return
     from spdnn.kernels import _numba_update

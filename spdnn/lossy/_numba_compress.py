@@ -11,7 +11,7 @@ import numba as nb
 import numpy as np
 
 from spdnn.kernels._simd import above_lanes, compress_iota, compress_store, popcount
-from spdnn.kernels.residency import lean_cache_loads
+from spdnn.kernels.cache_loads import lean_cache_loads
 
 
 def below(t: float, dtype: np.dtype) -> np.floating:
@@ -133,4 +133,4 @@ def warm_up() -> None:
         excess_moments(val, n, 0.0)
 
 
-lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.residency)
+lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

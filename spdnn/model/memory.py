@@ -7,7 +7,8 @@ indices and int32 order (``training``); the step's activation blocks (X buffer, 
 partial sums and owned partial sums of every layer at the batch width), the exchange's message
 buffers (shared by the layers: the largest layer's) and the evaluation's ping-pong blocks
 (``buffers``); its share of the data (``data``, given); and the process itself: interpreter,
-numpy, scipy, numba, MPI (``baseline``: ``BASELINE_BYTES``). docs/memory.md explains each.
+numpy, scipy, MPI and the loaded kernels (``baseline``, given: a job measures its own,
+spdnn.runtime.memory_report.measure_baseline). docs/memory.md explains each.
 """
 
 from __future__ import annotations
@@ -17,21 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Resident memory of a rank that holds nothing: 119-124 MB before it reads its network
-# (python 3.11, numpy 2.4, scipy 1.17, mpi4py 4.1 with MPICH 5), 172-178 MB while numba's
-# kernels load (LLVM's library resident: ~70 MB), 96 MB alone and 102 MB in a 2-rank job once
-# they are loaded and the libraries' clean pages are given back (spdnn.kernels.residency;
-# docs/memory.md). Until 2026-11-29 the kernels loaded with numba's compiler registries and
-# only LLVM's pages were given back: 189-194 and 125-130 MB. A job predicted to hold more
-# than EARLY_WARM_UP_BYTES loads its kernels before its layers, so the moment of loading sits
-# under what it holds and SETTLED_BYTES is its baseline. A smaller job loads them once its
-# inputs are checked (its errors do not wait for them), on top of its weights and data.
-BASELINE_BYTES = 178 * 10**6
-SETTLED_BYTES = 100 * 10**6
-# A rank on the scipy kernels (SPDNN_KERNELS=scipy) never loads numba: 74-78 MB at its peak
-# beside 2-3 MB of arrays, 1 and 2 ranks (predicted 195 MB before it was told apart).
-SCIPY_BASELINE_BYTES = 80 * 10**6
-EARLY_WARM_UP_BYTES = 64 << 20
 # The evaluation batch (spdnn.runtime.inference.eval_batch) keeps its blocks under this many
 # bytes (at 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers).
 EVAL_BLOCK_BYTES = 16 << 20
@@ -96,16 +82,14 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 
 
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
-            data_bytes: int = 0, baseline: int | None = None,
+            baseline: int, data_bytes: int = 0,
             challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1,
-            numba: bool = True, optimizer_arrays: int = 1,
-            dropout: bool = False) -> MemoryPrediction:
+            optimizer_arrays: int = 1, dropout: bool = False) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
     chunks (their dense input block and last activations too) instead of evaluation
-    batches. ``baseline``: the process's own bytes (default: ``process_baseline``, of a rank on
-    the numba kernels or, ``numba=False``, on scipy's).
+    batches. ``baseline``: the process's own bytes (measured by the job).
     ``lsh_tables``: L hash tables over the rows of layer ``lsh_layer`` (from 0; -1: the
     output layer), ``--lsh``. ``optimizer_arrays``: the optimizer's state arrays per value
     (SGD's momentum 1, Adam's moments 2: spdnn.model.optim.state_arrays); ``dropout``: each
@@ -156,28 +140,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     # codes (32 bytes for each of 1 code in 100: hashing.REFRESH_SHARE)
     lsh += lsh_tables * layers[lsh_layer].rows * (4 / 16 + 32 / 100)
     buffers = step + messages + evaluation + lsh
-    if baseline is None:
-        baseline = process_baseline(weights + state + buffers + data_bytes, state + buffers,
-                                    numba=numba)
     return MemoryPrediction(weights=int(weights), training=int(state), buffers=int(buffers),
                             data=int(data_bytes), baseline=int(baseline))
-
-
-def loads_kernels_early(held: int) -> bool:
-    """Whether a rank that will hold ``held`` bytes loads its kernels before its layers."""
-    return held > EARLY_WARM_UP_BYTES
-
-
-def process_baseline(held: int, after: int, *, numba: bool = True) -> int:
-    """The process's own bytes at the peak of a rank that holds ``held`` bytes of arrays,
-    ``after`` of them allocated after its kernels load when it loads them last (training
-    state and buffers; its weights and data are loaded by then). ``numba=False``: a rank on
-    the scipy kernels, which loads no compiler."""
-    if not numba:
-        return SCIPY_BASELINE_BYTES
-    if loads_kernels_early(held):
-        return SETTLED_BYTES
-    return max(SETTLED_BYTES, BASELINE_BYTES - after)
 
 
 def shapes_of(work: object, part: int) -> list[LayerShape]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from spdnn.comm.mpi import Communicator, Request
-from spdnn.kernels.residency import release_compiler_pages
 from spdnn.lossy import hylo
 from spdnn.lossy.compress import Compressor, CompressSpec, warm_up
 from spdnn.runtime.accounting import Timers
@@ -53,7 +52,6 @@ class GradientSums:
         if spec.enabled and self.data.size > 1:
             # load the kernels now, not in the first timed step
             hylo.warm_up() if spec.kind == "hylo" else warm_up()
-            release_compiler_pages()
         self.compressors = [
             None if self.data.size == 1 or not spec.applies(nw + nb) else
             hylo.HyloCompressor(nw + nb, self.dtype) if spec.kind == "hylo" else

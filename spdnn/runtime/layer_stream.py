@@ -18,7 +18,6 @@ import numpy as np
 
 from spdnn.comm.mpi import AgreedError
 from spdnn.model.memory import (
-    SETTLED_BYTES,
     LayerShape,
     MemoryPrediction,
     format_bytes,
@@ -77,7 +76,7 @@ def _block(shapes: list[LayerShape], itemsize: int, challenge: bool,
            data: int = 0) -> MemoryPrediction:
     """A block's prediction: a streamed job loads its kernels before its first block."""
     return predict(shapes, batch=1, itemsize=itemsize, training=False, challenge=challenge,
-                   data_bytes=data, baseline=SETTLED_BYTES)
+                   data_bytes=data, baseline=memory_report.baseline())
 
 
 def choose_blocks(grid: Grid, shapes: list[LayerShape], *, limit: int, itemsize: int,
@@ -89,15 +88,16 @@ def choose_blocks(grid: Grid, shapes: list[LayerShape], *, limit: int, itemsize:
     when one layer alone does not fit. Collective."""
     world, n = grid.world, len(shapes)
     cap = max_layers or n
+    base = memory_report.baseline()
     if limit:
-        short = world.allgather(data if limit - data <= SETTLED_BYTES else 0)
+        short = world.allgather(data if limit - data <= base else 0)
         if any(short):
             r = int(np.argmax(short))
             raise AgreedError(f"--memory-limit {format_bytes(limit)}: rank {r}'s inputs alone "
                               f"take {format_bytes(short[r])}, which leaves no room for its "
                               "layers (more ranks or a larger limit)")
     free = limit - data  # what the blocks and the activations between them may share
-    room = math.inf if not limit else SETTLED_BYTES + BLOCK_SHARE * (free - SETTLED_BYTES)
+    room = math.inf if not limit else base + BLOCK_SHARE * (free - base)
     blocks, start, biggest = [], 0, 0
     while start < n:
         end = int(world.allreduce_scalar(
@@ -248,7 +248,8 @@ class LayerStream:
         pred["total"] = sum(pred[k] for k in ("weights", "training", "buffers", "data",
                                               "baseline"))
         held = self.held | {"data": data_bytes}
-        every = self.grid.world.allgather((memory_report.peak_rss(), pred, held))
+        every = self.grid.world.allgather(
+            (memory_report.peak_bytes(self.grid.world.node_size()), pred, held))
         return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
                 "held_bytes": [e[2] for e in every], "stream": {
                     "blocks": [list(b) for b in self.stream.blocks],

@@ -30,7 +30,6 @@ from spdnn.kernels.lsh import (
     top_bias_rows,
 )
 from spdnn.kernels.ranges import segment_ids
-from spdnn.kernels.residency import release_compiler_pages
 from spdnn.model.activations import Activation
 from spdnn.model.labels import MultiLabels
 from spdnn.model.ops import activate
@@ -66,7 +65,6 @@ class SampledLayer:
 
         nbl.warm_up()
         update.warm_up((layer.bias.dtype.type,), rows=True)  # its rows' update
-        release_compiler_pages()
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out
         self.output = output  # the output layer (its labels join, its loss is sampled)

@@ -14,10 +14,7 @@ import numpy as np
 
 from spdnn.comm.memlimit import cgroup_memory, node_memory
 from spdnn.comm.mpi import AgreedError, Communicator
-from spdnn.kernels import products
 from spdnn.model.memory import (
-    BASELINE_BYTES,
-    SCIPY_BASELINE_BYTES,
     LayerShape,
     MemoryPrediction,
     format_bytes,
@@ -25,6 +22,7 @@ from spdnn.model.memory import (
     replica_batch,
 )
 from spdnn.model.plan import Plan
+from spdnn.runtime import memory_report
 from spdnn.runtime.grid import Grid
 
 
@@ -59,6 +57,7 @@ class Budget:
     lsh_layer: int = -1  # that layer, from 0 (-1: the output layer)
     optimizer_arrays: int = 1  # training: the optimizer's state per value (model.memory)
     dropout: bool = False  # training: dropout's masks of the step (model.memory)
+    baseline: int | None = None  # measured earlier by this job (else measured by ``check``)
     # This rank's input data in bytes, from the grid (its replica's share of the samples), its
     # first layer's features and the network's input size, counted before anything is read
     # (None: not known ahead).
@@ -108,11 +107,6 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     rank, the bytes, the limit and the smallest P expected to fit when one passes it. A limit
     below the baseline is refused on every rank. Collective."""
     world = grid.world
-    numba = products.backend() == "numba"
-    floor = BASELINE_BYTES if numba else SCIPY_BASELINE_BYTES
-    if budget.limit is not None and budget.limit != 0 and budget.limit < floor:
-        world.agree(f"--memory-limit {format_bytes(budget.limit)} is below a rank's fixed "
-                    f"baseline of {format_bytes(floor)} (interpreter, numpy, MPI, kernels)")
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
     shapes = planned_shapes(grid, bundle, plan)
@@ -122,10 +116,18 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     data = 0 if budget.data is None else \
         world.check(lambda: budget.data(grid, plan.rows_of(grid.model.rank, 0),
                                                 bundle.sizes[0]))  # type: ignore[attr-defined]
+    # Every input checked: the kernels load now, before anything sized by the network, and
+    # what the process then holds is its baseline
+    floor = budget.baseline if budget.baseline is not None else \
+        memory_report.measure_baseline({4: "float32", 8: "float64"}[itemsize],
+                                       node_ranks=world.node_size(), training=budget.training)
+    if budget.limit is not None and budget.limit != 0 and budget.limit < floor:
+        world.agree(f"--memory-limit {format_bytes(budget.limit)} is below this rank's "
+                    f"baseline of {format_bytes(floor)} (interpreter, numpy, MPI, kernels)")
     pred = predict(shapes, batch=replica_batch(budget.batch, grid.replicas), itemsize=itemsize,
                    training=budget.training, challenge=budget.challenge, data_bytes=data,
-                   lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer,
-                   numba=numba, optimizer_arrays=budget.optimizer_arrays,
+                   lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer, baseline=floor,
+                   optimizer_arrays=budget.optimizer_arrays,
                    dropout=budget.dropout)
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]

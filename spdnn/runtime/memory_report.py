@@ -1,6 +1,9 @@
-"""Each rank's memory at the end of a job: its measured peak resident set, what it held (by the
-arrays' own sizes) and what ``spdnn.model.memory`` predicts for its shapes, gathered for the
-summary line and ``--metrics-out`` (docs/memory.md)."""
+"""Each rank's memory as a scheduler counts it: its private memory plus its share of the
+pages the ranks of its node share (the libraries every rank maps, MPI's shared-memory
+segments), what it held (by the arrays' own sizes) and what ``spdnn.model.memory`` predicts
+for its shapes above its process baseline, which is measured once the kernels are loaded and
+before the network's arrays are, gathered for the summary line and ``--metrics-out``
+(docs/memory.md). A job's total on a node is what its memory cgroup is charged."""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from spdnn.comm.mpi import Communicator
-from spdnn.kernels import products
+from spdnn.kernels.loading import load_kernels
 from spdnn.model.memory import LayerShape, format_bytes, predict
 from spdnn.runtime.distributed import DistributedNetwork
 
 _KIND = ("weights", "training", "buffers", "data")
+_baseline: list[int] = []  # this process's, once measured (measure_baseline)
 
 
 def peak_rss() -> int:
@@ -33,6 +37,54 @@ def peak_rss() -> int:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def resident() -> tuple[int, int]:
+    """This process's resident bytes now: (private, shared with other processes), from
+    Linux's ``/proc/self/smaps_rollup``; elsewhere the peak resident set as private."""
+    found = dict.fromkeys(("Private_Clean", "Private_Dirty", "Shared_Clean", "Shared_Dirty"), 0)
+    try:
+        with open("/proc/self/smaps_rollup") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in found:
+                    found[key] = int(value.split()[0]) * 1024
+    except OSError:
+        return peak_rss(), 0
+    return (found["Private_Clean"] + found["Private_Dirty"],
+            found["Shared_Clean"] + found["Shared_Dirty"])
+
+
+def share_now(node_ranks: int) -> int:
+    """This rank's bytes now: its private pages and 1/``node_ranks`` of its shared ones (the
+    ranks of a node map the same libraries and MPI segments). Counted by the job's ranks, not
+    by whoever else maps them, so the figure does not move with other processes."""
+    private, shared = resident()
+    return private + shared // max(1, node_ranks)
+
+
+def peak_bytes(node_ranks: int) -> int:
+    """This rank's peak as a scheduler counts it: its peak resident set less the part of its
+    shared pages that the other ranks of its node are counted for (its shared pages as now:
+    libraries and MPI's segments are mapped from the start and stay)."""
+    shared = resident()[1]
+    return peak_rss() - shared + shared // max(1, node_ranks)
+
+
+def measure_baseline(dtype: Any = "float32", *, node_ranks: int = 1,  # noqa: ANN401
+                     training: bool = False) -> int:
+    """This process's own bytes, kept for its predictions: ``share_now`` once the job's
+    kernels are loaded (loaded here: interpreter, numpy, scipy, MPI, numba and the kernels,
+    and whatever the calling process already holds). A job measures it once its inputs are
+    checked and before it allocates anything sized by them."""
+    load_kernels(dtype, training=training)
+    _baseline[:] = [share_now(node_ranks)]
+    return _baseline[0]
+
+
+def baseline() -> int:
+    """The baseline measured by ``measure_baseline`` (measured now, alone, if it never was)."""
+    return _baseline[0] if _baseline else measure_baseline()
 
 
 def shapes(dnet: DistributedNetwork) -> list[LayerShape]:
@@ -96,9 +148,9 @@ def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training
                         challenge=challenge,
                         lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0,
                         lsh_layer=dnet.sampled.index if dnet.sampled else -1,
-                        numba=products.backend() == "numba",
+                        baseline=baseline(),
                         optimizer_arrays=optimizer_arrays, dropout=dropout).as_dict()
-    every = comm.allgather((peak_rss(), mine_pred, mine_held))
+    every = comm.allgather((peak_bytes(comm.node_size()), mine_pred, mine_held))
     return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
             "held_bytes": [e[2] for e in every]}
 

@@ -17,10 +17,7 @@ from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
 from spdnn.io.bundle import ACTIVATION_KEYS, NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
-from spdnn.kernels import encoding, layers, update
-from spdnn.kernels import products as kernels
-from spdnn.kernels.residency import release_compiler_pages
-from spdnn.model.memory import loads_kernels_early
+from spdnn.kernels.loading import load_kernels
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import Plan
 from spdnn.runtime.distributed import DistributedNetwork
@@ -90,7 +87,7 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     parts = ranks), split the ranks into the grid, check each rank's predicted memory against
     ``budget`` (``dry_run``: print it and raise ``DryRun``) and load my rows; rows travel as
     ``exchange`` says (spdnn.kernels.encoding.MODES); ``warm=False`` leaves the kernels to
-    ``warm_up`` (a job checks its data first). Collective."""
+    the job (``spdnn.kernels.loading``: a job checks its data first). Collective."""
     bundle = comm.check(lambda: InMemory(network) if isinstance(network, Network)
                         else NetworkBundle(network))
     source = plan_path if isinstance(plan_path, str) else "plan"
@@ -141,10 +138,6 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
             if blocks is not None and text:
                 text += "\n" + blocks.describe()
             raise DryRun(text)
-        if blocks is not None or \
-                loads_kernels_early(verdict.prediction.total - verdict.prediction.baseline):
-            # LLVM's pages come and go before the layers arrive, not on top of them
-            warm_up(dtype if dtype is not None else "float32", training=budget.training)
         if blocks is not None:
             where = source if plan_path is not None else bundle.path
             stream = LayerStream(bundle, plan, grid, dtype, exchange, blocks,
@@ -155,27 +148,8 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint,
                                       source if plan_path is not None else bundle.path))
     if warm:
-        warm_up(dnet.dtype)
+        load_kernels(dnet.dtype)
     return Opened(bundle, plan, dnet)
-
-
-def warm_up(dtype: Any = None, *, narrow: bool = False,  # noqa: ANN401
-            training: bool = False, optimizer: str = "sgd") -> None:
-    """Load (or compile) the kernels now, outside any timed loop, for ``dtype`` (None: both
-    types; with ``narrow``, also the narrow end of challenge inference; with ``training``,
-    the ``optimizer``'s update), then give back the compiler's pages. Jobs call it after every
-    input is checked: loading them costs ~0.4 s, which an error should not wait for. A job
-    predicted to hold more than ``spdnn.model.memory.EARLY_WARM_UP_BYTES`` calls it before
-    loading its layers too: loading brings ~70 MB of LLVM into the resident set for a moment,
-    which then sits under the layers' bytes instead of on top of them."""
-    dtypes = (np.float32, np.float64) if dtype is None else (np.dtype(dtype).type,)
-    kernels.warm_up(dtypes)
-    encoding.warm_up(dtypes)
-    if narrow:
-        layers.warm_up(dtypes)
-    if training:
-        update.warm_up(dtypes, optimizers=(optimizer,))
-    release_compiler_pages()  # LLVM is done: ~70 MB a rank (spdnn.kernels.residency)
 
 
 def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | None) -> None:
