@@ -1,15 +1,18 @@
 """Each rank's memory as a scheduler counts it, against the prediction and against one rank.
 
-    python scripts/bench/bench_memory.py [--networks mlp random radixnet big] [--ranks 1 2 4]
-                                   [--work DIR] [--no-write]
+    python scripts/bench/bench_memory.py [--networks mlp random radixnet big | shares]
+                                   [--ranks 1 2 4] [--work DIR] [--no-write]
 
 Networks (float32, a dense 10-way head): `mlp`, 784 -> 1024 -> 1024 (fan-in 32); `random`,
 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first 3 RadiX-Net layers of 16384 neurons (as
 scripts/bench/validate_model.py); `big`, 1024 -> 65536 x 3 (fan-in 512: 101,318,656 weights,
 an 812 MB file). Block plans for P = 2 and 4. Each network trains 4 steps of 64 on 2,048
 synthetic samples and evaluates 512 (`spdnn train`), and infers the 512 (`spdnn infer`), at
-every P, each job in a memory cgroup of its own (as root). Per job: the largest rank's peak as
-spdnn reports it (private memory and its share of what the node's ranks share), its
+every P, each job in a memory cgroup of its own (as root). `shares`: the `mlp` network on
+60,000 synthetic samples (`npz:`) and on the MNIST of ../shared/data (`mnist:`, when there),
+40 steps, on one rank and on P ranks as data-parallel replicas (`--replicas P`: each holds its
+share of the samples); written as its own record (memory-shares). Per job: the largest rank's
+peak as spdnn reports it (private memory and its share of what the node's ranks share), its
 prediction (the job's own, above the baseline it measured), that baseline, the rank's memory
 above its baseline against one rank's, `/usr/bin/time -f %M` (shared pages counted in every
 rank) and what the job's cgroup was charged at most (every rank together).
@@ -27,28 +30,34 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import parser, publish, run_job, summary_row, table  # noqa: E402
+from harness import SHARED, parser, publish, run_job, summary_row, table  # noqa: E402
 from validate_model import build as network  # noqa: E402  (the same validation networks)
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
 
 
-def prepare(name: str, ranks: list[int], work: Path) -> dict[str, Path]:
+def prepare(name: str, ranks: list[int], work: Path) -> dict:
     from spdnn.io.bundle import save_network
     from spdnn.io.planfile import save_plan
     from spdnn.model.generate import random_network
     from spdnn.model.plan import Plan
 
     net = random_network([1024, 65536, 65536, 65536], 512, seed=0, head=10) \
-        if name == "big" else network(name)
-    files = {"net": work / f"{name}.npz", "data": work / f"{name}-data.npz"}
+        if name == "big" else network("mlp" if name == "shares" else name)
+    files: dict = {"net": work / f"{name}.npz", "data": work / f"{name}-data.npz"}
     save_network(net, files["net"])
     rng = np.random.default_rng(0)
     n0 = net.sizes[0]
-    np.savez(files["data"], x_train=rng.random((2048, n0), dtype=np.float32),
-             y_train=rng.integers(0, 10, 2048), x_test=rng.random((512, n0), dtype=np.float32),
-             y_test=rng.integers(0, 10, 512))
+    train, test = (60_000, 10_000) if name == "shares" else (2048, 512)
+    np.savez(files["data"], x_train=rng.random((train, n0), dtype=np.float32),
+             y_train=rng.integers(0, 10, train), x_test=rng.random((test, n0), dtype=np.float32),
+             y_test=rng.integers(0, 10, test))
+    files["inputs"] = [f"npz:{files['data']}"]
+    if name == "shares":  # samples by shares: no plan, P replicas
+        if (SHARED / "mnist").is_dir():
+            files["inputs"].append(f"mnist:{SHARED / 'mnist'}")
+        return files
     for p in ranks:
         if p > 1:
             owners = tuple((np.arange(n) * p // n).astype(np.int32) for n in net.sizes)
@@ -68,6 +77,12 @@ def run(ranks: int, args: list[str], metrics: Path) -> dict[str, float]:
             "cgroup": job.cgroup_peak}
 
 
+# How a summary row names each network.
+DESCRIBED = {"big": "101,318,656 weights (1024 -> 65536 x 3, fan-in 512)",
+             "mlp": "784 -> 1024 -> 1024 (fan-in 32)", "random": "4096 -> 16384 x 3 (fan-in 32)",
+             "radixnet": "RadiX-Net 16384 x 3"}
+
+
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     """Each network and job: the peak a rank against the prediction at every P, and its memory
     above the baseline against one rank's."""
@@ -76,7 +91,8 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
         mine = [r for r in tables[0] if (r["network"], r["job"]) == key]
         ps = " / ".join(r["P"] for r in mine)
         rows.append(summary_row(
-            f"{key[0]}, {key[1]}: peak a rank at P = {ps} (MB, private + shared share)",
+            f"{DESCRIBED.get(key[0], key[0])}, {key[1]}: peak a rank at P = {ps} (MB, private "
+            "+ shared share)",
             " / ".join(r["peak (MB)"] for r in mine),
             " / ".join(r["predicted (MB)"] for r in mine) + " (predicted)",
             "error " + " / ".join(r["error"] for r in mine) + "; above the baseline "
@@ -86,40 +102,50 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
 
 def main() -> int:
     ap = parser(__doc__)
-    ap.add_argument("--networks", nargs="+", choices=["mlp", "random", "radixnet", "big"],
+    ap.add_argument("--networks", nargs="+",
+                    choices=["mlp", "random", "radixnet", "big", "shares"],
                     default=["mlp", "random", "radixnet"])
     ap.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
     ap.add_argument("--work", type=Path)
     args = ap.parse_args()
+    shares = args.networks == ["shares"]
+    if "shares" in args.networks and not shares:
+        ap.error("--networks shares is a run of its own (its own record)")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name in args.networks:
             files = prepare(name, args.ranks, work)
-            for job in ("train", "infer"):
+            for data, job in ((d, j) for d in files["inputs"] for j in ("train", "infer")):
                 one = None
+                label = f"mlp, {data.split(':')[0]}:" if shares else name
                 for p in args.ranks:
-                    common = ["--network", str(files["net"])] + \
-                        (["--plan", str(files[p])] if p > 1 else [])
+                    common = ["--network", str(files["net"])]
+                    if p > 1:
+                        common += ["--replicas", str(p)] if shares else ["--plan", str(files[p])]
                     if job == "train":
-                        cmd = ["train", *common, "--data", f"npz:{files['data']}", "--epochs",
-                               "1", "--max-steps", "4", "--batch-size", "64"]
+                        cmd = ["train", *common, "--data", data, "--epochs", "1",
+                               "--max-steps", "40" if shares else "4", "--batch-size", "64"]
                     else:
-                        cmd = ["infer", *common, "--inputs", f"npz:{files['data']}"]
+                        cmd = ["infer", *common, "--inputs", data]
                     m = run(p, cmd, work / "m.json")
                     above = m["peak"] - m["baseline"]
                     one = above if p == 1 else one
-                    rows.append([name, job, str(p), f"{m['peak'] / 1e6:,.0f}",
-                                 f"{m['predicted'] / 1e6:,.0f}",
+                    rows.append([label, job, f"{p} replicas" if shares and p > 1 else str(p),
+                                 f"{m['peak'] / 1e6:,.0f}", f"{m['predicted'] / 1e6:,.0f}",
                                  f"{100 * (m['predicted'] - m['peak']) / m['peak']:+.1f}%",
                                  f"{m['baseline'] / 1e6:,.0f}",
                                  f"{above / one:.3f}x" if one else "-",
                                  f"{m['rss'] / 1e6:,.0f}", f"{m['cgroup'] / 1e6:,.0f}"])
                     print(" | ".join(rows[-1]), flush=True)
+    what = ("Replicas (`--replicas P`, each holding its share of the samples); training: 40 "
+            "steps of 64 on 60,000 samples (synthetic `npz:`, and MNIST `mnist:`), evaluation "
+            "on 10,000; inference: the 10,000. " if shares else
+            "Block plans; training: 4 steps of 64 on 2,048 samples, evaluation on 512; "
+            "inference: the 512. ")
     body = ("Command: `python scripts/bench/bench_memory.py --networks " + " ".join(args.networks)
-            + " --ranks " + " ".join(map(str, args.ranks)) + "`. Block plans; training: 4 "
-            "steps of 64 on 2,048 samples, evaluation on 512; inference: the 512. Peak: the "
+            + " --ranks " + " ".join(map(str, args.ranks)) + "`. " + what + "Peak: the "
             "largest rank's, as the job reports it (private + its share of shared pages); "
             "predicted: that rank's prediction (`spdnn.model.memory.predict` above the "
             "baseline it measured); "
@@ -129,10 +155,10 @@ def main() -> int:
             + table(["network", "job", "P", "peak (MB)", "predicted (MB)", "error",
                      "baseline (MB)", "above baseline vs P = 1", "%M (MB)", "cgroup (MB)"],
                     rows))
-    marker = "memory-101m" if args.networks == ["big"] else "memory-validation"
-    publish(args, marker, "Memory: " + ("the 101M-weight network" if marker == "memory-101m"
-                                        else "the validation networks"), body,
-            area="Memory", rows=summary)
+    marker, title = ("memory-101m", "the 101M-weight network") if args.networks == ["big"] \
+        else ("memory-shares", "samples by shares") if shares \
+        else ("memory-validation", "the validation networks")
+    publish(args, marker, "Memory: " + title, body, area="Memory", rows=summary)
     return 0
 
 

@@ -130,7 +130,7 @@ def publish(args: argparse.Namespace, marker: str, title: str, body: str, *,
     record = {"format": "spdnn-results/1", "marker": marker, "page": page, "area": area,
               "title": title,
               "command": command or shlex.join(["python", f"scripts/bench/{Path(sys.argv[0]).name}",
-                                                *sys.argv[1:]]),
+                                                *measured(sys.argv[1:])]),
               "machine": machine(),
               "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
               "rows": rows(tables) if rows else [], "tables": tables}
@@ -153,6 +153,23 @@ def publish(args: argparse.Namespace, marker: str, title: str, body: str, *,
              "argv": sys.argv[1:], "sections": _SECTIONS}, indent=1) + "\n",
             "the JSON results")
     return record
+
+
+# Options that say where a run writes, not what it measures: left out of a record's command.
+SCRATCH = ("--work", "--json")
+
+
+def measured(argv: list[str]) -> list[str]:
+    """``argv`` without the SCRATCH options (``--work DIR``, ``--json=FILE``)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in SCRATCH:
+            skip = True
+        elif not a.startswith(tuple(f"{o}=" for o in SCRATCH)):
+            out.append(a)
+    return out
 
 
 def machine() -> str:
