@@ -151,7 +151,7 @@ def main() -> int:
             "baseline it measured); "
             "`above baseline vs P = 1`: (peak - baseline) over that of one rank; `%M`: the "
             "largest rank's `/usr/bin/time -f %M`; cgroup: the job's memory cgroup at its "
-            "most (every rank). float32, one thread per rank, P = 4 on 2 cores.\n\n"
+            f"most (every rank). float32, one thread per rank, on {os.cpu_count()} cores.\n\n"
             + table(["network", "job", "P", "peak (MB)", "predicted (MB)", "error",
                      "baseline (MB)", "above baseline vs P = 1", "%M (MB)", "cgroup (MB)"],
                     rows))
