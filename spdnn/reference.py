@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from spdnn.model.ops import activate, activation_slope, loss_and_gradient, outpu
 from spdnn.model.optim import RowGrad, interleave, make, parameters
 from spdnn.model.reports import ChallengeResult, EpochReport
 from spdnn.model.schedule import Schedule, planned
+from spdnn.model.sparsity import SparseUpdate, changeable, drop_counts, grow_draws, grown_values
 
 
 def sampled_products(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -149,6 +150,84 @@ def _backward_from(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
                 delta *= masks[k - 1]
 
 
+def layer_gradients(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
+                    masks: list | None = None) -> list[np.ndarray]:
+    """dL/dW of every layer as a dense array (n_out x n_in), the pattern's entries and every
+    other: what RigL scores its growth by."""
+    zs, xs, _ = _forward(net, x0, None, masks)
+    out = output(zs[-1], net.output_activation, net.cap)
+    delta = loss_and_gradient(out, y, loss)[1]
+    if net.output_activation != "linear":
+        delta = delta * activation_slope(zs[-1], net.cap)
+    dense = [np.empty(0)] * net.n_layers
+    for k in range(net.n_layers - 1, -1, -1):
+        dense[k] = delta @ xs[k].T
+        if k > 0:
+            delta = net.layers[k].weight.T @ delta
+            net.hidden(k).backward(delta, zs[k - 1])
+            if masks is not None and masks[k - 1] is not None:
+                delta *= masks[k - 1]
+    return dense
+
+
+def update_topology(net: Network, opt: Any, update: SparseUpdate, step: int,  # noqa: ANN401
+                    x0: np.ndarray, y: np.ndarray, loss: str, masks: list | None = None
+                    ) -> list[dict[str, int]]:
+    """The topology update after optimizer step ``step`` (spdnn.model.sparsity), row by row:
+    ``net``'s layers and ``opt``'s parameters and state replaced. RigL scores on the batch
+    ``x0``, ``y`` (with its dropout ``masks``) at the weights after the step. Returns per
+    layer the connections dropped and grown (entries that left, entries that came)."""
+    fraction, number = update.fraction(step), update.index(step)
+    scores = layer_gradients(net, x0, y, loss, masks) if update.mode == "rigl" else None
+    layers, counts = list(net.layers), []
+    for k, layer in enumerate(net.layers, start=1):
+        w = layer.weight
+        n_out, n_in = w.shape
+        if not changeable(n_out, n_in, w.nnz):
+            counts.append({"dropped": 0, "grown": 0})
+            continue
+        cols_out, vals_out, src_out, ptr = [], [], [], [0]
+        left = came = 0
+        for i in range(n_out):
+            lo, hi = int(w.indptr[i]), int(w.indptr[i + 1])
+            cols, vals = w.indices[lo:hi].tolist(), w.data[lo:hi]
+            c = int(drop_counts(np.array([hi - lo]), fraction)[0])
+            order = sorted(range(hi - lo), key=lambda e: (abs(float(vals[e])), cols[e]))
+            kept = {cols[e] for e in order[c:]}
+            if scores is not None:
+                free = [j for j in range(n_in) if j not in kept]
+                grown = sorted(free, key=lambda j: (-abs(float(scores[k - 1][i, j])), j))[:c]
+            else:
+                grown, attempt = [], 0
+                while len(grown) < c:
+                    j = int(grow_draws(update.seed, number, k, np.array([i]), attempt, n_in)[0])
+                    attempt += 1
+                    if j not in kept and j not in grown:
+                        grown.append(j)
+            old = {cols[e]: lo + e for e in range(hi - lo)}
+            new = sorted(kept | set(grown))
+            fresh = [j for j in new if j not in old]
+            start = grown_values(update.seed, number, k, np.full(len(fresh), i),
+                                 np.array(fresh, dtype=np.int64), n_in, n_out, update.mode,
+                                 w.dtype)
+            values = dict(zip(fresh, start))
+            for j in new:
+                cols_out.append(j)
+                src_out.append(old.get(j, -1))
+                vals_out.append(w.data[old[j]] if j in old else values[j])
+            ptr.append(len(cols_out))
+            left += len(set(old) - set(new))
+            came += len(fresh)
+        weight = sp.csr_matrix((np.array(vals_out, dtype=w.dtype),
+                                np.array(cols_out, dtype=w.indices.dtype),
+                                np.array(ptr, dtype=w.indptr.dtype)), shape=w.shape)
+        layers[k - 1] = replace(layer, weight=weight)
+        opt.resize(2 * (k - 1), weight.data, np.array(src_out, dtype=np.int64))
+        counts.append({"dropped": left, "grown": came})
+    object.__setattr__(net, "layers", tuple(layers))
+    return counts
+
+
 def lsh_tables(net: Network, hashes: HashFunctions) -> Tables:
     """Tables over every neuron of the LSH layer (its rows' current weights)."""
     w = net.layers[hashes.spec.layer - 1].weight
@@ -225,16 +304,22 @@ def train(
     schedule: Schedule | None = None,
     clip_grad_norm: float | None = None,
     dropout: Dropout | None = None,
+    sparse_update: SparseUpdate | None = None,
+    on_update: Callable[[int, list[dict[str, int]]], None] | None = None,
 ) -> tuple[Network, list[EpochReport]]:
     """Train a copy of ``net`` with the ``optimizer`` a config names (spdnn.model.optim);
     return it and one report per epoch. ``lsh``: SLIDE's sampled
     output layer, its tables rebuilt as ``is_rebuild_step`` says (``checkpoint_every``: the
     rebuilds of a run that writes checkpoints). ``schedule``: the rate of each step (its T
     set here), ``clip_grad_norm``: the gradients scaled as torch.nn.utils.clip_grad_norm_
-    does; ``dropout``: its masks drawn by step, layer, neuron and sample index."""
+    does; ``dropout``: its masks drawn by step, layer, neuron and sample index;
+    ``sparse_update``: the topology updates (``update_topology``; its T set here), each
+    reported to ``on_update(step, per-layer counts)``."""
     net = net.copy()
     opt = make(optimizer, parameters(net.layers))
     schedule = planned(schedule or Schedule(), epochs, len(data.y_train), batch_size, optimizer.lr)
+    if sparse_update is not None and not sparse_update.total:
+        sparse_update = replace(sparse_update, total=schedule.total)
     reports = []
     steps = 0
     hashes = HashFunctions.make(lsh, net.sizes[lsh.layer - 1], seed) \
@@ -270,6 +355,7 @@ def train(
                     dropout.mask(steps, k, np.arange(net.sizes[k]), idx, net.dtype)
                     for k in range(1, net.n_layers)]
                 g = backward(net, columns(x, idx), y[idx], loss, masks=masks)
+            step_masks = masks if hashes is None else None
             grads = interleave(g.weights, g.biases)
             if clip_grad_norm is not None:
                 norm = float(np.sqrt(squared_norm(grads)))
@@ -281,6 +367,11 @@ def train(
             correct += g.correct
             seen += len(idx)
             steps += 1
+            if sparse_update is not None and sparse_update.due(steps):
+                counts = update_topology(net, opt, sparse_update, steps, columns(x, idx),
+                                         y[idx], loss, step_masks)
+                if on_update is not None:
+                    on_update(steps, counts)
             if max_steps is not None and steps >= max_steps:
                 break
         seconds = time.perf_counter() - t0

@@ -129,6 +129,16 @@ def fraction(text: str) -> float:
     return value
 
 
+def step_or_fraction(text: str) -> int | float:
+    """``--update-until``: a step (digits: ``3000``) or a fraction of the job's steps
+    (``0.75``); the range is the update's check."""
+    try:
+        return int(text) if text.strip().isdigit() else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a step or a fraction of the job's steps, "
+                                         f"not {text}") from None
+
+
 def fan_ins(text: str) -> int | list[int]:
     """``--fan-in``: one count for every layer, or one per layer (``4096,128``)."""
     parts = [positive_int(p) for p in text.split(",")]

@@ -28,6 +28,7 @@ from spdnn.cli.options import (
     replica_count,
     report,
     seed,
+    step_or_fraction,
 )
 from spdnn.comm.threads import default_threads, reserve_threads
 from spdnn.errors import SpdnnError, options_named_by_flag, say_error
@@ -277,6 +278,7 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
                     help="weight decay on every parameter, biases included; AdamW's decoupled "
                          f"({defaults('weight_decay')})")
     from spdnn.model.schedule import SCHEDULES
+    from spdnn.model.sparsity import MODES, SCOPES
 
     tr.add_argument("--lr-schedule", choices=SCHEDULES, default=_TRAIN.lr_schedule,
                     help="the rate over the job's planned steps T (--epochs x steps per "
@@ -302,6 +304,21 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
     tr.add_argument("--clip-grad-norm", type=float, metavar="X",
                     help="scale the gradients to an L2 norm of at most X over every parameter "
                          "and rank, as torch.nn.utils.clip_grad_norm_")
+    tr.add_argument("--sparse-update", choices=MODES,
+                    help="dynamic sparsity (docs/dynamic-sparsity.md): every --update-every "
+                         "steps each row drops its smallest |w| and grows as many, at random "
+                         "(set) or where |dL/dw| is largest (rigl)")
+    tr.add_argument("--update-every", type=int, default=_TRAIN.update_every, metavar="N",
+                    help="steps between topology updates")
+    tr.add_argument("--drop-fraction", type=float, default=_TRAIN.drop_fraction,
+                    metavar="F", help="the fraction dropped at the first update, decayed by "
+                                      "a cosine to zero at --update-until")
+    tr.add_argument("--update-until", type=step_or_fraction, default=_TRAIN.update_until,
+                    metavar="T", help="the step at which updates end: a step, or a fraction "
+                                      "of the job's planned steps")
+    tr.add_argument("--update-scope", choices=SCOPES, default=_TRAIN.update_scope,
+                    help="row: every row drops and grows the same count (each neuron keeps "
+                         "its fan-in)")
 
 
 def _add_infer(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)

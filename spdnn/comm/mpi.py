@@ -197,6 +197,19 @@ class Communicator:
             self._comm.Allgatherv(data, [recv, counts, _displacements(counts), MPI.BYTE])
         return object_buffers.split(recv, counts)
 
+    def allgather_rows(self, block: np.ndarray) -> np.ndarray:
+        """Every rank's rows of the 2-D ``block`` (the same width on every rank), rank after
+        rank, on every rank."""
+        block = np.ascontiguousarray(block)
+        width = block.shape[1]
+        rows = np.array(self.allgather(int(block.shape[0])), dtype=np.int64)
+        out = np.empty((int(rows.sum()), width), dtype=block.dtype)
+        counts = rows * width
+        with self._waiting("an all-gather of rows"):
+            self._comm.Allgatherv(block, [out, counts, _displacements(counts),
+                                          dtlib.from_numpy_dtype(block.dtype)])
+        return out
+
     def allreduce_scalar(self, x: float, op: str = "sum") -> float:
         out = np.empty(1, dtype=np.float64)
         with self._waiting(f"an all-reduce ({op})"):

@@ -24,10 +24,12 @@ CHECKPOINT_FORMAT = "spdnn-checkpoint/2"
 RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash", "optimizer", "lr",
                 "momentum", "nesterov", "betas", "eps", "weight_decay", "lr_schedule",
                 "warmup_steps", "min_lr", "step_size", "gamma", "planned_steps",
-                "clip_grad_norm", "dropout", "validation_split")
+                "clip_grad_norm", "dropout", "validation_split", "sparse_update",
+                "update_every", "drop_fraction", "update_until", "update_scope", "update_end")
 _OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
             "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash",
-            "planned_steps": "--epochs (the schedule's planned steps)"}
+            "planned_steps": "--epochs (the schedule's planned steps)",
+            "update_end": "--update-until and --epochs (the step updates end at)"}
 _STATE_MEMBER = re.compile(r"([a-z][a-z0-9_]*)\.([wb])(\d+)")
 
 
@@ -68,6 +70,8 @@ def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any],
 
 
 def _shown(value: Any) -> str:  # noqa: ANN401
+    if value == "":
+        return "none"
     return ",".join(f"{v:g}" for v in value) if isinstance(value, list) else str(value)
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from spdnn.comm.mpi import Communicator
-from spdnn.errors import SpdnnError
+from spdnn.errors import InputError, SpdnnError
 from spdnn.io.dataset import split_validation
 from spdnn.io.loaders import check_fits
 from spdnn.kernels.loading import load_kernels
@@ -28,8 +28,10 @@ from spdnn.model.records import (
     check_train_options,
     optimizer_config,
     schedule_of,
+    sparse_update_of,
 )
 from spdnn.model.reports import EpochReport, short_sizes
+from spdnn.model.sparsity import changeable
 from spdnn.runtime import memory_report
 from spdnn.runtime.accounting import (
     accounting,
@@ -40,6 +42,7 @@ from spdnn.runtime.accounting import (
 )
 from spdnn.runtime.checkpoint import check_position, directory_lock, load_checkpoint
 from spdnn.runtime.session import save_trained, write_json
+from spdnn.runtime.topology import adopt_topology
 from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
@@ -81,6 +84,13 @@ def _config(opt: TrainOptions) -> TrainConfig:
     if lsh is not None and compress.enabled:  # its compressor keeps state per position
         raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
                          "those of the rows active in each step, not of fixed positions")
+    sparse = sparse_update_of(opt)
+    if sparse is not None:
+        for given, flag in ((lsh is not None, "--lsh"), (compress.enabled, "--compress"),
+                            (opt.critical_set is not None, "--critical-set")):
+            if given:
+                raise SpdnnError(f"--sparse-update does not apply with {flag} yet: "
+                                 + UNSUPPORTED[flag])
     return TrainConfig(epochs=opt.epochs, batch_size=opt.batch_size,
                        optimizer=optimizer, seed=opt.seed,
                        shuffle=opt.shuffle, loss=opt.loss, max_steps=opt.max_steps,
@@ -90,7 +100,14 @@ def _config(opt: TrainOptions) -> TrainConfig:
                        critical_set=opt.critical_set, refresh=opt.refresh or 2, lsh=lsh,
                        rehash=opt.rehash, schedule=schedule, early_stopping=opt.early_stopping,
                        validation_split=opt.validation_split,
-                       clip_grad_norm=opt.clip_grad_norm)
+                       clip_grad_norm=opt.clip_grad_norm, sparse_update=sparse)
+
+
+# Why a topology update cannot run beside each option yet.
+UNSUPPORTED = {"--lsh": "its tables index the rows' weights as they are",
+               "--compress": "its compressors keep a residual per weight position",
+               "--critical-set": "its epochs' steps vary, so the step updates end at is not "
+                                 "known ahead"}
 
 
 def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
@@ -129,6 +146,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     if opt.validation_split is not None:
         data = comm.check(lambda: split_validation(data, opt.validation_split))
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
+    if cfg.sparse_update is not None:
+        comm.check(lambda: check_changeable(job.bundle, network))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss,
                                        activations=tuple(job.bundle.meta["activations"])))
     cfg = comm.check(lambda: cfg.planned(len(data.y_train)))  # the schedule's T
@@ -137,6 +156,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     position, state, lossy = None, None, None
     if opt.resume:
         resume = os.fspath(opt.resume)
+        if cfg.sparse_update is not None:  # the topology the checkpoint's run had reached
+            comm.check(lambda: adopt_topology(dnet, resume))
         position, state = comm.check(lambda: load_checkpoint(
             dnet, resume, cfg.settings(), opt.resume_with_changes))
         lossy = comm.check(lambda: resumed_lossy(dnet, resume, cfg, len(data.y_train),
@@ -165,7 +186,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
               f"with {comm.size} rank(s){grid}, plan "
               f"{job.plan.meta.get('method', '?')}: {len(data.y_train):,} samples, batch "
               f"{cfg.batch_size}, {describe(cfg.optimizer)}{cfg.schedule.describe()}"
-              f"{clip}{cfg.dropout.describe() if cfg.dropout else ''}{resumed}"
+              f"{clip}{cfg.dropout.describe() if cfg.dropout else ''}"
+              f"{cfg.sparse_update.describe() if cfg.sparse_update else ''}{resumed}"
               f"{_lossy_note(cfg, dnet.grid.replicas)}", flush=True)
     bars: list = []
 
@@ -220,18 +242,37 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                          {"trained_by": "spdnn train", "data": data.name,
                           "epoch": report.epoch, "validation_loss": report.validation_loss})
 
+    updates: list[dict[str, Any]] = []
     with lock:
         reports = train(comm, dnet, data, cfg, position, state, lossy,
                         epoch_done if comm.rank == 0 else None, on_step, finish,
-                        on_best=keep_best)
+                        on_best=keep_best, on_update=lambda r: updates.append(r.as_dict()))
+    if updates and comm.rank == 0 and verbose:
+        first, last = updates[0], updates[-1]
+        print(f"{len(updates)} topology update(s) from step {first['step']} to "
+              f"{last['step']}: {sum(u['dropped'] for u in updates):,} connections dropped, "
+              f"{sum(u['grown'] for u in updates):,} grown, "
+              f"{sum(u['seconds'] for u in updates):.2f} s; the plan now moves "
+              f"{last['rows_per_step']:,} rows a step", flush=True)
     test = _tested_once(comm, dnet, data, verbose, reports, best, opt)
     out = TrainResult(rank=comm.rank, epochs=tuple(reports), ranks=comm.size,
                       parts=dnet.grid.parts,
                       replicas=dnet.grid.replicas, plan_method=job.plan.meta.get("method"),
                       kernels=kernels_backend(), traffic=result["traffic"],
-                      timing=result["timing"], memory=result["memory"], test_accuracy=test)
+                      timing=result["timing"], memory=result["memory"], test_accuracy=test,
+                      topology_updates=tuple(updates))
     write_json(comm, metrics_out, out.metrics())
     return out
+
+
+def check_changeable(bundle: Any, network: Any) -> None:  # noqa: ANN401
+    """A topology update needs a layer that can change (one not dense)."""
+    sizes = bundle.sizes
+    if not any(changeable(sizes[k], sizes[k - 1], bundle.nnz(k))
+               for k in range(1, len(sizes))):
+        where = network if isinstance(network, (str, os.PathLike)) else "network"
+        raise InputError(where, "every layer is dense: --sparse-update has no connection to "
+                                "move")
 
 
 def _tested_once(comm: Communicator, dnet: Any, data: Any, verbose: bool,  # noqa: ANN401

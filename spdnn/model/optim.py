@@ -151,6 +151,18 @@ class Optimizer:
             else:
                 self._dense(i, p, g)
 
+    def resize(self, i: int, param: np.ndarray, source: np.ndarray) -> None:
+        """Parameter i is now ``param`` (a topology update changed its entries): its state
+        follows them, ``source[e]`` the old position of new entry e, -1 for a grown entry,
+        whose state starts at zero; a dropped entry's state goes."""
+        self.params[i] = param
+        self._scratch[i] = None
+        kept = source >= 0
+        for name, old in self.state[i].items():
+            new = np.zeros(param.shape, dtype=old.dtype)
+            new[kept] = old[source[kept]]
+            self.state[i][name] = new
+
     def scratch(self, i: int) -> np.ndarray:
         """A work array the size of parameter i, made once (no allocation per step)."""
         s = self._scratch[i]

@@ -95,6 +95,14 @@ class TrainOptions:
     lsh_top_bias: int = 0  # output neurons of largest bias added to every sample in training
     lsh_estimate_tail: bool = False  # the random ones stand for every output not retrieved
     rehash: int = 50  # steps before the first rebuild of the LSH tables
+    # topology updates (spdnn.model.sparsity): set or rigl, every update_every steps, the
+    # fraction drop_fraction decayed by a cosine to zero at update_until (a fraction of the
+    # job's planned steps, or a step), in update_scope row
+    sparse_update: str | None = None
+    update_every: int = 100
+    drop_fraction: float = 0.3
+    update_until: float | int = 0.75
+    update_scope: str = "row"
 
 
 Ints = tuple[int, ...]
@@ -209,6 +217,8 @@ class TrainResult:
     memory: dict[str, Any] = field(default_factory=dict)
     # with a validation split: the test split's accuracy, scored once after training
     test_accuracy: float | None = None
+    # with sparse_update: one record per update (spdnn.runtime.topology.UpdateRecord)
+    topology_updates: tuple[dict[str, Any], ...] = ()
 
     @property
     def accuracy(self) -> float | None:
@@ -222,7 +232,8 @@ class TrainResult:
         return {"ranks": self.ranks, "epochs": [r.as_dict() for r in self.epochs],
                 "traffic": _as_dict(self.traffic), "timing": _as_dict(self.timing),
                 "plan": self.plan_method, "kernels": self.kernels, "memory": self.memory,
-                "test_accuracy": self.test_accuracy}
+                "test_accuracy": self.test_accuracy,
+                "topology_updates": list(self.topology_updates)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,10 +323,30 @@ def check_train_options(opt: TrainOptions) -> None:
         if getattr(opt, name) is not None and opt.resume is not None:
             raise OptionError(name, "does not apply with resume yet: the best epoch so far is "
                                     "not in the checkpoint")
+    sparse_update_of(opt)
     if opt.loss not in ("cross_entropy", "mse"):
         raise SpdnnError(f"loss must be cross_entropy or mse, not {opt.loss!r}")
     if opt.critical_set is not None and not 0 < opt.critical_set <= 1:
         raise SpdnnError(f"critical_set must be a fraction in (0, 1], not {opt.critical_set}")
+
+
+_DEFAULTS = TrainOptions()
+UPDATE_SETTINGS = ("update_every", "drop_fraction", "update_until", "update_scope")
+
+
+def sparse_update_of(opt: TrainOptions) -> Any:  # noqa: ANN401
+    """The topology updates the options ask for (``spdnn.model.sparsity.SparseUpdate``), or
+    None; an update setting without ``sparse_update`` is refused by name."""
+    from spdnn.model.sparsity import SparseUpdate
+
+    if opt.sparse_update is None:
+        for name in UPDATE_SETTINGS:
+            if getattr(opt, name) != getattr(_DEFAULTS, name):
+                raise OptionError(name, "needs sparse_update (set or rigl)")
+        return None
+    return SparseUpdate(mode=opt.sparse_update, every=opt.update_every,
+                        drop_fraction=opt.drop_fraction, until=opt.update_until,
+                        scope=opt.update_scope, seed=opt.seed)
 
 
 OPTIMIZER_SETTINGS = ("lr", "momentum", "nesterov", "betas", "eps", "weight_decay")

@@ -254,13 +254,16 @@ class DistributedNetwork:
         return outputs.top_k(self.comm, self.layers[-1].rows, out, k, self.sizes[-1])
 
     def backward(self, fwd: Forward, y: np.ndarray, loss: str, scale: int | None = None,
-                 sample_losses: np.ndarray | None = None
+                 sample_losses: np.ndarray | None = None,
+                 deltas: dict[int, np.ndarray] | None = None
                  ) -> tuple[float, int, list[np.ndarray], list[np.ndarray]]:
         """Loss, correct predictions and this rank's gradients (W data and bias per layer)
         after ``forward(..., keep=True)``; the loss is a mean over ``scale`` samples (default:
         this batch). With replicas, each layer's gradients are summed over them (started as
         soon as the layer's gradient is complete, while the earlier layers run); the loss and
-        the count are those of this replica's samples (and ``sample_losses``, when given)."""
+        the count are those of this replica's samples (and ``sample_losses``, when given).
+        ``deltas``: filled with a copy of each layer's error block dL/dZ (its rows x batch),
+        by local layer (RigL's scores)."""
         ws, t, comm = fwd.workspace, self.timers, self.comm
         assert ws is not None, "backward needs forward(keep=True)"
         batch = ws.xbufs[0].shape[1]
@@ -279,6 +282,8 @@ class DistributedNetwork:
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
+            if deltas is not None:
+                deltas[i] = delta.copy()
             if i == at:  # a hidden layer's error at its active pairs, the output's already
                 errors = delta if self.sampled.output else self.sampled.pair_errors(delta)
                 grads_w[i], grads_b[i], delta = self.sampled.backward_layer(errors, ws)
@@ -328,6 +333,14 @@ class DistributedNetwork:
                   wait=t4 - t3)
         self.sums.finish(ws.grad_w, ws.grad_b)
         return value, correct, grads_w, grads_b
+
+    def topology_changed(self) -> None:
+        """Some layers were rebuilt with new patterns (spdnn.runtime.topology): drop what was
+        sized by the old ones (the workspaces, the narrow tail's lists, the sums' sizes)."""
+        self._workspaces.clear()
+        self._pingpong.clear()
+        self.layer_run = False
+        self.sums.sizes = [(layer.weight.nnz, len(layer.bias)) for layer in self.layers]
 
     def workspaces(self) -> list[Workspace]:
         return list(self._workspaces.values())

@@ -32,12 +32,14 @@ from spdnn.model.labels import as_labels
 from spdnn.model.optim import Optimizer, SavedState, interleave, make, settings
 from spdnn.model.reports import EpochReport
 from spdnn.model.schedule import Schedule, planned
+from spdnn.model.sparsity import SparseUpdate
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import evaluate, evaluate_loss, local_inputs, precisions
 from spdnn.runtime.lsh_layer import use_lsh
 from spdnn.runtime.sample_shares import SampleFeed
+from spdnn.runtime.topology import TopologyUpdates, UpdateRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +63,7 @@ class TrainConfig:
     dropout: Dropout | None = None  # on the hidden layers' outputs (spdnn.model.counters)
     early_stopping: int | None = None  # epochs without a lower validation loss, at most
     validation_split: float | None = None  # recorded: a resume must hold out the same
+    sparse_update: SparseUpdate | None = None  # topology updates (spdnn.runtime.topology)
 
     def settings(self) -> dict[str, Any]:
         """What a checkpoint records to refuse a resume that would not continue this run."""
@@ -68,13 +71,18 @@ class TrainConfig:
         clip = {"clip_grad_norm": self.clip_grad_norm or 0.0}  # 0: none
         drop = self.dropout.settings() if self.dropout else {"dropout": []}
         drop["validation_split"] = self.validation_split or 0.0
+        sparse = self.sparse_update.settings() if self.sparse_update else {"sparse_update": ""}
         return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                **lsh, **settings(self.optimizer), **self.schedule.settings(), **clip, **drop}
+                **lsh, **settings(self.optimizer), **self.schedule.settings(), **clip, **drop,
+                **sparse}
 
     def planned(self, n_samples: int) -> TrainConfig:
-        """This config with its schedule's T set for ``n_samples`` training samples."""
-        return replace(self, schedule=planned(self.schedule, self.epochs, n_samples,
-                                              self.batch_size, self.optimizer.lr))
+        """This config with its schedule's T (and its topology updates') set for
+        ``n_samples`` training samples."""
+        schedule = planned(self.schedule, self.epochs, n_samples, self.batch_size,
+                           self.optimizer.lr)
+        sparse = self.sparse_update and replace(self.sparse_update, total=schedule.total)
+        return replace(self, schedule=schedule, sparse_update=sparse)
 
 
 def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: TrainConfig,
@@ -83,7 +91,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
           on_epoch: Callable[[EpochReport], None] | None = None,
           on_step: Callable[[int, int], None] | None = None,
           on_finish: Callable[[list, list], None] | None = None,
-          on_best: Callable[[EpochReport], None] | None = None) -> list[EpochReport]:
+          on_best: Callable[[EpochReport], None] | None = None,
+          on_update: Callable[[UpdateRecord], None] | None = None) -> list[EpochReport]:
     """Minibatch training; returns one report per epoch run (all ranks get the same reports).
 
     ``state``: the optimizer's state of a resumed run. ``on_finish(optimizer state arrays,
@@ -92,7 +101,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     ``lossy``: the compressors' residuals and the critical set of a resumed run. With
     validation samples, ``on_best(report)`` runs (collectively) after each epoch whose
     validation loss is the lowest so far, and ``early_stopping`` ends the job after that many
-    epochs without one."""
+    epochs without one. With ``cfg.sparse_update``, each topology update's record goes to
+    ``on_update``."""
     pos = position or Position()
     grid = dnet.grid
     if len(data.y_train) == 0:
@@ -123,6 +133,8 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         for layer in dnet.layers:
             layer.exchange.cap = None
 
+    updates = TopologyUpdates(dnet, opt, cfg.sparse_update) if cfg.sparse_update else None
+
     def checkpoint() -> None:
         save_checkpoint(comm, dnet, SavedState.of(opt), pos, str(cfg.checkpoint_dir),
                         cfg.settings(), crit)
@@ -150,6 +162,12 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
             steps += 1
             pos.step += 1
             pos.batch = b + 1
+            if updates is not None and updates.update.due(pos.step):
+                record = updates.apply(pos.step, block, data.y_train[mine], len(idx), cfg.loss,
+                                       None if cfg.dropout is None else
+                                       (cfg.dropout, pos.step - 1, mine))
+                if on_update is not None:
+                    on_update(record)
             if pos.batch == per_epoch:
                 if crit is not None and full:
                     crit.end_pass(grid.data)

@@ -1,0 +1,277 @@
+"""Topology updates on the ranks (the rule: spdnn.model.sparsity), a step of its own beside the
+optimizer's, as RigL's sparse optimizers keep the mask update apart.
+
+In row scope every row's update depends on that row alone, so each rank updates the rows it
+owns and no weight travels: it drops by |w| in its rows, grows (SET: the draws keyed by the
+row; RigL: the largest |dL/dw| of the row among the columns it does not hold), and then
+rebuilds only what the pattern decides, layer by layer: the local CSR with its buffer
+numbering, the exchange schedule (its ghost rows and send and receive lists, agreed by request
+lists as at start-up), the transpose, the workspaces and the optimizer's state of the layer.
+
+RigL's score of a row needs the inputs it does not read: at an update each rank all-gathers
+the layer's inputs X_{k-1} of the batch over its replica (n_{k-1} x B values received, one
+all-gather per changing layer) and, with replicas, the errors of its rows over the replicas
+(its rows x B); the scores are computed in blocks of rows, never a dense gradient of the
+layer. The plan stays; what it moves now is counted per update (``UpdateRecord``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from spdnn.errors import InputError
+from spdnn.io.checkpoint_format import manifest_fields, shard_layer
+from spdnn.io.npz import NpzReader
+from spdnn.model.counters import Dropout
+from spdnn.model.network import Layer
+from spdnn.model.optim import Optimizer
+from spdnn.model.sparsity import SparseUpdate, drop_counts, grow_draws, grown_values
+from spdnn.runtime.distributed import DistributedNetwork
+from spdnn.runtime.local_layer import LocalLayer
+
+# Rows whose RigL scores are computed at once (bounds the dense block to ROWS x n_in).
+SCORE_ROWS = 256
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """One update, over every rank: the step it followed, connections dropped and grown,
+    the rows the plan in force now moves per step (forward and backward), its seconds."""
+
+    step: int
+    dropped: int
+    grown: int
+    rows_per_step: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def rows_per_step(dnet: DistributedNetwork) -> int:
+    """Rows one step moves under the plan in force: every layer's expand and fold, over the
+    ranks of the replica (collective)."""
+    mine = sum(layer.exchange.rows_sent + (layer.exchange.n_ghost if i > 0 else 0)
+               for i, layer in enumerate(dnet.layers))
+    return int(dnet.comm.allreduce_scalar(float(mine)))
+
+
+class TopologyUpdates:
+    """The updates of one job over ``dnet`` and its optimizer ``opt``."""
+
+    def __init__(self, dnet: DistributedNetwork, opt: Optimizer, update: SparseUpdate) -> None:
+        self.dnet, self.opt, self.update = dnet, opt, update
+        comm = dnet.comm
+        self.changing = [bool(comm.allreduce_scalar(float(layer.weight.nnz))
+                              < dnet.sizes[layer.index] * dnet.sizes[layer.index - 1])
+                         for layer in dnet.layers]
+        self.records: list[UpdateRecord] = []
+
+    def apply(self, step: int, block: np.ndarray, labels: np.ndarray, batch: int, loss: str,
+              dropout: tuple[Dropout, int, np.ndarray] | None) -> UpdateRecord:
+        """The update after optimizer step ``step`` (collective): RigL scores on this
+        replica's ``block`` of the step's batch (``batch`` samples over every replica) with
+        its ``labels`` and dropout masks."""
+        t0 = time.perf_counter()
+        dnet, upd = self.dnet, self.update
+        fraction, number = upd.fraction(step), upd.index(step)
+        deltas: dict[int, np.ndarray] = {}
+        inputs: dict[int, np.ndarray] = {}
+        if upd.mode == "rigl":
+            fwd = dnet.forward(block, dropout=dropout)
+            dnet.backward(fwd, labels, loss, batch, deltas=deltas)
+            for i in range(dnet.n_layers):
+                if self.changing[i]:
+                    inputs[i] = self._whole_inputs(i, fwd.workspace.xbufs[i])
+                    deltas[i] = self._whole_batch(deltas[i])
+        dropped = grown = 0
+        for i in range(dnet.n_layers):
+            if not self.changing[i]:
+                continue
+            scores = (deltas[i], inputs[i]) if upd.mode == "rigl" else None
+            d, g = self._update_layer(i, fraction, number, scores)
+            dropped, grown = dropped + d, grown + g
+        pool: dict = {}
+        for layer in dnet.layers:
+            layer.exchange.share_buffers(pool)
+        dnet.topology_changed()
+        counts = dnet.comm.allreduce(np.array([dropped, grown], dtype=np.int64))
+        record = UpdateRecord(step, int(counts[0]), int(counts[1]), rows_per_step(dnet),
+                              dnet.grid.world.allreduce_scalar(time.perf_counter() - t0, "max"))
+        self.records.append(record)
+        return record
+
+    def _whole_inputs(self, i: int, xbuf: np.ndarray) -> np.ndarray:
+        """X_{k-1} of layer i, every row (global order) over this replica's samples and then
+        every replica's, in the batch's order."""
+        dnet, layer = self.dnet, self.dnet.layers[i]
+        n_own = layer.n_owned_prev
+        rows = dnet.comm.allgather_rows(layer.buffer_rows[:n_own, None])[:, 0]
+        x = dnet.comm.allgather_rows(xbuf[:n_own])
+        whole = np.empty_like(x)
+        whole[rows] = x
+        return self._whole_batch(whole)
+
+    def _whole_batch(self, block: np.ndarray) -> np.ndarray:
+        """``block`` (rows x this replica's samples) over every replica's samples."""
+        data = self.dnet.grid.data
+        if data.size == 1:
+            return block
+        return np.ascontiguousarray(data.allgather_rows(np.ascontiguousarray(block.T)).T)
+
+    def _update_layer(self, i: int, fraction: float, number: int,
+                      scores: tuple[np.ndarray, np.ndarray] | None) -> tuple[int, int]:
+        """Drop and grow in this rank's rows of local layer i; rebuild the layer. Returns the
+        connections dropped and grown here."""
+        dnet, upd = self.dnet, self.update
+        layer = dnet.layers[i]
+        k = layer.index
+        n_in, n_out = dnet.sizes[k - 1], dnet.sizes[k]
+        w = layer.weight
+        n_rows = len(layer.rows)
+        entries = np.diff(w.indptr).astype(np.int64)
+        row_of = np.repeat(np.arange(n_rows, dtype=np.int64), entries)
+        cols = layer.global_columns().astype(np.int64)
+        counts = drop_counts(entries, fraction)
+        # per row, by |w| then column: the first counts[r] go
+        order = np.lexsort((cols, np.abs(w.data), row_of))
+        place = np.arange(len(order)) - w.indptr[:-1].astype(np.int64)[row_of[order]]
+        drop = np.zeros(len(cols), dtype=bool)
+        drop[order] = place < counts[row_of[order]]
+        keep_keys = np.sort(row_of[~drop] * n_in + cols[~drop])
+        if scores is None:
+            grow_rows, grow_cols = self._set_growth(layer.rows, counts, keep_keys, n_in, k,
+                                                    number)
+        else:
+            grow_rows, grow_cols = _rigl_growth(scores[0], scores[1], counts, keep_keys, n_in)
+        old_keys = row_of * n_in + cols
+        by_key = np.argsort(old_keys)
+        new_keys = np.concatenate([keep_keys, grow_rows * n_in + grow_cols])
+        source = np.concatenate([np.flatnonzero(~drop)[np.argsort(old_keys[~drop])],
+                                 _positions(old_keys, by_key, grow_rows * n_in + grow_cols)])
+        sort = np.argsort(new_keys)
+        new_keys, source = new_keys[sort], source[sort]
+        new_rows, new_cols = new_keys // n_in, new_keys % n_in
+        fresh = source < 0
+        values = np.empty(len(new_keys), dtype=w.dtype)
+        values[~fresh] = w.data[source[~fresh]]
+        values[fresh] = grown_values(upd.seed, number, k, layer.rows[new_rows[fresh]],
+                                     new_cols[fresh], n_in, n_out, upd.mode, w.dtype)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(new_rows, minlength=n_rows))])
+        mine = Layer(sp.csr_matrix((values, new_cols.astype(w.indices.dtype),
+                                    indptr.astype(w.indptr.dtype)), shape=(n_rows, n_in)),
+                     layer.bias)
+        rebuilt = LocalLayer.build(dnet.comm, dnet.plan, k, mine)
+        # the build orders each row's entries by buffer position: follow them
+        position = np.searchsorted(new_keys, np.repeat(
+            np.arange(n_rows, dtype=np.int64), np.diff(rebuilt.weight.indptr)) * n_in
+            + rebuilt.global_columns().astype(np.int64))
+        ex_old, ex_new = layer.exchange, rebuilt.exchange
+        ex_new.mode, ex_new.cap, ex_new.masked = ex_old.mode, ex_old.cap, ex_old.masked
+        dnet.layers[i] = rebuilt
+        self.opt.resize(2 * i, rebuilt.weight.data, source[position])
+        self.opt.resize(2 * i + 1, rebuilt.bias, np.arange(len(rebuilt.bias)))
+        return int(len(cols) - (~fresh).sum()), int(fresh.sum())
+
+    def _set_growth(self, rows: np.ndarray, counts: np.ndarray, keep_keys: np.ndarray,
+                    n_in: int, k: int, number: int) -> tuple[np.ndarray, np.ndarray]:
+        """SET: each row takes its draws in order (``grow_draws``), skipping a column it keeps
+        or took already, until it has grown ``counts[r]``. One draw per needing row a round."""
+        got = np.zeros(len(rows), dtype=np.int64)
+        taken: list[np.ndarray] = []
+        taken_keys = np.zeros(0, dtype=np.int64)
+        attempt = 0
+        need = np.flatnonzero(counts > got)
+        while len(need):
+            cand = grow_draws(self.update.seed, number, k, rows[need], attempt, n_in)
+            keys = need * n_in + cand
+            ok = ~_member(keep_keys, keys) & ~_member(taken_keys, keys)
+            taken.append(keys[ok])
+            taken_keys = np.sort(np.concatenate([taken_keys, keys[ok]]))
+            got[need[ok]] += 1
+            attempt += 1
+            need = np.flatnonzero(counts > got)
+        keys = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+        return keys // n_in, keys % n_in
+
+
+def adopt_topology(dnet: DistributedNetwork, directory: str) -> None:
+    """Rebuild my layers with the patterns a checkpoint holds (those its run's updates reached;
+    any P and plan wrote it), their values left for ``load_checkpoint`` to fill."""
+    with contextlib.ExitStack() as stack:
+        files = manifest_fields(directory)["files"]
+        readers = [stack.enter_context(NpzReader(Path(directory) / f, "checkpoint"))
+                   for f in files]
+        for i, layer in enumerate(dnet.layers):
+            k = layer.index
+            n_in = dnet.sizes[k - 1]
+            shards = [shard_layer(r, k, dnet.sizes[k], n_in) for r in readers]
+            rows = np.concatenate([np.repeat(a["rows"].astype(np.int64), a["counts"])
+                                   for a in shards])
+            cols = np.concatenate([a["cols"].astype(np.int64) for a in shards])
+            local = np.full(dnet.sizes[k], -1, dtype=np.int64)
+            local[layer.rows] = np.arange(len(layer.rows))
+            mine = local[rows] >= 0
+            keys = np.sort(local[rows[mine]] * n_in + cols[mine])
+            if len(np.unique(keys)) != len(keys):
+                raise InputError(directory, f"layer {k}: a connection is listed twice")
+            w = layer.weight
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(keys // n_in,
+                                                                minlength=len(layer.rows)))])
+            pattern = Layer(sp.csr_matrix((np.zeros(len(keys), w.dtype),
+                                           (keys % n_in).astype(w.indices.dtype),
+                                           indptr.astype(w.indptr.dtype)),
+                                          shape=(len(layer.rows), n_in)), layer.bias)
+            rebuilt = LocalLayer.build(dnet.comm, dnet.plan, k, pattern)
+            ex_old, ex_new = layer.exchange, rebuilt.exchange
+            ex_new.mode, ex_new.cap, ex_new.masked = ex_old.mode, ex_old.cap, ex_old.masked
+            dnet.layers[i] = rebuilt
+    pool: dict = {}
+    for layer in dnet.layers:
+        layer.exchange.share_buffers(pool)
+    dnet.topology_changed()
+
+
+def _member(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    if not len(sorted_keys):
+        return np.zeros(len(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[at] == keys
+
+
+def _positions(old_keys: np.ndarray, by_key: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The old entry of each key (a just-dropped connection grown again keeps it), else -1."""
+    if not len(old_keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    ordered = old_keys[by_key]
+    at = np.minimum(np.searchsorted(ordered, keys), len(ordered) - 1)
+    return np.where(ordered[at] == keys, by_key[at], -1).astype(np.int64)
+
+
+def _rigl_growth(delta: np.ndarray, x: np.ndarray, counts: np.ndarray, keep_keys: np.ndarray,
+                 n_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """RigL: per row, the ``counts[r]`` columns of largest |dL/dw| = |delta_r . x_j| among
+    those it does not keep (ties: the lower column), in blocks of SCORE_ROWS rows."""
+    rows_out, cols_out = [], []
+    keep_rows, keep_cols = keep_keys // n_in, keep_keys % n_in
+    for lo in range(0, len(counts), SCORE_ROWS):
+        hi = min(len(counts), lo + SCORE_ROWS)
+        if not counts[lo:hi].any():
+            continue
+        score = np.abs(delta[lo:hi] @ x.T)
+        inside = (keep_rows >= lo) & (keep_rows < hi)
+        score[keep_rows[inside] - lo, keep_cols[inside]] = -np.inf
+        best = np.argsort(-score, axis=1, kind="stable")
+        for r in np.flatnonzero(counts[lo:hi]):
+            chosen = np.sort(best[r, :counts[lo + r]])
+            rows_out.append(np.full(len(chosen), lo + r, dtype=np.int64))
+            cols_out.append(chosen.astype(np.int64))
+    if not rows_out:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(rows_out), np.concatenate(cols_out)

@@ -1,0 +1,96 @@
+"""Topology updates (SET and RigL) on P ranks against the serial reference: every update, and
+so the whole run, the same topology and weights within 1e-10, under hypergraph and block
+plans, on every grid of the communicator (2 x 2 at P = 4), and across a checkpoint resumed on
+another grid. Run under mpiexec -n 1, 2, 3 and 4."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from spdnn.model.counters import Dropout
+from spdnn.model.optim import AdamConfig, SGDConfig
+from spdnn.model.sparsity import SparseUpdate
+from spdnn.reference import train as reference_train
+from spdnn.runtime.checkpoint import load_checkpoint
+from spdnn.runtime.session import gather_network
+from spdnn.runtime.topology import adopt_topology
+from spdnn.runtime.training import TrainConfig, train
+from tests.helpers import small_network
+from tests.test_replicas_mpi import _assert_close, _data, _open, grids
+
+pytestmark = pytest.mark.mpi
+
+# (optimizer, dropout): SGD with momentum and weight decay; Adam's two moments under dropout
+RECIPES = {"set": (SGDConfig(0.05, 0.9, 0.01), None),
+           "rigl": (AdamConfig(lr=0.01, weight_decay=0.02), (0.2, 0.1))}
+
+
+def _setup(mode: str, **changes):  # noqa: ANN202
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3)
+    data = _data(net)
+    opt, rates = RECIPES[mode]
+    update = SparseUpdate(mode=mode, every=3, drop_fraction=0.4, until=0.9, seed=7)
+    dropout = Dropout(rates, seed=7) if rates else None
+    cfg = TrainConfig(epochs=3, batch_size=16, optimizer=opt, seed=7, dropout=dropout,
+                      sparse_update=update, **changes)
+    return net, data, cfg
+
+
+def _reference(net, data, cfg):  # noqa: ANN001, ANN202
+    updates: list = []
+    expected, ref = reference_train(net, data, cfg.epochs, cfg.batch_size, cfg.optimizer,
+                                    seed=cfg.seed, dropout=cfg.dropout,
+                                    sparse_update=cfg.sparse_update,
+                                    on_update=lambda step, counts: updates.append(
+                                        (step, sum(c["dropped"] for c in counts),
+                                         sum(c["grown"] for c in counts))))
+    return expected, ref, updates
+
+
+@pytest.mark.parametrize("method", ["block", "hypergraph"])
+@pytest.mark.parametrize("mode", ["set", "rigl"])
+def test_updates_on_every_grid_equal_the_serial_reference(comm, mpi_tmp_path, method, mode):
+    net, data, cfg = _setup(mode)
+    expected, ref, updates = _reference(net, data, cfg)
+    assert len(updates) >= 3 and all(d == g and d > 0 for _, d, g in updates[:2])
+    assert any(not np.array_equal(a.weight.indices, b.weight.indices)
+               for a, b in zip(expected.layers, net.layers))  # the topology moved
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, method)
+        records: list = []
+        reports = train(comm, run.dnet, data, cfg, on_update=records.append)
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=1e-10)
+        assert [(r.step, r.dropped, r.grown) for r in records] == updates, (parts, replicas)
+        assert all(r.rows_per_step >= 0 for r in records)
+        assert parts > 1 or all(r.rows_per_step == 0 for r in records)
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        run.dnet.grid.free()
+
+
+@pytest.mark.parametrize("mode", ["set", "rigl"])
+def test_a_resume_on_another_grid_continues_the_topology(comm, mpi_tmp_path, mode):
+    """Stopped after two updates on the grid with the most replicas and resumed on every grid
+    of this P (the checkpoint carries the topology): the same end as one serial run."""
+    net, data, full = _setup(mode)
+    expected, _, _ = _reference(net, data, full)
+    ckpt = str(mpi_tmp_path / "ckpt")
+    first = _open(comm, mpi_tmp_path, net, *grids(comm.size)[-1], name="first")
+    train(comm, first.dnet, data, replace(full, max_steps=7, checkpoint_dir=ckpt,
+                                          checkpoint_every=7))
+    first.dnet.grid.free()
+    for parts, replicas in grids(comm.size):
+        resumed = _open(comm, mpi_tmp_path, net, parts, replicas, name="second").dnet
+        adopt_topology(resumed, ckpt)
+        position, state = load_checkpoint(resumed, ckpt, full.settings())
+        assert position.step == 7
+        train(comm, resumed, data, full, position, state)
+        got = gather_network(resumed)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        resumed.grid.free()
