@@ -12,6 +12,7 @@ import pytest
 
 from spdnn.model.counters import Dropout
 from spdnn.model.optim import AdamConfig, SGDConfig
+from spdnn.model.plan import network_patterns, plan_statistics
 from spdnn.model.sparsity import SparseUpdate
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
@@ -50,6 +51,12 @@ def _reference(net, data, cfg):  # noqa: ANN001, ANN202
     return expected, ref, updates
 
 
+def _volume(net, plan) -> int:  # noqa: ANN001
+    """Rows a step moves under ``plan`` for ``net``'s topology (expand and fold)."""
+    stats = plan_statistics(network_patterns(net), plan.owners, parts=plan.parts)
+    return stats.forward_total + stats.backward_total
+
+
 @pytest.mark.parametrize("method", ["block", "hypergraph"])
 @pytest.mark.parametrize("mode", ["set", "rigl"])
 def test_updates_on_every_grid_equal_the_serial_reference(comm, mpi_tmp_path, method, mode):
@@ -65,8 +72,10 @@ def test_updates_on_every_grid_equal_the_serial_reference(comm, mpi_tmp_path, me
         np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
                                    rtol=1e-10)
         assert [(r.step, r.dropped, r.grown) for r in records] == updates, (parts, replicas)
-        assert all(r.rows_per_step >= 0 for r in records)
-        assert parts > 1 or all(r.rows_per_step == 0 for r in records)
+        # the rows a step moves: the plan's volume on the first and on the final topology
+        assert records[0].rows_before == _volume(net, run.dnet.plan), (parts, replicas)
+        assert records[-1].rows_per_step == _volume(expected, run.dnet.plan), (parts, replicas)
+        assert all(a.rows_per_step == b.rows_before for a, b in zip(records, records[1:]))
         got = gather_network(run.dnet)
         if comm.rank == 0:
             _assert_close(got, expected)
@@ -87,7 +96,8 @@ def test_a_resume_on_another_grid_continues_the_topology(comm, mpi_tmp_path, mod
     for parts, replicas in grids(comm.size):
         resumed = _open(comm, mpi_tmp_path, net, parts, replicas, name="second").dnet
         adopt_topology(resumed, ckpt)
-        position, state = load_checkpoint(resumed, ckpt, full.settings())
+        planned = full.planned(len(data.y_train))  # the step updates end at, as a job has it
+        position, state = load_checkpoint(resumed, ckpt, planned.settings())
         assert position.step == 7
         train(comm, resumed, data, full, position, state)
         got = gather_network(resumed)

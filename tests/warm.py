@@ -128,7 +128,9 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the tests; they end this
     _preload()
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
-    while (request := _read(requests)) is not None:
+    # "stop" ends it, not only the end of the pipe: a process the tests' process forked (a
+    # worker pool) holds the pipe's writing end open as long as it lives
+    while (request := _read(requests)) not in (None, "stop"):
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

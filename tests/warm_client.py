@@ -45,6 +45,10 @@ def _started() -> subprocess.Popen:
 def _stop() -> None:
     proc = _server.pop("proc", None)
     if proc is not None:
+        try:
+            warm._write(proc.stdin, "stop")
+        except OSError:  # the server has ended already
+            pass
         proc.stdin.close()
         proc.wait(timeout=30)
     scratch = _server.pop("scratch")

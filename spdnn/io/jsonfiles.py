@@ -241,6 +241,13 @@ class ManifestFile(Struct, kw_only=True):
     clip_grad_norm: NonNegative | None = None
     dropout: list[Annotated[float, Meta(ge=0, lt=1)]] | None = None  # per hidden layer
     validation_split: Annotated[float, Meta(ge=0, lt=1)] | None = None  # 0: none
+    # The topology updates ("": none; spdnn.model.sparsity) and the step they end at.
+    sparse_update: Literal["", "set", "rigl"] | None = None
+    update_every: Count | None = None
+    drop_fraction: Annotated[float, Meta(gt=0, lt=1)] | None = None
+    update_until: Positive | None = None  # a fraction of the planned steps, or a step
+    update_scope: Literal["row"] | None = None
+    update_end: Count | None = None
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

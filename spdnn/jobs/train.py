@@ -252,8 +252,9 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         print(f"{len(updates)} topology update(s) from step {first['step']} to "
               f"{last['step']}: {sum(u['dropped'] for u in updates):,} connections dropped, "
               f"{sum(u['grown'] for u in updates):,} grown, "
-              f"{sum(u['seconds'] for u in updates):.2f} s; the plan now moves "
-              f"{last['rows_per_step']:,} rows a step", flush=True)
+              f"{sum(u['seconds'] for u in updates):.2f} s; the plan moves "
+              f"{last['rows_per_step']:,} rows a step (before the first: "
+              f"{first['rows_before']:,})", flush=True)
     test = _tested_once(comm, dnet, data, verbose, reports, best, opt)
     out = TrainResult(rank=comm.rank, epochs=tuple(reports), ranks=comm.size,
                       parts=dnet.grid.parts,

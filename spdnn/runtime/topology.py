@@ -42,11 +42,13 @@ SCORE_ROWS = 256
 @dataclass(frozen=True)
 class UpdateRecord:
     """One update, over every rank: the step it followed, connections dropped and grown,
-    the rows the plan in force now moves per step (forward and backward), its seconds."""
+    the rows the plan in force moved per step before it and moves after it (forward and
+    backward), its seconds."""
 
     step: int
     dropped: int
     grown: int
+    rows_before: int
     rows_per_step: int
     seconds: float
 
@@ -72,6 +74,7 @@ class TopologyUpdates:
                               < dnet.sizes[layer.index] * dnet.sizes[layer.index - 1])
                          for layer in dnet.layers]
         self.records: list[UpdateRecord] = []
+        self.rows = rows_per_step(dnet)  # under the plan in force, for the current topology
 
     def apply(self, step: int, block: np.ndarray, labels: np.ndarray, batch: int, loss: str,
               dropout: tuple[Dropout, int, np.ndarray] | None) -> UpdateRecord:
@@ -102,7 +105,8 @@ class TopologyUpdates:
             layer.exchange.share_buffers(pool)
         dnet.topology_changed()
         counts = dnet.comm.allreduce(np.array([dropped, grown], dtype=np.int64))
-        record = UpdateRecord(step, int(counts[0]), int(counts[1]), rows_per_step(dnet),
+        before, self.rows = self.rows, rows_per_step(dnet)
+        record = UpdateRecord(step, int(counts[0]), int(counts[1]), before, self.rows,
                               dnet.grid.world.allreduce_scalar(time.perf_counter() - t0, "max"))
         self.records.append(record)
         return record

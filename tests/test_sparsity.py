@@ -1,0 +1,192 @@
+"""Dynamic sparsity's rule and its options: the schedule of the updates, the serial reference's
+update (fan-in kept, the smallest |w| dropped, RigL's growth where torch's gradient of the
+masked dense network is largest), and every bad input refused in one line (exit code 2).
+The distributed runs against the reference: tests/test_sparsity_mpi.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from spdnn.errors import OptionError
+from spdnn.io.bundle import save_network
+from spdnn.model.generate import random_network
+from spdnn.model.optim import SGDConfig, make, parameters
+from spdnn.model.sparsity import SparseUpdate, drop_counts, grow_draws
+from spdnn.reference import layer_gradients, update_topology
+from tests.helpers import assert_one_line_error, import_torch, launch, small_network
+
+
+def test_the_fraction_decays_by_a_cosine_to_zero_at_the_end():
+    upd = SparseUpdate(mode="rigl", every=100, drop_fraction=0.3, until=0.75, total=1000)
+    assert upd.end() == 750
+    assert [s for s in range(1, 1001) if upd.due(s)] == [100, 200, 300, 400, 500, 600, 700]
+    assert upd.fraction(0) == pytest.approx(0.3)
+    assert upd.fraction(375) == pytest.approx(0.15)
+    assert upd.fraction(750) == pytest.approx(0.0, abs=1e-15)
+    assert upd.fraction(100) == pytest.approx(0.15 * (1 + math.cos(math.pi * 100 / 750)))
+    at_step = replace(upd, until=450)  # an integer: a step
+    assert at_step.end() == 450 and not at_step.due(500) and at_step.due(400)
+    assert drop_counts(np.array([0, 1, 2, 5, 10]), 0.25).tolist() == [0, 0, 1, 1, 3]
+
+
+@pytest.mark.parametrize(("changes", "name"), [
+    ({"drop_fraction": 0}, "drop_fraction"), ({"drop_fraction": 1}, "drop_fraction"),
+    ({"drop_fraction": 1.5}, "drop_fraction"), ({"every": 0}, "update_every"),
+    ({"until": 0}, "update_until"), ({"until": 1.5}, "update_until"),
+    ({"mode": "prune"}, "sparse_update"), ({"scope": "layer"}, "update_scope"),
+])
+def test_bad_settings_are_refused_by_name(changes, name):
+    with pytest.raises(OptionError) as exc:
+        SparseUpdate(**{"mode": "set", **changes})
+    assert exc.value.name == name
+
+
+def test_set_draws_depend_on_the_row_not_on_who_draws_them():
+    rows = np.arange(50)
+    whole = grow_draws(3, 2, 1, rows, 0, 30)
+    assert np.array_equal(whole[10:20], grow_draws(3, 2, 1, rows[10:20], 0, 30))
+    assert not np.array_equal(whole, grow_draws(3, 3, 1, rows, 0, 30))  # another update
+    assert whole.min() >= 0 and whole.max() < 30
+
+
+def _stepped(mode: str):  # noqa: ANN202
+    net = small_network((16, 20, 12, 5), fan_in=5, seed=4, bias_scale=0.3).copy()
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((16, 8)), rng.integers(0, 5, 8)
+    opt = make(SGDConfig(0.05, 0.9, 0.0), parameters(net.layers))
+    for k, layer in enumerate(net.layers):  # a momentum buffer to follow the entries
+        opt.state[2 * k]["momentum_buffer"] = layer.weight.data * 10
+    before = net.copy()
+    upd = SparseUpdate(mode=mode, every=1, drop_fraction=0.5, until=10, seed=1, total=10)
+    counts = update_topology(net, opt, upd, 1, x, y, "cross_entropy")
+    return before, net, opt, upd, counts, (x, y)
+
+
+@pytest.mark.parametrize("mode", ["set", "rigl"])
+def test_an_update_keeps_every_fan_in_and_drops_the_smallest(mode):
+    before, after, opt, upd, counts, (x, y) = _stepped(mode)
+    scores = layer_gradients(before, x, y, "cross_entropy") if mode == "rigl" else None
+    for k, (a, b) in enumerate(zip(before.layers, after.layers)):
+        assert np.array_equal(np.diff(a.weight.indptr), np.diff(b.weight.indptr))
+        for i in range(a.n_out):
+            old = dict(zip(a.weight[i].indices, a.weight[i].data))
+            new = dict(zip(b.weight[i].indices, b.weight[i].data))
+            c = int(drop_counts(np.array([len(old)]), upd.fraction(1))[0])
+            dropped = set(sorted(old, key=lambda j: (abs(old[j]), j))[:c])
+            kept = set(old) - dropped
+            grown = set(new) - kept  # a dropped column grown again keeps its weight
+            assert kept <= set(new) and len(grown) == c
+            assert all(new[j] == old[j] for j in set(new) & set(old))
+            buf = opt.state[2 * k]["momentum_buffer"]
+            row = slice(b.weight.indptr[i], b.weight.indptr[i + 1])
+            for j, v in zip(b.weight.indices[row], buf[row]):
+                assert v == (10 * old[j] if j in old else 0)
+            came = set(new) - set(old)
+            if mode == "rigl":
+                assert all(new[j] == 0 for j in came)
+                if grown:  # the grown beat every column not held
+                    g = np.abs(scores[k][i])
+                    free = [j for j in range(a.n_in) if j not in kept and j not in grown]
+                    assert min(g[j] for j in grown) >= max((g[j] for j in free), default=0)
+            else:
+                limit = math.sqrt(6 / (a.n_in + a.n_out))
+                assert all(0 < abs(new[j]) <= limit for j in came)
+    assert sum(c["dropped"] for c in counts) > 0
+
+
+def test_rigl_scores_are_torchs_gradient_of_the_masked_dense_network():
+    torch = import_torch()
+    net = small_network((16, 20, 12, 5), fan_in=5, seed=4, bias_scale=0.3)
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((16, 8)), rng.integers(0, 5, 8)
+    weights = [torch.tensor(layer.weight.toarray(), requires_grad=True) for layer in net.layers]
+    h = torch.tensor(x.T)
+    for k, (w, layer) in enumerate(zip(weights, net.layers)):
+        h = h @ w.T + torch.tensor(layer.bias)
+        if k + 1 < net.n_layers:
+            h = torch.relu(h)
+    torch.nn.functional.cross_entropy(h, torch.tensor(y)).backward()
+    for ours, w in zip(layer_gradients(net, x, y, "cross_entropy"), weights):
+        np.testing.assert_allclose(ours, w.grad.numpy(), rtol=0, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def networks(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sparse")
+    save_network(random_network([64, 32, 10], 8, seed=0), d / "sparse.npz")
+    save_network(random_network([64, 32], 64, seed=0, head=10), d / "dense.npz")
+    return d
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["--drop-fraction", "1"], ("--drop-fraction", "(0, 1)")),
+    (["--drop-fraction", "0"], ("--drop-fraction", "(0, 1)")),
+    (["--update-every", "0"], ("--update-every", ">= 1")),
+    (["--update-until", "1.5"], ("--update-until",)),
+    (["--lsh", "2:4:4"], ("--sparse-update does not apply with --lsh",)),
+    (["--compress", "topk:0.1"], ("--sparse-update does not apply with --compress",)),
+    (["--critical-set", "0.5"], ("--sparse-update does not apply with --critical-set",)),
+])
+def test_bad_update_options_get_one_line(networks, args, fragments):
+    proc = launch(0, "train", "--network", networks / "sparse.npz", "--epochs", "1",
+                  "--sparse-update", "set", *args)
+    assert_one_line_error(proc, *fragments)
+
+
+def test_an_update_setting_without_an_update_and_a_dense_network_are_refused(networks):
+    proc = launch(0, "train", "--network", networks / "sparse.npz", "--update-every", "5")
+    assert_one_line_error(proc, "--update-every", "needs sparse_update")
+    proc = launch(0, "train", "--network", networks / "dense.npz", "--sparse-update", "rigl")
+    assert_one_line_error(proc, "dense.npz", "every layer is dense")
+
+
+def test_a_resume_with_other_update_settings_is_refused(networks, tmp_path):
+    common = ["train", "--network", networks / "sparse.npz", "--epochs", "2",
+              "--sparse-update", "set", "--update-every", "5"]
+    ckpt = tmp_path / "ckpt"
+    proc = launch(0, *common, "--max-steps", "12", "--checkpoint-dir", ckpt)
+    assert proc.returncode == 0, proc.stderr
+    proc = launch(0, *common[:-1], "7", "--resume", ckpt)
+    assert_one_line_error(proc, "manifest.json", "update_every 5, this run has 7")
+    proc = launch(0, *common[:-4], "--resume", ckpt)
+    assert_one_line_error(proc, "sparse_update set, this run has none")
+    metrics = tmp_path / "m.json"
+    proc = launch(0, *common, "--resume", ckpt, "--metrics-out", metrics)
+    assert proc.returncode == 0, proc.stderr
+    updates = json.loads(metrics.read_text())["topology_updates"]
+    # 12 steps were done; 2 epochs are 46 steps, and updates end at 0.75 of them (34)
+    assert [u["step"] for u in updates] == [15, 20, 25, 30]
+    assert "4 topology update(s) from step 15 to 30" in proc.stdout
+
+
+def test_two_ranks_stop_one_resumes_and_saves_the_topology_one_run_reaches(networks, tmp_path):
+    """The command line end to end: RigL on 2 ranks under a hypergraph plan, stopped at step
+    12; resumed on one process (the checkpoint carries the topology), its saved network equals
+    that of one process that ran through."""
+    from spdnn.io.bundle import load_network
+    from tests.helpers import run_cli
+
+    plan = tmp_path / "p2.npz"
+    assert run_cli(networks / "sparse.npz", "-P", "2", "-o", plan, module="partition"
+                   ).returncode == 0
+    common = ["train", "--network", networks / "sparse.npz", "--epochs", "2", "--dtype",
+              "float64", "--sparse-update", "rigl", "--update-every", "4"]
+    ckpt = tmp_path / "ckpt"
+    first = launch(2, *common, "--plan", plan, "--max-steps", "12", "--checkpoint-dir", ckpt)
+    assert first.returncode == 0, first.stderr
+    resumed = launch(0, *common, "--resume", ckpt, "--save", tmp_path / "resumed.npz")
+    assert resumed.returncode == 0, resumed.stderr
+    whole = launch(0, *common, "--save", tmp_path / "whole.npz")
+    assert whole.returncode == 0, whole.stderr
+    a, b = load_network(tmp_path / "resumed.npz"), load_network(tmp_path / "whole.npz")
+    original = load_network(networks / "sparse.npz")
+    assert not np.array_equal(a.layers[0].weight.indices, original.layers[0].weight.indices)
+    for la, lb in zip(a.layers, b.layers):
+        np.testing.assert_array_equal(la.weight.indptr, lb.weight.indptr)
+        np.testing.assert_array_equal(la.weight.indices, lb.weight.indices)
+        np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=1e-10)
