@@ -38,7 +38,7 @@ def test_the_fraction_decays_by_a_cosine_to_zero_at_the_end():
     ({"drop_fraction": 0}, "drop_fraction"), ({"drop_fraction": 1}, "drop_fraction"),
     ({"drop_fraction": 1.5}, "drop_fraction"), ({"every": 0}, "update_every"),
     ({"until": 0}, "update_until"), ({"until": 1.5}, "update_until"),
-    ({"mode": "prune"}, "sparse_update"), ({"scope": "layer"}, "update_scope"),
+    ({"mode": "prune"}, "sparse_update"), ({"scope": "column"}, "update_scope"),
 ])
 def test_bad_settings_are_refused_by_name(changes, name):
     with pytest.raises(OptionError) as exc:
@@ -54,7 +54,7 @@ def test_set_draws_depend_on_the_row_not_on_who_draws_them():
     assert whole.min() >= 0 and whole.max() < 30
 
 
-def _stepped(mode: str):  # noqa: ANN202
+def _stepped(mode: str, scope: str = "row"):  # noqa: ANN202
     net = small_network((16, 20, 12, 5), fan_in=5, seed=4, bias_scale=0.3).copy()
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((16, 8)), rng.integers(0, 5, 8)
@@ -62,7 +62,8 @@ def _stepped(mode: str):  # noqa: ANN202
     for k, layer in enumerate(net.layers):  # a momentum buffer to follow the entries
         opt.state[2 * k]["momentum_buffer"] = layer.weight.data * 10
     before = net.copy()
-    upd = SparseUpdate(mode=mode, every=1, drop_fraction=0.5, until=10, seed=1, total=10)
+    upd = SparseUpdate(mode=mode, every=1, drop_fraction=0.5, until=10, seed=1, total=10,
+                       scope=scope)
     counts = update_topology(net, opt, upd, 1, x, y, "cross_entropy")
     return before, net, opt, upd, counts, (x, y)
 
@@ -99,6 +100,34 @@ def test_an_update_keeps_every_fan_in_and_drops_the_smallest(mode):
     assert sum(c["dropped"] for c in counts) > 0
 
 
+@pytest.mark.parametrize("mode", ["set", "rigl"])
+def test_layer_scope_drops_the_layers_smallest_and_keeps_its_count(mode):
+    before, after, _, upd, counts, (x, y) = _stepped(mode, "layer")
+    scores = layer_gradients(before, x, y, "cross_entropy") if mode == "rigl" else None
+    moved = False
+    for k, (a, b) in enumerate(zip(before.layers, after.layers)):
+        assert a.nnz == b.nnz
+        moved |= not np.array_equal(np.diff(a.weight.indptr), np.diff(b.weight.indptr))
+        old = {(i, j): v for i, j, v in zip(*_coo(a))}
+        new = {(i, j): v for i, j, v in zip(*_coo(b))}
+        c = int(drop_counts(np.array([a.nnz]), upd.fraction(1))[0])
+        dropped = set(sorted(old, key=lambda p: (abs(old[p]), p))[:c])
+        kept = set(old) - dropped
+        grown = set(new) - kept
+        assert kept <= set(new) and len(grown) == c
+        if mode == "rigl":
+            g = np.abs(scores[k])
+            free = [(i, j) for i in range(a.n_out) for j in range(a.n_in)
+                    if (i, j) not in kept and (i, j) not in grown]
+            assert min(g[p] for p in grown) >= max(g[p] for p in free)
+    assert moved  # rows' fan-ins change in layer scope
+
+
+def _coo(layer):  # noqa: ANN001, ANN202
+    coo = layer.weight.tocoo()
+    return coo.row.tolist(), coo.col.tolist(), coo.data.tolist()
+
+
 def test_rigl_scores_are_torchs_gradient_of_the_masked_dense_network():
     torch = import_torch()
     net = small_network((16, 20, 12, 5), fan_in=5, seed=4, bias_scale=0.3)
@@ -128,6 +157,8 @@ def networks(tmp_path_factory):
     (["--drop-fraction", "0"], ("--drop-fraction", "(0, 1)")),
     (["--update-every", "0"], ("--update-every", ">= 1")),
     (["--update-until", "1.5"], ("--update-until",)),
+    (["--grow-locality", "0"], ("--grow-locality", "> 0")),
+    (["--update-scope", "layer", "--grow-locality", "2"], ("--grow-locality", "layer scope")),
     (["--lsh", "2:4:4"], ("--sparse-update does not apply with --lsh",)),
     (["--compress", "topk:0.1"], ("--sparse-update does not apply with --compress",)),
     (["--critical-set", "0.5"], ("--sparse-update does not apply with --critical-set",)),

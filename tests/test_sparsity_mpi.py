@@ -29,22 +29,23 @@ RECIPES = {"set": (SGDConfig(0.05, 0.9, 0.01), None),
            "rigl": (AdamConfig(lr=0.01, weight_decay=0.02), (0.2, 0.1))}
 
 
-def _setup(mode: str, **changes):  # noqa: ANN202
+def _setup(mode: str, scope: str = "row", **changes):  # noqa: ANN202
     net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3)
     data = _data(net)
     opt, rates = RECIPES[mode]
-    update = SparseUpdate(mode=mode, every=3, drop_fraction=0.4, until=0.9, seed=7)
+    update = SparseUpdate(mode=mode, every=3, drop_fraction=0.4, until=0.9, seed=7,
+                          scope=scope)
     dropout = Dropout(rates, seed=7) if rates else None
     cfg = TrainConfig(epochs=3, batch_size=16, optimizer=opt, seed=7, dropout=dropout,
                       sparse_update=update, **changes)
     return net, data, cfg
 
 
-def _reference(net, data, cfg):  # noqa: ANN001, ANN202
+def _reference(net, data, cfg, owners=None):  # noqa: ANN001, ANN202
     updates: list = []
     expected, ref = reference_train(net, data, cfg.epochs, cfg.batch_size, cfg.optimizer,
                                     seed=cfg.seed, dropout=cfg.dropout,
-                                    sparse_update=cfg.sparse_update,
+                                    sparse_update=cfg.sparse_update, owners=owners,
                                     on_update=lambda step, counts: updates.append(
                                         (step, sum(c["dropped"] for c in counts),
                                          sum(c["grown"] for c in counts))))
@@ -58,9 +59,11 @@ def _volume(net, plan) -> int:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("method", ["block", "hypergraph"])
+@pytest.mark.parametrize("scope", ["row", "layer"])
 @pytest.mark.parametrize("mode", ["set", "rigl"])
-def test_updates_on_every_grid_equal_the_serial_reference(comm, mpi_tmp_path, method, mode):
-    net, data, cfg = _setup(mode)
+def test_updates_on_every_grid_equal_the_serial_reference(comm, mpi_tmp_path, method, scope,
+                                                          mode):
+    net, data, cfg = _setup(mode, scope)
     expected, ref, updates = _reference(net, data, cfg)
     assert len(updates) >= 3 and all(d == g and d > 0 for _, d, g in updates[:2])
     assert any(not np.array_equal(a.weight.indices, b.weight.indices)
@@ -104,3 +107,26 @@ def test_a_resume_on_another_grid_continues_the_topology(comm, mpi_tmp_path, mod
         if comm.rank == 0:
             _assert_close(got, expected)
         resumed.grid.free()
+
+
+@pytest.mark.parametrize(("mode", "scope"), [("set", "row"), ("rigl", "row"), ("rigl", "layer")])
+def test_growth_near_the_rank_equals_the_reference_given_the_plan(comm, mpi_tmp_path, mode,
+                                                                   scope):
+    """--grow-locality 4: growth favours the columns the row's rank holds, so the run depends
+    on the plan (not on P otherwise): every grid equals the reference told that plan."""
+    net, data, plain = _setup(mode, scope)
+    cfg = replace(plain, sparse_update=replace(plain.sparse_update, locality=4.0))
+    anywhere, _, _ = _reference(net, data, plain)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas)
+        expected, ref, _ = _reference(net, data, cfg, run.dnet.plan.owners)
+        if parts > 1:  # the plan changed where it grew
+            assert any(not np.array_equal(a.weight.indices, b.weight.indices)
+                       for a, b in zip(expected.layers, anywhere.layers))
+        reports = train(comm, run.dnet, data, cfg)
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=1e-10)
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        run.dnet.grid.free()

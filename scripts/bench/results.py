@@ -52,6 +52,8 @@ AREAS: dict[str, list[tuple[str, str]]] = {
         ("Over a network", "Training over an emulated link: the best spdnn grid against "
                            "PyTorch DDP, and the hypergraph plan against block."),
         ("Memory", "Each rank's peak against the prediction, and against one rank."),
+        ("Dynamic sparsity", "SET and RigL topology updates against static sparse training at "
+                             "equal density, and what the updates cost."),
     ],
     "SCALING": [
         ("Cost model", "The cost model's predicted step time against the measured one."),

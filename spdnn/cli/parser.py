@@ -316,9 +316,13 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
     tr.add_argument("--update-until", type=step_or_fraction, default=_TRAIN.update_until,
                     metavar="T", help="the step at which updates end: a step, or a fraction "
                                       "of the job's planned steps")
+    tr.add_argument("--grow-locality", type=float, default=_TRAIN.grow_locality, metavar="W",
+                    help="growth that knows the plan: a column the row's rank already holds "
+                         "(owns or receives) is W times as likely (set) or scores W times "
+                         "higher (rigl)")
     tr.add_argument("--update-scope", choices=SCOPES, default=_TRAIN.update_scope,
                     help="row: every row drops and grows the same count (each neuron keeps "
-                         "its fan-in)")
+                         "its fan-in); layer: the whole layer is ranked at once")
 
 
 def _add_infer(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)

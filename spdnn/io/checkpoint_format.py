@@ -25,7 +25,8 @@ RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash", "opti
                 "momentum", "nesterov", "betas", "eps", "weight_decay", "lr_schedule",
                 "warmup_steps", "min_lr", "step_size", "gamma", "planned_steps",
                 "clip_grad_norm", "dropout", "validation_split", "sparse_update",
-                "update_every", "drop_fraction", "update_until", "update_scope", "update_end")
+                "update_every", "drop_fraction", "update_until", "update_scope", "update_end",
+                "grow_locality")
 _OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
             "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash",
             "planned_steps": "--epochs (the schedule's planned steps)",

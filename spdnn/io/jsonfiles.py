@@ -246,8 +246,9 @@ class ManifestFile(Struct, kw_only=True):
     update_every: Count | None = None
     drop_fraction: Annotated[float, Meta(gt=0, lt=1)] | None = None
     update_until: Positive | None = None  # a fraction of the planned steps, or a step
-    update_scope: Literal["row"] | None = None
+    update_scope: Literal["row", "layer"] | None = None
     update_end: Count | None = None
+    grow_locality: Positive | None = None
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

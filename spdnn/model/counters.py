@@ -18,7 +18,7 @@ from spdnn.errors import OptionError
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-PURPOSES = {"dropout": 1, "grow": 2, "grow_value": 3}  # one key space per use
+PURPOSES = {"dropout": 1, "grow": 2, "grow_value": 3, "grow_layer": 4}  # a key space per use
 
 
 def _mix(z: np.ndarray) -> np.ndarray:

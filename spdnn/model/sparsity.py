@@ -7,7 +7,10 @@ In row scope each row of a layer that can change drops round(fraction x its entr
 smallest |w| (ties: the lower column first) and grows as many among the columns it no longer
 holds (a just-dropped column may be grown again: it then keeps its weight and state), so every
 neuron keeps its fan-in. SET grows at random (``grow_draws``); RigL grows the largest |dL/dw|
-on the update's batch (ties: the lower column first). Grown weights start at zero (RigL) or
+on the update's batch (ties: the lower column first). In layer scope the layer drops
+round(fraction x its entries) of its smallest |w| (ties: the lower row, then column) and grows
+as many anywhere it holds no connection (SET: ``layer_draws``; RigL: the largest |dL/dw|, ties
+the lower row, then column); a row's fan-in may change. Grown weights start at zero (RigL) or
 uniform in +-sqrt(6 / (n_in + n_out)) (SET, as the Truly Sparse code's ``SET_MLP``); their
 optimizer state starts at zero. The serial reference and the runtime implement the rule each
 on its own; they share these settings and draws.
@@ -25,7 +28,7 @@ from spdnn.errors import OptionError
 from spdnn.model.counters import uniform
 
 Mode = Literal["set", "rigl"]
-Scope = Literal["row"]
+Scope = Literal["row", "layer"]
 MODES: tuple[str, ...] = get_args(Mode)
 SCOPES: tuple[str, ...] = get_args(Scope)
 
@@ -41,6 +44,7 @@ class SparseUpdate:
     drop_fraction: float = 0.3
     until: float | int = 0.75
     scope: str = "row"
+    locality: float = 1.0  # W: growth W times as likely (SET) or scored W times (RigL) near
     seed: int = 0
     total: int = 0  # the job's planned steps (0: not known yet)
 
@@ -50,13 +54,19 @@ class SparseUpdate:
                                                f"{self.mode!r}")
         if self.scope not in SCOPES:
             raise OptionError("update_scope", f"must be {' or '.join(SCOPES)}, not "
-                                              f"{self.scope!r} (layer scope is not built yet)")
+                                              f"{self.scope!r}")
         e = self.every
         if isinstance(e, bool) or not isinstance(e, int) or e < 1:
             raise OptionError("update_every", f"must be an integer >= 1, not {e!r}")
         f = self.drop_fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1:
             raise OptionError("drop_fraction", f"must be a fraction in (0, 1), not {f!r}")
+        w = self.locality
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < math.inf:
+            raise OptionError("grow_locality", f"must be a finite number > 0, not {w!r}")
+        if w != 1 and self.scope == "layer" and self.mode == "set":
+            raise OptionError("grow_locality", "does not apply with set in layer scope yet: "
+                                               "its draws span every rank's rows")
         u = self.until
         if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u) \
                 or u <= 0 or (isinstance(u, float) and u > 1):
@@ -84,11 +94,14 @@ class SparseUpdate:
         """What a checkpoint records to refuse a resume with other updates."""
         return {"sparse_update": self.mode, "update_every": self.every,
                 "drop_fraction": self.drop_fraction, "update_until": self.until,
-                "update_scope": self.scope, "update_end": self.end()}
+                "update_scope": self.scope, "update_end": self.end(),
+                "grow_locality": self.locality}
 
     def describe(self) -> str:
+        near = f", growth near x{self.locality:g}" if self.locality != 1 else ""
         return (f"; {self.mode} topology updates every {self.every} steps (fraction "
-                f"{self.drop_fraction:g}, to zero at step {self.end()}, {self.scope} scope)")
+                f"{self.drop_fraction:g}, to zero at step {self.end()}, {self.scope} scope"
+                f"{near})")
 
 
 def drop_counts(entries: np.ndarray, fraction: float) -> np.ndarray:
@@ -102,12 +115,34 @@ def changeable(n_out: int, n_in: int, nnz: int) -> bool:
 
 
 def grow_draws(seed: int, update: int, layer: int, rows: np.ndarray, attempt: int,
-               n_in: int) -> np.ndarray:
+               n_in: int, near: np.ndarray | None = None, locality: float = 1.0
+               ) -> np.ndarray:
     """SET's candidate column of each row at its ``attempt``-th draw (0, 1, ...) of update
     ``update`` of ``layer``: whichever rank owns a row draws the same sequence. A row takes its
-    candidates in order, skipping a column it holds or took already."""
+    candidates in order, skipping a column it holds or took already. ``near`` (sorted columns:
+    those the row's rank holds) with ``locality`` W: a near column W times as likely as
+    another."""
     u = uniform(seed, "grow", update, layer, rows, np.array([attempt]))[:, 0]
-    return np.minimum((u * n_in).astype(np.int64), n_in - 1)
+    if near is None or locality == 1:
+        return np.minimum((u * n_in).astype(np.int64), n_in - 1)
+    far = np.setdiff1d(np.arange(n_in), near)
+    heavy = locality * len(near)
+    x = u * (heavy + len(far))
+    pick_near = x < heavy
+    at_near = np.minimum((x / locality).astype(np.int64), max(len(near) - 1, 0))
+    at_far = np.clip((x - heavy).astype(np.int64), 0, max(len(far) - 1, 0))
+    return np.where(pick_near, near[at_near] if len(near) else 0,
+                    far[at_far] if len(far) else 0).astype(np.int64)
+
+
+def layer_draws(seed: int, update: int, layer: int, first: int, count: int, n_out: int,
+                n_in: int) -> np.ndarray:
+    """SET's candidates in layer scope: draws ``first`` .. ``first + count - 1`` of update
+    ``update`` of ``layer``, each a position row x n_in + column of the whole layer. The layer
+    takes them in order, skipping a position it holds or took already."""
+    u = uniform(seed, "grow_layer", update, layer, np.arange(first, first + count),
+                np.zeros(1, np.int64))[:, 0]
+    return np.minimum((u * (n_out * n_in)).astype(np.int64), n_out * n_in - 1)
 
 
 def grown_values(seed: int, update: int, layer: int, rows: np.ndarray, columns: np.ndarray,

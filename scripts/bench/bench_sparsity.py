@@ -1,0 +1,115 @@
+"""Dynamic sparsity on MNIST: SET and RigL against static sparse training at equal density,
+the same network, recipe and seed, and what the updates cost.
+
+    python scripts/bench/bench_sparsity.py [--epochs 10] [--work DIR] [--no-write]
+
+The network is the SET-MLP of the Truly Sparse code's set_mlp_sequential.py: 784 -> 1000 ->
+1000 -> 1000 -> 10, its hidden layers at SET's density for epsilon 20 (fan-in 36, 40, 40:
+epsilon (n_in + n_out) / n_in per row), a dense head, All-ReLU (leaky_relu slopes -0.6, 0.6,
+-0.6). Training: SGD lr 0.01, momentum 0.9, weight decay 2e-4, dropout 0.3, batch 128, float32,
+on the MNIST under ../shared/data/mnist. Static keeps the first topology; SET updates after
+every epoch (469 steps) with fraction 0.3 to the end; RigL every 100 steps with 0.3 to 0.75
+of the job. Each runs on 1 process, and SET again on 2 ranks under a hypergraph plan (the rows
+a step moves as the topology drifts).
+"""
+
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import BIN, SHARED, parser, publish, run_job, summary_row, table  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
+RECIPE = ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--weight-decay", "2e-4",
+          "--dropout", "0.3", "--batch-size", "128"]
+MODES = {"static": [],
+         "SET": ["--sparse-update", "set", "--update-every", "469", "--drop-fraction", "0.3",
+                 "--update-until", "1.0"],
+         "RigL": ["--sparse-update", "rigl", "--update-every", "100", "--drop-fraction", "0.3",
+                  "--update-until", "0.75"]}
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    rows = {(r["training"], r["ranks"]): r for r in tables[0]}
+    static = rows[("static", "1")]
+    out = []
+    for mode in ("SET", "RigL"):
+        r = rows[(mode, "1")]
+        diff = 100 * (float(r["test accuracy"]) - float(static["test accuracy"]))
+        out.append(summary_row(
+            f"{mode} on MNIST, SET-MLP 784-1000x3-10 (epsilon 20), {r['epochs']} epochs: test "
+            "accuracy", f"{r['test accuracy']} ({r['updates']} updates, "
+            f"{r['update share']} of the time)", f"{static['test accuracy']} (static, same "
+            "density)", f"{diff:+.2f} points"))
+    two = rows.get(("SET", "2"))
+    if two is not None:
+        out.append(summary_row(
+            "SET at P = 2 (hypergraph plan of the first topology): rows a step moves",
+            f"{two['rows a step, last']} after the last update",
+            f"{two['rows a step, first']} before the first", f"{float(two['drift']):.2f}x"))
+    return out
+
+
+def main() -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--work", type=Path)
+    args = ap.parse_args()
+    mnist = SHARED / "mnist"
+    if not mnist.is_dir():
+        raise SystemExit(f"{mnist}: no MNIST here (this benchmark needs the shared data)")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        net, plan = work / "set-mlp.npz", work / "set-mlp-p2.npz"
+        subprocess.run([str(BIN / "spdnn"), "generate", "random", "--sizes",
+                        "784,1000,1000,1000", "--fan-in", "36,40,40", "--head", "10",
+                        "--activations", "leaky_relu:-0.6,leaky_relu:0.6,leaky_relu:-0.6",
+                        "--seed", "0", "-o", str(net)], check=True, capture_output=True, env=ENV)
+        subprocess.run([str(BIN / "spdnn-partition"), str(net), "-P", "2", "-o", str(plan)],
+                       check=True, capture_output=True, env=ENV)
+        for mode, ranks in (("static", 1), ("SET", 1), ("RigL", 1), ("SET", 2)):
+            cmd = ["train", "--network", str(net), "--data", f"mnist:{mnist}", "--epochs",
+                   str(args.epochs), *RECIPE, *MODES[mode],
+                   *(["--plan", str(plan)] if ranks > 1 else [])]
+            job = run_job(cmd, ranks, metrics=work / "m.json", env=ENV)
+            m = job.metrics
+            epochs = m["epochs"]
+            ups = m["topology_updates"]
+            train_s = sum(e["seconds"] for e in epochs)
+            up_s = sum(u["seconds"] for u in ups)
+            rows.append([mode, str(ranks), str(len(epochs)), f"{epochs[-1]['test_accuracy']:.4f}",
+                         f"{statistics.median(e['seconds'] for e in epochs):.2f}",
+                         str(len(ups)), f"{up_s:.2f}",
+                         f"{100 * up_s / train_s:.1f}%" if ups else "-",
+                         f"{ups[0]['rows_before']:,}" if ups else "-",
+                         f"{ups[-1]['rows_per_step']:,}" if ups else "-",
+                         f"{ups[-1]['rows_per_step'] / max(ups[0]['rows_before'], 1):.3f}"
+                         if ups else "-"])
+            print(" | ".join(rows[-1]), flush=True)
+    body = ("Command: `python scripts/bench/bench_sparsity.py --epochs " + str(args.epochs)
+            + "`. `spdnn train --network set-mlp.npz --data mnist:../shared/data/mnist "
+            + " ".join(RECIPE) + "`, and for SET `" + " ".join(MODES["SET"]) + "`, for RigL `"
+            + " ".join(MODES["RigL"]) + "`. The epoch's seconds include the updates that "
+            "follow its steps; `update share`: the updates' seconds over the epochs'; rows a "
+            "step: under the plan in force, before the first update and after the last. "
+            "float32, one thread per rank.\n\n"
+            + table(["training", "ranks", "epochs", "test accuracy", "epoch s (median)",
+                     "updates", "update s", "update share", "rows a step, first",
+                     "rows a step, last", "drift"], rows))
+    publish(args, "dynamic-sparsity-mnist", "Dynamic sparsity on MNIST", body,
+            area="Dynamic sparsity", rows=summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
