@@ -158,6 +158,8 @@ def networks(tmp_path_factory):
     (["--update-every", "0"], ("--update-every", ">= 1")),
     (["--update-until", "1.5"], ("--update-until",)),
     (["--grow-locality", "0"], ("--grow-locality", "> 0")),
+    (["--replan", "often"], ("--replan", "never, auto or every:K")),
+    (["--replan", "every:0"], ("--replan", "every:K")),
     (["--update-scope", "layer", "--grow-locality", "2"], ("--grow-locality", "layer scope")),
     (["--lsh", "2:4:4"], ("--sparse-update does not apply with --lsh",)),
     (["--compress", "topk:0.1"], ("--sparse-update does not apply with --compress",)),

@@ -130,3 +130,40 @@ def test_growth_near_the_rank_equals_the_reference_given_the_plan(comm, mpi_tmp_
         if comm.rank == 0:
             _assert_close(got, expected)
         run.dnet.grid.free()
+
+
+@pytest.mark.parametrize("replan", ["every:1", "auto"])
+def test_replanning_moves_rows_and_changes_no_result(comm, mpi_tmp_path, replan):
+    """--replan refines the plan for the topology after each update and moves the rows that
+    change owner with their weights and state: the run still equals the serial reference, the
+    rows a step are the final plan's volume for the final topology, and the traffic counted
+    equals what the schedules in force predicted, topology by topology."""
+    from partition.replan import refine_plan
+    from spdnn.runtime.accounting import accounting
+
+    net, data, cfg = _setup("rigl", "layer")
+    cfg = replace(cfg, sparse_update=replace(cfg.sparse_update, replan=replan),
+                  replanner=refine_plan)
+    expected, ref, _ = _reference(net, data, cfg)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, "block")
+        first = run.dnet.plan
+        records: list = []
+        reports = train(comm, run.dnet, data, cfg, on_update=records.append)
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=1e-10)
+        assert records[-1].rows_per_step == _volume(expected, run.dnet.plan)
+        if replan == "every:1":
+            assert all(r.replanned for r in records)
+        if parts > 1 and replan == "every:1":  # a block plan leaves room to refine
+            assert sum(r.rows_moved for r in records) > 0
+            assert _volume(expected, run.dnet.plan) < _volume(expected, first)
+        report = accounting(run.dnet.grid.world, run.dnet.traffic, (
+            np.zeros(run.dnet.n_layers, np.int64), np.zeros(run.dnet.n_layers, np.int64),
+            "schedule"), run.dnet.dtype.itemsize, run.dnet.grid.data,
+            run.dnet.updates.predicted())
+        assert report.equal, (parts, replicas)
+        got = gather_network(run.dnet)
+        if comm.rank == 0:
+            _assert_close(got, expected)
+        run.dnet.grid.free()

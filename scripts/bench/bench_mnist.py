@@ -14,13 +14,20 @@ from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS t
 import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BIN, SHARED, parser, publish, run_job, summary_row, table  # noqa: E402
+from harness import (  # noqa: E402
+    parser,
+    publish,
+    run_job,
+    shared_mnist,
+    spdnn_tool,
+    summary_row,
+    table,
+)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
 SGD = ["--lr", "0.05", "--momentum", "0.9", "--weight-decay", "1e-5", "--batch-size", "64"]
@@ -57,18 +64,14 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--work", type=Path)
     args = ap.parse_args()
-    mnist = SHARED / "mnist"
-    if not mnist.is_dir():
-        raise SystemExit(f"{mnist}: no MNIST here (this benchmark needs the shared data)")
+    mnist = shared_mnist()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         net, plan = work / "mnistnet.npz", work / "mnist-p2.npz"
-        subprocess.run([str(BIN / "spdnn"), "generate", "random", "--sizes", "784,1024,1024",
-                        "--fan-in", "32", "--head", "10", "--seed", "0", "-o", str(net)],
-                       check=True, capture_output=True, env=ENV)
-        subprocess.run([str(BIN / "spdnn-partition"), str(net), "-P", "2", "-o", str(plan)],
-                       check=True, capture_output=True, env=ENV)
+        spdnn_tool("spdnn", "generate", "random", "--sizes", "784,1024,1024", "--fan-in", "32",
+                   "--head", "10", "--seed", "0", "-o", net, env=ENV)
+        spdnn_tool("spdnn-partition", net, "-P", "2", "-o", plan, env=ENV)
         common = ["train", "--network", str(net), "--data", f"mnist:{mnist}", "--epochs",
                   str(args.epochs), *SGD]
         jobs = {p: run_job(common + (["--plan", str(plan)] if p > 1 else []), p,

@@ -2,6 +2,7 @@
 the same network, recipe and seed, and what the updates cost.
 
     python scripts/bench/bench_sparsity.py [--epochs 10] [--work DIR] [--no-write]
+    python scripts/bench/bench_sparsity.py --locality [--epochs 3] [--ranks 4 8]
 
 The network is the SET-MLP of the Truly Sparse code's set_mlp_sequential.py: 784 -> 1000 ->
 1000 -> 1000 -> 10, its hidden layers at SET's density for epsilon 20 (fan-in 36, 40, 40:
@@ -11,6 +12,11 @@ on the MNIST under ../shared/data/mnist. Static keeps the first topology; SET up
 every epoch (469 steps) with fraction 0.3 to the end; RigL every 100 steps with 0.3 to 0.75
 of the job. Each runs on 1 process, and SET again on 2 ranks under a hypergraph plan (the rows
 a step moves as the topology drifts).
+
+`--locality`: growth that knows the plan. RigL (every 100 steps, 0.3 to 0.75) with
+`--grow-locality 1` and `8` on --ranks ranks (hypergraph plans; more ranks than cores is fine
+for the counts): the rows a step moves at the end and the test accuracy (record
+dynamic-sparsity-locality).
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -19,13 +25,20 @@ import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdn
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BIN, SHARED, parser, publish, run_job, summary_row, table  # noqa: E402
+from harness import (  # noqa: E402
+    parser,
+    publish,
+    run_job,
+    shared_mnist,
+    spdnn_tool,
+    summary_row,
+    table,
+)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
 RECIPE = ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--weight-decay", "2e-4",
@@ -58,25 +71,71 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     return out
 
 
+def locality_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    rows = {(r["ranks"], r["W"]): r for r in tables[0]}
+    out = []
+    for ranks in dict.fromkeys(r["ranks"] for r in tables[0]):
+        near, plain = rows[(ranks, "8")], rows[(ranks, "1")]
+        last = float(near["rows a step, last"].replace(",", ""))
+        base = float(plain["rows a step, last"].replace(",", ""))
+        diff = 100 * (float(near["test accuracy"]) - float(plain["test accuracy"]))
+        out.append(summary_row(
+            f"RigL with --grow-locality 8 at P = {ranks}, SET-MLP on MNIST, "
+            f"{near['epochs']} epochs: rows a step at the end; test accuracy",
+            f"{near['rows a step, last']}; {near['test accuracy']}",
+            f"{plain['rows a step, last']}; {plain['test accuracy']} (W = 1)",
+            f"{last / base:.2f}x the rows; {diff:+.2f} points"))
+    return out
+
+
+def locality(args, net: Path, mnist: Path, work: Path) -> int:  # noqa: ANN001
+    rows = []
+    for ranks in args.ranks:
+        plan = work / f"set-mlp-p{ranks}.npz"
+        spdnn_tool("spdnn-partition", net, "-P", ranks, "-o", plan, env=ENV)
+        for w in ("1", "8"):
+            m = run_job(["train", "--network", str(net), "--plan", str(plan), "--data",
+                         f"mnist:{mnist}", "--epochs", str(args.epochs), *RECIPE,
+                         *MODES["RigL"], "--grow-locality", w], ranks, metrics=work / "m.json",
+                        env=ENV).metrics
+            ups = m["topology_updates"]
+            rows.append([str(ranks), w, str(len(m["epochs"])),
+                         f"{m['epochs'][-1]['test_accuracy']:.4f}", f"{ups[0]['rows_before']:,}",
+                         f"{ups[-1]['rows_per_step']:,}"])
+            print(" | ".join(rows[-1]), flush=True)
+    body = ("Command: `python scripts/bench/bench_sparsity.py --locality --epochs "
+            f"{args.epochs} --ranks {' '.join(map(str, args.ranks))}`. RigL `"
+            + " ".join(MODES["RigL"]) + "` with `--grow-locality W`, the recipe of the main "
+            "table, hypergraph plans of the first topology; rows a step: before the first "
+            "update and after the last. float32, one thread per rank.\n\n"
+            + table(["ranks", "W", "epochs", "test accuracy", "rows a step, first",
+                     "rows a step, last"], rows))
+    publish(args, "dynamic-sparsity-locality", "Growth that knows the plan", body,
+            area="Dynamic sparsity", rows=locality_summary)
+    return 0
+
+
 def main() -> int:
     ap = parser(__doc__)
-    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--epochs", type=int)
+    ap.add_argument("--locality", action="store_true")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--work", type=Path)
     args = ap.parse_args()
-    mnist = SHARED / "mnist"
-    if not mnist.is_dir():
-        raise SystemExit(f"{mnist}: no MNIST here (this benchmark needs the shared data)")
+    args.epochs = args.epochs or (3 if args.locality else 10)
+    mnist = shared_mnist()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         net, plan = work / "set-mlp.npz", work / "set-mlp-p2.npz"
-        subprocess.run([str(BIN / "spdnn"), "generate", "random", "--sizes",
-                        "784,1000,1000,1000", "--fan-in", "36,40,40", "--head", "10",
-                        "--activations", "leaky_relu:-0.6,leaky_relu:0.6,leaky_relu:-0.6",
-                        "--seed", "0", "-o", str(net)], check=True, capture_output=True, env=ENV)
-        subprocess.run([str(BIN / "spdnn-partition"), str(net), "-P", "2", "-o", str(plan)],
-                       check=True, capture_output=True, env=ENV)
+        spdnn_tool("spdnn", "generate", "random", "--sizes", "784,1000,1000,1000", "--fan-in",
+                   "36,40,40", "--head", "10", "--activations",
+                   "leaky_relu:-0.6,leaky_relu:0.6,leaky_relu:-0.6", "--seed", "0", "-o", net,
+                   env=ENV)
+        if args.locality:
+            return locality(args, net, mnist, work)
+        spdnn_tool("spdnn-partition", net, "-P", "2", "-o", plan, env=ENV)
         for mode, ranks in (("static", 1), ("SET", 1), ("RigL", 1), ("SET", 2)):
             cmd = ["train", "--network", str(net), "--data", f"mnist:{mnist}", "--epochs",
                    str(args.epochs), *RECIPE, *MODES[mode],

@@ -28,6 +28,23 @@ SHARED = ROOT.parent / "shared" / "data"
 BIN = Path(sys.executable).parent  # the environment's spdnn, spdnn-partition and mpiexec
 
 
+def shared_mnist() -> Path:
+    """The MNIST under ../shared/data, or the benchmark ends saying it needs it."""
+    mnist = SHARED / "mnist"
+    if not mnist.is_dir():
+        raise SystemExit(f"{mnist}: no MNIST here (this benchmark needs the shared data)")
+    return mnist
+
+
+def spdnn_tool(tool: str, *args: object, env: dict[str, str] | None = None) -> None:
+    """Run ``spdnn`` or ``spdnn-partition`` (``tool``) of this environment to make a file; a
+    failure ends the benchmark with its stderr."""
+    proc = subprocess.run([str(BIN / tool), *map(str, args)], capture_output=True, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"{tool} {' '.join(map(str, args[:3]))} ... failed:\n{proc.stderr}")
+
+
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
                 warmup: int = 1) -> dict[str, float]:
     """Median seconds of each function, measured round-robin so that machine noise hits all

@@ -320,6 +320,10 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
                     help="growth that knows the plan: a column the row's rank already holds "
                          "(owns or receives) is W times as likely (set) or scores W times "
                          "higher (rigl)")
+    tr.add_argument("--replan", default=_TRAIN.replan, metavar="never|auto|every:K",
+                    help="after an update, refine the plan for the current topology and move "
+                         "the rows that change owner: every K updates, or when the rows saved "
+                         "over the steps to the next update outweigh the bytes moved (auto)")
     tr.add_argument("--update-scope", choices=SCOPES, default=_TRAIN.update_scope,
                     help="row: every row drops and grows the same count (each neuron keeps "
                          "its fan-in); layer: the whole layer is ranked at once")

@@ -26,7 +26,7 @@ RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash", "opti
                 "warmup_steps", "min_lr", "step_size", "gamma", "planned_steps",
                 "clip_grad_norm", "dropout", "validation_split", "sparse_update",
                 "update_every", "drop_fraction", "update_until", "update_scope", "update_end",
-                "grow_locality")
+                "grow_locality")  # not replan: the plan changes no result (locality aside)
 _OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
             "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash",
             "planned_steps": "--epochs (the schedule's planned steps)",

@@ -249,6 +249,7 @@ class ManifestFile(Struct, kw_only=True):
     update_scope: Literal["row", "layer"] | None = None
     update_end: Count | None = None
     grow_locality: Positive | None = None
+    replan: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:

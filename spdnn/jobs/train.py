@@ -42,7 +42,7 @@ from spdnn.runtime.accounting import (
 )
 from spdnn.runtime.checkpoint import check_position, directory_lock, load_checkpoint
 from spdnn.runtime.session import save_trained, write_json
-from spdnn.runtime.topology import adopt_topology
+from spdnn.runtime.topology import adopt_topology, find_replanner
 from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
@@ -85,6 +85,12 @@ def _config(opt: TrainOptions) -> TrainConfig:
         raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
                          "those of the rows active in each step, not of fixed positions")
     sparse = sparse_update_of(opt)
+    replanner = None
+    if sparse is not None and sparse.replan != "never":
+        replanner = find_replanner()
+        if replanner is None:
+            raise SpdnnError("--replan needs the partitioner's replanning (the partition "
+                             "package's entry point spdnn.replanners: reinstall spdnn)")
     if sparse is not None:
         for given, flag in ((lsh is not None, "--lsh"), (compress.enabled, "--compress"),
                             (opt.critical_set is not None, "--critical-set")):
@@ -100,7 +106,8 @@ def _config(opt: TrainOptions) -> TrainConfig:
                        critical_set=opt.critical_set, refresh=opt.refresh or 2, lsh=lsh,
                        rehash=opt.rehash, schedule=schedule, early_stopping=opt.early_stopping,
                        validation_split=opt.validation_split,
-                       clip_grad_norm=opt.clip_grad_norm, sparse_update=sparse)
+                       clip_grad_norm=opt.clip_grad_norm, sparse_update=sparse,
+                       replanner=replanner)
 
 
 # Why a topology update cannot run beside each option yet.
@@ -207,9 +214,12 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     def finish(optimizer_state: list, inputs: list) -> None:
         """Report the traffic, timing and memory and save the trained network, before the
         final checkpoint."""
-        volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
-        result["traffic"] = acc = accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize,
-                                             dnet.grid.data)
+        # the plan in force at the end; its statistics are the first topology's when it moved
+        plan = dnet.plan if dnet.updates is None else replace(dnet.plan, meta={})
+        volume = plan_volume(dnet.comm, plan, [lay.exchange.n_ghost for lay in dnet.layers])
+        result["traffic"] = acc = accounting(
+            comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data,
+            dnet.updates.predicted() if dnet.updates is not None else None)
         result["timing"] = tm = timing(comm, dnet.timers)
         result["memory"] = mem = memory_report.report(
             comm, dnet, batch=replica_batch(cfg.batch_size, dnet.grid.replicas), training=True,

@@ -163,6 +163,10 @@ class Optimizer:
             new[kept] = old[source[kept]]
             self.state[i][name] = new
 
+    def forget_scratch(self, i: int) -> None:
+        """Parameter i is a new array: its work array is made again at its next use."""
+        self._scratch[i] = None
+
     def scratch(self, i: int) -> np.ndarray:
         """A work array the size of parameter i, made once (no allocation per step)."""
         s = self._scratch[i]

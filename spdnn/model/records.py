@@ -104,6 +104,7 @@ class TrainOptions:
     update_until: float | int = 0.75
     update_scope: str = "row"
     grow_locality: float = 1.0  # growth W times as likely (set) or scored W times (rigl) near
+    replan: str = "never"  # never | auto | every:K: refine the plan for the current topology
 
 
 Ints = tuple[int, ...]
@@ -333,7 +334,7 @@ def check_train_options(opt: TrainOptions) -> None:
 
 _DEFAULTS = TrainOptions()
 UPDATE_SETTINGS = ("update_every", "drop_fraction", "update_until", "update_scope",
-                   "grow_locality")
+                   "grow_locality", "replan")
 
 
 def sparse_update_of(opt: TrainOptions) -> Any:  # noqa: ANN401
@@ -348,7 +349,8 @@ def sparse_update_of(opt: TrainOptions) -> Any:  # noqa: ANN401
         return None
     return SparseUpdate(mode=opt.sparse_update, every=opt.update_every,
                         drop_fraction=opt.drop_fraction, until=opt.update_until,
-                        scope=opt.update_scope, locality=opt.grow_locality, seed=opt.seed)
+                        scope=opt.update_scope, locality=opt.grow_locality,
+                        replan=opt.replan, seed=opt.seed)
 
 
 OPTIMIZER_SETTINGS = ("lr", "momentum", "nesterov", "betas", "eps", "weight_decay")

@@ -45,6 +45,7 @@ class SparseUpdate:
     until: float | int = 0.75
     scope: str = "row"
     locality: float = 1.0  # W: growth W times as likely (SET) or scored W times (RigL) near
+    replan: str = "never"  # never | auto | every:K (updates between replans)
     seed: int = 0
     total: int = 0  # the job's planned steps (0: not known yet)
 
@@ -67,11 +68,24 @@ class SparseUpdate:
         if w != 1 and self.scope == "layer" and self.mode == "set":
             raise OptionError("grow_locality", "does not apply with set in layer scope yet: "
                                                "its draws span every rank's rows")
+        self.replan_every()  # checks the form
         u = self.until
         if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u) \
                 or u <= 0 or (isinstance(u, float) and u > 1):
             raise OptionError("update_until", f"must be a fraction in (0, 1] of the job's "
                                               f"steps or a step >= 1, not {u!r}")
+
+    def replan_every(self) -> int | None:
+        """K of ``every:K`` (0 for ``auto``, None for ``never``)."""
+        r = self.replan
+        if r == "never":
+            return None
+        if r == "auto":
+            return 0
+        head, _, count = str(r).partition(":")
+        if head != "every" or not count.isdigit() or int(count) < 1:
+            raise OptionError("replan", f"must be never, auto or every:K (K >= 1), not {r!r}")
+        return int(count)
 
     def end(self) -> int:
         """T_end: the step at which the fraction reaches zero."""
@@ -95,10 +109,11 @@ class SparseUpdate:
         return {"sparse_update": self.mode, "update_every": self.every,
                 "drop_fraction": self.drop_fraction, "update_until": self.until,
                 "update_scope": self.scope, "update_end": self.end(),
-                "grow_locality": self.locality}
+                "grow_locality": self.locality, "replan": self.replan}
 
     def describe(self) -> str:
         near = f", growth near x{self.locality:g}" if self.locality != 1 else ""
+        near += f", replan {self.replan}" if self.replan != "never" else ""
         return (f"; {self.mode} topology updates every {self.every} steps (fraction "
                 f"{self.drop_fraction:g}, to zero at step {self.end()}, {self.scope} scope"
                 f"{near})")

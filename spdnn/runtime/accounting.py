@@ -66,14 +66,16 @@ def _ints(a: np.ndarray) -> tuple[int, ...]:
 
 
 def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, np.ndarray, str],
-               itemsize: int, data: Communicator | None = None) -> TrafficReport:
+               itemsize: int, data: Communicator | None = None,
+               predicted: dict[str, np.ndarray] | None = None) -> TrafficReport:
     """Counted rows and bytes (all ranks) beside the prediction, per layer and direction:
     rows = volume_k x passes, bytes = volume_k x samples x item size, passes and samples
     summed over the replicas (``data``); and the values each rank put into the gradient sums
-    over the replicas."""
+    over the replicas. ``predicted``: rows and bytes per layer as the schedules in force
+    predicted them, topology by topology (a job whose topology changed)."""
     forward, backward, source = volume
     t = traffic.total(comm, data)
-    pred = {
+    pred = predicted or {
         "forward_rows": forward * t.forward_passes,
         "forward_bytes": forward * t.forward_samples * itemsize,
         "backward_rows": backward * t.backward_passes,

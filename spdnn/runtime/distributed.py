@@ -68,6 +68,7 @@ class DistributedNetwork:
         self._pingpong: dict[int, PingPong] = {}
         self.sampled: SampledLayer | None = None  # --lsh on one layer (sampled.use_lsh)
         self.layer_run: Any = False  # spdnn.runtime.narrow_tail's typed lists, built on first use
+        self.updates: Any = None  # a job's topology updates (spdnn.runtime.topology)
 
     @property
     def n_layers(self) -> int:

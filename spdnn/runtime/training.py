@@ -64,6 +64,7 @@ class TrainConfig:
     early_stopping: int | None = None  # epochs without a lower validation loss, at most
     validation_split: float | None = None  # recorded: a resume must hold out the same
     sparse_update: SparseUpdate | None = None  # topology updates (spdnn.runtime.topology)
+    replanner: Any = None  # with sparse_update.replan: spdnn.runtime.topology.find_replanner()
 
     def settings(self) -> dict[str, Any]:
         """What a checkpoint records to refuse a resume that would not continue this run."""
@@ -133,7 +134,9 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         for layer in dnet.layers:
             layer.exchange.cap = None
 
-    updates = TopologyUpdates(dnet, opt, cfg.sparse_update) if cfg.sparse_update else None
+    share = grid.share(cfg.batch_size)
+    updates = TopologyUpdates(dnet, opt, cfg.sparse_update, cfg.replanner,
+                              share.stop - share.start) if cfg.sparse_update else None
 
     def checkpoint() -> None:
         save_checkpoint(comm, dnet, SavedState.of(opt), pos, str(cfg.checkpoint_dir),

@@ -1,0 +1,33 @@
+"""Replanning for a topology that changed as it trained (``spdnn train --replan``): the plan
+in force refined for the current patterns, not a new partition. The same hypergraph as a
+partition (``build_hypergraph``), the per-layer balanced connectivity-1 local search of
+``partition.refine`` started from the current owners, the input layer kept where it is (its
+owners hold the data's columns). Each move it makes lowers the volume; a move that would
+unbalance a layer is not made, and a layer the update unbalanced is repaired first.
+
+spdnn finds this function by its entry point (group ``spdnn.replanners``, name ``refine``):
+spdnn never imports this package, which may import spdnn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spdnn.model.plan import Pattern
+
+from .hypergraph import build_hypergraph
+from .refine import Refiner
+
+
+def refine_plan(patterns: Sequence[Pattern], owners: Sequence[np.ndarray], parts: int,
+                epsilon: float = 0.03) -> tuple[np.ndarray, ...]:
+    """New owners of every layer's neurons (layer 0's unchanged) for the network of
+    ``patterns``, refined from ``owners`` on ``parts`` parts under the per-layer balance
+    ``epsilon``."""
+    hg = build_hypergraph(patterns)
+    start = np.concatenate([np.asarray(o, dtype=np.int64) for o in owners])
+    refined = Refiner(hg, start, parts, epsilon, frozen_inputs=True).run()
+    return tuple(refined[hg.offsets[k]:hg.offsets[k + 1]].astype(np.int32)
+                 for k in range(len(owners)))

@@ -1,0 +1,113 @@
+"""The plan as the topology drifts: RigL's updates on the random 4096 -> 16384 x 3 network, the
+rows a step moves under the first plan kept, against a fresh plan of the final topology, and
+what the updates cost.
+
+    python scripts/bench/bench_drift.py [--ranks 2] [--updates 100] [--work DIR] [--no-write]
+
+The network is `spdnn generate random --sizes 4096,16384,16384,16384 --fan-in 32 --head 10`,
+trained with SGD (lr 0.05, momentum 0.9) in batches of 256 on 12,800 synthetic samples (4,096
+random features, 10 classes), float32, under a hypergraph plan of its first topology on
+--ranks ranks, with `--sparse-update rigl --update-every 100 --drop-fraction 0.3
+--update-until 1.0` for --updates x 100 steps (and one more epoch's worth, so the last update
+falls inside the job). The final network is partitioned afresh (`spdnn-partition`, the same P
+and seed) and its volume counted by the plan statistics the partitioner reports.
+"""
+
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
+
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import parser, publish, run_job, spdnn_tool, summary_row, table  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "SPDNN_THREADS": "1"}
+SAMPLES, BATCH = 12_800, 256
+
+
+def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    r = tables[0][0]
+    kept, fresh = float(r["rows a step, first plan kept"].replace(",", "")), \
+        float(r["rows a step, fresh plan"].replace(",", ""))
+    return [
+        summary_row(f"RigL on 4096 -> 16384 x 3 (fan-in 32), {r['updates']} updates at P = "
+                    f"{r['P']}: rows a step at the end",
+                    f"{r['rows a step, first plan kept']} (the first plan kept)",
+                    f"{r['rows a step, fresh plan']} (a fresh plan of the final topology)",
+                    f"{kept / fresh:.2f}x of fresh; {r['rows a step, start']} at the start"),
+        summary_row(f"RigL on 4096 -> 16384 x 3, {r['updates']} updates at P = {r['P']}: the "
+                    "updates' time", f"{r['update s']} s", f"{r['training s']} s of training",
+                    f"{r['update share']} of the training time"),
+    ]
+
+
+def main() -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--updates", type=int, default=100)
+    ap.add_argument("--work", type=Path)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        net, plan, data = work / "random.npz", work / f"random-p{args.ranks}.npz", \
+            work / "data.npz"
+        final, fresh = work / "final.npz", work / f"final-p{args.ranks}.npz"
+        if not net.exists():
+            spdnn_tool("spdnn", "generate", "random", "--sizes", "4096,16384,16384,16384",
+                       "--fan-in", "32", "--head", "10", "--seed", "0", "-o", net, env=ENV)
+        if not data.exists():
+            rng = np.random.default_rng(0)
+            np.savez(data, x_train=rng.random((SAMPLES, 4096), dtype=np.float32),
+                     y_train=rng.integers(0, 10, SAMPLES),
+                     x_test=rng.random((512, 4096), dtype=np.float32),
+                     y_test=rng.integers(0, 10, 512))
+        if not plan.exists():
+            spdnn_tool("spdnn-partition", net, "-P", args.ranks, "--seed", "0", "-o", plan,
+                       env=ENV)
+        per_epoch = SAMPLES // BATCH
+        steps = args.updates * 100 + per_epoch
+        epochs = -(-steps // per_epoch)
+        job = run_job(["train", "--network", str(net), "--plan", str(plan), "--data",
+                       f"npz:{data}", "--epochs", str(epochs), "--max-steps", str(steps),
+                       "--batch-size", str(BATCH), "--lr", "0.05", "--momentum", "0.9",
+                       "--sparse-update", "rigl", "--update-every", "100", "--drop-fraction",
+                       "0.3", "--update-until", "1.0", "--save", str(final)], args.ranks,
+                      metrics=work / "m.json", env=ENV, timeout=6 * 3600)
+        spdnn_tool("spdnn-partition", final, "-P", args.ranks, "--seed", "0", "-o", fresh,
+                   env=ENV)
+        from spdnn.io.bundle import load_network
+        from spdnn.io.planfile import load_plan
+        from spdnn.model.plan import network_patterns, plan_statistics
+
+        stats = plan_statistics(network_patterns(load_network(final)),
+                                load_plan(fresh).owners, parts=args.ranks)
+        fresh_rows = stats.forward_total + stats.backward_total
+    ups = job.metrics["topology_updates"]
+    train_s = sum(e["seconds"] for e in job.metrics["epochs"])
+    up_s = sum(u["seconds"] for u in ups)
+    row = [str(args.ranks), str(len(ups)), f"{ups[0]['rows_before']:,}",
+           f"{ups[-1]['rows_per_step']:,}", f"{fresh_rows:,}", f"{train_s:.0f}", f"{up_s:.1f}",
+           f"{100 * up_s / train_s:.1f}%"]
+    body = ("Command: `python scripts/bench/bench_drift.py --ranks " + str(args.ranks)
+            + " --updates " + str(args.updates) + "`. RigL every 100 steps (fraction 0.3, "
+            "cosine to zero at the last step), batch 256, SGD; rows a step: the expand and the "
+            "fold of every layer over the ranks; the fresh plan is `spdnn-partition` of the "
+            "final network. No replanning is built: the first plan stays in force. float32, "
+            f"one thread per rank, on {os.cpu_count()} cores.\n\n"
+            + table(["P", "updates", "rows a step, start", "rows a step, first plan kept",
+                     "rows a step, fresh plan", "training s", "update s", "update share"],
+                    [row]))
+    publish(args, "dynamic-sparsity-drift", "The plan as the topology drifts", body,
+            area="Dynamic sparsity", rows=summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
