@@ -174,7 +174,9 @@ def test_what_needs_relus_zeros_refuses_other_activations_in_one_line(tmp_path):
 def test_float32_gelu_is_as_close_to_the_exact_value_as_torchs(backend):
     """In float32 the numba backend's GELU takes Abramowitz and Stegun's erf around numpy's
     exp (spdnn.kernels._numba_activations): against the exact value (float64 erf), its error
-    is no larger than torch's own float32 GELU's; its slope too."""
+    is within half a float32 spacing of torch's own float32 GELU's (counted in spacings of
+    max(|value|, 1): torch's vectorised erf differs by CPU, by a spacing or so); its slope
+    too."""
     import scipy.special
 
     from spdnn.kernels import products as kernels
@@ -188,8 +190,10 @@ def test_float32_gelu_is_as_close_to_the_exact_value_as_torchs(backend):
     zt = torch.tensor(z, requires_grad=True)
     theirs = torch.nn.functional.gelu(zt)
     theirs.backward(torch.ones_like(zt))
-    err = np.abs(ours - exact).max()
-    assert err <= np.abs(theirs.detach().numpy() - exact).max() and err < 1e-6
+    spacing = np.spacing(np.maximum(np.abs(exact), 1).astype(np.float32)).astype(np.float64)
+    err = np.abs(ours - exact)
+    torch_err = np.abs(theirs.detach().numpy() - exact)
+    assert (err / spacing).max() <= (torch_err / spacing).max() + 0.5 and err.max() < 1e-6
     slope_exact = 0.5 * (1 + scipy.special.erf(z64 * np.sqrt(0.5))) + z64 * np.exp(
         -0.5 * z64 ** 2) / np.sqrt(2 * np.pi)
     g = np.ones_like(z)
