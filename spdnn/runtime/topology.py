@@ -192,6 +192,8 @@ class TopologyUpdates:
             return None
         old = dnet.plan
         moved = sum(int(np.count_nonzero(a != b)) for a, b in zip(owners, old.owners))
+        if moved == 0:  # the plan in force is as good as the search finds
+            return 0
         meta = {k: v for k, v in old.meta.items() if k != "stats"}  # the old plan's volume
         move_rows(dnet, self.opt, Plan(old.parts, tuple(owners), {**meta, "method": "replanned"}))
         return moved
