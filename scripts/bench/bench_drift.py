@@ -9,8 +9,9 @@ trained with SGD (lr 0.05, momentum 0.9) in batches of 256 on 12,800 synthetic s
 random features, 10 classes), float32, under a hypergraph plan of its first topology on
 --ranks ranks, with `--sparse-update rigl --update-every 100 --drop-fraction 0.3
 --update-until 1.0` for --updates x 100 steps (and one more epoch's worth, so the last update
-falls inside the job). The final network is partitioned afresh (`spdnn-partition`, the same P
-and seed) and its volume counted by the plan statistics the partitioner reports.
+falls inside the job): once with the first plan kept (`--replan never`), once maintained
+(`--replan auto`). The final network is partitioned afresh (`spdnn-partition`, the same P and
+seed) and its volume counted by the plan statistics.
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -33,17 +34,19 @@ SAMPLES, BATCH = 12_800, 256
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     r = tables[0][0]
-    kept, fresh = float(r["rows a step, first plan kept"].replace(",", "")), \
-        float(r["rows a step, fresh plan"].replace(",", ""))
+    kept, kept_up, fresh = (float(r[f"rows a step, {c}"].replace(",", ""))
+                            for c in ("first plan kept", "maintained plan", "fresh plan"))
     return [
         summary_row(f"RigL on 4096 -> 16384 x 3 (fan-in 32), {r['updates']} updates at P = "
                     f"{r['P']}: rows a step at the end",
+                    f"{r['rows a step, maintained plan']} (maintained, --replan auto); "
                     f"{r['rows a step, first plan kept']} (the first plan kept)",
                     f"{r['rows a step, fresh plan']} (a fresh plan of the final topology)",
-                    f"{kept / fresh:.2f}x of fresh; {r['rows a step, start']} at the start"),
+                    f"maintained {kept_up / fresh:.2f}x, kept {kept / fresh:.2f}x of fresh"),
         summary_row(f"RigL on 4096 -> 16384 x 3, {r['updates']} updates at P = {r['P']}: the "
-                    "updates' time", f"{r['update s']} s", f"{r['training s']} s of training",
-                    f"{r['update share']} of the training time"),
+                    "updates' share of the training time",
+                    f"{r['update share, maintained']} (maintained); "
+                    f"{r['update share, kept']} (kept)", "-", "-"),
     ]
 
 
@@ -74,35 +77,51 @@ def main() -> int:
         per_epoch = SAMPLES // BATCH
         steps = args.updates * 100 + per_epoch
         epochs = -(-steps // per_epoch)
-        job = run_job(["train", "--network", str(net), "--plan", str(plan), "--data",
-                       f"npz:{data}", "--epochs", str(epochs), "--max-steps", str(steps),
-                       "--batch-size", str(BATCH), "--lr", "0.05", "--momentum", "0.9",
-                       "--sparse-update", "rigl", "--update-every", "100", "--drop-fraction",
-                       "0.3", "--update-until", "1.0", "--save", str(final)], args.ranks,
-                      metrics=work / "m.json", env=ENV, timeout=6 * 3600)
-        spdnn_tool("spdnn-partition", final, "-P", args.ranks, "--seed", "0", "-o", fresh,
-                   env=ENV)
+        runs = {}
+        for replan in ("never", "auto"):
+            final = work / f"final-{replan}.npz"
+            job = run_job(["train", "--network", str(net), "--plan", str(plan), "--data",
+                           f"npz:{data}", "--epochs", str(epochs), "--max-steps", str(steps),
+                           "--batch-size", str(BATCH), "--lr", "0.05", "--momentum", "0.9",
+                           "--sparse-update", "rigl", "--update-every", "100",
+                           "--drop-fraction", "0.3", "--update-until", "1.0", "--replan",
+                           replan, "--save", str(final)], args.ranks,
+                          metrics=work / "m.json", env=ENV, timeout=6 * 3600)
+            runs[replan] = (job.metrics, final)
+            print(f"  --replan {replan}: {job.seconds:.0f} s", flush=True)
         from spdnn.io.bundle import load_network
         from spdnn.io.planfile import load_plan
         from spdnn.model.plan import network_patterns, plan_statistics
 
+        final = runs["never"][1]  # the same topology either way: the plan changes no result
+        fresh = work / f"final-p{args.ranks}.npz"
+        spdnn_tool("spdnn-partition", final, "-P", args.ranks, "--seed", "0", "-o", fresh,
+                   env=ENV)
         stats = plan_statistics(network_patterns(load_network(final)),
                                 load_plan(fresh).owners, parts=args.ranks)
         fresh_rows = stats.forward_total + stats.backward_total
-    ups = job.metrics["topology_updates"]
-    train_s = sum(e["seconds"] for e in job.metrics["epochs"])
+    kept, kept_final = runs["never"]
+    kept_ups, kept_train = kept["topology_updates"], sum(e["seconds"] for e in kept["epochs"])
+    kept_up = sum(u["seconds"] for u in kept_ups)
+    upkeep, _ = runs["auto"]
+    ups = upkeep["topology_updates"]
+    up_train = sum(e["seconds"] for e in upkeep["epochs"])
     up_s = sum(u["seconds"] for u in ups)
-    row = [str(args.ranks), str(len(ups)), f"{ups[0]['rows_before']:,}",
-           f"{ups[-1]['rows_per_step']:,}", f"{fresh_rows:,}", f"{train_s:.0f}", f"{up_s:.1f}",
-           f"{100 * up_s / train_s:.1f}%"]
+    row = [str(args.ranks), str(len(kept_ups)), f"{kept_ups[0]['rows_before']:,}",
+           f"{kept_ups[-1]['rows_per_step']:,}", f"{ups[-1]['rows_per_step']:,}",
+           f"{fresh_rows:,}", str(sum(u["replanned"] for u in ups)),
+           f"{sum(u['rows_moved'] for u in ups):,}",
+           f"{100 * kept_up / kept_train:.1f}%", f"{100 * up_s / up_train:.1f}%"]
     body = ("Command: `python scripts/bench/bench_drift.py --ranks " + str(args.ranks)
             + " --updates " + str(args.updates) + "`. RigL every 100 steps (fraction 0.3, "
             "cosine to zero at the last step), batch 256, SGD; rows a step: the expand and the "
-            "fold of every layer over the ranks; the fresh plan is `spdnn-partition` of the "
-            "final network. No replanning is built: the first plan stays in force. float32, "
-            f"one thread per rank, on {os.cpu_count()} cores.\n\n"
+            "fold of every layer over the ranks; kept: the first plan in force throughout "
+            "(`--replan never`); maintained: `--replan auto`; fresh: `spdnn-partition` of the "
+            "final network; update share: the updates' seconds (with their replans) over the "
+            f"training's. float32, one thread per rank, on {os.cpu_count()} cores.\n\n"
             + table(["P", "updates", "rows a step, start", "rows a step, first plan kept",
-                     "rows a step, fresh plan", "training s", "update s", "update share"],
+                     "rows a step, maintained plan", "rows a step, fresh plan", "replans",
+                     "neurons moved", "update share, kept", "update share, maintained"],
                     [row]))
     publish(args, "dynamic-sparsity-drift", "The plan as the topology drifts", body,
             area="Dynamic sparsity", rows=summary)
