@@ -589,6 +589,19 @@ def _positions(old_keys: np.ndarray, by_key: np.ndarray, keys: np.ndarray) -> np
     return np.where(ordered[at] == keys, by_key[at], -1).astype(np.int64)
 
 
+def _largest(score: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` columns of largest ``score`` (ties: the lower column), ascending: a
+    partition, not a sort of the row."""
+    if count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if count >= len(score):
+        return np.arange(len(score), dtype=np.int64)
+    threshold = np.partition(score, len(score) - count)[len(score) - count]
+    above = np.flatnonzero(score > threshold)
+    tied = np.flatnonzero(score == threshold)[:count - len(above)]
+    return np.sort(np.concatenate([above, tied])).astype(np.int64)
+
+
 def _rigl_growth(delta: np.ndarray, x: np.ndarray, counts: np.ndarray, keep_keys: np.ndarray,
                  n_in: int, weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """RigL: per row, the ``counts[r]`` columns of largest |dL/dw| = |delta_r . x_j| among
@@ -604,11 +617,10 @@ def _rigl_growth(delta: np.ndarray, x: np.ndarray, counts: np.ndarray, keep_keys
             score = score * weight.astype(score.dtype)
         inside = (keep_rows >= lo) & (keep_rows < hi)
         score[keep_rows[inside] - lo, keep_cols[inside]] = -np.inf
-        best = np.argsort(-score, axis=1, kind="stable")
         for r in np.flatnonzero(counts[lo:hi]):
-            chosen = np.sort(best[r, :counts[lo + r]])
+            chosen = _largest(score[r], int(counts[lo + r]))
             rows_out.append(np.full(len(chosen), lo + r, dtype=np.int64))
-            cols_out.append(chosen.astype(np.int64))
+            cols_out.append(chosen)
     if not rows_out:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return np.concatenate(rows_out), np.concatenate(cols_out)
