@@ -120,3 +120,25 @@ def test_an_interrupt_in_a_finaliser_prints_nothing_of_its_own():
     assert proc.returncode == 0, proc.stderr
     assert "KeyboardInterrupt" not in proc.stderr, proc.stderr
     assert "still reported" in proc.stderr, proc.stderr
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_is_an_interrupt():
+    """zipfile's close refuses the archive an interrupted np.savez left open (a ValueError
+    whose context is the KeyboardInterrupt): the job ends as interrupted (one line, 130), not
+    with a traceback."""
+    code = """
+from types import SimpleNamespace
+from spdnn.comm.collective import guarded
+
+def body():
+    try:
+        raise KeyboardInterrupt
+    finally:
+        raise ValueError("Can't close the ZIP file while there is an open writing handle")
+
+guarded(SimpleNamespace(size=2, rank=0), body)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and "interrupted" in proc.stderr + proc.stdout

@@ -72,9 +72,11 @@ def guarded(c: Communicator, fn: Callable[[], Any]) -> Any:  # noqa: ANN401
     except BaseException as exc:
         if c.size == 1:
             raise
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt) or _during_interrupt(exc):
             interrupted("spdnn", c.rank)  # one line from rank 0, exit 130
-            raise
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise KeyboardInterrupt from None
         if isinstance(exc, SystemExit):
             # A rank leaving in the middle of a collective step would leave the others
             # waiting: the job ends, with the exit code it asked for.
@@ -90,6 +92,17 @@ def guarded(c: Communicator, fn: Callable[[], Any]) -> Any:  # noqa: ANN401
             code = 1
         _abort(c, code)
         raise
+
+
+def _during_interrupt(exc: BaseException) -> bool:
+    """``exc`` was raised while a Ctrl-C unwound (zipfile's close, say, refuses to close the
+    archive an interrupted write left open): the job was interrupted, not broken."""
+    seen = exc.__context__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
 
 
 def _abort(c: Communicator, code: int) -> None:
