@@ -223,3 +223,39 @@ def test_two_ranks_stop_one_resumes_and_saves_the_topology_one_run_reaches(netwo
         np.testing.assert_array_equal(la.weight.indptr, lb.weight.indptr)
         np.testing.assert_array_equal(la.weight.indices, lb.weight.indices)
         np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=1e-10)
+
+
+def test_the_saved_plan_is_for_the_final_topology(networks, tmp_path):
+    """--save-plan on 2 ranks with --replan every:1: the plan file carries the fingerprint of
+    the network --save wrote and, as its statistics, the rows a step the last update's record
+    gives; spdnn infer runs the saved network under it on 2 ranks."""
+    import json
+
+    from spdnn.io.bundle import load_network
+    from spdnn.io.planfile import load_plan
+    from spdnn.model.plan import network_patterns, plan_statistics
+    from tests.helpers import run_cli
+
+    plan = tmp_path / "p2.npz"
+    assert run_cli(networks / "sparse.npz", "-P", "2", "-o", plan, "--method", "block",
+                   module="partition").returncode == 0
+    saved, final, metrics = tmp_path / "trained.npz", tmp_path / "final.npz", tmp_path / "m.json"
+    proc = launch(2, "train", "--network", networks / "sparse.npz", "--plan", plan,
+                  "--epochs", "1", "--sparse-update", "set", "--update-every", "5",
+                  "--replan", "every:1", "--save", saved, "--save-plan", final,
+                  "--metrics-out", metrics)
+    assert proc.returncode == 0, proc.stderr
+    assert f"saved the plan in force to {final}" in proc.stdout
+    net, got = load_network(saved), load_plan(final)
+    assert got.fingerprint == net.fingerprint() != load_network(networks / "sparse.npz"
+                                                                 ).fingerprint()
+    stats = plan_statistics(network_patterns(net), got.owners, parts=2)
+    last = json.loads(metrics.read_text())["topology_updates"][-1]
+    assert stats.forward_total + stats.backward_total == last["rows_per_step"]
+    assert got.meta["stats"] == json.loads(json.dumps(stats.summary()))
+    infer = launch(2, "infer", "--network", saved, "--plan", final, "--inputs", "digits")
+    assert infer.returncode == 0, infer.stderr
+    # an output that names the input plan is refused before the job starts
+    clash = launch(0, "train", "--network", networks / "sparse.npz", "--plan", plan,
+                   "--sparse-update", "set", "--save-plan", plan)
+    assert clash.returncode == 2 and clash.stderr.count("\n") == 1, clash.stderr

@@ -324,6 +324,9 @@ def _optimizer_options(tr: argparse.ArgumentParser) -> None:
                     help="after an update, refine the plan for the current topology and move "
                          "the rows that change owner: every K updates, or when the rows saved "
                          "over the steps to the next update outweigh the bytes moved (auto)")
+    tr.add_argument("--save-plan", metavar="FILE",
+                    help="write the plan in force at the end, with its rows per step for the "
+                         "final topology (for spdnn infer on the network --save writes)")
     tr.add_argument("--update-scope", choices=SCOPES, default=_TRAIN.update_scope,
                     help="row: every row drops and grows the same count (each neuron keeps "
                          "its fan-in); layer: the whole layer is ranked at once")

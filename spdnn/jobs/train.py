@@ -13,6 +13,7 @@ from spdnn.comm.mpi import Communicator
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.dataset import split_validation
 from spdnn.io.loaders import check_fits
+from spdnn.io.planfile import save_plan
 from spdnn.kernels.loading import load_kernels
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
@@ -41,8 +42,9 @@ from spdnn.runtime.accounting import (
     timing,
 )
 from spdnn.runtime.checkpoint import check_position, directory_lock, load_checkpoint
+from spdnn.runtime.replan import find_replanner, plan_in_force
 from spdnn.runtime.session import save_trained, write_json
-from spdnn.runtime.topology import adopt_topology, find_replanner
+from spdnn.runtime.topology import adopt_topology
 from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
@@ -141,7 +143,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     save = None if save is None else os.fspath(save)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
     job = open_training(comm, network, run, cfg, save, metrics_out, verbose, data_spec,
-                        dropout=bool(opt.dropout), opt_best=opt.save_best)
+                        dropout=bool(opt.dropout), opt_best=opt.save_best,
+                        opt_plan=opt.save_plan)
     sizes, dnet = job.bundle.sizes, job.dnet
     # each rank reads only its model part's input columns, and a replica only its share of the
     # samples (it fetches the others' as the batches need them: spdnn.runtime.sample_shares)
@@ -228,12 +231,18 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
             data=[*inputs, data.x_train, data.x_test])
         if save:  # before anything is printed (the output may be a closed pipe)
             save_trained(comm, dnet, save, {"trained_by": "spdnn train", "data": data.name})
+        if opt.save_plan is not None:
+            final = plan_in_force(dnet)
+            comm.check(lambda: save_plan(final, opt.save_plan)
+                       if final is not None and dnet.grid.replica == 0 else None)
         if comm.rank == 0 and verbose:
             print(format_traffic(acc, dnet.grid.parts, dnet.grid.replicas), flush=True)
             print(format_timing(tm), flush=True)
             print(memory_report.format_memory(mem), flush=True)
             if save:
                 print(f"saved {save}")
+            if opt.save_plan is not None:
+                print(f"saved the plan in force to {os.fspath(opt.save_plan)}")
 
     def epoch_done(report: EpochReport) -> None:
         if verbose:
@@ -316,7 +325,8 @@ def _tested_once(comm: Communicator, dnet: Any, data: Any, verbose: bool,  # noq
 def open_training(comm: Communicator, network: str | os.PathLike | Network, run: RunOptions,
                   cfg: TrainConfig, save: str | None, metrics_out: str | None, verbose: bool,
                   data: Any = None, dropout: bool = False,  # noqa: ANN401
-                  opt_best: str | os.PathLike | None = None):
+                  opt_best: str | os.PathLike | None = None,
+                  opt_plan: str | os.PathLike | None = None):
     """Open the job with its outputs checked first (nothing is computed for an hour and then
     fails to be written), and ``data``'s bytes counted before anything is loaded."""
     from spdnn.io.datasize import data_nbytes
@@ -328,7 +338,8 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
 
     return open_job(comm, network, run, cfg.batch_size,
                     [("--save", save), ("--metrics-out", metrics_out),
-                     ("--save-best", None if opt_best is None else os.fspath(opt_best))],
+                     ("--save-best", None if opt_best is None else os.fspath(opt_best)),
+                     ("--save-plan", None if opt_plan is None else os.fspath(opt_plan))],
                     [("--checkpoint-dir", cfg.checkpoint_dir)], verbose, training=True,
                     data=None if data is None else count,
                     lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0,

@@ -105,6 +105,7 @@ class TrainOptions:
     update_scope: str = "row"
     grow_locality: float = 1.0  # growth W times as likely (set) or scored W times (rigl) near
     replan: str = "never"  # never | auto | every:K: refine the plan for the current topology
+    save_plan: Path | None = None  # the plan in force at the end, for the final topology
 
 
 Ints = tuple[int, ...]

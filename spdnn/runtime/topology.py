@@ -16,14 +16,14 @@ RigL's score of a row needs the inputs it does not read: at an update each rank 
 the layer's inputs X_{k-1} of the batch over its replica (n_{k-1} x B values received, one
 all-gather per changing layer) and, with replicas, the errors of its rows over the replicas
 (its rows x B); the scores are computed in blocks of rows, never a dense gradient of the
-layer. The plan stays; what it moves now is counted per update (``UpdateRecord``).
+layer. The plan stays (unless ``--replan``: spdnn.runtime.replan); what it moves now is counted
+per update (``UpdateRecord``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,11 +34,9 @@ from spdnn.comm.mpi import Communicator
 from spdnn.errors import InputError
 from spdnn.io.checkpoint_format import manifest_fields, shard_layer
 from spdnn.io.npz import NpzReader
-from spdnn.kernels.ranges import concat_ranges
 from spdnn.model.counters import Dropout
 from spdnn.model.network import Layer
 from spdnn.model.optim import Optimizer
-from spdnn.model.plan import Plan, plan_statistics
 from spdnn.model.sparsity import (
     SparseUpdate,
     drop_counts,
@@ -48,6 +46,7 @@ from spdnn.model.sparsity import (
 )
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.local_layer import LocalLayer
+from spdnn.runtime.replan import Replanner, Replanning
 
 PREDICTED = ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes")
 # Rows whose RigL scores are computed at once (bounds the dense block to ROWS x n_in).
@@ -87,7 +86,8 @@ class TopologyUpdates:
     def __init__(self, dnet: DistributedNetwork, opt: Optimizer, update: SparseUpdate,
                  replanner: Replanner | None = None, batch: int = 0) -> None:
         self.dnet, self.opt, self.update = dnet, opt, update
-        self.replanner, self.batch = replanner, batch
+        self.replanning = (Replanning(dnet, opt, update, replanner, batch)
+                           if replanner is not None else None)
         comm = dnet.comm
         self.changing = [bool(comm.allreduce_scalar(float(layer.weight.nnz))
                               < dnet.sizes[layer.index] * dnet.sizes[layer.index - 1])
@@ -162,7 +162,8 @@ class TopologyUpdates:
         dnet.topology_changed()
         counts = dnet.comm.allreduce(np.array([dropped, grown], dtype=np.int64))
         before, self.rows = self.rows, rows_per_step(dnet)
-        moved = self._replan(len(self.records) + 1) if self.replanner is not None else None
+        moved = (self.replanning.after(len(self.records) + 1, self.rows)
+                 if self.replanning is not None else None)
         if moved is not None:
             self.rows = rows_per_step(dnet)
         self._open_segment()
@@ -171,45 +172,6 @@ class TopologyUpdates:
                               moved is not None, moved or 0)
         self.records.append(record)
         return record
-
-    def _replan(self, count: int) -> int | None:
-        """After the ``count``-th update: refine the plan for the current topology (on the
-        replica's rank 0: ``replanner``), and move the rows that change owner when
-        ``--replan`` asks (every K updates, or when it pays: ``_pays``). Returns the rows
-        moved, None when the plan stays. Collective."""
-        dnet, k_every = self.dnet, self.update.replan_every()
-        if k_every and count % k_every:
-            return None
-        comm = dnet.comm
-        patterns = gather_patterns(dnet)
-        owners = None
-        if comm.rank == 0:
-            owners = self.replanner(patterns, dnet.plan.owners, dnet.plan.parts)
-            if not k_every and not self._pays(patterns, owners):
-                owners = None
-        owners = comm.bcast(owners)
-        if owners is None:
-            return None
-        old = dnet.plan
-        moved = sum(int(np.count_nonzero(a != b)) for a, b in zip(owners, old.owners))
-        if moved == 0:  # the plan in force is as good as the search finds
-            return 0
-        meta = {k: v for k, v in old.meta.items() if k != "stats"}  # the old plan's volume
-        move_rows(dnet, self.opt, Plan(old.parts, tuple(owners), {**meta, "method": "replanned"}))
-        return moved
-
-    def _pays(self, patterns: list, owners: tuple) -> bool:
-        """``auto``: the rows a step saves, over the steps to the next update, outweigh the
-        values the move carries (each moved neuron's weights and optimizer state, with an
-        index each). Rank 0, with the network's patterns."""
-        dnet = self.dnet
-        stats = plan_statistics(patterns, owners, parts=dnet.plan.parts)
-        saved = (self.rows - stats.forward_total - stats.backward_total) * self.batch \
-            * dnet.dtype.itemsize * self.update.every
-        per_value = dnet.dtype.itemsize * (1 + self.opt.state_arrays(self.opt.config)) + 8
-        moving = sum(int(np.diff(indptr)[owners[k] != dnet.plan.owners[k]].sum())
-                     for k, (indptr, _, _) in enumerate(patterns, start=1))
-        return saved > moving * per_value
 
     def _whole_inputs(self, i: int, xbuf: np.ndarray) -> np.ndarray:
         """X_{k-1} of layer i, every row (global order) over this replica's samples and then
@@ -362,124 +324,6 @@ class TopologyUpdates:
             need = np.flatnonzero(counts > got)
         keys = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
         return keys // n_in, keys % n_in
-
-
-Replanner = Callable[[list, tuple, int], tuple]
-
-
-def find_replanner() -> Replanner | None:
-    """The partitioner's replanning (``partition.replan.refine_plan``), found by its entry
-    point: spdnn does not import the partition package (it imports spdnn)."""
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group="spdnn.replanners"):
-        if ep.name == "refine":
-            return ep.load()
-    return None
-
-
-def gather_patterns(dnet: DistributedNetwork) -> list:
-    """Every layer's current pattern (indptr, global column indices, shape) on the
-    replica's rank 0 (None elsewhere). Collective."""
-    comm = dnet.comm
-    out: list = []
-    for layer in dnet.layers:
-        k = layer.index
-        mine = (layer.rows, np.diff(layer.weight.indptr), layer.global_columns())
-        parts = comm.gather(mine)
-        if comm.rank != 0:
-            continue
-        n_out, n_in = dnet.sizes[k], dnet.sizes[k - 1]
-        rows = np.concatenate([np.repeat(r.astype(np.int64), c) for r, c, _ in parts])
-        cols = np.concatenate([g.astype(np.int64) for _, _, g in parts])
-        w = sp.csr_matrix((np.ones(len(cols), dtype=np.int8), (rows, cols)),
-                          shape=(n_out, n_in))
-        w.sort_indices()
-        out.append((w.indptr.astype(np.int64), w.indices.astype(np.int64), (n_out, n_in)))
-    return out if comm.rank == 0 else []
-
-
-def move_rows(dnet: DistributedNetwork, opt: Optimizer, plan: Plan) -> None:
-    """Put ``plan`` in force: every row whose owner changes travels to its new owner with its
-    weights, bias and optimizer state (one all-to-all of indices and one of values per
-    layer), and every layer is rebuilt for the new plan. The input layer's owners must not
-    change (they hold the data's columns). Collective."""
-    comm, rank = dnet.comm, dnet.comm.rank
-    if not np.array_equal(plan.owners[0], dnet.plan.owners[0]):
-        raise ValueError("a replan must keep the input layer's owners")
-    dt = dnet.dtype
-    new_layers = []
-    for i, layer in enumerate(dnet.layers):
-        k = layer.index
-        n_in = dnet.sizes[k - 1]
-        w = layer.weight
-        names_w, names_b = sorted(opt.state[2 * i]), sorted(opt.state[2 * i + 1])
-        counts = np.diff(w.indptr).astype(np.int64)
-        cols = layer.global_columns().astype(np.int64)
-        dest = plan.owners[k][layer.rows]
-        ints, floats = [], []
-        for q in range(comm.size):
-            r = np.flatnonzero(dest == q)
-            entries = concat_ranges(w.indptr[:-1][r].astype(np.int64), counts[r])
-            ints.append(np.concatenate([[len(r)], layer.rows[r], counts[r], cols[entries]]))
-            floats.append(np.concatenate([w.data[entries], layer.bias[r],
-                                          *[opt.state[2 * i][n][entries] for n in names_w],
-                                          *[opt.state[2 * i + 1][n][r] for n in names_b]]))
-        got_i = comm.alltoall_lists(ints, np.int64)
-        got_f = comm.alltoall_lists(floats, dt)
-        rows, cnt, gcol, vals, bias = [], [], [], [], []
-        state_w: dict[str, list] = {n: [] for n in names_w}
-        state_b: dict[str, list] = {n: [] for n in names_b}
-        for a, f in zip(got_i, got_f):
-            n = int(a[0])
-            c = a[1 + n:1 + 2 * n]
-            e = int(c.sum())
-            rows.append(a[1:1 + n])
-            cnt.append(c)
-            gcol.append(a[1 + 2 * n:])
-            at = 0
-            for target, size in ((vals, e), (bias, n)):
-                target.append(f[at:at + size])
-                at += size
-            for name in names_w:
-                state_w[name].append(f[at:at + e])
-                at += e
-            for name in names_b:
-                state_b[name].append(f[at:at + n])
-                at += n
-        rows_a, cnt_a = np.concatenate(rows), np.concatenate(cnt)
-        keys = np.repeat(rows_a, cnt_a) * n_in + np.concatenate(gcol)
-        order = np.argsort(keys)  # by global row, then column
-        row_order = np.argsort(rows_a)
-        mine_rows = rows_a[row_order]
-        if not np.array_equal(mine_rows, plan.rows_of(rank, k)):
-            raise AssertionError(f"layer {k}: the rows received are not the plan's")
-        local = np.searchsorted(mine_rows, np.repeat(rows_a, cnt_a))
-        keys_sorted = keys[order]
-        csr = sp.csr_matrix((np.concatenate(vals)[order],
-                             (keys_sorted % n_in).astype(w.indices.dtype),
-                             np.concatenate([[0], np.cumsum(np.bincount(
-                                 local[order], minlength=len(mine_rows)))]).astype(
-                                 w.indptr.dtype)), shape=(len(mine_rows), n_in))
-        rebuilt = LocalLayer.build(comm, plan, k, Layer(csr, np.concatenate(bias)[row_order]))
-        new_keys = np.repeat(mine_rows, np.diff(rebuilt.weight.indptr)) * n_in \
-            + rebuilt.global_columns().astype(np.int64)
-        where = order[np.searchsorted(keys_sorted, new_keys)]
-        rebuilt.weight.data[:] = np.concatenate(vals)[where]
-        ex_old, ex_new = layer.exchange, rebuilt.exchange
-        ex_new.mode, ex_new.cap, ex_new.masked = ex_old.mode, ex_old.cap, ex_old.masked
-        opt.params[2 * i], opt.params[2 * i + 1] = rebuilt.weight.data, rebuilt.bias
-        opt.state[2 * i] = {n: np.concatenate(v)[where] for n, v in state_w.items()}
-        opt.state[2 * i + 1] = {n: np.concatenate(v)[row_order] for n, v in state_b.items()}
-        opt.forget_scratch(2 * i)
-        opt.forget_scratch(2 * i + 1)
-        new_layers.append(rebuilt)
-    dnet.layers[:] = new_layers
-    dnet.plan = plan
-    pool: dict = {}
-    for layer in dnet.layers:
-        layer.exchange.share_buffers(pool)
-    dnet.topology_changed()
 
 
 def adopt_topology(dnet: DistributedNetwork, directory: str) -> None:

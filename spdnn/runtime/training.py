@@ -64,7 +64,7 @@ class TrainConfig:
     early_stopping: int | None = None  # epochs without a lower validation loss, at most
     validation_split: float | None = None  # recorded: a resume must hold out the same
     sparse_update: SparseUpdate | None = None  # topology updates (spdnn.runtime.topology)
-    replanner: Any = None  # with sparse_update.replan: spdnn.runtime.topology.find_replanner()
+    replanner: Any = None  # with sparse_update.replan: spdnn.runtime.replan.find_replanner()
 
     def settings(self) -> dict[str, Any]:
         """What a checkpoint records to refuse a resume that would not continue this run."""
