@@ -30,14 +30,12 @@ class Replanning:
                  replanner: Replanner, batch: int) -> None:
         self.dnet, self.opt, self.update = dnet, opt, update
         self.replanner, self.batch = replanner, batch
-        self.rows = 0  # rows a step moves under the plan in force
 
     def after(self, count: int, rows: int) -> int | None:
         """After the ``count``-th update: refine the plan for the current topology (on the
         replica's rank 0: ``replanner``), and move the rows that change owner when
         ``--replan`` asks (every K updates, or when it pays: ``_pays``). Returns the rows
         moved, None when the plan stays; ``rows``: what a step moves now. Collective."""
-        self.rows = rows
         dnet, k_every = self.dnet, self.update.replan_every()
         if k_every and count % k_every:
             return None
@@ -46,7 +44,7 @@ class Replanning:
         owners = None
         if comm.rank == 0:
             owners = self.replanner(patterns, dnet.plan.owners, dnet.plan.parts)
-            if not k_every and not self._pays(patterns, owners):
+            if not k_every and not self._pays(patterns, owners, rows):
                 owners = None
         owners = comm.bcast(owners)
         if owners is None:
@@ -59,13 +57,13 @@ class Replanning:
         move_rows(dnet, self.opt, Plan(old.parts, tuple(owners), {**meta, "method": "replanned"}))
         return moved
 
-    def _pays(self, patterns: list, owners: tuple) -> bool:
+    def _pays(self, patterns: list, owners: tuple, rows: int) -> bool:
         """``auto``: the rows a step saves, over the steps to the next update, outweigh the
         values the move carries (each moved neuron's weights and optimizer state, with an
         index each). Rank 0, with the network's patterns."""
         dnet = self.dnet
         stats = plan_statistics(patterns, owners, parts=dnet.plan.parts)
-        saved = (self.rows - stats.forward_total - stats.backward_total) * self.batch \
+        saved = (rows - stats.forward_total - stats.backward_total) * self.batch \
             * dnet.dtype.itemsize * self.update.every
         per_value = dnet.dtype.itemsize * (1 + self.opt.state_arrays(self.opt.config)) + 8
         moving = sum(int(np.diff(indptr)[owners[k] != dnet.plan.owners[k]].sum())
