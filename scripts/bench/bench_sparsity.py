@@ -17,14 +17,22 @@ a step moves as the topology drifts).
 `--grow-locality 1` and `8` on --ranks ranks (hypergraph plans; more ranks than cores is fine
 for the counts): the rows a step moves at the end and the test accuracy (record
 dynamic-sparsity-locality).
+
+`--peer CHECKOUT`: SET against the Truly Sparse code (a checkout of
+github.com/SelimaC/large-scale-sparse-neural-networks), its SET_MLP class driven by
+truly_sparse.py with the settings of its set_mlp_sequential.py on the same MNIST, beside
+spdnn's SET at P = 1 and 2, the same epochs (record dynamic-sparsity-truly-sparse). CHECKOUT:
+`git clone https://github.com/SelimaC/large-scale-sparse-neural-networks CHECKOUT`.
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
 import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
 
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -115,11 +123,71 @@ def locality(args, net: Path, mnist: Path, work: Path) -> int:  # noqa: ANN001
     return 0
 
 
+def peer_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    rows = {(r["code"], r["ranks"]): r for r in tables[0]}
+    peer, one = rows[("Truly Sparse", "1")], rows[("spdnn", "1")]
+    two = rows.get(("spdnn", "2"))
+    diff = 100 * (float(one["test accuracy"]) - float(peer["test accuracy"]))
+    speed = float(peer["epoch s (mean)"]) / float(one["epoch s (mean)"])
+    at_two = (f"; P = 2: {two['epoch s (mean)']} s, {two['test accuracy']}" if two else "")
+    return [summary_row(
+        f"SET-MLP on MNIST (set_mlp_sequential.py's settings), {one['epochs']} epochs, against "
+        "the Truly Sparse code: epoch seconds; test accuracy",
+        f"{one['epoch s (mean)']} s; {one['test accuracy']}{at_two}",
+        f"{peer['epoch s (mean)']} s; {peer['test accuracy']}",
+        f"{speed:.1f}x faster; {diff:+.2f} points")]
+
+
+def against_peer(args, net: Path, mnist: Path, work: Path) -> int:  # noqa: ANN001
+    """SET in spdnn at P = 1 and 2 beside the Truly Sparse code's SET_MLP, one run."""
+    plan = work / "set-mlp-p2.npz"
+    spdnn_tool("spdnn-partition", net, "-P", "2", "-o", plan, env=ENV)
+    rows = []
+    out = work / "peer.json"
+    driver = Path(__file__).with_name("truly_sparse.py")
+    subprocess.run([sys.executable, str(driver), str(args.peer), str(mnist), str(args.epochs),
+                    str(out)], check=True, env={**ENV, "NUMBA_NUM_THREADS": "1"})
+    p = json.loads(out.read_text())
+    rows.append(["Truly Sparse", "1", str(p["epochs"]), f"{p['test_accuracy']:.4f}",
+                 f"{p['seconds'] / p['epochs']:.2f}"])
+    print(" | ".join(rows[-1]), flush=True)
+    for ranks in (1, 2):
+        cmd = ["train", "--network", str(net), "--data", f"mnist:{mnist}", "--epochs",
+               str(args.epochs), *RECIPE, *MODES["SET"],
+               *(["--plan", str(plan)] if ranks > 1 else [])]
+        epochs = run_job(cmd, ranks, metrics=work / "m.json", env=ENV).metrics["epochs"]
+        rows.append(["spdnn", str(ranks), str(len(epochs)),
+                     f"{epochs[-1]['test_accuracy']:.4f}",
+                     f"{sum(e['seconds'] for e in epochs) / len(epochs):.2f}"])
+        print(" | ".join(rows[-1]), flush=True)
+    commit = subprocess.run(["git", "-C", str(args.peer), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown commit"
+    body = ("Command: `python scripts/bench/bench_sparsity.py --peer CHECKOUT --epochs "
+            f"{args.epochs}` (the Truly Sparse code at {commit}). Both train 784 -> 1000 x 3 "
+            "-> 10 with All-ReLU (-0.6, 0.6, -0.6), epsilon 20, SET with zeta 0.3 after every "
+            "epoch, SGD lr 0.01 momentum 0.9, weight decay 2e-4, dropout 0.3, batch 128, "
+            "float32, on x / 255 of the MNIST under ../shared/data/mnist, one thread. "
+            "What differs, as each code defines it: the Truly Sparse code decays every weight "
+            "and bias by 2e-4 of itself each step outside the momentum (spdnn, as torch.optim.SGD,"
+            " adds 2e-4 w to the gradient); it initialises He-uniform over the dense fan-in "
+            "(spdnn: normal over the row's own fan-in); it ranks and regrows a whole layer "
+            "(spdnn: `--update-scope row`); it drops the last partial batch. Its epoch: `fit` "
+            "with testing off, the evolution included; spdnn's: the epoch's seconds of "
+            "--metrics-out, the update included.\n\n"
+            + table(["code", "ranks", "epochs", "test accuracy", "epoch s (mean)"], rows))
+    publish(args, "dynamic-sparsity-truly-sparse", "SET against the Truly Sparse code", body,
+            area="Dynamic sparsity", rows=peer_summary,
+            command="python scripts/bench/bench_sparsity.py --peer CHECKOUT --epochs "
+            f"{args.epochs}")
+    return 0
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--epochs", type=int)
     ap.add_argument("--locality", action="store_true")
     ap.add_argument("--ranks", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--peer", type=Path, help="a checkout of the Truly Sparse code")
     ap.add_argument("--work", type=Path)
     args = ap.parse_args()
     args.epochs = args.epochs or (3 if args.locality else 10)
@@ -135,6 +203,8 @@ def main() -> int:
                    env=ENV)
         if args.locality:
             return locality(args, net, mnist, work)
+        if args.peer:
+            return against_peer(args, net, mnist, work)
         spdnn_tool("spdnn-partition", net, "-P", "2", "-o", plan, env=ENV)
         for mode, ranks in (("static", 1), ("SET", 1), ("RigL", 1), ("SET", 2)):
             cmd = ["train", "--network", str(net), "--data", f"mnist:{mnist}", "--epochs",
