@@ -29,7 +29,7 @@ import numpy as np
 HALVES = {
     "float32": (lambda: _warm("products", np.float32), lambda: _warm("encoding", np.float32),
                 lambda: _warm("layers", np.float32), lambda: _hashing(),
-                lambda: _partitioner(), lambda: _activations()),
+                lambda: _partitioner(), lambda: _activations(), lambda: _selection()),
     "float64": (lambda: _lossy(), lambda: _lsh(), lambda: _update(np.float32),
                 lambda: _update(np.float64),
                 lambda: _warm("layers", np.float64), lambda: _warm("encoding", np.float64),
@@ -41,6 +41,13 @@ def _warm(module: str, dtype: type) -> None:
     from importlib import import_module
 
     import_module(f"spdnn.kernels.{module}").warm_up((dtype,))
+
+
+def _selection() -> None:
+    """RigL's growth: each row's largest scores (spdnn.kernels.selection), both value types."""
+    from spdnn.kernels import selection
+
+    selection.warm_up()
 
 
 def _update(dtype: type) -> None:

@@ -401,3 +401,33 @@ def test_scipy_sddmm_works_in_chunks(monkeypatch):
 def test_unknown_backend():
     with pytest.raises(ValueError, match="unknown kernel backend"):
         kernels.set_backend("cuda")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_largest_per_row_against_a_sort(backend, dtype):
+    """Each row's largest entries (RigL's growth) are the first of a sort by (-score, column):
+    ties to the lower column, -inf (held connections) only when a row has too few others, a
+    count of a whole row or more takes every column, zero takes none."""
+    from spdnn.kernels.selection import largest_per_row
+
+    rng = np.random.default_rng(3)
+    score = np.abs(rng.standard_normal((40, 57))).round(1).astype(dtype)  # ties everywhere
+    score[rng.random(score.shape) < 0.3] = -np.inf
+    score[5, :50] = -np.inf  # seven scores left, ten wanted
+    score[6] = 1.0  # every column tied
+    counts = rng.integers(0, 12, len(score))
+    counts[5], counts[6], counts[7], counts[8] = 10, 9, 57, 80
+    rows, cols = largest_per_row(np.ascontiguousarray(score), counts)
+    want_rows, want_cols = [], []
+    for r, c in enumerate(counts):
+        order = np.lexsort((np.arange(score.shape[1]), -score[r].astype(np.float64)))
+        chosen = np.sort(order[:min(c, score.shape[1])])
+        want_rows += [r] * len(chosen)
+        want_cols += list(chosen)
+    np.testing.assert_array_equal(rows, want_rows)
+    np.testing.assert_array_equal(cols, want_cols)
+    np.testing.assert_array_equal(cols[rows == 6], np.arange(9))
+    # not C-contiguous: numpy's partition, the same columns
+    r2, c2 = largest_per_row(np.asfortranarray(score), counts)
+    np.testing.assert_array_equal(r2, rows)
+    np.testing.assert_array_equal(c2, cols)

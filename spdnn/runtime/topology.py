@@ -34,6 +34,7 @@ from spdnn.comm.mpi import Communicator
 from spdnn.errors import InputError
 from spdnn.io.checkpoint_format import manifest_fields, shard_layer
 from spdnn.io.npz import NpzReader
+from spdnn.kernels.selection import largest_per_row
 from spdnn.model.counters import Dropout
 from spdnn.model.network import Layer
 from spdnn.model.optim import Optimizer
@@ -433,19 +434,6 @@ def _positions(old_keys: np.ndarray, by_key: np.ndarray, keys: np.ndarray) -> np
     return np.where(ordered[at] == keys, by_key[at], -1).astype(np.int64)
 
 
-def _largest(score: np.ndarray, count: int) -> np.ndarray:
-    """The ``count`` columns of largest ``score`` (ties: the lower column), ascending: a
-    partition, not a sort of the row."""
-    if count <= 0:
-        return np.zeros(0, dtype=np.int64)
-    if count >= len(score):
-        return np.arange(len(score), dtype=np.int64)
-    threshold = np.partition(score, len(score) - count)[len(score) - count]
-    above = np.flatnonzero(score > threshold)
-    tied = np.flatnonzero(score == threshold)[:count - len(above)]
-    return np.sort(np.concatenate([above, tied])).astype(np.int64)
-
-
 def _rigl_growth(delta: np.ndarray, x: np.ndarray, counts: np.ndarray, keep_keys: np.ndarray,
                  n_in: int, weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """RigL: per row, the ``counts[r]`` columns of largest |dL/dw| = |delta_r . x_j| among
@@ -456,15 +444,15 @@ def _rigl_growth(delta: np.ndarray, x: np.ndarray, counts: np.ndarray, keep_keys
         hi = min(len(counts), lo + SCORE_ROWS)
         if not counts[lo:hi].any():
             continue
-        score = np.abs(delta[lo:hi] @ x.T)
+        score = delta[lo:hi] @ x.T
+        np.abs(score, out=score)
         if weight is not None:
-            score = score * weight.astype(score.dtype)
+            score *= weight.astype(score.dtype)
         inside = (keep_rows >= lo) & (keep_rows < hi)
         score[keep_rows[inside] - lo, keep_cols[inside]] = -np.inf
-        for r in np.flatnonzero(counts[lo:hi]):
-            chosen = _largest(score[r], int(counts[lo + r]))
-            rows_out.append(np.full(len(chosen), lo + r, dtype=np.int64))
-            cols_out.append(chosen)
+        rows, cols = largest_per_row(score, counts[lo:hi])
+        rows_out.append(rows + lo)
+        cols_out.append(cols)
     if not rows_out:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return np.concatenate(rows_out), np.concatenate(cols_out)
