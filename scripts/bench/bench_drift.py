@@ -1,17 +1,18 @@
-"""The plan as the topology drifts: RigL's updates on the random 4096 -> 16384 x 3 network, the
-rows a step moves under the first plan kept, against a fresh plan of the final topology, and
-what the updates cost.
+"""The plan as the topology drifts: RigL's (or SET's) updates on the random 4096 -> 16384 x 3
+network, the rows a step moves under the first plan kept, against a fresh plan of the final
+topology, and what the updates cost.
 
-    python scripts/bench/bench_drift.py [--ranks 2] [--updates 100] [--work DIR] [--no-write]
+    python scripts/bench/bench_drift.py [--mode rigl|set] [--ranks 2] [--updates 100]
+                                        [--work DIR] [--no-write]
 
 The network is `spdnn generate random --sizes 4096,16384,16384,16384 --fan-in 32 --head 10`,
 trained with SGD (lr 0.05, momentum 0.9) in batches of 256 on 12,800 synthetic samples (4,096
 random features, 10 classes), float32, under a hypergraph plan of its first topology on
---ranks ranks, with `--sparse-update rigl --update-every 100 --drop-fraction 0.3
+--ranks ranks, with `--sparse-update MODE --update-every 100 --drop-fraction 0.3
 --update-until 1.0` for --updates x 100 steps (and one more epoch's worth, so the last update
 falls inside the job): once with the first plan kept (`--replan never`), once maintained
 (`--replan auto`). The final network is partitioned afresh (`spdnn-partition`, the same P and
-seed) and its volume counted by the plan statistics.
+seed) and its volume counted by the plan statistics. Record dynamic-sparsity-drift-MODE.
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -34,16 +35,17 @@ SAMPLES, BATCH = 12_800, 256
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     r = tables[0][0]
+    name = r["mode"]
     kept, kept_up, fresh = (float(r[f"rows a step, {c}"].replace(",", ""))
                             for c in ("first plan kept", "maintained plan", "fresh plan"))
     return [
-        summary_row(f"RigL on 4096 -> 16384 x 3 (fan-in 32), {r['updates']} updates at P = "
+        summary_row(f"{name} on 4096 -> 16384 x 3 (fan-in 32), {r['updates']} updates at P = "
                     f"{r['P']}: rows a step at the end",
                     f"{r['rows a step, maintained plan']} (maintained, --replan auto); "
                     f"{r['rows a step, first plan kept']} (the first plan kept)",
                     f"{r['rows a step, fresh plan']} (a fresh plan of the final topology)",
                     f"maintained {kept_up / fresh:.2f}x, kept {kept / fresh:.2f}x of fresh"),
-        summary_row(f"RigL on 4096 -> 16384 x 3, {r['updates']} updates at P = {r['P']}: the "
+        summary_row(f"{name} on 4096 -> 16384 x 3, {r['updates']} updates at P = {r['P']}: the "
                     "updates' share of the training time",
                     f"{r['update share, maintained']} (maintained); "
                     f"{r['update share, kept']} (kept)", "-", "-"),
@@ -52,6 +54,7 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
 
 def main() -> int:
     ap = parser(__doc__)
+    ap.add_argument("--mode", choices=("rigl", "set"), default="rigl")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--work", type=Path)
@@ -83,7 +86,7 @@ def main() -> int:
             job = run_job(["train", "--network", str(net), "--plan", str(plan), "--data",
                            f"npz:{data}", "--epochs", str(epochs), "--max-steps", str(steps),
                            "--batch-size", str(BATCH), "--lr", "0.05", "--momentum", "0.9",
-                           "--sparse-update", "rigl", "--update-every", "100",
+                           "--sparse-update", args.mode, "--update-every", "100",
                            "--drop-fraction", "0.3", "--update-until", "1.0", "--replan",
                            replan, "--save", str(final)], args.ranks,
                           metrics=work / "m.json", env=ENV, timeout=6 * 3600)
@@ -107,23 +110,26 @@ def main() -> int:
     ups = upkeep["topology_updates"]
     up_train = sum(e["seconds"] for e in upkeep["epochs"])
     up_s = sum(u["seconds"] for u in ups)
-    row = [str(args.ranks), str(len(kept_ups)), f"{kept_ups[0]['rows_before']:,}",
+    name = {"rigl": "RigL", "set": "SET"}[args.mode]
+    row = [name, str(args.ranks), str(len(kept_ups)), f"{kept_ups[0]['rows_before']:,}",
            f"{kept_ups[-1]['rows_per_step']:,}", f"{ups[-1]['rows_per_step']:,}",
            f"{fresh_rows:,}", str(sum(u["replanned"] for u in ups)),
            f"{sum(u['rows_moved'] for u in ups):,}",
            f"{100 * kept_up / kept_train:.1f}%", f"{100 * up_s / up_train:.1f}%"]
-    body = ("Command: `python scripts/bench/bench_drift.py --ranks " + str(args.ranks)
-            + " --updates " + str(args.updates) + "`. RigL every 100 steps (fraction 0.3, "
-            "cosine to zero at the last step), batch 256, SGD; rows a step: the expand and the "
-            "fold of every layer over the ranks; kept: the first plan in force throughout "
+    body = ("Command: `python scripts/bench/bench_drift.py --mode " + args.mode + " --ranks "
+            + str(args.ranks) + " --updates " + str(args.updates) + "`. " + name
+            + " every 100 steps (fraction 0.3, cosine to zero at the last step), batch 256, "
+            "SGD; rows a step: the expand and the fold of every layer over the ranks; kept: the "
+            "first plan in force throughout "
             "(`--replan never`); maintained: `--replan auto`; fresh: `spdnn-partition` of the "
             "final network; update share: the updates' seconds (with their replans) over the "
             f"training's. float32, one thread per rank, on {os.cpu_count()} cores.\n\n"
-            + table(["P", "updates", "rows a step, start", "rows a step, first plan kept",
+            + table(["mode", "P", "updates", "rows a step, start", "rows a step, first plan kept",
                      "rows a step, maintained plan", "rows a step, fresh plan", "replans",
                      "neurons moved", "update share, kept", "update share, maintained"],
                     [row]))
-    publish(args, "dynamic-sparsity-drift", "The plan as the topology drifts", body,
+    publish(args, f"dynamic-sparsity-drift-{args.mode}",
+            f"The plan as {name} drifts the topology", body,
             area="Dynamic sparsity", rows=summary)
     return 0
 
