@@ -11,8 +11,11 @@ the caller), as every spdnn rank has. Its evolution calls np.in1d, which numpy 2
 np.isin of the flattened first argument (in1d's definition) stands in for it.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
 
+import spdnn.cli.thread_pools  # noqa: F401  (every pool one thread, as the spdnn command has)
+
+import argparse
 import json
 import sys
 import tempfile
@@ -26,7 +29,14 @@ from spdnn.io.mnist import load_mnist
 
 
 def main() -> int:
-    checkout, mnist, epochs, out = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkout", type=Path, help="a checkout of the Truly Sparse code")
+    ap.add_argument("mnist", help="the directory of MNIST's four idx files")
+    ap.add_argument("epochs", type=int)
+    ap.add_argument("out", help="the JSON file to write")
+    args = ap.parse_args()
+    checkout, mnist, epochs, out = args.checkout, args.mnist, args.epochs, args.out
     for name in ("utils.load_data", "wasap_sgd.train.monitor"):
         stub = types.ModuleType(name)
         stub.load_fashion_mnist_data = stub.Monitor = None
