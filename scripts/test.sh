@@ -3,39 +3,13 @@
 # the serial tests (three worker processes on two cores, pytest-xdist: many of them wait on
 # timeouts, emulated links and launched jobs), the MPI tests under 1 and 2 ranks with MPICH and
 # under 3 and 4 (more ranks than cores) with Open MPI, builds the documentation with warnings as
-# errors, and runs the main job from the built wheel in a fresh environment (the numba kernels
-# compile beside the rest of the setup; the documentation and the wheel's install run beside the
-# 1-rank MPI tests, which use one core of two). Each run has an outer timeout so a hung rank
-# fails the suite instead of stalling it.
+# errors, and runs the main job from the built wheel in a fresh environment (the documentation
+# and the wheel's install beside the 1-rank MPI tests, which use one core of two). Each run has an outer timeout so a hung
+# rank fails the suite instead of stalling it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SUITE_START=$SECONDS
 source scripts/venv.sh
-# Work run beside other work (name, where, command), its output printed when joined.
-WHEEL_WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")"
-BESIDE_PIDS=() BESIDE_NAMES=() BESIDE_LOGS=()
-trap 'for p in "${BESIDE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WHEEL_WORK"' EXIT
-beside() {
-    local name=$1 where=$2; shift 2
-    local log; log="$(mktemp)"
-    ( start=$SECONDS; set +e; "$@" >"$log" 2>&1; rc=$?
-      echo "   ($name: $((SECONDS - start)) s, beside $where)" >>"$log"; exit $rc ) &
-    BESIDE_PIDS+=($!) BESIDE_NAMES+=("$name") BESIDE_LOGS+=("$log")
-}
-joined() {
-    local i rc
-    for i in "${!BESIDE_PIDS[@]}"; do
-        echo "== ${BESIDE_NAMES[$i]}"
-        set +e; wait "${BESIDE_PIDS[$i]}"; rc=$?; set -e
-        cat "${BESIDE_LOGS[$i]}"; rm -f "${BESIDE_LOGS[$i]}"
-        [ $rc -eq 0 ] || { echo "FAILED: ${BESIDE_NAMES[$i]} (exit $rc)"; exit $rc; }
-    done
-    BESIDE_PIDS=() BESIDE_NAMES=() BESIDE_LOGS=()
-}
-# A fresh checkout has no numba cache: compiled once here, in two processes, instead of by each
-# test process that needs a kernel first (which costs the serial tests more than this step).
-# It runs while the rest of the environment is made: nothing it imports is installed later.
-beside "numba kernels" "the setup" python scripts/compile_kernels.py
 # A second environment with Open MPI's PyPI wheel instead of mpich: the MPI tests run under it
 # at the rank counts that oversubscribe the cores, and the emulation tests launch with both.
 # Made before torch is installed: no test that runs under it uses torch, and the copy is a
@@ -95,7 +69,10 @@ step() {
 }
 
 step "ruff" ruff check spdnn tests scripts $( [ -d partition ] && echo partition )
-joined  # the numba kernels
+
+# A fresh checkout has no numba cache: compiled once here, in two processes, instead of by each
+# test process that needs a kernel first (which costs the serial tests more than this step).
+step "numba kernels" python scripts/compile_kernels.py
 # The serial tests time out by signal (no timer thread beside each test); the MPI tests need
 # the thread method (a rank blocked in MPI's C code never sees a signal handler run).
 # The jobs these tests launch share two cores with three workers: MPICH's waits would spin and
@@ -123,9 +100,29 @@ ompi_tests() {
 }
 # The 1-rank run leaves a core free: the documentation and the wheel's build and install run
 # beside it, each on one core, their output printed when they end.
-beside "documentation (sphinx, warnings as errors)" "the 1-rank MPI tests" \
+WHEEL_WORK="$(mktemp -d "${TMPDIR:-/tmp}/spdnn-wheel.XXXXXX")"
+BESIDE_PIDS=() BESIDE_NAMES=() BESIDE_LOGS=()
+trap 'for p in "${BESIDE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WHEEL_WORK"' EXIT
+beside() {
+    local name=$1; shift
+    local log; log="$(mktemp)"
+    ( start=$SECONDS; set +e; "$@" >"$log" 2>&1; rc=$?
+      echo "   ($name: $((SECONDS - start)) s, beside the 1-rank MPI tests)" >>"$log"; exit $rc ) &
+    BESIDE_PIDS+=($!) BESIDE_NAMES+=("$name") BESIDE_LOGS+=("$log")
+}
+joined() {
+    local i rc
+    for i in "${!BESIDE_PIDS[@]}"; do
+        echo "== ${BESIDE_NAMES[$i]}"
+        set +e; wait "${BESIDE_PIDS[$i]}"; rc=$?; set -e
+        cat "${BESIDE_LOGS[$i]}"; rm -f "${BESIDE_LOGS[$i]}"
+        [ $rc -eq 0 ] || { echo "FAILED: ${BESIDE_NAMES[$i]} (exit $rc)"; exit $rc; }
+    done
+    BESIDE_PIDS=()
+}
+beside "documentation (sphinx, warnings as errors)" \
     python -m sphinx -W --keep-going -q -b html docs docs/_build
-beside "the wheel: build and install in a fresh environment" "the 1-rank MPI tests" \
+beside "the wheel: build and install in a fresh environment" \
     bash scripts/wheel_check.sh build "$WHEEL_WORK"
 mpi_tests 1
 joined
