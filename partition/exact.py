@@ -26,9 +26,9 @@ from .hypergraph import Hypergraph, km1
 
 # A layer's MILP stops after NODE_LIMIT branch-and-bound nodes (reproducible) or
 # SECONDS_PER_LAYER seconds (a safety net; what it stops at depends on the machine, so such a
-# result is not used). Measured on the Graph Challenge groups: at P = 8 (64 groups x 8 ranks)
-# every layer ends within ~8 s; at P = 16 some layers reach the node limit after 40-50 s with
-# incumbents worse than the start; at P = 64 one layer ran 486 s. Layers with more than
+# result is not used). On the Graph Challenge groups every layer ends within seconds at P = 8
+# (64 groups x 8 ranks); at P = 16 some layers reach the node limit after tens of seconds with
+# incumbents worse than the start; at P = 64 one layer ran for minutes. Layers with more than
 # MAX_VARIABLES vertex x rank variables are therefore skipped.
 NODE_LIMIT = 200
 SECONDS_PER_LAYER = 30.0

@@ -30,8 +30,7 @@ from .time_budget import Deadline, Log
 
 # Group starts are worth their cost (n_runs more layer-by-layer runs) only when groups of
 # identical rows shrink the hypergraph; on unstructured networks the coarse runs repeat the fine
-# one (random 4096-16384x3 with a 10-row head at P=2: 477 s instead of 122 s,
-# the same plan).
+# one (several times the time for the same plan).
 GROUP_SHRINK = 0.9
 # A layer "forms groups" (for --backend auto) when its groups of identical rows are at most half
 # as many as its neurons (RadiX-Net, Graph Challenge: 1/16; unstructured layers: 1).

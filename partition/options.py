@@ -48,7 +48,7 @@ def _seconds(name: str, value: object, least: float = 0.0, strict: bool = True) 
 class PartitionOptions:
     """How a plan is searched. ``time_limit``: seconds for the whole call or command (loading,
     search, writing); the search stops ``reserve`` seconds before it (default: 2% of the limit,
-    at least 1 s; RadiX-Net 16384 x 120 took ~5 s to write its plan and statistics).
+    at least 1 s; a large network's plan and statistics take seconds to write).
     ``memory_limit`` (bytes, or text such as ``"8G"``) or ``window_layers``: partition in
     windows of consecutive layers (partition/windows.py). The other fields are
     ``spdnn-partition``'s options of the same names (``--help``)."""

@@ -92,9 +92,9 @@ def _probe(parts: np.ndarray) -> str | None:
 
 
 # A start whose volume is more than this many times the best start's is not refined: the
-# refinement has cut a start by at most ~3.7x (block on RadiX-Net 4096 x 120 at P = 64:
-# 24.3 M -> 6.5 M rows, against 1.06 M for the best start), and it costs the most on exactly
-# those starts (700 of that run's 977 s).
+# refinement has cut a start by at most about 4x (the block start on RadiX-Net at P = 64, which
+# still ended several times above the best start), and it costs the most on exactly those
+# starts (most of that run's time).
 REFINE_RATIO = 8.0
 
 _SEARCH: dict[str, Search] = {}  # this process's search; forked workers inherit it

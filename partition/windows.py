@@ -35,10 +35,10 @@ from .time_budget import Deadline, Log
 
 # Bytes the hypergraph method holds per pin of what it partitions: the window's patterns, the
 # hypergraph and its vertex-to-net index, the groups' coarse copy, the starts' part vectors and
-# the refiner's work arrays. Measured peak memory over pins, less the process's own and the
-# plan's: RadiX-Net 4096 x 120 whole (16.2 M pins), 26-27 bytes a pin at P = 2 and 16;
-# 65536 x 1920 in windows of 264 M pins, 32.4 at P = 2 (9.69 GB against a prediction of 8.56
-# at 28 bytes a pin: over its 8 GiB limit). 34 keeps the largest measured within the limit.
+# the refiner's work arrays. Measured as peak memory over pins, less the process's own and the
+# plan's: the largest windows held more a pin than a whole hypergraph of tens of millions of
+# pins, and a lower figure let one run exceed its limit; 34 keeps the largest measured within
+# it (docs/BENCHMARKS.md "Partitioning": the windowed runs' peaks under their limits).
 BYTES_PER_PIN = 34
 # Each worker process of --jobs N builds its own refiner (its vertex-to-net index and work
 # arrays) beside the pages it shares with the parent.

@@ -3,9 +3,9 @@
     python scripts/compile_kernels.py
 
 A fresh checkout has no cache: every process that finds none compiles the kernels it uses, and
-the test suite starts dozens of processes at once (80 s of compilation in one process on a
-2-core AMD EPYC; the serial tests took 502 s in CI against 387 s with the cache filled).
-scripts/test.sh runs this first; the kernels a later process needs are then loaded, not built.
+the test suite starts dozens of processes at once (without the cache filled the serial tests
+took longer than this step and they take together). scripts/test.sh runs this first; the
+kernels a later process needs are then loaded, not built.
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -18,9 +18,8 @@ import time
 
 import numpy as np
 
-# Two halves of about equal compile time (about 40 CPU-s each on a 2-core AMD EPYC: products
-# 41 s for both value types, encoding 13 s, LSH 19 s, the compressors 7 s, the partitioner's
-# passes 6 s; the run of narrow layers, measured on a loaded machine, 10 s).
+# Two halves of about equal compile time (the products of both value types take the most, then
+# LSH, the encoding, the run of narrow layers, the compressors and the partitioner's passes).
 # The halves run the parts they share in opposite orders: numba's cache index of a function is
 # read, extended and rewritten by each process that adds a signature, so two processes
 # compiling the same function at the same moment could each write an index without the
@@ -86,8 +85,8 @@ def _lossy() -> None:
 
 
 def _hashing() -> None:
-    """LSH's hashing kernels (both offset widths), apart from its sampled products: 58 s
-    against 32 for the other half when one half compiled both."""
+    """LSH's hashing kernels (both offset widths), apart from its sampled products: one half
+    that compiled both took nearly twice as long as the other."""
     from spdnn.kernels import products
 
     if products.backend() == "numba":

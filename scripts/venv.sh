@@ -11,9 +11,9 @@ stamp="$VENV/.spdnn-installed"
 if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
     echo "[setup] installing spdnn and its dependencies (numpy, scipy, mpi4py, mpich, kahypar, pytest, sphinx...)"
     # Through uv where it can be had (from PyPI): the same packages as pip's resolver picks,
-    # installed and byte-compiled in 17 s instead of 56 here; CI makes it on every run. Byte-
+    # installed and byte-compiled in a third of pip's time; CI makes it on every run. Byte-
     # compiled: uv's default is not to, and where PYTHONDONTWRITEBYTECODE is set every process
-    # then compiled numpy, scipy and numba again (the serial tests took 942 s, not ~500).
+    # then compiled numpy, scipy and numba again (the serial tests took nearly twice as long).
     if "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv >/dev/null 2>&1
     then
         "$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python" \
@@ -29,6 +29,5 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_
        MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # Byte-compile the checkout once (a no-op for files unchanged since): where
 # PYTHONDONTWRITEBYTECODE is set, as on this CI machine, every new process (each rank of each
-# job) compiled spdnn's sources again: 1.11 s instead of 0.84 to start a job that ends on a bad
-# file here.
+# job) compiled spdnn's sources again, a third more to start a job that ends on a bad file.
 "$VENV/bin/python" -m compileall -q -j 0 "$ROOT/spdnn" "$ROOT/partition" >/dev/null

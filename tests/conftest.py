@@ -77,7 +77,7 @@ def _read_neuron1024():  # noqa: ANN202
 @pytest.fixture
 def neuron1024(graphchallenge_dir):  # noqa: ANN201
     """A loader of the official 1024 x 120 network (bias -0.3, cap 32): read from its 120 TSV
-    files once per test process (3.7 s a read on a 2-core AMD EPYC), on the ranks that call
+    files once per test process (seconds a read), on the ranks that call
     it; each call returns a copy of its own."""
     return lambda: copy.deepcopy(_read_neuron1024())
 

@@ -203,7 +203,7 @@ def test_importing_the_library_changes_no_thread_setting_and_loads_no_numpy():
 
 def test_every_measuring_script_pins_one_thread_before_numpy_loads():
     """Importing the library pins nothing, so a benchmark that forgot to would time BLAS and
-    numba pools of every core in each rank (2 ranks on 2 cores: a step 7x slower, seen in
+    numba pools of every core in each rank (2 ranks on 2 cores: a step many times slower, seen in
     scripts/bench/validate_model.py); the PyTorch and GraphBLAS baselines set their own threads."""
     own = {"torch_baselines.py", "torch_ddp.py", "torch_xc.py", "challenge_engines.py",
            "bound_groups.py", "memcap.py", "harness.py", "results.py"}

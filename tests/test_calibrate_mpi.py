@@ -17,8 +17,8 @@ pytestmark = pytest.mark.mpi
 
 
 # Seconds, not minutes: two of everything, three message sizes, a 4 MiB cache eviction (the
-# default writes 1.5x the last-level cache before each cold call: 12 of 20 s on a host with 300
-# MB of L3; which size evicts does not change what the file holds).
+# default writes 1.5x the last-level cache before each cold call, most of this grid's time on a
+# host with a large L3; which size evicts does not change what the file holds).
 TINY = CalibrationGrid(batches=(8, 32), inputs=(256, 1024), reuses=(1, 4),
                        dense_shapes=((4, 64), (16, 256)), structured=1024,
                        structure_batches=(8, 32), reference_batches=(8, 32),

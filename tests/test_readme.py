@@ -72,7 +72,7 @@ def test_the_readme_has_the_blocks_this_test_expects():
         assert command in joined, command
 
 
-@pytest.mark.timeout(900)  # spdnn calibrate alone: 106 s on an idle 2-core AMD EPYC (AVX2)
+@pytest.mark.timeout(900)  # the blocks include spdnn calibrate: minutes on a slow 2-core host
 @pytest.mark.long(0)
 def test_readme_blocks_run_as_written(tmp_path):
     env = user_env()

@@ -374,7 +374,7 @@ def test_plain_writes_dense_weights_for_a_model_without_pruning(tmp_path):
 
 def test_a_tanh_model_from_torch_scores_in_spdnn_what_it_scores_in_torch(tmp_path):
     """A tanh MLP trained in torch on the digits: without --activations its file is refused
-    (it once came through as ReLU and scored 0.77 instead of 0.95); with them, `spdnn infer`
+    (it once came through as ReLU and scored far below torch); with them, `spdnn infer`
     scores it as torch does, and taken as ReLU it would score otherwise."""
     torch = pytest.importorskip("torch", reason="torch is not installed (not a dependency)")
     st = pytest.importorskip("safetensors.torch",

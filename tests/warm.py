@@ -3,8 +3,8 @@
 UCX threads a fork does not carry, and not numba, whose thread pool ``--threads`` sizes at its
 load) forks one child per command. The child is a new process as a user's would be: its own
 pid, environment, working directory, arguments, stdin (/dev/null), stdout and stderr (files),
-exit code, atexit handlers and MPI start; only the imports are inherited. A command costs
-0.1-0.4 s instead of the 0.7-1.3 s of a new interpreter (tests/helpers.py ``launch`` decides
+exit code, atexit handlers and MPI start; only the imports are inherited. A command costs a
+fraction of a new interpreter's start (tests/helpers.py ``launch`` decides
 when a command may start here; everything else still starts cold).
 
 Protocol, over this process's stdin and stdout: one pickled request (argv, cwd, env, stdout

@@ -15,7 +15,7 @@ per rank; the step time is the slowest rank's), and PyTorch (`pip install torch=
 a dependency of spdnn) with 1 and 2 threads in the three formulations of
 scripts/bench/torch_baselines.py:
 embedding_bag + sampled_addmm (the fastest), CSR + sampled_addmm, and the naive COO one (2
-steps, one round: it is 30x slower); and SparseProp (`pip install sparseprop`, as its authors
+steps, one round: it is far slower); and SparseProp (`pip install sparseprop`, as its authors
 ship it; its OpenMP pool of 1 or 2 threads) when it imports. Each variant is first checked
 against spdnn's serial reference (float64; SparseProp, float32 only, within 1e-4). The last
 table is where spdnn's P = 1 step goes, per layer. Writes the tables to docs/BENCHMARKS.md.
@@ -91,7 +91,7 @@ def worker(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
         # spdnn flushes its softmax gradient's subnormals (spdnn.kernels.softmax); PyTorch
         # flushes them in every operation here (FTZ/DAZ on its threads): the faster choice a
-        # user on an Intel CPU would make (1 thread: 330-345 against 320-420 ms on a Xeon).
+        # user on an Intel CPU would make (steadier step times on one thread there).
         torch.set_flush_denormal(True)
         net = load_network(args.net)
         n0 = net.sizes[0]
@@ -130,8 +130,8 @@ def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
     # This process pinned every pool to 1 when it imported spdnn. A worker sizes numba's pool
     # (what `spdnn --threads N` does) and torch sets its own; BLAS stays at 1 thread: OpenBLAS
-    # workers spin after each call and took a core from the numba threads (1.1x instead of
-    # 1.9x for 2 threads when BLAS had 2 as well).
+    # workers spin after each call and took a core from the numba threads (2 threads gained
+    # almost nothing over 1 when BLAS had 2 as well).
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "NUMBA_NUM_THREADS": str(threads)}
     if kind == "sparseprop":  # its kernels' OpenMP pool (its own libgomp, not torch's)
         env["OMP_NUM_THREADS"] = str(threads)

@@ -7,11 +7,11 @@ Y (samples x neurons): Y <- Y W; the bias on the stored entries; keep the positi
         --inputs IMAGES.npz \\
         --threads T --out RESULT.json [--method tuned|reference]
 
-GraphBLAS is used at its best as measured here (1024 x 120, 60,000 inputs, one thread): the
-Gustavson saxpy (its own choice; hash and plain saxpy are 3-10% slower, dot 9x slower), and, for
+GraphBLAS is used at its best as measured (1024 x 120, 60,000 inputs, one thread): the
+Gustavson saxpy (its own choice; hash and plain saxpy were slower, dot far slower), and, for
 the challenge's uniform bias, ``tuned``: select Y > -b first, then add b and cap (typed float32
 scalars; an untyped Python scalar makes GraphBLAS add in float64 and changes the categories),
-1.2x faster than ``reference``, the LAGraph form (bias as Y times diag(b) over the PLUS_PLUS
+faster than ``reference``, the LAGraph form (bias as Y times diag(b) over the PLUS_PLUS
 semiring, then select, then cap).
 """
 

@@ -10,8 +10,8 @@ The network features -> hidden -> labels of spdnn's bundle: the input layer as a
 gradient dense by default: ``--embedding-grad``), ReLU, the output layer as a dense
 ``F.linear`` (every label), softmax cross-entropy against the label mass split over the
 sample's labels (SLIDE's loss, as spdnn trains it: by default log-sum-exp minus the label
-logits, gathered; ``--loss dense-target`` multiplies a dense target block instead, 3% slower
-at 50,000 labels), ``torch.optim.SGD`` with momentum. One thread. Prints one JSON line: the
+logits, gathered; ``--loss dense-target`` multiplies a dense target block instead, a little
+slower at many labels), ``torch.optim.SGD`` with momentum. One thread. Prints one JSON line: the
 median seconds per step over ``--steps`` batches after 3 warm-up steps, in the order of the
 file.
 """

@@ -20,7 +20,7 @@ class CalibrationGrid:
     ``reference_seconds`` each (and 5 steps at least); the link at
     ``link_sizes`` bytes, and its CPU cost per byte over ``stack_work_s`` seconds of work,
     ``stack_rounds`` times. A cold call follows a write of ``evict_bytes`` (None: 1.5x the
-    last-level cache, 64-512 MiB; each write takes about 0.1 s on a host with 300 MB of L3);
+    last-level cache, 64-512 MiB, a cost that grows with the cache);
     a cold cell is the median of ``cold_reps`` calls."""
 
     batches: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512)

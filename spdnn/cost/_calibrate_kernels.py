@@ -93,7 +93,7 @@ def kernel_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, re
     for r, reuse in enumerate(grid.reuses):
         for j, n_in in enumerate(grid.inputs):
             rows = max(8, reuse * n_in // FAN_IN)
-            w = wt = None  # one layer and its transpose for every batch (2M nonzeros: 2 s)
+            w = wt = None  # one layer and its transpose for every batch (slow to build)
             for i, b in enumerate(grid.batches):
                 if r > 0 and rows * FAN_IN * b > MAX_UNITS:
                     for k in TABLE_KEYS:

@@ -20,10 +20,9 @@ runtime's schedule, one clock per rank of a replica, layer by layer:
   curve), but MPI moves a non-blocking collective only inside MPI calls: they advance while
   a rank runs a layer that folds (its owned rows in chunks, MPI called between them, and the
   wait for the partial sums); what is left when the backward pass ends runs then, before the
-  SGD update and the refresh of the derived matrices. (Measured: a 135 KB sum beside 300 us
-  of work finished in the background with 8 MPI calls, not at all with 0-2; before
-  2026-11-25 (afternoon) the model overlapped them with the whole backward pass, and one rank
-  x 2 replicas of the MLP at batch 32 spent 4x the predicted time in them.)
+  SGD update and the refresh of the derived matrices. (Measured: a sum finished in the
+  background only when MPI was called several times during the work beside it; a model that
+  overlapped the sums with the whole backward pass predicted a fraction of their time.)
 
 Kernel times come from the calibration's tables, looked up by batch, X-buffer rows and reuse
 (nonzeros per row read: the owned and the ghost products each their own; a dense block, which

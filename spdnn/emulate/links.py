@@ -48,10 +48,9 @@ def format_rate(bps: float) -> str:
 def burst_bytes(bps: int) -> int:
     """The token bucket: 100 us of traffic, at least 2 KiB (one packet). A message leaves its
     first bucketful at the stack's speed and the rest at the rate, so the bucket is as small as
-    the shaper allows: below ~100 us it cannot keep the rate (1 MiB ping-pong at 1 Gbit/s: 27%
-    of it with 2 KiB, 78% with 8 KiB, 89% with 12 KiB; at 10 Gbit/s 38% with 32 KiB, 102% with
-    128 KiB), above it short messages beat the rate (32 KiB messages at 1 Gbit/s: 1.9x it
-    through a 32 KiB bucket, 1.1x through 12 KiB)."""
+    the shaper allows: below ~100 us it cannot keep the rate (a 1 MiB ping-pong reached a
+    fraction of it through a bucket of a few KiB), above it short messages beat the rate (a
+    bucket as large as the message lets it through at the stack's speed)."""
     return max(2048, bps // 80_000)
 
 
@@ -86,7 +85,7 @@ def delete(ns: str) -> None:
     """Kill every process left in namespace ``ns``, then delete it. A rank or launcher proxy
     of a node outlives the job when the launcher dies first (killed, or cut off by a frozen
     link), and deleting the namespace alone would leave it running, unseen, maybe spinning in
-    its MPI progress loop (one was found at 60% of a core 34 minutes after its test)."""
+    its MPI progress loop (one was found spinning long after its test)."""
     import signal
 
     for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():

@@ -2,8 +2,8 @@
 float32 or 16 float64 columns), a group of rows at a time, written as LLVM IR.
 
 Once most samples have died (Graph Challenge inference keeps 19 of 1,200 after a few layers),
-the blocks of 512-bit vectors cost a row 175 ns of set-up, masked stores and prefetches, and
-half their lanes were idle: 1,024 rows of 32 entries took 172-236 us at every width up to 32.
+the blocks of 512-bit vectors cost a row its set-up, masked stores and prefetches, and half
+their lanes were idle: a narrow batch took as long as one of 32 columns.
 Here a vector is 256 bits, nothing is prefetched (x is small, or its rows are as likely cached
 as not), the rows of a group advance together (entry j of each in turn, each row still adding
 its own entries in order from the same start, so every bit equals the block's), a row's last
@@ -42,10 +42,9 @@ from spdnn.kernels._vectors import (
 )
 
 # A row is ``nvec`` vectors of 256 bits (8 float32 or 4 float64), and GROUP[nvec] rows advance
-# together. 1,024 rows of 32 entries, float32, 1 thread (the 512-bit blocks: 172-236 us): 52 us
-# at widths up to 8 in pairs of rows (62 us in fours), 80 us at 9-16 in pairs, 133 us at 19 and
-# 143 us at 32 a row at a time (pairs: 179 us). 5 to 8 vectors gained 20-28% at widths 48 and
-# 64 as well, but doubled the time to compile spmm_rows (18 s to 36 s a type); 4 cost 6 s.
+# together: pairs of rows were fastest up to 2 vectors (fours were slower), one row at a time
+# from 3 (pairs were slower there), each well ahead of the 512-bit blocks. 5 to 8 vectors gained
+# at widths 48 and 64 as well, but doubled the time to compile spmm_rows.
 GROUP = {1: 2, 2: 2, 3: 1, 4: 1}
 _NAMES = ("acc", "ko", "x", "ld", "indices", "data", "starts", "ends", "i", "rem", "bias",
           "init", "act", "ka", "cap", "activate", "alive", "limit_o", "limit_a")

@@ -1,8 +1,7 @@
 """numba kernels of a first layer over a sparse input block (features x batch): only the
 columns of W on the rows of the block that hold a nonzero are read. The other products are
 zeros, so the results are those of the full kernels (spdnn.kernels.sparse_inputs). One
-thread: they take 1-2 ms where the full kernels took 17, and parallel ones compiled 3x
-slower."""
+thread: they are short, and parallel ones compiled several times slower."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
     narrow = 0 < x.shape[1] * x.itemsize <= 128  # up to 4 vectors of 256 bits
     # On several threads, the rows in one run per thread (numba's static schedule), each run
     # with live flags of its own, merged below: a row's flags are a read, an OR and a store of
-    # the whole vector, and threads sharing one array lost 12-17% of the live columns.
+    # the whole vector, and threads sharing one array lost live columns to each other.
     if threads <= 1 and narrow:
         _narrow_rows(r0, r1, starts, ends, indices, data, x, bias, flat, ko, init, cap,
                      activate, act, ka, alive)

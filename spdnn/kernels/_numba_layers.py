@@ -2,8 +2,8 @@
 layers exchange nothing (one rank per model: P = 1, or replicas). Each layer is spmm_rows'
 narrow kernel with the activation and the live flags, then the dead columns are dropped as
 DistributedNetwork.forward drops them; the numbers are the same, bit for bit. One call instead
-of a Python round per layer: a layer of 1,024 rows a few samples wide costs about 60 us in its
-kernel and cost as much again in Python around it.
+of a Python round per layer: a narrow layer's kernel is so short that the Python around it
+cost as much again.
 
 numba's cache does not follow imports: after changing _numba_kernels.py (whose _narrow_rows
 this file's cache holds a copy of), _narrow.py or _vectors.py, touch this file too.

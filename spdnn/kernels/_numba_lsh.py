@@ -146,8 +146,7 @@ def _by_row(ptr, act, key, n_keys):
 def _dot(bias, w, x, cols, dense):
     """bias + w . x[cols] (x[:len(w)] when ``dense``): eight partial sums over the entries
     j = l mod 8, added as a tree, then the entries past the last multiple of 8, so that the
-    multiply-adds run in SIMD lanes, not as one chain of dependent adds (40,000 pairs of 128:
-    3.5 ms against 1.5)."""
+    multiply-adds run in SIMD lanes, not as one chain of dependent adds (twice as fast)."""
     n = len(w)
     m = n - n % 8
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = w.dtype.type(0)

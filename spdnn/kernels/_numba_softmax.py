@@ -1,10 +1,10 @@
 """numba kernels of the softmax over a block's rows (neurons x batch, C-contiguous): the
 exponentials with their column sums and the rows of the maxima in one pass, then a scaling of
-the columns (the maxima themselves are numpy's: 3 ms on 50,000 x 128, where a kernel that
-also kept their rows took 10). One thread: parallel kernels took 2.7x as long to compile.
+the columns (the maxima themselves are numpy's, several times faster than a kernel that also
+kept their rows). One thread: parallel kernels took far longer to compile.
 
 float32 exponentials use ``exp32``, a polynomial that LLVM vectorizes (libm's expf is one call
-per value: 44 of a 286 ms extreme-classification step went to it); float64 keeps libm's exp."""
+per value, a large share of an extreme-classification step); float64 keeps libm's exp."""
 
 from __future__ import annotations
 

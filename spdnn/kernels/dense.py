@@ -9,9 +9,9 @@ import scipy.sparse as sp
 
 _ready: set[str] = set()
 # A dense W's backward goes to the numba backend's one pass (products.backward_products) when W
-# has at most this many rows. The pass against BLAS's two products and the slope, float32, one
-# thread of an Intel Xeon: 10 x 16,384 at batch 256 6.3 / 8.9 ms (and the pass splits over
-# threads), 32 x 16,384 15 / 11 ms, 50,000 x 128 at batch 128 (an extreme classifier) 330 / 46.
+# has at most this many rows: against BLAS's two products and the slope (float32, one thread),
+# the pass won on ten rows (and splits over threads), lost on a few tens, and lost many-fold on
+# the tens of thousands of rows of an extreme classifier's head.
 ONE_PASS_DENSE_ROWS = 16
 
 

@@ -24,7 +24,7 @@ NARROW_BYTES = 128
 @dataclass(frozen=True)
 class LayerRun:
     """Where the layers' CSR arrays and biases are (addresses and lengths: numba's typed lists
-    took 1.5 s to build in every process), the arrays themselves (kept alive with them), and
+    took seconds to build in every process), the arrays themselves (kept alive with them), and
     each layer's X rows and output rows."""
 
     where: np.ndarray  # (2, 4, layers): address and length of indptr, indices, data, bias

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 # Output elements below which a product runs on one thread (Graph Challenge inference, whose
 # blocks shrink to the live inputs: with the register-blocked kernels 2^15 measured best of
-# 2^13-2^20, two threads 1.36-1.52x one thread on 1024 x 120, 4096 x 480 and 16384 x 120,
-# where 2^20, right for the kernels before, left them at 1.05-1.37x).
+# 2^13-2^20 for two threads against one, where 2^20, right for the kernels before, left most
+# of the second thread's gain unused).
 SMALL_PRODUCT = 1 << 15
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
@@ -52,7 +52,8 @@ _state: dict = {"backend": None, "threads": default_threads(), "numba_ready": Fa
 
 
 def available_backends() -> list[str]:
-    """The backends installed here; numba found, not loaded (0.3-0.5 s: bad input ends first)."""
+    """The backends installed here; numba found, not loaded (its import is slow: bad input
+    ends first)."""
     return ["scipy", "numba"] if "numba" in sys.modules or importlib.util.find_spec("numba") \
         else ["scipy"]
 
@@ -124,7 +125,7 @@ def callers_threads_kept() -> Iterator[None]:
             numba.set_num_threads(before or int(numba.config.NUMBA_NUM_THREADS))
             # The next kernel called outside such a call sets this rank's count again: the
             # caller's count must not become spdnn's (2 threads a rank on 2 cores made the
-            # MPI tests after an API test up to 10x slower).
+            # MPI tests after an API test many times slower).
             _state["numba_ready"] = False
 
 

@@ -63,7 +63,7 @@ def flush_below(dtype: np.dtype) -> np.floating:
     probabilities of far-off classes, divided by the sum and the batch, fell below the
     smallest normal as a network's logits spread, and so did their products with weights of
     1e-3 just above it; on Intel CPUs every operation on a subnormal takes a microcode assist
-    (a small head's backward grew twenty-fold on a Xeon; AMD's did not).
+    (a small head's backward grew many-fold on a Xeon; AMD's did not).
     Under this floor a value times any factor of epsilon or more stays normal; a column's
     largest entry is at least 1 / (classes x batch), so what is dropped is far below its
     rounding."""

@@ -23,9 +23,9 @@ import numpy as np
 EVAL_BLOCK_BYTES = 16 << 20
 EVAL_BATCH = 1024
 # Graph Challenge inputs per chunk (spdnn.runtime.inference.challenge_chunk): one dense
-# activation block of about CHALLENGE_BLOCK_BYTES, and at least CHALLENGE_MIN_CHUNK inputs (on
-# 60,000 inputs the best chunks measured 4,096 inputs at 1024 neurons and 1,024 at 4096 and
-# 16384: the live columns must stay wide enough to vectorise).
+# activation block of about CHALLENGE_BLOCK_BYTES, and at least CHALLENGE_MIN_CHUNK inputs (the
+# best chunks measured held that block on wide layers and more inputs on narrow ones: the live
+# columns must stay wide enough to vectorise).
 CHALLENGE_BLOCK_BYTES = 16 << 20
 CHALLENGE_MIN_CHUNK = 1024
 
