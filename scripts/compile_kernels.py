@@ -28,8 +28,9 @@ import numpy as np
 HALVES = {
     "float32": (lambda: _warm("products", np.float32), lambda: _warm("encoding", np.float32),
                 lambda: _warm("layers", np.float32), lambda: _hashing(),
-                lambda: _partitioner(), lambda: _activations(), lambda: _selection()),
-    "float64": (lambda: _lossy(), lambda: _lsh(), lambda: _update(np.float32),
+                lambda: _partitioner(), lambda: _activations(np.float32), lambda: _selection()),
+    "float64": (lambda: _activations(np.float64), lambda: _lossy(), lambda: _lsh(),
+                lambda: _update(np.float32),
                 lambda: _update(np.float64),
                 lambda: _warm("layers", np.float64), lambda: _warm("encoding", np.float64),
                 lambda: _warm("products", np.float64)),
@@ -67,14 +68,14 @@ def _partitioner() -> None:
     partition(spdnn.random_network([64, 64, 64, 8], fan_in=4, seed=0), parts=2)
 
 
-def _activations() -> None:
-    """The activations other than ReLU, both value types (spdnn.kernels._numba_activations)."""
+def _activations(dtype: type) -> None:
+    """The activations other than ReLU (spdnn.kernels._numba_activations)."""
     from spdnn.kernels import products
 
     if products.backend() == "numba":
         from spdnn.kernels import _numba_activations
 
-        _numba_activations.warm_up((np.float32, np.float64))
+        _numba_activations.warm_up((dtype,))
 
 
 def _lossy() -> None:
