@@ -4,8 +4,8 @@
 # timeouts, emulated links and launched jobs), the MPI tests under 1 and 2 ranks with MPICH and
 # under 3 and 4 (more ranks than cores) with Open MPI, builds the documentation with warnings as
 # errors, and runs the main job from the built wheel in a fresh environment (the documentation
-# and the wheel's install beside the 1-rank MPI tests, which use one core of two). Each run has an outer timeout so a hung
-# rank fails the suite instead of stalling it.
+# and the wheel's install beside the 1-rank MPI tests, which use one core of two). Each run has
+# an outer timeout so a hung rank fails the suite instead of stalling it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SUITE_START=$SECONDS
@@ -95,8 +95,7 @@ ompi_tests() {
     local n=$1
     step "MPI tests, $n ranks, Open MPI" env OMPI_ALLOW_RUN_AS_ROOT=1 \
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 960 "$OMPI_VENV/bin/mpiexec" --oversubscribe \
-        -n "$n" "$OMPI_VENV/bin/python" -m pytest --color=no -q -rs --timeout=300 \
-        --timeout-method=thread --with-mpi -m mpi $MPI_FILES
+        -n "$n" "$OMPI_VENV/bin/python" "${PYTEST[@]:1}" --with-mpi -m mpi $MPI_FILES
 }
 # The 1-rank run leaves a core free: the documentation and the wheel's build and install run
 # beside it, each on one core, their output printed when they end.
