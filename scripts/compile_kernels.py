@@ -30,8 +30,7 @@ HALVES = {
                 lambda: _warm("layers", np.float32), lambda: _hashing(),
                 lambda: _partitioner(), lambda: _activations(np.float32), lambda: _selection()),
     "float64": (lambda: _activations(np.float64), lambda: _lossy(), lambda: _lsh(),
-                lambda: _update(np.float32),
-                lambda: _update(np.float64),
+                lambda: _update(np.float32), lambda: _update(np.float64),
                 lambda: _warm("layers", np.float64), lambda: _warm("encoding", np.float64),
                 lambda: _warm("products", np.float64)),
 }

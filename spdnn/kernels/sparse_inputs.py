@@ -18,8 +18,8 @@ from spdnn.kernels.transposed import Transposed
 
 # The full kernels take the same time at any density; with a small share of the rows live, a
 # scan of W's rows that skips the dead entries cuts it by more than half, and a walk over the
-# live columns (these kernels) is an order of magnitude faster: they pay up to a quarter of the
-# rows live.
+# live columns (these kernels) is an order of magnitude faster; they are taken up to a quarter
+# of the rows live.
 LIVE_AT_MOST = 0.25
 
 

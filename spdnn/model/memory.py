@@ -24,8 +24,8 @@ EVAL_BLOCK_BYTES = 16 << 20
 EVAL_BATCH = 1024
 # Graph Challenge inputs per chunk (spdnn.runtime.inference.challenge_chunk): one dense
 # activation block of about CHALLENGE_BLOCK_BYTES, and at least CHALLENGE_MIN_CHUNK inputs (the
-# best chunks measured held that block on wide layers and more inputs on narrow ones: the live
-# columns must stay wide enough to vectorise).
+# best chunks measured were of that block's size, but on the widest layers no fewer inputs than
+# the minimum: the live columns must stay wide enough to vectorise).
 CHALLENGE_BLOCK_BYTES = 16 << 20
 CHALLENGE_MIN_CHUNK = 1024
 
