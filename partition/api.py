@@ -15,12 +15,12 @@ from spdnn.model.plan import Plan, network_patterns
 
 from .options import PartitionOptions
 
-Method = Literal["hypergraph", "block", "cyclic", "random"]
+Method = Literal["sweep", "hypergraph", "block", "cyclic", "random"]
 Objective = Literal["train", "infer"]
 
 
 def partition(network: Network | str | os.PathLike, *, parts: int,
-              method: Method = "hypergraph", epsilon: float = 0.03, seed: int | None = 0,
+              method: Method = "sweep", epsilon: float = 0.03, seed: int | None = 0,
               objective: Objective = "train", backend: str = "auto",
               time_limit: float | None = None, reserve: float | None = None, jobs: int = 1,
               threads: int = 1, exact_sweeps: int = 0, shortcuts: bool = True,

@@ -119,6 +119,16 @@ def layer_limits(hg: Hypergraph, nparts: int, epsilon: float) -> np.ndarray:
     return limits
 
 
+def balanced(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray) -> bool:
+    """Whether every layer's blocks are within its limit."""
+    for k in range(len(hg.offsets) - 1):
+        lo, hi = hg.offsets[k], hg.offsets[k + 1]
+        loads = np.bincount(parts[lo:hi], weights=hg.vertex_weights[lo:hi], minlength=nparts)
+        if loads.max(initial=0) > limits[k] + 1e-9:
+            return False
+    return True
+
+
 def km1(hg: Hypergraph, parts: np.ndarray) -> int:
     """Connectivity-1 of a partition, weighted by net weights."""
     nparts = int(parts.max()) + 1

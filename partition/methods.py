@@ -1,4 +1,5 @@
-"""Partitioning methods: the baselines (block, cyclic, random) and ``hypergraph``.
+"""Partitioning methods: the baselines (block, cyclic, random), ``sweep`` (linear in the pins:
+partition/sweep.py) and ``hypergraph``.
 
 ``hypergraph`` builds candidates — layer-by-layer KaHyPar runs with the previous layer's vertices
 fixed, the same on groups of identical rows where they shrink the hypergraph, and the three
@@ -21,7 +22,7 @@ from spdnn.errors import SpdnnError
 from spdnn.model.plan import Pattern, Plan, plan_statistics
 
 from .exact import sweep_exact
-from .hypergraph import Hypergraph, build_hypergraph, contract, km1
+from .hypergraph import Hypergraph, build_hypergraph, contract, km1, layer_limits
 from .layerwise import majority
 from .options import BASELINES, PartitionOptions
 from .refine import BalanceError, Refiner
@@ -161,6 +162,12 @@ def search_hypergraph(patterns: Sequence[Pattern], nparts: int, *, epsilon: floa
         if fixed_inputs is not None:
             owners[0] = fixed_inputs.astype(np.int32)
         baselines[b] = np.concatenate(owners)
+    from .sweep import sweep_start
+
+    # The sweep's plan is a start too: the search is never worse than the default method.
+    baselines["sweep"] = sweep_start(hg, patterns, nparts, layer_limits(hg, nparts, epsilon),
+                                     seed, fixed_inputs=fixed_inputs, deadline=deadline,
+                                     log=log).parts
     coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
     grouped = np.diff(coarse.offsets)[1:] <= GROUP_LAYER * np.diff(hg.offsets)[1:]
     if coarse.n_vertices <= GROUP_SHRINK * hg.n_vertices:
@@ -195,7 +202,7 @@ def partition_network(
     patterns: Sequence[Pattern],
     parts: int,
     *,
-    method: Literal["hypergraph", "block", "cyclic", "random"] = "hypergraph",
+    method: Literal["sweep", "hypergraph", "block", "cyclic", "random"] = "sweep",
     epsilon: float = 0.03,
     seed: int | None = 0,
     backend: Literal["auto", "kahypar", "mtkahypar"] | str = "auto",
@@ -210,6 +217,9 @@ def partition_network(
     shortcuts: bool = True,
 ) -> Plan:
     """Assign every neuron of every layer to a rank; the Plan carries its statistics.
+    ``method``: ``sweep`` (default: time and memory linear in the pins, partition/sweep.py),
+    ``hypergraph`` (KaHyPar-family starts refined, with the sweep's plan among them) or a
+    baseline.
 
     ``objective`` is the volume minimised: ``train`` (a training step, forward + backward rows)
     or ``infer`` (inference, forward rows only). ``exact_sweeps`` > 0 polishes the best plan
@@ -235,6 +245,25 @@ def partition_network(
     elif method in BASELINES:
         owners = baseline_owners(method, patterns, parts=nparts, seed=seed)
         chosen = method
+    elif method == "sweep":
+        from .sweep import search_sweep
+
+        swept = search_sweep(patterns, nparts, epsilon=epsilon, seed=seed, objective=objective,
+                             deadline=deadline, log=log)
+        chosen, unfinished = swept.chosen, swept.unfinished
+        candidates = {name: {"start": v, "refined": v} for name, v in swept.candidates.items()}
+        parts = swept.parts
+        if exact_sweeps and deadline.passed():
+            unfinished.append("exact sweeps: not started")
+        elif exact_sweeps:
+            coarse, coarse_of = contract(swept.hg, identical_row_clusters(patterns, nparts))
+            polished = polish_exact(swept.hg, coarse, coarse_of, parts, nparts, epsilon,
+                                    exact_sweeps, log)
+            cost = km1(swept.hg, polished)
+            candidates["exact"] = {"start": swept.volume, "refined": cost}
+            if cost < swept.volume:
+                parts, chosen = polished, f"{chosen}+exact"
+        owners = swept.hg.split(parts)
     else:
         found = search_hypergraph(patterns, nparts, epsilon=epsilon, seed=seed, backend=backend,
                                   objective=objective, threads=threads, deadline=deadline,

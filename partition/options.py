@@ -14,7 +14,9 @@ from spdnn.errors import OptionError
 from .backends import BACKENDS, check_backend
 from .hypergraph import OBJECTIVES
 
-METHODS = ("hypergraph", "block", "cyclic", "random")
+METHODS = ("sweep", "hypergraph", "block", "cyclic", "random")
+# The methods that search (the others are the baselines).
+SEARCHES = ("sweep", "hypergraph")
 BASELINES = ("block", "cyclic", "random")
 
 
@@ -53,7 +55,7 @@ class PartitionOptions:
     windows of consecutive layers (partition/windows.py). The other fields are
     ``spdnn-partition``'s options of the same names (``--help``)."""
 
-    method: str = "hypergraph"
+    method: str = "sweep"
     epsilon: float = 0.03
     seed: int | None = 0
     objective: str = "train"
@@ -89,15 +91,18 @@ class PartitionOptions:
         elif self.threads != 1:
             raise OptionError("threads", f"serve the hypergraph method's backend, not "
                                          f"'{self.method}'")
+        if self.method != "hypergraph" and self.backend != "auto":
+            raise OptionError("backend", f"chooses the hypergraph method's partitioner, not "
+                                         f"'{self.method}'s")
         _count("jobs", self.jobs, 1)
         _seconds("time_limit", self.time_limit)
         _seconds("reserve", self.reserve, strict=False)
         if self.reserve is not None and self.time_limit is None:
             raise OptionError("reserve", "is kept back from a time limit: give time_limit too")
         _count("exact_sweeps", self.exact_sweeps, 0)
-        if self.exact_sweeps and self.method != "hypergraph":
-            raise OptionError("exact_sweeps", f"polish the hypergraph method's plan, not "
-                                              f"'{self.method}'")
+        if self.exact_sweeps and self.method not in SEARCHES:
+            raise OptionError("exact_sweeps", f"polish a searched plan (sweep or hypergraph), "
+                                              f"not '{self.method}'")
         if not isinstance(self.shortcuts, bool):
             raise OptionError("shortcuts", f"must be True or False, not {self.shortcuts!r}")
         _count("window_layers", self.window_layers, 1, optional=True)

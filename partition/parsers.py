@@ -9,9 +9,12 @@ from collections.abc import Sequence
 from spdnn.cli.options import OneLineParser
 from spdnn.errors import SpdnnError
 
+from .options import METHODS
+
 EXAMPLES = """\
 examples:
-  spdnn-partition net.npz -P 8 -o plan.npz                 # hypergraph method, KaHyPar
+  spdnn-partition net.npz -P 8 -o plan.npz                 # sweep method (linear time)
+  spdnn-partition net.npz -P 8 -o plan.npz --method hypergraph --time-limit 600  # KaHyPar too
   spdnn-partition net.npz -P 8 -o plan.npz --compare       # ... and the baselines beside it
   spdnn-partition net.npz -P 4 -o block.npz --method block
   spdnn-partition net.npz -P 8 -o infer.npz --objective infer   # inference-only plan
@@ -38,13 +41,18 @@ def parser_partition() -> argparse.ArgumentParser:
     p.add_argument("network", help="network bundle (.npz)")
     p.add_argument("-P", "--nparts", type=int, required=True, help="number of ranks")
     p.add_argument("-o", "--output", required=True, help="plan file to write (.npz)")
-    p.add_argument("--method", default="hypergraph",
-                   choices=["hypergraph", "block", "cyclic", "random"])
+    p.add_argument("--method", default="sweep", choices=METHODS,
+                   help="sweep (default): multilevel placement and refinement in time and "
+                        "memory linear in the pins, for networks of any size; hypergraph: "
+                        "KaHyPar-family runs layer by layer and refinement, with the sweep's "
+                        "plan among its starts (slower: give it a --time-limit); or a baseline "
+                        "(docs/partitioner.md)")
     p.add_argument("--epsilon", type=float, default=0.03,
                    help="per-layer imbalance allowed (default 0.03)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="auto", choices=["auto", "kahypar", "mtkahypar"],
-                   help="partitioner of the layer-by-layer runs. auto (default): KaHyPar on "
+                   help="--method hypergraph's partitioner of the layer-by-layer runs. auto "
+                        "(default): KaHyPar on "
                         "layers made of groups of identical rows (RadiX-Net, Graph Challenge), "
                         "Mt-KaHyPar, if installed, on the others (faster and slightly better "
                         "on unstructured layers: docs/BENCHMARKS.md); or one of them everywhere")

@@ -25,7 +25,7 @@ from spdnn.errors import SpdnnError
 
 from ._kernels import connectivity
 from .backends import layer_backends
-from .hypergraph import Hypergraph, km1, layer_limits
+from .hypergraph import Hypergraph, balanced, km1, layer_limits
 from .layerwise import Skipped, layer_by_layer, majority
 from .refine import BalanceError, Refiner
 from .time_budget import Deadline, Log, OutOfTime
@@ -180,15 +180,6 @@ def _call(fn: Callable[..., Any], args: tuple) -> Any:
         return fn(*args)
     except (OutOfTime, BalanceError, Skipped) as exc:
         return exc
-
-
-def balanced(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray) -> bool:
-    for k in range(len(hg.offsets) - 1):
-        lo, hi = hg.offsets[k], hg.offsets[k + 1]
-        loads = np.bincount(parts[lo:hi], weights=hg.vertex_weights[lo:hi], minlength=nparts)
-        if loads.max(initial=0) > limits[k] + 1e-9:
-            return False
-    return True
 
 
 def search(s: Search, baselines: dict[str, np.ndarray], n_runs: int, jobs: int,

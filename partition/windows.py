@@ -31,6 +31,8 @@ from spdnn.model.plan import (
 )
 
 from .methods import BASELINES, baseline_owners, search_hypergraph
+from .options import SEARCHES
+from .sweep import search_sweep
 from .time_budget import Deadline, Log
 
 # Bytes the hypergraph method holds per pin of what it partitions: the window's patterns, the
@@ -160,7 +162,7 @@ def _volume(stats: PlanStats, objective: str) -> int:
 
 
 def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window], *,
-                      method: str = "hypergraph", epsilon: float = 0.03, seed: int = 0,
+                      method: str = "sweep", epsilon: float = 0.03, seed: int = 0,
                       backend: str = "auto", objective: str = "train", threads: int = 1,
                       time_limit: float | None = None, jobs: int = 1, shortcuts: bool = True,
                       group_starts: int = 3, fingerprint: str | None = None,
@@ -213,6 +215,16 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
             found_owners = [np.zeros(n, np.int32) for n in
                             (kept[0][2][1], *(p[2][0] for p in kept))]
             chosen.append(method)
+        elif method == "sweep":
+            left = deadline.left()
+            share = None if left is None else left * w.pins / max(pins_left, 1)
+            swept = search_sweep(patterns, nparts, epsilon=epsilon, seed=seed + w.first - 1,
+                                 objective=objective, deadline=Deadline(share), log=log,
+                                 first_layer=w.first, fixed_inputs=fixed)
+            found_owners = swept.hg.split(swept.parts)[: keep + 1]
+            chosen.append(swept.chosen)
+            unfinished += [f"{where}: {u}" for u in swept.unfinished]
+            del swept
         else:
             left = deadline.left()
             share = None if left is None else left * w.pins / max(pins_left, 1)
@@ -239,7 +251,7 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
     baselines = {b: combine_stats(s) for b, s in base_stats.items()}
     method_used = method
     fallback = min(("block", "cyclic"), key=lambda b: _volume(baselines[b], objective))
-    if method == "hypergraph" and _volume(baselines[fallback], objective) < _volume(total,
+    if method in SEARCHES and _volume(baselines[fallback], objective) < _volume(total,
                                                                                      objective):
         owners = block_owners if fallback == "block" else [
             (np.arange(n) % nparts).astype(np.int32) for n in

@@ -55,11 +55,11 @@ def test_infer_objective_minimises_forward_volume(nparts):
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
 @pytest.mark.parametrize("nparts", [2, 3, 5])
-def test_every_method_is_balanced_in_range_and_hypergraph_beats_baselines(name, nparts):
+def test_every_method_is_balanced_in_range_and_searches_beat_baselines(name, nparts):
     net = NETWORKS[name]()
     patterns = network_patterns(net)
     volumes = {}
-    for method in ("hypergraph", *BASELINES):
+    for method in ("sweep", "hypergraph", *BASELINES):
         plan = partition_network(patterns, nparts, method=method, epsilon=0.03, seed=1,
                                  fingerprint=net.fingerprint())
         assert plan.sizes == net.sizes
@@ -68,7 +68,9 @@ def test_every_method_is_balanced_in_range_and_hypergraph_beats_baselines(name, 
         _balanced(patterns, plan.owners, nparts, 0.03)
         volumes[method] = plan_statistics(patterns, plan.owners, parts=nparts).volume
         assert plan.meta["stats"]["volume"] == volumes[method]
-    assert volumes["hypergraph"] <= min(volumes[b] for b in BASELINES), volumes
+    assert volumes["sweep"] <= min(volumes[b] for b in BASELINES), volumes
+    # The sweep's plan is one of the hypergraph search's starts.
+    assert volumes["hypergraph"] <= volumes["sweep"], volumes
 
 
 def test_radixnet_hypergraph_plan_is_much_better_than_block():
@@ -82,13 +84,15 @@ def test_radixnet_hypergraph_plan_is_much_better_than_block():
 def test_group_starts_only_where_identical_rows_shrink_the_hypergraph():
     """Group starts cost extra layer-by-layer runs: not worth it for a dense head's few groups."""
     def starts(net):
-        return set(partition_network(network_patterns(net), 4, seed=0).meta["candidates"])
+        return set(partition_network(network_patterns(net), 4, seed=0,
+                                     method="hypergraph").meta["candidates"])
 
     assert any("groups" in s for s in starts(radixnet(1024, 4, seed=0)))
     unstructured = starts(random_network([64, 96, 96], 6, seed=0, head=16))
-    # The baselines and the layer-by-layer start (named by its backends), no group starts.
-    assert len(unstructured) == 4 and not any("groups" in s for s in unstructured), unstructured
-    assert {"block", "cyclic", "random"} < unstructured
+    # The baselines, the sweep and the layer-by-layer start (named by its backends), no group
+    # starts.
+    assert len(unstructured) == 5 and not any("groups" in s for s in unstructured), unstructured
+    assert {"block", "cyclic", "random", "sweep"} < unstructured
 
 
 def test_same_seed_same_plan():
@@ -123,9 +127,14 @@ def test_argument_validation():
     with pytest.raises(SpdnnError, match="backend must be one of .*, not 'metis'"):
         partition_network(patterns, 2, backend="metis")
     with pytest.raises(SpdnnError, match="threads must be an integer >= 1, not 0"):
-        partition_network(patterns, 2, backend="mtkahypar", threads=0)
+        partition_network(patterns, 2, method="hypergraph", backend="mtkahypar", threads=0)
     with pytest.raises(SpdnnError, match="KaHyPar runs on one thread"):
-        partition_network(patterns, 2, backend="kahypar", threads=2)
+        partition_network(patterns, 2, method="hypergraph", backend="kahypar", threads=2)
+    with pytest.raises(SpdnnError, match="backend chooses the hypergraph method's partitioner, "
+                                         "not 'sweep's"):
+        partition_network(patterns, 2, backend="kahypar")
+    with pytest.raises(SpdnnError, match="method must be one of sweep, hypergraph"):
+        partition_network(patterns, 2, method="metis")
     with pytest.raises(SpdnnError, match="time_limit must be a positive number of seconds"):
         partition_network(patterns, 2, time_limit=0)
     with pytest.raises(SpdnnError, match="jobs must be an integer >= 1, not 0"):
@@ -158,9 +167,9 @@ def test_cli_partition_stats_compare(tmp_path):
     proc = run_spdnn(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "plan.npz", "--compare",
                      module="partition")
     assert proc.returncode == 0, proc.stderr
-    assert "hypergraph" in proc.stdout and "cyclic" in proc.stdout
+    assert "sweep" in proc.stdout and "cyclic" in proc.stdout
     plan = load_plan(tmp_path / "plan.npz")
-    assert plan.parts == 3 and plan.meta["method"] == "hypergraph"
+    assert plan.parts == 3 and plan.meta["method"] == "sweep"
     assert plan.meta["partition_seconds"] > 0 and "fingerprint" in plan.meta
     assert plan.meta["objective"] == "train"
     proc = run_spdnn(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "infer.npz",
@@ -231,7 +240,7 @@ def test_mtkahypar_backend():
     pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
     net = NETWORKS["random"]()
     patterns = network_patterns(net)
-    plan = partition_network(patterns, 3, backend="mtkahypar", seed=1)
+    plan = partition_network(patterns, 3, method="hypergraph", backend="mtkahypar", seed=1)
     _balanced(patterns, plan.owners, 3, 0.03)
     baseline = min(plan_statistics(patterns, baseline_owners(b, patterns, parts=3, seed=1),
                                    parts=3).volume for b in BASELINES)
@@ -243,19 +252,23 @@ def test_mtkahypar_plan_does_not_depend_on_threads(tmp_path):
     pytest.importorskip("mtkahypar", reason="mtkahypar is not installed (pip install mtkahypar)")
     net = random_network([256, 512, 512], 16, seed=2)
     patterns = network_patterns(net)
-    one = partition_network(patterns, 4, backend="mtkahypar", seed=3, threads=1)
-    two = partition_network(patterns, 4, backend="mtkahypar", seed=3, threads=2)
+    one = partition_network(patterns, 4, method="hypergraph", backend="mtkahypar", seed=3,
+                            threads=1)
+    two = partition_network(patterns, 4, method="hypergraph", backend="mtkahypar", seed=3,
+                            threads=2)
     assert two.meta["threads"] == 2
     for a, b in zip(one.owners, two.owners):
         np.testing.assert_array_equal(a, b)
     save_network(net, tmp_path / "net.npz")
-    proc = run_spdnn(tmp_path / "net.npz", "-P", "4", "-o", tmp_path / "p.npz", "--backend",
-                     "mtkahypar", "--threads", "2", "--seed", "3", module="partition")
+    proc = run_spdnn(tmp_path / "net.npz", "-P", "4", "-o", tmp_path / "p.npz", "--method",
+                     "hypergraph", "--backend", "mtkahypar", "--threads", "2", "--seed", "3",
+                     module="partition")
     assert proc.returncode == 0, proc.stderr
     for a, b in zip(one.owners, load_plan(tmp_path / "p.npz").owners):
         np.testing.assert_array_equal(a, b)
     for bad, why in ((["--threads", "0"], "--threads must be an integer >= 1, not 0"),
-                     (["--threads", "2", "--backend", "kahypar"], "KaHyPar runs on one thread")):
+                     (["--threads", "2", "--method", "hypergraph", "--backend", "kahypar"],
+                      "KaHyPar runs on one thread")):
         proc = run_spdnn(tmp_path / "net.npz", "-P", "4", "-o", tmp_path / "q.npz", *bad,
                          module="partition")
         assert_one_line_error(proc, why)

@@ -1,5 +1,6 @@
 """The hypergraph method's search: time limit, worker processes, shortcuts (partition/search.py)."""
 
+import functools
 import os
 import signal
 import time
@@ -10,13 +11,16 @@ import pytest
 import partition.methods as methods
 from partition.hypergraph import build_hypergraph, km1, layer_limits
 from partition.methods import BASELINES, baseline_owners, partition_network
-from partition.search import balanced
+from partition.hypergraph import balanced
 from partition.time_budget import Deadline
 from spdnn.io.bundle import save_network
 from spdnn.io.planfile import load_plan
 from spdnn.model.generate import radixnet, random_network
 from spdnn.model.plan import network_patterns
 from tests.helpers import assert_one_line_error, run_spdnn
+
+# The method these tests are about (the default is the sweep: tests/test_sweep.py).
+hypergraph = functools.partial(partition_network, method="hypergraph")
 
 
 class CountedDeadline(Deadline):
@@ -50,12 +54,12 @@ def test_a_time_limit_anywhere_gives_a_balanced_plan_no_worse_than_the_baselines
         monkeypatch, net, nparts):
     patterns = network_patterns(net)
     hg, limits, best_baseline = _best_balanced_baseline(patterns, nparts)
-    full = partition_network(patterns, nparts, seed=0)
+    full = hypergraph(patterns, nparts, seed=0)
     assert full.meta["unfinished"] == []
     cut_points = 0
     for budget in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 10**6):
         monkeypatch.setattr(methods, "Deadline", lambda _seconds, b=budget: CountedDeadline(b))
-        plan = partition_network(patterns, nparts, seed=0, time_limit=1.0)
+        plan = hypergraph(patterns, nparts, seed=0, time_limit=1.0)
         parts = np.concatenate(plan.owners)
         assert balanced(hg, parts, nparts, limits), budget
         assert km1(hg, parts) == plan.meta["stats"]["volume"] <= best_baseline, budget
@@ -73,7 +77,7 @@ def test_a_real_time_limit_is_kept(tmp_path):
     save_network(radixnet(4096, 12, seed=0), tmp_path / "net.npz")
     t0 = time.monotonic()
     proc = run_spdnn(tmp_path / "net.npz", "-P", "16", "-o", tmp_path / "plan.npz",
-                     "--time-limit", "3", module="partition")
+                     "--method", "hypergraph", "--time-limit", "3", module="partition")
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     assert "time limit 3 s reached; not finished:" in proc.stdout
@@ -87,8 +91,8 @@ def test_a_real_time_limit_is_kept(tmp_path):
                                         (random_network([40, 60, 60, 8], 5, seed=1), 3)])
 def test_jobs_do_not_change_the_plan(net, nparts):
     patterns = network_patterns(net)
-    one = partition_network(patterns, nparts, seed=5, jobs=1)
-    two = partition_network(patterns, nparts, seed=5, jobs=2)
+    one = hypergraph(patterns, nparts, seed=5, jobs=1)
+    two = hypergraph(patterns, nparts, seed=5, jobs=2)
     for a, b in zip(one.owners, two.owners):
         np.testing.assert_array_equal(a, b)
     assert one.meta["candidates"] == two.meta["candidates"]
@@ -131,8 +135,8 @@ def test_the_unstructured_shortcut_is_taken_exactly_where_layer_1_gains_little(
 
     patterns = network_patterns(random_network(sizes, fan_in, seed=0))
     assert (_layer1_gain(patterns, nparts) < PROBE_GAIN) == taken
-    fast = partition_network(patterns, nparts, seed=0, backend="kahypar")
-    full = partition_network(patterns, nparts, seed=0, backend="kahypar", shortcuts=False)
+    fast = hypergraph(patterns, nparts, seed=0, backend="kahypar")
+    full = hypergraph(patterns, nparts, seed=0, backend="kahypar", shortcuts=False)
     assert full.meta["shortcuts"] == []
     if taken:
         assert len(fast.meta["shortcuts"]) == 1 and "layer 1 gains" in fast.meta["shortcuts"][0]
@@ -146,7 +150,7 @@ def test_the_unstructured_shortcut_is_taken_exactly_where_layer_1_gains_little(
 
 
 def test_no_shortcut_on_networks_with_groups_of_identical_rows():
-    plan = partition_network(network_patterns(radixnet(1024, 4, seed=0)), 2, seed=0)
+    plan = hypergraph(network_patterns(radixnet(1024, 4, seed=0)), 2, seed=0)
     assert plan.meta["shortcuts"] == [] and "kahypar" in plan.meta["candidates"]
 
 
@@ -158,7 +162,7 @@ def test_auto_backend_kahypar_on_grouped_layers_mtkahypar_on_the_others():
     mixed = Network(layers=[*grouped.layers, *random_network([1024, 1024], 8, seed=0).layers])
     for net, fine in ((grouped, "kahypar"), (random_network([64, 96, 96], 6, seed=0),
                                              "mtkahypar"), (mixed, "kahypar+mtkahypar")):
-        plan = partition_network(network_patterns(net), 3, seed=0)
+        plan = hypergraph(network_patterns(net), 3, seed=0)
         assert plan.meta["backend"] == "auto" and fine in plan.meta["candidates"], fine
         assert not any(k.startswith("mtkahypar-groups-") for k in plan.meta["candidates"])
 
@@ -204,7 +208,7 @@ def test_a_dead_worker_process_is_a_one_line_error(monkeypatch):
 
     monkeypatch.setattr(search, "_group_run", _dies)
     with pytest.raises(SpdnnError, match="worker process of --jobs ended"):
-        partition_network(network_patterns(radixnet(1024, 3, seed=0)), 2, jobs=2)
+        hypergraph(network_patterns(radixnet(1024, 3, seed=0)), 2, jobs=2)
 
 
 class FixedLeft(Deadline):
@@ -241,14 +245,14 @@ def test_starts_far_behind_are_not_refined_and_only_those(net, nparts):
 
     patterns = network_patterns(net)
     hg = build_hypergraph(patterns)
-    plan = partition_network(patterns, nparts, seed=0)
+    plan = hypergraph(patterns, nparts, seed=0)
     best_start = min(c["start"] for c in plan.meta["candidates"].values())
     for b in BASELINES:
         far = km1(hg, np.concatenate(baseline_owners(b, patterns, parts=nparts))) > \
             REFINE_RATIO * best_start
         skipped = any(line.startswith(f"{b} not refined") for line in plan.meta["shortcuts"])
         assert far == skipped == (b not in plan.meta["candidates"]), b
-    full = partition_network(patterns, nparts, seed=0, shortcuts=False)
+    full = hypergraph(patterns, nparts, seed=0, shortcuts=False)
     assert plan.meta["stats"]["volume"] == full.meta["stats"]["volume"]
     # RadiX-Net at P = 8: block and random are 20x behind; the random network: all close.
     assert bool(plan.meta["shortcuts"]) == (net.sizes[1] == 1024)
@@ -262,13 +266,13 @@ def test_a_lone_process_forks_and_the_fork_server_gives_the_same_plan(monkeypatc
 
     patterns = network_patterns(random_network([30, 40, 40, 8], 5, seed=2))
     assert processes.fork_is_safe() and processes.child_context().get_start_method() == "fork"
-    alone = partition_network(patterns, 3, jobs=2)
+    alone = hypergraph(patterns, 3, jobs=2)
     monkeypatch.setattr(processes, "fork_is_safe", lambda: False)
     import partition.search as search
 
     monkeypatch.setattr(search, "fork_is_safe", lambda: False)
     assert processes.child_context().get_start_method() == "forkserver"
     lines = []
-    served = partition_network(patterns, 3, jobs=2, log=lines.append)
+    served = hypergraph(patterns, 3, jobs=2, log=lines.append)
     assert all(np.array_equal(a, b) for a, b in zip(alone.owners, served.owners))
     assert any("run in this process" in line for line in lines)
