@@ -38,7 +38,7 @@ from .reports import (
 
 def cmd_partition(argv: Sequence[str]) -> None:
     from spdnn.io.planfile import save_plan
-    from spdnn.model.plan import balance_report, imbalance_limits, plan_statistics
+    from spdnn.model.plan import PlanStats, balance_report, imbalance_limits
 
     from .methods import partition_network
 
@@ -67,7 +67,7 @@ def cmd_partition(argv: Sequence[str]) -> None:
                              time_limit=options.search_seconds(process_seconds()),
                              **options.search())
     save_plan(plan, args.output)
-    stats = plan_statistics(patterns, plan.owners, parts=args.nparts)
+    stats = PlanStats.from_summary(plan.meta["stats"])
     limits = imbalance_limits(patterns, args.nparts, args.epsilon)
     print(f"wrote {args.output}: P={args.nparts}, method {args.method}, "
           f"{objective_volume(stats, args.objective)}; "

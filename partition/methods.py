@@ -22,6 +22,7 @@ from spdnn.errors import SpdnnError
 from spdnn.model.plan import Pattern, Plan, plan_statistics
 
 from .exact import sweep_exact
+from .groups import GROUP_SHRINK, identical_row_clusters
 from .hypergraph import Hypergraph, build_hypergraph, contract, km1, layer_limits
 from .layerwise import majority
 from .options import BASELINES, PartitionOptions
@@ -29,10 +30,6 @@ from .refine import BalanceError, Refiner
 from .search import Search, search
 from .time_budget import Deadline, Log
 
-# Group starts are worth their cost (n_runs more layer-by-layer runs) only when groups of
-# identical rows shrink the hypergraph; on unstructured networks the coarse runs repeat the fine
-# one (several times the time for the same plan).
-GROUP_SHRINK = 0.9
 # A layer "forms groups" (for --backend auto) when its groups of identical rows are at most half
 # as many as its neurons (RadiX-Net, Graph Challenge: 1/16; unstructured layers: 1).
 GROUP_LAYER = 0.5
@@ -74,41 +71,6 @@ def baseline_owners(method: str, patterns: Sequence[Pattern], *, parts: int,
         else:
             raise SpdnnError(f"unknown method '{method}'")
     return owners
-
-
-def identical_row_clusters(patterns: Sequence[Pattern], nparts: int) -> np.ndarray:
-    """Cluster id of every vertex: neurons of a layer k >= 1 whose rows of W_k have the same
-    pattern (the same inputs: RadiX-Net's groups) share a cluster, cut into chunks no heavier
-    than a rank's share of the layer. Input neurons stay single."""
-    rng = np.random.default_rng(12345)
-    clusters = [np.arange(patterns[0][2][1], dtype=np.int64)]
-    next_id = len(clusters[0])
-    for indptr, indices, shape in patterns:
-        if shape[0] < 4 * nparts:  # too few rows to balance whole groups: keep them single
-            clusters.append(next_id + np.arange(shape[0], dtype=np.int64))
-            next_id += shape[0]
-            continue
-        keys = []
-        for _ in range(2):  # two independent 64-bit hashes of each row's column set
-            r = rng.integers(0, 2**63, size=shape[1], dtype=np.uint64)
-            cs = np.concatenate([[np.uint64(0)], np.cumsum(r[indices], dtype=np.uint64)])
-            keys.append(cs[indptr[1:]] - cs[indptr[:-1]])
-        length = np.diff(indptr)
-        _, group = np.unique(np.stack([keys[0], keys[1], length.astype(np.uint64)], axis=1),
-                             axis=0, return_inverse=True)
-        group = group.reshape(-1)
-        share = max(1.0, length.sum() / nparts)
-        per_chunk = np.maximum(1, (share // np.maximum(length, 1)).astype(np.int64))
-        order = np.argsort(group, kind="stable")
-        starts = np.concatenate([[0], np.flatnonzero(np.diff(group[order])) + 1])
-        rank_in_group = np.arange(len(order)) - np.repeat(starts, np.diff(
-            np.concatenate([starts, [len(order)]])))
-        chunk = np.empty(len(order), dtype=np.int64)
-        chunk[order] = rank_in_group // per_chunk[order]
-        _, local = np.unique(group * (len(order) + 1) + chunk, return_inverse=True)
-        clusters.append(next_id + local.reshape(-1))
-        next_id += int(local.max()) + 1 if len(local) else 0
-    return np.concatenate(clusters)
 
 
 def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, parts: np.ndarray,
@@ -250,20 +212,19 @@ def partition_network(
 
         swept = search_sweep(patterns, nparts, epsilon=epsilon, seed=seed, objective=objective,
                              deadline=deadline, log=log)
-        chosen, unfinished = swept.chosen, swept.unfinished
+        chosen, unfinished, owners = swept.chosen, swept.unfinished, swept.owners
         candidates = {name: {"start": v, "refined": v} for name, v in swept.candidates.items()}
-        parts = swept.parts
         if exact_sweeps and deadline.passed():
             unfinished.append("exact sweeps: not started")
         elif exact_sweeps:
-            coarse, coarse_of = contract(swept.hg, identical_row_clusters(patterns, nparts))
-            polished = polish_exact(swept.hg, coarse, coarse_of, parts, nparts, epsilon,
-                                    exact_sweeps, log)
-            cost = km1(swept.hg, polished)
+            hg = build_hypergraph(patterns, objective=objective)
+            coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
+            polished = polish_exact(hg, coarse, coarse_of, np.concatenate(owners), nparts,
+                                    epsilon, exact_sweeps, log)
+            cost = km1(hg, polished)
             candidates["exact"] = {"start": swept.volume, "refined": cost}
             if cost < swept.volume:
-                parts, chosen = polished, f"{chosen}+exact"
-        owners = swept.hg.split(parts)
+                owners, chosen = hg.split(polished), f"{chosen}+exact"
     else:
         found = search_hypergraph(patterns, nparts, epsilon=epsilon, seed=seed, backend=backend,
                                   objective=objective, threads=threads, deadline=deadline,

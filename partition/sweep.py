@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spdnn.model.plan import Pattern
+from spdnn.model.plan import Pattern, balance_limit
 
 from . import _sweep_kernels as kern
 from ._kernels import vertex_nets
-from .hypergraph import Hypergraph, balanced, layer_limits
+from .hypergraph import Hypergraph
 from .time_budget import NO_DEADLINE, Deadline, Log
 
 # A refinement ends when a round gains less than this share of the volume.
@@ -161,10 +161,6 @@ def refine(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray, s
     return Swept(parts=lists.parts, volume=volume, rounds=rounds)
 
 
-def default_limits(hg: Hypergraph, nparts: int, epsilon: float) -> np.ndarray:
-    return layer_limits(hg, nparts, epsilon)
-
-
 # Coarsening stops when a level keeps more than this share of the vertices, or a layer has
 # fewer than COARSE_PER_PART vertices per block.
 SHRINK = 0.85
@@ -232,83 +228,132 @@ def multilevel(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int, *,
 
 @dataclass(frozen=True, kw_only=True)
 class SweepResult:
-    """The sweep method's answer: every vertex's block, the candidate that won (``sweep`` or
-    a baseline), every candidate's volume, and what a time limit cut."""
+    """The sweep method's answer: the owners of every layer's neurons, the candidate that won
+    (``sweep`` or a baseline), every candidate's volume (the runtime's count), and what a
+    time limit cut. ``volume`` is None when the baselines were not compared."""
 
-    parts: np.ndarray
-    hg: Hypergraph
+    owners: list[np.ndarray]
     chosen: str
-    volume: int
+    volume: int | None
     candidates: dict[str, int]
     unfinished: list[str]
+
+
+def _fits(parts: np.ndarray, patterns: Sequence[Pattern], limits: np.ndarray) -> list[bool]:
+    """Per layer with work, whether its blocks are within its limit."""
+    at = patterns[0][2][1]
+    out = []
+    for (indptr, _, shape), limit in zip(patterns, limits[1:]):
+        loads = np.bincount(parts[at:at + shape[0]], weights=np.diff(indptr))
+        out.append(loads.max(initial=0) <= limit + 1e-9)
+        at += shape[0]
+    return out
+
+
+def pattern_limits(patterns: Sequence[Pattern], nparts: int, epsilon: float) -> np.ndarray:
+    """Each vertex layer's most work per block, from the layers (layer 0 has none)."""
+    return np.array([np.inf] + [balance_limit(p[0], nparts, epsilon) for p in patterns])
 
 
 def sweep_start(hg: Hypergraph, patterns: Sequence[Pattern], nparts: int, limits: np.ndarray,
                 seed: int, *, fixed_inputs: np.ndarray | None = None,
                 deadline: Deadline = NO_DEADLINE, log: Log | None = None) -> Swept:
-    """The sweep's plan of ``hg``: multilevel on the groups of identical rows where they
-    shrink it (then refined on the neurons), else on the neurons."""
+    """The sweep's plan of the neurons' hypergraph ``hg`` (the hypergraph method's start):
+    multilevel from the groups of identical rows where they shrink it, then refined on the
+    neurons."""
+    from .groups import identical_row_clusters, layer_groups, shrinks
     from .hypergraph import contract
-    from .methods import GROUP_SHRINK, identical_row_clusters
 
-    coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
-    if coarse.n_vertices > GROUP_SHRINK * hg.n_vertices:
+    groups = layer_groups(patterns, nparts)
+    if not shrinks(patterns, groups):
         return multilevel(hg, nparts, limits, seed, fixed_inputs=fixed_inputs,
                           deadline=deadline, log=log)
-    if log:
-        log(f"groups of identical rows: {coarse.n_vertices:,} vertices, "
-            f"{len(coarse.net_pins):,} pins")
+    coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts, groups))
     swept = multilevel(coarse, nparts, limits, seed, fixed_inputs=fixed_inputs,
                        deadline=deadline, log=log)
-    parts = swept.parts[coarse_of]
-    del coarse, coarse_of, swept
-    return refine(hg, parts, nparts, limits, seed, frozen_inputs=fixed_inputs is not None,
-                  deadline=deadline, log=log, what="neurons")
+    return refine(hg, swept.parts[coarse_of], nparts, limits, seed,
+                  frozen_inputs=fixed_inputs is not None, deadline=deadline, log=log,
+                  what="neurons")
 
 
 def search_sweep(patterns: Sequence[Pattern], nparts: int, *, epsilon: float, seed: int,
                  objective: str, deadline: Deadline = NO_DEADLINE, log: Log | None = None,
-                 first_layer: int = 1, fixed_inputs: np.ndarray | None = None) -> SweepResult:
-    """The sweep method on ``patterns`` (the whole network, or a window whose inputs are
-    fixed to ``fixed_inputs``), compared with the baselines: the least volume wins."""
-    from .hypergraph import build_hypergraph, km1
+                 first_layer: int = 1, fixed_inputs: np.ndarray | None = None,
+                 compare: bool = True) -> SweepResult:
+    """The sweep method on ``patterns`` (the whole network, or a window whose inputs are fixed
+    to ``fixed_inputs``). Where groups of identical rows shrink the network, only their
+    hypergraph is built (partition/groups.py). ``compare``: the baselines are candidates too
+    (the least volume wins; a winning baseline is refined in turn)."""
+    from spdnn.model.plan import plan_statistics
+
+    from .groups import grouped_hypergraph, layer_groups, shrinks
+    from .hypergraph import build_hypergraph
     from .methods import baseline_owners
     from .options import BASELINES
 
-    hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
-    limits = layer_limits(hg, nparts, epsilon)
-    if log:
-        log(f"hypergraph: {hg.n_vertices:,} vertices, {hg.n_nets:,} nets, "
-            f"{len(hg.net_pins):,} pins")
+    limits = pattern_limits(patterns, nparts, epsilon)
     frozen = fixed_inputs is not None
-    unfinished: list[str] = []
-    swept = sweep_start(hg, patterns, nparts, limits, seed, fixed_inputs=fixed_inputs,
-                        deadline=deadline, log=log)
-    if deadline.passed():
-        unfinished.append("sweep: refinement cut short")
+    groups = layer_groups(patterns, nparts, epsilon)
+    hg = None
+    if shrinks(patterns, groups):
+        coarse, coarse_of = grouped_hypergraph(patterns, groups, objective=objective,
+                                               first_layer=first_layer)
+        if log:
+            log(f"groups of identical rows: {coarse.n_vertices:,} vertices, "
+                f"{len(coarse.net_pins):,} pins")
+        swept = multilevel(coarse, nparts, limits, seed, fixed_inputs=fixed_inputs,
+                           deadline=deadline, log=log)
+        parts = swept.parts[coarse_of]
+        del coarse, coarse_of, swept
+        if not all(_fits(parts, patterns, limits)):  # chunks of unequal weights, too coarse
+            hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
+            parts = refine(hg, parts, nparts, limits, seed, frozen_inputs=frozen,
+                           deadline=deadline, log=log, what="neurons").parts
+    else:
+        hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
+        if log:
+            log(f"hypergraph: {hg.n_vertices:,} vertices, {len(hg.net_pins):,} pins")
+        parts = multilevel(hg, nparts, limits, seed, fixed_inputs=fixed_inputs,
+                           deadline=deadline, log=log).parts
+    sizes = np.diff(np.concatenate([[0], np.cumsum(
+        [patterns[0][2][1]] + [p[2][0] for p in patterns])]))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+
+    def split(p: np.ndarray) -> list[np.ndarray]:
+        return [p[bounds[k]:bounds[k + 1]].astype(np.int32) for k in range(len(sizes))]
+
+    unfinished = ["sweep: refinement cut short"] if deadline.passed() else []
+    if not compare:
+        return SweepResult(owners=split(parts), chosen="sweep", volume=None, candidates={},
+                           unfinished=unfinished)
+
+    def volume(owners: list[np.ndarray]) -> int:
+        st = plan_statistics(patterns, owners, parts=nparts, first_layer=first_layer)
+        return st.forward_total if objective == "infer" else st.volume
+
     candidates: dict[str, int] = {}
-    best_name, best_parts, best_volume = "sweep", swept.parts, None
-    if balanced(hg, swept.parts, nparts, limits):
-        best_volume = km1(hg, swept.parts)
-        candidates["sweep"] = best_volume
+    best_name, best_owners, best_volume = "sweep", split(parts), None
+    if all(_fits(parts, patterns, limits)):
+        best_volume = candidates["sweep"] = volume(best_owners)
     for b in BASELINES:
         owners = baseline_owners(b, patterns, parts=nparts, seed=seed)
         if frozen:
             owners[0] = fixed_inputs.astype(np.int32)
-        p = np.concatenate(owners)
-        candidates[b] = km1(hg, p)
+        candidates[b] = volume(owners)
         if best_volume is None or candidates[b] < best_volume:
-            best_name, best_parts, best_volume = b, p, candidates[b]
+            best_name, best_owners, best_volume = b, owners, candidates[b]
     if best_name != "sweep" and not deadline.passed():
         # A baseline won (a banded network): the local search starts from it.
-        polished = refine(hg, best_parts, nparts, limits, seed, frozen_inputs=frozen,
-                          deadline=deadline, log=log, what=f"{best_name} refined")
-        volume = km1(hg, polished.parts)
-        candidates[f"{best_name}+sweep"] = volume
-        if volume < best_volume and balanced(hg, polished.parts, nparts, limits):
-            best_name, best_parts, best_volume = f"{best_name}+sweep", polished.parts, volume
+        if hg is None:
+            hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
+        polished = split(refine(hg, np.concatenate(best_owners), nparts, limits, seed,
+                                frozen_inputs=frozen, deadline=deadline, log=log,
+                                what=f"{best_name} refined").parts)
+        v = candidates[f"{best_name}+sweep"] = volume(polished)
+        if v < best_volume:
+            best_name, best_owners, best_volume = f"{best_name}+sweep", polished, v
     if log:
         log("candidates: " + ", ".join(f"{n} {v:,}" for n, v in candidates.items())
             + f"; {best_name} kept")
-    return SweepResult(parts=np.asarray(best_parts, dtype=np.int32), hg=hg, chosen=best_name,
-                       volume=int(best_volume), candidates=candidates, unfinished=unfinished)
+    return SweepResult(owners=best_owners, chosen=best_name, volume=best_volume,
+                       candidates=candidates, unfinished=unfinished)

@@ -218,10 +218,11 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
         elif method == "sweep":
             left = deadline.left()
             share = None if left is None else left * w.pins / max(pins_left, 1)
+            # The baselines are compared once, for the whole network, below.
             swept = search_sweep(patterns, nparts, epsilon=epsilon, seed=seed + w.first - 1,
                                  objective=objective, deadline=Deadline(share), log=log,
-                                 first_layer=w.first, fixed_inputs=fixed)
-            found_owners = swept.hg.split(swept.parts)[: keep + 1]
+                                 first_layer=w.first, fixed_inputs=fixed, compare=False)
+            found_owners = swept.owners[: keep + 1]
             chosen.append(swept.chosen)
             unfinished += [f"{where}: {u}" for u in swept.unfinished]
             del swept

@@ -155,6 +155,30 @@ def test_cut_pairs_by_table_equal_cut_pairs_by_sorting(monkeypatch):
         assert all(np.array_equal(a, b) for a, b in zip(table, sorted_))
 
 
+def test_statistics_in_one_pass_equal_statistics_from_sorted_pairs(monkeypatch):
+    """plan_statistics counts cut rows, per-rank volumes and rank pairs in one numba pass;
+    above PAIR_TABLE_PARTS ranks it sorts the (input row, rank) pairs as before. Both agree,
+    windows (first_layer > 1: every layer folds) included."""
+    from spdnn.model import plan as plan_module
+
+    rng = np.random.default_rng(1)
+    for trial in range(40):
+        sizes = rng.integers(1, 50, int(rng.integers(2, 5)))
+        nparts = int(rng.integers(1, 12))
+        patterns, owners = [], [rng.integers(0, nparts, sizes[0]).astype(np.int32)]
+        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+            indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 6, n_out))])
+            indices = rng.integers(0, n_in, indptr[-1]).astype(np.int32)
+            patterns.append((indptr, indices, (int(n_out), int(n_in))))
+            owners.append(rng.integers(0, nparts, n_out).astype(np.int32))
+        first = 1 + trial % 2
+        fast = plan_statistics(patterns, owners, parts=nparts, first_layer=first)
+        monkeypatch.setattr(plan_module, "PAIR_TABLE_PARTS", 0)
+        slow = plan_statistics(patterns, owners, parts=nparts, first_layer=first)
+        monkeypatch.undo()
+        assert fast == slow
+
+
 def test_arguments_of_the_wrong_kind_are_named_at_the_call(tmp_path):
     """A network where a plan goes (or an array where a network goes) is a TypeError naming
     the argument, not an AttributeError from inside the writer; nothing is written."""

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 import partition.methods as methods
-from partition.hypergraph import build_hypergraph, km1, layer_limits
+from partition.hypergraph import balanced, build_hypergraph, km1, layer_limits
 from partition.methods import BASELINES, baseline_owners, partition_network
-from partition.hypergraph import balanced
 from partition.time_budget import Deadline
 from spdnn.io.bundle import save_network
 from spdnn.io.planfile import load_plan

@@ -69,6 +69,8 @@ def check_owners(owners: Sequence[np.ndarray], parts: int, source: str = "plan")
 
 # Largest (input rows x ranks) table ``cut_pairs`` marks in (bytes); beyond it, it sorts.
 CUT_TABLE_CELLS = 1 << 26
+# plan_statistics counts the rank pairs in a table of P x P stamps up to this many ranks.
+PAIR_TABLE_PARTS = 4096
 
 
 def cut_pairs(indptr: np.ndarray, indices: np.ndarray, owner_out: np.ndarray,
@@ -127,6 +129,12 @@ class PlanStats:
     def max_imbalance(self) -> float:
         return max(self.imbalance, default=0.0)
 
+    @classmethod
+    def from_summary(cls, d: dict[str, Any]) -> PlanStats:
+        """The statistics that ``summary`` wrote (a plan's ``meta["stats"]``)."""
+        return cls(parts=int(d["parts"]), **{f: tuple(d[f]) for f in (
+            "forward", "backward", "pairs", "imbalance", "sent", "received")})
+
     def summary(self) -> dict[str, Any]:
         """JSON-able: totals plus the per-layer and per-rank lists."""
         d = asdict(self)
@@ -180,25 +188,35 @@ def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray], *
     """Statistics of ``owners`` on a network given as per-layer sparsity patterns.
     ``first_layer``: the network's number of ``patterns[0]`` when they are a window of its
     layers (``owners`` then starts at that layer's inputs); ``combine_stats`` joins windows."""
+    from spdnn.kernels._numba_cuts import layer_cuts
+
     fwd, bwd, pairs, imb = [], [], [], []
     sent = np.zeros(parts, dtype=np.int64)
     recv = np.zeros(parts, dtype=np.int64)
+    # The rank pairs seen, by layer: one table for the whole network (4 bytes a pair).
+    pair_stamp = np.full(parts * parts, -1, dtype=np.int32) if parts <= PAIR_TABLE_PARTS \
+        else None
     for i, (indptr, indices, shape) in enumerate(patterns, start=1):
         k = i + first_layer - 1
         if shape != (len(owners[i]), len(owners[i - 1])):
             raise SpdnnError(f"layer {k}: plan sizes do not match the network")
-        j, p = cut_pairs(indptr, indices, owners[i], owners[i - 1], parts)
-        src = owners[i - 1][j]
-        fwd.append(len(j))
-        bwd.append(len(j) if k > 1 else 0)
-        pairs.append(len(np.unique(src.astype(np.int64) * parts + p)))
+        if pair_stamp is not None:
+            cut, n_pairs = layer_cuts(indptr, indices, owners[i], owners[i - 1], parts, k > 1,
+                                      sent, recv, pair_stamp, i)
+        else:  # too many ranks for the table: the pairs sorted instead
+            j, p = cut_pairs(indptr, indices, owners[i], owners[i - 1], parts)
+            src = owners[i - 1][j]
+            cut, n_pairs = len(j), len(np.unique(src.astype(np.int64) * parts + p))
+            fs, fr = np.bincount(src, minlength=parts), np.bincount(p, minlength=parts)
+            sent += fs
+            recv += fr
+            if k > 1:  # the fold goes the other way
+                sent += fr
+                recv += fs
+        fwd.append(cut)
+        bwd.append(cut if k > 1 else 0)
+        pairs.append(n_pairs)
         imb.append(imbalance_of(layer_loads(indptr, owners[i], parts)))
-        fs, fr = np.bincount(src, minlength=parts), np.bincount(p, minlength=parts)
-        sent += fs
-        recv += fr
-        if k > 1:  # the fold goes the other way
-            sent += fr
-            recv += fs
     return PlanStats(parts=parts, forward=tuple(fwd), backward=tuple(bwd), pairs=tuple(pairs),
                      imbalance=tuple(imb),
                      sent=tuple(int(s) for s in sent), received=tuple(int(r) for r in recv))
