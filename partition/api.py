@@ -66,6 +66,7 @@ def _in_windows(network: Network | str | os.PathLike, parts: int, options: Parti
                 start: float, log: Callable[[str], None] | None) -> Plan:
     from spdnn.io.bundle import NetworkBundle
 
+    from .groups import first_layer_grouped
     from .windows import PatternList, choose_windows, partition_windows
 
     options.check_windowed()
@@ -74,8 +75,10 @@ def _in_windows(network: Network | str | os.PathLike, parts: int, options: Parti
     else:
         source = NetworkBundle(os.fspath(network))
         fingerprint = source.fingerprint()
+    grouped = options.method == "sweep" and first_layer_grouped(source, parts, options.epsilon)
     windows = choose_windows(source, parts, limit=options.memory_limit or 2**62,
-                             jobs=options.jobs, max_layers=options.window_layers)
+                             jobs=options.jobs, max_layers=options.window_layers,
+                             method=options.method, grouped=grouped)
     return partition_windows(source, parts, windows, fingerprint=fingerprint, log=log,
                              time_limit=options.search_seconds(time.monotonic() - start),
                              **options.search()).plan

@@ -88,6 +88,7 @@ def windowed(args: argparse.Namespace, options: PartitionOptions,
     from spdnn.model.memory import format_bytes
     from spdnn.model.plan import balance_report
 
+    from .groups import first_layer_grouped
     from .windows import choose_windows, partition_windows, whole_bytes
 
     if args.memory_limit is not None:
@@ -96,13 +97,15 @@ def windowed(args: argparse.Namespace, options: PartitionOptions,
         limit, where = process_limit()
     bundle = NetworkBundle(args.network)  # headers only: every layer is checked when read
     check_nparts(args.nparts, bundle.sizes)
-    whole = whole_bytes(bundle, args.nparts, args.jobs)
+    grouped = args.method == "sweep" and first_layer_grouped(bundle, args.nparts, args.epsilon)
+    whole = whole_bytes(bundle, args.nparts, args.jobs, args.method, grouped)
     if args.window_layers is None and (limit == 0 or whole <= limit):
         bundle.close()
         return False
     options.check_windowed()
     windows = choose_windows(bundle, args.nparts, limit=limit or 2**62, jobs=args.jobs,
-                             max_layers=args.window_layers, name=args.network)
+                             max_layers=args.window_layers, name=args.network,
+                             method=args.method, grouped=grouped)
     log(f"the whole hypergraph needs about {format_bytes(whole)}, the limit is "
         f"{format_bytes(limit) if limit else 'none'} ({where}): {len(windows)} windows of "
         f"at most {max(w.last - w.first + 1 for w in windows)} layers")

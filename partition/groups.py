@@ -34,27 +34,47 @@ def _row_hashes(indptr, indices, r1, r2, h1, h2):
 
 
 @nb.njit(cache=True, nogil=True)
+def _equal_rows(indptr, indices, i, j):
+    n = indptr[i + 1] - indptr[i]
+    if n != indptr[j + 1] - indptr[j]:
+        return False
+    for t in range(n):
+        if indices[indptr[i] + t] != indices[indptr[j] + t]:
+            return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
 def _same_rows(indptr, indices, order, group):
-    """Splits groups whose rows differ (a hash collision): each row is compared with its
-    group's first row in ``order``; returns the corrected group ids, consecutive in order."""
-    out = np.empty(len(order), dtype=np.int64)
-    next_id = -1
-    first = -1
-    for q in range(len(order)):
-        i = order[q]
-        same = q > 0 and group[i] == group[order[q - 1]]
-        if same:
-            n = indptr[i + 1] - indptr[i]
-            same = n == indptr[first + 1] - indptr[first]
-            if same:
-                for t in range(n):
-                    if indices[indptr[i] + t] != indices[indptr[first] + t]:
-                        same = False
-                        break
-        if not same:
-            next_id += 1
-            first = i
-        out[i] = next_id
+    """Exact groups: within each run of rows with equal hashes (consecutive in ``order``),
+    each row is compared with the distinct rows found so far in the run, so a hash collision
+    never joins rows that differ. Returns group ids, numbered in order of appearance."""
+    n = len(order)
+    out = np.empty(n, dtype=np.int64)
+    reps = np.empty(n, dtype=np.int64)
+    ids = np.empty(n, dtype=np.int64)
+    next_id = 0
+    s = 0
+    while s < n:
+        e = s
+        while e < n and group[order[e]] == group[order[s]]:
+            e += 1
+        m = 0  # distinct rows of this run so far
+        for q in range(s, e):
+            i = order[q]
+            found = -1
+            for r in range(m):
+                if _equal_rows(indptr, indices, i, reps[r]):
+                    found = ids[r]
+                    break
+            if found < 0:
+                reps[m] = i
+                ids[m] = next_id
+                found = next_id
+                next_id += 1
+                m += 1
+            out[i] = found
+        s = e
     return out
 
 
@@ -97,6 +117,16 @@ def row_groups(indptr: np.ndarray, indices: np.ndarray, shape: tuple[int, int], 
                 -(-len(weights) // nparts) * weights[0] <= limit + 1e-9:
             break  # equal chunks that fit whole
     return local
+
+
+def first_layer_grouped(source: object, nparts: int, epsilon: float = 0.03) -> bool:
+    """Whether the first layer of ``source`` (a network bundle or
+    partition.windows.PatternList) forms groups that shrink it: what the sweep's memory
+    prediction assumes for every layer before reading them."""
+    indptr, indices = source.pattern(1)
+    shape = source.shapes[0]
+    g = row_groups(indptr, indices, shape, nparts, np.random.default_rng(12345), epsilon)
+    return (int(g.max()) + 1 if len(g) else 0) <= GROUP_SHRINK * shape[0]
 
 
 def layer_groups(patterns: Sequence[Pattern], nparts: int,

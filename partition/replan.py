@@ -1,9 +1,10 @@
 """Replanning for a topology that changed as it trained (``spdnn train --replan``): the plan
 in force refined for the current patterns, not a new partition. The same hypergraph as a
-partition (``build_hypergraph``), the per-layer balanced connectivity-1 local search of
-``partition.refine`` started from the current owners, the input layer kept where it is (its
-owners hold the data's columns). Each move it makes lowers the volume; a move that would
-unbalance a layer is not made, and a layer the update unbalanced is repaired first.
+partition (``build_hypergraph``), the sweep method's per-layer balanced refinement (label
+propagation and pair swaps with exact gains, linear in the pins: partition/sweep.py) started
+from the current owners, the input layer kept where it is (its owners hold the data's
+columns). Each move it makes lowers the volume; a move that would unbalance a layer is not
+made, and a layer the update unbalanced is repaired first.
 
 spdnn finds this function by its entry point (group ``spdnn.replanners``, name ``refine``):
 spdnn never imports this package, which may import spdnn.
@@ -18,7 +19,7 @@ import numpy as np
 from spdnn.model.plan import Pattern
 
 from .hypergraph import build_hypergraph
-from .refine import Refiner
+from .sweep import pattern_limits, refine
 
 
 def refine_plan(patterns: Sequence[Pattern], owners: Sequence[np.ndarray], parts: int,
@@ -27,7 +28,8 @@ def refine_plan(patterns: Sequence[Pattern], owners: Sequence[np.ndarray], parts
     ``patterns``, refined from ``owners`` on ``parts`` parts under the per-layer balance
     ``epsilon``."""
     hg = build_hypergraph(patterns)
-    start = np.concatenate([np.asarray(o, dtype=np.int64) for o in owners])
-    refined = Refiner(hg, start, parts, epsilon, frozen_inputs=True).run()
+    start = np.concatenate([np.asarray(o, dtype=np.int32) for o in owners])
+    refined = refine(hg, start, parts, pattern_limits(patterns, parts, epsilon), seed=0,
+                     frozen_inputs=True).parts
     return tuple(refined[hg.offsets[k]:hg.offsets[k + 1]].astype(np.int32)
                  for k in range(len(owners)))

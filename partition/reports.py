@@ -37,16 +37,19 @@ def format_stats(stats, sizes: Sequence[int],  # noqa: ANN001
     s = stats.summary()
     return (_table(rows) + f"\n{objective_volume(stats, objective)} (bytes: rows x batch "
             f"x item size); per rank sent max {s['max_sent']:,} mean {s['mean_sent']:,.0f}, "
-            f"received max {s['max_received']:,} mean {s['mean_received']:,.0f}")
+            f"received max {s['max_received']:,} mean {s['mean_received']:,.0f}; "
+            f"{stats.messages:,} messages per training step")
 
 
 def format_compare(named: dict, ref: str) -> str:
-    rows = [["plan", "volume", "forward", "vs " + ref, "max sent/rank", "max imbalance"]]
+    rows = [["plan", "volume", "forward", "vs " + ref, "max sent/rank", "max received/rank",
+             "messages", "max imbalance"]]
     base = named[ref].volume
     for name, st in named.items():
         rows.append([name, f"{st.volume:,}", f"{st.forward_total:,}",
                      f"{base / max(st.volume, 1):.2f}x less" if name != ref else "1.00x",
-                     f"{max(st.sent):,}", f"{100 * st.max_imbalance:.2f}%"])
+                     f"{max(st.sent):,}", f"{max(st.received):,}", f"{st.messages:,}",
+                     f"{100 * st.max_imbalance:.2f}%"])
     return _table(rows)
 
 

@@ -40,7 +40,7 @@ class Lists:
     def __init__(self, hg: Hypergraph, parts: np.ndarray, nparts: int,
                  limits: np.ndarray) -> None:
         self.hg, self.nparts, self.limits = hg, nparts, limits
-        self.parts = np.ascontiguousarray(parts, dtype=np.int32)
+        self.parts = np.array(parts, dtype=np.int32)  # a copy: the caller keeps its own
         self.vptr, self.vnets = vertex_nets(hg.net_indptr, hg.net_pins, hg.n_vertices)
         self.net_w = np.ascontiguousarray(hg.net_weights, dtype=np.int64)
         self.nblk = np.zeros(hg.n_nets, dtype=np.int32)
@@ -164,6 +164,7 @@ def refine(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray, s
 # Coarsening stops when a level keeps more than this share of the vertices, or a layer has
 # fewer than COARSE_PER_PART vertices per block.
 SHRINK = 0.85
+PIN_SHRINK = 0.97
 COARSE_PER_PART = 1
 MAX_NET = 1000
 
@@ -201,14 +202,17 @@ def multilevel(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int, *,
 
     levels: list[tuple[Hypergraph, np.ndarray]] = []  # (finer hypergraph, coarse_of)
     current = hg
-    while True:
+    while not deadline.passed():  # past the deadline: placed as it stands, then repaired
         cluster = match(current, nparts, limits, seed + len(levels))
         if fixed_inputs is not None:  # the fixed inputs stay single
             cluster[: current.offsets[1]] = np.arange(current.offsets[1])
         coarse, coarse_of = contract(current, cluster)
-        # Layer 0's neurons never share a net: only the layers with work can shrink.
+        # Layer 0's neurons never share a net: only the layers with work can shrink. Where the
+        # first level's nets keep nearly all their pins (unstructured layers: large nets,
+        # few shared), every level costs as much to refine as the neurons and gains nothing.
         if coarse.n_vertices - coarse.offsets[1] > SHRINK * (current.n_vertices
-                                                             - current.offsets[1]):
+                                                             - current.offsets[1]) \
+                or not levels and len(coarse.net_pins) > PIN_SHRINK * len(current.net_pins):
             break
         levels.append((current, coarse_of))
         current = coarse

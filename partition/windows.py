@@ -48,6 +48,12 @@ WORKER_BYTES_PER_PIN = 8
 # The refiner's table of pins per net and block (one byte each on RadiX-Net) exists once for
 # each refinement running at a time: one per job, and the search's own.
 PHI_BYTES = 1
+# The sweep (partition/sweep.py) holds the window's patterns (4 bytes a nonzero) and, where
+# groups of identical rows shrink it, the groups' hypergraph and its levels; else the neurons'
+# hypergraph, its vertex-to-net index, the per-net block lists and the statistics' transpose.
+# Measured peaks above the process's own: 14 and 37 bytes a pin (docs/BENCHMARKS.md,
+# "Partitioning"); a margin on each.
+SWEEP_BYTES_PER_PIN = {True: 17, False: 42}
 # A process's own: the interpreter, numpy, scipy, KaHyPar (measured: 144 MB for a 1024 x 24
 # network's block plan).
 PROCESS_BYTES = 150 * 10**6
@@ -89,8 +95,12 @@ class Window:
     predicted: int
 
 
-def search_bytes(pins: int, nets: int, nparts: int, jobs: int) -> int:
-    """Predicted peak bytes of the hypergraph method on ``pins`` pins and ``nets`` nets."""
+def search_bytes(pins: int, nets: int, nparts: int, jobs: int, method: str = "hypergraph",
+                 grouped: bool = False) -> int:
+    """Predicted peak bytes of ``method`` on ``pins`` pins and ``nets`` nets (``grouped``:
+    the sweep works on groups of identical rows)."""
+    if method == "sweep":  # in this process: --jobs does not change it
+        return SWEEP_BYTES_PER_PIN[grouped] * pins
     workers = jobs if jobs > 1 else 0
     return int((BYTES_PER_PIN + WORKER_BYTES_PER_PIN * workers) * pins
                + PHI_BYTES * nets * nparts * (1 + workers))
@@ -102,15 +112,18 @@ def plan_bytes(shapes: Sequence[tuple[int, int]]) -> int:
     return 8 * (shapes[0][1] + sum(s[0] for s in shapes))
 
 
-def whole_bytes(source: LayerSource, nparts: int, jobs: int) -> int:
+def whole_bytes(source: LayerSource, nparts: int, jobs: int, method: str = "hypergraph",
+                grouped: bool = False) -> int:
     """Predicted peak of partitioning the whole hypergraph at once."""
     pins = sum(source.nnz(k) + source.shapes[k - 1][1] for k in range(1, len(source.shapes) + 1))
     nets = sum(s[1] for s in source.shapes)
-    return PROCESS_BYTES + plan_bytes(source.shapes) + search_bytes(pins, nets, nparts, jobs)
+    return PROCESS_BYTES + plan_bytes(source.shapes) + search_bytes(pins, nets, nparts, jobs,
+                                                                    method, grouped)
 
 
 def choose_windows(source: LayerSource, nparts: int, *, limit: int, jobs: int = 1,
-                   max_layers: int | None = None, name: str = "the network") -> list[Window]:
+                   max_layers: int | None = None, name: str = "the network",
+                   method: str = "hypergraph", grouped: bool = False) -> list[Window]:
     """Consecutive layers, as many per window as fit ``limit`` bytes (and at most
     ``max_layers``); refuses with one line when a single layer does not fit."""
     shapes = source.shapes
@@ -122,7 +135,7 @@ def choose_windows(source: LayerSource, nparts: int, *, limit: int, jobs: int = 
     pins = [source.nnz(k) + shapes[k - 1][1] for k in range(1, len(shapes) + 1)]
     nets = [s[1] for s in shapes]
     for k, (p, n) in enumerate(zip(pins, nets), start=1):
-        need = search_bytes(p, n, nparts, jobs)
+        need = search_bytes(p, n, nparts, jobs, method, grouped)
         if need > room:
             raise SpdnnError(
                 f"--memory-limit {format_bytes(limit)}: layer {k} of {name} alone needs "
@@ -135,11 +148,12 @@ def choose_windows(source: LayerSource, nparts: int, *, limit: int, jobs: int = 
         last = first
         while last < len(shapes) and (max_layers is None or last - first + 1 < max_layers) \
                 and search_bytes(sum(pins[first - 1:last + 1]), sum(nets[first - 1:last + 1]),
-                                 nparts, jobs) <= room:
+                                 nparts, jobs, method, grouped) <= room:
             last += 1
         window_pins, window_nets = sum(pins[first - 1:last]), sum(nets[first - 1:last])
         windows.append(Window(first=first, last=last, pins=window_pins,
-                              predicted=search_bytes(window_pins, window_nets, nparts, jobs)))
+                              predicted=search_bytes(window_pins, window_nets, nparts, jobs,
+                                                        method, grouped)))
         if last == len(shapes):
             return windows
         # Overlap by one layer: the last layer's neurons were placed without the nets that

@@ -179,6 +179,24 @@ def test_statistics_in_one_pass_equal_statistics_from_sorted_pairs(monkeypatch):
         assert fast == slow
 
 
+def test_messages_per_step_count_each_communicating_pair_once_each_way():
+    """Brute force: a layer's messages are the distinct (owner of input j, owner of a row
+    reading j) pairs of different ranks; a layer that folds sends each back once more."""
+    rng = np.random.default_rng(3)
+    net = small_network((30, 40, 20, 9), fan_in=4)
+    patterns = network_patterns(net)
+    for nparts in (1, 2, 5):
+        owners = [rng.integers(0, nparts, n).astype(np.int32) for n in net.sizes]
+        want = 0
+        for k, (indptr, indices, _) in enumerate(patterns, start=1):
+            rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+            pairs = {(int(owners[k - 1][j]), int(owners[k][i]))
+                     for i, j in zip(rows, indices) if owners[k - 1][j] != owners[k][i]}
+            want += len(pairs) * (2 if k > 1 else 1)
+        stats = plan_statistics(patterns, owners, parts=nparts)
+        assert stats.messages == want == stats.summary()["messages"]
+
+
 def test_arguments_of_the_wrong_kind_are_named_at_the_call(tmp_path):
     """A network where a plan goes (or an array where a network goes) is a TypeError naming
     the argument, not an AttributeError from inside the writer; nothing is written."""

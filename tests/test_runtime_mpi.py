@@ -79,7 +79,7 @@ def _train_and_compare(comm, tmp, net, method, tol, dtype="float64", steps=8, ex
     return reports, ref_reports
 
 
-@pytest.mark.parametrize("method", ["block", "random", "hypergraph"])
+@pytest.mark.parametrize("method", ["block", "random", "hypergraph", "sweep"])
 @pytest.mark.parametrize("cap, out", [(None, "linear"), (2.0, "relu")])
 def test_sgd_equals_the_serial_reference(comm, mpi_tmp_path, backend, method, cap, out):
     net = small_network((20, 24, 18, 6), fan_in=5, seed=1, cap=cap, output_activation=out,
@@ -127,7 +127,7 @@ def test_a_rank_that_owns_nothing_at_all_is_a_valid_rank(comm, mpi_tmp_path):
     _train_and_compare(comm, mpi_tmp_path, net, plan, 1e-10)
 
 
-@pytest.mark.parametrize("method", ["cyclic", "hypergraph"])
+@pytest.mark.parametrize("method", ["cyclic", "hypergraph", "sweep"])
 def test_counted_traffic_equals_the_plan_volume(comm, mpi_tmp_path, method):
     net = small_network((30, 40, 40, 8), fan_in=6, seed=2)
     run = _setup(mpi_tmp_path, net, method, comm)

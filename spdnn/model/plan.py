@@ -129,6 +129,12 @@ class PlanStats:
     def max_imbalance(self) -> float:
         return max(self.imbalance, default=0.0)
 
+    @property
+    def messages(self) -> int:
+        """Point-to-point messages of one training step: a rank pair that exchanges rows in a
+        layer sends once forward and, where that layer folds, once back."""
+        return sum(self.pairs) + sum(p for p, b in zip(self.pairs, self.backward) if b)
+
     @classmethod
     def from_summary(cls, d: dict[str, Any]) -> PlanStats:
         """The statistics that ``summary`` wrote (a plan's ``meta["stats"]``)."""
@@ -139,7 +145,7 @@ class PlanStats:
         """JSON-able: totals plus the per-layer and per-rank lists."""
         d = asdict(self)
         d.update(forward_total=self.forward_total, backward_total=self.backward_total,
-                 volume=self.volume, max_imbalance=self.max_imbalance,
+                 volume=self.volume, max_imbalance=self.max_imbalance, messages=self.messages,
                  max_sent=max(self.sent), mean_sent=float(np.mean(self.sent)),
                  max_received=max(self.received), mean_received=float(np.mean(self.received)))
         return d
