@@ -7,9 +7,10 @@ pages counted once), and compares the plan with the block and cyclic baselines. 
 in WORKDIR/bench_scale.json, so sizes can be measured in separate runs; the table in
 docs/BENCHMARKS.md ("Partitioner at scale") shows them all.
 
-    python scripts/bench/bench_scale.py --neurons 1024 4096 -P 64
-    python scripts/bench/bench_scale.py --neurons 16384 -P 64 --time-limit 600 --jobs 2
-    python scripts/bench/bench_scale.py --neurons 65536 -P 256 --time-limit 3600
+    python scripts/bench/bench_scale.py --neurons 1024 4096 16384 -P 64
+    python scripts/bench/bench_scale.py --neurons 65536 -P 256
+    python scripts/bench/bench_scale.py --neurons 65536 --layers 1920 -P 16 --memory-limit 8G
+    python scripts/bench/bench_scale.py --neurons 16384 -P 64 --method hypergraph --time-limit 600
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -22,7 +23,6 @@ import time
 from pathlib import Path
 
 import spdnn.cli.thread_pools  # noqa: F401
-import numpy as np
 from harness import parser, publish, summary_row, table
 from spdnn.io.atomic import write_text
 
@@ -60,20 +60,33 @@ def measured(cmd: list[str], log: Path) -> tuple[float, float, int]:
     return time.monotonic() - t0, peak, proc.returncode
 
 
-def baselines(network: Path, nparts: int) -> dict[str, tuple[int, int]]:
-    """(training-step volume, forward volume) of the block and cyclic plans."""
-    from partition.hypergraph import build_hypergraph, km1
-    from partition.inputs import load_network_patterns as _load
+def baselines(network: Path, nparts: int) -> dict[str, dict]:
+    """The statistics of the block and cyclic plans (as ``_counts``), read a layer at a time:
+    the largest networks do not fit in memory."""
     from partition.methods import baseline_owners
+    from spdnn.io.bundle import NetworkBundle
+    from spdnn.model.plan import combine_stats, plan_statistics
 
-    _, patterns = _load(str(network))
+    bundle = NetworkBundle(str(network))
     out = {}
-    train = build_hypergraph(patterns, objective="train")
-    infer = build_hypergraph(patterns, objective="infer")
-    for name in ("block", "cyclic"):
-        parts = np.concatenate(baseline_owners(name, patterns, parts=nparts))
-        out[name] = (km1(train, parts), km1(infer, parts))
+    for name in ("block", "cyclic"):  # a layer's owners depend on that layer alone
+        stats, prev = [], None
+        for k in range(1, bundle.n_layers + 1):
+            layer = [(*bundle.pattern(k), bundle.shapes[k - 1])]
+            first, own = baseline_owners(name, layer, parts=nparts)
+            stats.append(plan_statistics(layer, [first if prev is None else prev, own],
+                                         parts=nparts, first_layer=k))
+            prev = own
+        out[name] = _counts(combine_stats(stats).summary())
     return out
+
+
+def _counts(s: dict) -> dict:
+    """What a row shows of a plan's statistics (``PlanStats.summary``)."""
+    return {"volume": s["volume"], "forward": s["forward_total"], "max_sent": s["max_sent"],
+            "max_received": s["max_received"],
+            "messages": s.get("messages", sum(s["pairs"]) + sum(
+                p for p, b in zip(s["pairs"], s["backward"]) if b))}
 
 
 def run_one(args: argparse.Namespace, neurons: int) -> dict:
@@ -83,42 +96,56 @@ def run_one(args: argparse.Namespace, neurons: int) -> dict:
     if not network.exists():
         subprocess.run(["spdnn", "generate", "radixnet", "--neurons", str(neurons), "--layers",
                         str(args.layers), "--seed", "0", "-o", str(network)], check=True)
-    tag = f"{neurons}x{args.layers}-P{args.nparts}-j{args.jobs}-t{args.time_limit}"
+    tag = f"{neurons}x{args.layers}-P{args.nparts}-{args.method}-j{args.jobs}-" \
+          f"t{args.time_limit}-m{args.memory_limit}"
     plan = work / f"plan-{tag}.npz"
     cmd = ["spdnn-partition", str(network), "-P", str(args.nparts), "-o", str(plan),
-           "--jobs", str(args.jobs)]
-    if args.time_limit:
-        cmd += ["--time-limit", str(args.time_limit)]
+           "--jobs", str(args.jobs), "--verbose"]
+    for flag, value in (("--method", args.method), ("--time-limit", args.time_limit),
+                        ("--memory-limit", args.memory_limit)):
+        if value:
+            cmd += [flag, str(value)]
     print(" ".join(cmd), flush=True)
     seconds, peak, code = measured(cmd, work / f"log-{tag}.txt")
     if code != 0:
         raise SystemExit(f"spdnn-partition failed ({code}): see {work / f'log-{tag}.txt'}")
+    from spdnn.io.bundle import NetworkBundle
     from spdnn.io.planfile import load_plan
 
     meta = load_plan(plan).meta
-    with np.load(network) as f:
-        nnz = sum(int(f[f"W{k}_indptr"][-1]) for k in range(1, int(f["n_layers"]) + 1))
+    bundle = NetworkBundle(str(network))
+    nnz = sum(bundle.nnz(k) for k in range(1, bundle.n_layers + 1))
     return {"neurons": neurons, "layers": args.layers, "nnz": nnz, "P": args.nparts,
-            "jobs": args.jobs, "time_limit": args.time_limit, "seconds": seconds,
-            "peak_gb": peak / 1e9, "volume": meta["stats"]["volume"],
-            "forward": meta["stats"]["forward_total"], "chosen": meta["chosen_start"],
+            "method": meta["method"], "jobs": args.jobs, "time_limit": args.time_limit,
+            "memory_limit": args.memory_limit, "windows": len(meta.get("windows") or [1]),
+            "seconds": seconds, "peak_gb": peak / 1e9, **_counts(meta["stats"]),
+            "chosen": "+".join(sorted(set(meta.get("window_starts") or [meta["chosen_start"]]))),
             "unfinished": len(meta.get("unfinished") or []),
             "baselines": baselines(network, args.nparts), "date": time.strftime("%Y-%m-%d")}
 
 
 def render(rows: list[dict]) -> str:
-    header = ["network", "P", "--time-limit", "--jobs", "wall s", "peak memory GB",
+    header = ["network", "P", "method", "options", "wall s", "peak memory GB",
               "volume (forward)", "block", "cyclic", "block / plan", "cyclic / plan",
-              "best start", "unfinished"]
+              "max sent / received a rank (block)", "messages (block)", "best start",
+              "unfinished"]
     lines = []
-    for r in sorted(rows, key=lambda r: (r["neurons"], r["P"], r["jobs"])):
-        (bt, bf), (ct, cf) = r["baselines"]["block"], r["baselines"]["cyclic"]
-        lines.append([f"RadiX-Net {r['neurons']} x {r['layers']} ({r['nnz'] / 1e6:.1f} M nnz)",
-                      str(r["P"]),
-                      str(r["time_limit"] or "-"), str(r["jobs"]), f"{r['seconds']:.0f}",
+    for r in sorted(rows, key=lambda r: (r["nnz"], r["P"], r["method"], r["jobs"])):
+        b, c = r["baselines"]["block"], r["baselines"]["cyclic"]
+        options = " ".join(f"{flag} {r[key]}" for flag, key in (
+            ("--time-limit", "time_limit"), ("--memory-limit", "memory_limit"),
+            ("--jobs", "jobs")) if r[key] and not (key == "jobs" and r[key] == 1)) or "-"
+        if r["windows"] > 1:
+            options += f" ({r['windows']} windows)"
+        lines.append([f"RadiX-Net {r['neurons']} x {r['layers']} ({r['nnz'] / 1e6:,.1f} M nnz)",
+                      f"{r['P']:,}", r["method"], options, f"{r['seconds']:.0f}",
                       f"{r['peak_gb']:.2f}", f"{r['volume']:,} ({r['forward']:,})",
-                      f"{bt:,} ({bf:,})", f"{ct:,} ({cf:,})", f"{bt / r['volume']:.1f}x",
-                      f"{ct / r['volume']:.1f}x", r["chosen"], str(r["unfinished"])])
+                      f"{b['volume']:,} ({b['forward']:,})",
+                      f"{c['volume']:,} ({c['forward']:,})",
+                      f"{b['volume'] / r['volume']:.1f}x", f"{c['volume'] / r['volume']:.1f}x",
+                      f"{r['max_sent']:,} / {r['max_received']:,} ({b['max_sent']:,} / "
+                      f"{b['max_received']:,})", f"{r['messages']:,} ({b['messages']:,})",
+                      r["chosen"], str(r["unfinished"])])
     return table(header, lines)
 
 
@@ -175,7 +202,8 @@ def before_after(args: argparse.Namespace) -> int:
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     """Each run's volume against the block plan's, with its time and peak memory."""
-    return [summary_row(f"{r['network']} at P = {r['P']} (rows per step; wall s, peak GB)",
+    return [summary_row(f"{r['network']} at P = {r['P']}, {r['method']} {r['options']} "
+                        "(rows per step; wall s, peak GB)",
                         f"{r['volume (forward)'].split(' (')[0]}; {r['wall s']} s, "
                         f"{r['peak memory GB']} GB",
                         f"{r['block'].split(' (')[0]} (block plan)",
@@ -192,7 +220,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--layers", type=int, default=120)
     p.add_argument("-P", "--nparts", type=int, default=64)
+    p.add_argument("--method", default="sweep")
     p.add_argument("--time-limit", type=float, default=None)
+    p.add_argument("--memory-limit", default=None)
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--workdir", default="/tmp/spdnn-bench-scale",
                    help="generated networks, plans, logs and the results file (not committed)")
@@ -206,16 +236,19 @@ def main() -> int:
     for n in args.neurons:
         row = run_one(args, n)
         rows = json.loads(results.read_text()) if results.exists() else []  # others' rows too
-        rows = [r for r in rows if (r["neurons"], r["layers"], r["P"], r["jobs"],
-                                    r["time_limit"]) != (n, args.layers, args.nparts,
-                                                         args.jobs, args.time_limit)] + [row]
+        key = ("neurons", "layers", "P", "method", "jobs", "time_limit", "memory_limit")
+        rows = [r for r in rows if tuple(r.get(k) for k in key)
+                != tuple(row[k] for k in key)] + [row]
         write_text(results, json.dumps(rows, indent=1), "the results store")
         print(render([row]), flush=True)
-    body = ("Commands: `python scripts/bench/bench_scale.py --neurons N... -P P [--time-limit S] "
-            "[--jobs J]` (one run per row; RadiX-Net generated with seed 0; wall time of the "
-            "whole command, loading and writing included; peak memory: the largest sum of the "
-            "proportional set sizes of the command and its worker processes, sampled every "
-            "0.5 s). Volumes in rows per training step, forward in brackets.\n\n" + render(rows))
+    body = ("Commands: `python scripts/bench/bench_scale.py --neurons N... [--layers L] -P P "
+            "[--method M] [--time-limit S] [--memory-limit BYTES] [--jobs J]` (one run per "
+            "row; RadiX-Net generated with seed 0; wall time of the whole command, loading and "
+            "writing included; peak memory: the largest sum of the proportional set sizes of "
+            "the command and its worker processes, sampled every 0.5 s). Volumes in rows per "
+            "training step, forward in brackets; the busiest rank's rows sent and received "
+            "per step, and the point-to-point messages per step, of the plan and (in "
+            "brackets) of the block plan.\n\n" + render(rows))
     publish(args, "partition-scale", "Partitioner at scale", body, area="Partitioning",
             rows=summary)
     return 0

@@ -3,16 +3,16 @@
     mpirun -n 2 spdnn calibrate -o docs/calibration-2core-vm.json
     python scripts/bench/scaling_study.py --calibration docs/calibration-2core-vm.json \\
         [--cluster docs/cluster-hdr-infiniband.json] [--batch 256] [--max-ranks 1024] \\
-        [--hypergraph-up-to 64] [--partition-limit 300] [--jobs 2] [--plans DIR] [--no-write]
+        [--method sweep] [--plans DIR] [--no-write]
 
 Networks: the Graph Challenge 1024 x 120 network (read from ../shared/data/graphchallenge when
 present, else its generated twin, RadiX-Net 1024 x 120, with the same first layers), and a
 RadiX-Net 16384 x 120 network (generator, seed 0). Plans: block and cyclic for every part count
-that is a power of 2 up to --max-ranks; hypergraph plans (spdnn-partition's search) for part
-counts up to --hypergraph-up-to on both networks, each within --partition-limit seconds and
---jobs worker processes (the partitioner's --time-limit and --jobs: the best plan found by then,
-never worse than the baselines); --plans DIR keeps them and reuses them on the next run (a run
-that only changes the calibration then takes minutes). For every P, every grid n parts x P/n
+that is a power of 2 up to --max-ranks, and the partitioner's (--method, default sweep; the
+hypergraph method within --partition-limit seconds and --jobs worker processes) for every part
+count up to --partitioned-up-to (default: all of them); --plans DIR keeps them and reuses them
+on the next run (a run that only changes the calibration then takes minutes). For every P,
+every grid n parts x P/n
 replicas with a plan of n parts is predicted (spdnn.cost.costmodel) and the fastest kept, per method
 and overall. Writes the tables to docs/SCALING.md and one plot per network to
 docs/scaling-*.png; another --cluster file (e.g. docs/cluster-ethernet-10g.json) gets its own
@@ -47,22 +47,23 @@ def networks():  # noqa: ANN201
     yield "rx16384", "RadiX-Net 16384 x 120 (generated, seed 0)", radixnet(16384, 120, seed=0)
 
 
-def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
-    """The search's plan for ``n`` parts and the seconds it took: from ``--plans`` when made
-    before for this network, else made now (and kept there)."""
+def searched_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
+    """The partitioner's plan for ``n`` parts and the seconds it took: from ``--plans`` when
+    made before for this network by this method, else made now (and kept there)."""
     from partition.methods import partition_network
     from spdnn.io.planfile import load_plan, save_plan
     from spdnn.model.plan import Plan
 
-    path = Path(args.plans) / f"{key}-hypergraph-{n}.npz" if args.plans else None
+    path = Path(args.plans) / f"{key}-{args.method}-{n}.npz" if args.plans else None
     if path is not None and path.exists():
         plan = load_plan(path)  # a plan for another network: one line, exit 2 (main)
         plan.check_for(net.sizes, net.fingerprint(), str(path))
         if plan.parts == n and "study_seconds" in plan.meta:
             return plan, float(plan.meta["study_seconds"])
     t0 = time.perf_counter()
-    plan = partition_network(pats, n, method="hypergraph", seed=0, fingerprint=net.fingerprint(),
-                             time_limit=args.partition_limit, jobs=args.jobs)
+    limit = args.partition_limit if args.method == "hypergraph" else None
+    plan = partition_network(pats, n, method=args.method, seed=0, fingerprint=net.fingerprint(),
+                             time_limit=limit, jobs=args.jobs)
     seconds = time.perf_counter() - t0
     plan = Plan(plan.parts, plan.owners, {**plan.meta, "study_seconds": seconds})
     if path is not None:
@@ -72,11 +73,11 @@ def hypergraph_plan(net, pats, n: int, key: str, args):  # noqa: ANN001, ANN201
 
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
-    """Each network's predicted step at one rank, at the largest P with a hypergraph plan
+    """Each network's predicted step at one rank, at the largest P with a partitioned plan
     and at the largest P, against the best block-plan grid."""
     rows = []
     for t in tables:
-        planned = [r for r in t if r["hypergraph best ms (grid)"] != "-"]
+        planned = [r for r in t if r["partitioned best ms (grid)"] != "-"]
         picks = [t[0], planned[-1] if planned else t[0], t[-1]]
         picks = list({r["P"]: r for r in picks}.values())
         rows.append(summary_row(
@@ -93,16 +94,21 @@ def main() -> int:
     ap.add_argument("--cluster", default=str(ROOT / "docs" / "cluster-hdr-infiniband.json"))
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--max-ranks", type=int, default=1024)
-    ap.add_argument("--hypergraph-up-to", type=int, default=64,
-                    help="the largest part count given a hypergraph plan (default 64)")
+    ap.add_argument("--method", default="sweep", choices=("sweep", "hypergraph"),
+                    help="the partitioner's method (default sweep)")
+    ap.add_argument("--partitioned-up-to", type=int, default=None,
+                    help="the largest part count given a partitioned plan (default: "
+                         "--max-ranks)")
     ap.add_argument("--partition-limit", type=float, default=300.0,
-                    help="seconds for one hypergraph plan (default 300)")
+                    help="seconds for one plan of --method hypergraph (default 300)")
     ap.add_argument("--jobs", type=int, default=2, help="partitioner worker processes")
-    ap.add_argument("--plans", metavar="DIR", help="keep the hypergraph plans in DIR and reuse "
+    ap.add_argument("--plans", metavar="DIR", help="keep the partitioned plans in DIR and reuse "
                                                    "them (checked against the network)")
     args = ap.parse_args()
-    if args.jobs < 1 or args.partition_limit <= 0 or args.hypergraph_up_to < 1:
-        ap.error("--jobs and --hypergraph-up-to must be at least 1, --partition-limit above 0")
+    if args.partitioned_up_to is None:
+        args.partitioned_up_to = args.max_ranks
+    if args.jobs < 1 or args.partition_limit <= 0 or args.partitioned_up_to < 1:
+        ap.error("--jobs and --partitioned-up-to must be at least 1, --partition-limit above 0")
     if args.plans and os.path.exists(args.plans) and not os.path.isdir(args.plans):
         ap.error(f"--plans {args.plans}: not a directory")
 
@@ -121,21 +127,21 @@ def main() -> int:
     for key, title, net in networks():
         pats = network_patterns(net)
         local = locality(pats)  # once per network, not per plan
-        works: dict[str, dict[int, object]] = {"block": {}, "cyclic": {}, "hypergraph": {}}
+        works: dict[str, dict[int, object]] = {"block": {}, "cyclic": {}, "partitioned": {}}
         notes = []
         for n in ranks:
             for method in ("block", "cyclic"):
                 works[method][n] = workload(pats, partition_network(pats, n, method=method), local)
             print(f"{key}: block and cyclic plans for {n} parts", flush=True)
-            if 1 < n <= args.hypergraph_up_to:
-                plan, seconds = hypergraph_plan(net, pats, n, key, args)
-                works["hypergraph"][n] = workload(pats, plan, local)
+            if 1 < n <= args.partitioned_up_to:
+                plan, seconds = searched_plan(net, pats, n, key, args)
+                works["partitioned"][n] = workload(pats, plan, local)
                 cut = " (time limit: the best plan found by then)" \
                     if plan.meta.get("unfinished") else ""
                 notes.append(f"{n} parts: {seconds:.0f} s{cut}")
-                print(f"{key}: hypergraph plan for {notes[-1]}", flush=True)
-        works["hypergraph"][1] = works["block"][1]
-        top_hyper = max(works["hypergraph"])
+                print(f"{key}: {args.method} plan for {notes[-1]}", flush=True)
+        works["partitioned"][1] = works["block"][1]
+        top_hyper = max(works["partitioned"])
         rows, curves = [], {}
         one = predict(works["block"][1], machine, args.batch, 1).seconds
         for p in ranks:
@@ -148,7 +154,7 @@ def main() -> int:
                     curves.setdefault(method, []).append((p, one / best_of[method].seconds))
             best = min(best_of.values(), key=lambda x: x.seconds)
             cells = []
-            for method in ("block", "cyclic", "hypergraph"):
+            for method in ("block", "cyclic", "partitioned"):
                 b = best_of.get(method)
                 cells.append(f"{1e3 * b.seconds:.2f} ({b.parts}x{b.replicas})" if b else "-")
             rows.append([title, str(p), f"{best.method} {best.parts}x{best.replicas}",
@@ -163,20 +169,25 @@ def main() -> int:
 
             plot_scaling(curves, f"{title}: predicted training step, batch {args.batch}, "
                                  f"{machine.cluster.name}", png, top_hyper)
-        hyper = (f"Hypergraph plans exist up to {top_hyper} parts (the search's time, "
-                 f"{args.jobs} workers: {'; '.join(notes)}); beyond, its best grid uses them "
-                 "with more replicas (the shaded part of the plot).")
+        hyper = (f"Plans of the partitioner's {args.method} method for every part count up to "
+                 f"{top_hyper} (each plan's time: {'; '.join(notes)})"
+                 + ("" if top_hyper >= ranks[-1] else
+                    "; beyond, its best grid uses them with more replicas (the shaded part of "
+                    "the plot)") + ".")
         sections.append(
             f"### {title}\n\n{hyper} One rank: {1e3 * one:.1f} ms per step. Plot: "
             f"`docs/{png.name}`.\n\n"
             + table(["network", "P", "best grid (method parts x replicas)", "ms/step",
                      "speed-up",
                      "compute / exchange / gradient %", "block best ms (grid)",
-                     "cyclic best ms (grid)", "hypergraph best ms (grid)"], rows))
+                     "cyclic best ms (grid)", "partitioned best ms (grid)"], rows))
     cmd = (f"python scripts/bench/scaling_study.py --calibration {args.calibration} --batch "
-           f"{args.batch} --max-ranks {args.max_ranks} --hypergraph-up-to "
-           f"{args.hypergraph_up_to} --partition-limit {args.partition_limit:g} --jobs "
-           f"{args.jobs}" + ("" if not suffix else
+           f"{args.batch} --max-ranks {args.max_ranks} --method {args.method}"
+           + ("" if args.partitioned_up_to >= args.max_ranks else
+              f" --partitioned-up-to {args.partitioned_up_to}")
+           + ("" if args.method == "sweep" else
+              f" --partition-limit {args.partition_limit:g} --jobs {args.jobs}")
+           + ("" if not suffix else
                               f" --cluster {os.path.relpath(args.cluster, ROOT)}"))
     link = machine.cluster.inter
     memory = "" if machine.cluster.memory_bandwidth_Bps is None else (
