@@ -1,7 +1,7 @@
-"""Partition quality and time: hypergraph plans against the block, cyclic and random baselines.
+"""Partition quality and time: plans against the block, cyclic and random baselines.
 
-    python scripts/bench/bench_partition.py [--quick] [--objective train|infer] [--networks ...]
-                                      [--parts P ...]
+    python scripts/bench/bench_partition.py [--method sweep|hypergraph] [--quick]
+                                      [--objective train|infer] [--networks ...] [--parts P ...]
     python scripts/bench/bench_partition.py --backends kahypar mtkahypar mtkahypar:2 \
                                       [--networks ...]
                                       [--parts ...]
@@ -14,7 +14,8 @@ Volumes are rows per minibatch, forward + backward with the forward part in pare
 ratios compare the volume the objective minimises (train: forward + backward, the default;
 infer: forward only), measured in the same run. Networks whose data is absent are listed as
 skipped. The table replaces the section between the BENCH_PARTITION markers (BENCH_PARTITION_INFER
-for --objective infer) in the output file. ``--backends`` instead times the hypergraph method
+for --objective infer; _SWEEP appended for --method sweep, the default) in the output file.
+``--backends`` instead times the hypergraph method
 with each backend side by side (section BENCH_BACKENDS; NAME:N runs it on N threads),
 ``--exact-sweeps N`` plans without and
 with N exact one-layer sweeps (section BENCH_EXACT); ``random16k``, the training benchmark's
@@ -99,19 +100,20 @@ def networks(quick: bool, chosen: Sequence[str]) -> list[tuple[str, Network | No
     return out
 
 
-def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str]:
+def bench(name: str, net: Network, parts: list[int], objective: str,
+          method: str = "hypergraph") -> list[str]:
     patterns = network_patterns(net)
     rows = []
     for nparts in parts:
         t0 = time.perf_counter()
-        plan = partition_network(patterns, nparts, method="hypergraph", epsilon=0.03, seed=0,
+        plan = partition_network(patterns, nparts, method=method, epsilon=0.03, seed=0,
                                  objective=objective)
         seconds = time.perf_counter() - t0
-        st = {"hypergraph": plan_statistics(patterns, plan.owners, parts=nparts)}
+        st = {method: plan_statistics(patterns, plan.owners, parts=nparts)}
         for b in BASELINES:
             owners = baseline_owners(b, patterns, parts=nparts, seed=0)
             st[b] = plan_statistics(patterns, owners, parts=nparts)
-        h = st["hypergraph"]
+        h = st[method]
         cost = {m: (s.volume if objective == "train" else s.forward_total) for m, s in st.items()}
         balanced = all(
             np.bincount(plan.owners[k], weights=np.diff(p[0]), minlength=nparts).max()
@@ -119,11 +121,11 @@ def bench(name: str, net: Network, parts: list[int], objective: str) -> list[str
         peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1e6
         cells = [name, str(nparts)] + [f"{st[m].volume:,} ({st[m].forward_total:,})"
-                                       for m in ("hypergraph", *BASELINES)]
-        hv = cost["hypergraph"]
+                                       for m in (method, *BASELINES)]
+        hv = cost[method]
         cells += [f"{cost['block'] / hv:.2f}x" if hv else "-",
                   f"{cost['cyclic'] / hv:.2f}x" if hv else "-",
-                  f"{max(h.sent):,}", f"{100 * h.max_imbalance:.2f}%",
+                  f"{max(h.sent):,}", f"{h.messages:,}", f"{100 * h.max_imbalance:.2f}%",
                   "yes" if balanced else "NO", f"{seconds:.1f}", f"{peak:.1f}",
                   plan.meta["chosen_start"]]
         row = "| " + " | ".join(cells) + " |"
@@ -169,7 +171,8 @@ def volume_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     rows = []
     for network in dict.fromkeys(r["network"] for r in tables[0]):
         mine = [r for r in tables[0] if r["network"] == network]
-        ratio = next(k for k in mine[0] if k.startswith("block / hypergraph"))
+        ratio = next(k for k in mine[0] if k.startswith("block / "))
+        method = ratio.split()[2]
         forward = "forward" in ratio  # the inference objective counts forward rows only
         pick = 1 if forward else 0
 
@@ -177,8 +180,9 @@ def volume_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
             return " / ".join(r[key].split(" (")[pick].rstrip(")") for r in mine)
 
         rows.append(summary_row(
-            f"{network}: {'forward ' if forward else ''}rows per step at P = {_at(mine, 'P')}",
-            volumes("hypergraph volume (forward)"), volumes("block") + " (block plan)",
+            f"{network}, {method} method: {'forward ' if forward else ''}rows per step at "
+            f"P = {_at(mine, 'P')}",
+            volumes(f"{method} volume (forward)"), volumes("block") + " (block plan)",
             _at(mine, ratio) + " fewer"))
     return rows
 
@@ -212,12 +216,16 @@ def exact_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
 
 
 SUMMARIES = {"BENCH_PARTITION": volume_summary, "BENCH_PARTITION_INFER": volume_summary,
+             "BENCH_PARTITION_SWEEP": volume_summary,
+             "BENCH_PARTITION_INFER_SWEEP": volume_summary,
              "BENCH_BACKENDS": backend_summary, "BENCH_EXACT": exact_summary}
 
 
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="small P set, no MNIST, no 120 layers")
+    ap.add_argument("--method", default="sweep", choices=["sweep", "hypergraph"],
+                    help="the partitioner's method (default sweep)")
     ap.add_argument("--objective", default="train", choices=["train", "infer"],
                     help="what the plans minimise (spdnn-partition --objective)")
     ap.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS + LARGE,
@@ -238,11 +246,12 @@ def main() -> int:
     if args.backends or args.exact_sweeps:
         return main_variants(args)
     measure = "volume" if args.objective == "train" else "forward volume"
-    header = ("| network | P | hypergraph volume (forward) | block | cyclic | random | "
-              f"block / hypergraph {measure} | cyclic / hypergraph {measure} | max sent per rank | "
-              "max layer imbalance | every layer within limit | partition s | peak RSS GB | "
-              "best start |\n"
-              "|" + " --- |" * 14)
+    m = args.method
+    header = (f"| network | P | {m} volume (forward) | block | cyclic | random | "
+              f"block / {m} {measure} | cyclic / {m} {measure} | max sent per rank | "
+              "messages per step | max layer imbalance | every layer within limit | "
+              "partition s | peak RSS GB | best start |\n"
+              "|" + " --- |" * 15)
     print(header)
     rows: list[str] = []
     skipped = []
@@ -252,12 +261,15 @@ def main() -> int:
             continue
         parts = [8] if "120" in name else (args.parts or ([2, 8] if args.quick else
                                                           [2, 4, 8, 16, 32, 64]))
-        rows += bench(name, net, parts, args.objective)
+        rows += bench(name, net, parts, args.objective, m)
     cmd = command(args)
-    marker = "BENCH_PARTITION" + ("" if args.objective == "train" else "_INFER")
-    title = "Partitioning" + ("" if args.objective == "train" else " for inference")
-    write_table(args, marker, title, cmd, f"objective {args.objective}, epsilon 0.03, "
-                "seed 0, KaHyPar backend", header, rows, skipped)
+    marker = "BENCH_PARTITION" + ("" if args.objective == "train" else "_INFER") + \
+        ("_SWEEP" if m == "sweep" else "")
+    title = ("Partitioning" + ("" if args.objective == "train" else " for inference")
+             + (", sweep method" if m == "sweep" else ", hypergraph method"))
+    write_table(args, marker, title, cmd, f"method {m}, objective {args.objective}, "
+                "epsilon 0.03, seed 0" + (", KaHyPar backend" if m == "hypergraph" else ""),
+                header, rows, skipped)
     return 0
 
 
@@ -305,6 +317,8 @@ def backend_spec(text: str) -> tuple[str, int]:
 def command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run, for the table's caption."""
     cmd = "python scripts/bench/bench_partition.py" + (" --quick" if args.quick else "")
+    if args.method != "sweep" and not (args.backends or args.exact_sweeps):
+        cmd += f" --method {args.method}"
     if args.backends:
         cmd += " --backends " + " ".join(f"{b}:{t}" if t > 1 else b for b, t in args.backends)
     if args.exact_sweeps:

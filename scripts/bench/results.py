@@ -41,8 +41,9 @@ AREAS: dict[str, list[tuple[str, str]]] = {
                      "256) against the fastest PyTorch formulation, and the recipes' cost."),
         ("Inference", "Graph Challenge inference against GraphBLAS and the scipy loop, "
                       "categories equal."),
-        ("Partitioning", "Rows per step under the hypergraph plan against block and cyclic "
-                         "plans, the partitioner's time and memory."),
+        ("Partitioning", "Rows per step under the partitioner's plans (the sweep method, the "
+                         "default, and the hypergraph method) against block and cyclic plans, "
+                         "the partitioner's time and memory."),
         ("Exchange and grids", "Bytes and time of the sparse exchange; model parts against "
                                "replicas."),
         ("Compression and critical sets", "Lossy gradient sums and critical-set training "
