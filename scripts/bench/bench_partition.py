@@ -182,7 +182,8 @@ def volume_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
         rows.append(summary_row(
             f"{network}, {method} method: {'forward ' if forward else ''}rows per step at "
             f"P = {_at(mine, 'P')}",
-            volumes(f"{method} volume (forward)"), volumes("block") + " (block plan)",
+            volumes(f"{method} volume (forward)") + f" ({_at(mine, 'partition s')} s)",
+            volumes("block") + " (block plan)",
             _at(mine, ratio) + " fewer"))
     return rows
 
