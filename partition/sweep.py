@@ -1,13 +1,15 @@
 """The ``sweep`` method: a plan in time and memory linear in the pins (docs/partitioner.md).
 
 1. Coarsen: groups of identical rows become one vertex each (RadiX-Net: 16 rows), where they
-   shrink the hypergraph.
-2. Place: a forward sweep over the layers puts each vertex on the block that its already placed
-   nets touch most, under the layer's limit (FREIGHT's streaming rule); the input layer, which
-   carries no work, then joins the block most of its net's pins are on.
-3. Refine: rounds of label propagation in which every vertex sees the nets of both neighbouring
-   layers and moves with its exact gain where the layer's limit allows, and pairs of vertices
-   that want each other's blocks swap; on the groups, then on the neurons.
+   shrink the hypergraph (partition/groups.py builds their hypergraph directly); then rounds of
+   heavy-edge matching inside each layer, while they shrink it.
+2. Place: a forward sweep over the layers puts each vertex of the coarsest level on the block
+   that its already placed nets touch most, under the layer's limit (FREIGHT's streaming rule);
+   the input layer, which carries no work, then joins the block most of its net's pins are on.
+3. Refine, level by level back to the groups (or neurons): rounds of label propagation in which
+   every vertex sees the nets of both neighbouring layers and moves with its exact gain where
+   the layer's limit allows, and pairs of vertices that want each other's blocks swap. The
+   neurons' level is refined only where groups could not be balanced whole.
 
 The per-net block lists (partition/_sweep_kernels.py) take 8 bytes a pin, whatever P.
 """
@@ -101,11 +103,10 @@ class Lists:
                              self.weights, self.loads, self.limit(k), self.nparts, self.vptr,
                              self.vnets, self.net_w, self.hg.net_indptr, self.nblk, self.blk,
                              self.cnt)
-        if PARTNERS:
-            g += kern.swap_partners(lo, hi, k, self.want_v, self.want_b, self.want_g, listed,
-                                    self.parts, self.weights, self.loads, self.limit(k),
-                                    self.nparts, self.vptr, self.vnets, self.net_w,
-                                    self.hg.net_indptr, self.nblk, self.blk, self.cnt, PARTNERS)
+        g += kern.swap_partners(lo, hi, k, self.want_v, self.want_b, self.want_g, listed,
+                                self.parts, self.weights, self.loads, self.limit(k),
+                                self.nparts, self.vptr, self.vnets, self.net_w,
+                                self.hg.net_indptr, self.nblk, self.blk, self.cnt, PARTNERS)
         return int(g)
 
 

@@ -3,7 +3,8 @@ consecutive layers at a time (docs/partitioner.md, "Networks larger than memory"
 
 Each window's layers are read from the file when the window starts and dropped when it ends.
 Its input layer belongs to the window before: those neurons keep the blocks chosen there
-(KaHyPar's fixed vertices, and no refinement moves them), so the volume of the nets that cross
+(the sweep's placement starts from them; KaHyPar's fixed vertices; no refinement moves them),
+so the volume of the nets that cross
 a window's boundary is counted and optimised once, in the later window. The plan is compared
 with the block plan layer by layer as the windows advance, and the block plan is written
 instead when it is smaller, as the whole-hypergraph search guarantees.
