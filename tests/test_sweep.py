@@ -229,3 +229,23 @@ def test_replanning_refines_the_plan_in_force_and_keeps_the_inputs():
     again = refine_plan(patterns, balanced_start, 4)
     assert plan_statistics(patterns, list(again), parts=4).volume < \
         plan_statistics(patterns, balanced_start, parts=4).volume
+
+
+def test_the_command_partitions_in_windows_with_the_sweep(tmp_path):
+    from spdnn.io.bundle import save_network
+    from spdnn.io.planfile import load_plan
+    from tests.helpers import run_spdnn
+
+    net = radixnet(1024, 9, seed=2)
+    save_network(net, tmp_path / "net.npz")
+    proc = run_spdnn(tmp_path / "net.npz", "-P", "4", "-o", tmp_path / "plan.npz",
+                     "--window-layers", "4", "--compare", module="partition")
+    assert proc.returncode == 0, proc.stderr
+    assert "method sweep in 3 windows" in proc.stdout and "messages" in proc.stdout
+    plan = load_plan(tmp_path / "plan.npz")
+    assert plan.meta["method"] == "sweep" and plan.meta["windows"] == [[1, 4], [4, 7], [7, 9]]
+    patterns = network_patterns(net)
+    _assert_balanced(patterns, plan.owners, 4)
+    stats = plan_statistics(patterns, plan.owners, parts=4)
+    assert plan.meta["stats"]["volume"] == stats.volume
+    assert stats.volume * 3 < plan.meta["baseline_volumes"]["block"]

@@ -83,7 +83,8 @@ INTRO = {
 
 # the records an area shows first (the headline figures), then the others by marker
 FIRST = ["BENCH_KERNELS", "BENCH_TRAIN", "mnist-mlp", "BENCH_CHALLENGE", "BENCH_INFER",
-         "BENCH_PARTITION", "bench-network-main-mlp-random-radixnet16384", "memory-101m",
+         "partition-scale", "BENCH_PARTITION_SWEEP", "BENCH_PARTITION",
+         "bench-network-main-mlp-random-radixnet16384", "memory-101m",
          "validation"]
 
 
