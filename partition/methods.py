@@ -28,7 +28,7 @@ from .layerwise import majority
 from .options import BASELINES, PartitionOptions
 from .refine import BalanceError, Refiner
 from .search import Search, search
-from .time_budget import Deadline, Log
+from .time_budget import Deadline, Log, OutOfTime
 
 # A layer "forms groups" (for --backend auto) when its groups of identical rows are at most half
 # as many as its neurons (RadiX-Net, Graph Challenge: 1/16; unstructured layers: 1).
@@ -127,9 +127,13 @@ def search_hypergraph(patterns: Sequence[Pattern], nparts: int, *, epsilon: floa
     from .sweep import sweep_start
 
     # The sweep's plan is a start too: the search is never worse than the default method.
-    baselines["sweep"] = sweep_start(hg, patterns, nparts, layer_limits(hg, nparts, epsilon),
-                                     seed, fixed_inputs=fixed_inputs, deadline=deadline,
-                                     log=log).parts
+    try:
+        baselines["sweep"] = sweep_start(hg, patterns, nparts, layer_limits(hg, nparts, epsilon),
+                                         seed, fixed_inputs=fixed_inputs, deadline=deadline,
+                                         log=log).parts
+    except OutOfTime:
+        if log:
+            log("time limit: the sweep's start was not placed in time")
     coarse, coarse_of = contract(hg, identical_row_clusters(patterns, nparts))
     grouped = np.diff(coarse.offsets)[1:] <= GROUP_LAYER * np.diff(hg.offsets)[1:]
     if coarse.n_vertices <= GROUP_SHRINK * hg.n_vertices:

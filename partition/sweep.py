@@ -26,7 +26,7 @@ from spdnn.model.plan import Pattern, balance_limit
 from . import _sweep_kernels as kern
 from ._kernels import vertex_nets
 from .hypergraph import Hypergraph
-from .time_budget import NO_DEADLINE, Deadline, Log
+from .time_budget import NO_DEADLINE, Deadline, Log, OutOfTime
 
 # A refinement ends when a round gains less than this share of the volume.
 MIN_GAIN = 0.002
@@ -74,11 +74,14 @@ class Lists:
     def objective(self) -> int:
         return int(kern.objective(self.net_w, self.nblk))
 
-    def place(self, k: int, order: np.ndarray) -> None:
+    def place(self, k: int, order: np.ndarray, deadline: Deadline = NO_DEADLINE) -> None:
         lo, hi = self.span(k)
-        kern.place_layer(lo, hi, k, order, self.parts, self.weights, self.loads, self.limit(k),
-                         self.nparts, self.vptr, self.vnets, self.net_w, self.hg.net_indptr,
-                         self.nblk, self.blk, self.cnt, self.conn, self.stamp, self.touched)
+        for chunk in _chunks(order):
+            deadline.check(f"sweep: placement stopped in layer {k}")
+            kern.place_layer(lo, hi, k, chunk, self.parts, self.weights, self.loads,
+                             self.limit(k), self.nparts, self.vptr, self.vnets, self.net_w,
+                             self.hg.net_indptr, self.nblk, self.blk, self.cnt, self.conn,
+                             self.stamp, self.touched)
 
     def follow(self, k: int) -> None:
         lo, hi = self.span(k)
@@ -92,13 +95,21 @@ class Lists:
             self.vptr, self.vnets, self.net_w, self.hg.net_indptr, self.nblk, self.blk, self.cnt,
             self.conn, self.stamp, self.touched))
 
-    def improve(self, k: int, order: np.ndarray) -> int:
-        """One round of moves and swaps on layer k; the objective's decrease."""
+    def improve(self, k: int, order: np.ndarray, deadline: Deadline = NO_DEADLINE) -> int:
+        """One round of moves and swaps on layer k (cut short, between two chunks of its
+        vertices, when ``deadline`` passes); the objective's decrease."""
         lo, hi = self.span(k)
-        g, _, listed = kern.lp_layer(
-            lo, hi, k, order, self.parts, self.weights, self.loads, self.limit(k), self.vptr,
-            self.vnets, self.net_w, self.hg.net_indptr, self.nblk, self.blk, self.cnt,
-            self.conn, self.stamp, self.touched, self.want_v, self.want_b, self.want_g)
+        g = listed = 0
+        for chunk in _chunks(order):
+            if deadline.passed():
+                break
+            gained, _, n = kern.lp_layer(
+                lo, hi, k, chunk, self.parts, self.weights, self.loads, self.limit(k),
+                self.vptr, self.vnets, self.net_w, self.hg.net_indptr, self.nblk, self.blk,
+                self.cnt, self.conn, self.stamp, self.touched, self.want_v[listed:],
+                self.want_b[listed:], self.want_g[listed:])
+            g += gained
+            listed += n
         g += kern.swap_pairs(k, self.want_v, self.want_b, self.want_g, listed, self.parts,
                              self.weights, self.loads, self.limit(k), self.nparts, self.vptr,
                              self.vnets, self.net_w, self.hg.net_indptr, self.nblk, self.blk,
@@ -117,21 +128,34 @@ class Swept:
     rounds: int
 
 
+# Counting the volume of the plan and of the three baselines (plan_statistics: about 15 ns a
+# pin each, measured), and the plan's statistics once more, kept back from a time limit.
+COMPARE_SECONDS_PER_PIN = 5 * 20e-9
+# Vertices a kernel call handles between two looks at the clock (--time-limit).
+CHUNK = 4096
+
+
+def _chunks(order: np.ndarray) -> list[np.ndarray]:
+    return [order[i:i + CHUNK] for i in range(0, len(order), CHUNK)]
+
+
 def _orders(hg: Hypergraph, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.permutation(int(n)).astype(np.int64) for n in np.diff(hg.offsets)]
 
 
 def place(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int,
-          fixed_inputs: np.ndarray | None = None) -> np.ndarray:
-    """The forward sweep: every layer placed with the one before it in place."""
+          fixed_inputs: np.ndarray | None = None,
+          deadline: Deadline = NO_DEADLINE) -> np.ndarray:
+    """The forward sweep: every layer placed with the one before it in place (OutOfTime if
+    ``deadline`` passes first: no plan)."""
     parts = np.full(hg.n_vertices, -1, dtype=np.int32)
     if fixed_inputs is not None:
         parts[: hg.offsets[1]] = fixed_inputs
     lists = Lists(hg, parts, nparts, limits)
     orders = _orders(hg, seed)
     for k in range(1, hg.n_layers + 1):
-        lists.place(k, orders[k])
+        lists.place(k, orders[k], deadline)
         if k == 1 and fixed_inputs is None:
             lists.follow(0)
     return lists.parts
@@ -153,7 +177,7 @@ def refine(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray, s
         for k in range(1 if frozen_inputs else 0, hg.n_layers + 1):
             if deadline.passed():
                 return Swept(parts=lists.parts, volume=lists.objective(), rounds=rounds)
-            gained += lists.improve(k, orders[k])
+            gained += lists.improve(k, orders[k], deadline)
         volume -= gained
         if log:
             log(f"{what}: round {rounds}, {gained:,} rows less, {volume:,}")
@@ -170,9 +194,11 @@ COARSE_PER_PART = 1
 MAX_NET = 1000
 
 
-def match(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int) -> np.ndarray:
+def match(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int,
+          deadline: Deadline = NO_DEADLINE) -> np.ndarray | None:
     """One level of heavy-edge matching inside every layer; a cluster weighs at most a
-    quarter of the layer's average block (so that its blocks can still be balanced)."""
+    ``COARSE_PER_PART``-th of the layer's average block (so that its blocks can still be
+    balanced). None when ``deadline`` passes first."""
     cluster = np.full(hg.n_vertices, -1, dtype=np.int64)
     largest = int(np.diff(hg.offsets).max(initial=0))
     rating = np.zeros(largest, dtype=np.float64)
@@ -182,15 +208,19 @@ def match(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int) -> np.ndar
     net_w = np.ascontiguousarray(hg.net_weights, dtype=np.int64)
     rng = np.random.default_rng(seed)
     for k in range(hg.n_layers + 1):
+        if deadline.passed():
+            return None
         lo, hi = int(hg.offsets[k]), int(hg.offsets[k + 1])
         w = hg.vertex_weights[lo:hi]
         cap = w.sum() / nparts / COARSE_PER_PART if k > 0 else np.inf
         if hi - lo < COARSE_PER_PART * nparts:
             cluster[lo:hi] = np.arange(lo, hi)
             continue
-        kern.match_layer(lo, hi, rng.permutation(hi - lo).astype(np.int64), cluster,
-                         hg.vertex_weights, cap, vptr, vnets, net_w, hg.net_indptr,
-                         hg.net_pins, MAX_NET, rating, stamp, touched)
+        for chunk in _chunks(rng.permutation(hi - lo).astype(np.int64)):
+            if deadline.passed():
+                return None
+            kern.match_layer(lo, hi, chunk, cluster, hg.vertex_weights, cap, vptr, vnets,
+                             net_w, hg.net_indptr, hg.net_pins, MAX_NET, rating, stamp, touched)
     return cluster
 
 
@@ -203,8 +233,10 @@ def multilevel(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int, *,
 
     levels: list[tuple[Hypergraph, np.ndarray]] = []  # (finer hypergraph, coarse_of)
     current = hg
-    while not deadline.passed():  # past the deadline: placed as it stands, then repaired
-        cluster = match(current, nparts, limits, seed + len(levels))
+    while True:  # past the deadline: placed as it stands, then repaired
+        cluster = match(current, nparts, limits, seed + len(levels), deadline)
+        if cluster is None:
+            break
         if fixed_inputs is not None:  # the fixed inputs stay single
             cluster[: current.offsets[1]] = np.arange(current.offsets[1])
         coarse, coarse_of = contract(current, cluster)
@@ -220,7 +252,7 @@ def multilevel(hg: Hypergraph, nparts: int, limits: np.ndarray, seed: int, *,
         if log:
             log(f"level {len(levels)}: {current.n_vertices:,} vertices, "
                 f"{len(current.net_pins):,} pins")
-    parts = place(current, nparts, limits, seed, fixed_inputs)
+    parts = place(current, nparts, limits, seed, fixed_inputs, deadline)
     swept = refine(current, parts, nparts, limits, seed, frozen_inputs=fixed_inputs is not None,
                    deadline=deadline, log=log, what=f"level {len(levels)}")
     for depth in range(len(levels) - 1, -1, -1):
@@ -291,45 +323,38 @@ def search_sweep(patterns: Sequence[Pattern], nparts: int, *, epsilon: float, se
     (the least volume wins; a winning baseline is refined in turn)."""
     from spdnn.model.plan import plan_statistics
 
-    from .groups import grouped_hypergraph, layer_groups, shrinks
     from .hypergraph import build_hypergraph
     from .methods import baseline_owners
     from .options import BASELINES
 
     limits = pattern_limits(patterns, nparts, epsilon)
     frozen = fixed_inputs is not None
-    groups = layer_groups(patterns, nparts, epsilon)
-    hg = None
-    if shrinks(patterns, groups):
-        coarse, coarse_of = grouped_hypergraph(patterns, groups, objective=objective,
-                                               first_layer=first_layer)
-        if log:
-            log(f"groups of identical rows: {coarse.n_vertices:,} vertices, "
-                f"{len(coarse.net_pins):,} pins")
-        swept = multilevel(coarse, nparts, limits, seed, fixed_inputs=fixed_inputs,
-                           deadline=deadline, log=log)
-        parts = swept.parts[coarse_of]
-        del coarse, coarse_of, swept
-        if not all(_fits(parts, patterns, limits)):  # chunks of unequal weights, too coarse
-            hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
-            parts = refine(hg, parts, nparts, limits, seed, frozen_inputs=frozen,
-                           deadline=deadline, log=log, what="neurons").parts
-    else:
-        hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
-        if log:
-            log(f"hypergraph: {hg.n_vertices:,} vertices, {len(hg.net_pins):,} pins")
-        parts = multilevel(hg, nparts, limits, seed, fixed_inputs=fixed_inputs,
-                           deadline=deadline, log=log).parts
-    sizes = np.diff(np.concatenate([[0], np.cumsum(
-        [patterns[0][2][1]] + [p[2][0] for p in patterns])]))
+    left = deadline.left()
+    if compare and left is not None:  # keep back what counting the candidates will take
+        pins = sum(len(p[1]) + p[2][1] for p in patterns)
+        deadline = Deadline(max(left - COMPARE_SECONDS_PER_PIN * pins, 0.0))
+    try:
+        parts, hg = _sweep(patterns, nparts, epsilon, limits, seed, objective, first_layer,
+                           fixed_inputs, deadline, log)
+        unfinished = ["sweep: refinement cut short"] if deadline.passed() else []
+    except OutOfTime as exc:  # no plan of the sweep's: the baselines are left
+        parts, hg, unfinished = None, None, [f"{exc} (the time limit passed)"]
+    sizes = [patterns[0][2][1]] + [p[2][0] for p in patterns]
     bounds = np.concatenate([[0], np.cumsum(sizes)])
 
     def split(p: np.ndarray) -> list[np.ndarray]:
         return [p[bounds[k]:bounds[k + 1]].astype(np.int32) for k in range(len(sizes))]
 
-    unfinished = ["sweep: refinement cut short"] if deadline.passed() else []
+    def baseline(b: str) -> list[np.ndarray]:
+        owners = baseline_owners(b, patterns, parts=nparts, seed=seed)
+        if frozen:
+            owners[0] = fixed_inputs.astype(np.int32)
+        return owners
+
     if not compare:
-        return SweepResult(owners=split(parts), chosen="sweep", volume=None, candidates={},
+        owners, chosen = (split(parts), "sweep") if parts is not None else \
+            (baseline("block"), "block")
+        return SweepResult(owners=owners, chosen=chosen, volume=None, candidates={},
                            unfinished=unfinished)
 
     def volume(owners: list[np.ndarray]) -> int:
@@ -337,13 +362,12 @@ def search_sweep(patterns: Sequence[Pattern], nparts: int, *, epsilon: float, se
         return st.forward_total if objective == "infer" else st.volume
 
     candidates: dict[str, int] = {}
-    best_name, best_owners, best_volume = "sweep", split(parts), None
-    if all(_fits(parts, patterns, limits)):
+    best_name, best_owners, best_volume = "sweep", None, None
+    if parts is not None and all(_fits(parts, patterns, limits)):
+        best_owners = split(parts)
         best_volume = candidates["sweep"] = volume(best_owners)
     for b in BASELINES:
-        owners = baseline_owners(b, patterns, parts=nparts, seed=seed)
-        if frozen:
-            owners[0] = fixed_inputs.astype(np.int32)
+        owners = baseline(b)
         candidates[b] = volume(owners)
         if best_volume is None or candidates[b] < best_volume:
             best_name, best_owners, best_volume = b, owners, candidates[b]
@@ -362,3 +386,34 @@ def search_sweep(patterns: Sequence[Pattern], nparts: int, *, epsilon: float, se
             + f"; {best_name} kept")
     return SweepResult(owners=best_owners, chosen=best_name, volume=best_volume,
                        candidates=candidates, unfinished=unfinished)
+
+
+def _sweep(patterns: Sequence[Pattern], nparts: int, epsilon: float, limits: np.ndarray,
+           seed: int, objective: str, first_layer: int, fixed_inputs: np.ndarray | None,
+           deadline: Deadline, log: Log | None) -> tuple[np.ndarray, Hypergraph | None]:
+    """The sweep's block of every neuron (OutOfTime if the deadline passes before it is
+    placed), and the neurons' hypergraph where it was built."""
+    from .groups import grouped_hypergraph, layer_groups, shrinks
+    from .hypergraph import build_hypergraph
+
+    groups = layer_groups(patterns, nparts, epsilon)
+    if not shrinks(patterns, groups):
+        hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
+        if log:
+            log(f"hypergraph: {hg.n_vertices:,} vertices, {len(hg.net_pins):,} pins")
+        return multilevel(hg, nparts, limits, seed, fixed_inputs=fixed_inputs,
+                          deadline=deadline, log=log).parts, hg
+    coarse, coarse_of = grouped_hypergraph(patterns, groups, objective=objective,
+                                           first_layer=first_layer)
+    if log:
+        log(f"groups of identical rows: {coarse.n_vertices:,} vertices, "
+            f"{len(coarse.net_pins):,} pins")
+    parts = multilevel(coarse, nparts, limits, seed, fixed_inputs=fixed_inputs,
+                       deadline=deadline, log=log).parts[coarse_of]
+    del coarse, coarse_of
+    if all(_fits(parts, patterns, limits)):
+        return parts, None
+    # Chunks of unequal weights too coarse to balance: repaired on the neurons.
+    hg = build_hypergraph(patterns, objective=objective, first_layer=first_layer)
+    return refine(hg, parts, nparts, limits, seed, frozen_inputs=fixed_inputs is not None,
+                  deadline=deadline, log=log, what="neurons").parts, hg

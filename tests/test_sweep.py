@@ -191,11 +191,39 @@ def test_fixed_inputs_stay_fixed_and_a_deadline_leaves_a_balanced_plan():
                                fixed_inputs=fixed, compare=False)
     np.testing.assert_array_equal(found.owners[0], fixed)
     _assert_balanced(patterns, found.owners, 4)
+    # Past the deadline before any layer is placed: the best baseline is the plan.
     late = sweep.search_sweep(patterns, 4, epsilon=0.03, seed=0, objective="train",
                               deadline=Deadline(1e-9))
-    assert late.unfinished == ["sweep: refinement cut short"]
+    assert late.unfinished == ["sweep: placement stopped in layer 1 (the time limit passed)"]
+    assert late.chosen in BASELINES and "sweep" not in late.candidates
     _assert_balanced(patterns, late.owners, 4)
-    assert late.volume == plan_statistics(patterns, late.owners, parts=4).volume
+    assert late.volume == plan_statistics(patterns, late.owners, parts=4).volume == \
+        min(late.candidates.values())
+
+
+def test_a_deadline_during_refinement_leaves_a_balanced_plan_no_worse_than_placed(
+        monkeypatch):
+    """The refinement stops between two chunks of a layer's vertices when the deadline
+    passes: here after its first chunk."""
+    patterns = network_patterns(random_network([64, 9000, 64], 4, seed=1))
+    hg = build_hypergraph(patterns)
+    limits = layer_limits(hg, 4, 0.03)
+    placed = sweep.place(hg, 4, limits, 0)
+
+    class AfterChecks(Deadline):
+        def __init__(self, checks: int) -> None:
+            super().__init__(None)
+            self.checks = checks
+
+        def passed(self) -> bool:
+            self.checks -= 1
+            return self.checks < 0
+
+    full = sweep.refine(hg, placed, 4, limits, 0)
+    cut = sweep.refine(hg, placed, 4, limits, 0, deadline=AfterChecks(3))
+    assert km1(hg, placed) >= cut.volume == km1(hg, cut.parts) >= full.volume
+    assert cut.volume > full.volume  # it did stop early
+    _assert_balanced(patterns, hg.split(cut.parts), 4)
 
 
 def test_windows_of_the_sweep_keep_the_plan_near_the_whole_one():
