@@ -110,6 +110,8 @@ class Lists:
                 self.want_b[listed:], self.want_g[listed:])
             g += gained
             listed += n
+        if deadline.passed():
+            return int(g)
         g += kern.swap_pairs(k, self.want_v, self.want_b, self.want_g, listed, self.parts,
                              self.weights, self.loads, self.limit(k), self.nparts, self.vptr,
                              self.vnets, self.net_w, self.hg.net_indptr, self.nblk, self.blk,
