@@ -73,11 +73,13 @@ def parser_partition() -> argparse.ArgumentParser:
                         "balanced baseline; the output names the starts that did not finish. "
                         "Default: no limit")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="worker processes for independent starts and refinements (default 1); "
-                        "the plan is the same for any N; memory grows with N")
+                   help="worker processes for the hypergraph method's independent starts and "
+                        "refinements (default 1; the sweep runs in one process); the plan is "
+                        "the same for any N; memory grows with N")
     p.add_argument("--no-shortcuts", action="store_true",
-                   help="run every start to the end, even the layer-by-layer run on a network "
-                        "where its first layer shows it cannot beat the baselines")
+                   help="--method hypergraph: run every start to the end, even the "
+                        "layer-by-layer run on a network where its first layer shows it cannot "
+                        "beat the baselines")
     p.add_argument("--memory-limit", metavar="BYTES", default=None,
                    help="memory this command may use (suffixes K/M/G/T). Default: the cgroup "
                         "memory limit it runs under (Slurm's --mem), else the node's memory. "
