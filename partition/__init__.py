@@ -9,7 +9,7 @@ _HOMES = {
     "OBJECTIVES": "hypergraph", "Hypergraph": "hypergraph", "build_hypergraph": "hypergraph",
     "km1": "hypergraph", "read_partition": "hypergraph", "write_hmetis": "hypergraph",
     "BASELINES": "options", "METHODS": "options", "PartitionOptions": "options",
-    "baseline_owners": "methods", "partition_network": "methods",
+    "baseline_owners": "baselines", "partition_network": "methods",
 }
 
 

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from spdnn.errors import SpdnnError
 from spdnn.model.plan import Pattern, Plan, plan_statistics
 
+from .baselines import baseline_owners, neuron_weights
 from .exact import sweep_exact
 from .groups import GROUP_SHRINK, identical_row_clusters
 from .hypergraph import Hypergraph, build_hypergraph, contract, km1, layer_limits
@@ -34,43 +34,6 @@ from .time_budget import Deadline, Log, OutOfTime
 # as many as its neurons (RadiX-Net, Graph Challenge: 1/16; unstructured layers: 1).
 GROUP_LAYER = 0.5
 
-
-
-def _weights(patterns: Sequence[Pattern]) -> list[np.ndarray]:
-    n0 = patterns[0][2][1]
-    return [np.ones(n0, dtype=np.int64)] + [np.diff(p[0]).astype(np.int64) for p in patterns]
-
-
-def _split_by_weight(weights: np.ndarray, nparts: int) -> np.ndarray:
-    """Contiguous ranges with balanced weight: item i goes to floor(P * prefix_mid / total)."""
-    total = weights.sum()
-    if total == 0:
-        return (np.arange(len(weights)) * nparts // max(len(weights), 1)).astype(np.int32)
-    mid = np.cumsum(weights) - weights / 2
-    return np.minimum((mid * nparts / total).astype(np.int64), nparts - 1).astype(np.int32)
-
-
-def baseline_owners(method: str, patterns: Sequence[Pattern], *, parts: int,
-                    seed: int = 0) -> list[np.ndarray]:
-    """The owners of every layer's neurons among ``parts`` ranks. block: contiguous
-    weight-balanced ranges; cyclic: neuron n to rank n mod P; random: a seeded permutation cut
-    into weight-balanced ranges."""
-    weights = _weights(patterns)
-    rng = np.random.default_rng(seed)
-    owners = []
-    for w in weights:
-        if method == "block":
-            owners.append(_split_by_weight(w, parts))
-        elif method == "cyclic":
-            owners.append((np.arange(len(w)) % parts).astype(np.int32))
-        elif method == "random":
-            perm = rng.permutation(len(w))
-            o = np.empty(len(w), dtype=np.int32)
-            o[perm] = _split_by_weight(w[perm], parts)
-            owners.append(o)
-        else:
-            raise SpdnnError(f"unknown method '{method}'")
-    return owners
 
 
 def polish_exact(hg: Hypergraph, coarse: Hypergraph, coarse_of: np.ndarray, parts: np.ndarray,
@@ -206,7 +169,7 @@ def partition_network(
     shortcuts_taken: list[str] = []
     owners: Sequence[np.ndarray]
     if nparts == 1:
-        owners = [np.zeros(len(w), dtype=np.int32) for w in _weights(patterns)]
+        owners = [np.zeros(len(w), dtype=np.int32) for w in neuron_weights(patterns)]
         chosen = method
     elif method in BASELINES:
         owners = baseline_owners(method, patterns, parts=nparts, seed=seed)

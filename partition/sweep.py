@@ -325,8 +325,8 @@ def search_sweep(patterns: Sequence[Pattern], nparts: int, *, epsilon: float, se
     (the least volume wins; a winning baseline is refined in turn)."""
     from spdnn.model.plan import plan_statistics
 
+    from .baselines import baseline_owners
     from .hypergraph import build_hypergraph
-    from .methods import baseline_owners
     from .options import BASELINES
 
     limits = pattern_limits(patterns, nparts, epsilon)

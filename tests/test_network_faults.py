@@ -46,8 +46,10 @@ def job_files(tmp_path_factory) -> Path:
                    "--radius", 1, "--head", 10, "--seed", 0, "-o", d / "net.npz").returncode == 0
     proc = run_cli(d / "net.npz", "-P", 2, "-o", d / "plan.npz", "--quiet", module="partition")
     assert proc.returncode == 0, proc.stderr
-    rng = np.random.default_rng(0)  # enough test samples for inference to last a while
-    x = rng.random((60_000, 64), dtype=np.float32)
+    # Enough test samples for inference to last a while: 60,000 took about 0.8 s on two ranks,
+    # which ended some jobs before a fault injected at 1 s.
+    rng = np.random.default_rng(0)
+    x = rng.random((200_000, 64), dtype=np.float32)
     np.savez(d / "many.npz", x_train=x[:100], y_train=rng.integers(0, 10, 100),
              x_test=x, y_test=rng.integers(0, 10, len(x)))
     return d
@@ -152,8 +154,10 @@ def test_a_slowed_link_is_not_a_stall(job_files):
     """``--slow-to``: the link slows to a rate mid-run, each wait still finishes within the
     timeout, and the job completes (docs/network.md: a crawl is not a stall)."""
     d = job_files
+    # 20 epochs (0.7 s of training at 1 Gbit/s): with one, the job (a second, mostly its
+    # start) could end before the link slows.
     proc = launch(0, *_emulate("1gbit", "--stall-after", 1, "--slow-to", "50mbit"),
-                  *_train(d, "--plan", d / "plan.npz", "--epochs", 1), timeout=120)
+                  *_train(d, "--plan", d / "plan.npz", "--epochs", 20), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "link slowed at" in proc.stderr and "to 50 Mbit/s" in proc.stderr
     assert stale_namespaces() == []
@@ -252,7 +256,7 @@ def test_a_link_frozen_while_mpi_starts_ends_the_job(job_files):
     """Frozen about a second in: while MPI starts (the ranks exchanging their addresses, where
     no thread of a rank can run and the watchdog of the job does not exist yet: a sentinel
     process covers it, spdnn.comm.watchdog.guard_start) or in the job's first collectives. Either
-    way one line and a bounded end, where before this guard the job hung. The 60,000 inputs
+    way one line and a bounded end, where before this guard the job hung. The 200,000 inputs
     keep the job running past the freeze on a fast machine: one over by then (the digits'
     360, with the scipy kernels' quicker start) left MPICH's launcher waiting for the frozen
     node's report that its ranks had ended (docs/network.md)."""

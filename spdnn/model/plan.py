@@ -194,7 +194,7 @@ def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray], *
     """Statistics of ``owners`` on a network given as per-layer sparsity patterns.
     ``first_layer``: the network's number of ``patterns[0]`` when they are a window of its
     layers (``owners`` then starts at that layer's inputs); ``combine_stats`` joins windows."""
-    from spdnn.kernels._numba_cuts import layer_cuts
+    from spdnn.model._plan_counts import layer_cuts
 
     fwd, bwd, pairs, imb = [], [], [], []
     sent = np.zeros(parts, dtype=np.int64)
