@@ -59,12 +59,17 @@ def _update(dtype: type) -> None:
 
 
 def _partitioner() -> None:
-    """spdnn-partition's passes over the pins (partition/_kernels.py), through a small
-    hypergraph partition: its arrays are the types a real one passes."""
+    """spdnn-partition's passes over the pins, through small partitions: the sweep's
+    (partition/_sweep_kernels.py; on groups of identical rows, partition/groups.py) and the
+    hypergraph method's (partition/_kernels.py), with the plan's statistics
+    (spdnn/model/_plan_counts.py): their arrays are the types a real one passes."""
     import spdnn
     from partition import partition
 
-    partition(spdnn.random_network([64, 64, 64, 8], fan_in=4, seed=0), parts=2)
+    net = spdnn.random_network([64, 64, 64, 8], fan_in=4, seed=0)
+    partition(net, parts=2)
+    partition(net, parts=2, method="hypergraph")
+    partition(spdnn.radixnet(1024, 2, seed=0), parts=2)
 
 
 def _activations(dtype: type) -> None:
