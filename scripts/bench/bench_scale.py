@@ -11,6 +11,7 @@ docs/BENCHMARKS.md ("Partitioner at scale") shows them all.
     python scripts/bench/bench_scale.py --neurons 65536 -P 256
     python scripts/bench/bench_scale.py --neurons 65536 --layers 1920 -P 16 --memory-limit 8G
     python scripts/bench/bench_scale.py --neurons 16384 -P 64 --method hypergraph --time-limit 600
+    python scripts/bench/bench_scale.py --publish   # the rows of the runs above, together
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -202,8 +203,9 @@ def before_after(args: argparse.Namespace) -> int:
 
 def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     """Each run's volume against the block plan's, with its time and peak memory."""
-    return [summary_row(f"{r['network']} at P = {r['P']}, {r['method']} {r['options']} "
-                        "(rows per step; wall s, peak GB)",
+    return [summary_row(f"{r['network']} at P = {r['P']}, {r['method']}"
+                        + ("" if r["options"] == "-" else f" {r['options']}")
+                        + " (rows per step; wall s, peak GB)",
                         f"{r['volume (forward)'].split(' (')[0]}; {r['wall s']} s, "
                         f"{r['peak memory GB']} GB",
                         f"{r['block'].split(' (')[0]} (block plan)",
@@ -224,16 +226,20 @@ def main() -> int:
     p.add_argument("--time-limit", type=float, default=None)
     p.add_argument("--memory-limit", default=None)
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--publish", action="store_true",
+                   help="publish the rows stored in --workdir by earlier runs (made with "
+                        "--no-write), without measuring again")
     p.add_argument("--workdir", default="/tmp/spdnn-bench-scale",
                    help="generated networks, plans, logs and the results file (not committed)")
     args = p.parse_args()
     if args.before:
         return before_after(args)
-    if not args.neurons:
-        p.error("--neurons is required (or --before TREE)")
     results = Path(args.workdir) / "bench_scale.json"
-    rows: list[dict] = []
-    for n in args.neurons:
+    if not args.neurons and not args.publish:
+        p.error("--neurons is required (or --before TREE, or --publish)")
+    rows: list[dict] = json.loads(results.read_text()) if args.publish and \
+        results.exists() else []
+    for n in args.neurons or []:
         row = run_one(args, n)
         rows = json.loads(results.read_text()) if results.exists() else []  # others' rows too
         key = ("neurons", "layers", "P", "method", "jobs", "time_limit", "memory_limit")
@@ -250,7 +256,8 @@ def main() -> int:
             "per step, and the point-to-point messages per step, of the plan and (in "
             "brackets) of the block plan.\n\n" + render(rows))
     publish(args, "partition-scale", "Partitioner at scale", body, area="Partitioning",
-            rows=summary)
+            rows=summary, command="python scripts/bench/bench_scale.py --neurons N [--layers L] "
+                                  "-P P [--memory-limit BYTES] (a run per row)")
     return 0
 
 
