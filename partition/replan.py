@@ -1,7 +1,7 @@
 """Replanning for a topology that changed as it trained (``spdnn train --replan``): the plan
 in force refined for the current patterns, not a new partition. The same hypergraph as a
 partition (``build_hypergraph``), the sweep method's per-layer balanced refinement (label
-propagation and pair swaps with exact gains, linear in the pins: partition/sweep.py) started
+propagation and pair swaps with exact gains, linear in the pins: partition/multilevel.py) started
 from the current owners, the input layer kept where it is (its owners hold the data's
 columns). Each move it makes lowers the volume; a move that would unbalance a layer is not
 made, and a layer the update unbalanced is repaired first.
@@ -19,7 +19,8 @@ import numpy as np
 from spdnn.model.plan import Pattern
 
 from .hypergraph import build_hypergraph
-from .sweep import pattern_limits, refine
+from .multilevel import refine
+from .sweep import pattern_limits
 
 
 def refine_plan(patterns: Sequence[Pattern], owners: Sequence[np.ndarray], parts: int,

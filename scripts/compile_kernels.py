@@ -60,7 +60,7 @@ def _update(dtype: type) -> None:
 
 def _partitioner() -> None:
     """spdnn-partition's passes over the pins, through small partitions: the sweep's
-    (partition/_sweep_kernels.py; on groups of identical rows, partition/groups.py) and the
+    (partition/_multilevel_kernels.py; on groups of identical rows, partition/groups.py) and the
     hypergraph method's (partition/_kernels.py), with the plan's statistics
     (spdnn/model/_plan_counts.py): their arrays are the types a real one passes."""
     import spdnn

@@ -1,8 +1,8 @@
-"""The sweep method (partition/sweep.py, partition/groups.py): every plan balanced under the
-per-layer limit at any P, its volume the runtime's count (the neurons' hypergraph's
-connectivity - 1, computed apart), deterministic, never worse than the baselines; the groups'
-hypergraph built from one row a group equal to the neurons' hypergraph contracted; the refinement's
-running volume equal to a recount."""
+"""The sweep method (partition/sweep.py, partition/multilevel.py, partition/groups.py):
+every plan balanced under the per-layer limit at any P, its volume the runtime's count (the
+neurons' hypergraph's connectivity - 1, computed apart), deterministic, never worse than the
+baselines; the groups' hypergraph built from one row a group equal to the neurons' hypergraph
+contracted; the refinement's running volume equal to a recount."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import partition.groups as groups
-from partition import sweep
+from partition import multilevel, sweep
 from partition.hypergraph import build_hypergraph, contract, km1, layer_limits
 from partition.methods import BASELINES, baseline_owners, partition_network
 from partition.time_budget import Deadline
@@ -180,7 +180,7 @@ def test_the_running_volume_equals_a_recount():
         hg = build_hypergraph(patterns)
         limits = layer_limits(hg, nparts, 0.03)
         start = np.concatenate(baseline_owners("random", patterns, parts=nparts, seed=2))
-        swept = sweep.refine(hg, start, nparts, limits, 0)
+        swept = multilevel.refine(hg, start, nparts, limits, 0)
         assert swept.volume == km1(hg, swept.parts) < km1(hg, start)
 
 
@@ -208,7 +208,7 @@ def test_a_deadline_during_refinement_leaves_a_balanced_plan_no_worse_than_place
     patterns = network_patterns(random_network([64, 9000, 64], 4, seed=1))
     hg = build_hypergraph(patterns)
     limits = layer_limits(hg, 4, 0.03)
-    placed = sweep.place(hg, 4, limits, 0)
+    placed = multilevel.place(hg, 4, limits, 0)
 
     class AfterChecks(Deadline):
         def __init__(self, checks: int) -> None:
@@ -219,8 +219,8 @@ def test_a_deadline_during_refinement_leaves_a_balanced_plan_no_worse_than_place
             self.checks -= 1
             return self.checks < 0
 
-    full = sweep.refine(hg, placed, 4, limits, 0)
-    cut = sweep.refine(hg, placed, 4, limits, 0, deadline=AfterChecks(3))
+    full = multilevel.refine(hg, placed, 4, limits, 0)
+    cut = multilevel.refine(hg, placed, 4, limits, 0, deadline=AfterChecks(3))
     assert km1(hg, placed) >= cut.volume == km1(hg, cut.parts) >= full.volume
     assert cut.volume > full.volume  # it did stop early
     _assert_balanced(patterns, hg.split(cut.parts), 4)

@@ -1,4 +1,4 @@
-"""numba halves of partition/sweep.py: the blocks each net touches, kept as a short list per net
+"""numba half of partition/multilevel.py: the blocks each net touches, kept as a short list per net
 (block, pins there) in slots beside the net's pins, so memory is linear in the pins whatever P;
 a forward placement sweep; label propagation with exact gains and pair swaps under a per-layer
 balance limit. Every move is applied at once and every gain is computed from the current
