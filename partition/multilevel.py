@@ -122,7 +122,6 @@ class Lists:
 class Swept:
     parts: np.ndarray
     volume: int
-    rounds: int
 
 
 # Vertices a kernel call handles between two looks at the clock (--time-limit).
@@ -170,14 +169,14 @@ def refine(hg: Hypergraph, parts: np.ndarray, nparts: int, limits: np.ndarray, s
         gained = 0
         for k in range(1 if frozen_inputs else 0, hg.n_layers + 1):
             if deadline.passed():
-                return Swept(parts=lists.parts, volume=lists.objective(), rounds=rounds)
+                return Swept(parts=lists.parts, volume=lists.objective())
             gained += lists.improve(k, orders[k], deadline)
         volume -= gained
         if log:
             log(f"{what}: round {rounds}, {gained:,} rows less, {volume:,}")
         if gained <= MIN_GAIN * max(volume, 1):
             break
-    return Swept(parts=lists.parts, volume=volume, rounds=rounds)
+    return Swept(parts=lists.parts, volume=volume)
 
 
 # Coarsening stops when a level keeps more than this share of the vertices, or a layer has
