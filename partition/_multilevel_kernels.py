@@ -25,12 +25,26 @@ def _add(e, b, net_indptr, nblk, blk, cnt):
 
 @nb.njit(cache=True, nogil=True)
 def build_lists(net_indptr, net_pins, parts, nblk, blk, cnt):
-    """Each net's distinct blocks and pin counts (pins in block -1, unplaced, are skipped)."""
+    """Each net's distinct blocks and pin counts (pins in block -1, unplaced, are skipped).
+    ``_add`` written out, the list's length kept in a register (calls to ``_add`` reload and
+    store it at every pin)."""
     for e in range(len(net_indptr) - 1):
-        nblk[e] = 0
+        s = net_indptr[e]
+        m = 0
         for i in range(net_indptr[e], net_indptr[e + 1]):
-            if parts[net_pins[i]] >= 0:
-                _add(e, parts[net_pins[i]], net_indptr, nblk, blk, cnt)
+            b = parts[net_pins[i]]
+            if b < 0:
+                continue
+            t = 0
+            while t < m and blk[s + t] != b:
+                t += 1
+            if t < m:
+                cnt[s + t] += 1
+            else:
+                blk[s + m] = b
+                cnt[s + m] = 1
+                m += 1
+        nblk[e] = m
 
 
 @nb.njit(cache=True, nogil=True)

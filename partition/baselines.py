@@ -26,11 +26,13 @@ def _split_by_weight(weights: np.ndarray, nparts: int) -> np.ndarray:
 
 
 def baseline_owners(method: str, patterns: Sequence[Pattern], *, parts: int,
-                    seed: int = 0) -> list[np.ndarray]:
+                    seed: int = 0, weights: list[np.ndarray] | None = None
+                    ) -> list[np.ndarray]:
     """The owners of every layer's neurons among ``parts`` ranks. block: contiguous
     weight-balanced ranges; cyclic: neuron n to rank n mod P; random: a seeded permutation cut
-    into weight-balanced ranges."""
-    weights = neuron_weights(patterns)
+    into weight-balanced ranges. ``weights``: ``neuron_weights(patterns)``, when known."""
+    if weights is None:
+        weights = neuron_weights(patterns)
     rng = np.random.default_rng(seed)
     owners = []
     for w in weights:

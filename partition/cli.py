@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import spdnn.cli.thread_pools  # noqa: F401  (one BLAS thread, before numpy loads)
 from spdnn.errors import OptionError, SpdnnError, say_error
 from spdnn.io.paths import check_outputs
+from spdnn.schema import from_args
 
 from .inputs import load_network_patterns
 from .options import PartitionOptions
@@ -44,11 +45,8 @@ def cmd_partition(argv: Sequence[str]) -> None:
 
     args = parser_partition().parse_args(argv)
     check_outputs([("-o", args.output)], inputs=[("NETWORK", args.network)])  # before any work
-    options = PartitionOptions(
-        method=args.method, epsilon=args.epsilon, seed=args.seed, objective=args.objective,
-        backend=args.backend, threads=args.threads, jobs=args.jobs, time_limit=args.time_limit,
-        exact_sweeps=args.exact_sweeps, shortcuts=not args.no_shortcuts,
-        window_layers=args.window_layers).checked(args.nparts)
+    # --memory-limit chooses windows here (``windowed``), not in the options' search
+    options = from_args(PartitionOptions, args, memory_limit=None).checked(args.nparts)
     t0 = time.perf_counter()
 
     progress = not args.quiet and (args.verbose or sys.stderr.isatty())

@@ -7,9 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from spdnn.cli.options import OneLineParser
+from spdnn.cli.parsers.common import Formatter
 from spdnn.errors import SpdnnError
+from spdnn.schema import add_flags
 
-from .options import METHODS
+from .options import PartitionOptions
 
 EXAMPLES = """\
 examples:
@@ -37,57 +39,11 @@ def parser_partition() -> argparse.ArgumentParser:
         description="Assign every neuron of every layer to one of P ranks, minimising the "
                     "communication volume with every layer balanced; writes a plan file. "
                     "Other forms: 'spdnn-partition stats|export|import|model ...'.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLES, formatter_class=Formatter)
     p.add_argument("network", help="network bundle (.npz)")
     p.add_argument("-P", "--nparts", type=int, required=True, help="number of ranks")
     p.add_argument("-o", "--output", required=True, help="plan file to write (.npz)")
-    p.add_argument("--method", default="sweep", choices=METHODS,
-                   help="sweep (default): multilevel placement and refinement in time and "
-                        "memory linear in the pins, for networks of any size; hypergraph: "
-                        "KaHyPar-family runs layer by layer and refinement, with the sweep's "
-                        "plan among its starts (slower: give it a --time-limit); or a baseline "
-                        "(docs/partitioner.md)")
-    p.add_argument("--epsilon", type=float, default=0.03,
-                   help="per-layer imbalance allowed (default 0.03)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", default="auto", choices=["auto", "kahypar", "mtkahypar"],
-                   help="--method hypergraph's partitioner of the layer-by-layer runs. auto "
-                        "(default): KaHyPar on "
-                        "layers made of groups of identical rows (RadiX-Net, Graph Challenge), "
-                        "Mt-KaHyPar, if installed, on the others (faster and slightly better "
-                        "on unstructured layers: docs/BENCHMARKS.md); or one of them everywhere")
-    p.add_argument("--threads", type=int, default=1, metavar="N",
-                   help="threads of the Mt-KaHyPar solves (default 1); the plan is the same "
-                        "for any N. KaHyPar is sequential")
-    p.add_argument("--objective", default="train", choices=["train", "infer"],
-                   help="volume to minimise: train = forward + backward rows of a training "
-                        "step (default), infer = forward rows only, for inference-only plans")
-    p.add_argument("--exact-sweeps", type=int, default=0, metavar="N",
-                   help="polish the plan by up to N sweeps of exact one-layer re-assignment "
-                        "(MILP, HiGHS) of its groups of identical rows; default 0 = off. "
-                        "A sweep gains little volume for much more time on large groups "
-                        "(docs/BENCHMARKS.md, Partitioning)")
-    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="finish within SECONDS (the whole command): the search stops in "
-                        "time to write the best complete plan so far, never worse than the best "
-                        "balanced baseline; the output names the starts that did not finish. "
-                        "Default: no limit")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="worker processes for the hypergraph method's independent starts and "
-                        "refinements (default 1; the sweep runs in one process); the plan is "
-                        "the same for any N; memory grows with N")
-    p.add_argument("--no-shortcuts", action="store_true",
-                   help="--method hypergraph: run every start to the end, even the "
-                        "layer-by-layer run on a network where its first layer shows it cannot "
-                        "beat the baselines")
-    p.add_argument("--memory-limit", metavar="BYTES", default=None,
-                   help="memory this command may use (suffixes K/M/G/T). Default: the cgroup "
-                        "memory limit it runs under (Slurm's --mem), else the node's memory. "
-                        "A hypergraph predicted larger is built and partitioned in windows of "
-                        "consecutive layers that fit, read from the file as they advance")
-    p.add_argument("--window-layers", type=int, default=None, metavar="N",
-                   help="partition in windows of at most N consecutive layers even when the "
-                        "whole hypergraph fits")
+    add_flags(p, PartitionOptions)
     p.add_argument("--compare", action="store_true", help="print the baselines beside the plan")
     p.add_argument("--verbose", action="store_true",
                    help="progress lines on stderr even when it is not a terminal (a log file)")

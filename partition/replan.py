@@ -24,13 +24,13 @@ from .sweep import pattern_limits
 
 
 def refine_plan(patterns: Sequence[Pattern], owners: Sequence[np.ndarray], parts: int,
-                epsilon: float = 0.03) -> tuple[np.ndarray, ...]:
+                epsilon: float = 0.03) -> tuple[tuple[np.ndarray, ...], int]:
     """New owners of every layer's neurons (layer 0's unchanged) for the network of
     ``patterns``, refined from ``owners`` on ``parts`` parts under the per-layer balance
-    ``epsilon``."""
+    ``epsilon``, and the rows a training step moves under them (forward and backward)."""
     hg = build_hypergraph(patterns)
     start = np.concatenate([np.asarray(o, dtype=np.int32) for o in owners])
     refined = refine(hg, start, parts, pattern_limits(patterns, parts, epsilon), seed=0,
-                     frozen_inputs=True).parts
-    return tuple(refined[hg.offsets[k]:hg.offsets[k + 1]].astype(np.int32)
-                 for k in range(len(owners)))
+                     frozen_inputs=True)
+    return tuple(refined.parts[hg.offsets[k]:hg.offsets[k + 1]].astype(np.int32)
+                 for k in range(len(owners))), int(refined.volume)

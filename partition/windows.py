@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from spdnn.errors import SpdnnError
+from spdnn.model.fingerprint import Fingerprint
 from spdnn.model.memory import format_bytes
-from spdnn.model.network import Fingerprint
 from spdnn.model.plan import (
     Pattern,
     Plan,
@@ -52,11 +52,11 @@ PHI_BYTES = 1
 # The sweep (partition/sweep.py) holds the window's patterns (4 bytes a nonzero) and, where
 # groups of identical rows shrink it, the groups' hypergraph and its levels; else the neurons'
 # hypergraph, its vertex-to-net index, the per-net block lists and the statistics' transpose.
-# Measured peaks above the process's own: 14 and 37 bytes a pin (docs/BENCHMARKS.md,
-# "Partitioning"); a margin on each.
+# The measured peaks above the process's own (docs/BENCHMARKS.md, "Partitioning"), with a
+# margin on each.
 SWEEP_BYTES_PER_PIN = {True: 17, False: 42}
-# A process's own: the interpreter, numpy, scipy, KaHyPar (measured: 144 MB for a 1024 x 24
-# network's block plan).
+# A process's own: the interpreter, numpy, scipy, KaHyPar (measured for a small network's
+# block plan; docs/memory.md, "Plans for networks larger than memory").
 PROCESS_BYTES = 150 * 10**6
 
 
@@ -245,8 +245,7 @@ def partition_windows(source: LayerSource, nparts: int, windows: Sequence[Window
             left = deadline.left()
             share = None if left is None else left * w.pins / max(pins_left, 1)
             # Under a time limit a window runs one start on the groups: three cut each other
-            # short (RadiX-Net 65536 x 1920 at P = 2, 16 windows in an hour: each given up
-            # after 16-38 of 122 layers, and only the baselines were left).
+            # short, until only the baselines were left.
             found = search_hypergraph(
                 patterns, nparts, epsilon=epsilon, seed=seed + w.first - 1, backend=backend,
                 objective=objective, threads=threads, deadline=Deadline(share), jobs=jobs,

@@ -52,10 +52,11 @@ def _selection() -> None:
 def _update(dtype: type) -> None:
     """The SGD update's kernels, which run on arrays of PARALLEL_MIN values or more (a job that
     compiles them itself holds LLVM's compiler state above its prediction): the signatures a
-    training job and a sampled layer load (spdnn.kernels.update.warm_up)."""
-    from spdnn.kernels import update
+    training job and a sampled layer load (spdnn.optim.load_kernels)."""
+    from spdnn.kernels.update import PARALLEL
+    from spdnn.optim import load_kernels
 
-    update.warm_up((dtype,), rows=True)
+    load_kernels(("sgd",), (dtype,), rows=True, parallel=PARALLEL)
 
 
 def _partitioner() -> None:
@@ -74,12 +75,10 @@ def _partitioner() -> None:
 
 def _activations(dtype: type) -> None:
     """The activations other than ReLU (spdnn.kernels._numba_activations)."""
-    from spdnn.kernels import products
+    from spdnn.backends import active
 
-    if products.backend() == "numba":
-        from spdnn.kernels import _numba_activations
-
-        _numba_activations.warm_up((dtype,))
+    if (half := active().compiled("activations")) is not None:
+        half.warm_up((dtype,))
 
 
 def _lossy() -> None:
@@ -92,25 +91,21 @@ def _lossy() -> None:
 def _hashing() -> None:
     """LSH's hashing kernels (both offset widths), apart from its sampled products: one half
     that compiled both took nearly twice as long as the other."""
-    from spdnn.kernels import products
+    from spdnn.backends import active
 
-    if products.backend() == "numba":
-        from spdnn.kernels import _numba_hash
-
-        _numba_hash.warm_up()
+    if (half := active().compiled("hashing")) is not None:
+        half.warm_up()
 
 
 def _lsh() -> None:
-    from spdnn.kernels import products
+    from spdnn.backends import active
 
-    if products.backend() == "numba":
-        from spdnn.kernels import _numba_lsh
-
-        _numba_lsh.warm_up(hashing=False)
+    if (half := active().compiled("lsh")) is not None:
+        half.warm_up(hashing=False)
         # int64 keys (codes beyond 2**31: SimHash with K > 30), which jobs compile when first
         # used, and tests/test_lsh.py's retrieval test uses
         keys = np.zeros((1, 1), np.int64)
-        _numba_lsh.retrieve(keys, keys, np.zeros((1, 1), np.int32), np.zeros((1, 2), np.int32),
+        half.retrieve(keys, keys, np.zeros((1, 1), np.int32), np.zeros((1, 2), np.int32),
                             0, np.array([0, 1]), np.array([0]), np.ones(1), 1)
 
 

@@ -24,8 +24,8 @@ _HOMES = {
     "Layer": "spdnn.model.network", "Network": "spdnn.model.network",
     "Plan": "spdnn.model.plan", "PlanStats": "spdnn.model.plan",
     "plan_statistics": "spdnn.model.plan",
-    "InferResult": "spdnn.model.records", "RunOptions": "spdnn.model.records",
-    "TrainOptions": "spdnn.model.records", "TrainResult": "spdnn.model.records",
+    "InferResult": "spdnn.model.records", "RunOptions": "spdnn.model.options",
+    "TrainOptions": "spdnn.model.options", "TrainResult": "spdnn.model.records",
     "TrafficReport": "spdnn.model.records", "TimingReport": "spdnn.model.records",
 }
 

@@ -13,13 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Union
 
 from spdnn.model.network import Network
-from spdnn.model.records import (
-    InferResult,
-    Path,
-    RunOptions,
-    TrainOptions,
-    TrainResult,
-)
+from spdnn.model.options import Path, RunOptions, TrainOptions
+from spdnn.model.records import InferResult, TrainResult
 
 if TYPE_CHECKING:
     import numpy as np

@@ -32,6 +32,13 @@ class InputError(SpdnnError):
 
 
 _BY_FLAG: list[bool] = [False]
+# Each option's flag where it is not --the-name (``--no-shuffle``): spdnn.schema.declare.
+_FLAGS: dict[str, str] = {}
+
+
+def register_flags(flags: dict[str, str]) -> None:
+    """The flags of declared options, by name (spdnn.schema)."""
+    _FLAGS.update(flags)
 
 
 @contextlib.contextmanager
@@ -45,25 +52,38 @@ def options_named_by_flag() -> Iterator[None]:
         _BY_FLAG[0] = before
 
 
-class OptionError(SpdnnError, ValueError):
-    """A bad option value, named by its field in an option record (or its argument). Each check
-    is written once, on the record; the command line names the option by its flag instead
-    (``as_flag``, or ``options_named_by_flag``). A ``ValueError`` too, as Python's own bad
-    arguments are."""
+def option_name(name: str, by_flag: bool | None = None) -> str:
+    """An option as its caller knows it: ``--lr`` on the command line, its keyword ``lr`` in
+    Python."""
+    if by_flag if by_flag is not None else _BY_FLAG[0]:
+        return _FLAGS.get(name) or "--" + name.replace("_", "-")
+    return name
 
-    def __init__(self, name: str, problem: str) -> None:
-        self.name, self.problem = name, problem
-        super().__init__(f"{name} {problem}")
+
+class OptionError(SpdnnError, ValueError):
+    """A bad option value, named by its keyword in an option record; the command line names
+    it by its flag instead (``as_flag``, or ``options_named_by_flag``). ``problem`` may name
+    other options as ``{name}`` when it lists them in ``refers``: each is named the same way.
+    A ``ValueError`` too, as Python's own bad arguments are."""
+
+    def __init__(self, name: str, problem: str, refers: tuple[str, ...] = ()) -> None:
+        self.name, self.problem, self.refers = name, problem, refers
+        super().__init__(self._text(False))
+
+    def _text(self, by_flag: bool) -> str:
+        problem = self.problem
+        for other in self.refers:
+            problem = problem.replace("{" + other + "}", option_name(other, by_flag))
+        return f"{option_name(self.name, by_flag)} {problem}"
 
     def __str__(self) -> str:
-        if _BY_FLAG[0]:
-            return f"--{self.name.replace('_', '-')} {self.problem}"
-        return f"{self.name} {self.problem}"
+        return self._text(_BY_FLAG[0])
 
     def as_flag(self, flags: dict[str, str] | None = None) -> SpdnnError:
         """The same error naming ``--the-flag`` (or ``flags[name]``) instead of the field."""
-        flag = (flags or {}).get(self.name, "--" + self.name.replace("_", "-"))
-        return SpdnnError(f"{flag} {self.problem}")
+        if flags and self.name in flags:
+            return SpdnnError(f"{flags[self.name]} {self._text(True).split(' ', 1)[1]}")
+        return SpdnnError(self._text(True))
 
 
 def check_type(name: str, value: object, types: type | tuple[type, ...], expected: str) -> None:

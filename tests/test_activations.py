@@ -10,13 +10,20 @@ import pytest
 
 from spdnn.io.loaders import Dataset
 from spdnn.model.activations import ACTIVATIONS, parse, parse_list
-from spdnn.model.optim import AdamWConfig, SGDConfig
+from spdnn.optim import AdamWConfig, SGDConfig
 from spdnn.reference import train
-from tests.helpers import assert_one_line_error, import_torch, run_spdnn, small_network
+from tests.helpers import (
+    LazyTorch,
+    assert_one_line_error,
+    import_torch,
+    lazy_torch,
+    run_spdnn,
+    small_network,
+)
 from tests.test_optim import _assert_same_weights, _torch_train
 
-torch = import_torch()
-nn = torch.nn
+torch = lazy_torch  # imported where a test uses it
+nn = LazyTorch("nn")
 
 # Each activation as spdnn writes it, and the torch module that computes the same.
 TORCH = {
@@ -62,6 +69,7 @@ def test_each_value_and_derivative_is_torchs(case, dtype):
 
 
 def _masked_model(net, modules):
+    import_torch()  # skips (fails under CI) without torch
     from torch.nn.utils import prune
 
     layers = []
@@ -200,3 +208,46 @@ def test_float32_gelu_is_as_close_to_the_exact_value_as_torchs(backend):
     kernels.activation_backward(parse("gelu"), g, z, ours)
     assert np.abs(g - slope_exact).max() <= max(
         np.abs(zt.grad.numpy() - slope_exact).max(), 1e-6)
+
+
+def test_a_checkpoint_resumes_only_on_the_network_it_was_written_for(tmp_path):
+    """The activations, the cap and the output activation are the network's (not options):
+    a checkpoint of a ReLU network does not resume a tanh one of the same pattern, nor a
+    capped one, even with --resume-with-changes."""
+    from dataclasses import replace
+
+    from spdnn.io.bundle import save_network
+    from spdnn.model.generate import random_network
+
+    relu = random_network([64, 24, 10], 8, seed=3)
+    save_network(relu, tmp_path / "relu.npz")
+    save_network(relu.with_activations("tanh"), tmp_path / "tanh.npz")
+    save_network(replace(relu, cap=4.0), tmp_path / "capped.npz")
+    save_network(replace(relu, output_activation="relu"), tmp_path / "out.npz")
+    ckpt = tmp_path / "ckpt"
+    common = ["train", "--data", "digits", "--epochs", "1", "--max-steps", "3"]
+    proc = run_spdnn(*common, "--network", tmp_path / "relu.npz", "--checkpoint-dir", ckpt)
+    assert proc.returncode == 0, proc.stderr
+    for name, fragment in (("tanh", "activations relu, this network has tanh"),
+                           ("capped", "cap none, this network has 4"),
+                           ("out", "output_activation linear, this network has relu")):
+        for extra in ([], ["--resume-with-changes"]):
+            proc = run_spdnn(*common, "--network", tmp_path / f"{name}.npz", "--resume", ckpt,
+                             *extra)
+            assert_one_line_error(proc, "manifest.json", fragment)
+    proc = run_spdnn(*common[:-1], "4", "--network", tmp_path / "relu.npz", "--resume", ckpt)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_relus_slope_is_torchs_at_zero_and_at_the_cap():
+    """ReLU's slope (the serial reference's; the products fuse their own) is 0 at z = 0, and
+    capped, 0 at and beyond the cap too: torch's relu and Hardtanh(0, cap) gradients."""
+    from spdnn.model.activations import parse
+
+    z = np.array([-1.0, 0.0, 0.5, 2.0, 3.0])
+    assert parse("relu").slope_of(z).tolist() == [0, 0, 1, 1, 1]
+    assert parse("relu", cap=2.0).slope_of(z).tolist() == [0, 0, 1, 0, 0]
+    g = np.full(5, 3.0)
+    parse("relu", cap=2.0).backward(g, z)
+    assert g.tolist() == [0, 0, 3, 0, 0]
+    assert parse("relu", cap=2.0).apply(z).tolist() == [0, 0, 0.5, 2, 2]

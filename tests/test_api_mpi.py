@@ -11,7 +11,7 @@ import spdnn
 from partition import partition
 from spdnn.comm.mpi import AgreedError
 from spdnn.io.loaders import load_dataset
-from spdnn.model.optim import SGDConfig
+from spdnn.optim import SGDConfig
 from spdnn.reference import accuracy
 from spdnn.reference import train as reference_train
 from tests.helpers import small_network
@@ -67,15 +67,15 @@ def test_objects_that_differ_between_ranks_are_refused(comm):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(epochs=0), "epochs must be an integer >= 1, not 0"),
-    (dict(batch_size=2.5), "batch_size must be an integer >= 1"),
+    (dict(epochs=0), "epochs must be a positive integer, not 0"),
+    (dict(batch_size=2.5), "batch_size must be a positive integer"),
     (dict(lr=float("nan")), "lr must be a finite number >= 0"),
     (dict(momentum=-0.1), "momentum must be a finite number >= 0"),
-    (dict(max_steps=0), "max_steps must be an integer >= 1"),
-    (dict(loss="hinge"), "loss must be cross_entropy or mse"),
+    (dict(max_steps=0), "max_steps must be a positive integer"),
+    (dict(loss="hinge"), "loss must be one of cross_entropy, mse"),
     (dict(critical_set=1.5), "critical_set must be a fraction in (0, 1]"),
-    (dict(checkpoint_every=5), "--checkpoint-every needs --checkpoint-dir"),
-    (dict(compress="topk:2"), "--compress"),
+    (dict(checkpoint_every=5), "checkpoint_every needs checkpoint_dir"),
+    (dict(compress="topk:2"), "compress 'topk:2': the ratio must lie in (0, 1]"),
 ])
 def test_bad_train_options_are_one_agreed_error(comm, options, message):
     net = small_network((64, 24, 10), fan_in=6, seed=3)
@@ -88,7 +88,7 @@ def test_bad_train_options_are_one_agreed_error(comm, options, message):
 
 def test_bad_run_options_are_one_agreed_error(comm):
     net = small_network((64, 24, 10), fan_in=6, seed=3)
-    with pytest.raises(AgreedError, match="exchange must be auto, dense or sparse"):
+    with pytest.raises(AgreedError, match="exchange must be one of auto, dense, sparse"):
         spdnn.infer(net, run=spdnn.RunOptions(exchange="bitmaps"), comm=comm)
 
 

@@ -206,7 +206,9 @@ def test_every_measuring_script_pins_one_thread_before_numpy_loads():
     numba pools of every core in each rank (2 ranks on 2 cores: a step many times slower, seen in
     scripts/bench/validate_model.py); the PyTorch and GraphBLAS baselines set their own threads."""
     own = {"torch_baselines.py", "torch_ddp.py", "torch_xc.py", "challenge_engines.py",
-           "bound_groups.py", "memcap.py", "harness.py", "results.py"}
+           "bound_groups.py", "memcap.py", "harness.py", "results.py",
+           "mutants.py", "option_tables.py"}  # these run tests or write docs: they measure
+    # nothing
     missing = []
     for path in sorted((ROOT / "scripts").glob("**/*.py")):
         if path.name in own:
@@ -220,20 +222,51 @@ def test_every_measuring_script_pins_one_thread_before_numpy_loads():
 
 
 def test_the_optimizers_defaults_are_written_once():
-    """An optimizer's defaults live in its config (spdnn.model.optim) alone: TrainOptions and
-    the command line leave each setting None, so a job takes the chosen optimizer's."""
+    """An optimizer's settings live in its config (spdnn.optim) alone: TrainOptions and the
+    command line have one field and one flag for each, left None, so a job takes the chosen
+    optimizer's default."""
     import spdnn
     from spdnn.cli.parser import build_parser
-    from spdnn.model.optim import OPTIMIZERS
-    from spdnn.model.records import OPTIMIZER_SETTINGS, optimizer_config
+    from spdnn.model.options import optimizer_config
+    from spdnn.optim import OPTIMIZERS, setting_options
 
     defaults = spdnn.TrainOptions()
     args = build_parser().parse_args(["train", "--network", "n.npz"])
-    for name in OPTIMIZER_SETTINGS:
+    names = set(setting_options())
+    assert names == {f for cls in OPTIMIZERS.values() for f in cls.Config.__dataclass_fields__}
+    for name in names:
         assert getattr(defaults, name) is None and getattr(args, name) is None, name
     for name, cls in OPTIMIZERS.items():
         options = spdnn.TrainOptions(optimizer=name)
         assert optimizer_config(options) == cls.Config()
+
+
+def test_every_option_is_declared_once_and_reaches_every_surface():
+    """Each option of TrainOptions and RunOptions is declared (spdnn.schema): the command
+    line's flag has its default and its check (a bad value refused by the flag, before the
+    job), and each one a checkpoint records is a manifest field."""
+    import argparse
+
+    from spdnn.cli.parser import build_parser
+    from spdnn.io.jsonfiles import manifest_file, recorded_options
+    from spdnn.model.options import RunOptions, TrainOptions
+    from spdnn.schema import options
+
+    parser = build_parser()
+    train = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+                 ).choices["train"]
+    by_dest = {a.dest: a for a in train._actions}
+    for cls in (RunOptions, TrainOptions):
+        for name, o in options(cls).items():
+            if o.cli is None or name in ("plan", "replicas", "stream_layers"):  # infer's
+                continue
+            action = by_dest[name]
+            assert o.cli in action.option_strings, name
+            if action.type is not None:
+                assert action.default == o.default, name
+    fields = set(manifest_file().__struct_fields__)
+    assert set(recorded_options()) <= fields
+    assert {"lr", "betas", "batch_size", "dtype", "dropout"} <= set(recorded_options())
 
 
 def test_public_functions_take_at_most_two_arguments_by_position():
@@ -252,3 +285,43 @@ def test_public_functions_take_at_most_two_arguments_by_position():
                               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
                 assert len(positional) <= 2, f"{module.__name__}.{name}{positional}"
 
+
+
+def test_no_module_but_the_chooser_compares_a_backends_name():
+    """The kernel backend is an object chosen once (spdnn.backends): every other
+    module of the library, the partitioner and the scripts asks it for an operation
+    (``active().op``) or a compiled half (``active().compiled``), never for its name."""
+    import re
+
+    name = r"""["'](numba|scipy)["']"""
+    compare = re.compile(rf"backend\(\)\s*[!=]=|[!=]=\s*{name}|{name}\s*[!=]=")
+    found = []
+    for pkg in (*PACKAGES, "scripts"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if path.name == "backends.py":
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if compare.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == [], found
+
+
+def test_the_scipy_backend_imports_no_numba_in_training_and_inference(tmp_path):
+    """Under SPDNN_KERNELS=scipy, training (every optimizer path, dropout, SET and RigL) and
+    inference run without loading numba: the scipy backend stands alone (the oracle, and a
+    platform without numba)."""
+    script = (
+        "import sys, numpy as np, spdnn\n"
+        "net = spdnn.random_network([64, 48, 10], fan_in=8, seed=0)\n"
+        "for o in (dict(optimizer='adam'), dict(sparse_update='rigl', update_every=5),\n"
+        "          dict(sparse_update='set', update_every=5, dropout=0.2)):\n"
+        "    spdnn.train(net, options=spdnn.TrainOptions(epochs=1, **o), verbose=False)\n"
+        "spdnn.predict(net, np.zeros((3, 64)))\n"
+        "spdnn.infer(net, verbose=False)\n"
+        "assert spdnn.kernels.backend() == 'scipy'\n"
+        "print('numba' in sys.modules)\n")
+    env = {**os.environ, "SPDNN_KERNELS": "scipy"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

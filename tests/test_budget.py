@@ -66,7 +66,7 @@ def network(tmp_path_factory):
 
 
 @pytest.mark.parametrize("limit, message", [
-    ("12X", "argument --memory-limit: not a number of bytes"),
+    ("12X", "argument --memory-limit: '12X': not a number of bytes"),
     ("20M", "--memory-limit 20.97 MB is below this rank's baseline of "),
     ("baseline + 20 MB", "rank 0: predicted peak "),  # above the baseline, below the job
 ])
@@ -105,14 +105,14 @@ def test_a_dry_run_prints_the_prediction_and_runs_nothing(network, tmp_path):
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, "4G"])
 def test_run_options_refuse_a_limit_that_is_not_a_byte_count(value):
-    from spdnn.model.records import RunOptions, check_run_options
+    from spdnn.model.options import RunOptions, check_run_options
 
     with pytest.raises(SpdnnError, match="memory_limit must be a number of bytes"):
         check_run_options(RunOptions(memory_limit=value))
 
 
 def test_the_api_takes_spdnn_threads_unless_told_otherwise(monkeypatch):
-    from spdnn.model.records import RunOptions, check_run_options, kernel_threads
+    from spdnn.model.options import RunOptions, check_run_options, kernel_threads
 
     monkeypatch.delenv("SPDNN_THREADS", raising=False)
     assert kernel_threads(RunOptions()) == 1
@@ -120,5 +120,5 @@ def test_the_api_takes_spdnn_threads_unless_told_otherwise(monkeypatch):
     assert kernel_threads(RunOptions()) == 2
     assert kernel_threads(RunOptions(threads=1)) == 1
     for bad in (0, 1.5, True):
-        with pytest.raises(SpdnnError, match="threads must be an integer"):
+        with pytest.raises(SpdnnError, match="threads must be a positive integer"):
             check_run_options(RunOptions(threads=bad))

@@ -148,8 +148,8 @@ def test_rows_read_in_bounded_blocks_equal_the_whole_layer(tmp_path, monkeypatch
     blocks: with blocks far smaller than a row, every boundary case is crossed, and the rows,
     the fingerprint and the refusals equal the whole-array answers."""
     from spdnn.io import npz
-    from spdnn.model import network as netmod
-    from spdnn.model.network import Fingerprint, check_pattern
+    from spdnn.model.csr import check_pattern
+    from spdnn.model.fingerprint import Fingerprint
 
     net = small_network(sizes=(40, 30, 20), fan_in=12, seed=3)
     path = tmp_path / "net.npz"
@@ -158,8 +158,8 @@ def test_rows_read_in_bounded_blocks_equal_the_whole_layer(tmp_path, monkeypatch
         whole = bundle.fingerprint()
         monkeypatch.setattr(npz, "RANGE_BLOCK", 5)
         monkeypatch.setattr("spdnn.io.bundle.RANGE_BLOCK", 3)
-        monkeypatch.setattr(netmod, "HASH_BLOCK", 2)
-        monkeypatch.setattr(netmod, "CHECK_BLOCK", 4)
+        monkeypatch.setattr("spdnn.model.fingerprint.HASH_BLOCK", 2)
+        monkeypatch.setattr("spdnn.model.csr.CHECK_BLOCK", 4)
         fp = Fingerprint(bundle.sizes)
         for k, layer in enumerate(net.layers, start=1):
             rows = np.array([0, 2, 3, 7, 8, 9, layer.n_out - 1])

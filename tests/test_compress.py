@@ -226,3 +226,34 @@ def test_bad_options_get_one_line_and_exit_2(tmp_path, args, message):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_compressors_numpy_passes_equal_the_compiled_ones(dtype):
+    """The scipy backend's passes (spdnn.lossy._numpy_compress) select exactly the entries
+    the numba kernels select, and their float64 statistics agree within rounding."""
+    pytest.importorskip("numba")
+    from spdnn.lossy import _numba_compress as compiled
+    from spdnn.lossy import _numpy_compress as plain
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(5000) * rng.random(5000)).astype(dtype)
+    x[::7] = 0
+    for name in ("abs_sum", "abs_moments", "abs_log_moments"):
+        np.testing.assert_allclose(getattr(plain, name)(x), getattr(compiled, name)(x),
+                                   rtol=1e-12)
+    t = plain.below(0.4, np.dtype(dtype))
+    pad = 64 // np.dtype(dtype).itemsize
+    itype = np.int32 if dtype == np.float32 else np.int64
+    got = [(np.empty(len(x) + pad, itype), np.empty(len(x) + pad, dtype)) for _ in range(2)]
+    counts = [half.select_above(x, t, *buf) for half, buf in zip((plain, compiled), got)]
+    assert counts[0] == counts[1] > 0
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a[:counts[0]], b[:counts[0]])
+    t2 = plain.below(0.9, np.dtype(dtype))
+    kept = [half.keep_above(*buf, counts[0], t2) for half, buf in zip((plain, compiled), got)]
+    assert kept[0] == kept[1] > 0
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a[:kept[0]], b[:kept[0]])
+    np.testing.assert_allclose(plain.excess_moments(got[0][1], kept[0], 0.9),
+                               compiled.excess_moments(got[1][1], kept[1], 0.9), rtol=1e-12)

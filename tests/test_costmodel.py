@@ -692,3 +692,120 @@ def test_a_calibration_grid_must_time_every_reference_batch_in_both_classes():
         CalibrationGrid(cold_reps=0)
     with pytest.raises(ValueError, match="evict_bytes must be None or 8 or more"):
         CalibrationGrid(evict_bytes=0)
+
+
+def _messages_by_definition(pattern, own_out, own_in):
+    """Each (source, destination) rank pair's rows, from the definition: a row j of layer k-1
+    goes once to every other rank that owns a row of W_k reading it."""
+    indptr, indices, _ = pattern
+    wanted = set()
+    for i in range(len(indptr) - 1):
+        for j in indices[indptr[i]:indptr[i + 1]]:
+            if own_in[j] != own_out[i]:
+                wanted.add((int(j), int(own_out[i])))
+    pairs: dict[tuple[int, int], int] = {}
+    for j, p in wanted:
+        pairs[int(own_in[j]), p] = pairs.get((int(own_in[j]), p), 0) + 1
+    return sorted(pairs.items())
+
+
+@pytest.mark.parametrize("table", [True, False])
+def test_a_layers_work_is_counted_as_defined(table, monkeypatch, backend):
+    """The workload's per-rank counts and its messages (in the runtime's posting order) match
+    a count from the definition, with the rank-pair table and without it, on either kernel
+    backend (numba's one pass, numpy's sorted pairs); P beyond a layer's rows and an empty
+    row included."""
+    import spdnn.cost.workload as wl
+
+    if not table:
+        monkeypatch.setattr(wl, "PAIR_TABLE_PARTS", 0)
+    rng = np.random.default_rng(5)
+    net = random_network([40, 30, 20, 7], 6, seed=3)
+    pats = network_patterns(net)
+    indptr, indices, shape = pats[1]
+    pats[1] = (np.concatenate([[0], indptr[1:] - indptr[1]]), indices[indptr[1]:], shape)
+    for parts in (1, 2, 3, 4, 9):
+        owners = [rng.integers(0, parts, n).astype(np.int32) for n in net.sizes]
+        for k, pattern in enumerate(pats, start=1):
+            lw = wl.layer_work(pattern, owners[k], owners[k - 1], parts)
+            want = _messages_by_definition(pattern, owners[k], owners[k - 1])
+            assert [((int(s), int(d)), int(c)) for s, d, c in
+                    zip(lw.src, lw.dst, lw.count)] == want
+            rank = np.repeat(owners[k], np.diff(pattern[0]))
+            local = owners[k - 1][pattern[1]] == rank
+            assert lw.nnz_owned.tolist() == np.bincount(rank[local], minlength=parts).tolist()
+            assert lw.nnz_ghost.tolist() == np.bincount(rank[~local], minlength=parts).tolist()
+            assert lw.rows.tolist() == np.bincount(owners[k], minlength=parts).tolist()
+            assert lw.prev_rows.tolist() == np.bincount(owners[k - 1], minlength=parts).tolist()
+            ghosts, sent = np.zeros(parts, int), np.zeros(parts, int)
+            for (s, d), c in want:
+                sent[s] += c
+                ghosts[d] += c
+            assert lw.ghosts.tolist() == ghosts.tolist() and lw.sent.tolist() == sent.tolist()
+
+
+def test_a_streamed_workload_predicts_what_the_whole_one_does(tmp_path):
+    """Read a layer at a time from the file, with the runs replayed side by side, the
+    predictions are those of the whole workload, one run at a time."""
+    from spdnn.cost.costmodel import predict_many
+    from spdnn.cost.workload import StreamedWorkload, streamed_workloads
+    from spdnn.io.bundle import NetworkBundle
+
+    net = radixnet(1024, 8)
+    save_network(net, tmp_path / "net.npz")
+    pats = network_patterns(net)
+    local = locality(pats)
+    machine = Machine(calibration(), load_cluster_dict({**CLUSTER, "ranks_per_node": 2}))
+    bundle = NetworkBundle(tmp_path / "net.npz")
+    patterns = bundle.patterns()
+    runs, want = [], []
+    plans = [partition_network(pats, parts, method=method, seed=0)
+             for method, parts in (("block", 4), ("sweep", 4), ("cyclic", 8))]
+    for plan, streamed in zip(plans, streamed_workloads(patterns, plans, local)):
+        assert isinstance(streamed, StreamedWorkload)
+        assert not any(len(lw.src) for lw in streamed.layers)  # only the counts are kept
+        whole = workload(pats, plan, local)
+        assert streamed.plan is plan
+        for replicas in (1, 2):
+            runs.append((streamed, machine, 64, replicas))
+            want.append(predict(whole, machine, 64, replicas))
+    got = predict_many(runs)
+    for g, w in zip(got, want):
+        assert (g.parts, g.replicas, g.method) == (w.parts, w.replicas, w.method)
+        assert g.to_json() == w.to_json()
+    assert got[0].exchange > 0 and got[0].seconds != got[2].seconds
+
+
+def test_a_senders_messages_leave_one_after_another_in_posting_order(backend):
+    """Expand: each source posts by destination; fold: the same messages the other way, each
+    (expand) destination posting by its destinations. Arrivals from a hand count: a sender's
+    link passes one message after another, a receiver's takes the bytes of all."""
+    from spdnn.cost._replay import StepReplay
+    from spdnn.cost.workload import LayerWork, Workload
+
+    z = np.zeros(4, dtype=np.int64)
+    # Expand messages (source, destination, rows), sorted as the runtime posts them.
+    src, dst, count = [0, 0, 1, 2], [1, 3, 3, 0], [3000, 5000, 7000, 11000]
+    lw = LayerWork(rows=z + 1, prev_rows=z + 1, nnz_owned=z, nnz_ghost=z, ghosts=z, sent=z,
+                   src=np.array(src), dst=np.array(dst), count=np.array(count))
+    work = Workload(parts=4, sizes=(4, 4), method="test", layers=(lw,))
+    machine = Machine(calibration(), None)
+    step = StepReplay(work, machine, 8, 1, "float32")
+    net = machine.calibration.network
+    post = np.array([1.0, 2.0, 4.0, 8.0]) * 1e-5  # about one message's transfer
+
+    def by_hand(messages):
+        t = {c: float(net.transfer(c * 8 * 4)) for c in count}
+        ready, start, into, busy = np.full(4, -np.inf), np.full(4, np.inf), np.zeros(4), {}
+        for s, d, c in messages:  # in posting order
+            busy[s] = busy.get(s, 0.0) + t[c]
+            ready[d] = max(ready[d], post[s] + net.latency_s + busy[s])
+            start[d] = min(start[d], post[s] + net.latency_s)
+            into[d] += t[c]
+        return np.where(np.isfinite(start), np.maximum(ready, start + into), ready)
+
+    forward = by_hand(zip(src, dst, count))
+    backward = by_hand([(1, 0, 3000), (3, 0, 5000), (3, 1, 7000), (0, 2, 11000)])
+    assert step.arrivals(lw, True, post) == pytest.approx(forward, rel=1e-12)
+    assert step.arrivals(lw, False, post) == pytest.approx(backward, rel=1e-12)
+    assert not np.allclose(forward[np.isfinite(forward)], backward[np.isfinite(forward)])

@@ -217,3 +217,24 @@ def test_a_standard_output_that_fails_loses_no_file(tmp_path, sink, code, line):
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
     assert err[:-1] == ([] if line is None else [err[0]]) and (line is None or line in err[0])
     assert (tmp_path / "t.npz").is_file()
+
+
+@pytest.mark.parametrize("failing", ["--metrics-out", "--save-plan"])
+def test_an_output_that_cannot_be_written_takes_the_others_with_it(tmp_path, failing):
+    """--save, --save-plan and --metrics-out appear together or not at all: a later one that
+    cannot be written (/dev/full) leaves no --save file behind, one line, exit 2."""
+    from tests.helpers import assert_one_line_error, run_spdnn
+
+    save_network(random_network([64, 32, 10], 8, seed=0), tmp_path / "n.npz")
+    outputs = {"--metrics-out": tmp_path / "m.json", "--save-plan": tmp_path / "p.npz"}
+    outputs[failing] = "/dev/full"
+    proc = run_spdnn("train", "--network", tmp_path / "n.npz", "--data", "digits", "--epochs",
+                     "1", "--max-steps", "3", "--sparse-update", "set", "--update-every", "2",
+                     "--save", tmp_path / "t.npz", *[a for kv in outputs.items() for a in kv])
+    assert_one_line_error(proc, "/dev/full", "No space left on device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.npz"]
+    proc = run_spdnn("train", "--network", tmp_path / "n.npz", "--data", "digits", "--epochs",
+                     "1", "--max-steps", "3", "--save", tmp_path / "t.npz", "--metrics-out",
+                     tmp_path / "m.json")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "n.npz", "t.npz"]

@@ -135,7 +135,7 @@ def test_exact_sweeps_argument(tmp_path):
     save_network(small_network((12, 10, 8)), tmp_path / "net.npz")
     proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz",
                      "--exact-sweeps", "-1", module="partition")
-    assert_one_line_error(proc, "--exact-sweeps must be an integer >= 0, not -1")
+    assert_one_line_error(proc, "--exact-sweeps: must be an integer >= 0, not -1")
     proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz",
                      "--exact-sweeps", "1", "--verbose", module="partition")
     assert proc.returncode == 0, proc.stderr

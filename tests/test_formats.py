@@ -275,7 +275,7 @@ def test_values_beyond_float32_are_one_line_in_every_format(tmp_path):
     (tmp_path / "gc" / "n2-l1.tsv").write_text("1\t1\t1e39\n2\t2\t1\n")
     for args, name in ((["mtx", tmp_path / "w.mtx"], "w.mtx"),
                        (["graphchallenge", tmp_path / "gc", "--layers", "1"], "n2-l1.tsv")):
-        proc = run_spdnn("convert", *args, "-o", tmp_path / "n.npz")
+        proc = run_spdnn("convert", *args, "--dtype", "float32", "-o", tmp_path / "n.npz")
         assert_one_line_error(proc, name, "beyond the float32 range")
         assert not (tmp_path / "n.npz").exists()
         proc = run_spdnn("convert", *args, "--dtype", "float64", "-o", tmp_path / "n.npz")
@@ -302,14 +302,14 @@ def test_deeply_nested_json_is_one_line_in_every_reader(tmp_path):
     InputError each, not a RecursionError."""
     import struct
 
-    from spdnn.io.jsonfiles import ManifestFile
+    from spdnn.io.jsonfiles import manifest_file
     from spdnn.io.jsonread import read
     from spdnn.io.safetensors import SafetensorsFile
 
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "m.json").write_text(deep)
     with pytest.raises(InputError, match="nested too deeply"):
-        read(tmp_path / "m.json", ManifestFile)
+        read(tmp_path / "m.json", manifest_file())
     raw = deep.encode()
     (tmp_path / "s.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
     with pytest.raises(InputError, match="nested too deeply"):
@@ -330,7 +330,7 @@ def test_an_input_that_never_ends_is_refused_before_it_is_read(tmp_path):
     """/dev/zero and a FIFO given where spdnn reads a file (a network, a plan, data, images,
     safetensors, a JSON file): one line naming it, at once, not a read without end (a FIFO
     with no writer would block the open itself)."""
-    from spdnn.io.jsonfiles import ManifestFile
+    from spdnn.io.jsonfiles import manifest_file
     from spdnn.io.jsonread import read
     from tests.helpers import assert_one_line_error, run_spdnn
 
@@ -352,4 +352,4 @@ def test_an_input_that_never_ends_is_refused_before_it_is_read(tmp_path):
                          timeout=30)
         assert_one_line_error(proc, str(endless), "is not a regular file")
         with pytest.raises(InputError, match="is not a regular file"):
-            read(endless, ManifestFile)
+            read(endless, manifest_file())

@@ -42,7 +42,7 @@ def case_files(comm, mpi_tmp_path) -> Path:
         from spdnn.io.bundle import save_network
         from spdnn.io.formats import write_categories, write_triples
         from spdnn.io.planfile import save_plan
-        from spdnn.model.records import RunOptions, TrainOptions
+        from spdnn.model.options import RunOptions, TrainOptions
 
         d.mkdir()
         net = small_network(SIZES, dtype="float64")
@@ -182,8 +182,10 @@ def _serial_cases(d: Path, rank: int) -> list[tuple[str, str, list[object]]]:
                                        "--batch-size", "8", "--calibration", d / "machine.json",
                                        "--cluster", d / "cluster.json", "--replicas", "1,2"]),
         ("net.npz", "spdnn", ["convert", "network", net, "--to", "mtx", "-o", out / "mtx"]),
-        ("layer1.mtx", "spdnn", ["convert", "mtx", d / "layer1.mtx", "-o", out / "c.npz"]),
-        ("gc/n12-l1.tsv", "spdnn", ["convert", "graphchallenge", d / "gc", "--bias", "-0.3",
+        ("layer1.mtx", "spdnn", ["convert", "mtx", "--dtype", "float32",
+                                 d / "layer1.mtx", "-o", out / "c.npz"]),
+        ("gc/n12-l1.tsv", "spdnn", ["convert", "graphchallenge", "--dtype", "float32",
+                                    d / "gc", "--bias", "-0.3",
                                     "-o", out / "g.npz"]),
         ("model.safetensors", "spdnn", ["convert", "safetensors", d / "model.safetensors",
                                         "--activations", "relu", "-o", out / "s.npz"]),

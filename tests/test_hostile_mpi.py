@@ -34,7 +34,7 @@ def hostile(comm, mpi_tmp_path) -> Path:
         from spdnn.comm.mpi import Communicator
         from spdnn.io.bundle import save_network
         from spdnn.io.planfile import save_plan
-        from spdnn.model.records import TrainOptions
+        from spdnn.model.options import TrainOptions
 
         d.mkdir()
         net = small_network(SIZES)
@@ -58,7 +58,7 @@ def _run(argv: list[object], env: dict[str, str]) -> tuple[int, str]:
 
     before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    products._state["backend"] = None  # internal: SPDNN_KERNELS is read once per process
+    products.forget_backend()  # internal: SPDNN_KERNELS is read once per process
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -72,7 +72,7 @@ def _run(argv: list[object], env: dict[str, str]) -> tuple[int, str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        products._state["backend"] = None
+        products.forget_backend()
     return code, err.getvalue()
 
 

@@ -84,3 +84,28 @@ def test_messages_add_in_replica_order(dtype):
         codes, scale = _decode(m, n)
         expected += codes.astype(dtype) * dtype(scale)
     np.testing.assert_array_equal(total, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_two_bit_sums_numpy_passes_give_the_compiled_ones_bits(dtype):
+    """The scipy backend's passes (spdnn.lossy._numpy_hylo): the same statistics, message
+    bytes, residual and sums as the numba kernels, bit for bit."""
+    pytest.importorskip("numba")
+    from spdnn.lossy import _numba_hylo as compiled
+    from spdnn.lossy import _numpy_hylo as plain
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(1001).astype(dtype)
+    x[::5] = 0
+    t = dtype(0.5)
+    assert plain.above_stats(x, 0.5) == compiled.above_stats(x, 0.5)
+    xs, outs = [x.copy(), x.copy()], [np.empty(251, np.uint8), np.empty(251, np.uint8)]
+    nz = [half.quantize_pack(v, t, dtype(0.75), o) for half, v, o in
+          zip((plain, compiled), xs, outs)]
+    assert nz[0] == nz[1] > 0
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(xs[0], xs[1])
+    totals = [np.ones(1001, dtype), np.ones(1001, dtype)]
+    for half, total in zip((plain, compiled), totals):
+        half.unpack_add(outs[0], dtype(0.75), total)
+    np.testing.assert_array_equal(totals[0], totals[1])

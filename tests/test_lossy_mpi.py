@@ -122,7 +122,7 @@ def test_critical_set_is_the_same_on_every_grid(comm, mpi_tmp_path):
         np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in one_reports],
                                    rtol=1e-12)
         got = gather_network(run)
-        if comm.rank == 0:
+        if got is not None:  # rank 0 of every replica
             _assert_close(got, expected)
         run.grid.free()
 

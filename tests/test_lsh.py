@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spdnn.kernels._numba_hash import _probe
+from spdnn.kernels._numba_hashing import _probe
 from spdnn.kernels.hashing import HashFunctions, Tables
 from spdnn.kernels.lsh import (
     LshSpec,
@@ -21,7 +21,7 @@ from spdnn.kernels.lsh import (
     top_bias_rows,
 )
 from spdnn.model.labels import MultiLabels
-from spdnn.model.optim import SGD, RowGrad, SGDConfig
+from spdnn.optim import SGD, RowGrad, SGDConfig
 from spdnn.reference import lsh_tables
 from tests.helpers import launch, small_network
 
@@ -327,12 +327,12 @@ def test_rows_only_update_equals_the_dense_one_on_those_rows():
     (["--lsh", "3:4:5"], "layer 3 is beyond the network"),
     (["--lsh", "2:4:5", "--loss", "mse"], "cross_entropy"),
     (["--lsh", "2:4:5", "--rehash", "0"], "--rehash"),
-    (["--lsh-random", "5"], "need --lsh"),
-    (["--lsh-estimate-tail"], "need --lsh"),
+    (["--lsh-random", "5"], "needs --lsh"),
+    (["--lsh-estimate-tail"], "needs --lsh"),
     (["--lsh", "2:4:5", "--lsh-estimate-tail"], "needs random neurons"),
     (["--lsh", "2:4:5", "--lsh-random", "11"], "more than the output layer's 10 neurons"),
     (["--lsh", "2:4:5", "--lsh-random", "-1"], "--lsh-random"),
-    (["--lsh-top-bias", "5"], "need --lsh"),
+    (["--lsh-top-bias", "5"], "needs --lsh"),
     (["--lsh", "2:4:5", "--lsh-top-bias", "11"], "more than the output layer's 10 neurons"),
     (["--lsh", "2:4:5", "--lsh-top-bias", "x"], "--lsh-top-bias"),
 ])

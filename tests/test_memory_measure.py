@@ -131,7 +131,7 @@ def test_kernels_load_without_numbas_registries_and_the_callers_numba_is_untouch
         import spdnn.cli.thread_pools
         from spdnn.kernels import products
         from spdnn.kernels.loading import load_kernels
-        load_kernels(np.float64, training=True)
+        load_kernels(np.float64)
         lean = "numba.np.arraymath" not in sys.modules
         w = sp.random(64, 48, density=0.2, format="csr", random_state=0)
         x = np.random.default_rng(0).random((48, 5))

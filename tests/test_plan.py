@@ -37,7 +37,7 @@ def brute_force(net, owners, nparts):
 
 @pytest.mark.parametrize("nparts", [1, 2, 3, 5])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_statistics_equal_brute_force(nparts, seed):
+def test_statistics_equal_brute_force(nparts, seed, backend):
     net = small_network((15, 11, 9, 6), fan_in=5, seed=seed)
     rng = np.random.default_rng(seed)
     owners = [rng.integers(0, nparts, n).astype(np.int32) for n in net.sizes]

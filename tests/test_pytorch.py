@@ -9,9 +9,9 @@ import pytest
 import spdnn
 from spdnn import reference
 from spdnn.errors import SpdnnError
-from tests.helpers import import_torch, small_network
+from tests.helpers import lazy_torch, small_network
 
-torch = import_torch()
+torch = lazy_torch  # imported where a test uses it
 nn = torch.nn
 from torch.nn.utils import prune  # noqa: E402
 

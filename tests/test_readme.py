@@ -294,3 +294,21 @@ def test_the_module_path_check_can_fail():
         == {"spdnn.workload.locality", "spdnn.cost.workload.nothing_here"}
     assert stale_names("spdnn.cost.workload.locality, spdnn.kernels.encoding.MODES, "
                        "spdnn.data, spdnn.api.TrainResult.traffic, partition.cli") == set()
+
+
+def test_the_option_tables_are_written_from_the_declarations():
+    """docs/options.md and the option blocks of the other pages are what
+    scripts/option_tables.py writes from spdnn.schema's declarations; a changed help text
+    makes them stale."""
+    import subprocess
+    import sys
+
+    script = ROOT / "scripts" / "option_tables.py"
+    proc = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    from spdnn.model.options import TrainOptions
+    from spdnn.schema import options, table
+
+    page = (ROOT / "docs" / "options.md").read_text()
+    assert table([options(TrainOptions)["epochs"]]).splitlines()[-1] in page
+    assert "`--lr-schedule constant\\|step\\|cosine`" in page

@@ -5,7 +5,7 @@ from spdnn.io.formats import read_categories, read_inputs
 from spdnn.io.loaders import Dataset, load_digits
 from spdnn.model.batching import batch_order, columns
 from spdnn.model.ops import loss_and_gradient, output
-from spdnn.model.optim import SGDConfig, parameters
+from spdnn.optim import SGDConfig, parameters
 from spdnn.reference import backward, challenge_infer, forward, train
 from tests.helpers import small_network
 

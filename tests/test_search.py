@@ -99,10 +99,10 @@ def test_jobs_do_not_change_the_plan(net, nparts):
 
 def test_bad_time_limit_and_jobs(tmp_path):
     save_network(random_network([20, 24, 4], 4, seed=0), tmp_path / "net.npz")
-    for args, fragment in ((("--time-limit", "0"), "--time-limit must be a positive"),
-                           (("--time-limit", "nan"), "--time-limit must be a positive"),
-                           (("--time-limit", "-5"), "--time-limit must be a positive"),
-                           (("--jobs", "0"), "--jobs must be an integer >= 1, not 0")):
+    for args, fragment in ((("--time-limit", "0"), "--time-limit: must be a positive"),
+                           (("--time-limit", "nan"), "--time-limit: must be a positive"),
+                           (("--time-limit", "-5"), "--time-limit: must be a positive"),
+                           (("--jobs", "0"), "--jobs: must be a positive integer, not 0")):
         proc = run_spdnn(tmp_path / "net.npz", "-P", "2", "-o", tmp_path / "p.npz", *args,
                          module="partition")
         assert_one_line_error(proc, fragment)

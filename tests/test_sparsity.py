@@ -15,8 +15,8 @@ import pytest
 from spdnn.errors import OptionError
 from spdnn.io.bundle import save_network
 from spdnn.model.generate import random_network
-from spdnn.model.optim import SGDConfig, make, parameters
-from spdnn.model.sparsity import SparseUpdate, drop_counts, grow_draws
+from spdnn.model.sparsity import SparseUpdate, drop_counts, grow_draws, layer_draws
+from spdnn.optim import SGDConfig, make, parameters
 from spdnn.reference import layer_gradients, update_topology
 from tests.helpers import assert_one_line_error, import_torch, launch, small_network
 
@@ -52,6 +52,21 @@ def test_set_draws_depend_on_the_row_not_on_who_draws_them():
     assert np.array_equal(whole[10:20], grow_draws(3, 2, 1, rows[10:20], 0, 30))
     assert not np.array_equal(whole, grow_draws(3, 3, 1, rows, 0, 30))  # another update
     assert whole.min() >= 0 and whole.max() < 30
+
+
+def test_set_draws_are_uniform_and_near_columns_w_times_as_likely():
+    """Over 60,000 draws, every column of 30 is drawn about equally often (each count within
+    5 standard deviations of 2,000), in row scope and layer scope; with --grow-locality 4 a
+    near column is drawn 4 times as often as a far one."""
+    rows, n_in = np.arange(60_000), 30
+    counts = np.bincount(grow_draws(3, 2, 1, rows, 0, n_in), minlength=n_in)
+    assert np.all(np.abs(counts - 2000) < 5 * np.sqrt(2000))
+    cells = np.bincount(layer_draws(3, 2, 1, 0, 60_000, 20, 30) % 30, minlength=30)
+    assert np.all(np.abs(cells - 2000) < 5 * np.sqrt(2000))
+    near = np.arange(0, 30, 3)  # 10 near, 20 far: a near column's share 4 / (4 x 10 + 20)
+    counts = np.bincount(grow_draws(3, 2, 1, rows, 0, n_in, near, 4.0), minlength=n_in)
+    expected = np.where(np.isin(np.arange(n_in), near), 4.0, 1.0) * 60_000 / 60
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected))
 
 
 def _stepped(mode: str, scope: str = "row"):  # noqa: ANN202
@@ -155,7 +170,7 @@ def networks(tmp_path_factory):
 @pytest.mark.parametrize(("args", "fragments"), [
     (["--drop-fraction", "1"], ("--drop-fraction", "(0, 1)")),
     (["--drop-fraction", "0"], ("--drop-fraction", "(0, 1)")),
-    (["--update-every", "0"], ("--update-every", ">= 1")),
+    (["--update-every", "0"], ("--update-every", "must be a positive integer, not 0")),
     (["--update-until", "1.5"], ("--update-until",)),
     (["--grow-locality", "0"], ("--grow-locality", "> 0")),
     (["--replan", "often"], ("--replan", "never, auto or every:K")),
@@ -173,7 +188,7 @@ def test_bad_update_options_get_one_line(networks, args, fragments):
 
 def test_an_update_setting_without_an_update_and_a_dense_network_are_refused(networks):
     proc = launch(0, "train", "--network", networks / "sparse.npz", "--update-every", "5")
-    assert_one_line_error(proc, "--update-every", "needs sparse_update")
+    assert_one_line_error(proc, "--update-every needs --sparse-update")
     proc = launch(0, "train", "--network", networks / "dense.npz", "--sparse-update", "rigl")
     assert_one_line_error(proc, "dense.npz", "every layer is dense")
 
@@ -259,3 +274,74 @@ def test_the_saved_plan_is_for_the_final_topology(networks, tmp_path):
     clash = launch(0, "train", "--network", networks / "sparse.npz", "--plan", plan,
                    "--sparse-update", "set", "--save-plan", plan)
     assert clash.returncode == 2 and clash.stderr.count("\n") == 1, clash.stderr
+
+
+class _OneRank:
+    rank = 0
+
+    @staticmethod
+    def bcast(x):  # noqa: ANN001, ANN205
+        return x
+
+
+@pytest.mark.parametrize("pays", [False, True])
+def test_replan_auto_backs_off_while_its_checks_do_not_pay(pays):
+    """--replan auto checks after updates 1, 3, 7, 15, 31, 47 when no check pays (waits of
+    1, 2, 4, 8, 16 updates, then 16), after every update while they pay; every:K after
+    every K-th."""
+    from types import SimpleNamespace
+
+    from spdnn.model.plan import Plan
+    from spdnn.runtime import replan as rp
+
+    owners = (np.zeros(4, np.int32), np.array([0, 0, 1, 1], np.int32))
+    checks: list[int] = []
+
+    def replanner(patterns, plan_owners, parts):  # noqa: ANN001, ANN202
+        checks.append(count)
+        return plan_owners, 100 - (1000 if pays else 0)  # 1000 rows fewer pays
+
+    moves: list[int] = []
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(rp, "move_rows", lambda dnet, opt, plan: moves.append(count))
+    try:
+        dnet = SimpleNamespace(comm=_OneRank(), layers=[], dtype=np.dtype(np.float32),
+                               plan=Plan(2, owners, {"method": "block"}))
+        opt = SimpleNamespace(config=None, state_arrays=lambda config: 1)
+        for every in ("auto", "every:5"):
+            checks.clear()
+            update = SparseUpdate(mode="set", every=10, replan=every)
+            replanning = rp.Replanning(dnet, opt, update, replanner, batch=8)
+            for count in range(1, 51):
+                replanning.after(count, 100)
+            if every == "every:5":
+                assert checks == list(range(5, 51, 5))
+            elif pays:
+                assert checks == list(range(1, 51))
+            else:
+                assert checks == [1, 3, 7, 15, 31, 47]
+    finally:
+        monkey.undo()
+
+
+def test_replan_auto_counts_the_layers_a_move_rebuilds():
+    """A move pays when the rows it saves outweigh the values it carries and the values of the
+    layers it rebuilds: one neuron of 5 values moving in a 100-value layer costs 105 values
+    of 16 bytes (float32, a momentum, an index); a row a step saves 8 x 4 bytes x 10 steps."""
+    from types import SimpleNamespace
+
+    from spdnn.model.plan import Plan
+    from spdnn.runtime.replan import Replanning
+
+    indptr = np.array([0, 5] + [5 + 5 * i for i in range(1, 20)])  # 20 rows, 5 values each
+    patterns = [(indptr, np.zeros(100, np.int64), (20, 4))]
+    old = (np.zeros(4, np.int32), np.repeat(np.array([0, 1], np.int32), 10))
+    new = (old[0], old[1].copy())
+    new[1][0] = 1
+    dnet = SimpleNamespace(dtype=np.dtype(np.float32), plan=Plan(2, old, {}))
+    opt = SimpleNamespace(config=None, state_arrays=lambda config: 1)
+    replanning = Replanning(dnet, opt, SparseUpdate(mode="set", every=10, replan="auto"),
+                            lambda *a: None, batch=8)
+    assert not replanning._pays(patterns, old, 0)
+    assert not replanning._pays(patterns, new, 5)  # 1,600 B < 105 x 16 B: the rebuild counts
+    assert replanning._pays(patterns, new, 6)  # 1,920 B

@@ -250,13 +250,16 @@ def test_replanning_refines_the_plan_in_force_and_keeps_the_inputs():
     patterns = network_patterns(random_network([64, 128, 128, 32], 8, seed=7))
     owners = baseline_owners("cyclic", patterns, parts=4)
     owners[2] = np.zeros_like(owners[2])  # an update left layer 2 all on rank 0
-    refined = refine_plan(patterns, owners, 4)
+    refined, rows = refine_plan(patterns, owners, 4)
     np.testing.assert_array_equal(refined[0], owners[0])
     _assert_balanced(patterns, list(refined), 4)
+    stats = plan_statistics(patterns, list(refined), parts=4)
+    assert rows == stats.forward_total + stats.backward_total
     balanced_start = baseline_owners("cyclic", patterns, parts=4)
-    again = refine_plan(patterns, balanced_start, 4)
-    assert plan_statistics(patterns, list(again), parts=4).volume < \
-        plan_statistics(patterns, balanced_start, parts=4).volume
+    again, rows = refine_plan(patterns, balanced_start, 4)
+    stats = plan_statistics(patterns, list(again), parts=4)
+    assert rows == stats.forward_total + stats.backward_total
+    assert stats.volume < plan_statistics(patterns, balanced_start, parts=4).volume
 
 
 def test_the_command_partitions_in_windows_with_the_sweep(tmp_path):

@@ -1,5 +1,5 @@
-"""The elementwise passes of a training step (spdnn.kernels.update): every optimizer's fused
-update gives numpy's bits on either backend and at any thread count."""
+"""The optimizers' fused updates (spdnn.optim, where spdnn.kernels.update.PARALLEL applies)
+give numpy's bits on either backend and at any thread count."""
 
 from contextlib import contextmanager
 
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from spdnn.kernels import products as kernels
-from spdnn.kernels.update import PARALLEL_MIN, fused_update, sgd_rows, sgd_step
-from spdnn.model.optim import AdamConfig, AdamWConfig, RowGrad, SGDConfig, make
+from spdnn.kernels.update import PARALLEL, PARALLEL_MIN
+from spdnn.optim import AdamConfig, AdamWConfig, RowGrad, SGDConfig, make
+from spdnn.optim.sgd import step, step_rows
 
 
 def _params(dtype, seed=0):
@@ -33,7 +34,7 @@ def _assert_same_updates(config, dtype, make_grads):
     """Three steps of an optimizer's numpy form and of its fused kernel on the same
     gradients: the same bits in the parameters and in its state."""
     plain, fused = _params(dtype), _params(dtype)
-    opt_plain, opt_fused = make(config, plain), make(config, fused, fused=fused_update)
+    opt_plain, opt_fused = make(config, plain), make(config, fused, parallel=PARALLEL)
     rng = np.random.default_rng(1)
     for _ in range(3):
         grads = make_grads(plain, rng)
@@ -97,7 +98,7 @@ def test_fused_row_updates_give_numpys_bits(backend, dtype, config, threads, gra
         _assert_same_updates(config, dtype, grads)
     p = _params(dtype)[2]
     idx = np.arange(0, len(p), 2)
-    handled = sgd_rows(p, RowGrad(idx, np.ones(len(idx), dtype)), p, 0.1, 0.0, 0.0)
+    handled = step_rows(PARALLEL, p, RowGrad(idx, np.ones(len(idx), dtype)), p, 0.1, 0.0, 0.0)
     assert handled == (backend == "numba")
 
 
@@ -110,8 +111,8 @@ def test_runs_spell_out_their_entries():
 def test_fused_sgd_declines_what_it_does_not_handle(backend):
     p = np.zeros(PARALLEL_MIN, np.float32)
     g = np.ones(PARALLEL_MIN, np.float32)
-    handled = sgd_step(p, g, p, 0.1, 0.0, 0.0, False)
+    handled = step(PARALLEL, p, g, p, 0.1, 0.0, 0.0, False)
     assert handled == (backend == "numba")
-    assert not sgd_step(p, g.astype(np.float64), p, 0.1, 0.0, 0.0, False)  # mixed types
-    assert not sgd_step(p[:10], g[:10], p[:10], 0.1, 0.0, 0.0, False)  # too small for threads
-    assert not sgd_step(p[::2], g[::2], p[::2], 0.1, 0.0, 0.0, False)  # strided
+    assert not step(PARALLEL, p, g.astype(np.float64), p, 0.1, 0.0, 0.0, False)  # mixed types
+    assert not step(PARALLEL, p[:10], g[:10], p[:10], 0.1, 0.0, 0.0, False)  # too small for threads
+    assert not step(PARALLEL, p[::2], g[::2], p[::2], 0.1, 0.0, 0.0, False)  # strided

@@ -10,7 +10,7 @@ import pytest
 
 from spdnn.comm.watchdog import TIMEOUT_EXIT, Watchdog
 from spdnn.errors import SpdnnError
-from spdnn.model.records import RunOptions, check_run_options
+from spdnn.model.options import RunOptions, check_run_options
 from tests.helpers import launch
 
 
@@ -82,7 +82,7 @@ def test_other_ranks_give_rank_0_the_first_word(capsys):
 
 @pytest.mark.parametrize("value", [-1, 0.0, float("nan"), float("inf"), True, "5"])
 def test_a_bad_comm_timeout_in_run_options_is_refused(value):
-    with pytest.raises(SpdnnError, match="comm_timeout must be a positive number"):
+    with pytest.raises(SpdnnError, match="comm_timeout must be a finite number > 0"):
         check_run_options(RunOptions(comm_timeout=value))
 
 

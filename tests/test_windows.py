@@ -129,7 +129,7 @@ def test_cli_partitions_in_windows_under_a_memory_limit(tmp_path):
     for args, fragments in (
             (("--memory-limit", "lots"), ("--memory-limit 'lots'", "not a number of bytes")),
             (("--memory-limit", "1M", "--window-layers", "1"), ("plan alone needs",)),
-            (("--window-layers", "0"), ("--window-layers must be an integer >= 1, not 0",)),
+            (("--window-layers", "0"), ("--window-layers: must be a positive integer, not 0",)),
             (("--window-layers", "1", "--exact-sweeps", "1"), ("do not run in windows",))):
         proc = run_cli(tmp_path / "net.npz", "-P", "3", "-o", tmp_path / "bad.npz", *args,
                        module="partition")

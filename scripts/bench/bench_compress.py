@@ -45,7 +45,7 @@ def record(steps: int) -> tuple[list[list[np.ndarray]], str]:
     from spdnn.io.loaders import load_dataset
     from spdnn.model.batching import batch_order, batches, columns
     from spdnn.model.generate import random_network
-    from spdnn.model.optim import SGD, SGDConfig, interleave
+    from spdnn.optim import SGD, SGDConfig, interleave
     from spdnn.runtime.session import open_network
 
     mnist = SHARED / "mnist"

@@ -47,7 +47,8 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
                     f"maintained {kept_up / fresh:.2f}x, kept {kept / fresh:.2f}x of fresh"),
         summary_row(f"{name} on 4096 -> 16384 x 3, {r['updates']} updates at P = {r['P']}: the "
                     "updates' share of the training time",
-                    f"{r['update share, maintained']} (maintained); "
+                    f"{r['update share, maintained']} (maintained; of it the replans "
+                    f"{r['replan share']}, {r['checks']} checks); "
                     f"{r['update share, kept']} (kept)", "-", "-"),
     ]
 
@@ -110,12 +111,15 @@ def main() -> int:
     ups = upkeep["topology_updates"]
     up_train = sum(e["seconds"] for e in upkeep["epochs"])
     up_s = sum(u["seconds"] for u in ups)
+    replan_s = sum(u["replan_seconds"] for u in ups)
     name = {"rigl": "RigL", "set": "SET"}[args.mode]
     row = [name, str(args.ranks), str(len(kept_ups)), f"{kept_ups[0]['rows_before']:,}",
            f"{kept_ups[-1]['rows_per_step']:,}", f"{ups[-1]['rows_per_step']:,}",
            f"{fresh_rows:,}", str(sum(u["replanned"] for u in ups)),
+           str(sum(1 for u in ups if u["rows_moved"])),
            f"{sum(u['rows_moved'] for u in ups):,}",
-           f"{100 * kept_up / kept_train:.1f}%", f"{100 * up_s / up_train:.1f}%"]
+           f"{100 * kept_up / kept_train:.1f}%", f"{100 * up_s / up_train:.1f}%",
+           f"{100 * replan_s / up_train:.2f}%"]
     body = ("Command: `python scripts/bench/bench_drift.py --mode " + args.mode + " --ranks "
             + str(args.ranks) + " --updates " + str(args.updates) + "`. " + name
             + " every 100 steps (fraction 0.3, cosine to zero at the last step), batch 256, "
@@ -123,10 +127,13 @@ def main() -> int:
             "first plan in force throughout "
             "(`--replan never`); maintained: `--replan auto`; fresh: `spdnn-partition` of the "
             "final network; update share: the updates' seconds (with their replans) over the "
-            f"training's. float32, one thread per rank, on {os.cpu_count()} cores.\n\n"
+            "training's; replan share: the replans' seconds (`replan_seconds`: gathering the "
+            "patterns, the refinement, the move) over the training's, in the maintained run. "
+            f"float32, one thread per rank, on {os.cpu_count()} cores.\n\n"
             + table(["mode", "P", "updates", "rows a step, start", "rows a step, first plan kept",
-                     "rows a step, maintained plan", "rows a step, fresh plan", "replans",
-                     "neurons moved", "update share, kept", "update share, maintained"],
+                     "rows a step, maintained plan", "rows a step, fresh plan", "checks",
+                     "moves", "neurons moved", "update share, kept",
+                     "update share, maintained", "replan share"],
                     [row]))
     publish(args, f"dynamic-sparsity-drift-{args.mode}",
             f"The plan as {name} drifts the topology", body,

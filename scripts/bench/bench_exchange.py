@@ -142,12 +142,12 @@ def kernel_rows(repeats: int) -> list[list[str]]:
             x[rng.random(x.shape) < at_cap] = 32
             rows = np.sort(rng.choice(1024, 300, replace=False)).astype(np.int64)
             cells = [label, np.dtype(dtype).name]
+            per_backend = {}
             for backend in ("numba", "scipy"):
                 kernels.set_backend(backend)
-                per = _time_encoders(x, rows, repeats)
-                if backend == "numba":
-                    cells.append(f"{per['take']:.2f}")
-                cells.append(" / ".join(f"{per[k]:.2f}" for k in steps))
+                per_backend[backend] = _time_encoders(x, rows, repeats)
+            cells.append(f"{per_backend['numba']['take']:.2f}")
+            cells += [" / ".join(f"{per[k]:.2f}" for k in steps) for per in per_backend.values()]
             kernels.set_backend("numba")
             out.append(cells)
             print(" | ".join(cells), flush=True)

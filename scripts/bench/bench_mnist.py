@@ -49,7 +49,7 @@ def reference_accuracies(net_file: Path, data_dir: Path, epochs: int) -> list[fl
     from spdnn import reference
     from spdnn.io.bundle import load_network
     from spdnn.io.loaders import load_dataset
-    from spdnn.model.optim import SGDConfig
+    from spdnn.optim import SGDConfig
 
     net = load_network(net_file)
     data = load_dataset(f"mnist:{data_dir}", "float32")

@@ -49,7 +49,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 def mnist_pruned() -> Network | None:
     from spdnn.io.loaders import load_mnist
-    from spdnn.model.optim import SGDConfig
+    from spdnn.optim import SGDConfig
     from spdnn.reference import train
 
     if not (SHARED / "mnist").is_dir():

@@ -53,8 +53,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker == "spdnn":
         from spdnn.comm.mpi import Communicator
         from spdnn.kernels import products as kernels
-        from spdnn.kernels.update import fused_update
-        from spdnn.model.optim import config_of, interleave, make
+        from spdnn.kernels.update import PARALLEL
+        from spdnn.optim import config_of, interleave, make
         from spdnn.runtime.session import open_network
 
         kernels.set_threads(args.threads)
@@ -67,7 +67,7 @@ def worker(args: argparse.Namespace) -> None:
         # as `spdnn train` makes it: SGD with momentum 0.9, or another optimizer's defaults
         config = config_of("sgd", lr=0.01, momentum=0.9) if args.optimizer == "sgd" else \
             config_of(args.optimizer)
-        opt = make(config, dnet.parameters(), fused=fused_update)
+        opt = make(config, dnet.parameters(), parallel=PARALLEL)
         parts = []
 
         def step() -> None:

@@ -51,7 +51,7 @@ def worker(args: argparse.Namespace) -> None:
     """One configuration's median step (the parent imported spdnn first, so BLAS and numba
     run one thread per rank here too: the pinned variables are inherited)."""
     from spdnn.comm.mpi import Communicator
-    from spdnn.model.optim import SGD, SGDConfig, interleave
+    from spdnn.optim import SGD, SGDConfig, interleave
     from spdnn.runtime.session import open_network
 
     comm = Communicator()

@@ -7,7 +7,7 @@ examples:
       --momentum 0.9 --save trained.npz
   spdnn infer --network trained.npz --inputs digits
   spdnn convert graphchallenge ../shared/data/graphchallenge/neuron1024 --bias -0.3 --cap 32 \\
-      -o gc1024.npz
+      --dtype float32 -o gc1024.npz
   spdnn infer --network gc1024.npz \\
       --inputs ../shared/data/graphchallenge/sparse-images-1024_subset.mtx \\
       --categories-out categories.tsv
@@ -17,8 +17,8 @@ EXAMPLES_BY_COMMAND = {
     "convert": """\
 examples:
   spdnn convert graphchallenge ../shared/data/graphchallenge/neuron1024 --bias -0.3 --cap 32 \\
-      -o gc1024.npz
-  spdnn convert mtx layer1.mtx layer2.mtx --bias 0 -o net.npz
+      --dtype float32 -o gc1024.npz
+  spdnn convert mtx layer1.mtx layer2.mtx --bias 0 --dtype float32 -o net.npz
   spdnn convert network net.npz --to mtx -o net-mtx/
   spdnn convert safetensors pruned_mlp.safetensors --layers fc1,fc2,fc3 -o mlp.npz
   spdnn convert network trained.npz --to safetensors -o trained.safetensors

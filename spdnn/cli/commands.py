@@ -30,7 +30,7 @@ def cmd_convert(args: argparse.Namespace) -> None:
     from spdnn.io.bundle import load_network, save_network
     from spdnn.io.formats import read_sparse_matrix, write_mtx
     from spdnn.io.graphchallenge import read_graphchallenge, write_graphchallenge
-    from spdnn.io.safetensors import read_safetensors, write_safetensors
+    from spdnn.io.safetensors import FROM_FILE, read_safetensors, write_safetensors
     from spdnn.jobs.progress import Progress
     from spdnn.model.network import Layer, Network
 
@@ -43,11 +43,15 @@ def cmd_convert(args: argparse.Namespace) -> None:
         check_outputs([("-o", args.output)], inputs=[("the input", f) for f in args.inputs])
     else:
         check_outputs([], [("-o", args.output)])
+    if args.dtype is None and args.source in ("graphchallenge", "mtx"):
+        raise InputError(args.inputs[0], "text values declare no value type: give --dtype "
+                                         "float32 or float64")
     if args.source == "graphchallenge":
         if len(args.inputs) != 1:
             raise InputError(args.inputs[1], "graphchallenge takes one directory")
         bar = Progress("reading layers", args.layers or 1)
-        net = read_graphchallenge(args.inputs[0], args.bias, args.cap, count, args.dtype,
+        net = read_graphchallenge(args.inputs[0], args.bias, getattr(args, "cap", None), count,
+                                  args.dtype,
                                   progress=lambda k, n: (setattr(bar, "total", n),
                                                          bar.update(k)))
         bar.close()
@@ -61,15 +65,15 @@ def cmd_convert(args: argparse.Namespace) -> None:
             layers.append(Layer.from_arrays(w.indptr, w.indices, w.data, w.shape,
                                             np.full(w.shape[0], float(args.bias)), f,
                                             f"layer {k}", args.dtype))
-        net = Network(layers=tuple(layers), cap=args.cap,
+        net = Network(layers=tuple(layers), cap=getattr(args, "cap", None),
                       output_activation=args.output_activation or "linear")
         net.validate(" ".join(args.inputs))
     elif args.source == "safetensors":
         if len(args.inputs) != 1:
             raise InputError(args.inputs[1], "safetensors takes one file")
-        net = read_safetensors(args.inputs[0], names if args.to == "network" else None,
-                               args.dtype, args.cap, args.output_activation or "linear",
-                               args.activations)
+        net = read_safetensors(args.inputs[0], names, args.dtype,
+                               getattr(args, "cap", FROM_FILE),
+                               args.output_activation or FROM_FILE, args.activations)
     else:
         net = load_network(args.inputs[0], args.dtype)
     if count is not None and args.source in ("safetensors", "network"):
@@ -189,29 +193,20 @@ def collectively(body: Callable[[Any, argparse.Namespace], int]
 
 
 def _run_options(args: argparse.Namespace) -> Any:  # noqa: ANN401 (a RunOptions)
-    from spdnn.model.records import RunOptions
+    from spdnn.model.options import RunOptions
+    from spdnn.schema import from_args
 
     plans = args.plan if isinstance(args.plan, list) else ([args.plan] if args.plan else [])
-    return RunOptions(plan=plans[0] if plans else None, plans=tuple(plans[1:]),
-                      replicas=args.replicas, calibration=getattr(args, "calibration", None),
-                      cluster=getattr(args, "cluster", None), dtype=args.dtype,
-                      exchange=args.exchange, threads=args.threads,
-                      comm_timeout=args.comm_timeout or None,
-                      memory_limit=args.memory_limit, dry_run=args.dry_run,
-                      stream_layers=getattr(args, "stream_layers", None))
+    return from_args(RunOptions, args, plan=plans[0] if plans else None, plans=tuple(plans[1:]))
 
 
 @collectively
 def cmd_train(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
-    from dataclasses import fields
-
     from spdnn.api import train
-    from spdnn.model.records import TrainOptions, check_train_options
+    from spdnn.model.options import TrainOptions, check_train_options
+    from spdnn.schema import from_args
 
-    # Every option of the record whose flag the parser has, under the same name.
-    given = {f.name: getattr(args, f.name) for f in fields(TrainOptions) if hasattr(args, f.name)}
-    options = TrainOptions(**{**given, "shuffle": not args.no_shuffle})
-
+    options = from_args(TrainOptions, args)
     comm.check(lambda: check_train_options(options))  # named by their flags here
     with _dry_run(comm):
         train(args.network, data=args.data, run=_run_options(args), options=options,

@@ -8,7 +8,6 @@ launcher's rank 0 (read from the launcher's environment, before MPI starts) prin
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from typing import NoReturn
@@ -80,63 +79,16 @@ def seed(text: str) -> int:
     return _integer(text, 0, "an integer >= 0")
 
 
-def memory_limit(text: str) -> int:
-    """``--memory-limit``: bytes with K, M or G, or ``none`` (0)."""
-    from spdnn.comm.memlimit import parse_bytes
-
-    try:
-        return parse_bytes(text)
-    except SpdnnError as exc:
-        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
 
-def non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
-    return value
 
 
-def betas(text: str) -> tuple[float, ...]:
-    """``--betas B1,B2``: numbers (their range is the optimizer's check)."""
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be two numbers B1,B2, not {text}") from None
 
 
-def rates(text: str) -> float | tuple[float, ...]:
-    """``--dropout P`` or ``P1,P2,...``: numbers (their range is dropout's check)."""
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a rate or rates P1,P2,..., not {text}"
-                                         ) from None
-    return values[0] if len(values) == 1 else values
 
 
-def fraction(text: str) -> float:
-    """A number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], not {text}")
-    return value
 
 
-def step_or_fraction(text: str) -> int | float:
-    """``--update-until``: a step (digits: ``3000``) or a fraction of the job's steps
-    (``0.75``); the range is the update's check."""
-    try:
-        return int(text) if text.strip().isdigit() else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a step or a fraction of the job's steps, "
-                                         f"not {text}") from None
 
 
 def fan_ins(text: str) -> int | list[int]:
@@ -180,7 +132,3 @@ def cap(text: str) -> float | None:
     """``--cap``: a number, or none."""
     return None if text.lower() in ("none", "null", "") else float(text)
 
-
-def replica_count(text: str) -> int | str:
-    """``--replicas``: a count, or auto."""
-    return "auto" if text == "auto" else positive_int(text)

@@ -18,7 +18,7 @@ from spdnn.cost.machine import SCALE_KEYS, Calibration, KernelTable, Scales
 from spdnn.io.bundle import save_network
 from spdnn.kernels import products as kernels
 from spdnn.model.generate import fixed_fan_in
-from spdnn.model.optim import SGD, SGDConfig, interleave
+from spdnn.optim import SGD, SGDConfig, interleave
 
 
 def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spdnn.backends import active
 from spdnn.cost.cluster import Machine, allreduce_latency, allreduce_seconds
 from spdnn.cost.workload import LayerWork, Workload
 
@@ -40,6 +41,13 @@ class StepReplay:
         self.clock, self.compute = np.zeros(n), np.zeros(n)
         self.kernel_time, self.exch, self.grad = np.zeros(n), np.zeros(n), np.zeros(n)
         self.layers = [{"forward": 0.0, "backward": 0.0} for _ in work.layers]
+        # The backward pass: per rank, the seconds so far in which MPI was called (the
+        # gradient sums advance only then), when the sums started so far would be done in
+        # them, and the sums' link time and stack CPU.
+        self.stages = machine.gradient_sum_stages(n, replicas, self.active) \
+            if replicas > 1 else None
+        self.progress, self.queue = np.zeros(n), np.zeros(n)
+        self.sums_s, self.sums_cpu = np.zeros(n), np.zeros(n)
 
     def kern(self, name: str, layer: int, nnz: np.ndarray, buf: np.ndarray, read: np.ndarray,
              extra: np.ndarray | float = 0.0, dense: np.ndarray | None = None) -> np.ndarray:
@@ -64,26 +72,13 @@ class StepReplay:
         ``t_post`` of their sender."""
         n, node = self.n, self.node
         src, dst = (lw.src, lw.dst) if forward else (lw.dst, lw.src)
-        ready = np.full(n, -np.inf)
         if len(src) == 0:
-            return ready
+            return np.full(n, -np.inf)
         nbytes = lw.count * self.b * self.item
         lat, tt = self.machine.link(nbytes, node[src] == node[dst], self.active)
-        order = np.lexsort((dst, src))
-        s, d, la, tt = src[order], dst[order], lat[order], tt[order]
-        # A sender's messages leave one after another through its link.
-        cum = np.cumsum(tt)
-        first = np.searchsorted(s, s, side="left")
-        before = np.where(first > 0, cum[first - 1], 0.0)
-        arrive = t_post[s] + la + (cum - before)
-        np.maximum.at(ready, d, arrive)
-        # ...and a receiver's bytes come in through its own.
-        recv_time = np.bincount(d, weights=tt, minlength=n)
-        start = np.full(n, np.inf)
-        np.minimum.at(start, d, t_post[s] + la)
-        has = np.isfinite(start)
-        ready[has] = np.maximum(ready[has], start[has] + recv_time[has])
-        return ready
+        passes = active().passes("spdnn.cost._workload_kernels", "spdnn.cost._arrivals_numpy")
+        return passes.arrivals(src, dst, np.asarray(lat, float), np.asarray(tt, float),
+                               np.asarray(t_post, float), n)
 
     def messages(self, lw: LayerWork, forward: bool) -> np.ndarray:
         """Each rank's CPU time for its messages of one exchange: the software cost per
@@ -117,24 +112,27 @@ class StepReplay:
     def forward(self) -> None:
         """Each layer: post the expand, the owned columns' product while it travels, wait,
         the ghost columns' product."""
+        for i in range(len(self.work.layers)):
+            self.forward_layer(i, self.work.layer(i))
+
+    def forward_layer(self, i: int, lw: LayerWork) -> None:
         b, item, rt = self.b, self.item, self.rt
-        for i, lw in enumerate(self.work.layers):
-            t0 = self.clock.copy()
-            buf = lw.buffer_rows
-            post = self.messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
-            own = rt["layer_forward_s"] + self.kern(
-                "forward", i, lw.nnz_owned, buf, lw.prev_rows,
-                dense=lw.nnz_owned == lw.rows * lw.prev_rows)
-            ghost = self.kern("forward", i, lw.nnz_ghost, buf, lw.ghosts,
-                              dense=lw.nnz_ghost == lw.rows * lw.ghosts)
-            ready = self.arrivals(lw, True, self.clock + post)
-            stack = self.stack(lw)
-            done_own = self.clock + post + own + stack
-            start = np.maximum(done_own, ready)
-            self.clock = start + ghost
-            self.compute += own + ghost
-            self.exch += post + stack + (start - done_own)
-            self.layers[i]["forward"] = float(np.max(self.clock - t0))
+        t0 = self.clock.copy()
+        buf = lw.buffer_rows
+        post = self.messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
+        own = rt["layer_forward_s"] + self.kern(
+            "forward", i, lw.nnz_owned, buf, lw.prev_rows,
+            dense=lw.nnz_owned == lw.rows * lw.prev_rows)
+        ghost = self.kern("forward", i, lw.nnz_ghost, buf, lw.ghosts,
+                          dense=lw.nnz_ghost == lw.rows * lw.ghosts)
+        ready = self.arrivals(lw, True, self.clock + post)
+        stack = self.stack(lw)
+        done_own = self.clock + post + own + stack
+        start = np.maximum(done_own, ready)
+        self.clock = start + ghost
+        self.compute += own + ghost
+        self.exch += post + stack + (start - done_own)
+        self.layers[i]["forward"] = float(np.max(self.clock - t0))
 
     def loss(self) -> None:
         """The small all-reduces over the parts, where every clock meets, and the softmax."""
@@ -150,65 +148,69 @@ class StepReplay:
         """Each layer from the last: the ghost rows' products, post the fold, the owned rows',
         wait for the partial sums and add them; the layer's gradient sums over the replicas
         queue up and advance only while MPI is called; what is left runs at the end."""
-        n, b, rt, ew, item = self.n, self.b, self.rt, self.ew, self.item
-        stages = self.machine.gradient_sum_stages(n, self.replicas, self.active) \
-            if self.replicas > 1 else None
-        # Per rank: seconds so far in which MPI was called (the sums advance only then), and
-        # in those seconds, when the sums started so far would be done.
-        progress, queue = np.zeros(n), np.zeros(n)
-        sums_s, sums_cpu = np.zeros(n), np.zeros(n)  # the sums' link time and stack CPU
         for i in range(len(self.work.layers) - 1, -1, -1):
-            lw, t0, clock = self.work.layers[i], self.clock.copy(), self.clock
-            buf = lw.buffer_rows
-            dense = lw.nnz == lw.rows * buf  # the whole local layer: its transpose too
-            if i == 0:
-                work_s = rt["layer_backward_s"] + self.kern("gradient", i, lw.nnz, buf, buf,
-                                                            lw.rows * b * ew, dense)
-                self.clock = clock + work_s
-                self.compute += work_s
-            else:
-                ghost = rt["layer_backward_s"] + self.kern(
-                    "backward", i, lw.nnz_ghost, buf, lw.ghosts, lw.rows * b * ew, dense)
-                post = self.messages(lw, False)
-                own = self.kern("backward", i, lw.nnz_owned, buf, lw.prev_rows,
-                                lw.prev_rows * b * ew, dense)
-                ready = self.arrivals(lw, False, clock + ghost + post)
-                stack = self.stack(lw)
-                done_own = clock + ghost + post + own + stack
-                start = np.maximum(done_own, ready)
-                # MPI is called between the owned rows' chunks and in the wait: the sums move.
-                folds = (np.bincount(lw.src, minlength=n)
-                         + np.bincount(lw.dst, minlength=n)) > 0
-                progress += np.where(folds, start - (clock + ghost + post), 0.0)
-                add = lw.sent * b * ew
-                self.kernel_time += add
-                self.clock = start + add
-                self.compute += ghost + own + add
-                self.exch += post + stack + (start - done_own)
-            if stages is not None:
-                # One after another, in the time MPI is called (``progress``) from here on.
-                seconds = np.array([sum(
-                    allreduce_seconds(v * share, ranks, net, e * 1e9 / item, self.measured)
-                    for net, ranks, share in stages for v in arrays)
-                    for arrays, e in zip(zip(lw.nnz * item, lw.rows * item), ew)])
-                queue = np.maximum(queue, progress) + seconds
-                sums_s += seconds
-                # Across nodes, the stack's CPU time (each rank sends and receives about twice
-                # its share of the bytes), charged below where the sums overlap work.
-                sums_cpu += (lw.nnz + lw.rows) * item * sum(
-                    4 * (ranks - 1) / ranks * share * net.cpu_ns_per_byte * 1e-9
-                    for net, ranks, share in stages)
-            self.layers[i]["backward"] = float(np.max(self.clock - t0))
+            self.backward_layer(i, self.work.layer(i))
+        self.backward_end()
+
+    def backward_layer(self, i: int, lw: LayerWork) -> None:
+        """Layer i+1 of the backward pass (called from the last layer down)."""
+        b, rt, ew, item = self.b, self.rt, self.ew, self.item
+        stages = self.stages
+        t0, clock = self.clock.copy(), self.clock
+        buf = lw.buffer_rows
+        dense = lw.nnz == lw.rows * buf  # the whole local layer: its transpose too
+        if i == 0:
+            work_s = rt["layer_backward_s"] + self.kern("gradient", i, lw.nnz, buf, buf,
+                                                        lw.rows * b * ew, dense)
+            self.clock = clock + work_s
+            self.compute += work_s
+        else:
+            ghost = rt["layer_backward_s"] + self.kern(
+                "backward", i, lw.nnz_ghost, buf, lw.ghosts, lw.rows * b * ew, dense)
+            post = self.messages(lw, False)
+            own = self.kern("backward", i, lw.nnz_owned, buf, lw.prev_rows,
+                            lw.prev_rows * b * ew, dense)
+            ready = self.arrivals(lw, False, clock + ghost + post)
+            stack = self.stack(lw)
+            done_own = clock + ghost + post + own + stack
+            start = np.maximum(done_own, ready)
+            # MPI is called between the owned rows' chunks and in the wait: the sums move.
+            folds = (lw.sent + lw.ghosts) > 0
+            self.progress += np.where(folds, start - (clock + ghost + post), 0.0)
+            add = lw.sent * b * ew
+            self.kernel_time += add
+            self.clock = start + add
+            self.compute += ghost + own + add
+            self.exch += post + stack + (start - done_own)
         if stages is not None:
-            left = np.maximum(queue - progress, 0.0)  # no MPI call since: they run now
-            # The stack's CPU time slows the work only for the part of the sums that moved
-            # while there was work (in MPI calls between its chunks); in the final wait the
-            # core is idle, and the sums' measured time already holds the stack. Pure data
-            # parallelism calls MPI only there: charged in full, 1 x 2 was over-predicted.
-            overlapped = np.where(sums_s > 0, 1 - left / np.maximum(sums_s, 1e-300), 0.0)
-            stack = sums_cpu * np.clip(overlapped, 0.0, 1.0)
-            self.grad += left + rt["collective_s"] + stack
-            self.clock = self.clock + left + rt["collective_s"] + stack
+            # One after another, in the time MPI is called (``progress``) from here on.
+            seconds = np.array([sum(
+                allreduce_seconds(v * share, ranks, net, e * 1e9 / item, self.measured)
+                for net, ranks, share in stages for v in arrays)
+                for arrays, e in zip(zip(lw.nnz * item, lw.rows * item), ew)])
+            self.queue = np.maximum(self.queue, self.progress) + seconds
+            self.sums_s += seconds
+            # Across nodes, the stack's CPU time (each rank sends and receives about twice
+            # its share of the bytes), charged below where the sums overlap work.
+            self.sums_cpu += (lw.nnz + lw.rows) * item * sum(
+                4 * (ranks - 1) / ranks * share * net.cpu_ns_per_byte * 1e-9
+                for net, ranks, share in stages)
+        self.layers[i]["backward"] = float(np.max(self.clock - t0))
+
+    def backward_end(self) -> None:
+        """The gradient sums left when the backward pass ends."""
+        if self.stages is None:
+            return
+        left = np.maximum(self.queue - self.progress, 0.0)  # no MPI call since: they run now
+        # The stack's CPU time slows the work only for the part of the sums that moved
+        # while there was work (in MPI calls between its chunks); in the final wait the
+        # core is idle, and the sums' measured time already holds the stack. Pure data
+        # parallelism calls MPI only there: charged in full, 1 x 2 was over-predicted.
+        overlapped = np.where(self.sums_s > 0,
+                              1 - left / np.maximum(self.sums_s, 1e-300), 0.0)
+        stack = self.sums_cpu * np.clip(overlapped, 0.0, 1.0)
+        self.grad += left + self.rt["collective_s"] + stack
+        self.clock = self.clock + left + self.rt["collective_s"] + stack
 
     def update(self) -> None:
         """SGD on every stored value (the products read W's values in place: no derived copy

@@ -34,8 +34,6 @@ from spdnn.cost.machine import Calibration, Network, load_calibration
 from spdnn.io.jsonfiles import ClusterFile
 from spdnn.io.jsonread import read
 
-CLUSTER_FORMAT = "spdnn-cluster/1"
-
 
 @dataclass(frozen=True, kw_only=True)
 class Cluster:

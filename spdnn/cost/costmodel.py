@@ -48,8 +48,8 @@ from spdnn.cost.cluster import Machine
 from spdnn.cost.workload import Workload
 from spdnn.model.plan import Plan
 
-__all__ = ["LOSS_COLLECTIVES", "Prediction", "grids", "predict", "single_part", "warm_share",
-           "working_set"]
+__all__ = ["LOSS_COLLECTIVES", "Prediction", "grids", "predict", "predict_many", "single_part",
+           "warm_share", "working_set"]
 
 
 @dataclass(kw_only=True)
@@ -81,19 +81,50 @@ class Prediction:
 def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
             dtype: str = "float32", training: bool = True) -> Prediction:
     """Replay one training step (or inference batch) of ``batch`` samples."""
-    if work.parts * replicas > 1:
-        machine.check()
-    step = StepReplay(work, machine, batch, replicas, dtype)
-    step.forward()
-    step.loss()
+    return predict_many([(work, machine, batch, replicas)], dtype, training)[0]
+
+
+def predict_many(runs: list[tuple[Workload, Machine, int, int]], dtype: str = "float32",
+                 training: bool = True) -> list[Prediction]:
+    """``predict`` for each (workload, machine, batch, replicas), replayed side by side a
+    layer at a time, so that each layer's messages are read once for all the runs of a
+    workload (a ``StreamedWorkload`` counts them again at every read)."""
+    steps = []
+    for work, machine, batch, replicas in runs:
+        if work.parts * replicas > 1:
+            machine.check()
+        steps.append(StepReplay(work, machine, batch, replicas, dtype))
+    works = list({id(w): w for w, *_ in runs}.values())
+    layers = len(works[0].layers) if works else 0
+    if any(len(w.layers) != layers for w in works):
+        raise ValueError("predict_many: the workloads are of different networks")
+    for i in range(layers):
+        _layer_of_each(works, steps, i, StepReplay.forward_layer)
+    for step in steps:
+        step.loss()
     if training:
-        step.backward()
-        step.update()
-    p = int(np.argmax(step.clock))
-    return Prediction(method=work.method, parts=work.parts, replicas=replicas, batch=batch,
-                      seconds=float(step.clock[p]), compute=float(step.compute[p]),
-                      exchange=float(step.exch[p]), gradient=float(step.grad[p]),
-                      layers=step.layers, compute_kernels=float(step.kernel_time[p]))
+        for i in range(layers - 1, -1, -1):
+            _layer_of_each(works, steps, i, StepReplay.backward_layer)
+        for step in steps:
+            step.backward_end()
+            step.update()
+    out = []
+    for (work, _, batch, replicas), step in zip(runs, steps):
+        p = int(np.argmax(step.clock))
+        out.append(Prediction(method=work.method, parts=work.parts, replicas=replicas,
+                              batch=batch,
+                              seconds=float(step.clock[p]), compute=float(step.compute[p]),
+                              exchange=float(step.exch[p]), gradient=float(step.grad[p]),
+                              layers=step.layers, compute_kernels=float(step.kernel_time[p])))
+    return out
+
+
+def _layer_of_each(works: list[Workload], steps: list[StepReplay], i: int, advance) -> None:  # noqa: ANN001
+    for work in works:
+        lw = work.layer(i)
+        for step in steps:
+            if step.work is work:
+                advance(step, i, lw)
 
 
 def single_part(sizes: tuple[int, ...]) -> Plan:
@@ -106,10 +137,3 @@ def grids(works: list[Workload], ranks: int, batch: int) -> list[tuple[Workload,
     per replica."""
     return [(w, ranks // w.parts) for w in works
             if ranks % w.parts == 0 and ranks // w.parts <= batch]
-
-
-def best_grid(works: list[Workload], machine: Machine, ranks: int, batch: int,
-              dtype: str = "float32") -> Prediction | None:
-    """The fastest predicted grid for ``ranks`` (None when no plan fits)."""
-    preds = [predict(w, machine, batch, r, dtype) for w, r in grids(works, ranks, batch)]
-    return min(preds, key=lambda p: p.seconds, default=None)

@@ -5,12 +5,14 @@ destination, rows; the fold sends the same rows back for layers k >= 2). No MPI,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from spdnn.backends import active
 from spdnn.errors import SpdnnError
 from spdnn.model.plan import Pattern, Plan, cut_pairs
 
@@ -46,6 +48,10 @@ class Workload:
     layers: tuple[LayerWork, ...]
     locality: np.ndarray | None = None  # (layers, 2): ``locality`` of the network
 
+    def layer(self, i: int) -> LayerWork:
+        """Layer i+1's work with its messages."""
+        return self.layers[i]
+
     def counts(self, batch: int, replicas: int, itemsize: int) -> dict[str, list[int]]:
         """Messages, rows and bytes one training step moves per layer (index k-1), summed
         over all ranks, as the runtime counts them (``Traffic``): the expand (forward) and
@@ -54,7 +60,8 @@ class Workload:
         out: dict[str, list[int]] = {k: [] for k in (
             "forward_messages", "forward_rows", "forward_bytes", "backward_messages",
             "backward_rows", "backward_bytes", "gradient_values", "gradient_bytes")}
-        for k, lw in enumerate(self.layers, start=1):
+        for k in range(1, len(self.layers) + 1):
+            lw = self.layer(k - 1)
             msgs, rows = len(lw.count), int(lw.count.sum())
             fold = k > 1
             out["forward_messages"].append(replicas * msgs)
@@ -70,8 +77,24 @@ class Workload:
 
     def summary(self) -> dict[str, Any]:
         return {"parts": self.parts, "method": self.method,
-                "messages_per_layer": [len(lw.count) for lw in self.layers],
-                "rows_per_layer": [int(lw.count.sum()) for lw in self.layers]}
+                "messages_per_layer": [len(self.layer(i).count)
+                                       for i in range(len(self.layers))],
+                "rows_per_layer": [int(lw.sent.sum()) for lw in self.layers]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamedWorkload(Workload):
+    """A ``Workload`` whose message lists are counted again from the patterns whenever
+    ``layer`` is asked, for networks where they do not fit in memory (RadiX-Net 65536 x 1920
+    under the block plan at P = 1,024: 1.7e9 messages). ``layers`` keep each rank's counts,
+    their message lists empty: read messages through ``layer``."""
+
+    patterns: Sequence[Pattern]
+    plan: Plan
+
+    def layer(self, i: int) -> LayerWork:
+        return layer_work(self.patterns[i], self.plan.owners[i + 1], self.plan.owners[i],
+                          self.parts)
 
 
 BLOCK = 16  # rows (columns) per block in ``locality``
@@ -85,23 +108,31 @@ def locality(patterns: list[Pattern]) -> np.ndarray:
     a random layer; about 0.44 forward and backward for RadiX-Net 16384 (its neighbouring rows
     share columns), whose products run up to 2x faster than random ones of the same shape."""
     out = np.zeros((len(patterns), 2))
-    for k, (indptr, indices, (n_out, n_in)) in enumerate(patterns):
-        nnz = len(indices)
-        if nnz == 0:
-            continue
-        w = sp.csr_matrix((np.ones(nnz, np.float32), indices, indptr), shape=(n_out, n_in))
-        # Distinct (block, row read) pairs: the nonzeros of block-summing products (sparse
-        # products run in C; a sort of the pairs took 25x longer).
-        row_blocks = _blocks(n_out)
-        col_blocks = _blocks(n_in)
-        for side, (distinct, n_other, counts) in enumerate((
-                ((row_blocks @ w).nnz, n_in, np.diff(indptr)),
-                ((w @ col_blocks.T).nnz, n_out, np.bincount(indices, minlength=n_in)))):
-            # E[distinct] of random columns: n (1 - prod over the block's lines (1 - k / n)).
-            logs = np.log1p(-np.minimum(counts, n_other - 0.5) / n_other)
-            sums = np.add.reduceat(logs, np.arange(0, len(counts), BLOCK))
-            expected = float(np.sum(n_other * -np.expm1(sums)))
-            out[k, side] = max(expected - distinct, 0.0) / nnz
+    for k, pattern in enumerate(patterns):
+        out[k] = layer_locality(pattern)
+    return out
+
+
+def layer_locality(pattern: Pattern) -> np.ndarray:
+    """One layer's row of ``locality``."""
+    indptr, indices, (n_out, n_in) = pattern
+    out = np.zeros(2)
+    nnz = len(indices)
+    if nnz == 0:
+        return out
+    w = sp.csr_matrix((np.ones(nnz, np.float32), indices, indptr), shape=(n_out, n_in))
+    # Distinct (block, row read) pairs: the nonzeros of block-summing products (sparse
+    # products run in C; a sort of the pairs took 25x longer).
+    row_blocks = _blocks(n_out)
+    col_blocks = _blocks(n_in)
+    for side, (distinct, n_other, counts) in enumerate((
+            ((row_blocks @ w).nnz, n_in, np.diff(indptr)),
+            ((w @ col_blocks.T).nnz, n_out, np.bincount(indices, minlength=n_in)))):
+        # E[distinct] of random columns: n (1 - prod over the block's lines (1 - k / n)).
+        logs = np.log1p(-np.minimum(counts, n_other - 0.5) / n_other)
+        sums = np.add.reduceat(logs, np.arange(0, len(counts), BLOCK))
+        expected = float(np.sum(n_other * -np.expm1(sums)))
+        out[side] = max(expected - distinct, 0.0) / nnz
     return out
 
 
@@ -111,8 +142,46 @@ def _blocks(n: int) -> sp.csr_matrix:
                          shape=(-(-n // BLOCK), n))
 
 
-def workload(patterns: list[Pattern], plan: Plan, pattern_locality: np.ndarray | None = None
-             ) -> Workload:
+PAIR_TABLE_PARTS = 4096  # up to here a layer's rank pairs are counted in a P x P table
+
+
+def layer_work(pattern: Pattern, own_out: np.ndarray, own_in: np.ndarray, parts: int
+               ) -> LayerWork:
+    """One layer's ``LayerWork`` under the owners of its rows and of its inputs."""
+    indptr, indices, _ = pattern
+    compiled = active().compiled("spdnn.cost._workload_kernels")
+    if parts <= PAIR_TABLE_PARTS and compiled is not None:
+        arrays = compiled.layer_work(indptr, indices, own_out, own_in, parts,
+                                     np.zeros(parts * parts, dtype=np.int32))
+        return LayerWork(**dict(zip(_FIELDS, arrays)))
+    # numpy's form (the scipy backend, and too many ranks for the pair table): the pairs sorted
+    row_rank = np.repeat(own_out.astype(np.int64), np.diff(indptr))
+    local = own_in[indices] == row_rank
+    j, p = cut_pairs(indptr, indices, own_out, own_in, parts)
+    src = own_in[j].astype(np.int64)
+    key, count = np.unique(src * parts + p, return_counts=True)
+    return LayerWork(
+        rows=np.bincount(own_out, minlength=parts),
+        prev_rows=np.bincount(own_in, minlength=parts),
+        nnz_owned=np.bincount(row_rank[local], minlength=parts),
+        nnz_ghost=np.bincount(row_rank[~local], minlength=parts),
+        ghosts=np.bincount(p, minlength=parts), sent=np.bincount(src, minlength=parts),
+        src=key // parts, dst=key % parts, count=count)
+
+
+_FIELDS = ("rows", "prev_rows", "nnz_owned", "nnz_ghost", "ghosts", "sent", "src", "dst",
+           "count")
+
+
+def _check_sizes(k: int, shape: tuple[int, int], plan: Plan) -> None:
+    own_out, own_in = plan.owners[k], plan.owners[k - 1]
+    if shape != (len(own_out), len(own_in)):
+        raise SpdnnError(f"layer {k}: the plan's sizes ({len(own_out)} x {len(own_in)}) "
+                         f"are not the network's ({shape[0]} x {shape[1]})")
+
+
+def workload(patterns: Sequence[Pattern], plan: Plan,
+             pattern_locality: np.ndarray | None = None) -> Workload:
     """Per-rank work and messages of ``plan`` on a network given by its patterns
     (``pattern_locality``: their ``locality``, computed when not given)."""
     n = plan.parts
@@ -120,22 +189,35 @@ def workload(patterns: list[Pattern], plan: Plan, pattern_locality: np.ndarray |
         raise SpdnnError(f"the plan has {len(plan.owners) - 1} layers, the network "
                          f"{len(patterns)}")
     layers = []
-    for k, (indptr, indices, shape) in enumerate(patterns, start=1):
-        own_out, own_in = plan.owners[k], plan.owners[k - 1]
-        if shape != (len(own_out), len(own_in)):
-            raise SpdnnError(f"layer {k}: the plan's sizes ({len(own_out)} x {len(own_in)}) "
-                             f"are not the network's ({shape[0]} x {shape[1]})")
-        row_rank = np.repeat(own_out.astype(np.int64), np.diff(indptr))
-        local = own_in[indices] == row_rank
-        j, p = cut_pairs(indptr, indices, own_out, own_in, n)
-        src = own_in[j].astype(np.int64)
-        key, count = np.unique(src * n + p, return_counts=True)
-        layers.append(LayerWork(
-            rows=np.bincount(own_out, minlength=n), prev_rows=np.bincount(own_in, minlength=n),
-            nnz_owned=np.bincount(row_rank[local], minlength=n),
-            nnz_ghost=np.bincount(row_rank[~local], minlength=n),
-            ghosts=np.bincount(p, minlength=n), sent=np.bincount(src, minlength=n),
-            src=key // n, dst=key % n, count=count))
+    for k, pattern in enumerate(patterns, start=1):
+        _check_sizes(k, pattern[2], plan)
+        layers.append(layer_work(pattern, plan.owners[k], plan.owners[k - 1], n))
     return Workload(parts=n, sizes=plan.sizes, method=str(plan.meta.get("method", "plan")),
                     layers=tuple(layers),
                     locality=locality(patterns) if pattern_locality is None else pattern_locality)
+
+
+def streamed_workloads(patterns: Sequence[Pattern], plans: Sequence[Plan],
+                       pattern_locality: np.ndarray | None = None) -> list[StreamedWorkload]:
+    """``workload`` of each plan, holding per layer only each rank's counts
+    (``StreamedWorkload``): one pass over ``patterns``, which may read each layer from a file
+    when asked (``pattern_locality``, when not given, computed in the same pass)."""
+    for plan in plans:
+        if len(patterns) != len(plan.owners) - 1:
+            raise SpdnnError(f"the plan has {len(plan.owners) - 1} layers, the network "
+                             f"{len(patterns)}")
+    none = np.zeros(0, dtype=np.int64)
+    layers: list[list[LayerWork]] = [[] for _ in plans]
+    local = np.zeros((len(patterns), 2)) if pattern_locality is None else pattern_locality
+    for k in range(1, len(patterns) + 1):
+        pattern = patterns[k - 1]
+        if pattern_locality is None:
+            local[k - 1] = layer_locality(pattern)
+        for plan, out in zip(plans, layers):
+            _check_sizes(k, pattern[2], plan)
+            lw = layer_work(pattern, plan.owners[k], plan.owners[k - 1], plan.parts)
+            out.append(replace(lw, src=none, dst=none, count=none))
+    return [StreamedWorkload(parts=plan.parts, sizes=plan.sizes,
+                             method=str(plan.meta.get("method", "plan")), layers=tuple(out),
+                             locality=local, patterns=patterns, plan=plan)
+            for plan, out in zip(plans, layers)]

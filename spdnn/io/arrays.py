@@ -13,8 +13,8 @@ import scipy.sparse as sp
 from spdnn.errors import SpdnnError
 from spdnn.io.dataset import integer_labels
 from spdnn.io.loaders import Dataset
+from spdnn.model.csr import as_dtype
 from spdnn.model.labels import MultiLabels
-from spdnn.model.network import as_dtype
 
 SOURCE = "data in memory"
 

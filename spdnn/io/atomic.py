@@ -11,6 +11,7 @@ import glob
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from spdnn.errors import InputError
@@ -37,6 +38,55 @@ def destination(path: str | os.PathLike) -> tuple[Path, bool]:
     return final, not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+@dataclass
+class _Together:
+    finals: set[Path]  # the outputs' final paths
+    pending: list[tuple[str, Path, Path]] = field(default_factory=list)  # (tmp, final, dir)
+    failed: bool = False  # one of the outputs could not be written
+
+
+_together: _Together | None = None
+
+
+def _output_failed(final: Path) -> None:
+    if _together is not None and final.absolute() in _together.finals:
+        _together.failed = True
+
+
+@contextlib.contextmanager
+def outputs_together(paths: list[str | os.PathLike | None]) -> Iterator[None]:
+    """The files of ``paths`` written inside the block take their names at its end, one after
+    another: a job's outputs appear together, and when one of them cannot be written the
+    others' temporaries are removed (a later output that fails leaves no earlier one behind,
+    nor replaces a file of the same name). Another failure (the final checkpoint) still
+    gives the outputs written by then their names. Other files are written as usual."""
+    global _together
+    outer = _together
+    together = _together = _Together({destination(p)[0].absolute() for p in paths if p})
+    try:
+        yield
+    except BaseException:
+        if together.failed:
+            for tmp, _, _ in together.pending:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        else:
+            _rename(together.pending)
+        raise
+    finally:
+        _together = outer
+    _rename(together.pending)
+
+
+def _rename(pending: list[tuple[str, Path, Path]]) -> None:
+    for tmp, final, parent in pending:
+        try:
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise InputError(final, f"cannot write the file ({exc.strerror or exc})") from None
+        fsync_directory(parent)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (a symlink's target); rename it into place only
@@ -47,6 +97,7 @@ def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Pat
         try:
             yield final
         except OSError as exc:
+            _output_failed(final)
             raise InputError(path, f"cannot write {what} ({exc.strerror or exc})") from None
         return
     parent = final.parent if str(final.parent) else Path(".")
@@ -64,9 +115,13 @@ def atomic_path(path: str | os.PathLike, what: str = "the file") -> Iterator[Pat
         os.chmod(tmp, 0o666 & ~_umask())
         yield Path(tmp)
         fsync_file(tmp)
+        if _together is not None and final.absolute() in _together.finals:
+            _together.pending.append((tmp, final, parent))  # renamed with the others
+            return
         os.replace(tmp, final)
         fsync_directory(parent)
     except BaseException as exc:
+        _output_failed(final)
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

@@ -22,15 +22,9 @@ from spdnn.errors import InputError, check_type
 from spdnn.io.atomic import atomic_path
 from spdnn.io.jsonread import decode
 from spdnn.io.npz import RANGE_BLOCK, NpzReader
-from spdnn.model.network import (
-    Fingerprint,
-    Layer,
-    Network,
-    check_indptr,
-    check_pattern,
-    fingerprint_of,
-    validate_meta,
-)
+from spdnn.model.csr import check_indptr, check_pattern
+from spdnn.model.fingerprint import Fingerprint, fingerprint_of
+from spdnn.model.network import Layer, Network, validate_meta
 
 # The meta keys a Network's own fields hold (the rest is ``extra``).
 ACTIVATION_KEYS = ("activation", "activations", "cap", "output_activation")
@@ -121,6 +115,12 @@ class NetworkBundle:
         indptr = check_pattern(indptr, indices, self.shapes[k - 1], self.path, f"layer {k}")
         # Native partitioners get one index type, whatever integer type the file stored.
         return indptr, indices.astype(np.int32 if len(indices) < 2**31 else np.int64, copy=False)
+
+    def row_nnz(self, k: int) -> np.ndarray:
+        """Nonzeros of each row of layer k, from its row pointers alone (checked)."""
+        indptr = check_indptr(self._npz.get(f"W{k}_indptr"), self.shapes[k - 1][0],
+                              self.nnz(k), self.path, f"layer {k}")
+        return np.diff(indptr)
 
     def nnz(self, k: int) -> int:
         """Stored nonzeros of layer k, from the member header alone."""
@@ -219,6 +219,10 @@ class NetworkBundle:
         for k in range(1, self.n_layers + 1):
             yield self.layer(k, dtype)
 
+    def patterns(self) -> BundlePatterns:
+        """Every layer's (indptr, indices, shape), each read from the file when asked."""
+        return BundlePatterns(self)
+
     def fingerprint(self) -> str:
         return fingerprint_of(self.sizes, (self.pattern(k) for k in range(1, self.n_layers + 1)))
 
@@ -243,6 +247,26 @@ class NetworkBundle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class BundlePatterns(Sequence):
+    """A bundle's layer patterns (index i: layer i+1), read when asked; the last one read is
+    kept, so that several readers going through the layers together read each once (the
+    cost model's streamed replays of a network larger than memory)."""
+
+    def __init__(self, bundle: NetworkBundle) -> None:
+        self.bundle = bundle
+        self._last: tuple[int, tuple] | None = None
+
+    def __len__(self) -> int:
+        return self.bundle.n_layers
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if self._last is None or self._last[0] != i:
+            self._last = (i, (*self.bundle.pattern(i + 1), self.bundle.shapes[i]))
+        return self._last[1]
 
 
 def load_network(path: str | os.PathLike, dtype: Any = None) -> Network:

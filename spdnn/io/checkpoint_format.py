@@ -12,26 +12,30 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.errors import InputError
-from spdnn.io.jsonfiles import ManifestFile
-from spdnn.io.jsonread import as_dict, read
+from spdnn.errors import InputError, option_name
+from spdnn.io.jsonfiles import manifest_file, recorded_options
+from spdnn.io.jsonread import read
 from spdnn.io.npz import NpzReader
 
 CHECKPOINT_FORMAT = "spdnn-checkpoint/2"
-# Settings that fix the sample order, the arithmetic and the optimizer: resuming with other
-# values would not continue the run (unless the user says so: --resume-with-changes). A
-# checkpoint of format 1 was written by SGD and records neither it nor its settings.
-RUN_SETTINGS = ("batch_size", "seed", "shuffle", "dtype", "lsh", "rehash", "optimizer", "lr",
-                "momentum", "nesterov", "betas", "eps", "weight_decay", "lr_schedule",
-                "warmup_steps", "min_lr", "step_size", "gamma", "planned_steps",
-                "clip_grad_norm", "dropout", "validation_split", "sparse_update",
-                "update_every", "drop_fraction", "update_until", "update_scope", "update_end",
-                "grow_locality")  # not replan: the plan changes no result (locality aside)
-_OPTIONS = {"batch_size": "--batch-size", "seed": "--seed", "shuffle": "--no-shuffle",
-            "dtype": "--dtype", "lsh": "--lsh", "rehash": "--rehash",
-            "planned_steps": "--epochs (the schedule's planned steps)",
-            "update_end": "--update-until and --epochs (the step updates end at)"}
+# Besides the options declared ``record="same"`` (spdnn.schema: the sample order, the
+# arithmetic, the optimizer and its settings, the recipe), the facts a run derives from them
+# that a resume must match too, and the options that name them.
+DERIVED = {"planned_steps": "{epochs} (the schedule's planned steps)",
+           "update_end": "{update_until} and {epochs} (the step updates end at)"}
 _STATE_MEMBER = re.compile(r"([a-z][a-z0-9_]*)\.([wb])(\d+)")
+_LAYER_MEMBER = re.compile(r"(?:rows|counts|cols|w|b|mw|mb)(\d+)")
+
+
+def check_members(r: NpzReader, n_layers: int) -> None:
+    """Every array of a rank file is one the format defines, for a layer of this network: an
+    array it does not know is refused, not ignored."""
+    for key in r.keys:
+        m = _LAYER_MEMBER.fullmatch(key) or _STATE_MEMBER.fullmatch(key)
+        k = int(m.groups()[-1]) if m else 0
+        if not 1 <= k <= n_layers:
+            raise InputError(r.path, f"holds an array '{key}' that the checkpoint format does "
+                                     f"not define for a network of {n_layers} layers")
 
 
 def manifest_path(directory: str) -> Path:
@@ -39,29 +43,45 @@ def manifest_path(directory: str) -> Path:
 
 
 def manifest_fields(directory: str) -> dict[str, Any]:
-    """The manifest's fields, validated (``spdnn.io.jsonfiles.ManifestFile``); the optional
-    ones that are absent are left out."""
+    """The manifest's fields, validated (``spdnn.io.jsonfiles.manifest_file``); the optional
+    ones that are absent are left out (a run setting recorded as null, "none", is kept)."""
     path = manifest_path(directory)
     if not path.is_file():
         raise InputError(path, "no checkpoint manifest here")
-    return as_dict(read(path, ManifestFile))
+    import msgspec
+
+    record = read(path, manifest_file())
+    settings = recorded_options()
+    return {k: v for k, v in msgspec.structs.asdict(record).items()
+            if v is not msgspec.UNSET and (v is not None or k in settings)}
 
 
 def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any],
-                  allow_changes: bool = False) -> dict[str, Any]:
-    """The manifest, checked field by field, then against this network and this run's
-    settings; the rank files it lists must exist."""
+                  allow_changes: bool = False, functions: dict[str, Any] | None = None
+                  ) -> dict[str, Any]:
+    """The manifest, checked field by field, then against this network (its fingerprint,
+    and ``functions``: its activations, cap and output activation, where the manifest
+    records them) and this run's settings; the rank files it lists must exist."""
     path = manifest_path(directory)
     manifest = manifest_fields(directory)
     manifest.setdefault("optimizer", "sgd")  # format 1: only SGD wrote checkpoints
     if manifest.get("fingerprint") not in (None, fingerprint):
         raise InputError(path, "checkpoint was written for another network")
-    for key in RUN_SETTINGS:
-        if key in manifest and key in settings and manifest[key] != settings[key] \
+    for key, value in (functions or {}).items():  # another network, whatever the options
+        if key in manifest and manifest[key] != value:
+            raise InputError(path, f"checkpoint was written for a network with {key} "
+                                   f"{_shown(manifest[key])}, this network has "
+                                   f"{_shown(value)}")
+    same = [k for k, o in recorded_options().items() if o.record == "same"] + list(DERIVED)
+    for key in same:
+        if key in manifest and key in settings and _plain(manifest[key]) != _plain(settings[key]) \
                 and not allow_changes:
-            flag = _OPTIONS.get(key, "--" + key.replace("_", "-"))
-            raise InputError(path, f"checkpoint was written with {key} {_shown(manifest[key])}, "
-                                   f"this run has {_shown(settings[key])}: resume with the same "
+            flag = DERIVED.get(key, "{" + key + "}")
+            for name in ("epochs", "update_until", key):
+                flag = flag.replace("{" + name + "}", option_name(name, True))
+            raise InputError(path, f"checkpoint was written with {key} "
+                                   f"{_shown(manifest[key])}, this run has "
+                                   f"{_shown(settings[key])}: resume with the same "
                                    f"{flag} (or --resume-with-changes)")
     for f in manifest["files"]:
         if not (Path(directory) / f).is_file():
@@ -70,9 +90,17 @@ def read_manifest(directory: str, fingerprint: str, settings: dict[str, Any],
     return manifest
 
 
+def _plain(value: Any) -> Any:  # noqa: ANN401
+    """Tuples as lists (as JSON holds them), to compare a recorded value with this run's."""
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
 def _shown(value: Any) -> str:  # noqa: ANN401
-    if value == "":
+    value = _plain(value)
+    if value == "" or value is None:
         return "none"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
     return ",".join(f"{v:g}" for v in value) if isinstance(value, list) else str(value)
 
 

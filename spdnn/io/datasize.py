@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from spdnn.errors import InputError
 from spdnn.io.mnist import idx_dims
 from spdnn.model.batching import SEGMENT_BYTES
-from spdnn.model.network import as_dtype
+from spdnn.model.csr import as_dtype
 
 DIGITS = (1437, 360, 64)  # training samples, test samples, features (spdnn.io.loaders)
 _SCAN = 1 << 24

@@ -10,8 +10,9 @@ import numpy as np
 
 from spdnn.errors import InputError
 from spdnn.io.npz import NpzReader
+from spdnn.model.csr import as_dtype
 from spdnn.model.generate import _rng, dense_head, prune_dense
-from spdnn.model.network import Layer, Network, as_dtype
+from spdnn.model.network import Layer, Network
 
 
 def prune_file(path: str | os.PathLike, density: float, seed: int | None = 0,

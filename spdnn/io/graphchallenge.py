@@ -13,7 +13,8 @@ import numpy as np
 
 from spdnn.errors import InputError
 from spdnn.io.formats import coo_to_csr, read_triples, write_triples
-from spdnn.model.network import Layer, Network, as_dtype
+from spdnn.model.csr import as_dtype
+from spdnn.model.network import Layer, Network
 
 _GC_NAME = re.compile(r"n(\d+)-l(\d+)\.tsv$")
 

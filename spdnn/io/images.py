@@ -25,7 +25,7 @@ from spdnn.io.formats import read_inputs
 from spdnn.io.idx import read_idx
 from spdnn.io.npz import NpzReader
 from spdnn.model.choices import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
-from spdnn.model.network import cast_values
+from spdnn.model.csr import cast_values
 
 _CHUNK = 2000  # images resized at a time (256x256 float64: 1 GB)
 _BLOCK_ENTRIES = 1 << 22  # entries read at a time (16 MB of int32 indices)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from msgspec import Meta, Struct, field
+from msgspec import UNSET, Meta, Struct, field
 
 from spdnn.model.choices import Dtype
 
@@ -195,9 +195,12 @@ def _file_name(name: str, where: str) -> None:
         raise ValueError(f"{where} must name a file in this directory, not {name!r}")
 
 
-class ManifestFile(Struct, kw_only=True):
-    """A checkpoint's ``manifest.json``; the run settings and the lossy fields are optional
-    (absent from checkpoints written before them)."""
+class ManifestFacts(Struct, kw_only=True, forbid_unknown_fields=True):
+    """What a checkpoint's ``manifest.json`` says of itself: its position, its rank files, the
+    network it was written for, the optimizer's steps and the facts the run derived (the
+    schedule's planned steps, the step updates end at, the lossy state's files). Its run
+    settings are the options that declare a checkpoint field (spdnn.schema: ``ManifestFile``
+    adds them). Optional fields are absent from checkpoints written before them."""
 
     format: Literal["spdnn-checkpoint/1", "spdnn-checkpoint/2"]
     step: Count
@@ -206,54 +209,22 @@ class ManifestFile(Struct, kw_only=True):
     nparts: Annotated[int, Meta(ge=1, lt=2**31)]
     files: list[str]
     fingerprint: str | None = None
-    dtype: str | None = None
+    # What the network computes beyond its pattern (absent from checkpoints written before).
+    activations: list[str] | None = None
+    cap: Positive | Literal["none"] | None = None
+    output_activation: Literal["linear", "relu"] | None = None
     n_layers: Count | None = None
-    batch_size: Count | None = None
-    seed: Count | None = None
-    shuffle: bool | None = None
-    compress: str = "none"
-    compress_min_values: Count = 0
-    replicas: Annotated[int, Meta(ge=1, lt=2**31)] | None = None
-    residual_files: list[list[str]] | None = None
-    critical_set: float | None = None
-    refresh: Count | None = None
-    critical: str | None = None
-    lsh: str = "none"
-    rehash: Count | None = None
-    # The optimizer (format 2; format 1 was SGD's), its settings and its steps taken.
-    optimizer: str | None = None
-    lr: NonNegative | None = None
-    momentum: NonNegative | None = None
-    nesterov: bool | None = None
-    betas: Annotated[list[Annotated[float, Meta(ge=0, lt=1)]],
-                     Meta(min_length=2, max_length=2)] | None = None
-    eps: Positive | None = None
-    weight_decay: NonNegative | None = None
     optimizer_steps: Count | None = None
-    # The rate's schedule (planned_steps: its T, absent for a constant rate) and clipping (0:
-    # none).
-    lr_schedule: str | None = None
-    warmup_steps: Count | None = None
-    min_lr: NonNegative | None = None
-    step_size: Count | None = None
-    gamma: Positive | None = None
-    planned_steps: Count | None = None
-    clip_grad_norm: NonNegative | None = None
-    dropout: list[Annotated[float, Meta(ge=0, lt=1)]] | None = None  # per hidden layer
-    validation_split: Annotated[float, Meta(ge=0, lt=1)] | None = None  # 0: none
-    # The topology updates ("": none; spdnn.model.sparsity) and the step they end at.
-    sparse_update: Literal["", "set", "rigl"] | None = None
-    update_every: Count | None = None
-    drop_fraction: Annotated[float, Meta(gt=0, lt=1)] | None = None
-    update_until: Positive | None = None  # a fraction of the planned steps, or a step
-    update_scope: Literal["row", "layer"] | None = None
-    update_end: Count | None = None
-    grow_locality: Positive | None = None
-    replan: str | None = None
+    planned_steps: Count | None = None  # the schedule's T (absent for a constant rate)
+    update_end: Count | None = None  # the step topology updates end at
+    residual_files: list[list[str]] | None = None
+    critical: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.files) != self.nparts:
             raise ValueError(f"'files' must list {self.nparts} file names, one per part")
+        if len(set(self.files)) != len(self.files):
+            raise ValueError("'files' names one rank file twice")
         for f in self.files:
             _file_name(f, "'files'")
         for row in self.residual_files or []:
@@ -261,11 +232,61 @@ class ManifestFile(Struct, kw_only=True):
                 _file_name(f, "'residual_files'")
         if self.critical is not None:
             _file_name(self.critical, "'critical'")
+        for name, declared in recorded_options().items():
+            value = getattr(self, name)
+            if value is UNSET:
+                continue
+            if name in FORMAT2_NONE and value == FORMAT2_NONE[name]:
+                value = None  # how format 2 wrote "none" before it wrote null
+                setattr(self, name, None)
+            if value is not None:
+                try:
+                    setattr(self, name, declared.check(value))
+                except ValueError as exc:
+                    raise ValueError(f"'{name}' {exc}") from None
+        dropout = getattr(self, "dropout", None)
+        if isinstance(dropout, tuple) and self.n_layers is not None \
+                and len(dropout) != self.n_layers - 1:
+            raise ValueError(f"'dropout' must hold one rate per hidden layer "
+                             f"({self.n_layers - 1}), not {len(dropout)}")
 
     def get(self, key: str, default: Any = None) -> Any:  # noqa: ANN401
         """A field by name, or ``default`` when it is unset (None)."""
         value = getattr(self, key, None)
-        return default if value is None else value
+        return default if value is None or value is UNSET else value
+
+
+# Format 2 wrote these values for an option left unset; read as None.
+FORMAT2_NONE: dict[str, Any] = {"clip_grad_norm": 0, "validation_split": 0,
+                                "sparse_update": "", "lsh": "none", "dropout": []}
+
+
+def manifest_file() -> type:
+    """The manifest's structure: its facts and every option that declares a checkpoint
+    field (values as JSON holds them, checked by their declarations); a field neither
+    declares is refused."""
+    if _MANIFEST:
+        return _MANIFEST[0]
+    import msgspec
+
+    fields = [(name, Any, UNSET) for name in recorded_options()]
+    kind = msgspec.defstruct("ManifestFile", fields, bases=(ManifestFacts,), kw_only=True,
+                             forbid_unknown_fields=True, module=__name__)
+    _MANIFEST.append(kind)
+    return kind
+
+
+_MANIFEST: list[type] = []
+
+
+def recorded_options() -> dict[str, Any]:
+    """Every option a checkpoint records, by name (spdnn.schema.Option): the run's, the
+    training's and every optimizer's settings."""
+    from spdnn.model.options import RunOptions, TrainOptions
+    from spdnn.optim import OPTIMIZERS
+    from spdnn.schema import recorded
+
+    return recorded(RunOptions, TrainOptions, *(cls.Config for cls in OPTIMIZERS.values()))
 
 
 # --------------------------------------------------------------------------- metrics

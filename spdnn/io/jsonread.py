@@ -4,6 +4,7 @@ the field (``m.json: runtime.step_s: expected a number >= 0, got -1``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any, TypeVar
@@ -20,17 +21,42 @@ S = TypeVar("S")
 _WHERE = re.compile(r"\s+- at (?:key in )?`\$\.?(.*)`$")
 
 
-def decode(raw: bytes | str, path: str | os.PathLike, what: str = "") -> Any:  # noqa: ANN401
+def decode(raw: bytes | str, path: str | os.PathLike, what: str = "",
+           unique_keys: bool = False) -> Any:  # noqa: ANN401
     """JSON text as Python values, every JSON that spdnn reads (files, the JSON inside
     bundles, plans and safetensors headers) alike: invalid or too deeply nested text is one
-    ``InputError`` naming ``path`` (and ``what`` of it), never a RecursionError."""
+    ``InputError`` naming ``path`` (and ``what`` of it), never a RecursionError.
+    ``unique_keys``: an object naming a key twice is refused too (JSON readers keep the
+    last, silently)."""
     where = f"{what} is " if what else ""
     try:
-        return msgspec.json.decode(raw)
+        value = msgspec.json.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise InputError(path, f"{where}not valid JSON ({exc})") from None
     except RecursionError:
         raise InputError(path, f"{where}JSON nested too deeply to read") from None
+    if unique_keys:
+        try:
+            json.loads(raw, object_pairs_hook=_unique)
+        except _Duplicate as exc:
+            raise InputError(path, f"{where}JSON naming {exc.args[0]!r} twice in one object"
+                             ) from None
+        except RecursionError:
+            raise InputError(path, f"{where}JSON nested too deeply to read") from None
+    return value
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
 
 
 def read(path: str | os.PathLike, kind: type[S]) -> S:
@@ -83,8 +109,8 @@ def _message(text: str) -> str:
 
 def _formats_of(kind: type) -> tuple[str, ...]:
     """The ``format`` values a structure accepts (its Literal's), oldest first."""
-    hints = getattr(kind, "__annotations__", {})
-    ann = str(hints.get("format", ""))
+    ann = next((str(k.__annotations__["format"]) for k in getattr(kind, "__mro__", (kind,))
+                if "format" in getattr(k, "__annotations__", {})), "")
     m = re.search(r"Literal\[([^\]]+)\]", ann)
     return tuple(re.findall(r"['\"]([^'\"]+)['\"]", m.group(1))) if m else ()
 

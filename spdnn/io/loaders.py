@@ -21,7 +21,7 @@ from spdnn.io.dataset import Dataset, Share, integer_labels, keep_share
 from spdnn.io.mnist import load_mnist
 from spdnn.io.npz import NpzReader
 from spdnn.model.batching import share_of
-from spdnn.model.network import as_dtype, cast_values
+from spdnn.model.csr import as_dtype, cast_values
 
 __all__ = ["Dataset", "Share", "check_fits", "keep_share", "load_dataset", "load_digits",
            "load_mnist", "load_npz", "load_xc"]

@@ -17,7 +17,7 @@ from spdnn.errors import InputError
 from spdnn.io.dataset import Dataset, Share
 from spdnn.io.idx import read_idx
 from spdnn.model.batching import share_of
-from spdnn.model.network import as_dtype
+from spdnn.model.csr import as_dtype
 
 
 def idx_dims(path: Path) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import SpdnnError
-from spdnn.model.activations import parse
+from spdnn.model.activations import BY_NAME, parse
 from spdnn.model.network import Layer, Network
 
 SUPPORTED = ("Linear", "ReLU", "Hardtanh(0, cap) (capped ReLU)", "LeakyReLU", "Tanh",
@@ -44,33 +44,18 @@ def _activation_of(name: str, m: Any) -> tuple[str, float | None] | None:  # noq
     """The activation (spdnn.model.activations) a torch module computes and ReLU's cap, or
     None when it is no activation."""
     nn = _torch().nn
-    if isinstance(m, nn.ReLU):
-        return "relu", None
-    if isinstance(m, nn.Hardtanh):
-        if m.min_val == 0 and m.max_val > 0:
-            return "relu", float(m.max_val)
+    if isinstance(m, nn.Hardtanh) and not (m.min_val == 0 and m.max_val > 0):
         _refuse(name, m, "a Hardtanh is taken as capped ReLU, Hardtanh(0, cap)")
-    if isinstance(m, nn.LeakyReLU):
-        return f"leaky_relu:{float(m.negative_slope)!r}", None
-    if isinstance(m, nn.GELU):
-        return ("gelu" if m.approximate == "none" else "gelu_tanh"), None
-    for cls, spec in ((nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid")):
-        if isinstance(m, cls):
-            return spec, None
+    for cls in BY_NAME.values():
+        act = cls.of_torch(m, nn)
+        if act is not None:
+            return act.spec, act.cap
     return None
 
 
 def _module_of(spec: str, cap: float | None) -> Any:  # noqa: ANN401
-    """The torch module that computes activation ``spec``."""
-    nn = _torch().nn
-    act = parse(spec, cap)
-    if act.name == "relu":
-        return nn.ReLU() if cap is None else nn.Hardtanh(0.0, float(cap))
-    if act.name == "leaky_relu":
-        return nn.LeakyReLU(act.slope)
-    if act.name in ("gelu", "gelu_tanh"):
-        return nn.GELU(approximate="none" if act.name == "gelu" else "tanh")
-    return {"tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "identity": nn.Identity}[act.name]()
+    """The torch module that computes activation ``spec`` (its class's ``torch``)."""
+    return parse(spec, cap).torch(_torch().nn)
 
 
 def _refuse(name: str, m: Any, why: str | None = None) -> None:  # noqa: ANN401

@@ -29,7 +29,7 @@ from spdnn.io.atomic import atomic_path
 from spdnn.io.jsonread import decode
 from spdnn.io.paths import check_input_file
 from spdnn.model.activations import ACTIVATIONS, parse_list
-from spdnn.model.network import Layer, Network
+from spdnn.model.network import OUTPUT_ACTIVATIONS, Layer, Network
 
 DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
           "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
@@ -57,13 +57,18 @@ class SafetensorsFile:
                                             f"a file of {size:,})")
             raw = f.read(n)
         try:
-            header = decode(raw, self.path)
+            header = decode(raw, self.path, unique_keys=True)
         except InputError as exc:
             raise InputError(self.path, f"not a safetensors file (header: "
                                         f"{exc.problem})") from None
         if not isinstance(header, dict):
             raise InputError(self.path, "not a safetensors file (header is not a JSON object)")
-        self.metadata = header.pop("__metadata__", None) or {}
+        meta = header.pop("__metadata__", None)
+        if meta is not None and not (isinstance(meta, dict) and all(
+                isinstance(v, str) for v in meta.values())):
+            raise InputError(self.path, "__metadata__ must be an object of strings (as the "
+                                        "safetensors format defines it)")
+        self.metadata: dict[str, str] = meta or {}
         self.data_start, data_len = 8 + n, size - 8 - n
         self.tensors: dict[str, tuple[np.dtype, tuple[int, ...], int, int]] = {}
         spans = []
@@ -119,6 +124,9 @@ def _layer_names(st: SafetensorsFile, names: Sequence[str] | None) -> list[str]:
             raise InputError(st.path, "no linear layers (no tensor named NAME.weight or "
                                       "NAME.weight_orig)")
         return found
+    twice = [n for n in names if list(names).count(n) > 1]
+    if twice:
+        raise InputError(st.path, f"--layers names {twice[0]!r} twice")
     missing = [n for n in names if n not in found]
     if missing:
         raise InputError(st.path, f"no layer named {missing[0]!r} (layers: "
@@ -151,28 +159,69 @@ def hidden_activations(path: str, given: str | Sequence[str] | None,
                                "--output-activation)") from None
 
 
+# ``cap`` or ``output_activation`` of read_safetensors: the one the file's metadata names (as
+# spdnn's export writes it), else uncapped and linear (a torch model's nn.Linear layers).
+FROM_FILE = "from the file"
+
+
+def _from_metadata(path: str, metadata: dict[str, str], cap: Any, output: Any  # noqa: ANN401
+                   ) -> tuple[float | None, str]:
+    if cap == FROM_FILE:
+        text = metadata.get("spdnn_cap", "none")
+        try:
+            cap = None if text == "none" else float(text)
+        except ValueError:
+            cap = -1.0
+        if cap is not None and not (np.isfinite(cap) and cap > 0):
+            raise InputError(path, f"__metadata__: spdnn_cap {text!r} is not a positive "
+                                   "number or none")
+    if output == FROM_FILE:
+        output = metadata.get("spdnn_output_activation", "linear")
+        if output not in OUTPUT_ACTIVATIONS:
+            raise InputError(path, f"__metadata__: spdnn_output_activation {output!r} is not "
+                                   f"one of {', '.join(OUTPUT_ACTIVATIONS)}")
+    return cap, output
+
+
 def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None,
-                     dtype: Any = np.float32, cap: float | None = None,
-                     output_activation: str = "linear",
+                     dtype: Any = np.float32, cap: Any = FROM_FILE,  # noqa: ANN401
+                     output_activation: str = FROM_FILE,
                      activations: str | Sequence[str] | None = None) -> Network:
     """The linear layers ``names`` (default: every NAME.weight, in natural order) as a network;
     the names and the pruning style are kept in its metadata for ``write_safetensors``.
     ``activations``: what the hidden layers compute (one name for all, or one per hidden
-    layer; default: the file's metadata, as spdnn writes it, else refused)."""
+    layer; default: the file's metadata, as spdnn writes it, else refused); ``cap`` and
+    ``output_activation`` likewise, else uncapped and linear (``FROM_FILE``). ``dtype`` None:
+    the type the file declares (float64 when a layer's values or bias are F64, else float32,
+    which holds F32, F16 and BF16 exactly)."""
     st = SafetensorsFile(path)
     names = _layer_names(st, names)
+    if dtype is None:
+        keys = [f"{n}.{t}" for n in names for t in ("weight", "weight_orig", "bias")]
+        wide = any(st.tensors[k][0] == np.float64 for k in keys if k in st.tensors)
+        dtype = np.float64 if wide else np.float32
     layers, pruned = [], False
     for name in names:
+        if f"{name}.weight_orig" in st.tensors and f"{name}.weight" in st.tensors:
+            raise InputError(path, f"both '{name}.weight' and '{name}.weight_orig': which is "
+                                   "the layer's is not clear (keep one)")
         values_key = f"{name}.weight_orig" if f"{name}.weight_orig" in st.tensors \
             else f"{name}.weight"
+        claimed = st.tensors[values_key][1]
+        if len(claimed) != 2 or min(claimed) < 1:  # before any array is sized by the claim
+            raise InputError(path, f"'{values_key}' is not a 2-D floating point [out, in] "
+                                   f"matrix with out and in at least 1 (shape {list(claimed)})")
         values = st.read(values_key)
-        if values.ndim != 2 or not np.issubdtype(values.dtype, np.floating):
+        if not np.issubdtype(values.dtype, np.floating):
             raise InputError(path, f"'{values_key}' is not a 2-D floating point [out, in] matrix")
         if f"{name}.weight_mask" in st.tensors:
             mask = st.read(f"{name}.weight_mask")
             if mask.shape != values.shape:
                 raise InputError(path, f"'{name}.weight_mask' has shape {mask.shape}, the "
                                        f"weight {values.shape}")
+            if not np.all((mask == 0) | (mask == 1)):  # torch multiplies by it: 0.5 scales
+                raise InputError(path, f"'{name}.weight_mask' holds values other than 0 and "
+                                       "1 (torch's pruning masks are 0 or 1)")
             keep, pruned = mask != 0, True
         else:
             keep = values != 0
@@ -201,6 +250,8 @@ def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None
                                    f"'{names[k - 1]}' gives {layers[k - 1].n_out} (name the "
                                    "layers in order with --layers)")
     acts = hidden_activations(os.fspath(path), activations, st.metadata, len(names) - 1)
+    cap, output_activation = _from_metadata(os.fspath(path), st.metadata, cap,
+                                            output_activation)
     net = Network(layers=tuple(layers), activations=acts, cap=cap,
                   output_activation=output_activation,
                   extra={"safetensors": {"names": names, "pruned": pruned}})
@@ -220,6 +271,8 @@ def write_safetensors(net: Network, path: str | os.PathLike,
                  [f"fc{k}" for k in range(1, net.n_layers + 1)])
     if len(names) != net.n_layers:
         raise InputError(path, f"{len(names)} layer names for {net.n_layers} layers")
+    if len(set(names)) != len(names):
+        raise InputError(path, f"the layer names {','.join(names)} name one layer twice")
     pruned = bool(known.get("pruned", False)) if pruned is None else pruned
     tensors: list[tuple[str, np.ndarray]] = []
     dt, code = (np.float64, "F64") if net.dtype == np.float64 else (np.float32, "F32")

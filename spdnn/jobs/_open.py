@@ -16,7 +16,7 @@ from spdnn.io.loaders import Dataset, Share, keep_share, load_dataset
 from spdnn.io.paths import check_outputs
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Network
-from spdnn.model.records import RunOptions, candidate_plans, check_run_options, kernel_threads
+from spdnn.model.options import RunOptions, candidate_plans, check_run_options, kernel_threads
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.memory_budget import Budget
 from spdnn.runtime.session import Opened, open_network

@@ -22,7 +22,8 @@ from spdnn.kernels.loading import load_kernels
 from spdnn.kernels.lsh import LshSpec, check_lsh_layer, parse_lsh
 from spdnn.model.labels import MultiLabels
 from spdnn.model.network import Network
-from spdnn.model.records import InferResult, RunOptions, TimingReport, TrafficReport
+from spdnn.model.options import RunOptions
+from spdnn.model.records import InferResult, TimingReport, TrafficReport
 from spdnn.model.reports import ChallengeResult
 from spdnn.runtime import memory_report
 from spdnn.runtime.accounting import accounting, format_traffic, plan_volume, timing

@@ -14,7 +14,7 @@ from spdnn.jobs._open import open_job
 from spdnn.kernels.loading import load_kernels
 from spdnn.model.batching import columns
 from spdnn.model.network import Network
-from spdnn.model.records import RunOptions
+from spdnn.model.options import RunOptions
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.inference import eval_batch
 

@@ -10,29 +10,32 @@ from dataclasses import replace
 from typing import Any
 
 from spdnn.comm.mpi import Communicator
-from spdnn.errors import InputError, SpdnnError
+from spdnn.errors import InputError, OptionError, SpdnnError
+from spdnn.io.atomic import outputs_together
 from spdnn.io.dataset import split_validation
 from spdnn.io.loaders import check_fits
 from spdnn.io.planfile import save_plan
 from spdnn.kernels.loading import load_kernels
 from spdnn.kernels.lsh import check_lsh_layer, parse_lsh
 from spdnn.kernels.products import backend as kernels_backend
+from spdnn.kernels.update import PARALLEL
 from spdnn.lossy.compress import parse_compress
 from spdnn.model.counters import Dropout
 from spdnn.model.memory import replica_batch
 from spdnn.model.network import Network
-from spdnn.model.optim import describe, state_arrays
-from spdnn.model.records import (
+from spdnn.model.options import (
     RunOptions,
     TrainOptions,
-    TrainResult,
     check_train_options,
     optimizer_config,
     schedule_of,
     sparse_update_of,
 )
+from spdnn.model.records import TrainResult
 from spdnn.model.reports import EpochReport, short_sizes
 from spdnn.model.sparsity import changeable
+from spdnn.optim import describe, state_arrays
+from spdnn.optim import load_kernels as load_updates
 from spdnn.runtime import memory_report
 from spdnn.runtime.accounting import (
     accounting,
@@ -41,51 +44,24 @@ from spdnn.runtime.accounting import (
     plan_volume,
     timing,
 )
-from spdnn.runtime.checkpoint import check_position, directory_lock, load_checkpoint
+from spdnn.runtime.checkpoint import adopt_topology, check_position, directory_lock, load_checkpoint
 from spdnn.runtime.replan import find_replanner, plan_in_force
 from spdnn.runtime.session import save_trained, write_json
-from spdnn.runtime.topology import adopt_topology
 from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
 def _config(opt: TrainOptions) -> TrainConfig:
+    """The job's config from checked options (spdnn.model.options.check_train_options)."""
     check_train_options(opt)
-    if opt.checkpoint_every is not None and not opt.checkpoint_dir:
-        raise SpdnnError("--checkpoint-every needs --checkpoint-dir")
-    if opt.refresh is not None and opt.critical_set is None:
-        raise SpdnnError("--refresh needs --critical-set")
     try:
         compress = parse_compress(opt.compress, opt.compress_min_values)
     except ValueError as exc:
-        raise SpdnnError(f"--compress: {exc}") from None
+        raise OptionError("compress", str(exc)) from None
     try:
         lsh = parse_lsh(opt.lsh, opt.lsh_max_active, opt.lsh_random, opt.lsh_top_bias,
-                        opt.lsh_estimate_tail is True) if opt.lsh is not None else None
+                        opt.lsh_estimate_tail) if opt.lsh is not None else None
     except ValueError as exc:
-        raise SpdnnError(f"--lsh: {exc}") from None
-    if not isinstance(opt.lsh_estimate_tail, bool):
-        raise SpdnnError(f"lsh_estimate_tail must be True or False, not "
-                         f"{opt.lsh_estimate_tail!r}")
-    if (opt.lsh_max_active is not None or opt.lsh_random or opt.lsh_top_bias
-            or opt.lsh_estimate_tail) and lsh is None:
-        raise SpdnnError("--lsh-max-active, --lsh-random, --lsh-top-bias and "
-                         "--lsh-estimate-tail need --lsh")
-    optimizer = optimizer_config(opt)
-    if lsh is not None and getattr(optimizer, "betas", None) and optimizer.weight_decay:
-        raise SpdnnError(f"--lsh with {opt.optimizer} takes no --weight-decay yet: its sampled "
-                         "rows are updated lazily, as torch.optim.SparseAdam does, which has "
-                         "no weight decay (give --weight-decay 0)")
-    schedule = schedule_of(opt)
-    if opt.critical_set is not None and not schedule.constant:
-        raise SpdnnError("--lr-schedule and --warmup-steps do not apply with --critical-set "
-                         "yet: its epochs' steps vary, so the job's planned steps are not "
-                         "known ahead")
-    if lsh is not None and opt.dropout:
-        raise SpdnnError("--dropout does not apply with --lsh yet: a sampled layer's outputs "
-                         "are its active pairs")
-    if lsh is not None and compress.enabled:  # its compressor keeps state per position
-        raise SpdnnError("--compress does not apply with --lsh: the LSH layer's gradients are "
-                         "those of the rows active in each step, not of fixed positions")
+        raise OptionError("lsh", str(exc)) from None
     sparse = sparse_update_of(opt)
     replanner = None
     if sparse is not None and sparse.replan != "never":
@@ -93,30 +69,18 @@ def _config(opt: TrainOptions) -> TrainConfig:
         if replanner is None:
             raise SpdnnError("--replan needs the partitioner's replanning (the partition "
                              "package's entry point spdnn.replanners: reinstall spdnn)")
-    if sparse is not None:
-        for given, flag in ((lsh is not None, "--lsh"), (compress.enabled, "--compress"),
-                            (opt.critical_set is not None, "--critical-set")):
-            if given:
-                raise SpdnnError(f"--sparse-update does not apply with {flag} yet: "
-                                 + UNSUPPORTED[flag])
     return TrainConfig(epochs=opt.epochs, batch_size=opt.batch_size,
-                       optimizer=optimizer, seed=opt.seed,
+                       optimizer=optimizer_config(opt), seed=opt.seed,
                        shuffle=opt.shuffle, loss=opt.loss, max_steps=opt.max_steps,
                        checkpoint_dir=None if opt.checkpoint_dir is None else
                        os.fspath(opt.checkpoint_dir),
                        checkpoint_every=opt.checkpoint_every, compress=compress,
                        critical_set=opt.critical_set, refresh=opt.refresh or 2, lsh=lsh,
-                       rehash=opt.rehash, schedule=schedule, early_stopping=opt.early_stopping,
+                       rehash=opt.rehash, schedule=schedule_of(opt),
+                       early_stopping=opt.early_stopping,
                        validation_split=opt.validation_split,
                        clip_grad_norm=opt.clip_grad_norm, sparse_update=sparse,
                        replanner=replanner)
-
-
-# Why a topology update cannot run beside each option yet.
-UNSUPPORTED = {"--lsh": "its tables index the rows' weights as they are",
-               "--compress": "its compressors keep a residual per weight position",
-               "--critical-set": "its epochs' steps vary, so the step updates end at is not "
-                                 "known ahead"}
 
 
 def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
@@ -250,7 +214,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         if on_epoch is not None:
             on_epoch(report)
 
-    load_kernels(dnet.dtype, training=True, optimizer=opt.optimizer)
+    load_kernels(dnet.dtype)
+    load_updates((opt.optimizer,), (dnet.dtype.type,), parallel=PARALLEL)
     lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
     best: list[EpochReport] = []
 
@@ -261,28 +226,32 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                          {"trained_by": "spdnn train", "data": data.name,
                           "epoch": report.epoch, "validation_loss": report.validation_loss})
 
-    updates: list[dict[str, Any]] = []
-    with lock:
-        reports = train(comm, dnet, data, cfg, position, state, lossy,
-                        epoch_done if comm.rank == 0 else None, on_step, finish,
-                        on_best=keep_best, on_update=lambda r: updates.append(r.as_dict()))
-    if updates and comm.rank == 0 and verbose:
-        first, last = updates[0], updates[-1]
-        print(f"{len(updates)} topology update(s) from step {first['step']} to "
-              f"{last['step']}: {sum(u['dropped'] for u in updates):,} connections dropped, "
-              f"{sum(u['grown'] for u in updates):,} grown, "
-              f"{sum(u['seconds'] for u in updates):.2f} s; the plan moves "
-              f"{last['rows_per_step']:,} rows a step (before the first: "
-              f"{first['rows_before']:,})", flush=True)
-    test = _tested_once(comm, dnet, data, verbose, reports, best, opt)
-    out = TrainResult(rank=comm.rank, epochs=tuple(reports), ranks=comm.size,
-                      parts=dnet.grid.parts,
-                      replicas=dnet.grid.replicas, plan_method=job.plan.meta.get("method"),
-                      kernels=kernels_backend(), traffic=result["traffic"],
-                      timing=result["timing"], memory=result["memory"], test_accuracy=test,
-                      topology_updates=tuple(updates))
-    write_json(comm, metrics_out, out.metrics())
-    return out
+    # --save, --save-plan and --metrics-out appear together or not at all
+    together = [save, None if opt.save_plan is None else os.fspath(opt.save_plan),
+                metrics_out]
+    with outputs_together(together if comm.rank == 0 else []):
+        updates: list[dict[str, Any]] = []
+        with lock:
+            reports = train(comm, dnet, data, cfg, position, state, lossy,
+                            epoch_done if comm.rank == 0 else None, on_step, finish,
+                            on_best=keep_best, on_update=lambda r: updates.append(r.as_dict()))
+        if updates and comm.rank == 0 and verbose:
+            first, last = updates[0], updates[-1]
+            print(f"{len(updates)} topology update(s) from step {first['step']} to "
+                  f"{last['step']}: {sum(u['dropped'] for u in updates):,} connections dropped, "
+                  f"{sum(u['grown'] for u in updates):,} grown, "
+                  f"{sum(u['seconds'] for u in updates):.2f} s; the plan moves "
+                  f"{last['rows_per_step']:,} rows a step (before the first: "
+                  f"{first['rows_before']:,})", flush=True)
+        test = _tested_once(comm, dnet, data, verbose, reports, best, opt)
+        out = TrainResult(rank=comm.rank, epochs=tuple(reports), ranks=comm.size,
+                          parts=dnet.grid.parts,
+                          replicas=dnet.grid.replicas, plan_method=job.plan.meta.get("method"),
+                          kernels=kernels_backend(), traffic=result["traffic"],
+                          timing=result["timing"], memory=result["memory"], test_accuracy=test,
+                          topology_updates=tuple(updates))
+        write_json(comm, metrics_out, out.metrics())
+        return out
 
 
 def check_changeable(bundle: Any, network: Any) -> None:  # noqa: ANN401

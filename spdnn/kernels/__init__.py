@@ -1,5 +1,6 @@
 """Local kernels, no MPI: the sparse products behind one interface with interchangeable backends
-(``scipy``, ``numba``), the exchange encodings, and index helpers.
+(``scipy``, ``numba``: spdnn.backends, chosen once), the exchange encodings, and index
+helpers.
 
 >>> from spdnn import kernels
 >>> kernels.set_backend("scipy")

@@ -23,7 +23,7 @@ full block of 8 vectors, ``AXPY[nvec]`` the partial block of nvec vectors; DOT, 
 Arrays are 1-D C-contiguous (flat views of the row-major blocks).
 
 numba's cache does not follow imports: after changing this file or _vectors.py, touch
-_numba_kernels.py (an installed upgrade rewrites all three) or its cached kernels keep the old
+_numba_products.py (an installed upgrade rewrites all three) or its cached kernels keep the old
 blocks.
 """
 

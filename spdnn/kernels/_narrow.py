@@ -18,7 +18,7 @@ x[indices[e] * ld : ... + rem], where start is bias[row] (``init`` 1), 0 (2) or 
 is not empty. The last vector may be stored whole where it ends by ``limit_o`` (acc) or
 ``limit_a`` (act), 0 for never. Arrays are flat (1-D C-contiguous).
 
-numba's cache does not follow imports: after changing this file, touch _numba_kernels.py.
+numba's cache does not follow imports: after changing this file, touch _numba_products.py.
 """
 
 from __future__ import annotations

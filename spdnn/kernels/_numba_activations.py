@@ -155,54 +155,49 @@ def _half_square_negated(z, out):
             oi[b] = -0.5 * v * v
 
 
-# The activations whose value has a form here (the others' numpy definitions are one
-# vectorised pass already), and those whose slope is read from the outputs h(z).
-APPLY = ("leaky_relu", "gelu", "gelu_tanh")
-FROM_OUTPUT = ("tanh", "sigmoid", "gelu", "gelu_tanh")
+# The forms spdnn.model.activations' classes call (each class names the ones it has).
+leaky_relu = _leaky_relu
+slope_leaky_relu = _slope_leaky_relu
+slope_tanh = _slope_tanh
+slope_sigmoid = _slope_sigmoid
+slope_gelu_tanh = _slope_gelu_tanh
 
 
-def apply(name: str, z: np.ndarray, out: np.ndarray, slope: float) -> None:
-    """``out = h(z)`` for activation ``name``, one of APPLY (C-contiguous 2-D blocks)."""
-    if name == "leaky_relu":
-        _leaky_relu(z, out, z.dtype.type(slope))
-    elif name == "gelu" and z.dtype == np.float32:
+def gelu(z: np.ndarray, out: np.ndarray) -> None:
+    """GELU's value: in float32 around numpy's exp, in float64 with the C library's erf."""
+    if z.dtype == np.float32:
         _gelu32_exponent(z, out)
         np.exp(out, out=out)
         _gelu32_finish(z, out)
-    elif name == "gelu":
+    else:
         _gelu(z, out)
-    else:
-        _gelu_tanh_inner(z, out)
-        np.tanh(out, out=out)
-        _gelu_tanh_finish(z, out)
 
 
-def backward(name: str, g: np.ndarray, z: np.ndarray, h: np.ndarray | None,
-             slope: float) -> None:
-    """``g *= h'(z)`` for activation ``name`` (not relu, not identity); ``h`` = h(z), given
-    for those of FROM_OUTPUT."""
-    if name == "leaky_relu":
-        _slope_leaky_relu(g, z, g.dtype.type(slope))
-    elif name == "tanh":
-        _slope_tanh(g, h)
-    elif name == "sigmoid":
-        _slope_sigmoid(g, h)
-    elif name == "gelu_tanh":
-        _slope_gelu_tanh(g, z, h)
-    else:
-        e = np.empty_like(z)
-        _half_square_negated(z, e)
-        np.exp(e, out=e)
-        _slope_gelu(g, z, h, e)
+def gelu_tanh(z: np.ndarray, out: np.ndarray) -> None:
+    """GELU's tanh form: the arithmetic in numba, the tanh numpy's."""
+    _gelu_tanh_inner(z, out)
+    np.tanh(out, out=out)
+    _gelu_tanh_finish(z, out)
+
+
+def slope_gelu(g: np.ndarray, z: np.ndarray, h: np.ndarray) -> None:
+    """``g *= GELU'(z)``, Phi(z) read from the outputs h."""
+    e = np.empty_like(z)
+    _half_square_negated(z, e)
+    np.exp(e, out=e)
+    _slope_gelu(g, z, h, e)
 
 
 def warm_up(dtypes: tuple) -> None:
-    """Compile (or load from cache) every kernel for ``dtypes``."""
-    from spdnn.model.activations import ACTIVATIONS
+    """Compile (or load from cache) every activation's kernels for ``dtypes``."""
+    import sys
 
+    from spdnn.model.activations import BY_NAME
+
+    this = sys.modules[__name__]
     for dt in dtypes:
         z = np.ones((1, 2), dt)
-        for name in APPLY:
-            apply(name, z, z.copy(), 0.0)
-        for name in ACTIVATIONS[1:-1]:  # not relu, not identity
-            backward(name, z.copy(), z, z, 0.0)
+        for cls in BY_NAME.values():
+            act = cls()
+            act.compiled_value(this, z, z.copy())
+            act.compiled_slope(this, z.copy(), z, z)

@@ -5,7 +5,7 @@ DistributedNetwork.forward drops them; the numbers are the same, bit for bit. On
 of a Python round per layer: a narrow layer's kernel is so short that the Python around it
 cost as much again.
 
-numba's cache does not follow imports: after changing _numba_kernels.py (whose _narrow_rows
+numba's cache does not follow imports: after changing _numba_products.py (whose _narrow_rows
 this file's cache holds a copy of), _narrow.py or _vectors.py, touch this file too.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from spdnn.kernels._numba_kernels import _narrow_rows
+from spdnn.kernels._numba_products import _narrow_rows
 from spdnn.kernels.cache_loads import lean_cache_loads
 
 

@@ -1,7 +1,7 @@
 """numba kernels of LSH-selected neurons (spdnn.kernels.hashing, spdnn.runtime.lsh_layer): the
 union of the buckets a batch hits, and the forward and backward products on the (neuron,
 sample) pairs of that union only. No Python loop per sample. The hash codes:
-spdnn.kernels._numba_hash.
+spdnn.kernels._numba_hashing.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from spdnn.kernels import _numba_hash
+from spdnn.kernels import _numba_hashing
 from spdnn.kernels._prefetch import prefetch
 from spdnn.kernels.cache_loads import lean_cache_loads
 
@@ -117,7 +117,7 @@ def _by_row(ptr, act, key, n_keys):
     see the pairs in sample order and a sample's in row order, as a loop over samples gives
     them: the same sums, while each row's weights (512 bytes of a 50,000-row head) are read
     once per step, not per pair. The pairs are ordered by the tables' radix sort
-    (_numba_hash.bucket_order, stable: cheaper than a count per key over the whole head)."""
+    (_numba_hashing.bucket_order, stable: cheaper than a count per key over the whole head)."""
     n = len(act)
     k = np.empty(n, np.int64)
     owner = np.empty(n, np.int64)
@@ -129,7 +129,7 @@ def _by_row(ptr, act, key, n_keys):
     while (1 << bits) < n_keys:
         bits += 1
     sorted_k, pair = np.empty(n, np.int64), np.empty(n, np.int64)
-    _numba_hash.bucket_order(k, bits, sorted_k, pair)
+    _numba_hashing.bucket_order(k, bits, sorted_k, pair)
     keys, start, sample = np.empty(n, np.int64), np.empty(n + 1, np.int64), np.empty(n, np.int64)
     groups = 0
     for i in range(n):
@@ -239,7 +239,7 @@ def warm_up(*, hashing: bool = True) -> None:
     """Compile the kernels (and the hashing's, unless not ``hashing``) for both value types
     now, not in a timed step."""
     if hashing:
-        _numba_hash.warm_up()
+        _numba_hashing.warm_up()
     for dt in (np.float32, np.float64):
         # a local layer's int32 indptr and indices (int64 ones, beyond 2**31 values, compile
         # when first used)

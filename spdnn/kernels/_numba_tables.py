@@ -90,7 +90,7 @@ def move_rows(keys, rows, log):
     """Each logged change (table, row, old, new; a table's rows ascending, as log_changes
     writes them chunk after chunk) moves its row from the old code's place to the new one's,
     each table kept ordered by (key, row): the same arrays as a sort of every code. A code
-    rarely changes between rebuilds (at lr 0.1, under 0.1% of a table's)."""
+    rarely changes between rebuilds."""
     tables, n = keys.shape
     count = np.zeros(tables + 1, np.int64)
     for e in range(log.shape[1]):

@@ -3,7 +3,7 @@ pointers, 512-bit vectors of the block's float type (LLVM splits them into what 
 the mask of a partial block's last vector, loads and stores, fused multiply-adds, a halving-tree
 horizontal sum, and prefetches of the rows ahead.
 
-numba's cache does not follow imports: after changing this file, touch _numba_kernels.py.
+numba's cache does not follow imports: after changing this file, touch _numba_products.py.
 """
 
 from __future__ import annotations

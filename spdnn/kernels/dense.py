@@ -27,8 +27,8 @@ def dense_view(w: sp.csr_matrix) -> np.ndarray | None:
 
 def blas_ready(dtype: np.dtype) -> None:
     """One small product per dtype before a process's first dense-layer product: with
-    numpy's OpenBLAS (one thread), W^T G of a wide float32 head ran about three times slower
-    in every call of a process whose first products had other shapes, and at full speed after
+    numpy's OpenBLAS (one thread), W^T G of a wide float32 head ran several times slower in
+    every call of a process whose first products had other shapes, and at full speed after
     one 128 x 128 by 128 x 2,048 product (a square one did not help; the forward and
     weight-gradient products and float64 were not affected)."""
     if dtype.char not in _ready:

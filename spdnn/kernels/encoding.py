@@ -44,11 +44,7 @@ HEADER = 16  # bytes: two int64, (-1, 0) for dense, else (values sent, entries a
 
 
 def _nbe():  # noqa: ANN202
-    if kernels.backend() != "numba":
-        return None
-    from spdnn.kernels import _numba_encoding
-
-    return _numba_encoding
+    return kernels.active().compiled("encoding")
 
 
 def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:

@@ -79,7 +79,7 @@ class HashFunctions:
         is input coordinate ``columns[j]`` (default: j). ``out``: an earlier result of this
         shape to write into (its pages already mapped: 80 MB at 200,000 rows and 50 tables).
         ``dense``: every row holds every column in order (a full layer), read in place."""
-        from spdnn.kernels import _numba_hash as nbh
+        from spdnn.kernels import _numba_hashing as nbh
 
         if columns is None:
             columns = np.arange(self.n_in, dtype=np.int64)
@@ -126,7 +126,7 @@ class Tables:
     def build(codes: np.ndarray, old: Tables | None = None) -> Tables:
         """The tables of rows with these codes (rows x L); ``old`` tables of the same shape,
         no longer needed, lend their arrays (a rebuild then holds one set, not two)."""
-        from spdnn.kernels import _numba_hash as nbh
+        from spdnn.kernels import _numba_hashing as nbh
 
         n, tables = codes.shape
         top = int(codes.max(initial=0))

@@ -35,7 +35,7 @@ class LayerRun:
     @staticmethod
     def of(weights: Sequence[sp.csr_matrix], biases: Sequence[np.ndarray],
            in_rows: Sequence[int]) -> LayerRun | None:
-        if products.backend() != "numba" or not weights:
+        if products.active().compiled("layers") is None or not weights:
             return None
         arrays = ([w.indptr for w in weights], [w.indices for w in weights],
                   [w.data for w in weights], list(biases))

@@ -8,20 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.kernels import encoding, layers, update
+from spdnn.kernels import encoding, layers
 from spdnn.kernels import products as kernels
 
 
-def load_kernels(dtype: Any = None, *, narrow: bool = False,  # noqa: ANN401
-                 training: bool = False, optimizer: str = "sgd") -> None:
+def load_kernels(dtype: Any = None, *, narrow: bool = False) -> None:  # noqa: ANN401
     """Load the products and the exchange's encoders for ``dtype`` (None: both types; with
-    ``narrow``, also the narrow end of challenge inference; with ``training``, the
-    ``optimizer``'s update). Loaded kernels load again for nothing; the scipy backend loads
-    nothing."""
+    ``narrow``, also the narrow end of challenge inference; an optimizer's update:
+    spdnn.optim.load_kernels). Loaded kernels load again for nothing; the scipy backend
+    loads nothing."""
     dtypes = (np.float32, np.float64) if dtype is None else (np.dtype(dtype).type,)
     kernels.warm_up(dtypes)
     encoding.warm_up(dtypes)
     if narrow:
         layers.warm_up(dtypes)
-    if training:
-        update.warm_up(dtypes, optimizers=(optimizer,))

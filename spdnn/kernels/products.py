@@ -11,17 +11,16 @@ Activations are (neurons x batch) C-contiguous: a neuron's row (what is exchange
 - ``activate(act, Z, out)``, ``activation_backward(act, G, Z, H)``: the same two for the other
   activations (spdnn.model.activations), which the products do not fuse.
 
-Backends: ``scipy`` (reference) and ``numba`` (faster; see docs/BENCHMARKS.md). The default is
-numba when it is installed, else scipy; ``SPDNN_KERNELS=scipy|numba`` or ``set_backend`` choose.
-A matrix with every entry stored (a dense head) goes to BLAS, but for the backward of one of
-few rows in the numba backend. ``set_threads`` sets the numba kernels' threads (default 1).
+Backends (spdnn.backends): ``scipy`` (the oracle) and ``numba`` (faster; see
+docs/BENCHMARKS.md): each operation's scipy form is here, its numba form beside it, registered
+with ``@form``. A matrix with every entry stored (a dense head) goes to BLAS, but for the
+backward of one of few rows in the numba backend. ``set_threads`` sets the numba kernels'
+threads (default 1).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -29,8 +28,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from spdnn.backends import (  # noqa: F401 (the choice, re-exported: spdnn.kernels)
+    BACKENDS,
+    active,
+    available_backends,
+    backend,
+    form,
+    set_backend,
+)
+from spdnn.backends import forget as forget_backend  # noqa: F401
 from spdnn.comm.threads import default_threads
-from spdnn.errors import SpdnnError
 from spdnn.kernels.dense import ONE_PASS_DENSE_ROWS, blas_ready, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
@@ -45,41 +52,14 @@ if TYPE_CHECKING:
 SMALL_PRODUCT = 1 << 15
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
-BACKENDS = ("scipy", "numba")
 _NO_ALIVE = np.zeros(0, dtype=np.int32)
 _NO_BIAS = {np.dtype(t).char: np.zeros(0, dtype=t) for t in (np.float32, np.float64)}
-_state: dict = {"backend": None, "threads": default_threads(), "numba_ready": False}
-
-
-def available_backends() -> list[str]:
-    """The backends installed here; numba found, not loaded (its import is slow: bad input
-    ends first)."""
-    return ["scipy", "numba"] if "numba" in sys.modules or importlib.util.find_spec("numba") \
-        else ["scipy"]
-
-
-def set_backend(name: str) -> None:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown kernel backend {name!r}; choose from {BACKENDS}")
-    if name not in available_backends():
-        raise ValueError(f"kernel backend {name!r} is not installed (pip install {name})")
-    _state["backend"] = name
-
-
-def backend() -> str:
-    if _state["backend"] is None:
-        wanted = os.environ.get("SPDNN_KERNELS", "auto")
-        wanted = available_backends()[-1] if wanted == "auto" else wanted  # numba if found
-        try:
-            set_backend(wanted)
-        except ValueError as exc:
-            raise SpdnnError(f"SPDNN_KERNELS={wanted!r}: {exc}") from None
-    return str(_state["backend"])
+_state: dict = {"threads": default_threads(), "numba_ready": False}
 
 
 def max_threads() -> int:
     """The most threads the numba kernels can use in this process (its pool size, fixed when
-    numba loads: ``NUMBA_NUM_THREADS``; see spdnn.comm.threads)."""
+    numba loads: ``NUMBA_NUM_THREADS``; see spdnn.comm.threads; 1 without numba)."""
     if "numba" not in available_backends():
         return 1
     import numba
@@ -147,22 +127,31 @@ def _threads_for(elements: int) -> Iterator[None]:
 
 
 def _nb():  # noqa: ANN202
-    from spdnn.kernels import _numba_kernels
+    from spdnn.kernels import _numba_products
 
     if not _state["numba_ready"]:  # numba's own default (or a caller's) is not this rank's
         _state["numba_ready"] = True
         set_threads(min(_state["threads"], max_threads()))
-    return _numba_kernels
+    return _numba_products
 
 
 def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
     """Load (or compile) the active backend's kernels for ``dtypes`` now, outside any timed
     loop."""
-    if backend() == "numba":
-        from spdnn.kernels import _numba_inputs, _numba_softmax
+    active().warm_up(dtypes)
 
-        for module in (_nb(), _numba_softmax, _numba_inputs):
-            module.warm_up(dtypes)
+
+@form("scipy", "warm_up")
+def _nothing_to_load(dtypes: tuple) -> None:
+    pass
+
+
+@form("numba", "warm_up")
+def _load_numba(dtypes: tuple) -> None:
+    from spdnn.kernels import _numba_softmax, _numba_sparse_inputs
+
+    for module in (_nb(), _numba_softmax, _numba_sparse_inputs):
+        module.warm_up(dtypes)
 
 
 def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
@@ -198,21 +187,38 @@ def spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: floa
     backend); ``alive`` (int32 per column), if given, is set to 1 where h(Z) is nonzero.
     ``span`` = (starts, ends): row i uses W's entries [starts[i], ends[i]) only (a block of
     its columns, read in place: no copy of the block)."""
+    active().spmm_act(w, x, bias, cap, out_z, out_x, rows, accumulate, alive, span)
+
+
+@form("numba", "spmm_act")
+def _spmm_act_numba(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None,
+                    cap: float | None, out_z: np.ndarray, out_x: np.ndarray | None,
+                    rows: Rows | None, accumulate: bool, alive: np.ndarray | None,
+                    span: Span | None) -> None:
+    if dense_view(w) is not None:  # BLAS
+        _spmm_act(w, x, bias, cap, out_z, out_x, rows, accumulate, alive, span)
+        return
+    r0, r1 = _range(w, rows)
+    starts, ends = span if span is not None else (w.indptr[:-1], w.indptr[1:])
+    init, nb = 0 if accumulate else (1 if bias is not None else 2), _nb()
+    with _threads_for((r1 - r0) * x.shape[1]):
+        nb.spmm_rows(starts, ends, w.indices, w.data, x, _NO_BIAS[x.dtype.char]
+                     if bias is None else bias, out_z, r0, r1, init,
+                     -1.0 if cap is None else float(cap), out_x is not None,
+                     out_z if out_x is None else out_x, _NO_ALIVE if alive is None else alive,
+                     nb.threads())
+
+
+@form("scipy", "spmm_act")
+def _spmm_act(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None, cap: float | None,
+              out_z: np.ndarray, out_x: np.ndarray | None, rows: Rows | None,
+              accumulate: bool, alive: np.ndarray | None, span: Span | None) -> None:
     r0, r1 = _range(w, rows)
     dense = dense_view(w)
     starts, ends = span if span is not None else (w.indptr[:-1], w.indptr[1:])
     if dense is not None and span is not None:  # a block of a dense W's columns: BLAS on it
         lo, hi = int(starts[0] - w.indptr[0]), int(ends[0] - w.indptr[0])
         dense, x = dense[:, lo:hi], x[lo:hi]
-    if dense is None and backend() == "numba":
-        init, nb = 0 if accumulate else (1 if bias is not None else 2), _nb()
-        with _threads_for((r1 - r0) * x.shape[1]):
-            nb.spmm_rows(starts, ends, w.indices, w.data, x, _NO_BIAS[x.dtype.char]
-                         if bias is None else bias, out_z, r0, r1, init,
-                         -1.0 if cap is None else float(cap), out_x is not None,
-                         out_z if out_x is None else out_x, _NO_ALIVE if alive is None else alive,
-                         nb.threads())
-        return
     zr = out_z[r0:r1]
     if dense is not None and not accumulate:
         np.matmul(dense[r0:r1], x, out=zr)
@@ -250,21 +256,32 @@ def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray | None
           rows: np.ndarray | None = None, bias_grad: np.ndarray | None = None) -> np.ndarray:
     """Sampled dense-dense product on W's pattern (``rows``: W's ``row_of_entries``, for the
     scipy backend); with ``bias_grad``, also its row sums of d."""
-    nnz = w.nnz
     if out is None:
-        out = np.empty(nnz, dtype=np.result_type(d, x))
+        out = np.empty(w.nnz, dtype=np.result_type(d, x))
+    active().sddmm(w, d, x, out, rows, bias_grad)
+    return out
+
+
+@form("numba", "sddmm")
+def _sddmm_numba(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray,
+                 rows: np.ndarray | None, bias_grad: np.ndarray | None) -> None:
+    if dense_view(w) is not None:  # BLAS
+        _sddmm(w, d, x, out, rows, bias_grad)
+        return
+    _nb().sddmm(w.indptr, w.indices, d, x, out, out if bias_grad is None else bias_grad,
+                bias_grad is not None)
+
+
+@form("scipy", "sddmm")
+def _sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, out: np.ndarray,
+           rows: np.ndarray | None, bias_grad: np.ndarray | None) -> None:
     dense = dense_view(w)
-    if dense is None and backend() == "numba":
-        _nb().sddmm(w.indptr, w.indices, d, x, out, out if bias_grad is None else bias_grad,
-                    bias_grad is not None)
-        return out
     if bias_grad is not None:
         np.sum(d, axis=1, out=bias_grad)
     if dense is not None:
         np.matmul(d, x.T, out=out.reshape(dense.shape))
-        return out
+        return
     _sampled(d, x, row_of_entries(w) if rows is None else rows, w.indices, out)
-    return out
 
 
 def _sampled(d: np.ndarray, x: np.ndarray, i: np.ndarray, j: np.ndarray,
@@ -285,13 +302,27 @@ def backward_products(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.nda
     ``z`` is given, and grad_w[order[e]] = d[i_e] . x[r] for the entries of those rows (the
     weight gradient, in W's order). One pass in the numba backend; a dense W's too when it
     has at most ``ONE_PASS_DENSE_ROWS`` rows, else BLAS."""
-    r0, r1 = rows if rows is not None else (0, wt.shape[0])
-    if backend() == "numba" and (not wt.dense or wt.shape[1] <= ONE_PASS_DENSE_ROWS):
-        mask = z is not None
-        _nb().backward_rows(wt.indptr, wt.indices, data, wt.order, d, x, out, base, grad_w,
-                            r0, r1, z if mask else out, -1.0 if cap is None else float(cap),
-                            mask)
+    active().backward_products(wt, data, d, x, out, grad_w, rows, base, z, cap)
+
+
+@form("numba", "backward_products")
+def _backward_numba(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
+                    out: np.ndarray, grad_w: np.ndarray, rows: Rows | None, base: int,
+                    z: np.ndarray | None, cap: float | None) -> None:
+    if wt.dense and wt.shape[1] > ONE_PASS_DENSE_ROWS:  # BLAS
+        _backward(wt, data, d, x, out, grad_w, rows, base, z, cap)
         return
+    r0, r1 = rows if rows is not None else (0, wt.shape[0])
+    mask = z is not None
+    _nb().backward_rows(wt.indptr, wt.indices, data, wt.order, d, x, out, base, grad_w,
+                        r0, r1, z if mask else out, -1.0 if cap is None else float(cap), mask)
+
+
+@form("scipy", "backward_products")
+def _backward(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
+              out: np.ndarray, grad_w: np.ndarray, rows: Rows | None, base: int,
+              z: np.ndarray | None, cap: float | None) -> None:
+    r0, r1 = rows if rows is not None else (0, wt.shape[0])
     sub = out[r0 - base:r1 - base]
     if wt.dense:  # W dense: grad_w is W's row-major layout, rows of W^T its columns
         blas_ready(data.dtype)
@@ -318,9 +349,19 @@ def backward_products(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.nda
 
 def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:
     """``g *= h'(z)`` in place (ReLU, capped when ``cap`` is given: 0 at and beyond the cap)."""
-    if backend() == "numba" and g.flags.c_contiguous and z.flags.c_contiguous:
-        _nb().apply_slope(g, z, -1.0 if cap is None else float(cap))
+    active().apply_slope(g, z, cap)
+
+
+@form("numba", "apply_slope")
+def _apply_slope_numba(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:
+    if not (g.flags.c_contiguous and z.flags.c_contiguous):
+        _apply_slope(g, z, cap)
         return
+    _nb().apply_slope(g, z, -1.0 if cap is None else float(cap))
+
+
+@form("scipy", "apply_slope")
+def _apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:
     keep = z > 0
     if cap is not None:
         keep &= z < cap
@@ -334,14 +375,23 @@ def _contiguous(*blocks: np.ndarray | None) -> bool:
 def activate(act: Activation, z: np.ndarray, out: np.ndarray) -> None:
     """``out = h(z)`` for an activation other than ReLU (which ``spmm_act`` fuses): the numba
     backend's form where it has one, else the definition's numpy form."""
-    if backend() == "numba" and _contiguous(z, out):
+    active().activate(act, z, out)
+
+
+@form("scipy", "activate")
+def _activate(act: Activation, z: np.ndarray, out: np.ndarray) -> None:
+    act.apply(z, out)
+
+
+@form("numba", "activate")
+def _activate_numba(act: Activation, z: np.ndarray, out: np.ndarray) -> None:
+    if _contiguous(z, out):
         from spdnn.kernels import _numba_activations as nba
 
-        if act.name in nba.APPLY:
-            _nb()
-            with _threads_for(z.size):
-                nba.apply(act.name, z, out, act.slope)
-            return
+        _nb()
+        with _threads_for(z.size):
+            if act.compiled_value(nba, z, out):
+                return
     act.apply(z, out)
 
 
@@ -350,16 +400,28 @@ def activation_backward(act: Activation, g: np.ndarray, z: np.ndarray,
     """``g *= h'(z)`` in place for an activation other than ReLU (``apply_slope``); ``h``, the
     outputs h(z) when at hand (the slopes are read from them where a formula allows; computed
     here when not given)."""
-    if act.name == "identity":
-        return
-    if backend() == "numba" and _contiguous(g, z, h):
-        from spdnn.kernels import _numba_activations as nba
+    active().activation_backward(act, g, z, h)
 
-        if h is None and act.name in nba.FROM_OUTPUT:
-            h = np.empty_like(z)
-            activate(act, z, h)
-        _nb()
-        with _threads_for(g.size):
-            nba.backward(act.name, g, z, h, act.slope)
+
+@form("scipy", "activation_backward")
+def _activation_backward(act: Activation, g: np.ndarray, z: np.ndarray,
+                         h: np.ndarray | None) -> None:
+    act.backward(g, z, h)
+
+
+@form("numba", "activation_backward")
+def _activation_backward_numba(act: Activation, g: np.ndarray, z: np.ndarray,
+                               h: np.ndarray | None) -> None:
+    if not _contiguous(g, z, h):
+        act.backward(g, z, h)
         return
+    from spdnn.kernels import _numba_activations as nba
+
+    if h is None and act.FROM_OUTPUT:
+        h = np.empty_like(z)
+        _activate_numba(act, z, h)
+    _nb()
+    with _threads_for(g.size):
+        if act.compiled_slope(nba, g, z, h):
+            return
     act.backward(g, z, h)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spdnn.kernels import products
+from spdnn.backends import active
 
 
 def largest_per_row(score: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -22,10 +22,9 @@ def largest_per_row(score: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, 
     cols = np.empty(int(starts[-1]), dtype=np.int64)
     if not len(cols):
         return rows, cols
-    if products.backend() == "numba" and score.flags.c_contiguous:
-        from spdnn.kernels import _numba_selection
-
-        _numba_selection.largest_per_row(score, counts, starts, cols)
+    nbs = active().compiled("selection")
+    if nbs is not None and score.flags.c_contiguous:
+        nbs.largest_per_row(score, counts, starts, cols)
         return rows, cols
     for r in np.flatnonzero(counts):
         cols[starts[r]:starts[r + 1]] = _largest(score[r], int(counts[r]))
@@ -44,10 +43,11 @@ def _largest(score: np.ndarray, count: int) -> np.ndarray:
 
 
 def warm_up(dtypes: tuple[type, ...] = (np.float32, np.float64)) -> None:
-    """Compile (or load) the numba kernel for each value type."""
-    from spdnn.kernels import _numba_selection
-
+    """Compile (or load) the numba kernel for each value type, where the backend runs it."""
+    nbs = active().compiled("selection")
+    if nbs is None:
+        return
     for dtype in dtypes:
         cols = np.empty(1, np.int64)
-        _numba_selection.largest_per_row(np.zeros((1, 2), dtype), np.ones(1, np.int64),
-                                         np.zeros(2, np.int64), cols)
+        nbs.largest_per_row(np.zeros((1, 2), dtype), np.ones(1, np.int64),
+                            np.zeros(2, np.int64), cols)

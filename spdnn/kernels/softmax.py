@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from spdnn.kernels import products
+from spdnn.backends import active
 
 
-def _numba(*blocks: np.ndarray) -> bool:
-    return products.backend() == "numba" and all(b.flags.c_contiguous for b in blocks)
+def _numba(*blocks: np.ndarray) -> object:
+    """The numba half where the backend runs it and the blocks are C-contiguous, else None."""
+    nbs = active().compiled("softmax")
+    return nbs if nbs is not None and all(b.flags.c_contiguous for b in blocks) else None
 
 
 def column_max(z: np.ndarray) -> np.ndarray:
@@ -33,10 +35,8 @@ def exp_columns(z: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if len(z) == 0:
         return total, first
     shift = shift.astype(z.dtype, copy=False)
-    if _numba(z):
-        from spdnn.kernels import _numba_softmax
-
-        _numba_softmax.exp_columns(z, shift, total, first, z.dtype == np.float32)
+    if (nbs := _numba(z)) is not None:
+        nbs.exp_columns(z, shift, total, first, z.dtype == np.float32)  # type: ignore[attr-defined]
         return total, first
     hit = z == shift[None, :]
     first = np.where(hit.any(axis=0), hit.argmax(axis=0), -1).astype(np.int32)
@@ -49,10 +49,8 @@ def scale_columns(g: np.ndarray, factor: np.ndarray) -> None:
     """g *= factor[None, :], in place, with results under ``flush_below(g.dtype)`` in magnitude
     set to 0 (NaN stays NaN)."""
     floor = flush_below(g.dtype)
-    if len(g) and _numba(g):
-        from spdnn.kernels import _numba_softmax
-
-        _numba_softmax.scale_columns(g, factor.astype(g.dtype, copy=False), floor)
+    if len(g) and (nbs := _numba(g)) is not None:
+        nbs.scale_columns(g, factor.astype(g.dtype, copy=False), floor)  # type: ignore[attr-defined]
         return
     g *= factor[None, :].astype(g.dtype, copy=False)
     g[np.abs(g) < floor] = 0

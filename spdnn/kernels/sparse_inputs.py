@@ -26,15 +26,16 @@ LIVE_AT_MOST = 0.25
 def live_rows(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray | None:
     """The rows of ``x`` holding a nonzero (ascending), when the skipping kernels apply;
     ``known``: rows that hold every nonzero, ascending (a sparse block's), taken unscanned."""
-    if products.backend() != "numba" or not x.flags.c_contiguous or x.size == 0:
+    if products.active().compiled("sparse_inputs") is None or not x.flags.c_contiguous \
+            or x.size == 0:
         return None
-    from spdnn.kernels import _numba_inputs
+    from spdnn.kernels import _numba_sparse_inputs
 
     if known is not None:  # int64, as a scan's: one compiled signature per value type
         live = np.asarray(known, dtype=np.int64)
     else:
         mask = np.empty(len(x), np.uint8)
-        _numba_inputs.live_rows(x, mask)
+        _numba_sparse_inputs.live_rows(x, mask)
         live = np.flatnonzero(mask)
     return live if len(live) <= LIVE_AT_MOST * len(x) else None
 
@@ -43,9 +44,9 @@ def spmm_act(wt: Transposed, data: np.ndarray, x: np.ndarray, live: np.ndarray,
              bias: np.ndarray, cap: float | None, z: np.ndarray, h: np.ndarray | None) -> None:
     """``products.spmm_act(W, x, bias, cap, z, h)`` for W with values ``data`` and transpose
     ``wt`` (``products.transpose``), ``live`` from ``live_rows(x)``."""
-    from spdnn.kernels import _numba_inputs
+    from spdnn.kernels import _numba_sparse_inputs
 
-    _numba_inputs.spmm_cols(wt.indptr, wt.indices, wt.order, data, x, live, bias, z,
+    _numba_sparse_inputs.spmm_cols(wt.indptr, wt.indices, wt.order, data, x, live, bias, z,
                             z if h is None else h, -1.0 if cap is None else float(cap),
                             h is not None)
 
@@ -59,7 +60,7 @@ def sddmm(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray, live: np.ndarray | Non
     if live is None or wt is None:
         products.sddmm(w, d, x, out=out, bias_grad=bias_grad)
         return
-    from spdnn.kernels import _numba_inputs
+    from spdnn.kernels import _numba_sparse_inputs
 
     t = wt()
-    _numba_inputs.sddmm_cols(t.indptr, t.indices, t.order, d, x, live, out, bias_grad)
+    _numba_sparse_inputs.sddmm_cols(t.indptr, t.indices, t.order, d, x, live, out, bias_grad)

@@ -12,13 +12,7 @@ import numpy as np
 
 from spdnn.kernels._simd import above_lanes, compress_iota, compress_store, popcount
 from spdnn.kernels.cache_loads import lean_cache_loads
-
-
-def below(t: float, dtype: np.dtype) -> np.floating:
-    """The largest value of ``dtype`` not above t: for x of that type, |x| > t exactly when
-    |x| > below(t), so the kernels compare in the values' own type."""
-    v = np.asarray(t, dtype=dtype)[()]
-    return np.nextafter(v, dtype.type(-np.inf)) if v > t else v
+from spdnn.lossy.thresholds import below  # noqa: F401 (the halves' one rule)
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)

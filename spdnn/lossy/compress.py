@@ -181,8 +181,7 @@ def sidco_select(acc: np.ndarray, ratio: float, distribution: str, stages: int,
                  ws: Workspace, correction: float = 1.0) -> np.ndarray:
     """Positions whose |acc| exceeds SIDCo's multi-stage threshold (the last stage's ratio
     times ``correction``, at most 1)."""
-    from spdnn.lossy import _numba_compress as nbc
-
+    nbc = compressor_passes()
     n = len(acc)
     ratios = stage_ratios(ratio, stages)
     ratios[-1] = min(1.0, ratios[-1] * correction)
@@ -208,8 +207,7 @@ def sidco_select(acc: np.ndarray, ratio: float, distribution: str, stages: int,
 def dgc_select(acc: np.ndarray, ratio: float, rng: np.random.Generator,
                ws: Workspace) -> np.ndarray:
     """Positions whose |acc| reaches the top-``ratio`` quantile of a random sample."""
-    from spdnn.lossy import _numba_compress as nbc
-
+    nbc = compressor_passes()
     n = len(acc)
     k = max(1, math.ceil(ratio * n))
     s = min(n, max(DGC_MIN_SAMPLE, math.ceil(DGC_SAMPLE * n)))
@@ -314,7 +312,13 @@ class Compressor:
         return idx, values
 
 
-def warm_up() -> None:
-    from spdnn.lossy import _numba_compress as nbc
+def compressor_passes():  # noqa: ANN202
+    """The compressors' passes: compiled where the kernel backend runs them, else numpy's."""
+    from spdnn.backends import active
 
+    return active().passes("spdnn.lossy._numba_compress", "spdnn.lossy._numpy_compress")
+
+
+def warm_up() -> None:
+    nbc = compressor_passes()
     nbc.warm_up()

@@ -39,9 +39,9 @@ class HyloCompressor:
     def pack(self, grads: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
         """Add the gradient (``grads`` end to end) to the residual and quantise it; returns the
         message (valid until the next call) and the count of nonzero codes."""
-        from spdnn.lossy import _numba_hylo as nbh
-        from spdnn.lossy._numba_compress import abs_sum
+        from spdnn.lossy.compress import compressor_passes
 
+        nbh, abs_sum = _passes_hylo(), compressor_passes().abs_sum
         acc = self.residual
         start = 0
         for g in grads:
@@ -64,8 +64,7 @@ class HyloCompressor:
 def add_messages(gathered: np.ndarray, n: int, total: np.ndarray) -> None:
     """Add every replica's message (``gathered``: the messages end to end, in replica order)
     into ``total`` (n values, zeroed by the caller)."""
-    from spdnn.lossy import _numba_hylo as nbh
-
+    nbh = _passes_hylo()
     size = message_bytes(n)
     for start in range(0, len(gathered), size):
         msg = gathered[start:start + size]
@@ -73,7 +72,12 @@ def add_messages(gathered: np.ndarray, n: int, total: np.ndarray) -> None:
         nbh.unpack_add(msg[:-SCALE_BYTES], scale, total)
 
 
-def warm_up() -> None:
-    from spdnn.lossy import _numba_hylo as nbh
+def _passes_hylo():  # noqa: ANN202
+    """The 2-bit sum's passes: compiled where the kernel backend runs them, else numpy's."""
+    from spdnn.backends import active
 
-    nbh.warm_up()
+    return active().passes("spdnn.lossy._numba_hylo", "spdnn.lossy._numpy_hylo")
+
+
+def warm_up() -> None:
+    _passes_hylo().warm_up()

@@ -9,13 +9,10 @@ import numpy as np
 
 
 @nb.njit(cache=True, nogil=True)
-def layer_cuts(indptr, indices, owner_out, owner_in, nparts, fold, sent, received, pair_stamp,
-               layer):
-    """Adds one layer's forward rows (and, with ``fold``, its backward rows, the other way) to
-    ``sent`` and ``received``; returns (rows cut, rank pairs). ``pair_stamp`` (nparts x nparts,
-    flat) remembers the pairs seen, by ``layer``, which must differ for every call."""
+def column_users(indptr, indices, owner_out, n_in):
+    """The counting transpose: per input column j, the owners of the rows that read it,
+    ``users[colptr[j]:colptr[j + 1]]``."""
     n_out = len(indptr) - 1
-    n_in = len(owner_in)
     colptr = np.zeros(n_in + 1, dtype=np.int64)
     for t in range(indptr[n_out]):
         colptr[indices[t] + 1] += 1
@@ -28,6 +25,17 @@ def layer_cuts(indptr, indices, owner_out, owner_in, nparts, fold, sent, receive
             j = indices[t]
             users[fill[j]] = owner_out[i]
             fill[j] += 1
+    return colptr, users
+
+
+@nb.njit(cache=True, nogil=True)
+def layer_cuts(indptr, indices, owner_out, owner_in, nparts, fold, sent, received, pair_stamp,
+               layer):
+    """Adds one layer's forward rows (and, with ``fold``, its backward rows, the other way) to
+    ``sent`` and ``received``; returns (rows cut, rank pairs). ``pair_stamp`` (nparts x nparts,
+    flat) remembers the pairs seen, by ``layer``, which must differ for every call."""
+    n_in = len(owner_in)
+    colptr, users = column_users(indptr, indices, owner_out, n_in)
     stamp = np.full(nparts, -1, dtype=np.int64)
     cut = 0
     pairs = 0

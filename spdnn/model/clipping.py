@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.model.optim import RowGrad
+from spdnn.optim import RowGrad
 
 
 def squared_norm(grads: Iterable[np.ndarray | RowGrad]) -> float:

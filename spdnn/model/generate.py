@@ -13,7 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import OptionError
-from spdnn.model.network import Layer, Network, as_dtype
+from spdnn.model.csr import as_dtype
+from spdnn.model.network import Layer, Network
 
 RADIX_SIZES = (1024, 4096, 16384, 65536)
 RADIX_BLOCK = 16  # kron(ones(16, 16), .): each neuron feeds 16 copies of its group

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 # The evaluation batch (spdnn.runtime.inference.eval_batch) keeps its blocks under this many
 # bytes (at 65,536 neurons a batch of 1,024 held 0.8 GB, more than a training step's buffers).
 EVAL_BLOCK_BYTES = 16 << 20
@@ -92,7 +90,7 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     batches. ``baseline``: the process's own bytes (measured by the job).
     ``lsh_tables``: L hash tables over the rows of layer ``lsh_layer`` (from 0; -1: the
     output layer), ``--lsh``. ``optimizer_arrays``: the optimizer's state arrays per value
-    (SGD's momentum 1, Adam's moments 2: spdnn.model.optim.state_arrays); ``dropout``: each
+    (SGD's momentum 1, Adam's moments 2: spdnn.optim.state_arrays); ``dropout``: each
     hidden layer's mask of the step (rows x batch values) and, while one is drawn, its
     64-bit counters (two blocks of the widest layer)."""
     weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
@@ -149,10 +147,9 @@ def shapes_of(work: object, part: int) -> list[LayerShape]:
     network's patterns and the plan, no job)."""
     out = []
     for lw in work.layers:  # type: ignore[attr-defined]
-        sent = int(np.sum(lw.count[lw.src == part]))
         out.append(LayerShape(nnz=int(lw.nnz[part]), rows=int(lw.rows[part]),
                               prev_rows=int(lw.prev_rows[part]), ghosts=int(lw.ghosts[part]),
-                              sent=sent))
+                              sent=int(lw.sent[part])))
     return out
 
 

@@ -194,22 +194,23 @@ def plan_statistics(patterns: Iterable[Pattern], owners: Sequence[np.ndarray], *
     """Statistics of ``owners`` on a network given as per-layer sparsity patterns.
     ``first_layer``: the network's number of ``patterns[0]`` when they are a window of its
     layers (``owners`` then starts at that layer's inputs); ``combine_stats`` joins windows."""
-    from spdnn.model._plan_counts import layer_cuts
+    from spdnn.backends import active
 
+    compiled = active().compiled("spdnn.model._plan_counts")
     fwd, bwd, pairs, imb = [], [], [], []
     sent = np.zeros(parts, dtype=np.int64)
     recv = np.zeros(parts, dtype=np.int64)
     # The rank pairs seen, by layer: one table for the whole network (4 bytes a pair).
-    pair_stamp = np.full(parts * parts, -1, dtype=np.int32) if parts <= PAIR_TABLE_PARTS \
-        else None
+    pair_stamp = np.full(parts * parts, -1, dtype=np.int32) \
+        if parts <= PAIR_TABLE_PARTS and compiled is not None else None
     for i, (indptr, indices, shape) in enumerate(patterns, start=1):
         k = i + first_layer - 1
         if shape != (len(owners[i]), len(owners[i - 1])):
             raise SpdnnError(f"layer {k}: plan sizes do not match the network")
         if pair_stamp is not None:
-            cut, n_pairs = layer_cuts(indptr, indices, owners[i], owners[i - 1], parts, k > 1,
-                                      sent, recv, pair_stamp, i)
-        else:  # too many ranks for the table: the pairs sorted instead
+            cut, n_pairs = compiled.layer_cuts(indptr, indices, owners[i], owners[i - 1], parts,
+                                               k > 1, sent, recv, pair_stamp, i)
+        else:  # numpy's form (scipy backend; too many ranks for the table): the pairs sorted
             j, p = cut_pairs(indptr, indices, owners[i], owners[i - 1], parts)
             src = owners[i - 1][j]
             cut, n_pairs = len(j), len(np.unique(src.astype(np.int64) * parts + p))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from spdnn.comm.mpi import AgreedError, Communicator
 from spdnn.comm.processes import pid_alive
@@ -28,6 +29,8 @@ from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import atomic_path, write_text
 from spdnn.io.checkpoint_format import (
     CHECKPOINT_FORMAT,
+    check_members,
+    manifest_fields,
     manifest_path,
     positions,
     read_manifest,
@@ -36,8 +39,10 @@ from spdnn.io.checkpoint_format import (
 from spdnn.io.npz import NpzReader
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import lossy_files, write_lossy
-from spdnn.model.optim import SavedState
+from spdnn.model.network import Layer
+from spdnn.optim import SavedState
 from spdnn.runtime.distributed import DistributedNetwork
+from spdnn.runtime.local_layer import LocalLayer
 
 
 @dataclass
@@ -94,7 +99,15 @@ def save_checkpoint(comm: Communicator, dnet: DistributedNetwork, state: SavedSt
     comm.check(lambda: _commit(d, pos, dnet.grid.parts, dnet,
                                {**settings, **lossy, "optimizer_steps": state.steps})
                if comm.rank == 0 else None)
-    comm.barrier()
+    # The commit's agreement (an all-gather) is the last synchronisation: no barrier after it.
+
+
+def network_functions(dnet: DistributedNetwork) -> dict[str, Any]:
+    """What the network computes beyond its pattern (the fingerprint's): the hidden layers'
+    activations, ReLU's cap and the output layer's activation."""
+    return {"activations": [a.spec for a in dnet.activations],
+            "cap": "none" if dnet.cap is None else float(dnet.cap),
+            "output_activation": dnet.output_activation}
 
 
 def _commit(d: Path, pos: Position, nparts: int, dnet: DistributedNetwork,
@@ -104,7 +117,8 @@ def _commit(d: Path, pos: Position, nparts: int, dnet: DistributedNetwork,
     manifest = {
         "format": CHECKPOINT_FORMAT, "step": pos.step, "epoch": pos.epoch,
         "batch": pos.batch, "nparts": nparts, "fingerprint": dnet.fingerprint,
-        "dtype": str(dnet.dtype), "n_layers": dnet.n_layers, **settings,
+        **network_functions(dnet), "dtype": str(dnet.dtype), "n_layers": dnet.n_layers,
+        **settings,
         "files": [f"step{pos.step:09d}-rank{r:05d}.npz" for r in range(nparts)],
     }
     write_text(d / "manifest.json", json.dumps(manifest, indent=2) + "\n",
@@ -215,11 +229,14 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
     optimizer starts from fresh state); returns the position and the optimizer's state (None
     when it starts afresh)."""
     settings = {**settings, "dtype": str(dnet.dtype)}
-    manifest = read_manifest(directory, dnet.fingerprint, settings, allow_changes)
+    manifest = read_manifest(directory, dnet.fingerprint, settings, allow_changes,
+                             network_functions(dnet))
     state: list[dict[str, np.ndarray]] = []
     with contextlib.ExitStack() as stack:  # closed on an error too
         readers = [stack.enter_context(NpzReader(Path(directory) / f, "checkpoint"))
                    for f in manifest["files"]]
+        for r in readers:
+            check_members(r, dnet.n_layers)
         for layer in dnet.layers:
             k = layer.index
             shards = [shard_layer(r, k, dnet.sizes[k], dnet.sizes[k - 1]) for r in readers]
@@ -227,6 +244,7 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
             if any({key for key in a if "." in key} != held for a in shards):
                 raise InputError(directory, f"the rank files hold different optimizer state "
                                             f"for layer {k}")
+            _check_state(manifest, {key[:-2] for key in held}, k, directory)
             idx, bias = positions(layer, dnet.sizes[k - 1], dnet.sizes[k], shards, directory)
             layer.weight.data[:] = np.concatenate([a["w"] for a in shards])[idx]
             layer.bias[:] = np.concatenate([a["b"] for a in shards])[bias]
@@ -243,6 +261,25 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
     return Position(manifest["step"], manifest["epoch"], batch), saved
 
 
+def _check_state(manifest: dict[str, Any], names: set[str], k: int, directory: str) -> None:
+    """The state arrays layer k's rank files hold are those the manifest's optimizer keeps
+    once it has stepped (its ``kept_state`` under the manifest's settings)."""
+    from spdnn.optim import OPTIMIZERS
+
+    name = manifest["optimizer"]
+    if manifest["format"] == "spdnn-checkpoint/1":  # SGD, its momentum not recorded
+        keeps = names & set(OPTIMIZERS[name].STATE)
+    else:
+        keeps = OPTIMIZERS[name].kept_state(manifest)
+    if manifest.get("optimizer_steps", manifest["step"]) == 0:
+        keeps = names & keeps  # no step taken: no state yet
+    if names != keeps:
+        raise InputError(manifest_path(directory),
+                         f"layer {k}: the rank files hold optimizer state "
+                         f"{', '.join(sorted(names)) or 'none'}, but {name} keeps "
+                         f"{', '.join(sorted(keeps)) or 'none'}")
+
+
 def check_position(position: Position, directory: str, batch_size: int, max_steps: int | None,
                    n_samples: int) -> None:
     """A resumed position must lie inside this run: a batch of the epoch, below --max-steps."""
@@ -250,6 +287,49 @@ def check_position(position: Position, directory: str, batch_size: int, max_step
     if position.batch >= per_epoch:
         raise InputError(manifest_path(directory), f"batch {position.batch} is beyond the "
                                                    f"{per_epoch} batches of an epoch")
+    written_with = manifest_fields(directory).get("batch_size")
+    if written_with == batch_size and position.step > (position.epoch + 1) * per_epoch:
+        raise InputError(manifest_path(directory), f"step {position.step} at epoch "
+                                                   f"{position.epoch} is more steps than "
+                                                   f"{position.epoch + 1} epoch(s) of "
+                                                   f"{per_epoch} batches hold")
     if max_steps is not None and max_steps < position.step:
         raise SpdnnError(f"--max-steps {max_steps} is below the checkpoint's step "
                          f"{position.step}: nothing would run")
+
+
+def adopt_topology(dnet: DistributedNetwork, directory: str) -> None:
+    """Rebuild my layers with the patterns a checkpoint holds (those its run's updates reached;
+    any P and plan wrote it), their values left for ``load_checkpoint`` to fill."""
+    with contextlib.ExitStack() as stack:
+        files = manifest_fields(directory)["files"]
+        readers = [stack.enter_context(NpzReader(Path(directory) / f, "checkpoint"))
+                   for f in files]
+        for i, layer in enumerate(dnet.layers):
+            k = layer.index
+            n_in = dnet.sizes[k - 1]
+            shards = [shard_layer(r, k, dnet.sizes[k], n_in) for r in readers]
+            rows = np.concatenate([np.repeat(a["rows"].astype(np.int64), a["counts"])
+                                   for a in shards])
+            cols = np.concatenate([a["cols"].astype(np.int64) for a in shards])
+            local = np.full(dnet.sizes[k], -1, dtype=np.int64)
+            local[layer.rows] = np.arange(len(layer.rows))
+            mine = local[rows] >= 0
+            keys = np.sort(local[rows[mine]] * n_in + cols[mine])
+            if len(np.unique(keys)) != len(keys):
+                raise InputError(directory, f"layer {k}: a connection is listed twice")
+            w = layer.weight
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(keys // n_in,
+                                                                minlength=len(layer.rows)))])
+            pattern = Layer(sp.csr_matrix((np.zeros(len(keys), w.dtype),
+                                           (keys % n_in).astype(w.indices.dtype),
+                                           indptr.astype(w.indptr.dtype)),
+                                          shape=(len(layer.rows), n_in)), layer.bias)
+            rebuilt = LocalLayer.build(dnet.comm, dnet.plan, k, pattern)
+            ex_old, ex_new = layer.exchange, rebuilt.exchange
+            ex_new.mode, ex_new.cap, ex_new.masked = ex_old.mode, ex_old.cap, ex_old.masked
+            dnet.layers[i] = rebuilt
+    pool: dict = {}
+    for layer in dnet.layers:
+        layer.exchange.share_buffers(pool)
+    dnet.topology_changed()

@@ -19,11 +19,12 @@ from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
 from spdnn.model.activations import Activation
 from spdnn.model.counters import Dropout
+from spdnn.model.fingerprint import Fingerprint
 from spdnn.model.labels import MultiLabels, as_labels
-from spdnn.model.network import Fingerprint, activations_of
+from spdnn.model.network import activations_of
 from spdnn.model.ops import check_targets, output
-from spdnn.model.optim import parameters
 from spdnn.model.plan import Plan
+from spdnn.optim import parameters
 from spdnn.runtime import lsh_output, outputs
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.gradsum import GradientSums

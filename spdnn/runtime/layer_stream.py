@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from spdnn.comm.mpi import AgreedError
+from spdnn.model.fingerprint import Fingerprint
 from spdnn.model.memory import (
     LayerShape,
     MemoryPrediction,
     format_bytes,
     predict,
 )
-from spdnn.model.network import Fingerprint
 from spdnn.model.plan import Plan
 from spdnn.runtime import memory_report
 from spdnn.runtime.accounting import Timers

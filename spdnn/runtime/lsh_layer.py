@@ -19,7 +19,6 @@ import numpy as np
 
 from spdnn.comm.mpi import Communicator
 from spdnn.kernels import products as kernels
-from spdnn.kernels import update
 from spdnn.kernels.dense import dense_view
 from spdnn.kernels.hashing import REFRESH_ROWS, HashFunctions, Tables
 from spdnn.kernels.lsh import (
@@ -30,10 +29,12 @@ from spdnn.kernels.lsh import (
     top_bias_rows,
 )
 from spdnn.kernels.ranges import segment_ids
+from spdnn.kernels.update import PARALLEL
 from spdnn.model.activations import Activation
 from spdnn.model.labels import MultiLabels
 from spdnn.model.ops import activate
-from spdnn.model.optim import RowGrad
+from spdnn.optim import RowGrad
+from spdnn.optim import load_kernels as load_updates
 from spdnn.runtime.accounting import Timers
 from spdnn.runtime.gradsum import GradientSums
 from spdnn.runtime.halo import Traffic
@@ -64,7 +65,7 @@ class SampledLayer:
         from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.comm.threads)
 
         nbl.warm_up()
-        update.warm_up((layer.bias.dtype.type,), rows=True)  # its rows' update
+        load_updates((), (layer.bias.dtype.type,), rows=True, parallel=PARALLEL)  # its rows'
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out
         self.output = output  # the output layer (its labels join, its loss is sampled)

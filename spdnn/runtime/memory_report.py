@@ -77,7 +77,13 @@ def measure_baseline(dtype: Any = "float32", *, node_ranks: int = 1,  # noqa: AN
     kernels are loaded (loaded here: interpreter, numpy, scipy, MPI, numba and the kernels,
     and whatever the calling process already holds). A job measures it once its inputs are
     checked and before it allocates anything sized by them."""
-    load_kernels(dtype, training=training)
+    load_kernels(dtype)
+    if training:  # the default optimizer's update; another's loads with its job
+        from spdnn.kernels.update import PARALLEL
+        from spdnn.model.options import TrainOptions
+        from spdnn.optim import load_kernels as load_updates
+
+        load_updates((TrainOptions().optimizer,), (np.dtype(dtype).type,), parallel=PARALLEL)
     _baseline[:] = [share_now(node_ranks)]
     return _baseline[0]
 

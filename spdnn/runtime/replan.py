@@ -15,12 +15,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.kernels.ranges import concat_ranges
-from spdnn.model.network import Layer, fingerprint_of
-from spdnn.model.optim import Optimizer
+from spdnn.model.fingerprint import fingerprint_of
+from spdnn.model.network import Layer
 from spdnn.model.plan import Plan, plan_statistics
 from spdnn.model.sparsity import SparseUpdate
+from spdnn.optim import Optimizer
 from spdnn.runtime.distributed import DistributedNetwork
 from spdnn.runtime.local_layer import LocalLayer
+
+# ``--replan auto`` checks after every update while its checks pay; after one that does not,
+# it waits twice as many updates as before (1, 2, 4, ...) up to this many.
+AUTO_MAX_WAIT = 16
 
 
 class Replanning:
@@ -30,25 +35,31 @@ class Replanning:
                  replanner: Replanner, batch: int) -> None:
         self.dnet, self.opt, self.update = dnet, opt, update
         self.replanner, self.batch = replanner, batch
+        self.wait, self.next_check = 1, 1  # auto: updates between checks, and the next
 
     def after(self, count: int, rows: int) -> int | None:
         """After the ``count``-th update: refine the plan for the current topology (on the
         replica's rank 0: ``replanner``), and move the rows that change owner when
-        ``--replan`` asks (every K updates, or when it pays: ``_pays``). Returns the rows
-        moved, None when the plan stays; ``rows``: what a step moves now. Collective."""
+        ``--replan`` asks (every K updates, or when it pays: ``_pays``). Returns the neurons
+        moved (0 when the refinement does not pay or changes nothing), None when no
+        refinement was due; ``rows``: what a step moves now. Collective."""
         dnet, k_every = self.dnet, self.update.replan_every()
-        if k_every and count % k_every:
+        due = count % k_every == 0 if k_every else count >= self.next_check
+        if not due:
             return None
         comm = dnet.comm
         patterns = gather_patterns(dnet)
         owners = None
         if comm.rank == 0:
-            owners = self.replanner(patterns, dnet.plan.owners, dnet.plan.parts)
-            if not k_every and not self._pays(patterns, owners, rows):
+            owners, refined = self.replanner(patterns, dnet.plan.owners, dnet.plan.parts)
+            if not k_every and not self._pays(patterns, owners, rows - refined):
                 owners = None
         owners = comm.bcast(owners)
+        if not k_every:
+            self.wait = 1 if owners is not None else min(2 * self.wait, AUTO_MAX_WAIT)
+            self.next_check = count + self.wait
         if owners is None:
-            return None
+            return 0
         old = dnet.plan
         moved = sum(int(np.count_nonzero(a != b)) for a, b in zip(owners, old.owners))
         if moved == 0:  # the plan in force is as good as the search finds
@@ -57,21 +68,25 @@ class Replanning:
         move_rows(dnet, self.opt, Plan(old.parts, tuple(owners), {**meta, "method": "replanned"}))
         return moved
 
-    def _pays(self, patterns: list, owners: tuple, rows: int) -> bool:
-        """``auto``: the rows a step saves, over the steps to the next update, outweigh the
-        values the move carries (each moved neuron's weights and optimizer state, with an
-        index each). Rank 0, with the network's patterns."""
-        dnet = self.dnet
-        stats = plan_statistics(patterns, owners, parts=dnet.plan.parts)
-        saved = (rows - stats.forward_total - stats.backward_total) * self.batch \
-            * dnet.dtype.itemsize * self.update.every
+    def _pays(self, patterns: list, owners: tuple, saved_rows: int) -> bool:
+        """``auto``: the rows a step saves (``saved_rows``), over the steps to the next
+        update, outweigh the values the move carries (each moved neuron's weights and
+        optimizer state, with an index each) and those it rewrites (every layer rebuilt
+        because its rows or its inputs change owner). Rank 0, with the network's patterns."""
+        dnet, old = self.dnet, self.dnet.plan.owners
+        saved = saved_rows * self.batch * dnet.dtype.itemsize * self.update.every
         per_value = dnet.dtype.itemsize * (1 + self.opt.state_arrays(self.opt.config)) + 8
-        moving = sum(int(np.diff(indptr)[owners[k] != dnet.plan.owners[k]].sum())
-                     for k, (indptr, _, _) in enumerate(patterns, start=1))
-        return saved > moving * per_value
+        values = 0
+        for k, (indptr, _, _) in enumerate(patterns, start=1):
+            moved = owners[k] != old[k]
+            values += int(np.diff(indptr)[moved].sum())
+            if moved.any() or not np.array_equal(owners[k - 1], old[k - 1]):
+                values += int(indptr[-1])
+        return saved > values * per_value
 
 
-Replanner = Callable[[list, tuple, int], tuple]
+# (patterns, owners, parts) -> (refined owners, rows a training step moves under them)
+Replanner = Callable[[list, tuple, int], tuple[tuple, int]]
 
 
 def find_replanner() -> Replanner | None:
@@ -109,8 +124,8 @@ def gather_patterns(dnet: DistributedNetwork) -> list:
 def move_rows(dnet: DistributedNetwork, opt: Optimizer, plan: Plan) -> None:
     """Put ``plan`` in force: every row whose owner changes travels to its new owner with its
     weights, bias and optimizer state (one all-to-all of indices and one of values per
-    layer), and every layer is rebuilt for the new plan. The input layer's owners must not
-    change (they hold the data's columns). Collective."""
+    layer), and every layer whose rows or inputs change owner is rebuilt for the new plan.
+    The input layer's owners must not change (they hold the data's columns). Collective."""
     comm, rank = dnet.comm, dnet.comm.rank
     if not np.array_equal(plan.owners[0], dnet.plan.owners[0]):
         raise ValueError("a replan must keep the input layer's owners")
@@ -118,6 +133,9 @@ def move_rows(dnet: DistributedNetwork, opt: Optimizer, plan: Plan) -> None:
     new_layers = []
     for i, layer in enumerate(dnet.layers):
         k = layer.index
+        if all(np.array_equal(plan.owners[j], dnet.plan.owners[j]) for j in (k - 1, k)):
+            new_layers.append(layer)  # neither its rows nor its inputs change owner
+            continue
         n_in = dnet.sizes[k - 1]
         w = layer.weight
         names_w, names_b = sorted(opt.state[2 * i]), sorted(opt.state[2 * i + 1])

@@ -8,9 +8,8 @@ rebuilds only what the pattern decides, layer by layer: the local CSR with its b
 numbering, the exchange schedule (its ghost rows and send and receive lists, agreed by request
 lists as at start-up), the transpose, the workspaces and the optimizer's state of the layer.
 In layer scope the ranks agree on the layer's least |w| (and RigL's largest scores) by a
-search over the values' bits, one all-reduce of a count per bit, with the entries tied at the
-threshold gathered; SET's draws over the whole layer are checked by each position's owner and
-their verdicts all-reduced, a chunk of draws at a time.
+search over the values' bits (``bit_search``); where connections grow is ``growth``'s. A
+checkpoint's topology is adopted at resume by ``checkpoint.adopt_topology``.
 
 RigL's score of a row needs the inputs it does not read: at an update each rank all-gathers
 the layer's inputs X_{k-1} of the batch over its replica (n_{k-1} x B values received, one
@@ -22,36 +21,27 @@ per update (``UpdateRecord``).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from spdnn.comm.mpi import Communicator
-from spdnn.errors import InputError
-from spdnn.io.checkpoint_format import manifest_fields, shard_layer
-from spdnn.io.npz import NpzReader
-from spdnn.kernels.selection import largest_per_row
 from spdnn.model.counters import Dropout
 from spdnn.model.network import Layer
-from spdnn.model.optim import Optimizer
 from spdnn.model.sparsity import (
     SparseUpdate,
     drop_counts,
-    grow_draws,
     grown_values,
-    layer_draws,
 )
+from spdnn.optim import Optimizer
+from spdnn.runtime.bit_search import float_bits, select_least
 from spdnn.runtime.distributed import DistributedNetwork
+from spdnn.runtime.growth import layer_growth, rigl_growth, set_growth
 from spdnn.runtime.local_layer import LocalLayer
 from spdnn.runtime.replan import Replanner, Replanning
 
 PREDICTED = ("forward_rows", "forward_bytes", "backward_rows", "backward_bytes")
-# Rows whose RigL scores are computed at once (bounds the dense block to ROWS x n_in).
-SCORE_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -66,8 +56,9 @@ class UpdateRecord:
     rows_before: int
     rows_per_step: int
     seconds: float
-    replanned: bool = False  # the plan was refined after this update (--replan)
+    replanned: bool = False  # the plan was refined after this update (--replan): checked
     rows_moved: int = 0  # neurons that changed owner, with their weights and state
+    replan_seconds: float = 0.0  # of ``seconds``: the refinement and the move (--replan)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -163,14 +154,19 @@ class TopologyUpdates:
         dnet.topology_changed()
         counts = dnet.comm.allreduce(np.array([dropped, grown], dtype=np.int64))
         before, self.rows = self.rows, rows_per_step(dnet)
+        t_replan = time.perf_counter()
         moved = (self.replanning.after(len(self.records) + 1, self.rows)
                  if self.replanning is not None else None)
-        if moved is not None:
+        if moved:
             self.rows = rows_per_step(dnet)
+        t_replan = time.perf_counter() - t_replan
         self._open_segment()
+        world = dnet.grid.world
         record = UpdateRecord(step, int(counts[0]), int(counts[1]), before, self.rows,
-                              dnet.grid.world.allreduce_scalar(time.perf_counter() - t0, "max"),
-                              moved is not None, moved or 0)
+                              world.allreduce_scalar(time.perf_counter() - t0, "max"),
+                              moved is not None, moved or 0,
+                              world.allreduce_scalar(t_replan, "max")
+                              if self.replanning is not None else 0.0)
         self.records.append(record)
         return record
 
@@ -208,7 +204,7 @@ class TopologyUpdates:
         if upd.scope == "layer":  # the layer's smallest by (|w|, row, column), over the ranks
             keys = layer.rows[row_of].astype(np.int64) * n_in + cols
             c = int(drop_counts(np.array([self._layer_nnz(i)]), fraction)[0])
-            drop = select_least(dnet.comm, _bits(np.abs(w.data)), keys, c)
+            drop = select_least(dnet.comm, float_bits(np.abs(w.data)), keys, c)
         else:
             counts = drop_counts(entries, fraction)
             # per row, by |w| then column: the first counts[r] go
@@ -226,14 +222,14 @@ class TopologyUpdates:
             weight[near] = upd.locality
             scores = (scores[0], scores[1], weight)
         if upd.scope == "layer":
-            grow_rows, grow_cols = self._layer_growth(layer, keep_keys, n_in, n_out, k, number,
-                                                      c, scores)
+            grow_rows, grow_cols = layer_growth(dnet.comm, upd, layer, keep_keys, n_in, n_out,
+                                                k, number, c, scores)
         elif scores is None:
-            grow_rows, grow_cols = self._set_growth(layer.rows, counts, keep_keys, n_in, k,
-                                                    number, near)
+            grow_rows, grow_cols = set_growth(upd, layer.rows, counts, keep_keys, n_in, k,
+                                              number, near)
         else:
-            grow_rows, grow_cols = _rigl_growth(scores[0], scores[1], counts, keep_keys, n_in,
-                                                weight)
+            grow_rows, grow_cols = rigl_growth(scores[0], scores[1], counts, keep_keys, n_in,
+                                               weight)
         old_keys = row_of * n_in + cols
         by_key = np.argsort(old_keys)
         new_keys = np.concatenate([keep_keys, grow_rows * n_in + grow_cols])
@@ -266,164 +262,6 @@ class TopologyUpdates:
     def _layer_nnz(self, i: int) -> int:
         return int(self.dnet.comm.allreduce_scalar(float(self.dnet.layers[i].weight.nnz)))
 
-    def _layer_growth(self, layer: LocalLayer, keep_keys: np.ndarray, n_in: int, n_out: int,
-                      k: int, number: int, count: int,
-                      scores: tuple | None) -> tuple[np.ndarray, np.ndarray]:
-        """Layer scope: ``count`` connections grown anywhere the layer holds none (SET: the
-        layer's draws in order; RigL: the largest |dL/dw|, ties the lower row, then column);
-        returns those in this rank's rows (local row, column). Collective."""
-        comm, rows = self.dnet.comm, layer.rows
-        local = np.full(n_out, -1, dtype=np.int64)
-        local[rows] = np.arange(len(rows))
-        held = np.sort(rows[keep_keys // n_in].astype(np.int64) * n_in + keep_keys % n_in)
-        if scores is not None:
-            cand_bits, cand_keys = _rigl_candidates(scores[0], scores[1], keep_keys, n_in,
-                                                    rows, count, scores[2] if len(scores) > 2
-                                                    else None)
-            chosen = cand_keys[select_least(comm, cand_bits, cand_keys, count)]
-        else:
-            taken = np.zeros(0, dtype=np.int64)
-            found: list[np.ndarray] = []
-            first, need = 0, count
-            while need > 0:
-                size = max(2 * need, 64)
-                keys = layer_draws(self.update.seed, number, k, first, size, n_out, n_in)
-                first += size
-                mine = local[keys // n_in] >= 0
-                free = (mine & ~_member(held, keys)).astype(np.int8)
-                free = comm.allreduce(free, "max") > 0  # its row's owner knows
-                _, at = np.unique(keys, return_index=True)
-                once = np.zeros(len(keys), dtype=bool)
-                once[at] = True  # a position's first draw in this chunk
-                ok = np.flatnonzero(free & once & ~_member(taken, keys))[:need]
-                found.append(keys[ok])
-                taken = np.sort(np.concatenate([taken, keys[ok]]))
-                need -= len(ok)
-            chosen = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-        chosen = chosen[local[chosen // n_in] >= 0]
-        return local[chosen // n_in], chosen % n_in
-
-    def _set_growth(self, rows: np.ndarray, counts: np.ndarray, keep_keys: np.ndarray,
-                    n_in: int, k: int, number: int, near: np.ndarray | None
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """SET: each row takes its draws in order (``grow_draws``), skipping a column it keeps
-        or took already, until it has grown ``counts[r]``. One draw per needing row a round."""
-        got = np.zeros(len(rows), dtype=np.int64)
-        taken: list[np.ndarray] = []
-        taken_keys = np.zeros(0, dtype=np.int64)
-        attempt = 0
-        need = np.flatnonzero(counts > got)
-        while len(need):
-            cand = grow_draws(self.update.seed, number, k, rows[need], attempt, n_in, near,
-                              self.update.locality)
-            keys = need * n_in + cand
-            ok = ~_member(keep_keys, keys) & ~_member(taken_keys, keys)
-            taken.append(keys[ok])
-            taken_keys = np.sort(np.concatenate([taken_keys, keys[ok]]))
-            got[need[ok]] += 1
-            attempt += 1
-            need = np.flatnonzero(counts > got)
-        keys = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
-        return keys // n_in, keys % n_in
-
-
-def adopt_topology(dnet: DistributedNetwork, directory: str) -> None:
-    """Rebuild my layers with the patterns a checkpoint holds (those its run's updates reached;
-    any P and plan wrote it), their values left for ``load_checkpoint`` to fill."""
-    with contextlib.ExitStack() as stack:
-        files = manifest_fields(directory)["files"]
-        readers = [stack.enter_context(NpzReader(Path(directory) / f, "checkpoint"))
-                   for f in files]
-        for i, layer in enumerate(dnet.layers):
-            k = layer.index
-            n_in = dnet.sizes[k - 1]
-            shards = [shard_layer(r, k, dnet.sizes[k], n_in) for r in readers]
-            rows = np.concatenate([np.repeat(a["rows"].astype(np.int64), a["counts"])
-                                   for a in shards])
-            cols = np.concatenate([a["cols"].astype(np.int64) for a in shards])
-            local = np.full(dnet.sizes[k], -1, dtype=np.int64)
-            local[layer.rows] = np.arange(len(layer.rows))
-            mine = local[rows] >= 0
-            keys = np.sort(local[rows[mine]] * n_in + cols[mine])
-            if len(np.unique(keys)) != len(keys):
-                raise InputError(directory, f"layer {k}: a connection is listed twice")
-            w = layer.weight
-            indptr = np.concatenate([[0], np.cumsum(np.bincount(keys // n_in,
-                                                                minlength=len(layer.rows)))])
-            pattern = Layer(sp.csr_matrix((np.zeros(len(keys), w.dtype),
-                                           (keys % n_in).astype(w.indices.dtype),
-                                           indptr.astype(w.indptr.dtype)),
-                                          shape=(len(layer.rows), n_in)), layer.bias)
-            rebuilt = LocalLayer.build(dnet.comm, dnet.plan, k, pattern)
-            ex_old, ex_new = layer.exchange, rebuilt.exchange
-            ex_new.mode, ex_new.cap, ex_new.masked = ex_old.mode, ex_old.cap, ex_old.masked
-            dnet.layers[i] = rebuilt
-    pool: dict = {}
-    for layer in dnet.layers:
-        layer.exchange.share_buffers(pool)
-    dnet.topology_changed()
-
-
-def _bits(values: np.ndarray) -> np.ndarray:
-    """Non-negative floats as integers of the same order (float64's bit pattern)."""
-    return np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
-
-
-def select_least(comm: Communicator, bits: np.ndarray, keys: np.ndarray, count: int
-                 ) -> np.ndarray:
-    """Which of this rank's entries are among the ``count`` of least (bits, key) over every
-    rank of ``comm`` (keys unique over the ranks): a search over the bit patterns, one
-    all-reduce of a count per bit, then the entries tied at the threshold gathered and ordered
-    by key. Collective."""
-    total = int(comm.allreduce_scalar(float(len(bits))))
-    if count <= 0:
-        return np.zeros(len(bits), dtype=bool)
-    if count >= total:
-        return np.ones(len(bits), dtype=bool)
-    lo, hi = 0, 2**64 - 1  # the least threshold T with count(bits <= T) >= count
-    while lo < hi:
-        mid = (lo + hi) // 2
-        at_most = comm.allreduce_scalar(float(np.count_nonzero(bits <= np.uint64(mid))))
-        lo, hi = (lo, mid) if at_most >= count else (mid + 1, hi)
-    t = np.uint64(lo)
-    below = bits < t
-    need = count - int(comm.allreduce_scalar(float(np.count_nonzero(below))))
-    tied = bits == t
-    ties = np.sort(comm.allgather_rows(keys[tied].astype(np.int64)[:, None])[:, 0])
-    return below | (tied & _member(ties[:need], keys))
-
-
-def _rigl_candidates(delta: np.ndarray, x: np.ndarray, keep_keys: np.ndarray, n_in: int,
-                     rows: np.ndarray, count: int, weight: np.ndarray | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """This rank's best ``count`` growth candidates in layer scope, as (bits, key) of least
-    first: the complement of |dL/dw|'s bits (the largest first) and row x n_in + column."""
-    best_bits = np.zeros(0, dtype=np.uint64)
-    best_keys = np.zeros(0, dtype=np.int64)
-    keep_rows, keep_cols = keep_keys // n_in, keep_keys % n_in
-    for lo in range(0, len(rows), SCORE_ROWS):
-        hi = min(len(rows), lo + SCORE_ROWS)
-        score = np.abs(delta[lo:hi] @ x.T).astype(np.float64)
-        if weight is not None:
-            score *= weight
-        free = np.ones(score.shape, dtype=bool)
-        inside = (keep_rows >= lo) & (keep_rows < hi)
-        free[keep_rows[inside] - lo, keep_cols[inside]] = False
-        r, j = np.nonzero(free)
-        bits = ~_bits(score[r, j])
-        keys = rows[lo + r].astype(np.int64) * n_in + j
-        bits, keys = np.concatenate([best_bits, bits]), np.concatenate([best_keys, keys])
-        keep = np.lexsort((keys, bits))[:count]
-        best_bits, best_keys = bits[keep], keys[keep]
-    return best_bits, best_keys
-
-
-def _member(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    if not len(sorted_keys):
-        return np.zeros(len(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return sorted_keys[at] == keys
-
 
 def _positions(old_keys: np.ndarray, by_key: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The old entry of each key (a just-dropped connection grown again keeps it), else -1."""
@@ -432,27 +270,3 @@ def _positions(old_keys: np.ndarray, by_key: np.ndarray, keys: np.ndarray) -> np
     ordered = old_keys[by_key]
     at = np.minimum(np.searchsorted(ordered, keys), len(ordered) - 1)
     return np.where(ordered[at] == keys, by_key[at], -1).astype(np.int64)
-
-
-def _rigl_growth(delta: np.ndarray, x: np.ndarray, counts: np.ndarray, keep_keys: np.ndarray,
-                 n_in: int, weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """RigL: per row, the ``counts[r]`` columns of largest |dL/dw| = |delta_r . x_j| among
-    those it does not keep (ties: the lower column), in blocks of SCORE_ROWS rows."""
-    rows_out, cols_out = [], []
-    keep_rows, keep_cols = keep_keys // n_in, keep_keys % n_in
-    for lo in range(0, len(counts), SCORE_ROWS):
-        hi = min(len(counts), lo + SCORE_ROWS)
-        if not counts[lo:hi].any():
-            continue
-        score = delta[lo:hi] @ x.T
-        np.abs(score, out=score)
-        if weight is not None:
-            score *= weight.astype(score.dtype)
-        inside = (keep_rows >= lo) & (keep_rows < hi)
-        score[keep_rows[inside] - lo, keep_cols[inside]] = -np.inf
-        rows, cols = largest_per_row(score, counts[lo:hi])
-        rows_out.append(rows + lo)
-        cols_out.append(cols)
-    if not rows_out:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(rows_out), np.concatenate(cols_out)

@@ -21,7 +21,7 @@ from spdnn.comm.mpi import AgreedError, Communicator
 from spdnn.io.checkpoint_format import manifest_path
 from spdnn.io.loaders import Dataset
 from spdnn.kernels.lsh import LshSpec, fill_rows, is_rebuild_step
-from spdnn.kernels.update import fused_update
+from spdnn.kernels.update import PARALLEL
 from spdnn.lossy.compress import CompressSpec
 from spdnn.lossy.critical import CriticalSet
 from spdnn.lossy.state import LossyState, load_lossy
@@ -29,10 +29,10 @@ from spdnn.model.batching import batch_order, n_batches
 from spdnn.model.clipping import clip_coefficient, clip_report, scale, squared_norm
 from spdnn.model.counters import Dropout
 from spdnn.model.labels import as_labels
-from spdnn.model.optim import Optimizer, SavedState, interleave, make, settings
 from spdnn.model.reports import EpochReport
 from spdnn.model.schedule import Schedule, planned
 from spdnn.model.sparsity import SparseUpdate
+from spdnn.optim import Optimizer, SavedState, interleave, make, settings
 from spdnn.runtime.accounting import Counters
 from spdnn.runtime.checkpoint import Position, save_checkpoint
 from spdnn.runtime.distributed import DistributedNetwork
@@ -46,7 +46,7 @@ from spdnn.runtime.topology import TopologyUpdates, UpdateRecord
 class TrainConfig:
     epochs: int
     batch_size: int
-    optimizer: Any  # an optimizer's config (spdnn.model.optim): SGDConfig, AdamConfig, ...
+    optimizer: Any  # an optimizer's config (spdnn.optim): SGDConfig, AdamConfig, ...
     seed: int = 0
     shuffle: bool = True
     loss: Literal["cross_entropy", "mse"] = "cross_entropy"
@@ -67,15 +67,16 @@ class TrainConfig:
     replanner: Any = None  # with sparse_update.replan: spdnn.runtime.replan.find_replanner()
 
     def settings(self) -> dict[str, Any]:
-        """What a checkpoint records to refuse a resume that would not continue this run."""
-        lsh = {"lsh": self.lsh.text(), "rehash": self.rehash} if self.lsh else {}
-        clip = {"clip_grad_norm": self.clip_grad_norm or 0.0}  # 0: none
-        drop = self.dropout.settings() if self.dropout else {"dropout": []}
-        drop["validation_split"] = self.validation_split or 0.0
-        sparse = self.sparse_update.settings() if self.sparse_update else {"sparse_update": ""}
+        """The run settings a checkpoint records (the options that declare a checkpoint
+        field, spdnn.schema, as this run resolved them; None: unset), to refuse a resume
+        that would not continue this run."""
+        lsh = {"lsh": self.lsh.text() if self.lsh else None, "rehash": self.rehash}
+        drop = {"dropout": list(self.dropout.rates) if self.dropout else None}
+        sparse = self.sparse_update.settings() if self.sparse_update else {"sparse_update": None}
         return {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                **lsh, **settings(self.optimizer), **self.schedule.settings(), **clip, **drop,
-                **sparse}
+                **lsh, **settings(self.optimizer), **self.schedule.settings(),
+                "clip_grad_norm": self.clip_grad_norm, **drop,
+                "validation_split": self.validation_split, **sparse}
 
     def planned(self, n_samples: int) -> TrainConfig:
         """This config with its schedule's T (and its topology updates') set for
@@ -110,7 +111,7 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         raise AgreedError(f"{data.name}: no training samples")
     if not cfg.schedule.total:
         cfg = comm.check(lambda: cfg.planned(len(data.y_train)))
-    opt = make(cfg.optimizer, dnet.parameters(), state, fused=fused_update)
+    opt = make(cfg.optimizer, dnet.parameters(), state, parallel=PARALLEL)
     x_local = local_inputs(dnet, data.x_train, data.name, data.features)
     xt_local = local_inputs(dnet, data.x_test, data.name, data.features) \
         if data.x_test is not None and data.x_validation is None else None

@@ -19,7 +19,8 @@ from spdnn.kernels.cache_loads import lean_cache_loads
 
 def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
     """One call for the partial blocks of 1 to 8 vectors, ``call(nvec, *args)``, written out
-    (numba's inliner takes no *args, and a call per row cost 7% at batch width 1)."""
+    (numba's inliner takes no *args, and a call per row was measurably slower at batch width
+    1)."""
     args = ", ".join(f"a{i}" for i in range(nargs))
     lines = [f"def call(nvec, {args}):"]
     for n in range(1, len(blocks)):
@@ -156,7 +157,7 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
         _narrow_rows(r0, r1, starts, ends, indices, data, x, bias, flat, ko, init, cap,
                      activate, act, ka, alive)
         return
-    if threads <= 1:  # one array (a range loop here compiled 7-11% slower than prange)
+    if threads <= 1:  # one array (a range loop here compiled slower than prange)
         for i in nb.prange(r0, r1):
             _spmm_row(i, starts, ends, indices, data, x, bias, flat, ko, init, cap, activate,
                       act, ka, alive)
@@ -240,8 +241,8 @@ def threads() -> int:
 
 
 def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
-    """Compile (or load from cache) for ``dtypes`` (each loaded type costs resident memory:
-    about 25 MB for both)."""
+    """Compile (or load from cache) for ``dtypes`` (each loaded type costs resident memory,
+    counted in docs/memory.md's process baseline)."""
     for dt in dtypes:
         indptr = np.array([0, 1], dtype=np.int32)
         indices = np.array([0], dtype=np.int32)

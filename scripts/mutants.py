@@ -1,0 +1,272 @@
+"""Mutants the test suite must catch: each applies one deliberate mistake to the library in a
+clean copy of the tree (``git archive HEAD``), runs the tests it names there, and is caught
+when they fail. Prints one line a mutant and exits 1 when any survives.
+
+    python scripts/mutants.py                 # every mutant (about 10 minutes on 2 cores)
+    python scripts/mutants.py --list          # their names
+    python scripts/mutants.py --only dropout-scale,set-half-columns
+    python scripts/mutants.py --check         # each mistake applies to HEAD exactly once
+
+A mutant names the file, the text it replaces (which must occur exactly once, so that the
+list fails loudly when the code it targets changes), its replacement, and the tests (pytest
+arguments; ``mpi`` ranks to run them under mpirun). docs/architecture.md ("What the tests
+prove") lists what the suite is held to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    mpi: int = 0  # ranks (0: a serial pytest)
+
+
+M = Mutant
+MUTANTS = [
+    # The hostile-input classes (issue 87) and what their checks guard.
+    M("optimizer-state-unchecked", "spdnn/runtime/checkpoint.py",
+      "            _check_state(manifest, {key[:-2] for key in held}, k, directory)\n", "",
+      ("tests/test_optim.py", "-k", "another_optimizer")),
+    M("metadata-type-unchecked", "spdnn/io/safetensors.py",
+      "        if meta is not None and not (", "        if False and not (",
+      ("tests/test_safetensors_io.py", "-k", "damaged and metadata")),
+    M("shape-claim-unchecked", "spdnn/io/safetensors.py",
+      "if len(claimed) != 2 or min(claimed) < 1:", "if len(claimed) != 2:",
+      ("tests/test_safetensors_io.py", "-k", "damaged and huge")),
+    M("mask-values-unchecked", "spdnn/io/safetensors.py",
+      "if not np.all((mask == 0) | (mask == 1)):", "if False:",
+      ("tests/test_safetensors_io.py", "-k", "damaged and mask")),
+    M("locality-weighted-in-float32", "spdnn/runtime/growth.py",
+      "            score = weighted(score, weight)",
+      "            score *= weight.astype(score.dtype)",
+      ("tests/test_sparsity_mpi.py", "-k", "huge_grow_locality"), mpi=2),
+    M("layer-named-twice", "spdnn/io/safetensors.py",
+      "    if twice:\n", "    if False:\n",
+      ("tests/test_safetensors_io.py", "-k", "round_trip_exactly")),
+    M("layers-ignored-to-safetensors", "spdnn/cli/commands.py",
+      "        net = read_safetensors(args.inputs[0], names, args.dtype,",
+      "        net = read_safetensors(args.inputs[0], names if args.to == \"network\" else None,"
+      " args.dtype,",
+      ("tests/test_safetensors_io.py", "-k", "round_trip_exactly")),
+    M("outputs-not-together", "spdnn/io/atomic.py",
+      "        if _together is not None and final.absolute() in _together.finals:",
+      "        if False:",
+      ("tests/test_durable.py", "-k", "takes_the_others")),
+    M("activations-not-compared", "spdnn/runtime/checkpoint.py",
+      "                             network_functions(dnet))", "                             None)",
+      ("tests/test_activations.py", "-k", "written_for")),
+    M("files-named-twice", "spdnn/io/jsonfiles.py",
+      "        if len(set(self.files)) != len(self.files):", "        if False:",
+      ("tests/test_optim.py", "-k", "what_they_may_be")),
+    M("schedule-unchecked", "spdnn/model/options.py",
+      "Choice(*SCHEDULES), record=\"same\")", "Text(), record=\"same\")",
+      ("tests/test_optim.py", "-k", "what_they_may_be")),
+    M("weight-and-orig-both-taken", "spdnn/io/safetensors.py",
+      "        if f\"{name}.weight_orig\" in st.tensors and f\"{name}.weight\" in st.tensors:",
+      "        if False:", ("tests/test_safetensors_io.py", "-k", "damaged and orig")),
+    M("duplicate-header-keys", "spdnn/io/safetensors.py",
+      "header = decode(raw, self.path, unique_keys=True)", "header = decode(raw, self.path)",
+      ("tests/test_safetensors_io.py", "-k", "damaged and twice")),
+    M("cap-not-read-back", "spdnn/io/safetensors.py",
+      "    cap, output_activation = _from_metadata(os.fspath(path), st.metadata, cap,\n"
+      "                                            output_activation)\n",
+      "    cap, output_activation = None, \"linear\"\n",
+      ("tests/test_safetensors_io.py", "-k", "round_trip_exactly")),
+    M("convert-narrows", "spdnn/io/safetensors.py",
+      "        dtype = np.float64 if wide else np.float32", "        dtype = np.float32",
+      ("tests/test_safetensors_io.py", "-k", "declares")),
+    # What the tests' oracles must see (issue 87's list of weak tests).
+    M("dropout-scale", "spdnn/model/counters.py",
+      "np.asarray(1 / (1 - p), dtype)", "np.asarray(1 / p, dtype)",
+      ("tests/test_optim.py", "-k", "inverted_dropout")),
+    M("set-half-columns", "spdnn/model/sparsity.py",
+      "        return np.minimum((u * n_in).astype(np.int64), n_in - 1)",
+      "        return np.minimum((u * n_in // 2).astype(np.int64), n_in - 1)",
+      ("tests/test_sparsity.py", "-k", "uniform")),
+    M("one-replica-off", "spdnn/runtime/training.py",
+      "    opt.step(grads)\n    return float(value), int(ok)",
+      "    opt.step(grads)\n    if grid.data.rank == 1:\n        opt.params[0][:1] += 1e-6\n"
+      "    return float(value), int(ok)",
+      ("tests/test_optim_mpi.py", "-k", "every_grid_equals"), mpi=4),
+    # Each optimizer: its update against torch.optim.
+    M("sgd-momentum", "spdnn/optim/sgd.py",
+      "                buf *= c.momentum\n", "                buf *= c.momentum * 0.99\n",
+      ("tests/test_optim.py", "-k", "each_update")),
+    M("sgd-nesterov", "spdnn/optim/sgd.py",
+      "                d += buf * c.momentum\n", "                d -= buf * c.momentum\n",
+      ("tests/test_optim.py", "-k", "each_update")),
+    M("adam-eps", "spdnn/optim/adam.py", "        d += c.eps\n", "        d += 2 * c.eps\n",
+      ("tests/test_optim.py", "-k", "each_update")),
+    M("adam-bias-correction", "spdnn/optim/adam.py",
+      "return -(self.lr / (1 - b1 ** self.steps)), (1 - b2 ** self.steps) ** 0.5",
+      "return -self.lr, (1 - b2 ** self.steps) ** 0.5",
+      ("tests/test_optim.py", "-k", "each_update")),
+    M("adamw-decay", "spdnn/optim/adam.py",
+      "            p *= 1 - self.lr * c.weight_decay\n",
+      "            p *= 1 - c.weight_decay\n", ("tests/test_optim.py", "-k", "each_update")),
+    # The kernel backend: the scipy backend's numpy twins give the compiled halves' results.
+    M("hylo-twin-sign", "spdnn/lossy/_numpy_hylo.py", "    total[codes == 2] -= s\n",
+      "    total[codes == 2] += s\n", ("tests/test_hylo.py", "-k", "numpy_passes")),
+    M("compress-twin-threshold", "spdnn/lossy/_numpy_compress.py",
+      "    keep = np.abs(x) > t\n", "    keep = np.abs(x) >= t * 0.999\n",
+      ("tests/test_compress.py", "-k", "numpy_passes")),
+    M("arrivals-twin-order", "spdnn/cost/_arrivals_numpy.py",
+      "    order = np.argsort(src, kind=\"stable\")\n", "    order = np.argsort(-src)\n",
+      ("tests/test_costmodel.py", "-k", "posting_order")),
+    M("plan-stats-twin-fold", "spdnn/model/plan.py",
+      "            if k > 1:  # the fold goes the other way\n",
+      "            if k > 2:  # the fold goes the other way\n",
+      ("tests/test_plan.py", "-k", "brute_force")),
+    M("partition-epsilon-unchecked", "partition/options.py",
+      "Number(0, 1, open=\"both\", what=\"a number in (0, 1)\")",
+      "Number(0, 2, what=\"a number in (0, 1)\")",
+      ("tests/test_partition.py", "-k", "epsilon or bad")),
+    # The schema: a manifest's run setting checked by its option's declaration, and a field
+    # no option declares refused.
+    M("manifest-setting-unchecked", "spdnn/io/jsonfiles.py",
+      "                    setattr(self, name, declared.check(value))",
+      "                    setattr(self, name, value)",
+      ("tests/test_optim.py", "-k", "manifest_values")),
+    M("manifest-unknown-field", "spdnn/io/jsonfiles.py",
+      "kw_only=True,\n                             forbid_unknown_fields=True",
+      "kw_only=True,\n                             forbid_unknown_fields=False",
+      ("tests/test_optim.py", "-k", "manifest_values")),
+    M("joint-check-by-keyword", "spdnn/errors.py", "    return name\n",
+      "    return \"--\" + name\n", ("tests/test_optim.py", "-k", "callers_terms")),
+    # Each activation: value and slope against their formulas, on both backends.
+    M("relu-slope-at-zero", "spdnn/model/activations.py", "        keep = z > 0\n",
+      "        keep = z >= 0\n", ("tests/test_activations.py", "-k", "relus_slope")),
+    M("identity-value", "spdnn/model/activations.py", "        np.copyto(out, z)\n",
+      "        np.copyto(out, z * 1.01)\n",
+      ("tests/test_kernels.py", "-k", "every_activation and identity")),
+    M("leaky-relu", "spdnn/model/activations.py",
+      "np.where(z > 0, z, z * z.dtype.type(self.slope))", "np.where(z >= 0.1, z, z * "
+      "z.dtype.type(self.slope))", ("tests/test_kernels.py", "-k", "every_activation")),
+    M("tanh", "spdnn/model/activations.py", "        return 1 - h * h\n",
+      "        return 1 - h * h * 1.01\n",
+      ("tests/test_kernels.py", "-k", "every_activation and tanh")),
+    M("sigmoid", "spdnn/model/activations.py", "        return (1 - h) * h\n",
+      "        return (1 - h) * h * 1.01\n",
+      ("tests/test_kernels.py", "-k", "every_activation and sigmoid")),
+    M("gelu", "spdnn/model/activations.py", "        t = _erf(z * _SQRT1_2)\n",
+      "        t = _erf(z * _SQRT1_2 * 1.01)\n",
+      ("tests/test_kernels.py", "-k", "every_activation and gelu")),
+    M("gelu-compiled-slope", "spdnn/model/activations.py",
+      "        getattr(nb, \"slope_\" + self.name)(g, z, h)\n", "        g *= 1.0\n",
+      ("tests/test_kernels.py", "-k", "every_activation and gelu")),
+    M("torch-module-of-sigmoid", "spdnn/model/activations.py",
+      "    TORCH: ClassVar[str] = \"Sigmoid\"", "    TORCH: ClassVar[str] = \"Tanh\"",
+      ("tests/test_pytorch.py",)),
+    M("gelu-tanh", "spdnn/model/activations.py", "_KAPPA = 0.044715", "_KAPPA = 0.045",
+      ("tests/test_kernels.py", "-k", "every_activation and gelu_tanh")),
+    # The cost model and the partitioner (issue 84).
+    M("fold-posting-order", "spdnn/cost/_workload_kernels.py", "        m = order[k]\n",
+      "        m = k\n", ("tests/test_costmodel.py", "-k", "posting_order")),
+    M("replan-never-backs-off", "spdnn/runtime/replan.py",
+      "min(2 * self.wait, AUTO_MAX_WAIT)", "1", ("tests/test_sparsity.py", "-k", "backs_off")),
+    M("replan-ignores-rebuilds", "spdnn/runtime/replan.py",
+      "                values += int(indptr[-1])\n", "                values += 0\n",
+      ("tests/test_sparsity.py", "-k", "rebuilds")),
+]
+
+
+def copy_of_head(where: Path) -> Path:
+    """A clean copy of the committed tree (what CI checks out)."""
+    tree = where / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def apply(tree: Path, m: Mutant) -> str:
+    """Apply ``m``; returns the file's original text."""
+    path = tree / m.file
+    text = path.read_text()
+    if text.count(m.old) != 1:
+        raise SystemExit(f"mutants.py: {m.name}: the text to replace occurs "
+                         f"{text.count(m.old)} times in {m.file}, not once (update the list)")
+    path.write_text(text.replace(m.old, m.new))
+    return text
+
+
+def run(tree: Path, m: Mutant) -> bool:
+    """Whether the mutant's tests fail (it is caught)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "SPDNN_TEST_ORACLES": "required"}
+    pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+              "--timeout=600", *m.tests]
+    cmd = (["mpirun", "-n", str(m.mpi), *pytest, "--with-mpi"] if m.mpi else pytest)
+    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode == 5 or "no tests ran" in proc.stdout:
+        raise SystemExit(f"mutants.py: {m.name}: its tests select nothing ({' '.join(m.tests)})")
+    return proc.returncode != 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--list", action="store_true", help="print the mutants' names")
+    ap.add_argument("--only", help="comma-separated names")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every mutant applies to HEAD")
+    args = ap.parse_args()
+    chosen = MUTANTS
+    if args.only:
+        names = set(args.only.split(","))
+        unknown = names - {m.name for m in MUTANTS}
+        if unknown:
+            ap.error(f"no mutant named {', '.join(sorted(unknown))} (see --list)")
+        chosen = [m for m in MUTANTS if m.name in names]
+    if args.list:
+        print("\n".join(m.name for m in chosen))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="spdnn-mutants-") as tmp:
+        tree = copy_of_head(Path(tmp))
+        if args.check:
+            for m in chosen:
+                original = apply(tree, m)
+                (tree / m.file).write_text(original)
+            print(f"{len(chosen)} mutants apply to HEAD")
+            return 0
+        # The tests must pass on the tree as it is: a mutant is caught by what it breaks, not
+        # by a test that fails anyway.
+        for tests, mpi in dict.fromkeys((m.tests, m.mpi) for m in chosen):
+            if run(tree, Mutant("baseline", "", "", "", tests, mpi)):
+                raise SystemExit(f"mutants.py: {' '.join(tests)} fails on HEAD itself")
+        print("the tests pass on HEAD", flush=True)
+        survived = []
+        for i, m in enumerate(chosen, start=1):
+            original = apply(tree, m)
+            t0 = time.monotonic()
+            try:
+                caught = run(tree, m)
+            finally:
+                (tree / m.file).write_text(original)
+            print(f"[{i}/{len(chosen)}] {m.name}: {'caught' if caught else 'SURVIVED'} "
+                  f"({time.monotonic() - t0:.0f} s)", flush=True)
+            if not caught:
+                survived.append(m.name)
+    print(f"{len(chosen) - len(survived)} of {len(chosen)} mutants caught"
+          + (f"; survived: {', '.join(survived)}" if survived else ""))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
