@@ -13,6 +13,7 @@ from spdnn.optim import (
     OPTIMIZERS,
     AdamConfig,
     AdamWConfig,
+    RMSpropConfig,
     RowGrad,
     SavedState,
     SGDConfig,
@@ -41,6 +42,15 @@ CASES = {
     "adamw": (AdamWConfig(), "AdamW", dict()),
     "adamw-decay": (AdamWConfig(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
                     "AdamW", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    "rmsprop": (RMSpropConfig(), "RMSprop", dict()),
+    "rmsprop-all": (RMSpropConfig(lr=0.005, alpha=0.9, eps=1e-6, weight_decay=0.05,
+                                  momentum=0.8, centered=True), "RMSprop",
+                    dict(lr=0.005, alpha=0.9, eps=1e-6, weight_decay=0.05, momentum=0.8,
+                         centered=True)),
+    "rmsprop-alpha-low": (RMSpropConfig(lr=0.003, alpha=0.3, centered=True), "RMSprop",
+                          dict(lr=0.003, alpha=0.3, centered=True)),  # lerp's other form
+    "rmsprop-momentum": (RMSpropConfig(lr=0.003, momentum=0.9), "RMSprop",
+                         dict(lr=0.003, momentum=0.9)),
 }
 
 
@@ -135,7 +145,7 @@ def _assert_same_weights(trained, linears, tol=1e-9):
 
 
 @pytest.mark.parametrize("case", ["sgd-momentum", "sgd-nesterov", "adam", "adam-decay",
-                                  "adamw-decay"])
+                                  "adamw-decay", "rmsprop-all", "rmsprop-momentum"])
 def test_training_equals_torch_on_the_same_masked_network(case):
     """Two epochs of the serial reference and of torch (prune masks, batches in file order,
     the last one smaller): the same weights within 1e-9."""
@@ -519,7 +529,7 @@ def test_a_checkpoint_records_every_declared_setting_and_nothing_else():
     optimizer_settings = {k for cls in OPTIMIZERS.values()
                           for k in cls.Config.__dataclass_fields__}
     scheduled = {"min_lr", "step_size", "gamma"}
-    for given in (dict(), dict(optimizer="sgd", nesterov=True, lr_schedule="cosine",
+    for given in (dict(), dict(optimizer="rmsprop", centered=True, lr_schedule="cosine",
                                dropout=0.1, sparse_update="set", clip_grad_norm=1.0,
                                validation_split=0.2),
                   dict(optimizer="adam", weight_decay=0.0, lsh="2:6:50")):

@@ -28,13 +28,15 @@ from spdnn.optim.optimizer import (
     interleave,
     parameters,
 )
+from spdnn.optim.rmsprop import RMSprop, RMSpropConfig
 from spdnn.optim.sgd import SGD, SGDConfig
 from spdnn.schema import Option, options
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Adam, AdamW)}
+OPTIMIZERS: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Adam, AdamW,
+                                                                     RMSprop)}
 
 __all__ = ["Adam", "AdamConfig", "AdamW", "AdamWConfig", "OPTIMIZERS",
-           "Optimizer", "RowGrad", "SGD", "SGDConfig", "SavedState",
+           "Optimizer", "RMSprop", "RMSpropConfig", "RowGrad", "SGD", "SGDConfig", "SavedState",
            "config_of", "describe", "interleave", "load_kernels", "make", "name_of",
            "optimizer_class", "parameters", "setting_options", "settings", "state_arrays",
            "torch_optimizer"]
