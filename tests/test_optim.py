@@ -11,6 +11,7 @@ from spdnn.errors import OptionError
 from spdnn.io.loaders import Dataset
 from spdnn.optim import (
     OPTIMIZERS,
+    AdagradConfig,
     AdamConfig,
     AdamWConfig,
     RMSpropConfig,
@@ -51,6 +52,11 @@ CASES = {
                           dict(lr=0.003, alpha=0.3, centered=True)),  # lerp's other form
     "rmsprop-momentum": (RMSpropConfig(lr=0.003, momentum=0.9), "RMSprop",
                          dict(lr=0.003, momentum=0.9)),
+    "adagrad": (AdagradConfig(), "Adagrad", dict()),
+    "adagrad-all": (AdagradConfig(lr=0.05, lr_decay=0.1, weight_decay=0.05,
+                                  initial_accumulator_value=0.3, eps=1e-6), "Adagrad",
+                    dict(lr=0.05, lr_decay=0.1, weight_decay=0.05,
+                         initial_accumulator_value=0.3, eps=1e-6)),
 }
 
 
@@ -145,7 +151,8 @@ def _assert_same_weights(trained, linears, tol=1e-9):
 
 
 @pytest.mark.parametrize("case", ["sgd-momentum", "sgd-nesterov", "adam", "adam-decay",
-                                  "adamw-decay", "rmsprop-all", "rmsprop-momentum"])
+                                  "adamw-decay", "rmsprop-all", "rmsprop-momentum",
+                                  "adagrad-all"])
 def test_training_equals_torch_on_the_same_masked_network(case):
     """Two epochs of the serial reference and of torch (prune masks, batches in file order,
     the last one smaller): the same weights within 1e-9."""
@@ -483,8 +490,14 @@ def test_checks_that_join_options_name_each_in_the_callers_terms(given, python, 
 
 
 def test_a_grown_weights_state_starts_where_the_optimizers_does():
-    """After a topology update a grown weight's state starts afresh at zero; a kept weight
-    keeps its own."""
+    """After a topology update a grown weight's state starts afresh: at zero, and Adagrad's
+    sum at its initial_accumulator_value (as torch.optim.Adagrad starts every sum); a kept
+    weight keeps its own."""
+    p = np.ones(4)
+    opt = make(AdagradConfig(initial_accumulator_value=0.25), [p])
+    opt.step([np.full(4, 2.0)])
+    opt.resize(0, np.ones(3), np.array([2, -1, 0]))
+    np.testing.assert_array_equal(opt.state[0]["sum"], [4.25, 0.25, 4.25])
     sgd = make(SGDConfig(), [np.ones(2)])
     sgd.step([np.ones(2)])
     sgd.resize(0, np.ones(2), np.array([-1, 1]))

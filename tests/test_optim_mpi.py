@@ -13,7 +13,7 @@ import pytest
 from spdnn.errors import InputError
 from spdnn.lossy.compress import parse_compress
 from spdnn.model.schedule import Schedule
-from spdnn.optim import AdamConfig, AdamWConfig, RMSpropConfig, SGDConfig
+from spdnn.optim import AdagradConfig, AdamConfig, AdamWConfig, RMSpropConfig, SGDConfig
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
 from spdnn.runtime.session import gather_network
@@ -36,6 +36,8 @@ OPTIMIZERS = {
     "adamw": AdamWConfig(lr=0.01, betas=(0.8, 0.99), weight_decay=0.1),
     "rmsprop": RMSpropConfig(lr=0.005, alpha=0.9, weight_decay=0.02, momentum=0.5,
                              centered=True),
+    "adagrad": AdagradConfig(lr=0.05, lr_decay=0.05, weight_decay=0.01,
+                             initial_accumulator_value=0.1),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import OptionError
+from spdnn.optim.adagrad import Adagrad, AdagradConfig
 from spdnn.optim.adam import Adam, AdamConfig, AdamW, AdamWConfig
 from spdnn.optim.optimizer import (
     Optimizer,
@@ -33,9 +34,9 @@ from spdnn.optim.sgd import SGD, SGDConfig
 from spdnn.schema import Option, options
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Adam, AdamW,
-                                                                     RMSprop)}
+                                                                     RMSprop, Adagrad)}
 
-__all__ = ["Adam", "AdamConfig", "AdamW", "AdamWConfig", "OPTIMIZERS",
+__all__ = ["Adagrad", "AdagradConfig", "Adam", "AdamConfig", "AdamW", "AdamWConfig", "OPTIMIZERS",
            "Optimizer", "RMSprop", "RMSpropConfig", "RowGrad", "SGD", "SGDConfig", "SavedState",
            "config_of", "describe", "interleave", "load_kernels", "make", "name_of",
            "optimizer_class", "parameters", "setting_options", "settings", "state_arrays",
