@@ -197,6 +197,15 @@ MUTANTS = [
     M("replan-ignores-rebuilds", "spdnn/runtime/replan.py",
       "                values += int(indptr[-1])\n", "                values += 0\n",
       ("tests/test_sparsity.py", "-k", "rebuilds")),
+    # Early stopping's rule and the scikit-learn estimator (issue 86).
+    M("early-stopping-ignores-min-delta", "spdnn/runtime/training.py",
+      "watched < best - cfg.min_delta", "watched < best",
+      ("tests/test_optim_mpi.py", "-k", "min_delta"), mpi=2),
+    M("estimator-drops-alpha", "spdnn/estimators.py", "weight_decay=self.alpha,",
+      "weight_decay=0.0,", ("tests/test_estimators.py", "-k", "serial_references")),
+    M("estimator-rank-seeds", "spdnn/estimators.py",
+      "return comm.bcast(drawn if comm.rank == 0 else None)", "return drawn",
+      ("tests/test_estimators_mpi.py", "-k", "random_state_of_none"), mpi=2),
 ]
 
 

@@ -27,6 +27,7 @@ _HOMES = {
     "InferResult": "spdnn.model.records", "RunOptions": "spdnn.model.options",
     "TrainOptions": "spdnn.model.options", "TrainResult": "spdnn.model.records",
     "TrafficReport": "spdnn.model.records", "TimingReport": "spdnn.model.records",
+    "SparseMLPClassifier": "spdnn.estimators",  # needs scikit-learn (the sklearn extra)
 }
 
 
@@ -75,6 +76,7 @@ __all__ = [
     "NetworkBundle",
     "Plan",
     "PlanStats",
+    "SparseMLPClassifier",
     "SpdnnError",
     "load_dataset",
     "load_network",

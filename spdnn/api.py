@@ -82,8 +82,8 @@ def _collectively(comm: MPIComm | Communicator | None, run: RunOptions,
 def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptions | None = None,
           options: TrainOptions | None = None, save: Path | None = None,
           metrics_out: Path | None = None, comm: MPIComm | Communicator | None = None,
-          verbose: bool = False, on_epoch: Callable[[EpochReport], None] | None = None
-          ) -> TrainResult:
+          verbose: bool = False, on_epoch: Callable[[EpochReport], None] | None = None,
+          return_network: bool = False) -> TrainResult:
     """Train ``network`` (a bundle's path, or a ``Network`` that every rank holds) on ``data``
     across the ranks of ``comm`` (default: every rank of the job). ``data``: a source by name
     (``digits``, ``npz:FILE``, ``mnist:DIR``, ``xc:DIR``), or in memory on every rank alike:
@@ -91,14 +91,15 @@ def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptio
     (samples x features), ``y`` integer labels; or a ``Dataset``. With
     ``save``, write the trained network, with ``metrics_out`` the metrics as JSON.
     ``verbose``: rank 0 prints what ``spdnn train`` prints; ``on_epoch`` is called on rank 0
-    after each epoch. Collective."""
+    after each epoch. ``return_network``: the result holds the trained network, whole, on
+    every rank (``TrainResult.network``; each rank then holds all of it). Collective."""
     from spdnn.jobs.train import run_training
 
     _checked(network, run, options)
     run = run or RunOptions()
     return _collectively(comm, run, lambda c: run_training(  # type: ignore[return-value]
         c, network, data, run, options or TrainOptions(), save, metrics_out, verbose,
-        on_epoch))
+        on_epoch, return_network))
 
 
 def infer(network: Path | Network, *, inputs: DataSource = "digits",

@@ -79,6 +79,16 @@ class OptionError(SpdnnError, ValueError):
     def __str__(self) -> str:
         return self._text(_BY_FLAG[0])
 
+    def renamed(self, names: dict[str, str]) -> OptionError:
+        """The same error naming each option in ``names`` (keyword -> an API's own parameter,
+        such as an estimator's) by that name instead."""
+        problem = self.problem
+        for other in self.refers:
+            if other in names:
+                problem = problem.replace("{" + other + "}", names[other])
+        return OptionError(names.get(self.name, self.name), problem,
+                           tuple(o for o in self.refers if o not in names))
+
     def as_flag(self, flags: dict[str, str] | None = None) -> SpdnnError:
         """The same error naming ``--the-flag`` (or ``flags[name]``) instead of the field."""
         if flags and self.name in flags:

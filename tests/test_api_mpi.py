@@ -149,13 +149,20 @@ def test_arrays_in_predictions_out_equal_the_serial_reference(comm, mpi_tmp_path
     run = spdnn.RunOptions(plan=plan, dtype="float64", replicas=replicas)
     options = spdnn.TrainOptions(epochs=2, batch_size=32, lr=0.05, momentum=0.9, seed=5)
     saved = mpi_tmp_path / f"arrays-{replicas}-{sparse}.npz"
-    spdnn.train(net, data=(x, y), run=run, options=options, save=saved, comm=comm)
+    result = spdnn.train(net, data=(x, y), run=run, options=options, save=saved, comm=comm,
+                         return_network=True)
     expected, _ = reference_train(net, spdnn.Dataset(name="arrays", x_train=digits.x_train[:200],
                                                      y_train=y), 2, 32, SGDConfig(0.05, 0.9),
                                   seed=5)
     got = spdnn.load_network(saved)
     for a, b in zip(got.layers, expected.layers):
         np.testing.assert_allclose(a.weight.toarray(), b.weight.toarray(), rtol=0, atol=1e-10)
+    # return_network: every rank holds the whole trained network
+    assert result.network.sizes == net.sizes
+    for a, b in zip(result.network.layers, expected.layers):
+        np.testing.assert_array_equal(a.weight.indices, b.weight.indices)
+        np.testing.assert_allclose(a.weight.data, b.weight.data, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(a.bias, b.bias, rtol=0, atol=1e-10)
     scores = spdnn.predict(saved, xt, run=run, scores=True, comm=comm)
     classes = spdnn.predict(saved, xt, run=run, comm=comm)
     want = reference_predict(expected, digits.x_test[:37])

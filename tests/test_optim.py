@@ -469,8 +469,10 @@ def test_manifest_values_are_checked_against_what_they_may_be(tmp_path, field, v
      "--checkpoint-every needs --checkpoint-dir"),
     (dict(lsh="2:6:50", optimizer="adamw"), "lsh does not apply with adamw here yet: its "
      "sampled rows are updated lazily", "--lsh does not apply with adamw here yet"),
-    (dict(shuffle=False, early_stopping=2), "early_stopping needs validation_split",
-     "--early-stopping needs --validation-split"),
+    (dict(shuffle=False, save_best="best.npz"), "save_best needs validation_split",
+     "--save-best needs --validation-split"),
+    (dict(min_delta=0.01), "min_delta needs early_stopping",
+     "--min-delta needs --early-stopping"),
     (dict(critical_set=0.5, lr_schedule="cosine"), "lr_schedule and warmup_steps do not apply "
      "with critical_set yet", "--lr-schedule and --warmup-steps do not apply with "
                              "--critical-set yet"),

@@ -228,3 +228,39 @@ def test_validation_and_early_stopping_on_every_grid_equal_the_serial_reference(
         assert all(r.test_accuracy is None for r in reports)
         assert bests[-1].validation_loss == min(r.validation_loss for r in reports)
         run.dnet.grid.free()
+
+
+def _stop_epoch(losses, patience, min_delta):
+    """The epochs scikit-learn's MLP runs under its no-improvement rule (``tol``)."""
+    best, since = float("inf"), 0
+    for e, v in enumerate(losses):
+        since = 0 if v < best - min_delta else since + 1
+        best = min(best, v)
+        if since >= patience:
+            return e + 1
+    return len(losses)
+
+
+def test_early_stopping_on_the_training_loss_with_min_delta_equals_the_reference(
+        comm, mpi_tmp_path):
+    """Without a validation split, early stopping watches each epoch's training loss and
+    counts an epoch lower only when it beats the lowest by more than min_delta
+    (scikit-learn's tol): the job ends where that rule, applied to the serial reference's
+    losses, says, on every grid."""
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=4, bias_scale=0.3)
+    data = _data(net, n=60)
+    opt = SGDConfig(0.05, 0.9)
+    _, ref = reference_train(net, data, 12, 16, opt, seed=3)
+    losses = [r.loss for r in ref]
+    gains = sorted(a - b for a, b in zip(losses, losses[1:]) if a > b)
+    # a min_delta that stops the run part of the way (the oracle's rule decides where)
+    min_delta, stop = next((g, s) for g in gains[len(gains) // 2:]
+                           if 2 < (s := _stop_epoch(losses, 2, g)) < len(losses))
+    cfg = TrainConfig(epochs=12, batch_size=16, optimizer=opt, seed=3, early_stopping=2,
+                      min_delta=min_delta)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas)
+        reports = train(comm, run.dnet, data, cfg)
+        assert len(reports) == stop
+        np.testing.assert_allclose([r.loss for r in reports], losses[:stop], rtol=1e-10)
+        run.dnet.grid.free()

@@ -208,7 +208,7 @@ def test_console_blocks_print_what_the_pages_show(tmp_path):
 
 # Names the code and the pages may give that are not modules: the digits' package data (data/
 # installed as spdnn.data); bench_ab.py imports each old layout of the commits it compares.
-NOT_MODULES = {"spdnn.data", "spdnn.replanners"}  # a package's data; an entry-point group
+NOT_MODULES = {"spdnn.data", "spdnn.replanners", "spdnn.partitioners"}  # data; entry-point groups
 OLD_LAYOUTS = {"scripts/bench/bench_ab.py"}
 FILE_SUFFIXES = {"py", "npz", "json", "md", "txt", "png"}  # spdnn.npz is a file
 DOTTED = r"\b(?:spdnn|partition)(?:\.[A-Za-z_]\w*)+"

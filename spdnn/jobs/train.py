@@ -46,7 +46,7 @@ from spdnn.runtime.accounting import (
 )
 from spdnn.runtime.checkpoint import adopt_topology, check_position, directory_lock, load_checkpoint
 from spdnn.runtime.replan import find_replanner, plan_in_force
-from spdnn.runtime.session import save_trained, write_json
+from spdnn.runtime.session import save_trained, whole_network, write_json
 from spdnn.runtime.training import TrainConfig, resumed_lossy, train
 
 
@@ -77,7 +77,7 @@ def _config(opt: TrainOptions) -> TrainConfig:
                        checkpoint_every=opt.checkpoint_every, compress=compress,
                        critical_set=opt.critical_set, refresh=opt.refresh or 2, lsh=lsh,
                        rehash=opt.rehash, schedule=schedule_of(opt),
-                       early_stopping=opt.early_stopping,
+                       early_stopping=opt.early_stopping, min_delta=opt.min_delta,
                        validation_split=opt.validation_split,
                        clip_grad_norm=opt.clip_grad_norm, sparse_update=sparse,
                        replanner=replanner)
@@ -98,7 +98,8 @@ def _lossy_note(cfg: TrainConfig, replicas: int) -> str:
 def run_training(comm: Communicator, network: str | os.PathLike | Network, data_spec: Any,
                  run: RunOptions, opt: TrainOptions, save: str | os.PathLike | None,
                  metrics_out: str | os.PathLike | None, verbose: bool,
-                 on_epoch: Callable[[EpochReport], None] | None) -> TrainResult:
+                 on_epoch: Callable[[EpochReport], None] | None,
+                 return_network: bool = False) -> TrainResult:
     """The job behind ``spdnn.train`` and ``spdnn train``. Collective."""
     from spdnn.jobs._open import data_name, open_data
     from spdnn.jobs.progress import Progress
@@ -149,7 +150,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                                parts=dnet.grid.parts,
                                replicas=dnet.grid.replicas,
                                plan_method=job.plan.meta.get("method"),
-                               kernels=kernels_backend())
+                               kernels=kernels_backend(),
+                               network=whole_network(dnet) if return_network else None)
     if comm.rank == 0 and verbose:
         resumed = f", resumed at step {position.step}" if position else ""
         clip = f"; gradients clipped to norm {cfg.clip_grad_norm:g}" \
@@ -249,7 +251,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                           replicas=dnet.grid.replicas, plan_method=job.plan.meta.get("method"),
                           kernels=kernels_backend(), traffic=result["traffic"],
                           timing=result["timing"], memory=result["memory"], test_accuracy=test,
-                          topology_updates=tuple(updates))
+                          topology_updates=tuple(updates),
+                          network=whole_network(dnet) if return_network else None)
         write_json(comm, metrics_out, out.metrics())
         return out
 
@@ -280,7 +283,8 @@ def _tested_once(comm: Communicator, dnet: Any, data: Any, verbose: bool,  # noq
         stopped = opt.early_stopping is not None and reports and \
             reports[-1].epoch < opt.epochs and not reports[-1].partial
         if stopped:
-            print(f"early stopping: {opt.early_stopping} epoch(s) without a lower validation "
+            watched = "validation" if opt.validation_split is not None else "training"
+            print(f"early stopping: {opt.early_stopping} epoch(s) without a lower {watched} "
                   "loss", flush=True)
         if best:
             where = f", written to {os.fspath(opt.save_best)}" if opt.save_best else ""

@@ -189,9 +189,13 @@ class _TrainOptions:
         record="same")
     save_best: Path | None = option(None, "write the network of the epoch with the lowest "
                                           "validation loss", _PATH, metavar="FILE")
-    early_stopping: int | None = option(None, "end training after N epochs without a lower "
-                                              "validation loss", Integer(1, none=True),
-                                        metavar="N")
+    early_stopping: int | None = option(
+        None, "end training after N epochs without a lower loss: the validation loss with "
+              "{validation_split}, else the epoch's training loss", Integer(1, none=True),
+        metavar="N")
+    min_delta: float = option(0.0, "with {early_stopping}: a loss counts as lower only when "
+                                   "it is below the lowest so far by more than this",
+                              Number(), metavar="D")
     loss: Loss = option("cross_entropy", "softmax cross-entropy (mean over the batch) or mean "
                                          "squared error", Choice("cross_entropy", "mse"))
     seed: int = option(0, "seed of the sample shuffling and of dropout's masks", Integer(0),
@@ -329,9 +333,11 @@ def check_train_options(opt: Any) -> None:  # noqa: ANN401
     """Values a TrainOptions may hold: each option's own check (its declaration's), then the
     checks that join several, which name every option they join."""
     check(opt)
+    if opt.save_best is not None and opt.validation_split is None:
+        raise OptionError("save_best", "needs {validation_split}", ("validation_split",))
+    if opt.min_delta and opt.early_stopping is None:
+        raise OptionError("min_delta", "needs {early_stopping}", ("early_stopping",))
     for name in ("save_best", "early_stopping"):
-        if getattr(opt, name) is not None and opt.validation_split is None:
-            raise OptionError(name, "needs {validation_split}", ("validation_split",))
         if getattr(opt, name) is not None and opt.resume is not None:
             raise OptionError(name, "does not apply with {resume} yet: the best epoch so far "
                                     "is not in the checkpoint", ("resume",))

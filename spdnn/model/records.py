@@ -4,9 +4,12 @@ it: what a job returns and what ``--metrics-out`` writes. The options are spdnn.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from spdnn.model.reports import EpochReport
+
+if TYPE_CHECKING:
+    from spdnn.model.network import Network
 
 Ints = tuple[int, ...]
 Floats = tuple[float, ...]
@@ -122,6 +125,8 @@ class TrainResult:
     test_accuracy: float | None = None
     # with sparse_update: one record per update (spdnn.runtime.topology.UpdateRecord)
     topology_updates: tuple[dict[str, Any], ...] = ()
+    # with ``train(..., return_network=True)``: the trained network, whole, on every rank
+    network: Network | None = None
 
     @property
     def accuracy(self) -> float | None:

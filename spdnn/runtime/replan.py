@@ -92,12 +92,9 @@ Replanner = Callable[[list, tuple, int], tuple[tuple, int]]
 def find_replanner() -> Replanner | None:
     """The partitioner's replanning (``partition.replan.refine_plan``), found by its entry
     point: spdnn does not import the partition package (it imports spdnn)."""
-    from importlib.metadata import entry_points
+    from spdnn.plugins import entry_point
 
-    for ep in entry_points(group="spdnn.replanners"):
-        if ep.name == "refine":
-            return ep.load()
-    return None
+    return entry_point("spdnn.replanners", "refine")
 
 
 def gather_patterns(dnet: DistributedNetwork) -> list:

@@ -215,6 +215,12 @@ def gather_network(dnet: DistributedNetwork) -> Network | None:
                    cap=dnet.cap, output_activation=dnet.output_activation)
 
 
+def whole_network(dnet: DistributedNetwork) -> Network:
+    """The whole network on every rank: gathered on each replica's rank 0, then broadcast
+    over the replica (every replica holds the same values). Collective."""
+    return dnet.comm.bcast(gather_network(dnet))
+
+
 def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
                  extra: dict[str, Any]) -> None:
     """Write the network as it is now: rank 0 of replica 0 gathers one layer at a time and

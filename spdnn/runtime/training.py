@@ -61,7 +61,8 @@ class TrainConfig:
     schedule: Schedule = Schedule()  # of the rate; its T is set from the data (planned)
     clip_grad_norm: float | None = None  # the gradients' L2 norm over all ranks, at most
     dropout: Dropout | None = None  # on the hidden layers' outputs (spdnn.model.counters)
-    early_stopping: int | None = None  # epochs without a lower validation loss, at most
+    early_stopping: int | None = None  # epochs without a lower loss, at most
+    min_delta: float = 0.0  # a loss is lower when below the lowest by more than this
     validation_split: float | None = None  # recorded: a resume must hold out the same
     sparse_update: SparseUpdate | None = None  # topology updates (spdnn.runtime.topology)
     replanner: Any = None  # with sparse_update.replan: spdnn.runtime.replan.find_replanner()
@@ -102,9 +103,9 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
     checkpoint; the checkpoint is written even when it fails, and the other way round.
     ``lossy``: the compressors' residuals and the critical set of a resumed run. With
     validation samples, ``on_best(report)`` runs (collectively) after each epoch whose
-    validation loss is the lowest so far, and ``early_stopping`` ends the job after that many
-    epochs without one. With ``cfg.sparse_update``, each topology update's record goes to
-    ``on_update``."""
+    validation loss is the lowest so far; ``early_stopping`` ends the job after that many
+    epochs without a loss (validation, else training) lower by more than ``min_delta``.
+    With ``cfg.sparse_update``, each topology update's record goes to ``on_update``."""
     pos = position or Position()
     grid = dnet.grid
     if len(data.y_train) == 0:
@@ -190,13 +191,16 @@ def train(comm: Communicator, dnet: DistributedNetwork, data: Dataset, cfg: Trai
         reports.append(report)
         if on_epoch:
             on_epoch(report)
-        if report.validation_loss is not None:
-            if report.validation_loss < best:
-                best, since = report.validation_loss, 0
-                if on_best is not None:
+        # the validation loss, else (with early stopping) the epoch's training loss, as
+        # scikit-learn's MLP watches one or the other
+        watched = report.validation_loss if report.validation_loss is not None else \
+            report.loss if cfg.early_stopping is not None else None
+        if watched is not None:
+            since = 0 if watched < best - cfg.min_delta else since + 1
+            if watched < best:
+                best = watched
+                if on_best is not None and report.validation_loss is not None:
                     on_best(report)
-            else:
-                since += 1
             if cfg.early_stopping is not None and since >= cfg.early_stopping:
                 stop = True
         if stop:
