@@ -27,7 +27,8 @@ _HOMES = {
     "InferResult": "spdnn.model.records", "RunOptions": "spdnn.model.options",
     "TrainOptions": "spdnn.model.options", "TrainResult": "spdnn.model.records",
     "TrafficReport": "spdnn.model.records", "TimingReport": "spdnn.model.records",
-    "SparseMLPClassifier": "spdnn.estimators",  # needs scikit-learn (the sklearn extra)
+    # these two need scikit-learn (the sklearn extra)
+    "SparseMLPClassifier": "spdnn.estimators", "SparseMLPRegressor": "spdnn.estimators",
 }
 
 
@@ -77,6 +78,7 @@ __all__ = [
     "Plan",
     "PlanStats",
     "SparseMLPClassifier",
+    "SparseMLPRegressor",
     "SpdnnError",
     "load_dataset",
     "load_network",

@@ -88,7 +88,8 @@ def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptio
     across the ranks of ``comm`` (default: every rank of the job). ``data``: a source by name
     (``digits``, ``npz:FILE``, ``mnist:DIR``, ``xc:DIR``), or in memory on every rank alike:
     ``(x, y)`` or ``(x, y, x_test, y_test)``, ``x`` a numpy array or scipy sparse matrix
-    (samples x features), ``y`` integer labels; or a ``Dataset``. With
+    (samples x features), ``y`` integer labels (or, with ``loss="mse"``, real-valued targets
+    as samples x outputs); or a ``Dataset``. With
     ``save``, write the trained network, with ``metrics_out`` the metrics as JSON.
     ``verbose``: rank 0 prints what ``spdnn train`` prints; ``on_epoch`` is called on rank 0
     after each epoch. ``return_network``: the result holds the trained network, whole, on

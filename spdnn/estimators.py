@@ -1,6 +1,6 @@
-"""spdnn as a scikit-learn estimator: ``SparseMLPClassifier`` takes the parameters of
-scikit-learn's ``MLPClassifier`` where they mean the same thing, and trains a sparse network
-with ``spdnn.train`` on the ranks of ``comm``.
+"""spdnn as scikit-learn estimators: ``SparseMLPClassifier`` and ``SparseMLPRegressor`` take
+the parameters of scikit-learn's ``MLPClassifier`` and ``MLPRegressor`` where they mean the
+same thing, and train a sparse network with ``spdnn.train`` on the ranks of ``comm``.
 
 ``fit`` draws a random network of fixed fan-in, partitions it for the ranks (the partitioner
 is found by its entry point: spdnn never imports the ``partition`` package), trains it, and
@@ -22,7 +22,7 @@ from spdnn.model.options import RunOptions, TrainOptions, check_run_options, che
 from spdnn.schema import options
 
 try:
-    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
     from sklearn.model_selection import train_test_split
     from sklearn.utils import check_random_state
     from sklearn.utils.multiclass import check_classification_targets
@@ -31,7 +31,7 @@ except ImportError as e:  # the optional extra is missing
     raise ImportError("spdnn's scikit-learn estimators need scikit-learn: "
                       "pip install 'spdnn[sklearn]'") from e
 
-__all__ = ["SparseMLPClassifier"]
+__all__ = ["SparseMLPClassifier", "SparseMLPRegressor"]
 
 # scikit-learn's parameter -> the TrainOptions keyword it sets: the option's declaration
 # (spdnn.schema) checks it, and its errors name the parameter.
@@ -49,8 +49,33 @@ def _by_parameter(err: OptionError) -> OptionError:
     return err.renamed(PARAMETER)
 
 
+def initial_network(sizes: Sequence[int], fan_in: Sequence[int], *, seed: int, dtype: str,
+                    activations: str | Sequence[str]) -> Any:  # noqa: ANN401
+    """The network ``fit`` starts from: ``random_network``'s fixed fan-in pattern, weights and
+    biases drawn as MLPClassifier draws its own (Glorot's uniform bound sqrt(6 / (fan_in +
+    fan_out)), 2 in place of 6 for the logistic activation), with a neuron's inputs as its
+    fan-in and an input's mean count of outputs as its fan-out."""
+    from dataclasses import replace
+
+    from spdnn.model.generate import random_network
+    from spdnn.model.network import Layer
+
+    net = random_network(sizes, list(fan_in), seed=seed, dtype=dtype, activations=activations)
+    factor = 2.0 if all(a == "sigmoid" for a in net.activations) else 6.0
+    rng = np.random.default_rng([seed, 1])
+    layers = []
+    for layer, n_in in zip(net.layers, sizes):
+        w = layer.weight
+        k = w.nnz / w.shape[0]
+        bound = np.sqrt(factor / (k + w.nnz / n_in))
+        values = rng.uniform(-bound, bound, w.nnz).astype(w.dtype)
+        bias = rng.uniform(-bound, bound, w.shape[0]).astype(w.dtype)
+        layers.append(Layer(sp.csr_matrix((values, w.indices, w.indptr), shape=w.shape), bias))
+    return replace(net, layers=tuple(layers))
+
+
 class _SparseMLP(BaseEstimator):
-    """What the classifier and a regressor share: the parameters, the network and training."""
+    """What the classifier and the regressor share: the parameters, the network, training."""
 
     def __init__(self, hidden_layer_sizes: int | Sequence[int] = (100,),
                  activation: str = "relu", *, solver: str = "adam", alpha: float = 0.0001,
@@ -158,7 +183,6 @@ class _SparseMLP(BaseEstimator):
         return self.dtype
 
     def _network(self, n_in: int, n_out: int, seed: int, dtype: str) -> Any:  # noqa: ANN401
-        from spdnn.model.generate import random_network
 
         sizes = self._sizes(n_in, n_out)
         fans = self._fan_in(sizes)
@@ -166,7 +190,8 @@ class _SparseMLP(BaseEstimator):
         activation = ACTIVATIONS.get(given, given) if isinstance(given, str) else \
             [ACTIVATIONS.get(a, a) for a in given]
         try:
-            return random_network(sizes, fans, seed=seed, dtype=dtype, activations=activation)
+            return initial_network(sizes, fans, seed=seed, dtype=dtype,
+                                   activations=activation)
         except OptionError as e:
             raise _by_parameter(e) from None
 
@@ -223,7 +248,7 @@ class _SparseMLP(BaseEstimator):
         self.loss_curve_ = getattr(self, "loss_curve_", []) + losses
         self.loss_ = self.loss_curve_[-1] if self.loss_curve_ else None
         if early:
-            self.validation_scores_ = [r.validation_accuracy for r in result.epochs]
+            self.validation_scores_ = self._validation_scores(result.epochs, y[-len(held):])
             self.best_validation_score_ = max(self.validation_scores_)
             self.best_loss_ = None
         else:
@@ -263,6 +288,10 @@ class SparseMLPClassifier(ClassifierMixin, _SparseMLP):
 
     def _stratify(self, y: np.ndarray) -> np.ndarray:
         return y
+
+    def _validation_scores(self, reports: Sequence[Any], held: np.ndarray) -> list[float]:
+        """Each epoch's accuracy on the validation set, as MLPClassifier scores it."""
+        return [r.validation_accuracy for r in reports]
 
     def _targets(self, y: Any, reset: bool) -> np.ndarray:  # noqa: ANN401
         y = column_or_1d(y, warn=True)
@@ -331,3 +360,71 @@ class SparseMLPClassifier(ClassifierMixin, _SparseMLP):
         """The class of each sample (the labels of ``classes_``)."""
         scores = self._scores(X)
         return self.classes_[np.argmax(scores, axis=1)]
+
+
+class SparseMLPRegressor(RegressorMixin, _SparseMLP):
+    """A sparse multi-layer perceptron regressor trained by spdnn: the mean squared error
+    over the targets (one, or several: ``y`` as samples x outputs) of a linear output layer,
+    fixed fan-in layers (``fan_in``, or ``density`` of each layer's inputs), scikit-learn's
+    ``MLPRegressor`` parameters otherwise (docs/sklearn.md says where they differ). Learned:
+    ``coefs_``, ``intercepts_``, ``loss_curve_``, ``validation_scores_`` (R^2), ``n_iter_``,
+    ``network_``."""
+
+    _loss = "mse"
+
+    def __sklearn_tags__(self) -> Any:  # noqa: ANN401
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+    def _stratify(self, y: np.ndarray) -> None:
+        return None
+
+    def _validation_scores(self, reports: Sequence[Any], held: np.ndarray) -> list[float]:
+        """Each epoch's R^2 on the validation set from its mean squared error: 1 - the
+        squared errors' sum / the targets' (about their mean) sum, over every output (for
+        one output, MLPRegressor's score)."""
+        spread = float(np.sum((held - held.mean(axis=0)) ** 2))
+        return [1.0 - r.validation_loss * held.size / spread if spread > 0 else float("nan")
+                for r in reports]
+
+    def _targets(self, y: Any) -> np.ndarray:  # noqa: ANN401
+        y = np.asarray(y, dtype=np.float64)
+        return y.reshape(len(y), -1)
+
+    def fit(self, X: Any, y: Any) -> SparseMLPRegressor:  # noqa: ANN401, N803
+        """Train a new network on (X, y); collective under MPI. Returns self."""
+        for name in ("network_", "n_iter_", "t_", "loss_curve_"):
+            self.__dict__.pop(name, None)
+        x, y = validate_data(self, X, y, accept_sparse="csr", dtype=(np.float64, np.float32),
+                             multi_output=True, y_numeric=True)
+        targets = self._targets(y)
+        comm = self._communicator()
+        seed = self._seed(comm)
+        network = self._network(x.shape[1], targets.shape[1], seed, self._dtype(x))
+        self._train(x, targets, network, epochs=self.max_iter, early=bool(self.early_stopping),
+                    seed=seed, comm=comm)
+        return self
+
+    def partial_fit(self, X: Any, y: Any) -> SparseMLPRegressor:  # noqa: ANN401, N803
+        """One pass over (X, y), from the fitted network (or a new one); the optimizer's
+        state starts afresh on each call. Returns self."""
+        first = not hasattr(self, "network_")
+        x, y = validate_data(self, X, y, accept_sparse="csr", dtype=(np.float64, np.float32),
+                             multi_output=True, y_numeric=True, reset=first)
+        targets = self._targets(y)
+        if not first and targets.shape[1] != self.n_outputs_:
+            raise ValueError(f"y has {targets.shape[1]} targets per sample; the fitted "
+                             f"network has {self.n_outputs_} outputs")
+        comm = self._communicator()
+        seed = self._seed(comm)
+        network = self._network(x.shape[1], targets.shape[1], seed, self._dtype(x)) if first \
+            else self.network_
+        self._train(x, targets, network, epochs=1, early=False, seed=seed, comm=comm)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:  # noqa: ANN401, N803
+        """The network's outputs for each sample: one value a sample for one output, else
+        samples x outputs (as MLPRegressor)."""
+        out = self._scores(X)
+        return out.ravel() if out.shape[1] == 1 else out

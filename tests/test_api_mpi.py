@@ -179,6 +179,10 @@ def test_arrays_that_are_wrong_or_differ_between_ranks_are_refused(comm):
     for data, message in (((x, np.zeros(19, int)), "one label per sample"),
                           ((x[:, :60], np.zeros(20, int)), "x has 60 features but the"),
                           ((x, np.full(20, -1)), "negative label"),
+                          ((x, np.full((20, 10), np.inf)), "a target that is not finite"),
+                          ((x, np.zeros((20, 3))), "3 targets per sample but the network "
+                                                   "has 10 outputs"),
+                          ((x, np.zeros((20, 10))), "loss must be mse for real-valued"),
                           ((np.full((20, 64), np.nan), np.zeros(20, int)), "NaN"),
                           ((x,), "data must be")):
         with pytest.raises(AgreedError, match=message):
@@ -218,3 +222,40 @@ def test_a_call_leaves_the_callers_kernel_threads_as_they_were(comm):
     w = net.layers[0].weight.tocsr()
     products.spmm(w, np.ascontiguousarray(x.T))
     assert numba.get_num_threads() == products.threads() == 1
+
+
+def test_real_valued_targets_train_as_the_serial_reference_on_every_grid(comm):
+    """y as samples x outputs trains with the mse loss against those values (a regression):
+    the weights, the training and validation losses equal the serial reference's under
+    every grid; there is no accuracy to report."""
+    from spdnn.io.dataset import split_validation
+    from spdnn.optim import AdamConfig
+    from tests.test_replicas_mpi import grids
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((90, 20))
+    t = np.stack([np.sin(x[:, 0]) + x[:, 1], x[:, 2] * x[:, 3], -x[:, 4]], axis=1)
+    net = small_network((20, 24, 18, 3), fan_in=5, seed=4, bias_scale=0.3)
+    held = split_validation(spdnn.Dataset(name="t", x_train=x, y_train=t), 0.2)
+    expected, reports = reference_train(net, held, 3, 16, AdamConfig(lr=0.01), seed=3,
+                                        loss="mse")
+    options = spdnn.TrainOptions(epochs=3, batch_size=16, optimizer="adam", lr=0.01,
+                                 loss="mse", seed=3, validation_split=0.2)
+    for parts, replicas in grids(comm.size):
+        run = spdnn.RunOptions(plan=partition(net, parts=parts, method="cyclic"),
+                               dtype="float64", replicas=replicas)
+        result = spdnn.train(net, data=(x, t), run=run, options=options, comm=comm,
+                             return_network=True)
+        for a, b in zip(result.network.layers, expected.layers):
+            np.testing.assert_allclose(a.weight.toarray(), b.weight.toarray(), rtol=0,
+                                       atol=1e-10)
+            np.testing.assert_allclose(a.bias, b.bias, rtol=0, atol=1e-10)
+        np.testing.assert_allclose([r.loss for r in result.epochs],
+                                   [r.loss for r in reports], rtol=1e-10)
+        np.testing.assert_allclose([r.validation_loss for r in result.epochs],
+                                   [r.validation_loss for r in reports], rtol=1e-10)
+        assert all(r.train_accuracy is None and r.validation_accuracy is None
+                   for r in result.epochs)
+    with pytest.raises(AgreedError, match="loss must be mse for real-valued targets"):
+        spdnn.train(net, data=(x, t), options=spdnn.TrainOptions(epochs=1), comm=comm,
+                    run=spdnn.RunOptions(replicas=comm.size))

@@ -1,5 +1,5 @@
-"""spdnn as a scikit-learn estimator (spdnn.estimators): scikit-learn's own estimator checks,
-Pipeline, GridSearchCV and cross_val_score; the fitted network against the serial reference;
+"""spdnn as scikit-learn estimators (spdnn.estimators): scikit-learn's own estimator checks,
+Pipeline, GridSearchCV and cross_val_score; the fitted networks against the serial reference;
 parameters checked by the options' declarations and named as the caller named them."""
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 
 from spdnn.errors import OptionError  # noqa: E402
-from spdnn.estimators import SparseMLPClassifier  # noqa: E402
+from spdnn.estimators import (  # noqa: E402
+    SparseMLPClassifier,
+    SparseMLPRegressor,
+    initial_network,
+)
 from spdnn.io.loaders import Dataset  # noqa: E402
-from spdnn.model.generate import random_network  # noqa: E402
 from spdnn.optim import AdamConfig, SGDConfig  # noqa: E402
 from spdnn.reference import train as reference_train  # noqa: E402
 
 
-@parametrize_with_checks([SparseMLPClassifier(max_iter=50)])
+@parametrize_with_checks([SparseMLPClassifier(), SparseMLPRegressor()])
 def test_scikit_learns_estimator_checks(estimator, check):
     """Every check of sklearn.utils.estimator_checks.check_estimator, none excluded."""
     check(estimator)
@@ -37,13 +40,14 @@ def _digits(n=600):
 
 
 def test_the_fitted_network_is_the_serial_references():
-    """fit draws the network that random_network draws from random_state and trains it as
+    """fit draws the network that initial_network draws from random_state and trains it as
     the serial reference trains it (Adam, alpha as weight decay, batches of min(200, n),
     shuffled by the seed): the same weights, coefs_ as its transposes, the same losses."""
     x, y = _digits(450)
     clf = SparseMLPClassifier((20, 12), fan_in=9, max_iter=4, random_state=7, alpha=1e-3,
                               learning_rate_init=0.01).fit(x, y)
-    net = random_network([64, 20, 12, 10], [9, 9, 9], seed=7, dtype="float64")
+    net = initial_network([64, 20, 12, 10], [9, 9, 9], seed=7, dtype="float64",
+                          activations="relu")
     expected, reports = reference_train(net, Dataset(name="digits", x_train=x, y_train=y), 4,
                                         200, AdamConfig(lr=0.01, weight_decay=1e-3), seed=7)
     assert clf.n_iter_ == 4 and clf.network_.dtype == np.float64
@@ -151,3 +155,60 @@ def test_bad_parameters_are_refused_by_the_name_the_caller_gave(params, message)
     with pytest.raises(OptionError) as err:
         SparseMLPClassifier(**{"max_iter": 1, **params}).fit(x, y)
     assert str(err.value).startswith(message), str(err.value)
+
+
+def _regression(n=240, outputs=2):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, 12))
+    y = np.stack([np.sin(x[:, 0]) + 0.5 * x[:, 1], x[:, 2] * x[:, 3], x[:, 4] - x[:, 5]],
+                 axis=1)[:, :outputs]
+    return x, y
+
+
+def test_the_regressors_network_is_the_serial_references():
+    """The regressor trains its network on the real-valued targets with the mean squared
+    error, as the serial reference does; one target comes back as one value a sample."""
+    x, y = _regression()
+    reg = SparseMLPRegressor((16, 8), fan_in=5, max_iter=3, random_state=2,
+                             learning_rate_init=0.01).fit(x, y)
+    net = initial_network([12, 16, 8, 2], [5, 5, 5], seed=2, dtype="float64",
+                          activations="relu")
+    expected, reports = reference_train(net, Dataset(name="r", x_train=x, y_train=y), 3, 200,
+                                        AdamConfig(lr=0.01, weight_decay=1e-4), seed=2,
+                                        loss="mse")
+    for coef, b, layer in zip(reg.coefs_, reg.intercepts_, expected.layers):
+        np.testing.assert_allclose(coef.toarray(), layer.weight.T.toarray(), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(b, layer.bias, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(reg.loss_curve_, [r.loss for r in reports], rtol=1e-10)
+    assert reg.predict(x).shape == (240, 2)
+    one = SparseMLPRegressor((16,), max_iter=2, random_state=2).fit(x, y[:, 0])
+    assert one.predict(x).shape == (240,) and one.n_outputs_ == 1
+
+
+def test_the_regressors_validation_scores_are_r2_on_the_held_out_samples():
+    """With early_stopping a random validation_fraction is held out (train_test_split by
+    random_state, as MLPRegressor) and validation_scores_ are its R^2: the last one equals
+    scikit-learn's r2_score of the fitted network on those samples (variance weighted over
+    the outputs; for one output, the plain R^2)."""
+    from sklearn.metrics import r2_score
+    from sklearn.model_selection import train_test_split
+
+    x, y = _regression(300)
+    for targets, average in ((y, "variance_weighted"), (y[:, 0], "uniform_average")):
+        reg = SparseMLPRegressor((32,), max_iter=8, random_state=4, early_stopping=True,
+                                 validation_fraction=0.25, learning_rate_init=0.01,
+                                 n_iter_no_change=20).fit(x, targets)
+        _, held = train_test_split(np.arange(300), random_state=4, test_size=0.25)
+        assert reg.n_iter_ == 8 and len(reg.validation_scores_) == 8
+        want = r2_score(targets[held], reg.predict(x[held]), multioutput=average)
+        assert reg.validation_scores_[-1] == pytest.approx(want, rel=1e-9)
+        assert reg.best_validation_score_ == max(reg.validation_scores_)
+
+
+def test_the_regressor_in_a_pipeline_and_cross_validation():
+    x, y = _regression(300, outputs=1)
+    pipe = make_pipeline(StandardScaler(), SparseMLPRegressor((32,), max_iter=100,
+                                                             learning_rate_init=0.01,
+                                                             random_state=0))
+    scores = cross_val_score(pipe, x, y.ravel(), cv=3)
+    assert scores.shape == (3,) and scores.min() > 0.5

@@ -1,5 +1,6 @@
-"""SparseMLPClassifier under MPI: fit partitions the network for the ranks and trains it
-there; every rank returns the same fitted estimator, equal to the serial reference's."""
+"""SparseMLPClassifier and SparseMLPRegressor under MPI: fit partitions the network for the
+ranks and trains it there; every rank returns the same fitted estimator, equal to the serial
+reference's."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import pytest
 
 pytest.importorskip("sklearn", reason="scikit-learn (the sklearn extra) is not installed")
 
-from spdnn.estimators import SparseMLPClassifier  # noqa: E402
+from spdnn.estimators import (  # noqa: E402
+    SparseMLPClassifier,
+    SparseMLPRegressor,
+    initial_network,
+)
 from spdnn.io.loaders import Dataset, load_dataset  # noqa: E402
-from spdnn.model.generate import random_network  # noqa: E402
 from spdnn.optim import AdamConfig  # noqa: E402
 from spdnn.reference import predict as reference_predict  # noqa: E402
 from spdnn.reference import train as reference_train  # noqa: E402
@@ -24,7 +28,8 @@ def test_fit_on_the_ranks_equals_the_serial_reference_on_every_rank(comm, plan):
     x, y = digits.x_train[:300], digits.y_train[:300]
     clf = SparseMLPClassifier((24, 16), fan_in=7, max_iter=3, random_state=5,
                               learning_rate_init=0.01, plan=plan, comm=comm).fit(x, y)
-    net = random_network([64, 24, 16, 10], [7, 7, 7], seed=5, dtype="float64")
+    net = initial_network([64, 24, 16, 10], [7, 7, 7], seed=5, dtype="float64",
+                          activations="relu")
     expected, reports = reference_train(net, Dataset(name="d", x_train=x, y_train=y), 3, 200,
                                         AdamConfig(lr=0.01, weight_decay=1e-4), seed=5)
     for coef, b, layer in zip(clf.coefs_, clf.intercepts_, expected.layers):
@@ -50,3 +55,21 @@ def test_a_random_state_of_none_draws_one_seed_for_every_rank(comm):
                                                                digits.y_train[:100])
     mine = clf.coefs_[0].toarray()
     assert all(np.array_equal(mine, other) for other in comm.allgather(mine))
+
+
+def test_the_regressor_on_the_ranks_equals_the_serial_reference(comm):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((150, 12))
+    y = np.stack([np.sin(x[:, 0]) + x[:, 1], x[:, 2] * x[:, 3]], axis=1)
+    reg = SparseMLPRegressor((16, 8), fan_in=5, max_iter=3, random_state=2, activation="tanh",
+                             learning_rate_init=0.01, comm=comm).fit(x, y)
+    net = initial_network([12, 16, 8, 2], [5, 5, 5], seed=2, dtype="float64",
+                          activations="tanh")
+    expected, reports = reference_train(net, Dataset(name="r", x_train=x, y_train=y), 3, 150,
+                                        AdamConfig(lr=0.01, weight_decay=1e-4), seed=2,
+                                        loss="mse")
+    for coef, layer in zip(reg.coefs_, expected.layers):
+        np.testing.assert_allclose(coef.toarray(), layer.weight.T.toarray(), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(reg.loss_curve_, [r.loss for r in reports], rtol=1e-10)
+    np.testing.assert_allclose(reg.predict(x[:20]), reference_predict(expected, x[:20]),
+                               rtol=0, atol=1e-10)

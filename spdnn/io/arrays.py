@@ -14,7 +14,7 @@ from spdnn.errors import SpdnnError
 from spdnn.io.dataset import integer_labels
 from spdnn.io.loaders import Dataset
 from spdnn.model.csr import as_dtype
-from spdnn.model.labels import MultiLabels
+from spdnn.model.labels import MultiLabels, is_targets
 
 SOURCE = "data in memory"
 
@@ -47,14 +47,22 @@ def matrix(x: Any, name: str, dtype: Any, features: np.ndarray | None,  # noqa: 
     return np.ascontiguousarray(x, dtype=as_dtype(dtype)), n_features
 
 
-def _labels(y: Any, name: str, n: int) -> np.ndarray:  # noqa: ANN401
+def _labels(y: Any, name: str, n: int, dtype: Any) -> np.ndarray:  # noqa: ANN401
+    """One integer label per sample, or real-valued targets (samples x outputs, for the mse
+    loss) in the run's value type."""
     if isinstance(y, MultiLabels):
         raise SpdnnError(f"{SOURCE}: label sets ({name}) are read from xc:DIR files; in "
                          "memory, give one integer label per sample")
     y = np.asarray(y)
+    if y.ndim == 2 and len(y) == n and y.shape[1] > 0:
+        if y.dtype.kind not in "iuf":
+            raise SpdnnError(f"{SOURCE}: {name} holds targets of type {y.dtype}, not numbers")
+        if not np.isfinite(y).all():
+            raise SpdnnError(f"{SOURCE}: {name} holds a target that is not finite")
+        return np.ascontiguousarray(y, dtype=as_dtype(dtype))
     if y.ndim != 1 or len(y) != n:
-        raise SpdnnError(f"{SOURCE}: {name} must hold one label per sample ({n}), not shape "
-                         f"{y.shape}")
+        raise SpdnnError(f"{SOURCE}: {name} must hold one label per sample ({n}), or real "
+                         f"targets as samples x outputs, not shape {y.shape}")
     try:
         return integer_labels(y)
     except ValueError as exc:
@@ -77,12 +85,16 @@ def from_memory(data: Any, dtype: Any, *,  # noqa: ANN401
                          "labels: spdnn.predict(network, x)")
     x, y, x_test, y_test = (*data, None, None)[:4]
     x, n_features = matrix(x, "x", dtype, features, n_in)
-    y = _labels(y, "y", x.shape[0])
+    y = _labels(y, "y", x.shape[0], dtype)
     if (x_test is None) != (y_test is None):
         raise SpdnnError(f"{SOURCE}: x_test and y_test go together")
     if x_test is not None:
         x_test, _ = matrix(x_test, "x_test", dtype, features, n_features)
-        y_test = _labels(y_test, "y_test", x_test.shape[0])
+        y_test = _labels(y_test, "y_test", x_test.shape[0], dtype)
+        if is_targets(y) != is_targets(y_test) or (is_targets(y) and
+                                                   y.shape[1] != y_test.shape[1]):
+            raise SpdnnError(f"{SOURCE}: y and y_test must both be labels, or targets of as "
+                             "many outputs")
     return Dataset(name=name, x_train=x, y_train=y, x_test=x_test, y_test=y_test,
                    features=features, total_features=n_features)
 
@@ -90,7 +102,9 @@ def from_memory(data: Any, dtype: Any, *,  # noqa: ANN401
 def signature(data: Dataset) -> tuple:
     """What every rank's copy must agree on: shapes and label sums (cheap, not a hash)."""
     def labels(y: np.ndarray | None) -> int | None:
-        return None if y is None else int(np.asarray(y, dtype=np.int64).sum())
+        if y is None:
+            return None
+        return float(y.sum()) if is_targets(y) else int(np.asarray(y, dtype=np.int64).sum())
 
     test = None if data.x_test is None else data.x_test.shape[0]
     return (data.name, data.x_train.shape[0], data.total_features, labels(data.y_train), test,

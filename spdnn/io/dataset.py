@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.model.batching import share_of
-from spdnn.model.labels import MultiLabels
+from spdnn.model.labels import MultiLabels, is_targets
 
 # (part, parts): the contiguous share of each split's samples to keep (spdnn.model.batching.
 # share_of), as a data-parallel replica keeps its own; None: every sample.
@@ -51,6 +51,8 @@ class Dataset:
     def n_classes(self) -> int:
         if isinstance(self.y_train, MultiLabels):
             return self.y_train.n_labels
+        if is_targets(self.y_train):  # one output per target
+            return int(self.y_train.shape[1])
         ys = [self.y_train] + ([self.y_test] if self.y_test is not None else [])
         return int(max(int(y.max(initial=0)) for y in ys)) + 1
 

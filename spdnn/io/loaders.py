@@ -22,6 +22,7 @@ from spdnn.io.mnist import load_mnist
 from spdnn.io.npz import NpzReader
 from spdnn.model.batching import share_of
 from spdnn.model.csr import as_dtype, cast_values
+from spdnn.model.labels import is_targets
 
 __all__ = ["Dataset", "Share", "check_fits", "keep_share", "load_dataset", "load_digits",
            "load_mnist", "load_npz", "load_xc"]
@@ -195,6 +196,9 @@ def check_fits(data: Dataset, sizes: Sequence[int], source: str) -> None:
     if data.n_features != sizes[0]:
         raise InputError(source, f"data has {data.n_features} features but the network's "
                                  f"layer 0 has {sizes[0]} neurons")
+    if is_targets(data.y_train) and data.n_classes != sizes[-1]:
+        raise InputError(source, f"data has {data.n_classes} targets per sample but the "
+                                 f"network has {sizes[-1]} outputs")
     if data.n_classes > sizes[-1]:
         raise InputError(source, f"data has labels up to {data.n_classes - 1} "
                                  f"({data.n_classes} classes) but the network has {sizes[-1]} "

@@ -21,6 +21,7 @@ from spdnn.kernels.products import backend as kernels_backend
 from spdnn.kernels.update import PARALLEL
 from spdnn.lossy.compress import parse_compress
 from spdnn.model.counters import Dropout
+from spdnn.model.labels import is_targets
 from spdnn.model.memory import replica_batch
 from spdnn.model.network import Network
 from spdnn.model.options import (
@@ -121,6 +122,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     if opt.validation_split is not None:
         data = comm.check(lambda: split_validation(data, opt.validation_split))
     comm.check(lambda: check_fits(data, sizes, data_name(data_spec)))
+    if is_targets(data.y_train):
+        comm.check(lambda: check_targets_train(opt))
     if cfg.sparse_update is not None:
         comm.check(lambda: check_changeable(job.bundle, network))
     comm.check(lambda: check_lsh_layer(cfg.lsh, sizes, loss=cfg.loss,
@@ -257,6 +260,16 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         return out
 
 
+def check_targets_train(opt: TrainOptions) -> None:
+    """Real-valued targets (samples x outputs) train with the mse loss, without LSH."""
+    if opt.loss != "mse":
+        raise OptionError("loss", f"must be mse for real-valued targets (y as samples x "
+                                  f"outputs), not {opt.loss}")
+    if opt.lsh is not None:
+        raise OptionError("lsh", "does not apply to real-valued targets: it samples the "
+                                 "outputs of each sample's labels")
+
+
 def check_changeable(bundle: Any, network: Any) -> None:  # noqa: ANN401
     """A topology update needs a layer that can change (one not dense)."""
     sizes = bundle.sizes
@@ -276,7 +289,7 @@ def _tested_once(comm: Communicator, dnet: Any, data: Any, verbose: bool,  # noq
     from spdnn.runtime.inference import evaluate, local_inputs
 
     test = None
-    if data.x_test is not None:
+    if data.x_test is not None and not is_targets(data.y_test):
         test = evaluate(dnet, local_inputs(dnet, data.x_test, data.name, data.features),
                         data.y_test)
     if comm.rank == 0 and verbose:

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def is_targets(y: object) -> bool:
+    """Real-valued targets (samples x outputs, the mse loss's), not class labels (one per
+    sample) or label sets."""
+    return isinstance(y, np.ndarray) and y.ndim == 2
+
+
 @dataclass(frozen=True)
 class MultiLabels:
     """Label sets of n samples: sample i's labels are ``indices[indptr[i]:indptr[i + 1]]``

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from spdnn.model.labels import MultiLabels
+from spdnn.model.labels import MultiLabels, is_targets
 
 LOSSES = ("cross_entropy", "mse")
 
@@ -54,6 +54,8 @@ def check_loss(loss: str) -> None:
 
 def check_targets(y: np.ndarray | MultiLabels, loss: str) -> None:
     check_loss(loss)
+    if is_targets(y) and loss != "mse":
+        raise ValueError("real-valued targets (samples x outputs) train with the mse loss")
     if isinstance(y, MultiLabels) and loss != "cross_entropy":
         raise ValueError("label sets (multi-label data) train with the cross_entropy loss")
 
@@ -114,5 +116,5 @@ def loss_and_gradient(out: np.ndarray, y: np.ndarray | MultiLabels, loss: str
         value = float(np.mean(np.log(total[0]) - shifted[y, np.arange(batch)]))
         prob[y, np.arange(batch)] -= 1
         return value, prob / batch
-    diff = out - one_hot(y, n_out, out.dtype)
+    diff = out - (y.T.astype(out.dtype) if is_targets(y) else one_hot(y, n_out, out.dtype))
     return float(np.mean(diff**2)), diff * (2.0 / diff.size)

@@ -16,7 +16,7 @@ class EpochReport:
     epoch: int
     steps: int  # optimizer steps completed so far, over the whole run
     loss: float  # the mean of the steps' losses during the epoch (as the weights moved)
-    train_accuracy: float  # running: the steps' predictions during the epoch
+    train_accuracy: float | None  # running: the steps' predictions (None: real targets)
     test_accuracy: float | None
     seconds: float
     samples_per_second: float
@@ -64,10 +64,13 @@ class EpochReport:
             norm = f"{self.gradient_norm:.4g}" if self.gradient_norm is not None else "-"
             sums += f", gradient norm {norm} (clipped {self.clipped_steps} steps)"
         if self.validation_loss is not None:
-            test = (f", validation loss {self.validation_loss:.4f}, validation accuracy "
-                    f"{self.validation_accuracy:.4f}{test}")
-        return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}, running train accuracy "
-                f"{self.train_accuracy:.4f}{test}, {self.samples:,} samples, "
+            accuracy = "" if self.validation_accuracy is None else \
+                f", validation accuracy {self.validation_accuracy:.4f}"
+            test = f", validation loss {self.validation_loss:.4f}{accuracy}{test}"
+        running = "" if self.train_accuracy is None else \
+            f", running train accuracy {self.train_accuracy:.4f}"
+        return (f"epoch {self.epoch:3d}{part}: loss {self.loss:.4f}{running}"
+                f"{test}, {self.samples:,} samples, "
                 f"{self.samples_per_second:,.0f} samples/s, "
                 f"{self.megabytes_sent:,.1f} MB exchanged by its steps{sums}")
 

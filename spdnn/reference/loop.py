@@ -21,7 +21,7 @@ from spdnn.kernels.lsh import (
 from spdnn.model.batching import batch_order, batches, columns
 from spdnn.model.clipping import clip_coefficient, clip_report, scale, squared_norm
 from spdnn.model.counters import Dropout
-from spdnn.model.labels import MultiLabels, as_labels
+from spdnn.model.labels import MultiLabels, as_labels, is_targets
 from spdnn.model.network import Network
 from spdnn.model.ops import loss_and_gradient, output
 from spdnn.model.reports import EpochReport
@@ -132,15 +132,16 @@ def train(
                                          slice(None)))
             out = output(zs[-1], net.output_activation, net.cap)
             vl = loss_and_gradient(out, data.y_validation, loss)[0]
-            va = float(np.mean(np.argmax(out, axis=0) == data.y_validation))
+            va = None if is_targets(y) else \
+                float(np.mean(np.argmax(out, axis=0) == data.y_validation))
             validation = {"validation_loss": float(vl), "validation_accuracy": va}
-        elif data.x_test is not None and data.y_test is not None:
+        elif data.x_test is not None and data.y_test is not None and not is_targets(y):
             if isinstance(data.y_test, MultiLabels):
                 test_acc, p5 = precisions(net, data.x_test, data.y_test)
             else:
                 test_acc = accuracy(net, data.x_test, data.y_test)
         report = EpochReport(epoch=epoch + 1, steps=steps, loss=total_loss / max(seen, 1),
-                             train_accuracy=correct / max(seen, 1),
+                             train_accuracy=None if is_targets(y) else correct / max(seen, 1),
                              test_accuracy=test_acc, seconds=seconds,
                                  samples_per_second=seen / max(seconds, 1e-12), megabytes_sent=0.0,
                              epoch_steps=steps - steps_before,

@@ -14,7 +14,7 @@ from spdnn.kernels.lsh import (
     forced,
 )
 from spdnn.kernels.ranges import concat_ranges, segment_ids
-from spdnn.model.labels import MultiLabels
+from spdnn.model.labels import MultiLabels, is_targets
 from spdnn.model.network import Network
 from spdnn.model.ops import activation_slope, loss_and_gradient, output
 from spdnn.optim import RowGrad
@@ -98,7 +98,8 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
     out = output(zs[-1], net.output_activation, net.cap)
     value, grad = loss_and_gradient(out, y, loss)
     pred = np.argmax(out, axis=0)
-    correct = int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
+    correct = 0 if is_targets(y) else \
+        int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
     delta = grad if net.output_activation == "linear" else grad * activation_slope(zs[-1], net.cap)
     gw, gb = [np.empty(0)] * net.n_layers, [np.empty(0)] * net.n_layers
     _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb, masks)

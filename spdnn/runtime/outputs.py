@@ -11,7 +11,7 @@ import numpy as np
 
 from spdnn.comm.mpi import Communicator
 from spdnn.kernels import softmax
-from spdnn.model.labels import MultiLabels
+from spdnn.model.labels import MultiLabels, is_targets
 from spdnn.model.ops import activation_slope, check_targets, output, top_rows
 
 
@@ -75,7 +75,8 @@ def loss_and_gradient(comm: Communicator, rows: np.ndarray, n_out: int, out: np.
         if sample_losses is not None:
             sample_losses[:] = per_sample
         return float(np.sum(per_sample)) / scale, grad / scale
-    cols = np.flatnonzero(local[y] >= 0)  # samples whose label row is mine
+    # the samples whose label row is mine (real-valued targets have no label row)
+    cols = None if is_targets(y) else np.flatnonzero(local[y] >= 0)
     if loss == "cross_entropy":
         shifted = out - global_max(comm, out)[None, :]
         expo = np.exp(shifted)
@@ -89,8 +90,11 @@ def loss_and_gradient(comm: Communicator, rows: np.ndarray, n_out: int, out: np.
         if sample_losses is not None:
             sample_losses[:] = per_sample
         return float(np.sum(per_sample)) / scale, grad / scale
-    diff = out.copy()
-    diff[local[y[cols]], cols] -= 1
+    if is_targets(y):  # real-valued targets: this rank's outputs' columns of them
+        diff = out - y[:, rows].T.astype(out.dtype)
+    else:
+        diff = out.copy()
+        diff[local[y[cols]], cols] -= 1
     n = n_out * scale
     value = comm.allreduce_scalar(float(np.sum(diff.astype(np.float64) ** 2))) / n
     if sample_losses is not None:
@@ -150,6 +154,8 @@ def training_loss(comm: Communicator, rows: np.ndarray, n_out: int, z: np.ndarra
 
 def correct(comm: Communicator, rows: np.ndarray, out: np.ndarray,
             y: np.ndarray | MultiLabels) -> int:
-    """Samples whose top output is (one of) their label(s)."""
+    """Samples whose top output is (one of) their label(s); none for real targets."""
+    if is_targets(y):
+        return 0
     pred = predict_classes(comm, rows, out)
     return int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))

@@ -28,7 +28,7 @@ from spdnn.lossy.state import LossyState, load_lossy
 from spdnn.model.batching import batch_order, n_batches
 from spdnn.model.clipping import clip_coefficient, clip_report, scale, squared_norm
 from spdnn.model.counters import Dropout
-from spdnn.model.labels import as_labels
+from spdnn.model.labels import as_labels, is_targets
 from spdnn.model.reports import EpochReport
 from spdnn.model.schedule import Schedule, planned
 from spdnn.model.sparsity import SparseUpdate
@@ -286,18 +286,20 @@ def _report(comm: Communicator, dnet: DistributedNetwork, cfg: TrainConfig, data
         pairs = comm.allreduce_scalar(float(dnet.sampled.active_pairs - c.pairs_before))
         active = pairs / max(c.seen, 1)
     test = p5 = None
+    targets = is_targets(data.y_train)  # real-valued: no accuracy
     shared = data.test_rows is not None  # the replica holds only its share of the split
     if xt_local is not None and data.multi_label:
         test, p5 = precisions(dnet, xt_local, data.y_test, shared=shared)
-    elif xt_local is not None:
+    elif xt_local is not None and not targets:
         test = evaluate(dnet, xt_local, data.y_test, shared=shared)
     validation = {}
     if xv_local is not None:
         vl, va = evaluate_loss(dnet, xv_local, data.y_validation, cfg.loss)
-        validation = {"validation_loss": vl, "validation_accuracy": va}
+        validation = {"validation_loss": vl, "validation_accuracy": None if targets else va}
     return EpochReport(
         epoch=pos.epoch if pos.batch == 0 else pos.epoch + 1, steps=pos.step,
-        loss=c.total_loss / max(c.seen, 1), train_accuracy=c.correct / max(c.seen, 1),
+        loss=c.total_loss / max(c.seen, 1),
+        train_accuracy=None if targets else c.correct / max(c.seen, 1),
         test_accuracy=test, seconds=seconds, samples_per_second=c.seen / max(seconds, 1e-12),
         megabytes_sent=moved.sent / 1e6, epoch_steps=c.steps, epoch_batches=c.per_epoch,
         samples=c.seen, model_values=moved.model_values,
