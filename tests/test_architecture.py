@@ -306,6 +306,21 @@ def test_no_module_but_the_chooser_compares_a_backends_name():
     assert found == [], found
 
 
+def test_no_module_compares_an_output_activations_name():
+    """The output layer's activation is an object (``Network.output_function``, from
+    spdnn.model.activations.OUTPUTS) that owns its value, slope and torch module: no module
+    branches on the name a network records for it."""
+    import re
+
+    compare = re.compile(r"""output_activation\s*[!=]=|[!=]=\s*["']linear["']|"""
+                         r"""["']linear["']\s*[!=]=""")
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if compare.search(line)]
+    assert found == [], found
+
+
 def test_the_scipy_backend_imports_no_numba_in_training_and_inference(tmp_path):
     """Under SPDNN_KERNELS=scipy, training (every optimizer path, dropout, SET and RigL) and
     inference run without loading numba: the scipy backend stands alone (the oracle, and a

@@ -163,7 +163,7 @@ def test_inference_with_a_sampled_hidden_layer_on_every_grid(comm, mpi_tmp_path)
     hashes = HashFunctions.make(lsh, 256, 0)
     sampler = HiddenSampler(hashes, lsh_tables(net, hashes))
     zs, _ = forward(net, columns(data.x_test, slice(None)), sampler)
-    top = top_k(output(zs[-1], net.output_activation, net.cap), 5)
+    top = top_k(output(zs[-1], net.output_function), 5)
     expected = (precision_at(data.y_test, top, 1), precision_at(data.y_test, top, 5))
     active = np.count_nonzero(zs[0]) / zs[0].shape[1]
     assert 0 < active < 0.8 * 48  # a sample computes some of the layer's neurons

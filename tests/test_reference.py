@@ -12,7 +12,7 @@ from tests.helpers import small_network
 
 def _loss(net, x0, y, loss):
     zs, _ = forward(net, x0)
-    return loss_and_gradient(output(zs[-1], net.output_activation, net.cap), y, loss)[0]
+    return loss_and_gradient(output(zs[-1], net.output_function), y, loss)[0]
 
 
 @pytest.mark.parametrize("loss", ["cross_entropy", "mse"])

@@ -155,6 +155,6 @@ def to_torch(network: Network) -> Any:  # noqa: ANN401
         mods.append(lin)
         if k < network.n_layers - 1:
             mods.append(_module_of(network.activations[k], network.cap))
-        elif network.output_activation == "relu":
-            mods.append(_module_of("relu", network.cap))
+        elif not network.output_function.LINEAR:
+            mods.append(network.output_function.torch(_torch().nn))
     return torch.nn.Sequential(*mods)

@@ -46,6 +46,7 @@ class Activation:
     cap: float | None = None
     name: ClassVar[str] = ""
     ZEROS: ClassVar[bool] = False  # h(z) = 0 exactly where h'(z) = 0: what the masks read
+    LINEAR: ClassVar[bool] = False  # h(z) = z: a softmax over the outputs reads z itself
     FROM_OUTPUT: ClassVar[bool] = False  # its compiled slope reads the outputs h(z)
 
     @property
@@ -280,6 +281,7 @@ class Identity(Activation):
     """z."""
 
     name: ClassVar[str] = "identity"
+    LINEAR: ClassVar[bool] = True
 
     def backward(self, g: np.ndarray, z: np.ndarray, h: np.ndarray | None = None) -> None:
         return
@@ -299,6 +301,15 @@ class Identity(Activation):
 BY_NAME: dict[str, type[Activation]] = {cls.name: cls for cls in (
     ReLU, LeakyReLU, Tanh, Sigmoid, GELU, GELUTanh, Identity)}
 ACTIVATIONS = tuple(BY_NAME)
+# The output layer's, by the name a network file records: linear (a softmax or MSE head), or
+# ReLU with the network's cap (the Graph Challenge's networks).
+OUTPUTS: dict[str, type[Activation]] = {"linear": Identity, "relu": ReLU}
+
+
+def output_of(name: str, cap: float | None = None) -> Activation:
+    """The output layer's activation a network records as ``name`` (a key of OUTPUTS)."""
+    cls = OUTPUTS[name]
+    return cls(cap=cap if cls is ReLU else None)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:

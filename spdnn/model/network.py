@@ -14,11 +14,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.errors import InputError, OptionError
-from spdnn.model.activations import Activation, parse, parse_list
+from spdnn.model.activations import OUTPUTS, Activation, output_of, parse, parse_list
 from spdnn.model.csr import as_dtype, cast_values, check_csr
 from spdnn.model.fingerprint import fingerprint_of
 
-OUTPUT_ACTIVATIONS = ("linear", "relu")
+OUTPUT_ACTIVATIONS = tuple(OUTPUTS)
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,11 @@ class Network:
         if not acts and self.layers:
             acts = ("relu",) * (len(self.layers) - 1)
         object.__setattr__(self, "activations", acts)
+
+    @property
+    def output_function(self) -> Activation:
+        """The output layer's activation (its ``output_activation``, with the cap)."""
+        return output_of(self.output_activation, self.cap)
 
     def hidden(self, k: int) -> Activation:
         """The activation of hidden layer k (1-based, k < n_layers), with the network's cap."""

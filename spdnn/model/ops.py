@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from spdnn.model.activations import Activation
 from spdnn.model.labels import MultiLabels, is_targets
 
 LOSSES = ("cross_entropy", "mse")
@@ -33,11 +34,10 @@ def activation_slope(z: np.ndarray, cap: float | None) -> np.ndarray:
     return mask
 
 
-def output(z_last: np.ndarray, output_activation: str, cap: float | None) -> np.ndarray:
-    """The network's output block from the last pre-activation (a new array)."""
-    if output_activation == "linear":
-        return z_last.copy()
-    return activate(z_last.copy(), cap)
+def output(z_last: np.ndarray, h: Activation) -> np.ndarray:
+    """The network's output block from the last pre-activation, through the output layer's
+    activation ``h`` (a new array)."""
+    return h.apply(z_last)
 
 
 def one_hot(y: np.ndarray, n_classes: int, dtype: Any) -> np.ndarray:

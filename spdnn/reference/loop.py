@@ -130,7 +130,7 @@ def train(
         if data.x_validation is not None:  # the test split is then scored after training
             zs, _ = forward(net, columns(data.x_validation.astype(net.dtype, copy=False),
                                          slice(None)))
-            out = output(zs[-1], net.output_activation, net.cap)
+            out = output(zs[-1], net.output_function)
             vl = loss_and_gradient(out, data.y_validation, loss)[0]
             va = None if is_targets(y) else \
                 float(np.mean(np.argmax(out, axis=0) == data.y_validation))

@@ -22,7 +22,7 @@ def predict(net: Network, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
     for start in range(0, x.shape[0], batch_size):
         zs, _ = forward(net, columns(x.astype(net.dtype, copy=False),
                                      slice(start, start + batch_size)))
-        outs.append(output(zs[-1], net.output_activation, net.cap).T)
+        outs.append(output(zs[-1], net.output_function).T)
     return np.concatenate(outs) if outs else np.zeros((0, net.sizes[-1]))
 
 

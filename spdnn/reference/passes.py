@@ -16,7 +16,7 @@ from spdnn.kernels.lsh import (
 from spdnn.kernels.ranges import concat_ranges, segment_ids
 from spdnn.model.labels import MultiLabels, is_targets
 from spdnn.model.network import Network
-from spdnn.model.ops import activation_slope, loss_and_gradient, output
+from spdnn.model.ops import loss_and_gradient, output
 from spdnn.optim import RowGrad
 
 
@@ -95,12 +95,14 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
     (RowGrad): its error is zero off the active pairs, where its Z is zero. ``masks``:
     dropout's factors per hidden layer (``_forward``)."""
     zs, xs, act = _forward(net, x0, sampler, masks)
-    out = output(zs[-1], net.output_activation, net.cap)
+    h = net.output_function
+    out = output(zs[-1], h)
     value, grad = loss_and_gradient(out, y, loss)
     pred = np.argmax(out, axis=0)
     correct = 0 if is_targets(y) else \
         int(np.sum(y.contains(pred) if isinstance(y, MultiLabels) else pred == y))
-    delta = grad if net.output_activation == "linear" else grad * activation_slope(zs[-1], net.cap)
+    h.backward(grad, zs[-1], out)
+    delta = grad
     gw, gb = [np.empty(0)] * net.n_layers, [np.empty(0)] * net.n_layers
     _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb, masks)
     if act is not None:  # the pairs the forward pass retrieved
@@ -135,10 +137,9 @@ def layer_gradients(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
     """dL/dW of every layer as a dense array (n_out x n_in), the pattern's entries and every
     other: what RigL scores its growth by."""
     zs, xs, _ = _forward(net, x0, None, masks)
-    out = output(zs[-1], net.output_activation, net.cap)
+    out = output(zs[-1], net.output_function)
     delta = loss_and_gradient(out, y, loss)[1]
-    if net.output_activation != "linear":
-        delta = delta * activation_slope(zs[-1], net.cap)
+    net.output_function.backward(delta, zs[-1], out)
     dense = [np.empty(0)] * net.n_layers
     for k in range(net.n_layers - 1, -1, -1):
         dense[k] = delta @ xs[k].T

@@ -17,7 +17,7 @@ from spdnn.kernels import products as kernels
 from spdnn.kernels import sparse_inputs
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
-from spdnn.model.activations import Activation
+from spdnn.model.activations import Activation, output_of
 from spdnn.model.counters import Dropout
 from spdnn.model.fingerprint import Fingerprint
 from spdnn.model.labels import MultiLabels, as_labels
@@ -53,6 +53,7 @@ class DistributedNetwork:
         self.fingerprint = fingerprint  # of the network (sizes and patterns)
         self.cap = meta["cap"]
         self.output_activation = meta["output_activation"]
+        self.output_function = output_of(self.output_activation, self.cap)
         # the hidden layers' activations, by global layer (index k - 1 for layer k's outputs)
         self.activations = activations_of(meta, len(sizes) - 1)
         self.relu_only = all(a.zeros for a in self.activations)
@@ -245,7 +246,7 @@ class DistributedNetwork:
     # ------------------------------------------------------------------ loss and backward
 
     def output(self, z_last: np.ndarray) -> np.ndarray:
-        return output(z_last, self.output_activation, self.cap)
+        return output(z_last, self.output_function)
 
     def predict_classes(self, out: np.ndarray) -> np.ndarray:
         """Global argmax over the distributed output rows (first index among ties)."""
@@ -280,7 +281,7 @@ class DistributedNetwork:
         else:  # a softmax's passes overwrite z_last with the gradient
             value, correct, delta = outputs.training_loss(
                 self.comm, self.layers[-1].rows, self.sizes[-1], fwd.z_last, y, loss, scale,
-                sample_losses, self.output_activation, self.cap)
+                sample_losses, self.output_function)
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()

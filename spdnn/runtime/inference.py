@@ -108,8 +108,7 @@ def evaluate_loss(dnet: DistributedNetwork, x_local: np.ndarray | sp.csr_matrix,
         block = y_mine[start:start + batch_size]
         fwd = dnet.forward(columns(x_mine, slice(start, start + batch_size)), keep=False)
         value, hits, _ = training_loss(dnet.comm, last.rows, dnet.sizes[-1], fwd.z_last,
-                                       block, loss, len(block), None, dnet.output_activation,
-                                       dnet.cap)
+                                       block, loss, len(block), None, dnet.output_function)
         total += [value * len(block), hits]
     if grid.replicas > 1:
         total = grid.data.allreduce(total)

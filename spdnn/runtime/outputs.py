@@ -11,8 +11,9 @@ import numpy as np
 
 from spdnn.comm.mpi import Communicator
 from spdnn.kernels import softmax
+from spdnn.model.activations import Activation
 from spdnn.model.labels import MultiLabels, is_targets
-from spdnn.model.ops import activation_slope, check_targets, output, top_rows
+from spdnn.model.ops import check_targets, output, top_rows
 
 
 def global_max(comm: Communicator, out: np.ndarray) -> np.ndarray:
@@ -105,20 +106,20 @@ def loss_and_gradient(comm: Communicator, rows: np.ndarray, n_out: int, out: np.
 
 def training_loss(comm: Communicator, rows: np.ndarray, n_out: int, z: np.ndarray,
                   y: np.ndarray | MultiLabels, loss: str, scale: int,
-                  sample_losses: np.ndarray | None, output_activation: str,
-                  cap: float | None) -> tuple[float, int, np.ndarray]:
+                  sample_losses: np.ndarray | None, h: Activation
+                  ) -> tuple[float, int, np.ndarray]:
     """A training step's loss, correct predictions and gradient with respect to ``z`` (this
     rank's rows of the last layer's pre-activation), as ``loss_and_gradient`` and ``correct``.
     Softmax cross-entropy of a linear output (every classifier here) runs as three fused
     passes over ``z`` that leave the gradient in it (``z`` is consumed): the column maxima,
     the exponentials with their sums and the predictions, the scaling; only the label
     entries are touched apart. The other losses keep the passes of ``loss_and_gradient``."""
-    if loss != "cross_entropy" or output_activation != "linear":
-        out = output(z, output_activation, cap)
+    if loss != "cross_entropy" or not h.LINEAR:
+        out = output(z, h)
         value, grad = loss_and_gradient(comm, rows, n_out, out, y, loss, scale, sample_losses)
         hits = correct(comm, rows, out, y)
-        return value, hits, grad if output_activation == "linear" else \
-            grad * activation_slope(z, cap)
+        h.backward(grad, z, out)
+        return value, hits, grad
     check_targets(y, loss)
     batch = z.shape[1]
     local = np.full(n_out, -1, dtype=np.int64)
