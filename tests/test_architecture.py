@@ -322,14 +322,15 @@ def test_no_module_compares_an_output_activations_name():
 
 
 def test_the_scipy_backend_imports_no_numba_in_training_and_inference(tmp_path):
-    """Under SPDNN_KERNELS=scipy, training (every optimizer path, dropout, SET and RigL) and
-    inference run without loading numba: the scipy backend stands alone (the oracle, and a
-    platform without numba)."""
+    """Under SPDNN_KERNELS=scipy, training (every optimizer path, dropout, SET and RigL, LSH's
+    sampled output and hidden layers) and inference run without loading numba: the scipy
+    backend stands alone (the oracle, and a platform without numba)."""
     script = (
         "import sys, numpy as np, spdnn\n"
         "net = spdnn.random_network([64, 48, 10], fan_in=8, seed=0)\n"
         "for o in (dict(optimizer='adam'), dict(sparse_update='rigl', update_every=5),\n"
-        "          dict(sparse_update='set', update_every=5, dropout=0.2)):\n"
+        "          dict(sparse_update='set', update_every=5, dropout=0.2),\n"
+        "          dict(lsh='2:3:4', lsh_random=2), dict(lsh='1:4:6')):\n"
         "    spdnn.train(net, options=spdnn.TrainOptions(epochs=1, **o), verbose=False)\n"
         "spdnn.predict(net, np.zeros((3, 64)))\n"
         "spdnn.infer(net, verbose=False)\n"

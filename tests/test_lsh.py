@@ -60,7 +60,7 @@ def _dwta_by_hand(hf: HashFunctions, v: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("spec", ["2:3:5:dwta", "2:6:7:dwta"])  # 15 functions; 32 + 10
-def test_dwta_codes_match_a_plain_computation(spec):
+def test_dwta_codes_match_a_plain_computation(spec, backend):
     hf = HashFunctions.make(parse_lsh(spec), 40, seed=4)
     rng = np.random.default_rng(0)
     v = rng.standard_normal((6, 40)) * (rng.random((6, 40)) < 0.4)
@@ -75,7 +75,7 @@ def test_dwta_codes_match_a_plain_computation(spec):
 
 
 @pytest.mark.parametrize("n_in", [5, 8, 40, 300])  # bins of 5 (no power of 2), 8, and wide
-def test_dwta_codes_over_several_blocks_of_rows(n_in):
+def test_dwta_codes_over_several_blocks_of_rows(n_in, backend):
     """More rows than one block (side-by-side rows: 128 at 40 inputs) and a tail; float32
     and float64 alike; a column map gives the codes of the mapped rows."""
     hf = HashFunctions.make(parse_lsh("2:4:9:dwta"), n_in, seed=7)
@@ -96,7 +96,7 @@ def test_dwta_codes_over_several_blocks_of_rows(n_in):
 
 
 @pytest.mark.parametrize("top", [1, 5, 2**11, 8**6, 2**31 + 5, 2**40, 2**61])
-def test_tables_order_rows_by_bucket_then_row(top):
+def test_tables_order_rows_by_bucket_then_row(top, backend):
     """Every sort path (radix passes of up to 11 bits; int64 keys beyond int32; packed pairs;
     a stable argsort) gives the order of a stable sort by bucket."""
     rng = np.random.default_rng(top % 1000)
@@ -117,7 +117,7 @@ def test_tables_order_rows_by_bucket_then_row(top):
 
 @pytest.mark.parametrize("top", [8**6, 2**40])
 @pytest.mark.parametrize("share", [0.002, 0.3])  # few codes move in place; many: a rebuild
-def test_refreshed_tables_equal_tables_built_from_every_code(top, share, monkeypatch):
+def test_refreshed_tables_equal_tables_built_from_every_code(top, share, monkeypatch, backend):
     builds = []
     build = Tables.build
     monkeypatch.setattr(Tables, "build", lambda *a: builds.append(1) or build(*a))
@@ -145,7 +145,7 @@ def test_refreshed_tables_equal_tables_built_from_every_code(top, share, monkeyp
         np.testing.assert_array_equal(tables.starts, expected.starts)
 
 
-def test_a_refreshed_code_beyond_int32_keys_rebuilds_with_int64_keys():
+def test_a_refreshed_code_beyond_int32_keys_rebuilds_with_int64_keys(backend):
     codes = np.asfortranarray(np.arange(40, dtype=np.int64).reshape(20, 2))
     tables = Tables.build(codes.copy(order="F"))
     assert tables.keys.dtype == np.int32
@@ -159,7 +159,7 @@ def test_a_refreshed_code_beyond_int32_keys_rebuilds_with_int64_keys():
 
 
 @pytest.mark.parametrize("kind", ["dwta", "simhash"])
-def test_codes_of_some_rows_and_of_dense_rows_equal_those_of_every_row(kind):
+def test_codes_of_some_rows_and_of_dense_rows_equal_those_of_every_row(kind, backend):
     """``rows`` hashes those rows alone; ``dense`` reads a full layer's rows in place, with
     its columns in any order of the inputs (a rank's buffer)."""
     hf = HashFunctions.make(parse_lsh(f"2:3:5:{kind}"), 37, seed=4)
@@ -176,7 +176,7 @@ def test_codes_of_some_rows_and_of_dense_rows_equal_those_of_every_row(kind):
         hf.codes(w.indptr, w.indices, w.data, columns, rows=rows, dense=True), every[rows])
 
 
-def test_simhash_codes_match_a_plain_computation():
+def test_simhash_codes_match_a_plain_computation(backend):
     hf = HashFunctions.make(parse_lsh("2:7:4:simhash"), 30, seed=2)
     proj = np.zeros((30, 28))
     for c in range(30):
@@ -191,7 +191,7 @@ def test_simhash_codes_match_a_plain_computation():
 
 
 @pytest.mark.parametrize("kind", ["dwta", "simhash"])
-def test_codes_depend_on_seed_and_layer_not_on_the_order_of_entries(kind):
+def test_codes_depend_on_seed_and_layer_not_on_the_order_of_entries(kind, backend):
     spec = parse_lsh(f"2:4:6:{kind}")
     hf = HashFunctions.make(spec, 50, seed=9)
     w = sp.random(20, 50, density=0.3, format="csr", random_state=3)
@@ -211,7 +211,7 @@ def test_codes_depend_on_seed_and_layer_not_on_the_order_of_entries(kind):
 
 
 @pytest.mark.parametrize(("n", "top"), [(30, 4), (1000, 300), (1000, 2**40)])
-def test_retrieval_is_the_union_of_the_buckets_and_the_labels(n, top):
+def test_retrieval_is_the_union_of_the_buckets_and_the_labels(n, top, backend):
     """Also through a directory of many prefixes, and for sample codes beyond every key."""
     rng = np.random.default_rng(5)
     row_codes = rng.integers(0, top, (n, 3))
@@ -396,3 +396,63 @@ def test_the_sampled_softmax_gradient_flushes_under_the_floor_as_the_full_one():
     assert expected[2] != 0 and abs(expected[2]) < floor < abs(expected[1])
     assert np.array_equal(delta, np.where(np.abs(expected) < floor, 0, expected))
     assert value == pytest.approx(float(np.log(e.sum())) / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dense", [False, True])
+def test_sampled_passes_equal_dense_products_and_agree_between_backends(dtype, dense):
+    """The sampled forward and backward passes on random active pairs: within rounding of the
+    dense products W x and the gradients of the pairs alone, and the numba half and its numpy
+    twin (the scipy backend's) to the bit, in float32 and float64."""
+    import scipy.sparse as sp
+
+    from spdnn.backends import backend as current_backend
+    from spdnn.backends import set_backend
+    from spdnn.kernels.hashing import passes_of
+
+    rng = np.random.default_rng(3)
+    n_out, n_in, batch = 30, 21, 5
+    w = sp.random(n_out, n_in, density=1.0 if dense else 0.4, random_state=4, format="csr",
+                  dtype=dtype)
+    w.data = rng.standard_normal(w.nnz).astype(dtype)
+    w.indptr, w.indices = w.indptr.astype(np.int32), w.indices.astype(np.int32)
+    bias = rng.standard_normal(n_out).astype(dtype)
+    xt = rng.standard_normal((batch, n_in)).astype(dtype)
+    chosen = [np.sort(rng.choice(n_out, rng.integers(1, 12), replace=False))
+              for _ in range(batch)]
+    ptr = np.concatenate([[0], np.cumsum([len(c) for c in chosen])]).astype(np.int64)
+    act = np.concatenate(chosen).astype(np.int64)
+    sample = np.repeat(np.arange(batch), np.diff(ptr))
+    delta = rng.standard_normal(len(act)).astype(dtype)
+    union = np.unique(act)
+    slot = np.full(n_out, -1, dtype=np.int64)
+    slot[union] = np.arange(len(union))
+    counts = np.diff(w.indptr)[union]
+    entry_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    results = {}
+    before = current_backend()
+    try:
+        for backend in ("numba", "scipy"):
+            set_backend(backend)
+            z = np.empty(len(act), dtype=dtype)
+            gw, gb = np.zeros(int(counts.sum()), dtype), np.zeros(len(union), dtype)
+            part_t = np.zeros((batch, n_in), dtype)
+            lsh = passes_of("lsh")
+            lsh.sampled_forward(ptr, act, w.indptr, w.indices, w.data, bias, xt, z, dense)
+            lsh.sampled_backward(ptr, act, delta, w.indptr, w.indices, w.data, xt, slot,
+                                 entry_start, gw, gb, part_t, dense)
+            results[backend] = (z, gw, gb, part_t)
+    finally:
+        set_backend(before)
+    for a, b in zip(results["numba"], results["scipy"]):
+        np.testing.assert_array_equal(a, b)
+    z, gw, gb, part_t = results["scipy"]
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    dw = w.toarray().astype(np.float64)
+    np.testing.assert_allclose(z, bias[act] + np.einsum("ij,ij->i", dw[act], xt[sample]), **tol)
+    err = np.zeros((n_out, batch))
+    err[act, sample] = delta
+    np.testing.assert_allclose(gb, err.sum(axis=1)[union], **tol)
+    grad = (err @ xt.astype(np.float64))[union] * (dw[union] != 0)
+    np.testing.assert_allclose(gw, grad[dw[union] != 0], **tol)
+    np.testing.assert_allclose(part_t, (dw.T @ err).T, **tol)

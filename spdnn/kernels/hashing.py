@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,14 @@ SIMHASH_DENSITY = 1 / 3
 DIRECTORY_SPAN = 4  # Tables.starts: about 2**4 keys per prefix
 REFRESH_SHARE = 100  # Tables.refresh: moves in place up to 1 code in 100, else rebuilds
 REFRESH_ROWS = 8192  # rows hashed at a time for a refresh (their codes: 3.3 MB for L = 50)
+
+
+def passes_of(concept: str) -> Any:  # noqa: ANN401
+    """The passes of ``concept`` the active backend runs: the numba half
+    (spdnn.kernels._numba_CONCEPT), or under scipy its numpy twin (_numpy_CONCEPT)."""
+    from spdnn.backends import active
+
+    return active().passes(f"spdnn.kernels._numba_{concept}", f"spdnn.kernels._numpy_{concept}")
 
 
 def dwta_block(n_in: int, rows: int) -> int:
@@ -79,7 +88,7 @@ class HashFunctions:
         is input coordinate ``columns[j]`` (default: j). ``out``: an earlier result of this
         shape to write into (its pages already mapped: 80 MB at 200,000 rows and 50 tables).
         ``dense``: every row holds every column in order (a full layer), read in place."""
-        from spdnn.kernels import _numba_hashing as nbh
+        nbh = passes_of("hashing")
 
         if columns is None:
             columns = np.arange(self.n_in, dtype=np.int64)
@@ -126,7 +135,7 @@ class Tables:
     def build(codes: np.ndarray, old: Tables | None = None) -> Tables:
         """The tables of rows with these codes (rows x L); ``old`` tables of the same shape,
         no longer needed, lend their arrays (a rebuild then holds one set, not two)."""
-        from spdnn.kernels import _numba_hashing as nbh
+        nbh = passes_of("hashing")
 
         n, tables = codes.shape
         top = int(codes.max(initial=0))
@@ -156,7 +165,7 @@ class Tables:
     def indexed(keys: np.ndarray, rows: np.ndarray, old: Tables | None = None) -> Tables:
         """Tables of these sorted keys and rows, with their directory (``old``'s array when
         it has the shape)."""
-        from spdnn.kernels import _numba_tables as nbt
+        nbt = passes_of("tables")
 
         tables, n = keys.shape
         bits = max(1, (n - 1).bit_length() - DIRECTORY_SPAN)
@@ -175,7 +184,7 @@ class Tables:
         ``codes`` (every row's, as these tables were built from) updated in place, and the
         rows whose code changed moved in their tables. The same arrays as ``build(codes)``,
         at a fraction of its cost when few codes change; past 1% of them, a build."""
-        from spdnn.kernels import _numba_tables as nbt
+        nbt = passes_of("tables")
 
         log = np.empty((4, self.keys.size // REFRESH_SHARE), dtype=np.int64)
         at, top = 0, 0
@@ -196,7 +205,7 @@ class Tables:
         pair's target mass (label_ptr empty: no labels added, as in inference) and how many
         tables retrieved it (a row that joined as a label or filler: one more than there are
         tables, plus those)."""
-        from spdnn.kernels import _numba_lsh as nbl
+        nbl = passes_of("lsh")
 
         return nbl.retrieve(np.ascontiguousarray(sample_codes), self.keys, self.rows,
                             self.starts, self.shift, label_ptr, label_rows, label_weights,

@@ -20,7 +20,7 @@ import numpy as np
 from spdnn.comm.mpi import Communicator
 from spdnn.kernels import products as kernels
 from spdnn.kernels.dense import dense_view
-from spdnn.kernels.hashing import REFRESH_ROWS, HashFunctions, Tables
+from spdnn.kernels.hashing import REFRESH_ROWS, HashFunctions, Tables, passes_of
 from spdnn.kernels.lsh import (
     LshSpec,
     apply_cap,
@@ -62,9 +62,7 @@ class SampledLayer:
 
     def __init__(self, comm: Communicator, data: Communicator, layer: LocalLayer, n_in: int,
                  n_out: int, spec: LshSpec, seed: int, *, output: bool = True) -> None:
-        from spdnn.kernels import _numba_lsh as nbl  # numba loads on first use (spdnn.comm.threads)
-
-        nbl.warm_up()
+        passes_of("lsh").warm_up()  # numba loads on first use (spdnn.comm.threads)
         load_updates((), (layer.bias.dtype.type,), rows=True, parallel=PARALLEL)  # its rows'
         self.comm, self.data, self.layer, self.spec = comm, data, layer, spec
         self.n_in, self.n_out = n_in, n_out
@@ -227,10 +225,8 @@ class SampledLayer:
                                              self._gather_pairs)
         w = self.layer.weight
         z = np.empty(len(act), dtype=dtype)
-        from spdnn.kernels import _numba_lsh as nbl
-
-        nbl.sampled_forward(ptr, act, w.indptr, w.indices, w.data, self.layer.bias, xt, z,
-                            dense_view(w) is not None)
+        passes_of("lsh").sampled_forward(ptr, act, w.indptr, w.indices, w.data,
+                                         self.layer.bias, xt, z, dense_view(w) is not None)
         tail = tail_pairs(hits, mass, self.layer.rows[act], self.top, self.spec.tables) \
             if self.spec.estimate_tail and labels is not None else None
         self.batch = PairBatch(ptr, act, mass, z, xt, tail)
@@ -258,10 +254,9 @@ class SampledLayer:
         gw = np.zeros(int(counts.sum()), dtype=w.dtype)
         gb = np.zeros(len(union), dtype=w.dtype)
         part_t = np.zeros((len(b.ptr) - 1, self.layer.n_buffer_rows), dtype=w.dtype)
-        from spdnn.kernels import _numba_lsh as nbl
-
-        nbl.sampled_backward(b.ptr, b.act, delta, w.indptr, w.indices, w.data, b.xt, slot,
-                             entry_start, gw, gb, part_t, dense_view(w) is not None)
+        passes_of("lsh").sampled_backward(b.ptr, b.act, delta, w.indptr, w.indices, w.data,
+                                          b.xt, slot, entry_start, gw, gb, part_t,
+                                          dense_view(w) is not None)
         slot[union] = -1
         n_own = self.layer.n_owned_prev
         partial[:] = part_t[:, :n_own].T
