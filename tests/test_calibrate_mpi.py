@@ -48,6 +48,9 @@ def test_calibrate_writes_a_complete_file_on_any_number_of_ranks(comm, mpi_tmp_p
     assert np.all(table.dense.ns["gradient"] > 0) and cal.structure is not None
     assert all(cal.runtime[k] > 0 for k in ("layer_forward_s", "message_s",
                                              "update_ns_per_value"))
+    from spdnn.optim import OPTIMIZERS
+
+    assert set(cal.updates) == set(OPTIMIZERS) and all(v > 0 for v in cal.updates.values())
     if comm.rank == 0:
         text = out.getvalue()
         assert f"wrote {path}: {comm.size} rank(s)" in text, text

@@ -96,6 +96,42 @@ def test_one_rank_prediction_is_the_sum_of_its_terms():
     assert inference.seconds == pytest.approx(forward + loss, rel=1e-12)
 
 
+def test_each_optimizers_update_is_timed_at_its_own_calibrated_cost(tmp_path):
+    """A step's update costs the optimizer's own ns per stored value (spdnn calibrate
+    measures every optimizer's); a calibration that measured only SGD's times every
+    optimizer at SGD's. The file keeps the figures (updates_ns_per_value)."""
+    from spdnn.optim import AdamConfig, RMSpropConfig, SGDConfig
+
+    net = small_network((20, 30, 10), fan_in=5, seed=1)
+    w = workload(network_patterns(net), single_part(net.sizes))
+    values = sum(lay.nnz + lay.n_out for lay in net.layers)
+    old = calibration()
+    new = replace(old, updates={"sgd": RUNTIME["update_ns_per_value"], "adam": 7.0,
+                                "rmsprop": 3.0})
+    sgd = predict(w, Machine(new), 16, 1).seconds
+    assert predict(w, Machine(new), 16, 1, optimizer=SGDConfig()).seconds == sgd
+    for config, ns in ((AdamConfig(), 7.0), (RMSpropConfig(), 3.0)):
+        got = predict(w, Machine(new), 16, 1, optimizer=config).seconds
+        assert got - sgd == pytest.approx(values * (ns - RUNTIME["update_ns_per_value"])
+                                          * 1e-9, rel=1e-9)
+        assert predict(w, Machine(old), 16, 1, optimizer=config).seconds == sgd
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(new.to_json()))
+    assert load_calibration(path).updates == new.updates
+    path.write_text(json.dumps(old.to_json()))
+    assert load_calibration(path).updates == {}
+
+
+def test_the_working_set_counts_the_optimizers_state():
+    from spdnn.cost.costmodel import working_set
+
+    net = small_network((20, 30, 10), fan_in=5, seed=1)
+    w = workload(network_patterns(net), single_part(net.sizes))
+    nnz = sum(lay.nnz for lay in net.layers)
+    assert working_set(w, 8, 4, 2)[0] - working_set(w, 8, 4, 1)[0] == nnz * 4
+    assert working_set(w, 8, 8, 0)[0] - working_set(w, 8, 8, 1)[0] == -nnz * 8
+
+
 def test_kernel_table_interpolates_in_log2_of_reuse_and_clamps():
     ns = np.empty((2, 2, 2))
     ns[0], ns[1] = 2.0, 0.5  # reuse 1: 2 ns per nonzero x sample; reuse 128: 0.5

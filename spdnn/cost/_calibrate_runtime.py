@@ -199,6 +199,23 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
             "cache_bytes": float(cache_bytes())}
 
 
+def update_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[str, float]:
+    """ns per stored value of each optimizer's update (spdnn.optim.OPTIMIZERS, at its
+    defaults), over 2**20 weights and 1,024 biases: what the replay charges a step's update."""
+    from spdnn.kernels.update import PARALLEL
+    from spdnn.optim import OPTIMIZERS, config_of, load_kernels, make
+
+    load_kernels(tuple(OPTIMIZERS), (np.dtype(dtype).type,), parallel=PARALLEL)
+    params = [rng.random(2**20).astype(dtype), rng.random(1024).astype(dtype)]
+    grads = [p.copy() for p in params]
+    out = {}
+    for name in OPTIMIZERS:
+        opt = make(config_of(name), [p.copy() for p in params], parallel=PARALLEL)
+        opt.step(grads)  # its state made
+        out[name] = median_time(lambda opt=opt: opt.step(grads), reps) / (2**20 + 1024) * 1e9
+    return out
+
+
 def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],
                      runtime: dict[str, float], grid: CalibrationGrid
                      ) -> tuple[dict[str, float], Scales]:

@@ -4,6 +4,8 @@ as the runtime schedules them (the model itself is described in costmodel's docs
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from spdnn.backends import active
@@ -20,8 +22,13 @@ class StepReplay:
     slowest rank's forward and backward seconds."""
 
     def __init__(self, work: Workload, machine: Machine, batch: int, replicas: int,
-                 dtype: str) -> None:
+                 dtype: str, optimizer: Any = None) -> None:  # noqa: ANN401
+        from spdnn.optim import SGDConfig, name_of, state_arrays
+
+        optimizer = SGDConfig() if optimizer is None else optimizer  # the calibration's
         cal = machine.calibration
+        self.update_ns = cal.update_ns(name_of(optimizer))
+        states = state_arrays(optimizer)
         self.work, self.machine, self.replicas = work, machine, replicas
         self.table, self.rt, self.structure = cal.table(dtype), cal.runtime, cal.structure
         self.item = np.dtype(dtype).itemsize
@@ -34,7 +41,8 @@ class StepReplay:
         # each is assumed to keep the share it had in calibration (a cluster node has its own
         # cache).
         self.warm = warm_share(work, b, self.item,
-                               self.rt["cache_bytes"] / max(1, min(self.active, cal.ranks)))
+                               self.rt["cache_bytes"] / max(1, min(self.active, cal.ranks)),
+                               states)
         self.scale = machine.compute_scale(self.active, self.warm, b)  # per rank
         self.ew = self.scale * self.rt["elementwise_ns_per_value"] * 1e-9
         self.measured = cal.ranks if machine.cluster is None else 0  # all-reduce curve's ranks
@@ -213,33 +221,37 @@ class StepReplay:
         self.clock = self.clock + left + self.rt["collective_s"] + stack
 
     def update(self) -> None:
-        """SGD on every stored value (the products read W's values in place: no derived copy
-        to refresh), and the step's fixed cost."""
+        """The optimizer's update of every stored value, at its calibrated ns per value (the
+        products read W's values in place: no derived copy to refresh), and the step's fixed
+        cost."""
         rt = self.rt
-        update = sum((lw.nnz + lw.rows) * rt["update_ns_per_value"]
+        update = sum((lw.nnz + lw.rows) * self.update_ns
                      for lw in self.work.layers) * self.scale * 1e-9
         self.clock = self.clock + update + rt["step_s"]
         self.compute += update + rt["step_s"]
         self.kernel_time += update
 
 
-def working_set(work: Workload, batch: int, itemsize: int) -> np.ndarray:
-    """Bytes one training step touches on each rank: per nonzero its value, gradient and
-    momentum, its index and its transpose's index and order (int32); per sample the X buffer
-    and the stored pre-activations and activations."""
+def working_set(work: Workload, batch: int, itemsize: int, states: int = 1) -> np.ndarray:
+    """Bytes one training step touches on each rank: per nonzero its value, gradient and the
+    optimizer's ``states`` arrays (SGD's momentum: one), its index and its transpose's index
+    and order (int32); per sample the X buffer and the stored pre-activations and
+    activations."""
     ws = np.zeros(work.parts)
     for lw in work.layers:
-        ws += lw.nnz * (3 * itemsize + 12) + (lw.buffer_rows + 2 * lw.rows) * batch * itemsize
+        ws += lw.nnz * ((2 + states) * itemsize + 12) + \
+            (lw.buffer_rows + 2 * lw.rows) * batch * itemsize
     return ws
 
 
-def warm_share(work: Workload, batch: int, itemsize: int, cache: float) -> np.ndarray:
+def warm_share(work: Workload, batch: int, itemsize: int, cache: float,
+               states: int = 1) -> np.ndarray:
     """Per rank, the weight of the warm-cache kernel table against the cold one: 1 when the
     step's working set fits in the rank's share of the last-level cache, 0 from 4x that on,
     linear in log2 between (0 everywhere when the cache size is unknown)."""
     if cache <= 0:
         return np.zeros(work.parts)
-    ws = np.maximum(working_set(work, batch, itemsize), 1.0)
+    ws = np.maximum(working_set(work, batch, itemsize, states), 1.0)
     return np.clip(np.log2(4 * cache / ws) / 2, 0.0, 1.0)
 
 

@@ -4,7 +4,7 @@ each rank's memory (the job's limit, and the cluster's memory per node when it g
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from spdnn.comm.mpi import Communicator
 from spdnn.errors import InputError, SpdnnError
@@ -13,12 +13,13 @@ from spdnn.errors import InputError, SpdnnError
 def choose_grid(comm: Communicator, *, network: str, plans: list[str],
                 replicas: int | Literal["auto"], calibration: str | None, cluster: str | None,
                 batch: int, dtype: str, verbose: bool = True,
-                memory_limit: int | None = None,
-                baseline: int | None = None) -> tuple[str | None, int]:
+                memory_limit: int | None = None, baseline: int | None = None,
+                optimizer: Any = None) -> tuple[str | None, int]:  # noqa: ANN401
     """(plan path or None, replicas) for this job; with ``replicas="auto"`` rank 0 predicts
     every grid, prints the one it takes and the others, and every rank gets the choice.
     ``memory_limit``: bytes a rank may hold (None: ``spdnn.runtime.memory_budget.default_limit``;
-    0: none); ``baseline``: a rank's own bytes, measured by the job (None: measured here)."""
+    0: none); ``baseline``: a rank's own bytes, measured by the job (None: measured here);
+    ``optimizer``: the training's optimizer config (its update's cost and state)."""
 
     def check() -> None:  # on every rank, so that the error is agreed and printed once
         if replicas != "auto" and len(plans) > 1:
@@ -38,7 +39,8 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
         baseline = memory_report.measure_baseline(dtype, node_ranks=comm.node_size(),
                                                   training=True)
     choice = comm.check(lambda: _decide(comm.size, plans, network, calibration, cluster, batch,
-                                        dtype, limit, baseline) if comm.rank == 0 else None)
+                                        dtype, limit, baseline, optimizer)
+                        if comm.rank == 0 else None)
     path, chosen, report = comm.bcast(choice)
     if comm.rank == 0 and verbose:
         print(report, flush=True)
@@ -46,7 +48,7 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
 
 
 def _peak(work: object, replicas: int, batch: int, dtype: str,
-          baseline: int | None = None) -> int:
+          baseline: int | None = None, optimizer_arrays: int = 1) -> int:
     """The largest rank's predicted training peak under a grid (spdnn.model.memory), above
     ``baseline`` (default: this process's, measured)."""
     import numpy as np
@@ -56,13 +58,14 @@ def _peak(work: object, replicas: int, batch: int, dtype: str,
 
     size = np.dtype(dtype).itemsize
     return max(predict(shapes_of(work, p), batch=replica_batch(batch, replicas), itemsize=size,
-                       training=True,
+                       training=True, optimizer_arrays=optimizer_arrays,
                        baseline=memory_report.baseline() if baseline is None else baseline).total
                for p in range(work.parts))  # type: ignore[attr-defined]
 
 
 def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluster: str | None,
-            batch: int, dtype: str, limit: int, base: int) -> tuple[str | None, int, str]:
+            batch: int, dtype: str, limit: int, base: int, optimizer: Any  # noqa: ANN401
+            ) -> tuple[str | None, int, str]:
     from spdnn.cost.cluster import load_machine
     from spdnn.cost.costmodel import predict, single_part
     from spdnn.cost.workload import workload
@@ -95,7 +98,10 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
 
     room = [m for m in (limit, machine.cluster.rank_memory if machine.cluster else None) if m]
     allowed = min(room) if room else 0
-    peaks = {id(w): _peak(w, r, batch, dtype, base) for _, w, r in candidates}
+    from spdnn.optim import SGDConfig, state_arrays
+
+    states = state_arrays(SGDConfig() if optimizer is None else optimizer)
+    peaks = {id(w): _peak(w, r, batch, dtype, base, states) for _, w, r in candidates}
     too_big = [(path, r, peaks[id(w)]) for path, w, r in candidates
                if allowed and peaks[id(w)] > allowed]
     candidates = [c for c in candidates if not allowed or peaks[id(c[1])] <= allowed]
@@ -104,7 +110,7 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
                          " a rank: " + ", ".join(f"{r} replica(s) of {path or 'no plan'} "
                                                  f"need {format_bytes(p)}"
                                                  for path, r, p in too_big))
-    preds = sorted(((predict(w, machine, batch, r, dtype), path)
+    preds = sorted(((predict(w, machine, batch, r, dtype, optimizer=optimizer), path)
                     for path, w, r in candidates), key=lambda pp: pp[0].seconds)
     best, path = preds[0]
     where = f"cluster {machine.cluster.name}" if machine.cluster else "this host's calibration"

@@ -22,7 +22,7 @@ from spdnn.comm.mpi import Communicator
 from spdnn.cost._calibrate_grid import FULL, QUICK, CalibrationGrid
 from spdnn.cost._calibrate_kernels import dense_table, kernel_table, structure_ratios
 from spdnn.cost._calibrate_link import network_costs, network_sweep, with_stack_cpu
-from spdnn.cost._calibrate_runtime import reference_scales, runtime_costs
+from spdnn.cost._calibrate_runtime import reference_scales, runtime_costs, update_costs
 from spdnn.cost.machine import KERNELS, Calibration, KernelTable, Structure
 from spdnn.kernels import products as kernels
 from spdnn.model.choices import DTYPE_NAMES
@@ -71,6 +71,11 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
     keys = sorted(runtime)
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
+    say("each optimizer's update")
+    mine = update_costs(dtypes[0], rng)
+    names = sorted(mine)
+    updates = dict(zip(names, (float(v) for v in comm.allreduce(
+        np.array([mine[k] for k in names])) / comm.size)))
     rounds = grid.reference_rounds
     say(f"real steps of reference networks in and beyond the cache at batch "
         f"{' and '.join(map(str, grid.reference_batches))}, {rounds} round"
@@ -96,7 +101,7 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
     host = f"{socket.gethostname()} ({platform.processor() or platform.machine()})"
     return Calibration(host=host, ranks=comm.size, backend=kernels.backend(), kernels=tables,
                        runtime=runtime, network=network, structure=structure,
-                       scales=scales)
+                       scales=scales, updates=updates)
 
 
 def run_calibrate(comm: Communicator, output: str, dtype: str, *,

@@ -79,13 +79,16 @@ class Prediction:
 
 
 def predict(work: Workload, machine: Machine, batch: int, replicas: int = 1,
-            dtype: str = "float32", training: bool = True) -> Prediction:
-    """Replay one training step (or inference batch) of ``batch`` samples."""
-    return predict_many([(work, machine, batch, replicas)], dtype, training)[0]
+            dtype: str = "float32", training: bool = True, optimizer: Any = None  # noqa: ANN401
+            ) -> Prediction:
+    """Replay one training step (or inference batch) of ``batch`` samples; ``optimizer``:
+    the config of the optimizer whose update the step runs (spdnn.optim; None: SGD's
+    defaults)."""
+    return predict_many([(work, machine, batch, replicas)], dtype, training, optimizer)[0]
 
 
 def predict_many(runs: list[tuple[Workload, Machine, int, int]], dtype: str = "float32",
-                 training: bool = True) -> list[Prediction]:
+                 training: bool = True, optimizer: Any = None) -> list[Prediction]:  # noqa: ANN401
     """``predict`` for each (workload, machine, batch, replicas), replayed side by side a
     layer at a time, so that each layer's messages are read once for all the runs of a
     workload (a ``StreamedWorkload`` counts them again at every read)."""
@@ -93,7 +96,7 @@ def predict_many(runs: list[tuple[Workload, Machine, int, int]], dtype: str = "f
     for work, machine, batch, replicas in runs:
         if work.parts * replicas > 1:
             machine.check()
-        steps.append(StepReplay(work, machine, batch, replicas, dtype))
+        steps.append(StepReplay(work, machine, batch, replicas, dtype, optimizer))
     works = list({id(w): w for w, *_ in runs}.values())
     layers = len(works[0].layers) if works else 0
     if any(len(w.layers) != layers for w in works):

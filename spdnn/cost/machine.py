@@ -9,7 +9,7 @@ machine files and their lookup tables.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -203,9 +203,16 @@ class Calibration:
     network: Network | None
     structure: Structure | None = None
     scales: Scales | None = None
+    # ns per stored value of each optimizer's update, by name (empty in older files)
+    updates: dict[str, float] = field(default_factory=dict)
 
     def table(self, dtype: str) -> KernelTable:
         return self.kernels.get(dtype) or next(iter(self.kernels.values()))
+
+    def update_ns(self, optimizer: str) -> float:
+        """ns per stored value of ``optimizer``'s update: measured, or SGD's in a file that
+        measured only SGD's."""
+        return self.updates.get(optimizer, self.runtime["update_ns_per_value"])
 
     def scales_at(self, batch: int) -> dict[str, float]:
         """The four compute scales for ``batch`` samples per rank (the file's single values
@@ -222,7 +229,9 @@ class Calibration:
                                 **{k: t.ns[k].round(4).tolist() for k in TABLE_KEYS},
                                 **({} if t.dense is None else {"dense": t.dense.to_json()})}
                             for d, t in self.kernels.items()},
-                "runtime": dict(self.runtime),
+                "runtime": {**self.runtime,
+                            **({"updates_ns_per_value": dict(self.updates)} if self.updates
+                               else {})},
                 "structure": None if self.structure is None else self.structure.to_json(),
                 **({} if self.scales is None else {"scales": self.scales.to_json()}),
                 "network": None if self.network is None else {
@@ -266,4 +275,5 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     scales = None if sc is None else Scales(tuple(sc.batches),
                                             {k: tuple(getattr(sc, k)) for k in SCALE_KEYS})
     return Calibration(host=f.host, ranks=f.ranks, backend=f.backend, kernels=kernels,
-                       runtime=runtime, network=network, structure=structure, scales=scales)
+                       runtime=runtime, network=network, structure=structure, scales=scales,
+                       updates={k: float(v) for k, v in f.runtime.updates_ns_per_value.items()})

@@ -104,6 +104,9 @@ class RuntimeFile(Struct, kw_only=True):
     # Absent from calibrations of 2026-11-23/24: these defaults then.
     compute_scale_spread: NonNegative = 0.0
     gather_ns_per_value: NonNegative = 0.0
+    # ns per stored value of each optimizer's update (absent before 2026-12-05: SGD's
+    # update_ns_per_value stands for every optimizer)
+    updates_ns_per_value: dict[str, NonNegative] = {}
 
 
 class CurveFile(Struct, kw_only=True):

@@ -17,6 +17,7 @@ from spdnn.io.paths import check_outputs
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Network
 from spdnn.model.options import RunOptions, candidate_plans, check_run_options, kernel_threads
+from spdnn.optim import state_arrays
 from spdnn.runtime.grid import Grid
 from spdnn.runtime.memory_budget import Budget
 from spdnn.runtime.session import Opened, open_network
@@ -29,7 +30,7 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
              training: bool = False, can_stream: bool = False,
              challenge: bool = False,
              data: Callable[[Grid, np.ndarray, int], int] | None = None,
-             lsh_tables: int = 0, lsh_layer: int = -1, optimizer_arrays: int = 1,
+             lsh_tables: int = 0, lsh_layer: int = -1, optimizer: Any = None,  # noqa: ANN401
              dropout: bool = False) -> Opened:
     """Check ``run`` and the output paths, set the threads, choose the grid, open the
     network (a bundle's path, or a ``Network`` every rank holds) on every rank. The kernels
@@ -38,7 +39,8 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
     ``challenge``: one in Graph Challenge chunks (the memory it will need); ``data``: this
     rank's input bytes for its grid and features, counted before loading (``Budget.data``);
     ``lsh_tables``: the hash tables ``--lsh`` will build, over layer ``lsh_layer`` (from 0);
-    ``optimizer_arrays``: the training optimizer's state per value; ``dropout``: whether it
+    ``optimizer``: the training's optimizer config (its state per value, its update's cost
+    under ``replicas='auto'``); ``dropout``: whether it
     draws masks. Collective."""
     if not isinstance(network, Network):
         network = os.fspath(network)
@@ -79,7 +81,7 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
                                      replicas=run.replicas, calibration=run.calibration,
                                      cluster=run.cluster, batch=batch, dtype=run.dtype,
                                      verbose=verbose, memory_limit=run.memory_limit,
-                                     baseline=baseline)
+                                     baseline=baseline, optimizer=optimizer)
     if training and run.stream_layers is not None:
         comm.agree("stream_layers (--stream-layers) is for inference: training holds every "
                    "layer")
@@ -89,7 +91,8 @@ def open_job(comm: Communicator, network: str | os.PathLike | Network, run: RunO
     budget = Budget(limit=run.memory_limit, batch=batch, training=training,
                     can_stream=can_stream, stream_layers=run.stream_layers,
                     challenge=challenge, data=data, lsh_tables=lsh_tables,
-                    lsh_layer=lsh_layer, optimizer_arrays=optimizer_arrays, dropout=dropout,
+                    lsh_layer=lsh_layer, dropout=dropout,
+                    optimizer_arrays=1 if optimizer is None else state_arrays(optimizer),
                     baseline=baseline)
     return open_network(comm, network, plan, run.dtype, replicas, run.exchange, warm=False,
                         budget=budget, dry_run=run.dry_run)

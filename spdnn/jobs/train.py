@@ -330,5 +330,4 @@ def open_training(comm: Communicator, network: str | os.PathLike | Network, run:
                     data=None if data is None else count,
                     lsh_tables=cfg.lsh.tables if cfg.lsh is not None else 0,
                     lsh_layer=cfg.lsh.layer - 1 if cfg.lsh is not None else -1,
-                    optimizer_arrays=state_arrays(cfg.optimizer),
-                    dropout=dropout)
+                    optimizer=cfg.optimizer, dropout=dropout)
