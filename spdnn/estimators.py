@@ -22,7 +22,7 @@ from spdnn.model.options import RunOptions, TrainOptions, check_run_options, che
 from spdnn.schema import options
 
 try:
-    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
     from sklearn.model_selection import train_test_split
     from sklearn.utils import check_random_state
     from sklearn.utils.multiclass import check_classification_targets
@@ -112,6 +112,13 @@ class _SparseMLP(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+    def __sklearn_clone__(self) -> _SparseMLP:
+        """An unfitted copy (scikit-learn's clone) that shares ``comm``: a communicator is a
+        handle on the job's ranks, which a deep copy cannot duplicate."""
+        params = self.get_params(deep=False)
+        comm = params.pop("comm")
+        return type(self)(**{k: clone(v, safe=False) for k, v in params.items()}, comm=comm)
 
     # --- the parameters, checked where fit starts ---
 

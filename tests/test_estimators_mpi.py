@@ -73,3 +73,18 @@ def test_the_regressor_on_the_ranks_equals_the_serial_reference(comm):
     np.testing.assert_allclose(reg.loss_curve_, [r.loss for r in reports], rtol=1e-10)
     np.testing.assert_allclose(reg.predict(x[:20]), reference_predict(expected, x[:20]),
                                rtol=0, atol=1e-10)
+
+
+def test_a_grid_search_on_the_ranks_gives_every_rank_the_same_choice(comm):
+    """GridSearchCV clones the estimator, its communicator included, for every fit: the ranks
+    search together and agree on the best parameters and the refitted network."""
+    from sklearn.model_selection import GridSearchCV
+
+    digits = load_dataset("digits", "float64")
+    x, y = digits.x_train[:240], digits.y_train[:240]
+    search = GridSearchCV(SparseMLPClassifier((16,), max_iter=4, random_state=0,
+                                              learning_rate_init=0.01, comm=comm),
+                          {"fan_in": [2, 16]}, cv=2).fit(x, y)
+    assert search.best_params_ == {"fan_in": 16}
+    mine = search.best_estimator_.coefs_[0].toarray()
+    assert all(np.array_equal(mine, other) for other in comm.allgather(mine))

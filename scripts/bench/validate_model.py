@@ -2,15 +2,17 @@
 
     python scripts/bench/validate_model.py [--rounds 3] [--steps 20] [--calibration FILE]
                                      [--batch 32 256] [--networks mlp random radixnet]
-                                     [--no-write] [--save-measurements FILE]
+                                     [--optimizer sgd|adam|...] [--no-write]
+                                     [--save-measurements FILE]
     python scripts/bench/validate_model.py --measurements FILE [--calibration FILE] --no-write
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `mlp`, the MNIST MLP
 784 -> 1024 -> 1024 (fan-in 32); `random`, 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first
 3 RadiX-Net layers of 16384 neurons. Grids: P = 1; P = 2 as 2 parts x 1 replica under the
 hypergraph and the block plan; and 1 part x 2 replicas. Each configuration runs in a fresh
-process (mpiexec for P = 2) that times `steps` SGD steps (momentum 0.9, `--exchange dense`,
-which the model assumes) after 2 warm-up steps and reports the median of the slowest rank's
+process (mpiexec for P = 2) that times `steps` steps of the optimizer (SGD with momentum 0.9
+by default; `--optimizer` another at its defaults, a section of its own) with `--exchange
+dense`, which the model assumes, after 2 warm-up steps and reports the median of the slowest rank's
 step; rounds are interleaved (each runs a network's configurations in a rotated order), each
 predicted from a calibration taken just before it (this host's speed drifts), and the median
 kept. When the hypergraph search keeps the block plan, the two rows are one configuration
@@ -51,7 +53,7 @@ def worker(args: argparse.Namespace) -> None:
     """One configuration's median step (the parent imported spdnn first, so BLAS and numba
     run one thread per rank here too: the pinned variables are inherited)."""
     from spdnn.comm.mpi import Communicator
-    from spdnn.optim import SGD, SGDConfig, interleave
+    from spdnn.optim import interleave, make
     from spdnn.runtime.session import open_network
 
     comm = Communicator()
@@ -62,7 +64,7 @@ def worker(args: argparse.Namespace) -> None:
     y = rng.integers(0, 10, batch)
     mine = np.arange(batch)[dnet.grid.share(batch)]
     xs = np.ascontiguousarray(x[mine][:, dnet.input_rows].T)
-    opt = SGD(SGDConfig(0.001, 0.9), dnet.parameters())
+    opt = make(optimizer_of(args.optimizer), dnet.parameters())
 
     def timed() -> float:
         comm.barrier()
@@ -79,11 +81,20 @@ def worker(args: argparse.Namespace) -> None:
         print(json.dumps({"median": statistics.median(times)}))
 
 
+def optimizer_of(name: str):  # noqa: ANN201
+    """The optimizer's config a run times: SGD at lr 0.001 with momentum 0.9 (the calibration's
+    own), any other at its defaults."""
+    from spdnn.optim import config_of
+
+    return config_of(name, lr=0.001, momentum=0.9) if name == "sgd" else config_of(name)
+
+
 def measure(runner: Ranks, work: Path, net: str, plan: str | None, replicas: int, batch: int,
-            steps: int) -> float:
+            steps: int, optimizer: str) -> float:
     """One configuration in a fresh job (2 ranks: on this node, or on 2 emulated nodes)."""
     cmd = [sys.executable, str(HERE), "--worker", "--net", str(work / net), "--batch",
-           str(batch), "--steps", str(steps), "--replicas", str(replicas)]
+           str(batch), "--steps", str(steps), "--replicas", str(replicas), "--optimizer",
+           optimizer]
     if plan:
         cmd += ["--plan", str(work / plan)]
     out = runner.run(cmd, 2 if plan or replicas > 1 else 1, timeout=1200)
@@ -128,6 +139,8 @@ def main() -> int:
                     default=["mlp", "random", "radixnet"])
     ap.add_argument("--batch", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--optimizer", default="sgd", help="the optimizer the steps run (spdnn.optim; "
+                                                       "sgd: momentum 0.9)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--save-measurements", metavar="FILE",
                     help="write the measured step times and each round's calibration (JSON), "
@@ -229,8 +242,9 @@ def main() -> int:
                     measured[case].append(saved[repr(case)][r])
                 else:
                     measured[case].append(measure(runner, work, f"{name}.npz", plan, replicas,
-                                                  batch, args.steps))
-                predicted[case].append(predict(works[name, method], machine, batch, replicas))
+                                                  batch, args.steps, args.optimizer))
+                predicted[case].append(predict(works[name, method], machine, batch, replicas,
+                                               optimizer=optimizer_of(args.optimizer)))
             print(f"round {r + 1} of {args.rounds} done", flush=True)
     if args.save_measurements:
         write_text(args.save_measurements, json.dumps({
@@ -295,12 +309,14 @@ def main() -> int:
     cmd = (f"python scripts/bench/validate_model.py --rounds {args.rounds} "
            f"--steps {args.steps} "
            f"--networks {' '.join(args.networks)}"
-           + (f" --emulate {args.emulate}" if args.emulate else ""))
+           + (f" --emulate {args.emulate}" if args.emulate else "")
+           + (f" --optimizer {args.optimizer}" if args.optimizer != "sgd" else ""))
     if args.save_measurements:
         cmd += f" --save-measurements {args.save_measurements}"
     if args.measurements:  # the steps are not in the file: --steps must be given as measured
         cmd += f" --measurements {args.measurements}"
-    body = (f"Command: `{cmd}`: {cal}; float32, `--exchange dense`, {args.rounds} "
+    body = (f"Command: `{cmd}`: {cal}; float32, {args.optimizer}, `--exchange dense`, "
+            f"{args.rounds} "
             f"interleaved rounds of {args.steps} steps (median step of the slowest rank), the "
             "configurations in a rotated order each round. "
             "`measured ms`: median over the rounds, with their range; `error`: the median "
@@ -319,6 +335,10 @@ def main() -> int:
         publish(args, f"validation-{args.emulate}-{nets}", "Validation over an emulated "
                 f"{args.emulate} link: {', '.join(args.networks)}", body, page="SCALING",
                 area="Cost model", rows=summary, command=cmd)
+    elif args.optimizer != "sgd":  # a section of its own
+        publish(args, f"validation-{args.optimizer}", f"Validation on this machine: "
+                f"{args.optimizer}", body, page="SCALING", area="Cost model", rows=summary,
+                command=cmd)
     else:
         publish(args, "validation", "Validation on this machine", body, page="SCALING",
                 area="Cost model", rows=summary, command=cmd)
