@@ -32,12 +32,17 @@ REFRESH_SHARE = 100  # Tables.refresh: moves in place up to 1 code in 100, else 
 REFRESH_ROWS = 8192  # rows hashed at a time for a refresh (their codes: 3.3 MB for L = 50)
 
 
+# LSH's passes by concept: the numba half, and its numpy twin (the scipy backend's)
+PASSES = {"hashing": ("spdnn.kernels._numba_hashing", "spdnn.kernels._numpy_hashing"),
+          "tables": ("spdnn.kernels._numba_tables", "spdnn.kernels._numpy_tables"),
+          "lsh": ("spdnn.kernels._numba_lsh", "spdnn.kernels._numpy_lsh")}
+
+
 def passes_of(concept: str) -> Any:  # noqa: ANN401
-    """The passes of ``concept`` the active backend runs: the numba half
-    (spdnn.kernels._numba_CONCEPT), or under scipy its numpy twin (_numpy_CONCEPT)."""
+    """The module of ``concept``'s passes (a key of PASSES) that the active backend runs."""
     from spdnn.backends import active
 
-    return active().passes(f"spdnn.kernels._numba_{concept}", f"spdnn.kernels._numpy_{concept}")
+    return active().passes(*PASSES[concept])
 
 
 def dwta_block(n_in: int, rows: int) -> int:
