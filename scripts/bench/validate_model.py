@@ -111,7 +111,7 @@ def build(name: str):  # noqa: ANN201
     return add_head(radixnet(16384, 3, seed=0), 10, seed=0)
 
 
-def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+def summary_rows(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     """Each network and batch: the predicted step against the measured one over every grid
     and plan of the run (the range of the errors)."""
     rows = []
@@ -294,16 +294,16 @@ def main() -> int:
                   f"predicted {', '.join(map(label, by_pred))} "
                   f"({'same' if same else 'DIFFERENT'})", flush=True)
     worst = max(misses)
-    summary = (f"Largest miss {100 * worst:.0f}% over {len(misses)} cases; the model ranks "
+    verdict = (f"Largest miss {100 * worst:.0f}% over {len(misses)} cases; the model ranks "
                f"the grids and plans as measured (median over rounds) in {sum(orders)} of "
                f"{len(orders)} (network, batch) cases. Of the {pairs[0]} pairs of distinct "
                f"configurations, {pairs[1]} were measured in the same order in every round; "
                f"the model orders {pairs[2]} of these {pairs[1]} as measured.")
     if noise:
-        summary += (" Where the hypergraph plan is the block plan, the same configuration "
+        verdict += (" Where the hypergraph plan is the block plan, the same configuration "
                     f"measured twice per round differs by up to {100 * max(noise):.0f}% "
                     "(medians): the resolution of these measurements.")
-    print(summary)
+    print(verdict)
     cal = "a calibration before each round (`mpiexec -n 2 spdnn calibrate --dtype " \
           "float32`)" if args.calibration is None else f"`{args.calibration}`"
     cmd = (f"python scripts/bench/validate_model.py --rounds {args.rounds} "
@@ -324,7 +324,7 @@ def main() -> int:
             "calibration. Share: compute / exchange / gradient sum of the predicted step, "
             "on the rank that finishes last.\n\n"
             + table(["network", "batch", "grid", "plan", "measured ms", "range ms",
-                     "predicted ms", "error", "share %"], rows) + "\n\n" + summary)
+                     "predicted ms", "error", "share %"], rows) + "\n\n" + verdict)
     if args.emulate:
         body = body.replace("mpiexec -n 2", f"spdnn emulate --nodes 2 --link {args.emulate} "
                             "-n 2 --")
@@ -334,14 +334,14 @@ def main() -> int:
         nets = "-".join(args.networks)
         publish(args, f"validation-{args.emulate}-{nets}", "Validation over an emulated "
                 f"{args.emulate} link: {', '.join(args.networks)}", body, page="SCALING",
-                area="Cost model", rows=summary, command=cmd)
+                area="Cost model", rows=summary_rows, command=cmd)
     elif args.optimizer != "sgd":  # a section of its own
         publish(args, f"validation-{args.optimizer}", f"Validation on this machine: "
-                f"{args.optimizer}", body, page="SCALING", area="Cost model", rows=summary,
+                f"{args.optimizer}", body, page="SCALING", area="Cost model", rows=summary_rows,
                 command=cmd)
     else:
         publish(args, "validation", "Validation on this machine", body, page="SCALING",
-                area="Cost model", rows=summary, command=cmd)
+                area="Cost model", rows=summary_rows, command=cmd)
     return 0
 
 
