@@ -103,6 +103,7 @@ def _labels(rng: np.random.Generator, n_out: int, batch: int) -> MultiLabels:
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("multi", [False, True])
 def test_training_loss_over_the_ranks_equals_the_serial_loss(comm, backend, dtype, multi):
+    from spdnn.model.activations import output_of
     from spdnn.runtime.outputs import training_loss
 
     rng = np.random.default_rng(11)
@@ -120,7 +121,7 @@ def test_training_loss_over_the_ranks_equals_the_serial_loss(comm, backend, dtyp
     losses = np.empty(batch)
     mine = z[rows].copy()
     value, hits, grad = training_loss(comm, rows, n_out, mine, y, "cross_entropy", batch,
-                                      losses, "linear", None)
+                                      losses, output_of("linear"))
     assert grad is mine  # consumed: the gradient is left in the block
     assert hits == want_hits
     assert value == pytest.approx(want_value, rel=10 * TOL[dtype])
