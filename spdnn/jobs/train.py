@@ -257,7 +257,10 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
                           topology_updates=tuple(updates),
                           network=whole_network(dnet) if return_network else None)
         write_json(comm, metrics_out, out.metrics())
-        return out
+    # rank 0 gives the outputs their names as the block ends: every rank returns once they
+    # have them (a script's next call may read the trained network on any rank)
+    comm.barrier()
+    return out
 
 
 def check_targets_train(opt: TrainOptions) -> None:
