@@ -71,12 +71,17 @@ def _collectively(comm: MPIComm | Communicator | None, run: RunOptions,
     from spdnn.kernels import callers_threads_kept
 
     c = _communicator(comm)
+    mark = c.split_count  # the caller's own splits of c stay
     c.watch(_timeout(run))
     try:
         with callers_threads_kept():
             return guarded(c, lambda: job(c))
     finally:
         c.watch(None)
+        # the job's grid is split from c: freed with it, or alone when c is the caller's
+        c.release_splits(mark)
+        if c is not comm:
+            c.free()
 
 
 def train(network: Path | Network, *, data: DataSource = "digits", run: RunOptions | None = None,

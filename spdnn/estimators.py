@@ -11,7 +11,8 @@ Needs scikit-learn (``pip install 'spdnn[sklearn]'``); docs/sklearn.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -122,10 +123,28 @@ class _SparseMLP(BaseEstimator):
 
     # --- the parameters, checked where fit starts ---
 
-    def _communicator(self) -> Any:  # noqa: ANN401
+    @contextmanager
+    def _communicator(self) -> Iterator[Any]:
+        """The job's communicator for one call: ``comm``, or a duplicate of every rank's that
+        the call frees when it ends (a grid search makes thousands of calls)."""
         from spdnn.api import _communicator
+        from spdnn.comm.mpi import Communicator
 
-        return _communicator(self.comm)
+        comm = _communicator(self.comm)
+        try:
+            yield comm
+        finally:
+            if not isinstance(self.comm, Communicator):
+                comm.free()
+
+    def _fit(self, x: Any, targets: np.ndarray, n_out: int, *, epochs: int,  # noqa: ANN401
+             early: bool, fresh: bool) -> None:
+        """Train a new network (``fresh``) or the fitted one on the ranks."""
+        with self._communicator() as comm:
+            seed = self._seed(comm)
+            network = self._network(x.shape[1], n_out, seed, self._dtype(x)) if fresh \
+                else self.network_
+            self._train(x, targets, network, epochs=epochs, early=early, seed=seed, comm=comm)
 
     def _sizes(self, n_in: int, n_out: int) -> list[int]:
         hidden = self.hidden_layer_sizes
@@ -270,11 +289,10 @@ class _SparseMLP(BaseEstimator):
         check_is_fitted(self, "network_")
         x = validate_data(self, x, accept_sparse="csr", dtype=(np.float64, np.float32),
                           reset=False)
-        comm = self._communicator()
-        # every rank holds the whole network: the ranks share the samples (replicas)
-        return spdnn.predict(self.network_, x, run=RunOptions(dtype=self.network_.dtype.name,
-                                                              replicas=comm.size),
-                             scores=True, comm=comm)
+        with self._communicator() as comm:
+            # every rank holds the whole network: the ranks share the samples (replicas)
+            return spdnn.predict(self.network_, x, run=RunOptions(
+                dtype=self.network_.dtype.name, replicas=comm.size), scores=True, comm=comm)
 
 
 def _replace(opt: TrainOptions, **changes: Any) -> TrainOptions:  # noqa: ANN401
@@ -320,12 +338,8 @@ class SparseMLPClassifier(ClassifierMixin, _SparseMLP):
         if len(self.classes_) < 2:
             raise ValueError(f"a classifier needs samples of at least 2 classes; y holds 1 "
                              f"class ({self.classes_[0]!r})")
-        comm = self._communicator()
-        seed = self._seed(comm)
-        early = bool(self.early_stopping)
-        network = self._network(x.shape[1], len(self.classes_), seed, self._dtype(x))
-        self._train(x, labels, network, epochs=self.max_iter, early=early, seed=seed,
-                    comm=comm)
+        self._fit(x, labels, len(self.classes_), epochs=self.max_iter,
+                  early=bool(self.early_stopping), fresh=True)
         return self
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> SparseMLPClassifier:  # noqa: ANN401, N803
@@ -345,11 +359,7 @@ class SparseMLPClassifier(ClassifierMixin, _SparseMLP):
             raise ValueError(f"classes={classes!r} differs from the classes of the first call "
                              f"{self.classes_.tolist()}")
         labels = self._targets(y, reset=False)
-        comm = self._communicator()
-        seed = self._seed(comm)
-        network = self._network(x.shape[1], len(self.classes_), seed, self._dtype(x)) if first \
-            else self.network_
-        self._train(x, labels, network, epochs=1, early=False, seed=seed, comm=comm)
+        self._fit(x, labels, len(self.classes_), epochs=1, early=False, fresh=first)
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:  # noqa: ANN401, N803
@@ -406,11 +416,8 @@ class SparseMLPRegressor(RegressorMixin, _SparseMLP):
         x, y = validate_data(self, X, y, accept_sparse="csr", dtype=(np.float64, np.float32),
                              multi_output=True, y_numeric=True)
         targets = self._targets(y)
-        comm = self._communicator()
-        seed = self._seed(comm)
-        network = self._network(x.shape[1], targets.shape[1], seed, self._dtype(x))
-        self._train(x, targets, network, epochs=self.max_iter, early=bool(self.early_stopping),
-                    seed=seed, comm=comm)
+        self._fit(x, targets, targets.shape[1], epochs=self.max_iter,
+                  early=bool(self.early_stopping), fresh=True)
         return self
 
     def partial_fit(self, X: Any, y: Any) -> SparseMLPRegressor:  # noqa: ANN401, N803
@@ -423,11 +430,7 @@ class SparseMLPRegressor(RegressorMixin, _SparseMLP):
         if not first and targets.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {targets.shape[1]} targets per sample; the fitted "
                              f"network has {self.n_outputs_} outputs")
-        comm = self._communicator()
-        seed = self._seed(comm)
-        network = self._network(x.shape[1], targets.shape[1], seed, self._dtype(x)) if first \
-            else self.network_
-        self._train(x, targets, network, epochs=1, early=False, seed=seed, comm=comm)
+        self._fit(x, targets, targets.shape[1], epochs=1, early=False, fresh=first)
         return self
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: ANN401, N803

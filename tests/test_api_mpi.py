@@ -259,3 +259,15 @@ def test_real_valued_targets_train_as_the_serial_reference_on_every_grid(comm):
     with pytest.raises(AgreedError, match="loss must be mse for real-valued targets"):
         spdnn.train(net, data=(x, t), options=spdnn.TrainOptions(epochs=1), comm=comm,
                     run=spdnn.RunOptions(replicas=comm.size))
+
+
+def test_thousands_of_calls_do_not_run_out_of_communicators(comm):
+    """Each call's grid (communicators split from the job's) is freed when it returns: MPICH
+    holds 2,048 communicators a process, and a grid search makes thousands of calls."""
+    net = small_network((8, 6, 3), fan_in=2, seed=1)
+    x = np.ones((2, 8))
+    run = spdnn.RunOptions(replicas=comm.size)
+    before = comm.split_count
+    for _ in range(1100):  # 2 splits a call
+        spdnn.predict(net, x, run=run, comm=comm)
+    assert comm.split_count == before

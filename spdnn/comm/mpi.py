@@ -58,6 +58,7 @@ class Communicator:
             self._watchdog.set(timeout)
         self._comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
         self._world_ranks: list[int] | None = None
+        self._splits: list[Communicator] = []  # freed with release_splits (or free)
         if duplicate:
             with self._waiting("duplicating the communicator"):
                 self._comm = comm.Dup()
@@ -104,11 +105,28 @@ class Communicator:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``."""
         with self._waiting("splitting the communicator"):
             sub = self._comm.Split(color, self.rank if key is None else key)
-        return Communicator(sub, duplicate=False, _watchdog=self._watchdog)
+        out = Communicator(sub, duplicate=False, _watchdog=self._watchdog)
+        self._splits.append(out)
+        return out
+
+    @property
+    def split_count(self) -> int:
+        """How many communicators have been split from this one (``release_splits``' mark)."""
+        return len(self._splits)
+
+    def release_splits(self, since: int = 0) -> None:
+        """Free the communicators split from this one after the first ``since`` (a job's
+        grid), and theirs: MPI has a few thousand per process, and a script may run thousands
+        of jobs."""
+        for sub in self._splits[since:]:
+            sub.free()
+        del self._splits[since:]
 
     def free(self) -> None:
+        self.release_splits()
         if self._comm not in (MPI.COMM_NULL, MPI.COMM_SELF, MPI.COMM_WORLD):
             self._comm.Free()
+            self._comm = MPI.COMM_NULL
 
     def __enter__(self) -> Communicator:
         return self
