@@ -45,14 +45,14 @@ def _data(net, n=49):
                    y_test=rng.integers(0, net.sizes[-1], 13))
 
 
-def _open(comm, tmp, net, parts, replicas, method="hypergraph", name="net"):
+def _open(comm, tmp, net, parts, replicas, method="hypergraph", name="net", dtype=None):
     path, plan = tmp / f"{name}.npz", tmp / f"{name}-{method}-{parts}.npz"
     if comm.rank == 0:
         save_network(net, path)
         save_plan(partition_network(network_patterns(net), parts, method=method, seed=3,
                                     fingerprint=net.fingerprint()), plan)
     comm.barrier()
-    return open_network(comm, str(path), str(plan), replicas=replicas)
+    return open_network(comm, str(path), str(plan), dtype, replicas=replicas)
 
 
 def _assert_close(got, expected, tol=1e-10):

@@ -129,7 +129,8 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
 
     def traffic() -> TrafficReport:
         volume = plan_volume(dnet.comm, job.plan, [lay.exchange.n_ghost for lay in dnet.layers])
-        return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data)
+        return accounting(comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data,
+                          forward_itemsize=dnet.stored.itemsize)
 
     if is_dataset(spec):
         data, x_local, y, shared = dataset_inputs(comm, job, spec, run.dtype)
@@ -139,7 +140,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         if lsh_spec is not None:
             comm.check(lambda: check_lsh_layer(
                 lsh_spec, job.bundle.sizes, activations=tuple(job.bundle.meta["activations"])))
-        load_kernels(dnet.dtype)
+        load_kernels(dnet.dtype, bfloat16=dnet.bfloat16)
         t0 = time.perf_counter()
         extra: dict = {}
         if data.multi_label:
@@ -167,7 +168,7 @@ def run_inference(comm: Communicator, network: str | os.PathLike | Network, spec
         comm.agree(f"{spec}: --lsh reports P@k on label sets (xc:DIR), not on Graph Challenge "
                    "images")
     expected, images = challenge_inputs(comm, job, spec, truth)
-    load_kernels(dnet.dtype, narrow=True)
+    load_kernels(dnet.dtype, narrow=True, bfloat16=dnet.bfloat16)
     result = challenge_infer(comm, dnet, images, job.nnz)
     counted = traffic()
     mem = memory_report.report(comm, dnet, batch=1, training=False, data=[images.matrix],

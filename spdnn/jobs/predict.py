@@ -43,7 +43,7 @@ def run_prediction(comm: Communicator, network: str | os.PathLike | Network, inp
     if any(n != shapes[0] for n in shapes):
         comm.agree("inputs in memory differ between ranks (in their number of samples): every "
                    "rank must pass the same array")
-    load_kernels(dnet.dtype)
+    load_kernels(dnet.dtype, bfloat16=dnet.bfloat16)
     grid = dnet.grid
     mine = x_local[grid.share(x_local.shape[0])]
     batch = eval_batch(dnet)

@@ -27,6 +27,7 @@ from spdnn.model.network import Network
 from spdnn.model.options import (
     RunOptions,
     TrainOptions,
+    check_bfloat16_training,
     check_train_options,
     optimizer_config,
     schedule_of,
@@ -106,6 +107,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
     from spdnn.jobs.progress import Progress
 
     cfg = comm.check(lambda: _config(opt))
+    comm.check(lambda: check_bfloat16_training(run, opt))
     save = None if save is None else os.fspath(save)
     metrics_out = None if metrics_out is None else os.fspath(metrics_out)
     job = open_training(comm, network, run, cfg, save, metrics_out, verbose, data_spec,
@@ -191,7 +193,8 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         volume = plan_volume(dnet.comm, plan, [lay.exchange.n_ghost for lay in dnet.layers])
         result["traffic"] = acc = accounting(
             comm, dnet.traffic, volume, dnet.dtype.itemsize, dnet.grid.data,
-            dnet.updates.predicted() if dnet.updates is not None else None)
+            dnet.updates.predicted() if dnet.updates is not None else None,
+            forward_itemsize=dnet.stored.itemsize)
         result["timing"] = tm = timing(comm, dnet.timers)
         result["memory"] = mem = memory_report.report(
             comm, dnet, batch=replica_batch(cfg.batch_size, dnet.grid.replicas), training=True,
@@ -219,7 +222,7 @@ def run_training(comm: Communicator, network: str | os.PathLike | Network, data_
         if on_epoch is not None:
             on_epoch(report)
 
-    load_kernels(dnet.dtype)
+    load_kernels(dnet.dtype, bfloat16=dnet.bfloat16)
     load_updates((opt.optimizer,), (dnet.dtype.type,), parallel=PARALLEL)
     lock = directory_lock(comm, cfg.checkpoint_dir) if cfg.checkpoint_dir else nullcontext()
     best: list[EpochReport] = []

@@ -40,6 +40,7 @@ from spdnn.kernels._vectors import (
     gathered,
     hsum,
     index_at,
+    load_value,
     prefetch_ahead,
     prefetch_value,
     registers,
@@ -78,7 +79,7 @@ def _make_axpy(nvec: int, masked: bool):  # noqa: ANN202
             with entries(builder, v) as (e, _):
                 prefetch_ahead(builder, a, e, v["pf"], v["ld"], v["col"], nvec)
                 xr = gathered(builder, a, e, v["ld"], v["col"], nvec)
-                w = splat(builder, builder.load(builder.gep(a.ptr["data"], [e])), a.vt)
+                w = splat(builder, load_value(builder, builder.gep(a.ptr["data"], [e])), a.vt)
                 for r in range(nvec):
                     builder.store(fma(builder, a.vt, w, xr[r], builder.load(regs[r])),
                                   regs[r])
@@ -141,7 +142,7 @@ def _make_axpy_dot(nvec: int, masked: bool):  # noqa: ANN202
                 prefetch_value(builder, a, e, v["pf"])
                 dr = gathered(builder, a, e, v["ld"], v["col"], nvec)
                 at = index_at(builder, a, "order", e)  # W's entry: its value and its gradient
-                w = splat(builder, builder.load(builder.gep(a.ptr["data"], [at])), a.vt)
+                w = splat(builder, load_value(builder, builder.gep(a.ptr["data"], [at])), a.vt)
                 s = None
                 for r in range(nvec):
                     dv = dr[r]

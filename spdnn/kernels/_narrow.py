@@ -34,6 +34,7 @@ from spdnn.kernels._vectors import (
     fma,
     gathered,
     index_at,
+    load_value,
     relu_cap,
     same_float,
     splat,
@@ -58,8 +59,7 @@ def _store(builder, a, value, base, k, q: int, limit) -> None:  # noqa: ANN001
     end = builder.add(k, a.const((q + 1) * a.lanes))
     with builder.if_else(builder.icmp_signed("<=", end, limit), likely=True) as (whole, part):
         with whole:
-            p = builder.gep(base, [a.const(q * a.lanes)])
-            builder.store(value, builder.bitcast(p, value.type.as_pointer()), align=4)
+            vstore(builder, a, value, base, q, whole=True)
         with part:
             vstore(builder, a, value, base, q)
 
@@ -107,7 +107,7 @@ def _make_narrow(nvec: int, rows: int):  # noqa: ANN202
 
             def add_entry(r: int, e) -> None:  # noqa: ANN001
                 xr = gathered(builder, a, e, v["ld"], a.const(0), nvec)
-                w = splat(builder, builder.load(builder.gep(a.ptr["data"], [e])), a.vt)
+                w = splat(builder, load_value(builder, builder.gep(a.ptr["data"], [e])), a.vt)
                 for q in range(nvec):
                     builder.store(fma(builder, a.vt, w, xr[q], builder.load(regs[r][q])),
                                   regs[r][q])

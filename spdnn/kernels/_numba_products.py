@@ -5,6 +5,9 @@ Every product is a gather: output row i reads the rows of the right-hand block n
 a CSR matrix (W^T G runs on a stored transpose), so rows are independent and split over threads.
 The gathers themselves are spdnn.kernels._gather's register blocks (accumulators in registers,
 rows prefetched ahead, masked ends where the batch is not a multiple of the block).
+
+Blocks of bfloat16 bits (uint16: spdnn.kernels.bfloat16) are read as float32 (a lane of a
+register is 4 bytes: ``_lane_bytes``); sums and the Z blocks are float32.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 
 from spdnn.kernels._gather import AXPY, AXPY_DOT, AXPY_DOT_VECTORS, DOT, PREFETCH_AHEAD
 from spdnn.kernels._narrow import GROUP, NARROW
+from spdnn.kernels._numba_bfloat16 import value, zero_of
 from spdnn.kernels.cache_loads import lean_cache_loads
 
 
@@ -52,6 +56,12 @@ def _dispatch(kernels: dict):  # noqa: ANN202
 
 
 _NARROW = _dispatch(NARROW)
+
+
+@nb.njit(inline="always")
+def _lane_bytes(x):  # noqa: ANN001, ANN202
+    """Bytes of a register lane for x's values: bfloat16's 2 are read into float32's 4."""
+    return 4 if x.itemsize == 2 else x.itemsize
 _GROUPS = tuple(GROUP[n] for n in sorted(GROUP))  # rows a call, by vectors a row
 
 
@@ -61,7 +71,7 @@ def _axpy(acc, k, x, indices, data, e0, e1, start, fresh, act, ka, cap, activate
     for every column c: full blocks of 8 vectors, then one partial block of 1 to 8 vectors,
     its last one with masked ends. With ``activate``, act[ka + c] = h(acc[k + c]) and
     alive[c] = 1 where that is nonzero (when alive is not empty)."""
-    batch, lanes, pf = x.shape[1], 64 // x.itemsize, PREFETCH_AHEAD
+    batch, lanes, pf = x.shape[1], 64 // _lane_bytes(x), PREFETCH_AHEAD
     xf, c, full = x.reshape(-1), 0, 8 * lanes
     while c + full <= batch:
         _A(acc, k + c, xf, batch, c, indices, data, e0, e1, full, pf, start, fresh, act,
@@ -77,7 +87,7 @@ def _axpy(acc, k, x, indices, data, e0, e1, start, fresh, act, ka, cap, activate
 def _dot(a, ka, x, indices, out, e0, e1):
     """out[e] = a[ka:] . x[indices[e]] over every column, block by block (0 without
     columns)."""
-    batch, lanes, pf = x.shape[1], 64 // x.itemsize, PREFETCH_AHEAD
+    batch, lanes, pf = x.shape[1], 64 // _lane_bytes(x), PREFETCH_AHEAD
     xf, c, full = x.reshape(-1), 0, 8 * lanes
     if batch == 0:
         for e in range(e0, e1):
@@ -95,7 +105,7 @@ def _dot(a, ka, x, indices, out, e0, e1):
 def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
     """The axpy of d's rows into acc[k:] and grad[order[e]] = d[indices[e]] . xj[kx:] over
     every column, block by block (0 without columns)."""
-    batch, lanes, pf = d.shape[1], 64 // d.itemsize, PREFETCH_AHEAD
+    batch, lanes, pf = d.shape[1], 64 // _lane_bytes(d), PREFETCH_AHEAD
     df, c, full = d.reshape(-1), 0, AXPY_DOT_VECTORS * lanes
     if batch == 0:
         for e in range(e0, e1):
@@ -125,7 +135,7 @@ def _narrow_rows(a, b, starts, ends, indices, data, x, bias, flat, ko, init, cap
     to row b where rows hold the batch alone (the lanes past it land on later rows, written
     after), except when accumulating: those rows are read after."""
     batch, xf = x.shape[1], x.reshape(-1)
-    size = (batch * x.itemsize + 31) // 32  # vectors of 256 bits
+    size = (batch * _lane_bytes(x) + 31) // 32  # vectors of 256 bits
     lim_o = b * ko if ko == batch and init != 0 else 0
     lim_a = b * ka if ka == batch else 0
     group = _GROUPS[size - 1]
@@ -149,7 +159,7 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
     nonzero activation (when ``alive`` is not empty). ``threads``: numba's thread count
     (read outside: numba's call for it would keep this kernel out of the cache)."""
     flat, act, ko, ka = out.reshape(-1), act_out.reshape(-1), out.shape[1], act_out.shape[1]
-    narrow = 0 < x.shape[1] * x.itemsize <= 128  # up to 4 vectors of 256 bits
+    narrow = 0 < x.shape[1] * _lane_bytes(x) <= 128  # up to 4 vectors of 256 bits
     # On several threads, the rows in one run per thread (numba's static schedule), each run
     # with live flags of its own, merged below: a row's flags are a read, an OR and a store of
     # the whole vector, and threads sharing one array lost live columns to each other.
@@ -185,7 +195,7 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
     vectorize (partial sums in SIMD lanes, as BLAS does)."""
     batch = d.shape[1]
     flat = d.reshape(-1)
-    zero = np.zeros(1, d.dtype)[0]  # accumulators in d's type (SIMD lanes of float32)
+    zero = zero_of(d)  # accumulators in d's type (SIMD lanes of float32; bfloat16's: float32)
     for i in nb.prange(len(indptr) - 1):
         di = d[i]
         start, stop = indptr[i], indptr[i + 1]
@@ -193,7 +203,7 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
         if with_bias:
             s = zero
             for b in range(batch):
-                s += di[b]
+                s += value(di[b])
             bias_grad[i] = s
 
 
@@ -218,7 +228,7 @@ def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1,
         if mask:
             zj = z[j]
             for b in range(batch):
-                v = zj[b]
+                v = value(zj[b])
                 if not (v > 0 and (cap < 0 or v < cap)):
                     acc[b] = acc[b] * 0
 
@@ -230,7 +240,7 @@ def apply_slope(g, z, cap):
     for i in nb.prange(g.shape[0]):
         gi, zi = g[i], z[i]
         for b in range(batch):
-            v = zi[b]
+            v = value(zi[b])
             if not (v > 0 and (cap < 0 or v < cap)):
                 gi[b] = gi[b] * 0  # as g * mask does: NaN stays NaN, -x gives -0.0
 
@@ -242,22 +252,25 @@ def threads() -> int:
 
 def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
     """Compile (or load from cache) for ``dtypes`` (each loaded type costs resident memory,
-    counted in docs/memory.md's process baseline)."""
+    counted in docs/memory.md's process baseline; uint16 is bfloat16: its values and gathered
+    blocks in bfloat16, its sums and Z in float32)."""
     for dt in dtypes:
+        sums = np.float32 if np.dtype(dt) == np.uint16 else dt
         indptr = np.array([0, 1], dtype=np.int32)
         indices = np.array([0], dtype=np.int32)
         data = np.ones(1, dt)
         x = np.ones((1, 2), dt)
-        out = np.empty((1, 2), dt)
+        out = np.empty((1, 2), sums)
+        act = np.empty((1, 2), dt)
         for alive in (np.zeros(0, np.int32), np.zeros(2, np.int32)):
-            spmm_rows(indptr[:-1], indptr[1:], indices, data, x, np.zeros(1, dt), out, 0, 1,
-                      1, -1.0, True, out, alive, 1)
-        grads = np.empty(1, dt)
+            spmm_rows(indptr[:-1], indptr[1:], indices, data, x, np.zeros(1, sums), out, 0, 1,
+                      1, -1.0, True, act, alive, 1)
+        grads = np.empty(1, sums)
         sddmm(indptr, indices, x, x, grads, grads, True)
         for mask in (False, True):
-            backward_rows(indptr, indices, data, indices, x, x, out, 0, grads, 0, 1, x,
+            backward_rows(indptr, indices, data, indices, x, x, out, 0, grads, 0, 1, out,
                           -1.0, mask)
-        apply_slope(out, x, -1.0)
+        apply_slope(out, out, -1.0)
 
 
 lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

@@ -3,6 +3,10 @@ pointers, 512-bit vectors of the block's float type (LLVM splits them into what 
 the mask of a partial block's last vector, loads and stores, fused multiply-adds, a halving-tree
 horizontal sum, and prefetches of the rows ahead.
 
+An array of bfloat16 bits (uint16: spdnn.kernels.bfloat16) is read as float32 lanes, widened
+by a shift as it is loaded, and rounded to nearest even as it is stored; the registers and
+every sum are float32.
+
 numba's cache does not follow imports: after changing this file, touch _numba_products.py.
 """
 
@@ -14,6 +18,41 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 
 I32 = ir.IntType(32)
+I16 = ir.IntType(16)
+
+
+def _is_half(ty) -> bool:  # noqa: ANN001
+    return isinstance(ty, ir.IntType) and ty.width == 16
+
+
+def widen(builder, bits, vt):  # noqa: ANN001, ANN202
+    """bfloat16 bits (i16, or a vector of them) as float32 (``vt``: the float type)."""
+    wide = builder.zext(bits, I32 if vt == ir.FloatType() else ir.VectorType(I32, vt.count))
+    shift = ir.Constant(wide.type, 16 if vt == ir.FloatType() else [16] * vt.count)
+    return builder.bitcast(builder.shl(wide, shift), vt)
+
+
+def narrow(builder, value):  # noqa: ANN001, ANN202
+    """float32 values (a scalar or a vector) rounded to nearest even as bfloat16 bits; NaN
+    stays a quiet NaN."""
+    scalar = value.type == ir.FloatType()
+    n = 1 if scalar else value.type.count
+    it = I32 if scalar else ir.VectorType(I32, n)
+
+    def const(v: int) -> ir.Constant:
+        return ir.Constant(it, v if scalar else [v] * n)
+    bits = builder.bitcast(value, it)
+    lsb = builder.and_(builder.lshr(bits, const(16)), const(1))
+    up = builder.lshr(builder.add(builder.add(bits, const(0x7FFF)), lsb), const(16))
+    nan = builder.fcmp_unordered("uno", value, value)
+    up = builder.select(nan, const(0x7FC0), up)
+    return builder.trunc(up, I16 if scalar else ir.VectorType(I16, n))
+
+
+def load_value(builder, ptr, ty=None):  # noqa: ANN001, ANN202
+    """The element at ``ptr`` as a number (bfloat16 bits widened to float32)."""
+    v = builder.load(ptr)
+    return widen(builder, v, ir.FloatType()) if _is_half(v.type) else v
 
 
 class Arrays:
@@ -30,6 +69,8 @@ class Arrays:
                 self.ptr[name] = arr.data
                 self.len[name] = builder.extract_value(arr.shape, 0)
         elt = self.ptr["x"].type.pointee
+        if _is_half(elt):  # bfloat16 blocks: float32 registers
+            elt = ir.FloatType()
         self.lanes = 512 // (32 if elt == ir.FloatType() else 64)
         self.vt = ir.VectorType(elt, self.lanes)
         self.mask = None  # the lanes kept in the block's last vector (None: every lane)
@@ -68,8 +109,8 @@ def index_at(builder, a: Arrays, name: str, at):  # noqa: ANN001, ANN202
 
 
 def masked_op(builder, vt, what: str, args: list):  # noqa: ANN001, ANN202
-    """llvm.masked.load or .store of a vector of type ``vt`` (float or int32 lanes)."""
-    names = {ir.FloatType(): "f32", ir.DoubleType(): "f64", ir.IntType(32): "i32"}
+    """llvm.masked.load or .store of a vector of type ``vt`` (float, int32 or int16 lanes)."""
+    names = {ir.FloatType(): "f32", ir.DoubleType(): "f64", ir.IntType(32): "i32", I16: "i16"}
     kind = f"v{vt.count}{names[vt.element]}"
     vp, mt = vt.as_pointer(), ir.VectorType(ir.IntType(1), vt.count)
     if what == "load":
@@ -81,23 +122,34 @@ def masked_op(builder, vt, what: str, args: list):  # noqa: ANN001, ANN202
     return builder.call(fn, args)
 
 
-def vload(builder, a: Arrays, base, r: int, vt=None):  # noqa: ANN001, ANN202
-    """Vector r of the block at ``base`` (of the block's float type, or ``vt``); in the last
-    vector of a partial block, lanes past the batch read as 0."""
+def vload(builder, a: Arrays, base, r: int, vt=None, whole: bool = False):  # noqa: ANN001, ANN202
+    """Vector r of the block at ``base`` (of the block's float type, or ``vt``; bfloat16 bits
+    widened); in the last vector of a partial block, lanes past the batch read as 0 (unless
+    ``whole``)."""
     vt = vt or a.vt
-    p = builder.bitcast(builder.gep(base, [a.const(r * a.lanes)]), vt.as_pointer())
-    if a.masked(r) is None:
-        return builder.load(p, align=4)
-    return masked_op(builder, vt, "load", [p, ir.Constant(I32, 4), a.mask,
-                                           ir.Constant(vt, [0] * a.lanes)])
-
-
-def vstore(builder, a: Arrays, value, base, r: int) -> None:  # noqa: ANN001
-    p = builder.bitcast(builder.gep(base, [a.const(r * a.lanes)]), value.type.as_pointer())
-    if a.masked(r) is None:
-        builder.store(value, p, align=4)
+    half = _is_half(base.type.pointee) and not isinstance(vt.element, ir.IntType)
+    lt = ir.VectorType(I16, vt.count) if half else vt
+    p = builder.bitcast(builder.gep(base, [a.const(r * a.lanes)]), lt.as_pointer())
+    if whole or a.masked(r) is None:
+        v = builder.load(p, align=2 if half else 4)
     else:
-        masked_op(builder, value.type, "store", [value, p, ir.Constant(I32, 4), a.mask])
+        v = masked_op(builder, lt, "load", [p, ir.Constant(I32, 2 if half else 4), a.mask,
+                                            ir.Constant(lt, [0] * a.lanes)])
+    return widen(builder, v, vt) if half else v
+
+
+def vstore(builder, a: Arrays, value, base, r: int, whole: bool = False) -> None:  # noqa: ANN001
+    """Store vector r at ``base`` (rounded to bfloat16 where ``base`` holds its bits): masked
+    in the last vector of a partial block, unless ``whole``."""
+    half = _is_half(base.type.pointee) and not isinstance(value.type.element, ir.IntType)
+    if half:
+        value = narrow(builder, value)
+    p = builder.bitcast(builder.gep(base, [a.const(r * a.lanes)]), value.type.as_pointer())
+    align = 2 if half else 4
+    if whole or a.masked(r) is None:
+        builder.store(value, p, align=align)
+    else:
+        masked_op(builder, value.type, "store", [value, p, ir.Constant(I32, align), a.mask])
 
 
 def fma(builder, vt, x, y, z):  # noqa: ANN001, ANN202
@@ -179,9 +231,8 @@ def gathered(builder, a: Arrays, e, ld, col, nvec: int) -> list:  # noqa: ANN001
     fits = builder.icmp_signed("<=", builder.add(at, a.const(nvec * a.lanes)), a.len["x"])
     with builder.if_else(fits, likely=True) as (inside, at_end):
         with inside:
-            p = builder.bitcast(builder.gep(base, [a.const(a.last * a.lanes)]),
-                                a.vt.as_pointer())
-            word = builder.and_(builder.bitcast(builder.load(p, align=4), a.bits), a.and_mask)
+            loaded = vload(builder, a, base, a.last, whole=True)
+            word = builder.and_(builder.bitcast(loaded, a.bits), a.and_mask)
             plain = builder.bitcast(word, a.vt)
             from_inside = builder.block
         with at_end:
@@ -203,6 +254,8 @@ def registers(builder, a: Arrays, base, nvec: int) -> list:  # noqa: ANN001
 
 
 def store_dot(builder, a: Arrays, dot, where, first) -> None:  # noqa: ANN001
+    if _is_half(where.type.pointee):
+        raise TypingError("dot products are stored in float32 or float64, not bfloat16")
     dot = cast(builder, dot, where.type.pointee)
     with builder.if_else(builder.icmp_signed("!=", first, ir.Constant(first.type, 0))) as (
             then, other):
@@ -213,10 +266,14 @@ def store_dot(builder, a: Arrays, dot, where, first) -> None:  # noqa: ANN001
 
 
 def same_float(a, b) -> None:  # noqa: ANN001
-    """Blocks read as vectors must share one float type (registers are of one type)."""
-    if a.dtype != b.dtype or a.dtype not in (types.float32, types.float64):
-        raise TypingError(f"gathered blocks must both be float32 or float64, not {a.dtype} "
-                          f"and {b.dtype}")
+    """Blocks read as vectors must share one float type (registers are of one type; bfloat16
+    bits, uint16, are read as float32)."""
+    def register(t):  # noqa: ANN001, ANN202
+        return types.float32 if t == types.uint16 else t
+    ra, rb = register(a.dtype), register(b.dtype)
+    if ra != rb or ra not in (types.float32, types.float64):
+        raise TypingError(f"gathered blocks must both be float32 (or bfloat16) or float64, "
+                          f"not {a.dtype} and {b.dtype}")
 
 
 def setup(context, builder, signature, args, names, nvec, masked):  # noqa: ANN001, ANN202

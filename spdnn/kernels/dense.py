@@ -17,9 +17,9 @@ ONE_PASS_DENSE_ROWS = 16
 
 def dense_view(w: sp.csr_matrix) -> np.ndarray | None:
     """W's values as a dense (rows x cols) view when every entry is stored in order (a dense
-    layer), else None."""
+    layer), else None; never for bfloat16 values (BLAS has no bfloat16: the gathers run)."""
     rows, cols = w.shape
-    if w.nnz != rows * cols or w.nnz == 0 or not w.has_sorted_indices:
+    if w.nnz != rows * cols or w.nnz == 0 or not w.has_sorted_indices or w.dtype == np.uint16:
         return None
     blas_ready(w.dtype)
     return w.data.reshape(rows, cols)

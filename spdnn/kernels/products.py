@@ -38,6 +38,7 @@ from spdnn.backends import (  # noqa: F401 (the choice, re-exported: spdnn.kerne
 )
 from spdnn.backends import forget as forget_backend  # noqa: F401
 from spdnn.comm.threads import default_threads
+from spdnn.kernels import bfloat16
 from spdnn.kernels.dense import ONE_PASS_DENSE_ROWS, blas_ready, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
@@ -53,6 +54,7 @@ SMALL_PRODUCT = 1 << 15
 # Elements of the chunk temporary in the scipy sddmm (about 32 MB in float64).
 SDDMM_CHUNK = 1 << 22
 _NO_ALIVE = np.zeros(0, dtype=np.int32)
+_NO_SUMS = np.zeros(0, dtype=np.float32)
 _NO_BIAS = {np.dtype(t).char: np.zeros(0, dtype=t) for t in (np.float32, np.float64)}
 _state: dict = {"threads": default_threads(), "numba_ready": False}
 
@@ -154,6 +156,22 @@ def _load_numba(dtypes: tuple) -> None:
         module.warm_up(dtypes)
 
 
+def warm_up_bfloat16() -> None:
+    """Load (or compile) the products of bfloat16 blocks and the conversions."""
+    active().warm_up_bfloat16()
+
+
+@form("scipy", "warm_up_bfloat16")
+def _nothing_to_load_bfloat16() -> None:
+    pass
+
+
+@form("numba", "warm_up_bfloat16")
+def _load_numba_bfloat16() -> None:
+    _nb().warm_up((np.uint16,))
+    active().compiled("bfloat16").warm_up()
+
+
 def row_of_entries(w: sp.csr_matrix) -> np.ndarray:
     """The row index of every stored entry of a CSR matrix."""
     return np.repeat(np.arange(w.shape[0], dtype=w.indices.dtype), np.diff(w.indptr))
@@ -202,7 +220,7 @@ def _spmm_act_numba(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None,
     starts, ends = span if span is not None else (w.indptr[:-1], w.indptr[1:])
     init, nb = 0 if accumulate else (1 if bias is not None else 2), _nb()
     with _threads_for((r1 - r0) * x.shape[1]):
-        nb.spmm_rows(starts, ends, w.indices, w.data, x, _NO_BIAS[x.dtype.char]
+        nb.spmm_rows(starts, ends, w.indices, w.data, x, _NO_BIAS[out_z.dtype.char]
                      if bias is None else bias, out_z, r0, r1, init,
                      -1.0 if cap is None else float(cap), out_x is not None,
                      out_z if out_x is None else out_x, _NO_ALIVE if alive is None else alive,
@@ -309,7 +327,7 @@ def backward_products(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.nda
 def _backward_numba(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
                     out: np.ndarray, grad_w: np.ndarray, rows: Rows | None, base: int,
                     z: np.ndarray | None, cap: float | None) -> None:
-    if wt.dense and wt.shape[1] > ONE_PASS_DENSE_ROWS:  # BLAS
+    if wt.dense and wt.shape[1] > ONE_PASS_DENSE_ROWS and data.dtype != np.uint16:  # BLAS
         _backward(wt, data, d, x, out, grad_w, rows, base, z, cap)
         return
     r0, r1 = rows if rows is not None else (0, wt.shape[0])
@@ -345,6 +363,41 @@ def _backward(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
         grad_w[order] = part
     if z is not None:
         apply_slope(sub, z[r0:r1], cap)
+
+
+def narrow_errors(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None = None) -> None:
+    """out = g rounded to bfloat16 (an error block before the products gather it) and, when
+    given, sums = out's row sums in float32 (the bias gradient of what was rounded)."""
+    active().narrow_errors(g, out, sums)
+
+
+@form("numba", "narrow_errors")
+def _narrow_errors_numba(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
+    _nb()
+    active().compiled("bfloat16").narrow_rows(g, out, _NO_SUMS if sums is None else sums)
+
+
+@form("scipy", "narrow_errors")
+def _narrow_errors(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
+    bfloat16.narrow(g, out=out)
+    if sums is not None:
+        np.sum(bfloat16.widen(out), axis=1, out=sums)
+
+
+def round_weights(master: np.ndarray, out: np.ndarray) -> None:
+    """out = the master weights rounded to bfloat16 (the products' copy after an update)."""
+    active().round_weights(master, out)
+
+
+@form("numba", "round_weights")
+def _round_weights_numba(master: np.ndarray, out: np.ndarray) -> None:
+    _nb()
+    active().compiled("bfloat16").narrow_flat(master, out)
+
+
+@form("scipy", "round_weights")
+def _round_weights(master: np.ndarray, out: np.ndarray) -> None:
+    bfloat16.narrow(master, out=out)
 
 
 def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:

@@ -58,10 +58,12 @@ class SparseColumns:
         """The block's rows that hold a stored value, ascending."""
         return np.unique(self.samples.indices)
 
-    def scatter(self, out: np.ndarray) -> None:
-        """Write the stored values into ``out`` (features x B), whose other entries stay."""
+    def scatter(self, out: np.ndarray, values: np.ndarray | None = None) -> None:
+        """Write the stored values (or ``values`` in their place: the same, rounded) into
+        ``out`` (features x B), whose other entries stay."""
         s = self.samples
-        out[s.indices, np.repeat(np.arange(s.shape[0]), np.diff(s.indptr))] = s.data
+        out[s.indices, np.repeat(np.arange(s.shape[0]), np.diff(s.indptr))] = \
+            s.data if values is None else values
 
 
 def sample_block(x: np.ndarray | sp.csr_matrix, idx: np.ndarray | slice

@@ -15,7 +15,11 @@ DTYPES = dict(zip(DTYPE_NAMES, (np.float32, np.float64)))
 
 
 def as_dtype(dtype: Any) -> np.dtype:
-    """Normalise a dtype name or object to float32/float64, refusing anything else."""
+    """Normalise a dtype name or object to float32/float64, refusing anything else. A
+    bfloat16 run holds what it reads (data, master weights) in float32 and rounds it where
+    it is gathered (spdnn.kernels.bfloat16)."""
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        dtype = "float32"
     dt = np.dtype(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     if dt not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, not {dt}")

@@ -82,7 +82,8 @@ def challenge_chunk(layers: Sequence[LayerShape], itemsize: int) -> int:
 def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training: bool,
             baseline: int, data_bytes: int = 0,
             challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1,
-            optimizer_arrays: int = 1, dropout: bool = False) -> MemoryPrediction:
+            optimizer_arrays: int = 1, dropout: bool = False,
+            stored: int | None = None) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
@@ -92,8 +93,13 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     output layer), ``--lsh``. ``optimizer_arrays``: the optimizer's state arrays per value
     (SGD's momentum 1, Adam's moments 2: spdnn.optim.state_arrays); ``dropout``: each
     hidden layer's mask of the step (rows x batch values) and, while one is drawn, its
-    64-bit counters (two blocks of the widest layer)."""
-    weights = sum(s.nnz * (itemsize + 4)  # values, int32 indices
+    64-bit counters (two blocks of the widest layer). ``stored``: the bytes of a value the
+    products gather and the exchanges send, when not ``itemsize`` (bfloat16's 2 beside its
+    float32 sums and master weights: the weights' 16-bit copy, the X blocks and one error
+    block)."""
+    stored = itemsize if stored is None else stored
+    copy = stored if stored != itemsize else 0  # the products' copy of the values
+    weights = sum(s.nnz * (itemsize + copy + 4)  # values, int32 indices
                   + (s.rows + 1) * 4 + s.rows * 4  # row pointers, split points (int32)
                   + s.rows * (itemsize + 8)  # bias, global row ids
                   + s.buffer_rows * 8  # global id of each buffer row
@@ -118,9 +124,12 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         # per layer its X buffer and Z; one block of ghost partial sums for all layers, and
         # two of owned partial sums (spdnn.runtime.workspace)
         step = batch * itemsize * (
-            sum(s.buffer_rows + s.rows for s in layers) + max(s.ghosts for s in layers)
+            sum(s.rows for s in layers) + max(s.ghosts for s in layers)
             + sum(max([s.prev_rows for i, s in enumerate(layers) if i % 2 == b], default=0)
                   for b in (0, 1))) + 3 * itemsize  # each shared block has one spare value
+        step += batch * stored * sum(s.buffer_rows for s in layers)
+        if copy:  # one layer's error block rounded for the products
+            step += batch * copy * max(s.rows for s in layers)
         if dropout:
             step += batch * (itemsize * sum(s.rows for s in layers[:-1])
                              + 16 * max(s.rows for s in layers))
@@ -130,9 +139,9 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
     width = max(batch, passes) if training else passes
     messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)
-    evaluation = passes * itemsize * (
-        2 * max(s.buffer_rows for s in layers) + max(s.rows for s in layers)
-        + (layers[0].prev_rows + layers[-1].rows if challenge else 0))
+    evaluation = passes * (
+        2 * stored * max(s.buffer_rows for s in layers) + itemsize * max(s.rows for s in layers)
+        + itemsize * (layers[0].prev_rows + layers[-1].rows if challenge else 0))
     # LSH: the codes kept between rebuilds (as many bytes as the tables); each table's
     # directory (an int32 per 16 rows: hashing.DIRECTORY_SPAN) and a rebuild's log of changed
     # codes (32 bytes for each of 1 code in 100: hashing.REFRESH_SHARE)

@@ -56,6 +56,7 @@ def train(
     sparse_update: SparseUpdate | None = None,
     on_update: Callable[[int, list[dict[str, int]]], None] | None = None,
     owners: tuple[np.ndarray, ...] | None = None,
+    bfloat16: bool = False,
 ) -> tuple[Network, list[EpochReport]]:
     """Train a copy of ``net`` with the ``optimizer`` a config names (spdnn.optim);
     return it and one report per epoch. ``lsh``: SLIDE's sampled
@@ -64,7 +65,12 @@ def train(
     set here), ``clip_grad_norm``: the gradients scaled as torch.nn.utils.clip_grad_norm_
     does; ``dropout``: its masks drawn by step, layer, neuron and sample index;
     ``sparse_update``: the topology updates (``update_topology``; its T set here, ``owners``
-    a plan's for its growth near), each reported to ``on_update(step, per-layer counts)``."""
+    a plan's for its growth near), each reported to ``on_update(step, per-layer counts)``.
+    ``bfloat16``: the passes at bfloat16's rounding points on a float32 network (its master
+    weights)."""
+    if bfloat16 and (lsh is not None or dropout is not None or sparse_update is not None):
+        raise ValueError("the reference's bfloat16 passes have no LSH, dropout or topology "
+                         "updates")
     net = net.copy()
     opt = make(optimizer, parameters(net.layers))
     schedule = planned(schedule or Schedule(), epochs, len(data.y_train), batch_size, optimizer.lr)
@@ -104,7 +110,8 @@ def train(
                 masks = None if dropout is None else [
                     dropout.mask(steps, k, np.arange(net.sizes[k]), idx, net.dtype)
                     for k in range(1, net.n_layers)]
-                g = backward(net, columns(x, idx), y[idx], loss, masks=masks)
+                g = backward(net, columns(x, idx), y[idx], loss, masks=masks,
+                             bfloat16=bfloat16)
             step_masks = masks if hashes is None else None
             grads = interleave(g.weights, g.biases)
             if clip_grad_norm is not None:
@@ -129,7 +136,7 @@ def train(
         validation = {}
         if data.x_validation is not None:  # the test split is then scored after training
             zs, _ = forward(net, columns(data.x_validation.astype(net.dtype, copy=False),
-                                         slice(None)))
+                                         slice(None)), bfloat16=bfloat16)
             out = output(zs[-1], net.output_function)
             vl = loss_and_gradient(out, data.y_validation, loss)[0]
             va = None if is_targets(y) else \
@@ -139,7 +146,7 @@ def train(
             if isinstance(data.y_test, MultiLabels):
                 test_acc, p5 = precisions(net, data.x_test, data.y_test)
             else:
-                test_acc = accuracy(net, data.x_test, data.y_test)
+                test_acc = accuracy(net, data.x_test, data.y_test, bfloat16=bfloat16)
         report = EpochReport(epoch=epoch + 1, steps=steps, loss=total_loss / max(seen, 1),
                              train_accuracy=None if is_targets(y) else correct / max(seen, 1),
                              test_accuracy=test_acc, seconds=seconds,

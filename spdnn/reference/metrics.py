@@ -16,18 +16,20 @@ from spdnn.model.reports import ChallengeResult
 from spdnn.reference.passes import forward
 
 
-def predict(net: Network, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
+def predict(net: Network, x: np.ndarray, batch_size: int = 1024, *,
+            bfloat16: bool = False) -> np.ndarray:
     """Output block for samples x (samples x features), as (samples x outputs)."""
     outs = []
     for start in range(0, x.shape[0], batch_size):
         zs, _ = forward(net, columns(x.astype(net.dtype, copy=False),
-                                     slice(start, start + batch_size)))
+                                     slice(start, start + batch_size)), bfloat16=bfloat16)
         outs.append(output(zs[-1], net.output_function).T)
     return np.concatenate(outs) if outs else np.zeros((0, net.sizes[-1]))
 
 
-def accuracy(net: Network, x: np.ndarray, y: np.ndarray) -> float:
-    return float(np.mean(np.argmax(predict(net, x), axis=1) == y)) if len(y) else float("nan")
+def accuracy(net: Network, x: np.ndarray, y: np.ndarray, *, bfloat16: bool = False) -> float:
+    return float(np.mean(np.argmax(predict(net, x, bfloat16=bfloat16), axis=1) == y)) \
+        if len(y) else float("nan")
 
 
 def precisions(net: Network, x: np.ndarray | sp.csr_matrix, y: MultiLabels,

@@ -18,6 +18,7 @@ from spdnn.model.labels import MultiLabels, is_targets
 from spdnn.model.network import Network
 from spdnn.model.ops import loss_and_gradient, output
 from spdnn.optim import RowGrad
+from spdnn.reference.bfloat16 import rounded, rounded_weight
 
 
 def sampled_products(w: sp.csr_matrix, d: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -48,21 +49,29 @@ class HiddenSampler:
         return ptr, act
 
 
-def forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None = None
-            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None = None, *,
+            bfloat16: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Pre-activations Z_1..Z_L and activations X_0..X_{L-1} (X_0 = x0, n_0 x B); with a
-    ``sampler``, its layer's Z is computed on the active pairs only, zero elsewhere."""
-    return _forward(net, x0, sampler)[:2]
+    ``sampler``, its layer's Z is computed on the active pairs only, zero elsewhere.
+    ``bfloat16``: the weights, X_0 and every activation rounded to bfloat16, each Z summed
+    exactly and rounded once to float32 (docs/formats.md, "bfloat16")."""
+    return _forward(net, x0, sampler, bfloat16=bfloat16)[:2]
 
 
 def _forward(net: Network, x0: np.ndarray, sampler: HiddenSampler | None,
-             masks: list | None = None) -> tuple:
+             masks: list | None = None, bfloat16: bool = False) -> tuple:
     """``forward``'s blocks and the sampled layer's neuron of each active pair (or None);
     ``masks[k - 1]``: dropout's factors of hidden layer k's outputs (None: none)."""
     zs: list[np.ndarray] = []
-    xs: list[np.ndarray] = [x0]
+    xs: list[np.ndarray] = [rounded(x0) if bfloat16 else x0]
     act = None
     for k, layer in enumerate(net.layers, start=1):
+        if bfloat16:
+            w = rounded_weight(layer.weight).astype(np.float64)
+            zs.append((w @ xs[-1].astype(np.float64) + layer.bias[:, None]).astype(np.float32))
+            if k < net.n_layers:
+                xs.append(rounded(net.hidden(k).apply(zs[-1])))
+            continue
         if sampler is not None and k == sampler.hashes.spec.layer:
             ptr, act = sampler.pairs(net, xs[-1])
             s = segment_ids(ptr)
@@ -89,12 +98,14 @@ class Gradients:
 
 
 def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
-             sampler: HiddenSampler | None = None, masks: list | None = None) -> Gradients:
+             sampler: HiddenSampler | None = None, masks: list | None = None, *,
+             bfloat16: bool = False) -> Gradients:
     """Loss and gradients of all parameters for one batch (x0: n_0 x B, y: B labels). With
     a ``sampler``, its layer's gradients are those of the rows active for some sample
     (RowGrad): its error is zero off the active pairs, where its Z is zero. ``masks``:
-    dropout's factors per hidden layer (``_forward``)."""
-    zs, xs, act = _forward(net, x0, sampler, masks)
+    dropout's factors per hidden layer (``_forward``). ``bfloat16``: as ``forward``'s, and
+    every error block rounded to bfloat16 before it is multiplied (float32 gradients)."""
+    zs, xs, act = _forward(net, x0, sampler, masks, bfloat16)
     h = net.output_function
     out = output(zs[-1], h)
     value, grad = loss_and_gradient(out, y, loss)
@@ -104,6 +115,9 @@ def backward(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,
     h.backward(grad, zs[-1], out)
     delta = grad
     gw, gb = [np.empty(0)] * net.n_layers, [np.empty(0)] * net.n_layers
+    if bfloat16:
+        _bfloat16_backward(net, zs, xs, rounded(delta), gw, gb)
+        return Gradients(gw, gb, value, correct)
     _backward_from(net, zs, xs, delta, net.n_layers - 1, gw, gb, masks)
     if act is not None:  # the pairs the forward pass retrieved
         k = sampler.hashes.spec.layer - 1
@@ -130,6 +144,22 @@ def _backward_from(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
             net.hidden(k).backward(delta, zs[k - 1])
             if masks is not None and masks[k - 1] is not None:
                 delta *= masks[k - 1]
+
+
+def _bfloat16_backward(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
+                       delta: np.ndarray, gw: list, gb: list) -> None:
+    """``_backward_from`` at bfloat16's rounding points: the rounded weights, each layer's
+    error rounded before it is multiplied, W^T delta summed exactly and rounded to float32."""
+    for k in range(net.n_layers - 1, -1, -1):
+        w = rounded_weight(net.layers[k].weight)
+        wide = delta.astype(np.float64)
+        gw[k] = sampled_products(w.astype(np.float64), wide, xs[k].astype(np.float64)
+                                 ).astype(np.float32)
+        gb[k] = wide.sum(axis=1).astype(np.float32)
+        if k > 0:
+            g = (w.astype(np.float64).T @ wide).astype(np.float32)
+            net.hidden(k).backward(g, zs[k - 1])
+            delta = rounded(g)
 
 
 def layer_gradients(net: Network, x0: np.ndarray, y: np.ndarray, loss: str,

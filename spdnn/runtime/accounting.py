@@ -67,17 +67,20 @@ def _ints(a: np.ndarray) -> tuple[int, ...]:
 
 def accounting(comm: Communicator, traffic: Traffic, volume: tuple[np.ndarray, np.ndarray, str],
                itemsize: int, data: Communicator | None = None,
-               predicted: dict[str, np.ndarray] | None = None) -> TrafficReport:
+               predicted: dict[str, np.ndarray] | None = None,
+               forward_itemsize: int | None = None) -> TrafficReport:
     """Counted rows and bytes (all ranks) beside the prediction, per layer and direction:
     rows = volume_k x passes, bytes = volume_k x samples x item size, passes and samples
     summed over the replicas (``data``); and the values each rank put into the gradient sums
     over the replicas. ``predicted``: rows and bytes per layer as the schedules in force
-    predicted them, topology by topology (a job whose topology changed)."""
+    predicted them, topology by topology (a job whose topology changed).
+    ``forward_itemsize``: the rows' item size forward when not ``itemsize`` (bfloat16's 2:
+    the partial sums folded backward stay float32)."""
     forward, backward, source = volume
     t = traffic.total(comm, data)
     pred = predicted or {
         "forward_rows": forward * t.forward_passes,
-        "forward_bytes": forward * t.forward_samples * itemsize,
+        "forward_bytes": forward * t.forward_samples * (forward_itemsize or itemsize),
         "backward_rows": backward * t.backward_passes,
         "backward_bytes": backward * t.backward_samples * itemsize,
     }

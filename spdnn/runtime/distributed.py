@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from spdnn.io.bundle import NetworkBundle
+from spdnn.kernels import bfloat16, sparse_inputs
 from spdnn.kernels import products as kernels
-from spdnn.kernels import sparse_inputs
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
 from spdnn.model.activations import Activation, output_of
@@ -47,7 +47,7 @@ class DistributedNetwork:
 
     def __init__(self, grid: Grid, plan: Plan, layers: list[LocalLayer],
                  meta: dict[str, Any], dtype: np.dtype, sizes: tuple[int, ...],
-                 fingerprint: str | None) -> None:
+                 fingerprint: str | None, stored: np.dtype | None = None) -> None:
         self.grid, self.plan, self.layers = grid, plan, layers
         self.comm = grid.model  # the parts of this replica
         self.fingerprint = fingerprint  # of the network (sizes and patterns)
@@ -58,7 +58,10 @@ class DistributedNetwork:
         self.activations = activations_of(meta, len(sizes) - 1)
         self.relu_only = all(a.zeros for a in self.activations)
         self.meta = meta
-        self.dtype = dtype
+        self.dtype = dtype  # of sums, gradients, master weights and the optimizer's state
+        # of what the products gather and the exchanges send: ``dtype``, or bfloat16's bits
+        self.stored = np.dtype(dtype if stored is None else stored)
+        self.bfloat16 = bfloat16.is_bfloat16(self.stored)
         self.sizes = sizes
         # X_0 of the first layer held here: the inputs, or a streamed block's incoming rows
         self.input_rows = plan.rows_of(self.comm.rank, layers[0].index - 1)
@@ -89,8 +92,9 @@ class DistributedNetwork:
         exchange schedules of its replica. World rank 0 also hashes every pattern on the way
         for the network's fingerprint, known to every rank. ``layers``: only layers first to
         last (1-based, inclusive: a block of a streamed job), hashed into ``fingerprint`` (on
-        world rank 0; the network's ``fingerprint`` is then None). Collective; input errors
-        are agreed over all ranks."""
+        world rank 0; the network's ``fingerprint`` is then None). ``dtype`` "bfloat16": the
+        weights are read in float32 (the master copy) and rounded for the products.
+        Collective; input errors are agreed over all ranks."""
         world, comm = grid.world, grid.model
         first, last = layers or (1, bundle.n_layers)
         whole = layers is None
@@ -105,8 +109,19 @@ class DistributedNetwork:
         for layer in layers_:
             layer.exchange.share_buffers(pool)
         dt = np.dtype(layers_[0].weight.dtype)
+        stored = None
+        if isinstance(dtype, str) and dtype == "bfloat16":
+            for layer in layers_:
+                layer.store_bfloat16()
+            stored = bfloat16.BITS
         digest = world.bcast(fp.hexdigest() if fp is not None else None) if whole else None
-        return DistributedNetwork(grid, plan, layers_, meta, dt, bundle.sizes, digest)
+        return DistributedNetwork(grid, plan, layers_, meta, dt, bundle.sizes, digest, stored)
+
+    def weights_updated(self) -> None:
+        """The optimizer changed the master weights: round the products' bfloat16 copies."""
+        if self.bfloat16:
+            for layer in self.layers:
+                layer.round_values()
 
     # ------------------------------------------------------------------ forward
 
@@ -114,7 +129,8 @@ class DistributedNetwork:
         key = (batch, -1 if self.sampled is None else self.sampled.index)  # LSH: no full grad
         if key not in self._workspaces:
             self._workspaces[key] = Workspace(self.layers, self.dtype, batch,
-                                              sampled=None if key[1] < 0 else key[1])
+                                              sampled=None if key[1] < 0 else key[1],
+                                              stored=self.stored)
         return self._workspaces[key]
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
@@ -138,24 +154,25 @@ class DistributedNetwork:
         self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
                            sent, len(layer.exchange.send_peers))
         t1 = time.perf_counter()
+        w = layer.product_weight
         if not reqs and layer.exchange.n_ghost == 0:  # nothing to wait for: one fused pass
-            live = sparse_inputs.live_rows(xbuf, known) if i == 0 and alive is None else None
+            live = sparse_inputs.live_rows(xbuf, known) \
+                if i == 0 and alive is None and not self.bfloat16 else None
             if live is None:
-                kernels.spmm_act(layer.weight, xbuf, layer.bias, self.cap, z, next_top,
-                                 alive=alive)
+                kernels.spmm_act(w, xbuf, layer.bias, self.cap, z, next_top, alive=alive)
             else:  # a sparse input block: the entries on its zero rows skipped
                 sparse_inputs.spmm_act(layer.transposed, layer.weight.data, xbuf, live,
                                        layer.bias, self.cap, z, next_top)
             t.add("forward", i, compute=time.perf_counter() - t1, comm=t1 - t0, wait=0.0)
             return live
         for rows in row_chunks(len(layer.rows), OVERLAP_CHUNKS if reqs else 1):
-            kernels.spmm_act(layer.weight, xbuf, layer.bias, None, z, None, rows,
+            kernels.spmm_act(w, xbuf, layer.bias, None, z, None, rows,
                              span=layer.owned_span)
             comm.progress(reqs)
         t2 = time.perf_counter()
         layer.exchange.finish_expand(reqs, xbuf)
         t3 = time.perf_counter()
-        kernels.spmm_act(layer.weight, xbuf, None, self.cap, z, next_top, accumulate=True,
+        kernels.spmm_act(w, xbuf, None, self.cap, z, next_top, accumulate=True,
                          alive=alive, span=layer.ghost_span)
         t4 = time.perf_counter()
         t.add("forward", i, compute=(t2 - t1) + (t4 - t3), comm=t1 - t0, wait=t3 - t2)
@@ -186,7 +203,7 @@ class DistributedNetwork:
         width = x0.shape[1]
         ws = self.workspace(width) if keep else None
         if not keep and width not in self._pingpong:
-            self._pingpong[width] = PingPong(self.layers, self.dtype, width)
+            self._pingpong[width] = PingPong(self.layers, self.dtype, width, self.stored)
         pp = None if keep else self._pingpong[width]
         ids = np.arange(width)
         cur = 0  # which ping-pong buffer holds X_i
@@ -201,7 +218,8 @@ class DistributedNetwork:
         if ws is not None:
             ws.masks = []
         known = fill_inputs(x[: self.layers[0].n_owned_prev], x0, ws)  # a sparse block's rows
-        run = layer_run(self) if drop_dead and not sampled and self.comm.size == 1 else None
+        run = layer_run(self) if drop_dead and not sampled and self.comm.size == 1 \
+            and not self.bfloat16 else None
         for i, layer in enumerate(self.layers):
             if run is not None and run.fits(i, width, x.itemsize):  # the rest in one call
                 return Forward(*narrow_tail(run, self, i, pp, cur, width, ids, COMPACT_BELOW),
@@ -291,18 +309,23 @@ class DistributedNetwork:
                 errors = delta if self.sampled.output else self.sampled.pair_errors(delta)
                 grads_w[i], grads_b[i], delta = self.sampled.backward_layer(errors, ws)
                 continue
+            d = delta  # what the products gather: the error block, or its bfloat16 rounding
+            if self.bfloat16:
+                d = ws.errors[: delta.size].reshape(delta.shape)
+                kernels.narrow_errors(delta, d, ws.grad_b[i] if i > 0 else None)
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
-                sparse_inputs.sddmm(layer.weight, delta, ws.xbufs[i], ws.live_inputs,
+                sparse_inputs.sddmm(layer.product_weight, d, ws.xbufs[i], ws.live_inputs,
                                     ws.grad_w[i], ws.grad_b[i], lambda lay=layer: lay.transposed)
                 self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
                 t.add("backward", i, compute=time.perf_counter() - t0)
                 break
-            np.sum(delta, axis=1, out=ws.grad_b[i])
+            if not self.bfloat16:
+                np.sum(delta, axis=1, out=ws.grad_b[i])
             ex = layer.exchange
-            wt, values = layer.transposed, layer.weight.data
+            wt, values = layer.transposed, layer.values
             n_own, n_buf = layer.n_owned_prev, layer.n_buffer_rows
             # Ghost rows first: their partial sums travel while the owned rows are computed.
-            kernels.backward_products(wt, values, delta, ws.xbufs[i], ws.ghost[i],
+            kernels.backward_products(wt, values, d, ws.xbufs[i], ws.ghost[i],
                                       ws.grad_w[i], (n_own, n_buf), base=n_own)
             t1 = time.perf_counter()
             reqs, recv, sent = ex.start_fold(ws.ghost[i], ws.xbufs[i])
@@ -316,7 +339,7 @@ class DistributedNetwork:
             fused = act.zeros and ex.rows_sent == 0 and drop is None
             z_prev = ws.zs[i - 1] if fused else None
             for rows in row_chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
-                kernels.backward_products(wt, values, delta, ws.xbufs[i], g, ws.grad_w[i],
+                kernels.backward_products(wt, values, d, ws.xbufs[i], g, ws.grad_w[i],
                                           rows, z=z_prev, cap=self.cap)
                 comm.progress(reqs + self.sums.requests())
             self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
@@ -361,6 +384,11 @@ class DistributedNetwork:
         message (auto). Every mode computes the same result."""
         if mode not in MODES:
             raise ValueError(f"unknown exchange mode {mode!r}; choose from {MODES}")
+        if self.bfloat16:  # the sparse encoding packs 4- and 8-byte values only
+            if mode == "sparse":
+                raise ValueError("the sparse exchange does not apply with bfloat16 yet: its "
+                                 "encoding packs 4- and 8-byte values")
+            mode = "dense"
         for i, layer in enumerate(self.layers):
             below = self.activation(i - 1) if i > 0 else None
             relu = below is None or below.zeros  # a first layer's inputs: no fold below it

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.comm.mpi import Communicator
+from spdnn.kernels import bfloat16
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Layer
 from spdnn.model.plan import Plan
@@ -35,6 +36,9 @@ class LocalLayer:
     # pass read W in place, no column block is copied.
     mid: np.ndarray
     _transposed: kernels.Transposed | None = None
+    # Under bfloat16: W's values rounded to 16 bits, what the products read; ``weight.data``
+    # stays the float32 master copy the optimizer updates (``round_values`` after each step).
+    _rounded: sp.csr_matrix | None = None
 
     @property
     def n_owned_prev(self) -> int:
@@ -54,6 +58,30 @@ class LocalLayer:
         return self.mid, self.weight.indptr[1:]
 
     @property
+    def product_weight(self) -> sp.csr_matrix:
+        """W as the products read it: ``weight`` itself, or its bfloat16 copy (same pattern
+        arrays)."""
+        return self.weight if self._rounded is None else self._rounded
+
+    @property
+    def values(self) -> np.ndarray:
+        """W's values as the products read them (``data[order[e]]`` of the transpose)."""
+        return self.product_weight.data
+
+    def store_bfloat16(self) -> None:
+        """Keep a bfloat16 copy of W's values for the products (made once, then rounded from
+        the master weights by ``round_values``)."""
+        w = self.weight
+        self._rounded = sp.csr_matrix((bfloat16.narrow(w.data), w.indices, w.indptr),
+                                      shape=w.shape, copy=False)
+        self._rounded.has_sorted_indices = True
+
+    def round_values(self) -> None:
+        """The bfloat16 copy from the master weights (after an update)."""
+        if self._rounded is not None:
+            kernels.round_weights(self.weight.data, self._rounded.data)
+
+    @property
     def transposed(self) -> kernels.Transposed:
         """W^T's pattern and map into ``weight.data`` (rows = buffer rows: owned first, then
         ghosts), for the backward products as gathers, built on first use: inference never
@@ -70,7 +98,8 @@ class LocalLayer:
         """Bytes this layer holds: the weights with their indices and maps (the transpose is
         training state: ``transposed.nbytes``)."""
         w = self.weight
-        held = w.data.nbytes + w.indices.nbytes + w.indptr.nbytes + self.bias.nbytes + \
+        rounded = 0 if self._rounded is None else self._rounded.data.nbytes
+        held = rounded + w.data.nbytes + w.indices.nbytes + w.indptr.nbytes + self.bias.nbytes + \
             self.mid.nbytes + self.rows.nbytes + self.buffer_rows.nbytes
         return {"weights": int(held + self.exchange.index_nbytes()["weights"])}
 

@@ -102,10 +102,11 @@ def planned_shapes(grid: Grid, bundle: object, plan: Plan) -> list[LayerShape]:
     return shapes
 
 
-def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget) -> Verdict:
+def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget,
+          stored: int | None = None) -> Verdict:
     """Predict this rank's peak, and every rank's against its limit: the verdict names the
     rank, the bytes, the limit and the smallest P expected to fit when one passes it. A limit
-    below the baseline is refused on every rank. Collective."""
+    below the baseline is refused on every rank (``stored``: ``predict``'s). Collective."""
     world = grid.world
     limit, source = (budget.limit, "--memory-limit") if budget.limit is not None else \
         default_limit(world)
@@ -119,7 +120,8 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
     # Every input checked: the kernels load now, before anything sized by the network, and
     # what the process then holds is its baseline
     floor = budget.baseline if budget.baseline is not None else \
-        memory_report.measure_baseline({4: "float32", 8: "float64"}[itemsize],
+        memory_report.measure_baseline("bfloat16" if stored == 2 else
+                                       {4: "float32", 8: "float64"}[itemsize],
                                        node_ranks=world.node_size(), training=budget.training)
     if budget.limit is not None and budget.limit != 0 and budget.limit < floor:
         world.agree(f"--memory-limit {format_bytes(budget.limit)} is below this rank's "
@@ -128,7 +130,7 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget)
                    training=budget.training, challenge=budget.challenge, data_bytes=data,
                    lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer, baseline=floor,
                    optimizer_arrays=budget.optimizer_arrays,
-                   dropout=budget.dropout)
+                   dropout=budget.dropout, stored=stored)
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None

@@ -77,7 +77,9 @@ def measure_baseline(dtype: Any = "float32", *, node_ranks: int = 1,  # noqa: AN
     kernels are loaded (loaded here: interpreter, numpy, scipy, MPI, numba and the kernels,
     and whatever the calling process already holds). A job measures it once its inputs are
     checked and before it allocates anything sized by them."""
-    load_kernels(dtype)
+    half = isinstance(dtype, str) and dtype == "bfloat16"  # float32 beside the 16-bit kernels
+    dtype = "float32" if half else dtype
+    load_kernels(dtype, bfloat16=half)
     if training:  # the default optimizer's update; another's loads with its job
         from spdnn.kernels.update import PARALLEL
         from spdnn.model.options import TrainOptions
@@ -150,6 +152,7 @@ def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training
     what was held (``challenge``: of Graph Challenge chunks). Collective."""
     mine_held = held(dnet, optimizer, data)
     mine_pred = predict(shapes(dnet), batch=batch, itemsize=dnet.dtype.itemsize,
+                        stored=dnet.stored.itemsize,
                         training=training, data_bytes=mine_held["data"],
                         challenge=challenge,
                         lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0,

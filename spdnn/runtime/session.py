@@ -17,6 +17,7 @@ from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
 from spdnn.io.bundle import ACTIVATION_KEYS, NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
+from spdnn.kernels import products as kernels
 from spdnn.kernels.loading import load_kernels
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import Plan
@@ -90,6 +91,8 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     the job (``spdnn.kernels.loading``: a job checks its data first). Collective."""
     bundle = comm.check(lambda: InMemory(network) if isinstance(network, Network)
                         else NetworkBundle(network))
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        comm.check(lambda: check_bfloat16_network(bundle))
     source = plan_path if isinstance(plan_path, str) else "plan"
 
     def get_plan() -> Plan:
@@ -122,8 +125,9 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
                          plan if isinstance(plan_path, Plan) else None)
     grid = Grid.make(comm, plan.parts)
     if budget is not None:
-        itemsize = np.dtype(dtype if dtype is not None else "float32").itemsize
-        verdict = check(grid, bundle, plan, itemsize, budget)
+        half = isinstance(dtype, str) and dtype == "bfloat16"
+        itemsize = 4 if half else np.dtype(dtype if dtype is not None else "float32").itemsize
+        verdict = check(grid, bundle, plan, itemsize, budget, stored=2 if half else None)
         blocks = None
         if budget.can_stream and (verdict.over or budget.stream_layers):
             reason = f"--stream-layers {budget.stream_layers}" if not verdict.over else \
@@ -148,8 +152,21 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
     comm.check(lambda: plan.check_for(bundle.sizes, dnet.fingerprint,
                                       source if plan_path is not None else bundle.path))
     if warm:
-        load_kernels(dnet.dtype)
+        load_kernels(dnet.dtype, bfloat16=dnet.bfloat16)
     return Opened(bundle, plan, dnet)
+
+
+def check_bfloat16_network(bundle: Any) -> None:  # noqa: ANN401
+    """What a bfloat16 run needs of its network and kernels, refused in one line: ReLU
+    hidden layers (the others' kernels read float32 or float64 blocks) and the numba
+    kernels (BLAS and scipy have no bfloat16)."""
+    others = sorted({a for a in bundle.meta.get("activations", ()) if a != "relu"})
+    if others:
+        raise InputError(bundle.path, f"--dtype bfloat16 runs ReLU hidden layers only yet, "
+                                      f"not {', '.join(others)}")
+    if kernels.active().compiled("bfloat16") is None:  # a backend without compiled kernels
+        raise SpdnnError("--dtype bfloat16 needs the numba kernels (SPDNN_KERNELS=scipy "
+                         "has no bfloat16 products)")
 
 
 def _same_everywhere(comm: Communicator, network: Network | None, plan: Plan | None) -> None:

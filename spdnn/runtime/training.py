@@ -256,6 +256,7 @@ def _step(dnet: DistributedNetwork, cfg: TrainConfig, data: Dataset, block: np.n
         scale(grads, clip_coefficient(norm, cfg.clip_grad_norm))
     opt.lr = cfg.schedule.rate(pos.step, cfg.optimizer.lr)
     opt.step(grads)
+    dnet.weights_updated()
     return float(value), int(ok)
 
 

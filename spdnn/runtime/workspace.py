@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spdnn.kernels import bfloat16
 from spdnn.model.batching import SparseColumns
 from spdnn.runtime.local_layer import LocalLayer
 
@@ -36,9 +37,14 @@ class Workspace:
     output layer, its own Z (empty here too)."""
 
     def __init__(self, layers: Sequence[LocalLayer], dtype: np.dtype, batch: int, *,
-                 sampled: int | None = None) -> None:
+                 sampled: int | None = None, stored: np.dtype | None = None) -> None:
         dt, last = dtype, len(layers) - 1
-        self.xbufs = [np.zeros((lay.n_buffer_rows, batch), dt) for lay in layers]
+        st = np.dtype(dt if stored is None else stored)
+        self.xbufs = [np.zeros((lay.n_buffer_rows, batch), st) for lay in layers]
+        # bfloat16: one layer's error block rounded for the products to gather (they run one
+        # layer at a time), beside the float32 sums it is rounded from
+        self.errors = np.zeros(max(len(lay.rows) for lay in layers) * batch
+                               if st != dt else 0, st)
         self.zs = [np.zeros((0 if i == sampled == last else len(lay.rows), batch), dt)
                    for i, lay in enumerate(layers)]
         self.grad_w = [np.zeros(0 if i == sampled else lay.weight.nnz, dt)
@@ -56,7 +62,7 @@ class Workspace:
     def nbytes(self) -> int:
         """Bytes of the activation blocks (shared storage counted once)."""
         seen: dict[int, int] = {}
-        for arrays in (self.xbufs, self.zs, self.ghost, self.partial):
+        for arrays in (self.xbufs, self.zs, self.ghost, self.partial, [self.errors]):
             for a in arrays:
                 base = a if a.base is None else a.base
                 seen[id(base)] = base.nbytes
@@ -71,7 +77,10 @@ def fill_inputs(x: np.ndarray, x0: np.ndarray | SparseColumns, ws: Workspace | N
     first layer then skips the scan for them (a dense 100,000 x 64 block was built, copied
     and scanned each step)."""
     if not isinstance(x0, SparseColumns):
-        x[:] = x0
+        if bfloat16.is_bfloat16(x):  # the inputs' rounding to bfloat16
+            bfloat16.narrow(x0, out=x)
+        else:
+            x[:] = x0
         if ws is not None:
             ws.filled = None
         return None
@@ -79,7 +88,7 @@ def fill_inputs(x: np.ndarray, x0: np.ndarray | SparseColumns, ws: Workspace | N
         x[:] = 0
     else:
         x[ws.filled] = 0
-    x0.scatter(x)
+    x0.scatter(x, bfloat16.narrow(x0.samples.data) if bfloat16.is_bfloat16(x) else None)
     live = x0.live()
     if ws is not None:
         ws.filled = live
@@ -97,9 +106,11 @@ class PingPong:
     """Inference arrays: two X buffers used layer after layer and one Z, as flat storage
     viewed at any width up to ``batch`` (dropping dead columns narrows the views)."""
 
-    def __init__(self, layers: Sequence[LocalLayer], dtype: np.dtype, batch: int) -> None:
+    def __init__(self, layers: Sequence[LocalLayer], dtype: np.dtype, batch: int,
+                 stored: np.dtype | None = None) -> None:
         rows = max(lay.n_buffer_rows for lay in layers)
-        self.x = [np.zeros(rows * batch, dtype) for _ in range(2)]
+        self.x = [np.zeros(rows * batch, dtype if stored is None else stored)
+                  for _ in range(2)]
         self.z = np.zeros(max(len(lay.rows) for lay in layers) * batch, dtype)
 
     def nbytes(self) -> int:

@@ -1,0 +1,185 @@
+"""bfloat16: the conversions against torch's and against the reference's own rounding, the
+kernels' bfloat16 blocks against numpy on the widened values, and what a bfloat16 run refuses.
+Distributed runs against the serial reference: tests/test_bfloat16_mpi.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spdnn.errors import InputError, OptionError, SpdnnError
+from spdnn.kernels import bfloat16 as bf
+from spdnn.kernels import products as kernels
+from spdnn.model.options import RunOptions, TrainOptions, check_bfloat16_training, check_run_options
+from spdnn.reference.bfloat16 import rounded as reference_rounded
+from tests.helpers import launch, small_network
+
+
+def _values(n: int = 200_000) -> np.ndarray:
+    """Values over float32's whole range (subnormals, ties, the largest and infinities)."""
+    rng = np.random.default_rng(0)
+    wide = rng.standard_normal(n) * 10.0 ** rng.integers(-45, 39, n)
+    bits = rng.integers(0, 2**32, n // 4, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    ties = (np.arange(1, 1000, dtype=np.uint32) << 16 | 0x8000).view(np.float32)
+    special = np.array([0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38, -3.4028235e38,
+                        3.3961776e38, np.inf, -np.inf, -0.3, 1 / 16, 32, 1.0, 0.1], np.float32)
+    with np.errstate(over="ignore"):
+        out = np.concatenate([wide.astype(np.float32), bits, ties, special])
+    return out[~np.isnan(out)]
+
+
+def test_narrowing_rounds_as_torch_converts():
+    torch = pytest.importorskip("torch")
+    x = _values()
+    expected = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(bf.narrow(x), expected)
+    widened = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(bf.widen(bf.narrow(x)).view(np.uint32), widened.view(np.uint32))
+    assert np.isnan(bf.widen(bf.narrow(np.array([np.nan], np.float32))))[0]
+
+
+def test_the_reference_rounds_as_the_kernels_by_another_route():
+    """Mantissa rounding by numpy's round (half to even) agrees with the bit arithmetic."""
+    x = _values()
+    np.testing.assert_array_equal(reference_rounded(x).view(np.uint32),
+                                  bf.rounded(x).view(np.uint32))
+    # what the Graph Challenge's constants become
+    np.testing.assert_array_equal(bf.rounded(np.array([1 / 16, 32, -0.3], np.float32)),
+                                  np.array([0.0625, 32, -0.30078125], np.float32))
+
+
+def test_the_numba_conversions_equal_numpys():
+    pytest.importorskip("numba")
+    from spdnn.kernels import _numba_bfloat16 as nbf
+
+    x = _values()[:250_000].reshape(-1, 100)
+    out, sums = np.empty(x.shape, np.uint16), np.empty(len(x), np.float32)
+    nbf.narrow_rows(x, out, sums)
+    np.testing.assert_array_equal(out, bf.narrow(x))
+    block = np.random.default_rng(1).standard_normal((50, 300)).astype(np.float32)
+    rounded, sums = np.empty(block.shape, np.uint16), np.empty(50, np.float32)
+    nbf.narrow_rows(block, rounded, sums)  # the row sums of what was stored
+    np.testing.assert_allclose(sums, bf.widen(rounded).astype(np.float64).sum(axis=1),
+                               rtol=1e-5, atol=1e-5)
+    flat = np.empty(x.size, np.uint16)
+    nbf.narrow_flat(x.reshape(-1), flat)
+    np.testing.assert_array_equal(flat, bf.narrow(x).reshape(-1))
+
+
+def _case(batch: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = sp.random(37, 29, density=0.3, format="csr", random_state=seed, dtype=np.float32)
+    w.sort_indices()
+    w16 = sp.csr_matrix((bf.narrow(w.data), w.indices, w.indptr), shape=w.shape)
+    x16 = bf.narrow(rng.standard_normal((29, batch)).astype(np.float32))
+    d16 = bf.narrow(rng.standard_normal((37, batch)).astype(np.float32))
+    wide = sp.csr_matrix((bf.widen(w16.data).astype(np.float64), w.indices, w.indptr),
+                         shape=w.shape)
+    return w16, x16, d16, wide
+
+
+@pytest.mark.parametrize("batch", [1, 5, 8, 16, 17, 31, 33, 64, 100, 129])
+@pytest.mark.parametrize("cap", [None, 0.5])
+def test_the_products_read_bfloat16_blocks(batch, cap):
+    """W X + b with bfloat16 W and X summed in float32 (Z), h(Z) stored rounded to nearest
+    even; the backward pass's W^T d and d . x from bfloat16 d, W and x, in float32. Widths
+    cover the narrow kernels (up to 32 columns) and the blocks of 16 lanes."""
+    pytest.importorskip("numba")
+    if kernels.backend() != "numba":
+        pytest.skip("bfloat16 products are the numba backend's")
+    w16, x16, d16, wide = _case(batch)
+    x, d = bf.widen(x16).astype(np.float64), bf.widen(d16).astype(np.float64)
+    bias = np.random.default_rng(3).standard_normal(37).astype(np.float32)
+    z = np.full((37, batch), np.nan, np.float32)
+    h = np.zeros((37, batch), np.uint16)
+    kernels.spmm_act(w16, x16, bias, cap, z, h)
+    expected = wide @ x + bias[:, None]
+    np.testing.assert_allclose(z, expected, rtol=1e-5, atol=1e-5)
+    relu = np.maximum(z, 0) if cap is None else np.minimum(np.maximum(z, 0), cap)
+    np.testing.assert_array_equal(h, bf.narrow(relu))  # rounded from the float32 Z
+    # backward: W^T d on rows of the transpose, the weight gradient in W's order
+    wt = kernels.transpose(w16)
+    g = np.full((29, batch), np.nan, np.float32)
+    grad = np.full(w16.nnz, np.nan, np.float32)
+    kernels.backward_products(wt, w16.data, d16, x16, g, grad)
+    np.testing.assert_allclose(g, wide.T @ d, rtol=1e-5, atol=1e-5)
+    coo = w16.tocoo()
+    np.testing.assert_allclose(grad, np.einsum("ij,ij->i", d[coo.row], x[coo.col]),
+                               rtol=1e-5, atol=1e-5)
+    out, bias_grad = np.full(w16.nnz, np.nan, np.float32), np.zeros(37, np.float32)
+    kernels.sddmm(w16, d16, x16, out, bias_grad=bias_grad)
+    np.testing.assert_allclose(out, grad, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bias_grad, d.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_dense_bfloat16_layer_is_gathered_not_sent_to_blas():
+    """BLAS has no bfloat16: a layer storing every entry runs the gathers on its bits."""
+    pytest.importorskip("numba")
+    if kernels.backend() != "numba":
+        pytest.skip("bfloat16 products are the numba backend's")
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((6, 40)).astype(np.float32)
+    w16 = sp.csr_matrix((bf.narrow(w.ravel()), np.tile(np.arange(40), 6),
+                         np.arange(0, 241, 40)), shape=(6, 40))
+    x16 = bf.narrow(rng.standard_normal((40, 9)).astype(np.float32))
+    z = np.empty((6, 9), np.float32)
+    kernels.spmm_act(w16, x16, None, None, z, None)
+    np.testing.assert_allclose(z, bf.widen(w16.data).reshape(6, 40) @ bf.widen(x16),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("field", "value"), [("dropout", 0.1), ("lsh", 1),
+                                               ("sparse_update", "set"),
+                                               ("critical_set", 0.5)])
+def test_a_bfloat16_training_refuses_what_it_does_not_do_by_name(field, value):
+    opt = TrainOptions(**{field: value})
+    with pytest.raises(OptionError, match=f"{field} does not apply with dtype bfloat16"):
+        check_bfloat16_training(RunOptions(dtype="bfloat16"), opt)
+    check_bfloat16_training(RunOptions(dtype="float32"), opt)
+
+
+def test_bfloat16_run_options_refuse_the_sparse_exchange_and_streaming():
+    with pytest.raises(OptionError, match="exchange sparse does not apply with dtype bfloat16"):
+        check_run_options(RunOptions(dtype="bfloat16", exchange="sparse"))
+    with pytest.raises(OptionError, match="stream_layers does not apply"):
+        check_run_options(RunOptions(dtype="bfloat16", stream_layers=2))
+    check_run_options(RunOptions(dtype="bfloat16", exchange="dense"))
+
+
+def test_a_network_with_other_activations_is_refused_under_bfloat16(tmp_path):
+    from spdnn.io.bundle import NetworkBundle, save_network
+    from spdnn.runtime.session import check_bfloat16_network
+
+    net = small_network((8, 6, 4), activations=("tanh",), dtype="float32")
+    save_network(net, tmp_path / "tanh.npz")
+    with pytest.raises(InputError, match=r"tanh.npz: --dtype bfloat16 runs ReLU hidden layers "
+                                         r"only yet, not tanh"):
+        check_bfloat16_network(NetworkBundle(str(tmp_path / "tanh.npz")))
+
+
+def test_the_scipy_backend_refuses_bfloat16(tmp_path):
+    from spdnn.io.bundle import NetworkBundle, save_network
+    from spdnn.runtime.session import check_bfloat16_network
+
+    save_network(small_network((8, 6, 4), dtype="float32"), tmp_path / "relu.npz")
+    before = kernels.backend()
+    try:
+        kernels.set_backend("scipy")
+        with pytest.raises(SpdnnError, match="needs the numba kernels"):
+            check_bfloat16_network(NetworkBundle(str(tmp_path / "relu.npz")))
+    finally:
+        kernels.set_backend(before)
+
+
+def test_the_command_line_refuses_dropout_under_bfloat16_in_one_line(tmp_path):
+    from spdnn.io.bundle import save_network
+
+    save_network(small_network((64, 16, 10), dtype="float32"), tmp_path / "net.npz")
+    proc = launch(1, "train", "--network", tmp_path / "net.npz", "--data", "digits",
+                  "--dtype", "bfloat16", "--dropout", "0.2", "--save", tmp_path / "out.npz")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "spdnn: error: --dropout does not apply with --dtype bfloat16 yet: its masks would "
+        "scale the 16-bit activations after their rounding"]
+    assert not (tmp_path / "out.npz").exists()

@@ -1,0 +1,54 @@
+"""bfloat16 runs on P ranks against the serial reference's bfloat16 passes
+(spdnn.reference.bfloat16), under every grid of the communicator (2 x 2 at P = 4) and across a
+checkpoint resumed on another grid. Run under mpiexec -n 1, 2, 3 and 4.
+
+Tolerance: the rounding to bfloat16 happens at the same points whatever P (the weights after
+each update, X_0, every activation, every error block), so P changes only the order of the
+float32 sums. A sum whose last bit differs rounds to another bfloat16 value only when it lies
+within a float32 step of a halfway point (about 2^-16 of sums); such a flip moves one value by a
+bfloat16 step (2^-8 relative), which the next sums carry on at that scale. The weights and
+losses are therefore compared at 1e-5 (float32 rounding over a few steps, 500 x below a
+bfloat16 step), and the test's data are chosen small enough that no flip occurs: a flip, or a
+rounding point moved, fails it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spdnn.optim import AdamConfig, SGDConfig
+from spdnn.reference import train as reference_train
+from spdnn.runtime.session import gather_network
+from spdnn.runtime.training import TrainConfig, train
+from tests.helpers import small_network
+from tests.test_replicas_mpi import _data, _digest, _open, grids
+
+pytestmark = pytest.mark.mpi
+TOL = 1e-5
+
+
+@pytest.mark.parametrize("method", ["block", "hypergraph"])
+@pytest.mark.parametrize("opt", [SGDConfig(0.05, 0.9, 0.01), AdamConfig(lr=0.01)],
+                         ids=["sgd", "adam"])
+def test_bfloat16_training_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path,
+                                                                      method, opt):
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3, dtype="float32")
+    data = _data(net)
+    cfg = TrainConfig(epochs=2, batch_size=16, optimizer=opt, seed=7)
+    expected, ref = reference_train(net, data, 2, 16, opt, seed=7, bfloat16=True)
+    for parts, replicas in grids(comm.size):
+        run = _open(comm, mpi_tmp_path, net, parts, replicas, method, dtype="bfloat16")
+        assert run.dnet.bfloat16
+        reports = train(comm, run.dnet, data, cfg)
+        np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref],
+                                   rtol=TOL)
+        assert [r.test_accuracy for r in reports] == [r.test_accuracy for r in ref]
+        got = gather_network(run.dnet)
+        if got is not None:
+            for la, lb in zip(got.layers, expected.layers):
+                assert la.weight.dtype == np.float32  # the master weights
+                np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=TOL)
+                np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=TOL)
+        digests = run.dnet.grid.data.allgather(_digest(run.dnet))
+        assert len(set(digests)) == 1, (parts, replicas)
+        run.dnet.grid.free()
