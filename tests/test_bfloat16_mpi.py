@@ -13,11 +13,14 @@ rounding point moved, fails it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from spdnn.optim import AdamConfig, SGDConfig
 from spdnn.reference import train as reference_train
+from spdnn.runtime.checkpoint import load_checkpoint
 from spdnn.runtime.session import gather_network
 from spdnn.runtime.training import TrainConfig, train
 from tests.helpers import small_network
@@ -52,3 +55,32 @@ def test_bfloat16_training_on_every_grid_equals_the_serial_reference(comm, mpi_t
         digests = run.dnet.grid.data.allgather(_digest(run.dnet))
         assert len(set(digests)) == 1, (parts, replicas)
         run.dnet.grid.free()
+
+
+def test_a_bfloat16_run_resumes_on_another_grid_as_the_uninterrupted_run(comm, mpi_tmp_path):
+    """A checkpoint holds the float32 master weights and state: resumed on every grid of this P
+    (the first part ran on the grid with the most replicas), the run ends as one serial run
+    at bfloat16's rounding points does."""
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=5, dtype="float32")
+    data = _data(net)
+    opt = AdamConfig(lr=0.01)
+    full = TrainConfig(epochs=3, batch_size=16, optimizer=opt, seed=1)
+    expected, _ = reference_train(net, data, 3, 16, opt, seed=1, bfloat16=True)
+    ckpt = str(mpi_tmp_path / "ckpt")
+    first = _open(comm, mpi_tmp_path, net, *grids(comm.size)[-1], name="first",
+                  dtype="bfloat16").dnet
+    train(comm, first, data, replace(full, max_steps=5, checkpoint_dir=ckpt,
+                                     checkpoint_every=5))
+    first.grid.free()
+    for parts, replicas in grids(comm.size):
+        resumed = _open(comm, mpi_tmp_path, net, parts, replicas, name="second",
+                        dtype="bfloat16").dnet
+        position, state = load_checkpoint(resumed, ckpt, full.settings())
+        assert position.step == 5
+        train(comm, resumed, data, full, position, state)
+        got = gather_network(resumed)
+        if got is not None:
+            for la, lb in zip(got.layers, expected.layers):
+                np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=TOL)
+                np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=TOL)
+        resumed.grid.free()

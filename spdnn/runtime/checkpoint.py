@@ -251,6 +251,7 @@ def load_checkpoint(dnet: DistributedNetwork, directory: str, settings: dict[str
             for part, where in (("w", idx), ("b", bias)):
                 state.append({key[:-2]: np.concatenate([a[key] for a in shards])[where].astype(
                     dnet.dtype) for key in sorted(held) if key.endswith("." + part)})
+    dnet.weights_updated()  # the products' bfloat16 copies of the weights read
     batch = manifest["batch"]
     old_size, new_size = manifest.get("batch_size"), settings.get("batch_size")
     if isinstance(old_size, int) and old_size > 0 and new_size and old_size != new_size:
