@@ -33,9 +33,13 @@ TOL = 1e-5
 @pytest.mark.parametrize("method", ["block", "hypergraph"])
 @pytest.mark.parametrize("opt", [SGDConfig(0.05, 0.9, 0.01), AdamConfig(lr=0.01)],
                          ids=["sgd", "adam"])
+@pytest.mark.parametrize("cap", [None, 0.7])
 def test_bfloat16_training_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path,
-                                                                      method, opt):
-    net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3, dtype="float32")
+                                                                      method, opt, cap):
+    """ReLU, and ReLU capped at 0.7 (not a bfloat16: the slope compares the rounded outputs
+    with the cap rounded, 0.69921875), under block and hypergraph plans."""
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3, dtype="float32",
+                        cap=cap)
     data = _data(net)
     cfg = TrainConfig(epochs=2, batch_size=16, optimizer=opt, seed=7)
     expected, ref = reference_train(net, data, 2, 16, opt, seed=7, bfloat16=True)

@@ -2,6 +2,7 @@
 
     python scripts/bench/bench_memory.py [--networks mlp random radixnet big | shares]
                                    [--ranks 1 2 4] [--work DIR] [--no-write]
+    python scripts/bench/bench_memory.py --dtypes [--networks random] [--batch-size 1024]
 
 Networks (float32, a dense 10-way head): `mlp`, 784 -> 1024 -> 1024 (fan-in 32); `random`,
 4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first 3 RadiX-Net layers of 16384 neurons (as
@@ -100,6 +101,57 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     return rows
 
 
+def value_types(args) -> str:  # noqa: ANN001
+    """Each network's training in bfloat16 beside float32 at every P: the largest rank's peak
+    above its baseline, the prediction's error, and bfloat16's memory above the baseline over
+    float32's."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for name in args.networks:
+            files = prepare(name, args.ranks, work)
+            for p in args.ranks:
+                above = {}
+                for dtype in ("float32", "bfloat16"):
+                    cmd = ["train", "--network", str(files["net"]), "--data",
+                           files["inputs"][0], "--epochs", "1", "--max-steps", "2",
+                           "--batch-size", str(args.batch_size), "--dtype", dtype]
+                    if p > 1:
+                        cmd += ["--plan", str(files[p])]
+                    m = run(p, cmd, work / "m.json")
+                    above[dtype] = m["peak"] - m["baseline"]
+                    predicted = m["predicted"] - m["baseline"]
+                    rows.append([name, str(p), dtype, f"{m['peak'] / 1e6:,.0f}",
+                                 f"{m['baseline'] / 1e6:,.0f}", f"{above[dtype] / 1e6:,.1f}",
+                                 f"{predicted / 1e6:,.1f}",
+                                 f"{100 * (predicted - above[dtype]) / above[dtype]:+.1f}%",
+                                 f"{above[dtype] / above['float32']:.3f}x"])
+                    print(" | ".join(rows[-1]), flush=True)
+    return ("Command: `python scripts/bench/bench_memory.py --dtypes --networks "
+            + " ".join(args.networks) + " --ranks " + " ".join(map(str, args.ranks))
+            + f" --batch-size {args.batch_size}`. Training, 2 steps of {args.batch_size} on "
+            "2,048 synthetic samples (evaluation on 512), block plans, one thread per rank. "
+            "Peak: the largest rank's as the job reports it (private + its share of shared "
+            "pages); above baseline: that peak less the baseline the job measured (the "
+            "interpreter, numpy, MPI and the loaded kernels, bfloat16's included); predicted: "
+            "the job's prediction above the same baseline (what `--dry-run` prints); the last "
+            "column: memory above the baseline over float32's at the same P.\n\n"
+            + table(["network", "P", "value type", "peak (MB)", "baseline (MB)",
+                     "above baseline (MB)", "predicted above (MB)", "error",
+                     "vs float32"], rows))
+
+
+def dtype_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """bfloat16's memory above the baseline against float32's, per network and P."""
+    rows = tables[0]
+    return [summary_row(f"training memory above the baseline, {b['network']}, P = {b['P']}, "
+                        "bfloat16 (MB)", f"{b['above baseline (MB)']} (predicted "
+                        f"{b['predicted above (MB)']}, {b['error']})",
+                        f"{f['above baseline (MB)']} (float32)", f"{b['vs float32']} float32's")
+            for f, b in zip(rows[::2], rows[1::2])]
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--networks", nargs="+",
@@ -107,7 +159,14 @@ def main() -> int:
                     default=["mlp", "random", "radixnet"])
     ap.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
     ap.add_argument("--work", type=Path)
+    ap.add_argument("--dtypes", action="store_true",
+                    help="training in bfloat16 beside float32 (its own record)")
+    ap.add_argument("--batch-size", type=int, default=1024, help="with --dtypes")
     args = ap.parse_args()
+    if args.dtypes:
+        publish(args, "memory-bfloat16", "Memory: bfloat16", value_types(args), area="Memory",
+                rows=dtype_summary)
+        return 0
     shares = args.networks == ["shares"]
     if "shares" in args.networks and not shares:
         ap.error("--networks shares is a run of its own (its own record)")

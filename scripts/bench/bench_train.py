@@ -2,7 +2,7 @@
 
     python scripts/bench/bench_train.py [--hidden 16384] [--batch 256] [--steps 10] [--rounds 3]
                                   [--structure random radixnet] [--no-write]
-    python scripts/bench/bench_train.py --recipes | --activations [--hidden ...]
+    python scripts/bench/bench_train.py --recipes | --activations | --dtypes [--hidden ...]
 
 Networks (float32, a dense 10-way head, synthetic inputs and labels): `random`, fixed fan-in 32,
 4096 -> H -> H -> H (the worst case for partitioning: almost every row is cut); `radixnet`, the
@@ -59,7 +59,7 @@ def worker(args: argparse.Namespace) -> None:
 
         kernels.set_threads(args.threads)
         comm = Communicator()
-        dnet = open_network(comm, args.net, args.plan, "float32", 1).dnet
+        dnet = open_network(comm, args.net, args.plan, args.dtype, 1).dnet
         n0 = dnet.sizes[0]
         x = rng.standard_normal((args.batch, n0)).astype(np.float32)
         y = rng.integers(0, 10, args.batch)
@@ -77,6 +77,7 @@ def worker(args: argparse.Namespace) -> None:
             _, _, gw, gb = dnet.backward(fwd, y, "cross_entropy")
             t2 = time.perf_counter()
             opt.step(interleave(gw, gb))
+            dnet.weights_updated()  # bfloat16: the products' copy of the weights
             parts.append([t1 - t0, t2 - t1, time.perf_counter() - t2])
 
         def timed() -> float:
@@ -120,10 +121,11 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run(kind: str, threads: int, ranks: int, work: Path, plan: str | None, steps: int,
-        batch: int, optimizer: str = "sgd", net: str = "net.npz") -> dict:
+        batch: int, optimizer: str = "sgd", net: str = "net.npz",
+        dtype: str = "float32") -> dict:
     cmd = [sys.executable, str(HERE), "--worker", kind, "--threads", str(threads), "--net",
            str(work / net), "--steps", str(steps), "--batch", str(batch),
-           "--optimizer", optimizer]
+           "--optimizer", optimizer, "--dtype", dtype]
     if plan:
         cmd += ["--plan", str(work / plan)]
     if ranks > 1:
@@ -238,10 +240,12 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
                          f"block plan {volume['block']:,}.")
 
 
-def side_by_side(nets: dict, args, optimizers: dict | None = None) -> list[list[str]]:  # noqa: ANN001
-    """The step of each variant (its network, and its optimizer from ``optimizers``) at P = 1,
-    one thread, one process per variant and round, rounds interleaved: rows of the variant, ms
-    best / median, and the ratio of medians to the first variant's."""
+def side_by_side(nets: dict, args, optimizers: dict | None = None,  # noqa: ANN001
+                 dtypes: dict | None = None) -> list[list[str]]:
+    """The step of each variant (its network, its optimizer from ``optimizers`` and its value
+    type from ``dtypes``) at P = 1, one thread, one process per variant and round, rounds
+    interleaved: rows of the variant, ms best / median, and the ratio of medians to the first
+    variant's."""
     from spdnn.io.bundle import save_network
 
     times: dict[str, list[float]] = {name: [] for name in nets}
@@ -252,7 +256,8 @@ def side_by_side(nets: dict, args, optimizers: dict | None = None) -> list[list[
         for r in range(args.rounds):
             for name in nets:
                 out = run("spdnn", 1, 1, work, None, args.steps, args.batch,
-                          (optimizers or {}).get(name, "sgd"), net=f"{name}.npz")
+                          (optimizers or {}).get(name, "sgd"), net=f"{name}.npz",
+                          dtype=(dtypes or {}).get(name, "float32"))
                 times[name] += out["times"]
                 print(f"round {r + 1}, {name}: median "
                       f"{1e3 * statistics.median(out['times']):.0f} ms", flush=True)
@@ -288,6 +293,47 @@ def activations(net, args) -> str:  # noqa: ANN001
     return (_setup("--activations", net, args) + " The one activation on every hidden "
             "layer; SGD with momentum 0.9.\n\n"
             + table(["activation", "ms / step, best / median", "vs ReLU"], rows))
+
+
+def value_types(args) -> str:  # noqa: ANN001
+    """The step in bfloat16 against float32, on each network (SGD with momentum 0.9)."""
+    parts, rows = [], []
+    for structure in args.structure:
+        net = build(structure, args.hidden)
+        variants = {f"{structure}, {dt}": net for dt in ("float32", "bfloat16")}
+        got = side_by_side(variants, args, dtypes={f"{structure}, {dt}": dt
+                                                   for dt in ("float32", "bfloat16")})
+        rows += got
+        parts.append(f"`{structure}`: {' -> '.join(str(n) for n in net.sizes)}, "
+                     f"{net.nnz:,} weights.")
+    return (f"Command: `python scripts/bench/bench_train.py --dtypes --hidden {args.hidden} "
+            f"--batch {args.batch} --steps {args.steps} --rounds {args.rounds} --structure "
+            f"{' '.join(args.structure)}`. " + " ".join(parts) + f" Batch {args.batch}, "
+            "P = 1, one thread, SGD with momentum 0.9 (its update and, in bfloat16, the "
+            f"rounding of the weights' copy included); one process per variant and round, "
+            f"{args.steps} timed steps after 2 warm-up steps, {args.rounds} interleaved "
+            "rounds.\n\n"
+            + table(["network, value type", "ms / step, best / median", "vs float32"],
+                    _against_float32(rows)))
+
+
+def _against_float32(rows: list[list[str]]) -> list[list[str]]:
+    """Each row's median over its network's float32 row's (rows come in pairs)."""
+    out = []
+    for f32, bf16 in zip(rows[::2], rows[1::2]):
+        base = number(f32[2])
+        out += [[f32[0], f32[1], "1.000"], [bf16[0], bf16[1], f"{number(bf16[2]) / base:.3f}"]]
+    return out
+
+
+def dtype_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """bfloat16's step against float32's, per network."""
+    rows = tables[0]
+    return [summary_row(f"training step, {b['network, value type']} (ms, median)",
+                        f"{median_of(b['ms / step, best / median']):.0f}",
+                        f"{median_of(f['ms / step, best / median']):.0f} (float32)",
+                        f"{number(b['vs float32']):.2f}x the time")
+            for f, b in zip(rows[::2], rows[1::2])]
 
 
 def build(structure: str, hidden: int):  # noqa: ANN201
@@ -346,7 +392,10 @@ def main() -> int:
     ap.add_argument("--activations", action="store_true",
                     help="time the step with each hidden activation instead (the random "
                          "network)")
+    ap.add_argument("--dtypes", action="store_true",
+                    help="time the step in bfloat16 against float32 instead")
     ap.add_argument("--optimizer", default="sgd", help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--net", help=argparse.SUPPRESS)
@@ -359,6 +408,10 @@ def main() -> int:
         publish(args, "BENCH_RECIPES", "Training recipes: optimizers",
                 recipes(build("random", args.hidden), args), area="Training",
                 rows=recipe_summary("optimizer", "sgd"))
+        return 0
+    if args.dtypes:
+        publish(args, "BENCH_BFLOAT16_STEP", "bfloat16: the training step",
+                value_types(args), area="Training", rows=dtype_summary)
         return 0
     if args.activations:
         publish(args, "BENCH_ACTIVATIONS", "Training recipes: activations",

@@ -18,8 +18,11 @@ full block of 8 vectors, ``AXPY[nvec]`` the partial block of nvec vectors; DOT, 
 - ``DOT[...](a, ka, x, ld, col, indices, out, e0, e1, first, rem, pf)``:
   out[e] (= when ``first``, else +=) a[ka:ka+n] . x[indices[e] * ld + col:...+n];
 - ``AXPY_DOT[...](acc, k, d, ld, col, indices, data, xj, kx, grad, order, e0, e1, first,
-  rem, pf)``: the axpy of d's rows (weights data[order[e]]: W's values, read through the
-  transpose's map) into acc and grad[order[e]] (=, +=) d's row . xj[kx:kx+n].
+  rem, pf, z, kz, cap, slope, sums, at_sum)``: the axpy of d's rows (weights
+  data[order[e]]: W's values, read through the transpose's map) into acc, times ReLU's
+  slope at z[kz:kz+n] (0 < z, and z < cap when cap >= 0) when ``slope``, and grad[order[e]]
+  (=, +=) d's row . xj[kx:kx+n]; when ``sums`` is not empty, sums[at_sum] (=, +=) the sum of
+  what acc received.
 Arrays are 1-D C-contiguous (flat views of the row-major blocks).
 
 numba's cache does not follow imports: after changing this file or _vectors.py, touch
@@ -40,15 +43,20 @@ from spdnn.kernels._vectors import (
     gathered,
     hsum,
     index_at,
+    is_half,
     load_value,
+    narrow,
     prefetch_ahead,
     prefetch_value,
     registers,
     same_float,
     setup,
+    slope_lanes,
     splat,
     store_dot,
+    vload,
     vstore,
+    widen,
 )
 
 MAX_VECTORS = 8
@@ -121,16 +129,17 @@ def _make_dot(nvec: int, masked: bool):  # noqa: ANN202
 
 def _make_axpy_dot(nvec: int, masked: bool):  # noqa: ANN202
     names = ("acc", "k", "x", "ld", "col", "indices", "data", "xj", "kx", "grad", "order",
-             "e0", "e1", "first", "rem", "pf")
+             "e0", "e1", "first", "rem", "pf", "z", "kz", "cap", "slope", "sums", "at_sum")
 
     @intrinsic
     def axpy_dot(typingctx, acc, k, d, ld, col, indices, data, xj, kx, grad, order, e0, e1,  # noqa: ANN001, ANN202
-                 first, rem, pf):
+                 first, rem, pf, z, kz, cap, slope, sums, at_sum):
         same_float(acc, d)
         same_float(xj, d)
-        sig = types.void(acc, types.intp, d, types.intp, types.intp, indices, data, xj,
-                         types.intp, grad, order, types.intp, types.intp, types.intp,
-                         types.intp, types.intp)
+        same_float(z, d)
+        ip = types.intp
+        sig = types.void(acc, ip, d, ip, ip, indices, data, xj, ip, grad, order, ip, ip, ip,
+                         ip, ip, z, ip, types.float64, ip, sums, ip)
 
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
             a, v = setup(context, builder, signature, args, names, nvec, masked)
@@ -151,8 +160,24 @@ def _make_axpy_dot(nvec: int, masked: bool):  # noqa: ANN202
                         fma(builder, a.vt, dv, builder.load(xregs[r]), s)
                 where = builder.gep(a.ptr["grad"], [at])
                 store_dot(builder, a, hsum(builder, s), where, v["first"])
-            for r in range(nvec):
-                vstore(builder, a, builder.load(regs[r]), out, r)
+            values = [builder.load(regs[r]) for r in range(nvec)]
+            on = builder.icmp_signed("!=", v["slope"], ir.Constant(v["slope"].type, 0))
+            zrow = builder.gep(a.ptr["z"], [v["kz"]])
+            for r in range(nvec):  # times h'(z): ReLU's slope, in registers
+                keep = slope_lanes(builder, a, v, vload(builder, a, zrow, r))
+                keep = builder.select(on, keep, ir.Constant(keep.type, [1] * a.lanes))
+                zero = builder.fmul(values[r], ir.Constant(a.vt, [0.0] * a.lanes))
+                values[r] = builder.select(keep, values[r], zero)
+                vstore(builder, a, values[r], out, r)
+            with builder.if_then(builder.icmp_signed(">", a.len["sums"], a.const(0))):
+                total = values[0]  # the row's sum of what was stored (rounded, if so)
+                if is_half(a.ptr["acc"].type.pointee):
+                    values = [widen(builder, narrow(builder, x), a.vt) for x in values]
+                    total = values[0]
+                for r in range(1, nvec):
+                    total = builder.fadd(total, values[r])
+                store_dot(builder, a, hsum(builder, total),
+                          builder.gep(a.ptr["sums"], [v["at_sum"]]), v["first"])
             return context.get_dummy_value()
         return sig, codegen
     return axpy_dot

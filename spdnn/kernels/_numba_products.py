@@ -37,7 +37,7 @@ def _partial(blocks: tuple, nargs: int):  # noqa: ANN202
 
 _A, _AP = AXPY[0], _partial(AXPY[1:], 18)
 _D, _DP = DOT[0], _partial(DOT[1:], 12)
-_B, _BP = AXPY_DOT[0], _partial(AXPY_DOT[1:], 16)
+_B, _BP = AXPY_DOT[0], _partial(AXPY_DOT[1:], 22)
 
 
 def _dispatch(kernels: dict):  # noqa: ANN202
@@ -102,22 +102,27 @@ def _dot(a, ka, x, indices, out, e0, e1):
 
 
 @nb.njit(inline="always")
-def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1):
-    """The axpy of d's rows into acc[k:] and grad[order[e]] = d[indices[e]] . xj[kx:] over
-    every column, block by block (0 without columns)."""
+def _axpy_dot(acc, k, d, indices, data, xj, kx, grad, order, e0, e1, z, kz, cap, slope, sums,
+              at_sum):
+    """The axpy of d's rows into acc[k:] (times ReLU's slope at z[kz:] when ``slope``; the
+    row's sum of what acc received into sums[at_sum] when sums is not empty) and
+    grad[order[e]] = d[indices[e]] . xj[kx:] over every column, block by block (0 without
+    columns)."""
     batch, lanes, pf = d.shape[1], 64 // _lane_bytes(d), PREFETCH_AHEAD
     df, c, full = d.reshape(-1), 0, AXPY_DOT_VECTORS * lanes
     if batch == 0:
         for e in range(e0, e1):
             grad[order[e]] = 0
+        if len(sums) > 0:
+            sums[at_sum] = 0
     while c + full <= batch:
         _B(acc, k + c, df, batch, c, indices, data, xj, kx + c, grad, order, e0, e1, c == 0,
-           full, pf)
+           full, pf, z, kz + c, cap, slope, sums, at_sum)
         c += full
     rem = batch - c
     if rem > 0:
         _BP((rem + lanes - 1) // lanes, acc, k + c, df, batch, c, indices, data, xj, kx + c,
-            grad, order, e0, e1, c == 0, rem, pf)
+            grad, order, e0, e1, c == 0, rem, pf, z, kz + c, cap, slope, sums, at_sum)
 
 
 @nb.njit(inline="always")
@@ -208,29 +213,28 @@ def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1, z, cap, mask):
+def backward_rows(indptr, indices, data, order, d, x, out, base, grad_w, r0, r1, z, cap, mask,
+                  sums):
     """Both backward products of a layer in one pass over W^T (its pattern: indptr, indices;
     its values W's own, ``data[order[e]]``, read in place): for rows j in [r0, r1),
     out[j - base] = sum_e data[order[e]] d[indices[e]] (W^T d), times h'(z[j]) when ``mask``,
     and grad_w[order[e]] = d[indices[e]] . x[j] (the weight gradient in W's order). Each
     gathered row of d serves both, so the pass gathers half as much as the two products
-    apart."""
+    apart. A bfloat16 ``out`` gets the float32 sums rounded (the next layer's error block,
+    when nothing is folded into it), and ``sums`` (when not empty) its rows' sums (that
+    layer's bias gradient)."""
     batch = d.shape[1]
     flat = out.reshape(-1)
     xflat = x.reshape(-1)
+    zflat = z.reshape(-1)
     for j in nb.prange(r0, r1):
         acc = out[j - base]
         for b in range(batch):
             acc[b] = 0
         start, stop = indptr[j], indptr[j + 1]
         _axpy_dot(flat, (j - base) * out.shape[1], d, indices, data, xflat, j * x.shape[1],
-                  grad_w, order, start, stop)
-        if mask:
-            zj = z[j]
-            for b in range(batch):
-                v = value(zj[b])
-                if not (v > 0 and (cap < 0 or v < cap)):
-                    acc[b] = acc[b] * 0
+                  grad_w, order, start, stop, zflat, j * z.shape[1] if mask else 0, cap,
+                  mask, sums, j - base)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -267,9 +271,15 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
                       1, -1.0, True, act, alive, 1)
         grads = np.empty(1, sums)
         sddmm(indptr, indices, x, x, grads, grads, True)
+        no_sums = np.zeros(0, np.float32)
         for mask in (False, True):
             backward_rows(indptr, indices, data, indices, x, x, out, 0, grads, 0, 1, out,
-                          -1.0, mask)
+                          -1.0, mask, no_sums)
+        if np.dtype(dt) == np.uint16:  # the next error block straight from the products
+            errors = np.empty((1, 2), dt)
+            backward_rows(indptr, indices, data, indices, x, x, errors, 0, grads, 0, 1, x,
+                          -1.0, True, np.zeros(1, np.float32))
+            apply_slope(out, x, -1.0)
         apply_slope(out, out, -1.0)
 
 

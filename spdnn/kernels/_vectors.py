@@ -21,7 +21,7 @@ I32 = ir.IntType(32)
 I16 = ir.IntType(16)
 
 
-def _is_half(ty) -> bool:  # noqa: ANN001
+def is_half(ty) -> bool:  # noqa: ANN001
     return isinstance(ty, ir.IntType) and ty.width == 16
 
 
@@ -52,7 +52,7 @@ def narrow(builder, value):  # noqa: ANN001, ANN202
 def load_value(builder, ptr, ty=None):  # noqa: ANN001, ANN202
     """The element at ``ptr`` as a number (bfloat16 bits widened to float32)."""
     v = builder.load(ptr)
-    return widen(builder, v, ir.FloatType()) if _is_half(v.type) else v
+    return widen(builder, v, ir.FloatType()) if is_half(v.type) else v
 
 
 class Arrays:
@@ -69,7 +69,7 @@ class Arrays:
                 self.ptr[name] = arr.data
                 self.len[name] = builder.extract_value(arr.shape, 0)
         elt = self.ptr["x"].type.pointee
-        if _is_half(elt):  # bfloat16 blocks: float32 registers
+        if is_half(elt):  # bfloat16 blocks: float32 registers
             elt = ir.FloatType()
         self.lanes = 512 // (32 if elt == ir.FloatType() else 64)
         self.vt = ir.VectorType(elt, self.lanes)
@@ -127,7 +127,7 @@ def vload(builder, a: Arrays, base, r: int, vt=None, whole: bool = False):  # no
     widened); in the last vector of a partial block, lanes past the batch read as 0 (unless
     ``whole``)."""
     vt = vt or a.vt
-    half = _is_half(base.type.pointee) and not isinstance(vt.element, ir.IntType)
+    half = is_half(base.type.pointee) and not isinstance(vt.element, ir.IntType)
     lt = ir.VectorType(I16, vt.count) if half else vt
     p = builder.bitcast(builder.gep(base, [a.const(r * a.lanes)]), lt.as_pointer())
     if whole or a.masked(r) is None:
@@ -141,7 +141,7 @@ def vload(builder, a: Arrays, base, r: int, vt=None, whole: bool = False):  # no
 def vstore(builder, a: Arrays, value, base, r: int, whole: bool = False) -> None:  # noqa: ANN001
     """Store vector r at ``base`` (rounded to bfloat16 where ``base`` holds its bits): masked
     in the last vector of a partial block, unless ``whole``."""
-    half = _is_half(base.type.pointee) and not isinstance(value.type.element, ir.IntType)
+    half = is_half(base.type.pointee) and not isinstance(value.type.element, ir.IntType)
     if half:
         value = narrow(builder, value)
     p = builder.bitcast(builder.gep(base, [a.const(r * a.lanes)]), value.type.as_pointer())
@@ -197,7 +197,8 @@ def prefetch_ahead(builder, a: Arrays, e, pf, ld, col, nvec: int) -> None:  # no
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [i8p, I32, I32, I32]),
             "llvm.prefetch.p0i8")
-        for r in range(nvec):  # a 512-bit vector is one 64-byte cache line
+        # a 512-bit vector is one 64-byte cache line; one of bfloat16's is half of one
+        for r in range(0, nvec, 2 if is_half(a.ptr["x"].type.pointee) else 1):
             p = builder.bitcast(builder.gep(base, [a.const(r * a.lanes)]), i8p)
             builder.call(fn, [p, ir.Constant(I32, 0), ir.Constant(I32, 3),
                               ir.Constant(I32, 1)])
@@ -254,7 +255,7 @@ def registers(builder, a: Arrays, base, nvec: int) -> list:  # noqa: ANN001
 
 
 def store_dot(builder, a: Arrays, dot, where, first) -> None:  # noqa: ANN001
-    if _is_half(where.type.pointee):
+    if is_half(where.type.pointee):
         raise TypingError("dot products are stored in float32 or float64, not bfloat16")
     dot = cast(builder, dot, where.type.pointee)
     with builder.if_else(builder.icmp_signed("!=", first, ir.Constant(first.type, 0))) as (
@@ -304,6 +305,16 @@ def activation(builder, a: Arrays, v: dict, z: list, nvec: int) -> None:  # noqa
         with builder.if_then(track):
             live = builder.zext(builder.fcmp_unordered("!=", h, zero), flags)
             vstore(builder, a, builder.or_(vload(builder, a, alive, r, flags), live), alive, r)
+
+
+def slope_lanes(builder, a: Arrays, v: dict, z):  # noqa: ANN001, ANN202
+    """The lanes where ReLU's slope is 1: 0 < z, and z < v["cap"] where it is >= 0 (NaN: 0)."""
+    zero = ir.Constant(a.vt, [0.0] * a.lanes)
+    cap = splat(builder, v["cap"], a.vt)
+    uncapped = builder.fcmp_ordered("<", v["cap"], ir.Constant(ir.DoubleType(), 0.0))
+    below = builder.or_(builder.fcmp_ordered("<", z, cap),
+                        splat(builder, uncapped, ir.VectorType(ir.IntType(1), a.lanes)))
+    return builder.and_(builder.fcmp_ordered(">", z, zero), below)
 
 
 def relu_cap(builder, a: Arrays, v: dict, z):  # noqa: ANN001, ANN202

@@ -314,32 +314,38 @@ def _sampled(d: np.ndarray, x: np.ndarray, i: np.ndarray, j: np.ndarray,
 def backward_products(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
                       out: np.ndarray, grad_w: np.ndarray, rows: Rows | None = None,
                       base: int = 0, z: np.ndarray | None = None,
-                      cap: float | None = None) -> None:
+                      cap: float | None = None, sums: np.ndarray | None = None) -> None:
     """A layer's two backward products on the rows [r0, r1) of its transpose W^T (from
     ``transpose(W)``; ``data`` is W.data): out[r - base] = (W^T d)[r], times h'(z[r]) when
     ``z`` is given, and grad_w[order[e]] = d[i_e] . x[r] for the entries of those rows (the
     weight gradient, in W's order). One pass in the numba backend; a dense W's too when it
-    has at most ``ONE_PASS_DENSE_ROWS`` rows, else BLAS."""
-    active().backward_products(wt, data, d, x, out, grad_w, rows, base, z, cap)
+    has at most ``ONE_PASS_DENSE_ROWS`` rows, else BLAS. A bfloat16 ``out`` (numba) is the
+    rounded result and ``sums`` its rows' sums (the bias gradient of the layer below)."""
+    active().backward_products(wt, data, d, x, out, grad_w, rows, base, z, cap, sums)
 
 
 @form("numba", "backward_products")
 def _backward_numba(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
                     out: np.ndarray, grad_w: np.ndarray, rows: Rows | None, base: int,
-                    z: np.ndarray | None, cap: float | None) -> None:
+                    z: np.ndarray | None, cap: float | None,
+                    sums: np.ndarray | None = None) -> None:
     if wt.dense and wt.shape[1] > ONE_PASS_DENSE_ROWS and data.dtype != np.uint16:  # BLAS
-        _backward(wt, data, d, x, out, grad_w, rows, base, z, cap)
+        _backward(wt, data, d, x, out, grad_w, rows, base, z, cap, sums)
         return
     r0, r1 = rows if rows is not None else (0, wt.shape[0])
     mask = z is not None
     _nb().backward_rows(wt.indptr, wt.indices, data, wt.order, d, x, out, base, grad_w,
-                        r0, r1, z if mask else out, -1.0 if cap is None else float(cap), mask)
+                        r0, r1, z if mask else out, -1.0 if cap is None else float(cap), mask,
+                        _NO_SUMS if sums is None else sums)
 
 
 @form("scipy", "backward_products")
 def _backward(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
               out: np.ndarray, grad_w: np.ndarray, rows: Rows | None, base: int,
-              z: np.ndarray | None, cap: float | None) -> None:
+              z: np.ndarray | None, cap: float | None, sums: np.ndarray | None = None) -> None:
+    if sums is not None:
+        raise ValueError("the scipy backend's backward products give no row sums (bfloat16 "
+                         "needs the numba kernels)")
     r0, r1 = rows if rows is not None else (0, wt.shape[0])
     sub = out[r0 - base:r1 - base]
     if wt.dense:  # W dense: grad_w is W's row-major layout, rows of W^T its columns
@@ -365,20 +371,22 @@ def _backward(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
         apply_slope(sub, z[r0:r1], cap)
 
 
-def narrow_errors(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None = None) -> None:
-    """out = g rounded to bfloat16 (an error block before the products gather it) and, when
-    given, sums = out's row sums in float32 (the bias gradient of what was rounded)."""
-    active().narrow_errors(g, out, sums)
+def round_rows(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None = None) -> None:
+    """out = g rounded to bfloat16 (an input or error block before the products gather it)
+    and, when given, sums = out's row sums in float32 (the bias gradient of what was
+    rounded)."""
+    active().round_rows(g, out, sums)
 
 
-@form("numba", "narrow_errors")
-def _narrow_errors_numba(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
+@form("numba", "round_rows")
+def _round_rows_numba(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
     _nb()
+    g = np.ascontiguousarray(g, np.float32)  # (a no-op for the passes' blocks)
     active().compiled("bfloat16").narrow_rows(g, out, _NO_SUMS if sums is None else sums)
 
 
-@form("scipy", "narrow_errors")
-def _narrow_errors(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
+@form("scipy", "round_rows")
+def _round_rows(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
     bfloat16.narrow(g, out=out)
     if sums is not None:
         np.sum(bfloat16.widen(out), axis=1, out=sums)

@@ -123,13 +123,20 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         state += sum(s.ghosts * 8 for s in layers[1:])  # the fold's index of ghost rows
         # per layer its X buffer and Z; one block of ghost partial sums for all layers, and
         # two of owned partial sums (spdnn.runtime.workspace)
+        # Z of every layer; under bfloat16 the hidden layers' share one block
+        zs = sum(s.rows for s in layers) if not copy else \
+            layers[-1].rows + max((s.rows for s in layers[:-1]), default=0)
+        # owned partial sums: under bfloat16 only where partials are folded in (else the
+        # products write the next error block rounded, and the blocks stay untouched)
+        owned = [0 if copy and (i == 0 or s.sent == 0) else s.prev_rows
+                 for i, s in enumerate(layers)]
         step = batch * itemsize * (
-            sum(s.rows for s in layers) + max(s.ghosts for s in layers)
-            + sum(max([s.prev_rows for i, s in enumerate(layers) if i % 2 == b], default=0)
-                  for b in (0, 1))) + 3 * itemsize  # each shared block has one spare value
+            zs + max(s.ghosts for s in layers)
+            + sum(max([r for i, r in enumerate(owned) if i % 2 == b], default=0)
+                  for b in (0, 1))) + (4 if copy else 3) * itemsize  # a spare value a block
         step += batch * stored * sum(s.buffer_rows for s in layers)
-        if copy:  # one layer's error block rounded for the products
-            step += batch * copy * max(s.rows for s in layers)
+        if copy:  # two error blocks rounded for the products, taken in turn
+            step += 2 * batch * copy * max(s.rows for s in layers)
         if dropout:
             step += batch * (itemsize * sum(s.rows for s in layers[:-1])
                              + 16 * max(s.rows for s in layers))
@@ -139,6 +146,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
     width = max(batch, passes) if training else passes
     messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)
+    if copy:  # bfloat16 rows travel dense: a send block of them, and the folds' float32 one
+        messages = width * (stored + itemsize) * max((s.sent for s in layers), default=0)
     evaluation = passes * (
         2 * stored * max(s.buffer_rows for s in layers) + itemsize * max(s.rows for s in layers)
         + itemsize * (layers[0].prev_rows + layers[-1].rows if challenge else 0))

@@ -149,7 +149,10 @@ def _backward_from(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
 def _bfloat16_backward(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
                        delta: np.ndarray, gw: list, gb: list) -> None:
     """``_backward_from`` at bfloat16's rounding points: the rounded weights, each layer's
-    error rounded before it is multiplied, W^T delta summed exactly and rounded to float32."""
+    error rounded before it is multiplied, W^T delta summed exactly and rounded to float32,
+    ReLU's slope read from the rounded outputs (0 < h < the cap rounded: the slope of Z
+    rounded, as the cap and 0 bound the rounding)."""
+    cap = None if net.cap is None else float(rounded(np.array([net.cap]))[0])
     for k in range(net.n_layers - 1, -1, -1):
         w = rounded_weight(net.layers[k].weight)
         wide = delta.astype(np.float64)
@@ -158,7 +161,8 @@ def _bfloat16_backward(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
         gb[k] = wide.sum(axis=1).astype(np.float32)
         if k > 0:
             g = (w.astype(np.float64).T @ wide).astype(np.float32)
-            net.hidden(k).backward(g, zs[k - 1])
+            h = xs[k]
+            g *= (h > 0) & ((h < cap) if cap is not None else True)
             delta = rounded(g)
 
 

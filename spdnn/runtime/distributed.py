@@ -62,6 +62,10 @@ class DistributedNetwork:
         # of what the products gather and the exchanges send: ``dtype``, or bfloat16's bits
         self.stored = np.dtype(dtype if stored is None else stored)
         self.bfloat16 = bfloat16.is_bfloat16(self.stored)
+        # the cap ReLU's slope is compared with: under bfloat16, on the rounded outputs, the
+        # cap rounded (the slope of Z rounded: 0 < bf16(z) < bf16(cap))
+        self.slope_cap = self.cap if self.cap is None or not self.bfloat16 else \
+            float(bfloat16.rounded(np.array([self.cap], np.float32))[0])
         self.sizes = sizes
         # X_0 of the first layer held here: the inputs, or a streamed block's incoming rows
         self.input_rows = plan.rows_of(self.comm.rank, layers[0].index - 1)
@@ -300,6 +304,11 @@ class DistributedNetwork:
             value, correct, delta = outputs.training_loss(
                 self.comm, self.layers[-1].rows, self.sizes[-1], fwd.z_last, y, loss, scale,
                 sample_losses, self.output_function)
+        # bfloat16: the error block the products gather, rounded from ``delta`` (float32) or
+        # written rounded by the products of the layer above (``ready``, its row sums then in
+        # the layer's bias gradient); two blocks, taken in turn
+        ready: np.ndarray | None = None
+        turn = 0
         for i in range(self.n_layers - 1, -1, -1):
             layer = self.layers[i]
             t0 = time.perf_counter()
@@ -310,9 +319,12 @@ class DistributedNetwork:
                 grads_w[i], grads_b[i], delta = self.sampled.backward_layer(errors, ws)
                 continue
             d = delta  # what the products gather: the error block, or its bfloat16 rounding
-            if self.bfloat16:
-                d = ws.errors[: delta.size].reshape(delta.shape)
-                kernels.narrow_errors(delta, d, ws.grad_b[i] if i > 0 else None)
+            if ready is not None:
+                d, ready = ready, None
+            elif self.bfloat16:
+                d = ws.errors[turn][: delta.size].reshape(delta.shape)
+                kernels.round_rows(delta, d, ws.grad_b[i] if i > 0 else None)
+            turn = 1 - turn
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
                 sparse_inputs.sddmm(layer.product_weight, d, ws.xbufs[i], ws.live_inputs,
                                     ws.grad_w[i], ws.grad_b[i], lambda lay=layer: lay.transposed)
@@ -329,25 +341,32 @@ class DistributedNetwork:
                                       ws.grad_w[i], (n_own, n_buf), base=n_own)
             t1 = time.perf_counter()
             reqs, recv, sent = ex.start_fold(ws.ghost[i], ws.xbufs[i])
-            self.traffic.count("backward", i, ex.n_ghost, delta.shape[1], delta.itemsize, sent,
-                               len(ex.recv_peers))
+            self.traffic.count("backward", i, ex.n_ghost, d.shape[1], ws.ghost[i].itemsize,
+                               sent, len(ex.recv_peers))
             t2 = time.perf_counter()
             g = ws.partial[i]
-            # With no partials coming in, the activation mask is applied inside the pass.
+            # With no partials coming in, the activation mask is applied inside the pass
+            # (under bfloat16 from the rounded outputs h, and the pass writes the next error
+            # block rounded, with its row sums: the bias gradient below).
             drop = ws.masks[i - 1] if ws.masks else None
             act = self.activation(i - 1)
             fused = act.zeros and ex.rows_sent == 0 and drop is None
-            z_prev = ws.zs[i - 1] if fused else None
+            slope = ws.xbufs[i] if self.bfloat16 else ws.zs[i - 1]
+            out, sums = g, None
+            if fused and self.bfloat16:
+                out = ready = ws.errors[turn][: g.size].reshape(g.shape)
+                sums = ws.grad_b[i - 1]
             for rows in row_chunks(n_own, OVERLAP_CHUNKS if reqs else 1):
-                kernels.backward_products(wt, values, d, ws.xbufs[i], g, ws.grad_w[i],
-                                          rows, z=z_prev, cap=self.cap)
+                kernels.backward_products(wt, values, d, ws.xbufs[i], out, ws.grad_w[i],
+                                          rows, z=slope if fused else None, cap=self.slope_cap,
+                                          sums=sums)
                 comm.progress(reqs + self.sums.requests())
             self.sums.start(i, ws.grad_w[i], ws.grad_b[i])
             t3 = time.perf_counter()
             ex.finish_fold(reqs, recv, g, ws.xbufs[i])
             t4 = time.perf_counter()
             if act.zeros and not fused:
-                kernels.apply_slope(g, ws.zs[i - 1], self.cap)
+                kernels.apply_slope(g, slope, self.slope_cap)
             elif not act.zeros:  # h'(z) from the outputs h(z) kept here, when not dropped
                 kernels.activation_backward(act, g, ws.zs[i - 1],
                                             ws.xbufs[i][:n_own] if drop is None else None)

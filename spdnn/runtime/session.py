@@ -244,6 +244,8 @@ def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
     writes it before the next (it never holds more than one whole layer). Collective."""
     writes = dnet.grid.replica == 0 and dnet.comm.rank == 0
     kept = {k: v for k, v in dnet.meta.items() if k not in ACTIVATION_KEYS}
+    if dnet.bfloat16:  # the float32 master weights of a run at bfloat16's rounding points
+        extra = {**extra, "trained_dtype": "bfloat16"}
     meta = Network(layers=(), activations=tuple(dnet.meta["activations"]), cap=dnet.cap,
                    output_activation=dnet.output_activation, extra={**kept, **extra}).meta()
     writer = comm.check(lambda: NetworkWriter(path, dnet.sizes, meta) if writes else None)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spdnn.kernels import bfloat16
+from spdnn.kernels import products as kernels
 from spdnn.model.batching import SparseColumns
 from spdnn.runtime.local_layer import LocalLayer
 
@@ -41,12 +42,17 @@ class Workspace:
         dt, last = dtype, len(layers) - 1
         st = np.dtype(dt if stored is None else stored)
         self.xbufs = [np.zeros((lay.n_buffer_rows, batch), st) for lay in layers]
-        # bfloat16: one layer's error block rounded for the products to gather (they run one
-        # layer at a time), beside the float32 sums it is rounded from
-        self.errors = np.zeros(max(len(lay.rows) for lay in layers) * batch
-                               if st != dt else 0, st)
-        self.zs = [np.zeros((0 if i == sampled == last else len(lay.rows), batch), dt)
-                   for i, lay in enumerate(layers)]
+        # bfloat16: the error blocks rounded for the products to gather, two (a layer's
+        # products read one while they write the next layer's into the other)
+        size = max(len(lay.rows) for lay in layers) * batch if st != dt else 0
+        self.errors = [np.zeros(size, st) for _ in range(2)]
+        if st == dt:
+            self.zs = [np.zeros((0 if i == sampled == last else len(lay.rows), batch), dt)
+                       for i, lay in enumerate(layers)]
+        else:  # bfloat16: the backward pass reads no hidden Z (ReLU's slope comes from the
+            # rounded outputs): the hidden layers' Z share one block, the last keeps its own
+            self.zs = _views([len(lay.rows) for lay in layers[:-1]], batch, dt, 1) + \
+                [np.zeros((len(layers[-1].rows), batch), dt)]
         self.grad_w = [np.zeros(0 if i == sampled else lay.weight.nnz, dt)
                        for i, lay in enumerate(layers)]
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in layers]
@@ -62,7 +68,7 @@ class Workspace:
     def nbytes(self) -> int:
         """Bytes of the activation blocks (shared storage counted once)."""
         seen: dict[int, int] = {}
-        for arrays in (self.xbufs, self.zs, self.ghost, self.partial, [self.errors]):
+        for arrays in (self.xbufs, self.zs, self.ghost, self.partial, self.errors):
             for a in arrays:
                 base = a if a.base is None else a.base
                 seen[id(base)] = base.nbytes
@@ -78,7 +84,7 @@ def fill_inputs(x: np.ndarray, x0: np.ndarray | SparseColumns, ws: Workspace | N
     and scanned each step)."""
     if not isinstance(x0, SparseColumns):
         if bfloat16.is_bfloat16(x):  # the inputs' rounding to bfloat16
-            bfloat16.narrow(x0, out=x)
+            kernels.round_rows(x0, x)
         else:
             x[:] = x0
         if ws is not None:
