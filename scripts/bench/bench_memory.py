@@ -101,16 +101,21 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     return rows
 
 
+def prepared(args, tmp: str):  # noqa: ANN001, ANN201
+    """(name, files, work directory) of each network the run measures, prepared in turn."""
+    work = args.work or Path(tmp)
+    work.mkdir(parents=True, exist_ok=True)
+    for name in args.networks:
+        yield name, prepare(name, args.ranks, work), work
+
+
 def value_types(args) -> str:  # noqa: ANN001
     """Each network's training in bfloat16 beside float32 at every P: the largest rank's peak
     above its baseline, the prediction's error, and bfloat16's memory above the baseline over
     float32's."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = args.work or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        for name in args.networks:
-            files = prepare(name, args.ranks, work)
+        for name, files, work in prepared(args, tmp):
             for p in args.ranks:
                 above = {}
                 for dtype in ("float32", "bfloat16"):
@@ -172,10 +177,7 @@ def main() -> int:
         ap.error("--networks shares is a run of its own (its own record)")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = args.work or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        for name in args.networks:
-            files = prepare(name, args.ranks, work)
+        for name, files, work in prepared(args, tmp):
             for data, job in ((d, j) for d in files["inputs"] for j in ("train", "infer")):
                 one = None
                 label = f"mlp, {data.split(':')[0]}:" if shares else name
