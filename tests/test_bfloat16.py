@@ -142,12 +142,10 @@ def test_a_bfloat16_training_refuses_what_it_does_not_do_by_name(field, value):
     check_bfloat16_training(RunOptions(dtype="float32"), opt)
 
 
-def test_bfloat16_run_options_refuse_the_sparse_exchange_and_streaming():
-    with pytest.raises(OptionError, match="exchange sparse does not apply with dtype bfloat16"):
-        check_run_options(RunOptions(dtype="bfloat16", exchange="sparse"))
+def test_bfloat16_run_options_refuse_streaming():
     with pytest.raises(OptionError, match="stream_layers does not apply"):
         check_run_options(RunOptions(dtype="bfloat16", stream_layers=2))
-    check_run_options(RunOptions(dtype="bfloat16", exchange="dense"))
+    check_run_options(RunOptions(dtype="bfloat16", exchange="sparse"))
 
 
 def test_a_network_with_other_activations_is_refused_under_bfloat16(tmp_path):
@@ -302,3 +300,41 @@ def test_bfloat16_training_stays_near_torchs_autocast(case):
     scale = max(np.abs(w).max() for w in weights)
     worst = max(np.abs(lay.weight.toarray() - w).max() for lay, w in zip(ours.layers, weights))
     assert worst < 2.0 ** -8 * scale, (worst, scale)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 16, 31, 32, 33, 70])
+def test_bfloat16_rows_encode_and_fold_exactly(batch):
+    """The sparse form of bfloat16 rows (zeros, -0.0, the rounded cap and values) decodes
+    bit for bit; the folds pack and add float32 partial sums under the slope of bfloat16
+    outputs (0 < h < the rounded cap) as numpy's mask says."""
+    pytest.importorskip("numba")
+    if kernels.backend() != "numba":
+        pytest.skip("bfloat16 exchanges are the numba backend's")
+    from spdnn.kernels import encoding
+
+    rng = np.random.default_rng(batch)
+    cap = float(bf.rounded(np.array([0.7], np.float32))[0])
+    h = np.maximum(rng.standard_normal((40, batch)).astype(np.float32), 0)
+    h[rng.random(h.shape) < 0.2] = cap
+    h[0, :1] = -0.0
+    x = bf.narrow(np.minimum(h, cap))
+    rows = rng.permutation(40)[:23].astype(np.int64)
+    for mode in ("sparse", "auto"):
+        out = np.zeros(encoding.expand_capacity(len(rows), batch, 2), np.uint8)
+        size = encoding.encode_rows(x, rows, mode, cap, out)
+        assert mode == "auto" or size < encoding.dense_bytes(len(rows) * batch, 2)
+        back = np.full((len(rows), batch), 0xFFFF, np.uint16)
+        encoding.decode_rows(out[:size], back, cap, "test")
+        np.testing.assert_array_equal(back, x[rows])
+    wide = bf.widen(x)
+    mask = (wide[rows] > 0) & (wide[rows] < cap)
+    partials = rng.standard_normal((len(rows), batch)).astype(np.float32)
+    assert encoding.slope_count(x, rows, cap) == mask.sum()
+    packed = np.zeros(partials.size, np.float32)
+    n = encoding.fold_pack(partials, x, rows, cap, packed)
+    np.testing.assert_array_equal(packed[:n], partials[mask])
+    g = rng.standard_normal((40, batch)).astype(np.float32)
+    expected = g.copy()
+    expected[rows] += np.where(mask, partials, 0)
+    encoding.fold_add(g, rows, packed[:n], x, cap)
+    np.testing.assert_array_equal(g, expected)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from spdnn.kernels._numba_bfloat16 import value
 from spdnn.kernels._simd import (
     compress_store,
     equal_lanes,
@@ -34,9 +35,8 @@ POP = np.array([bin(b).count("1") for b in range(256)], np.int64)
 @nb.njit(cache=True, nogil=True, inline="always")
 def _store_mask(bits, k, lanes, m):
     c = k >> 3
-    bits[c] = m & np.uint64(255)
-    if lanes == 16:
-        bits[c + 1] = m >> np.uint64(8)
+    for j in range(lanes >> 3):  # 8, 16 or (bfloat16) 32 lanes
+        bits[c + j] = (m >> np.uint64(8 * j)) & np.uint64(255)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -80,11 +80,12 @@ def _count(bits, pop):
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _vector_mask(bits, k, lanes):
-    """The bits of entries k .. k + lanes - 1 (k a multiple of 8; 8 or 16 lanes)."""
+    """The bits of entries k .. k + lanes - 1 (k a multiple of 8; 8, 16 or 32 lanes)."""
     c = k >> 3
-    if lanes == 16:
-        return np.uint64(bits[c]) | (np.uint64(bits[c + 1]) << np.uint64(8))
-    return np.uint64(bits[c])
+    m = np.uint64(bits[c])
+    for j in range(1, lanes >> 3):
+        m |= np.uint64(bits[c + j]) << np.uint64(8 * j)
+    return m
 
 
 @nb.njit(cache=True, nogil=True)
@@ -209,14 +210,22 @@ def decode_all(stage, in_starts, x, first_row, counts, capped, capu, pop):
 
 @nb.njit(cache=True, nogil=True)
 def _slope(v, cap) -> bool:  # noqa: ANN001
+    v = value(v)  # bfloat16 bits widened
     return v > 0 and (cap < 0 or v < cap)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _fold_lanes(x):  # noqa: ANN001, ANN202
+    """Entries a step of the folds: a vector of the partial sums (bfloat16 outputs x beside
+    float32 partial sums: 16, as float32's)."""
+    return 16 if x.itemsize == 2 else 64 // x.itemsize
 
 
 @nb.njit(cache=True, nogil=True)
 def slope_count(x, rows, cap):
     """Entries of x[rows] where h' is 1 (0 < x, and x < cap when cap >= 0)."""
     batch = x.shape[1]
-    lanes = 64 // x.itemsize
+    lanes = _fold_lanes(x)
     n = 0
     for r in rows:
         xr = x[r]
@@ -236,7 +245,7 @@ def fold_pack(partials, x, rows, cap, out):
     1, in row-major order; returns their number. Vector stores: ``out`` needs as many entries
     as ``partials`` (the packed ones and room for a vector's spare lanes)."""
     batch = x.shape[1]
-    lanes = 64 // x.itemsize
+    lanes = _fold_lanes(x)
     n = 0
     for i in range(len(rows)):
         xr, pr = x[rows[i]], partials[i]
@@ -258,7 +267,7 @@ def fold_add(g, rows, values, x, cap):
     """g[rows] += the packed partial sums, each where h'(x[rows]) is 1 (fold_pack's order);
     vector by vector, adding 0 where the slope is 0 (the owner multiplies those by 0)."""
     batch = x.shape[1]
-    lanes = 64 // x.itemsize
+    lanes = _fold_lanes(x)
     n = 0
     for r in rows:
         xr, gr = x[r], g[r]
@@ -289,18 +298,20 @@ def warm_up(dtypes: tuple = (np.float32, np.float64)) -> None:
     rows = np.zeros(1, np.int64)
     starts = np.array([0, 1], np.int64)
     for dt in dtypes:
-        it = np.int32 if np.dtype(dt).itemsize == 4 else np.int64
+        it = {2: np.int16, 4: np.int32, 8: np.int64}[np.dtype(dt).itemsize]
         x = np.ones((1, 2), dt)
         buf = np.zeros(64, np.uint8)
         used = np.zeros(1, np.int64)
         for capped in (False, True):
             encode_all(x.view(it), rows, starts, buf, starts[:1], True, capped, it(0), used)
             decode_all(buf, np.array([0, 64]), x.view(it), 0, rows + 1, capped, it(0), POP)
-        vals = np.zeros(2, dt)
+        sums = np.float32 if np.dtype(dt) == np.uint16 else dt  # bfloat16's folds: float32
+        partials = np.ones((1, 2), sums)
+        vals = np.zeros(2, sums)
         slope_count(x, rows, -1.0)
-        fold_pack(x, x, rows, -1.0, vals)
-        fold_add(x, rows, vals, x, -1.0)
-        add_rows(x, rows, x)
+        fold_pack(partials, x, rows, -1.0, vals)
+        fold_add(partials, rows, vals, x, -1.0)
+        add_rows(partials, rows, partials)
 
 
 lean_cache_loads(globals())  # loaded without numba's registries (spdnn.kernels.cache_loads)

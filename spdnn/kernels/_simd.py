@@ -13,6 +13,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from spdnn.kernels._vectors import widen
+
 
 def _lanes(context, builder, arrty, arr, index):  # noqa: ANN001, ANN202
     """(vector type, number of lanes, pointer to arr[index])."""
@@ -154,7 +156,14 @@ def slope_lanes(typingctx, src, k, cap):  # noqa: ANN001, ANN201
     sig = types.uint64(src, types.intp, types.float64)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        vec, vt, lanes = _load(context, builder, signature.args[0], args[0], args[1])
+        if signature.args[0].dtype == types.uint16:  # bfloat16: 16 lanes, as float32's
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            ht = ir.VectorType(ir.IntType(16), 16)
+            ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ht.as_pointer())
+            vt, lanes = ir.VectorType(ir.FloatType(), 16), 16
+            vec = widen(builder, builder.load(ptr, align=2), vt)
+        else:
+            vec, vt, lanes = _load(context, builder, signature.args[0], args[0], args[1])
         dt = ir.VectorType(ir.DoubleType(), lanes)
         if vt.element != ir.DoubleType():
             vec = builder.fpext(vec, dt)

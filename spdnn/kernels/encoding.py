@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.errors import SpdnnError
+from spdnn.kernels import bfloat16
 from spdnn.kernels import products as kernels
 from spdnn.model.choices import EXCHANGES
 from spdnn.model.ops import activation_slope
@@ -62,13 +63,15 @@ def _capped(cap: float | None) -> bool:
 
 
 def _ints(a: np.ndarray) -> np.ndarray:
-    """The bit patterns of a float array (a view)."""
-    return a.view(np.int32 if a.itemsize == 4 else np.int64)
+    """The bit patterns of a float (or bfloat16) array (a view)."""
+    return a.view({2: np.int16, 4: np.int32, 8: np.int64}[a.itemsize])
 
 
 @functools.lru_cache(maxsize=16)
 def _cap_pattern(cap: float | None, dtype: np.dtype) -> np.integer:
-    return _ints(np.array([cap if _capped(cap) else 0], dtype))[0]
+    value = cap if _capped(cap) else 0
+    return _ints(bfloat16.narrow(np.array([value], np.float32)) if bfloat16.is_bfloat16(dtype)
+                 else np.array([value], dtype))[0]
 
 
 def sparse_bytes(n: int, nv: int, itemsize: int, cap: float | None) -> int:

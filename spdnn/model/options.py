@@ -331,10 +331,6 @@ def check_run_options(run: RunOptions) -> None:
     bfloat16 runs do not do yet."""
     check(run)
     if run.dtype == "bfloat16":
-        if run.exchange == "sparse":
-            raise OptionError("exchange", "sparse does not apply with {dtype} bfloat16 yet: "
-                                          "its encoding packs 4- and 8-byte values",
-                              ("dtype",))
         if run.stream_layers is not None:
             raise OptionError("stream_layers", "does not apply with {dtype} bfloat16 yet",
                               ("dtype",))

@@ -403,13 +403,10 @@ class DistributedNetwork:
         message (auto). Every mode computes the same result."""
         if mode not in MODES:
             raise ValueError(f"unknown exchange mode {mode!r}; choose from {MODES}")
-        if self.bfloat16:  # the sparse encoding packs 4- and 8-byte values only
-            if mode == "sparse":
-                raise ValueError("the sparse exchange does not apply with bfloat16 yet: its "
-                                 "encoding packs 4- and 8-byte values")
-            mode = "dense"
         for i, layer in enumerate(self.layers):
             below = self.activation(i - 1) if i > 0 else None
             relu = below is None or below.zeros  # a first layer's inputs: no fold below it
-            layer.exchange.mode, layer.exchange.cap = mode, self.cap if relu else None
+            # (bfloat16: the outputs at the cap hold it rounded, and the folds' slope
+            # compares with it rounded)
+            layer.exchange.mode, layer.exchange.cap = mode, self.slope_cap if relu else None
             layer.exchange.masked = relu
