@@ -56,9 +56,11 @@ def _peak(work: object, replicas: int, batch: int, dtype: str,
     from spdnn.model.memory import predict, replica_batch, shapes_of
     from spdnn.runtime import memory_report
 
-    size = np.dtype(dtype).itemsize
+    half = dtype == "bfloat16"  # float32 sums and state beside 16-bit blocks
+    size = 4 if half else np.dtype(dtype).itemsize
     return max(predict(shapes_of(work, p), batch=replica_batch(batch, replicas), itemsize=size,
                        training=True, optimizer_arrays=optimizer_arrays,
+                       stored=2 if half else None,
                        baseline=memory_report.baseline() if baseline is None else baseline).total
                for p in range(work.parts))  # type: ignore[attr-defined]
 

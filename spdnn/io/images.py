@@ -25,7 +25,7 @@ from spdnn.io.formats import read_inputs
 from spdnn.io.idx import read_idx
 from spdnn.io.npz import NpzReader
 from spdnn.model.choices import CHALLENGE_SIZES, CHALLENGE_THRESHOLD
-from spdnn.model.csr import cast_values
+from spdnn.model.csr import as_dtype, cast_values
 
 _CHUNK = 2000  # images resized at a time (256x256 float64: 1 GB)
 _BLOCK_ENTRIES = 1 << 22  # entries read at a time (16 MB of int32 indices)
@@ -116,7 +116,7 @@ def _read_npz(path: str | os.PathLike, n_features: int, share: Callable[[int], s
         indptr, has_data = _check_npz(r, p, n_features)
         n_rows = len(indptr) - 1
         part = share(n_rows) if share is not None else slice(0, n_rows)
-        dtype = np.dtype(dtype if dtype is not None else
+        dtype = as_dtype(dtype if dtype is not None else
                          np.float64 if has_data else np.float32)  # a pattern: 4 bytes a pixel
         m = _SelectedRows(r, p, indptr[part.start:part.stop + 1], n_features, features,
                           has_data).read(dtype)
@@ -141,7 +141,7 @@ def image_share_nbytes(path: str | os.PathLike, n_features: int,
                              has_data)
         entries = int(rows.row_pointers()[-1])
     index = 4 if max(entries, n_features) < 2**31 else 8
-    return entries * (np.dtype(dtype).itemsize + index) + (part.stop - part.start + 1) * index
+    return entries * (as_dtype(dtype).itemsize + index) + (part.stop - part.start + 1) * index
 
 
 class _SelectedRows:

@@ -129,7 +129,7 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
         itemsize = 4 if half else np.dtype(dtype if dtype is not None else "float32").itemsize
         verdict = check(grid, bundle, plan, itemsize, budget, stored=2 if half else None)
         blocks = None
-        if budget.can_stream and (verdict.over or budget.stream_layers):
+        if budget.can_stream and not half and (verdict.over or budget.stream_layers):
             reason = f"--stream-layers {budget.stream_layers}" if not verdict.over else \
                 f"the weights pass {verdict.source}"
             blocks = choose_blocks(grid, verdict.shapes, limit=verdict.limit, itemsize=itemsize,
