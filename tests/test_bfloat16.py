@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from spdnn.errors import InputError, OptionError, SpdnnError
+from spdnn.io.bundle import load_network
 from spdnn.io.loaders import Dataset
 from spdnn.kernels import bfloat16 as bf
 from spdnn.kernels import products as kernels
@@ -338,3 +339,104 @@ def test_bfloat16_rows_encode_and_fold_exactly(batch):
     expected[rows] += np.where(mask, partials, 0)
     encoding.fold_add(g, rows, packed[:n], x, cap)
     np.testing.assert_array_equal(g, expected)
+
+
+def _bf16_safetensors(path, torch):  # noqa: ANN001
+    """A pruned 20-16-4 model saved by torch in bfloat16; its tensors."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    tensors = {}
+    for name, (n_out, n_in) in (("fc1", (16, 20)), ("fc2", (4, 16))):
+        w = torch.randn(n_out, n_in)
+        w[torch.rand_like(w) < 0.6] = 0
+        tensors[f"{name}.weight"] = w.to(torch.bfloat16)
+        tensors[f"{name}.bias"] = torch.randn(n_out).to(torch.bfloat16)
+    save_file(tensors, str(path))
+    return tensors
+
+
+def test_a_bfloat16_safetensors_file_stays_bfloat16_unless_asked(tmp_path):
+    """BF16 in: the bundle stores the same bits (uint16, meta values "bfloat16"), and back to
+    safetensors it is BF16 again, bit for bit; --dtype float32 widens it (exactly), --dtype
+    bfloat16 rounds a float32 network as torch rounds; a run reads it widened and saves its
+    float32 master weights, saying it trained in bfloat16."""
+    from safetensors.torch import load_file
+
+    from tests.helpers import run_cli
+
+    torch = import_torch()
+    tensors = _bf16_safetensors(tmp_path / "bf16.safetensors", torch)
+    assert run_cli("convert", "safetensors", tmp_path / "bf16.safetensors", "--activations",
+                   "relu", "-o", tmp_path / "net.npz").returncode == 0
+    with np.load(tmp_path / "net.npz") as z:
+        assert z["W1_data"].dtype == np.uint16 and z["b1"].dtype == np.uint16
+        assert '"values": "bfloat16"' in str(z["meta"])
+        bias_bits = tensors["fc1.bias"].view(torch.int16).numpy().view(np.uint16)
+        np.testing.assert_array_equal(z["b1"], bias_bits)
+    assert run_cli("convert", "network", tmp_path / "net.npz", "--to", "safetensors", "-o",
+                   tmp_path / "back.safetensors").returncode == 0
+    back = load_file(str(tmp_path / "back.safetensors"))
+    for name, t in tensors.items():
+        assert back[name].dtype == torch.bfloat16 and torch.equal(back[name], t), name
+    assert run_cli("convert", "network", tmp_path / "net.npz", "--dtype", "float32", "-o",
+                   tmp_path / "f32.npz").returncode == 0
+    wide = load_network(tmp_path / "f32.npz")
+    assert wide.dtype == np.float32 and "values" not in wide.meta()
+    np.testing.assert_array_equal(wide.layers[0].weight.toarray(),
+                                  tensors["fc1.weight"].float().numpy())
+    f32 = tmp_path / "f32.safetensors"
+    torch_f32 = {k: v.float() + 1e-3 for k, v in tensors.items()}  # not bfloat16 values
+    from safetensors.torch import save_file
+    save_file(torch_f32, str(f32))
+    assert run_cli("convert", "safetensors", f32, "--activations", "relu", "--dtype",
+                   "bfloat16", "-o", tmp_path / "rounded.npz").returncode == 0
+    with np.load(tmp_path / "rounded.npz") as z:
+        expected = torch_f32["fc1.bias"].to(torch.bfloat16).view(torch.int16).numpy()
+        np.testing.assert_array_equal(z["b1"], expected.view(np.uint16))
+    net = load_network(tmp_path / "net.npz")
+    trained = _runtime_train_saved(net, tmp_path / "trained.npz")
+    with np.load(trained) as z:
+        assert z["W1_data"].dtype == np.float32
+        assert '"trained_dtype": "bfloat16"' in str(z["meta"]) and '"values"' not in str(
+            z["meta"])
+
+
+def _runtime_train_saved(net, path):  # noqa: ANN001, ANN202
+    """One epoch of ``net`` in bfloat16 on random data, saved to ``path`` (one process)."""
+    from spdnn.comm.mpi import Communicator
+    from spdnn.runtime.session import open_network, save_trained
+    from spdnn.runtime.training import TrainConfig, train
+
+    comm = Communicator.self_only()
+    run = open_network(comm, net, None, "bfloat16")
+    rng = np.random.default_rng(0)
+    data = Dataset(name="t", x_train=rng.standard_normal((20, net.sizes[0])).astype(np.float32),
+                   y_train=rng.integers(0, net.sizes[-1], 20))
+    train(comm, run.dnet, data, TrainConfig(epochs=1, batch_size=8, optimizer=SGDConfig(0.1)))
+    save_trained(comm, run.dnet, str(path), {})
+    run.dnet.grid.free()
+    return path
+
+
+def test_a_bundle_whose_members_are_not_what_its_meta_says_is_refused(tmp_path):
+    from spdnn.io.bundle import NetworkBundle, save_network
+
+    net = small_network((8, 6, 4), dtype="float32")
+    save_network(net, tmp_path / "f32.npz")
+    with np.load(tmp_path / "f32.npz") as z:
+        members = dict(z)
+    members["meta"] = np.array(str(members["meta"]).replace('"cap"', '"values": "bfloat16", '
+                                                                      '"cap"'))
+    np.savez(tmp_path / "claims.npz", **members)
+    with pytest.raises(InputError, match="claims.npz: layer 1: data must be bfloat16 bits"):
+        NetworkBundle(tmp_path / "claims.npz")
+    members["meta"] = np.array(str(members["meta"]).replace('"bfloat16"', '"float8"'))
+    np.savez(tmp_path / "float8.npz", **members)
+    with pytest.raises(InputError, match="float8.npz: meta: values 'float8' is not a stored"):
+        NetworkBundle(tmp_path / "float8.npz")
+    big = small_network((8, 6, 4), dtype="float32")
+    big.layers[0].weight.data[0] = 3.4e38
+    from spdnn.io.bundle import as_bfloat16
+    with pytest.raises(ValueError, match="beyond bfloat16's range"):
+        as_bfloat16(big)

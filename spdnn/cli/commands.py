@@ -27,7 +27,13 @@ def cmd_convert(args: argparse.Namespace) -> None:
 
     import numpy as np
 
-    from spdnn.io.bundle import load_network, save_network
+    from spdnn.io.bundle import (
+        VALUES_KEY,
+        as_bfloat16,
+        load_network,
+        save_network,
+        stores_bfloat16,
+    )
     from spdnn.io.formats import read_sparse_matrix, write_mtx
     from spdnn.io.graphchallenge import read_graphchallenge, write_graphchallenge
     from spdnn.io.safetensors import FROM_FILE, read_safetensors, write_safetensors
@@ -78,6 +84,13 @@ def cmd_convert(args: argparse.Namespace) -> None:
         net = load_network(args.inputs[0], args.dtype)
     if count is not None and args.source in ("safetensors", "network"):
         net = net.truncated(count)
+    if args.dtype == "bfloat16":  # asked for: the values rounded, stored in 16 bits
+        try:
+            net = as_bfloat16(net)
+        except ValueError as exc:
+            raise InputError(args.inputs[0], str(exc)) from None
+    elif args.dtype is not None and stores_bfloat16(net.meta()):  # asked for: widened
+        net = replace(net, extra={k: v for k, v in net.extra.items() if k != VALUES_KEY})
     if args.to == "network":
         save_network(net, args.output)
     elif args.to == "safetensors":

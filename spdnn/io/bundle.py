@@ -2,7 +2,9 @@
 
 Keys: ``format``, ``n_layers``, ``meta`` (JSON string) and for k = 1..L ``W{k}_indptr``,
 ``W{k}_indices``, ``W{k}_data``, ``W{k}_shape`` (= [n_k, n_{k-1}]) and ``b{k}``. An ``.npz`` is
-a zip of ``.npy`` members, so one layer is read without reading the others.
+a zip of ``.npy`` members, so one layer is read without reading the others. Meta ``"values":
+"bfloat16"``: the values, biases and pruned values are bfloat16 bits (uint16), read widened to
+float32 (exactly) and written rounded.
 """
 
 from __future__ import annotations
@@ -22,12 +24,42 @@ from spdnn.errors import InputError, check_type
 from spdnn.io.atomic import atomic_path
 from spdnn.io.jsonread import decode
 from spdnn.io.npz import RANGE_BLOCK, NpzReader
+from spdnn.kernels import bfloat16
 from spdnn.model.csr import check_indptr, check_pattern
 from spdnn.model.fingerprint import Fingerprint, fingerprint_of
 from spdnn.model.network import Layer, Network, validate_meta
 
 # The meta keys a Network's own fields hold (the rest is ``extra``).
 ACTIVATION_KEYS = ("activation", "activations", "cap", "output_activation")
+# The meta key of a bundle whose values are stored in 16 bits, and its one value.
+VALUES_KEY, BFLOAT16 = "values", "bfloat16"
+
+
+def stores_bfloat16(meta: dict[str, Any]) -> bool:
+    """Whether a bundle with this meta stores its values as bfloat16."""
+    return meta.get(VALUES_KEY) == BFLOAT16
+
+
+def as_bfloat16(net: Network) -> Network:
+    """``net`` with its values, biases and pruned values rounded to bfloat16 (held in float32)
+    and marked so (meta ``values``): a bundle or safetensors file written from it stores 16
+    bits. Refuses a value past bfloat16's range."""
+    import scipy.sparse as sp
+
+    def rounded(a: np.ndarray) -> np.ndarray:
+        out = bfloat16.rounded(a)
+        if not np.all(np.isfinite(out)):
+            raise ValueError("a value beyond bfloat16's range (about 3.39e38)")
+        return out
+
+    layers = tuple(Layer(sp.csr_matrix((rounded(lay.weight.data), lay.weight.indices,
+                                        lay.weight.indptr), shape=lay.weight.shape),
+                         rounded(lay.bias),
+                         None if lay.pruned is None else rounded(lay.pruned))
+                   for lay in net.layers)
+    extra = {**(net.extra if isinstance(net.extra, dict) else {}), VALUES_KEY: BFLOAT16}
+    return Network(layers=layers, activations=net.activations, cap=net.cap,
+                   output_activation=net.output_activation, extra=extra)
 
 NETWORK_FORMAT = "spdnn-network/2"
 # Format 1 is format 2 with every hidden layer ReLU (meta "activation": "relu").
@@ -56,6 +88,10 @@ class NetworkBundle:
                 "names one activation per hidden layer (activations)" if fmt == NETWORK_FORMAT
                 else "has no per-layer activations (its hidden layers are ReLU)"))
         validate_meta(meta, self.path, self.n_layers)
+        if VALUES_KEY in meta and meta[VALUES_KEY] != BFLOAT16:
+            raise InputError(self.path, f"meta: values {meta[VALUES_KEY]!r} is not a stored "
+                                        f"value type (only {BFLOAT16!r} is named)")
+        self.bfloat16 = stores_bfloat16(meta)
         if fmt == NETWORK_FORMAT_1:  # read as format 2: ReLU on every hidden layer
             meta = {k: v for k, v in meta.items() if k != "activation"}
             meta["activations"] = ["relu"] * (self.n_layers - 1)
@@ -89,6 +125,12 @@ class NetworkBundle:
                 raise InputError(self.path, f"layer {k}: {name} must be a 1-D array, not "
                                             f"shape {shape}")
             want_kind = "iu" if name in ("indptr", "indices") else "f"
+            if name in ("data", "b") and self.bfloat16:
+                if np.dtype(dtype) != bfloat16.BITS:
+                    raise InputError(self.path, f"layer {k}: {name} must be bfloat16 bits "
+                                                f"(uint16, as meta values says), not "
+                                                f"{np.dtype(dtype)}")
+                continue
             if np.dtype(dtype).kind not in want_kind:
                 kind = "an integer" if want_kind == "iu" else "a floating-point"
                 raise InputError(self.path, f"layer {k}: {name} must be {kind} array, not "
@@ -174,7 +216,7 @@ class NetworkBundle:
                 fingerprint.add_indices(self._npz.span(f"W{k}_indices", start,
                                                        min(RANGE_BLOCK, nnz - start)))
         mine = self._npz.ranges(f"W{k}_indices", starts, counts)
-        data = self._npz.ranges(f"W{k}_data", starts, counts)
+        data = self._values(self._npz.ranges(f"W{k}_data", starts, counts))
         bias = self.bias(k)
         local_indptr = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         return Layer.from_arrays(local_indptr, mine, data, (len(rows), n_in), bias[rows],
@@ -187,25 +229,31 @@ class NetworkBundle:
         if bias.shape != (n_out,):
             raise InputError(self.path, f"layer {k}: bias has shape {bias.shape}, expected "
                                         f"({n_out},)")
-        return bias
+        return self._values(bias)
+
+    def _values(self, stored: np.ndarray) -> np.ndarray:
+        """Values as stored, bfloat16 bits widened to float32 (exact)."""
+        return bfloat16.widen(stored) if self.bfloat16 else stored
 
     def layer(self, k: int, dtype: Any = None) -> Layer:
         if not 1 <= k <= self.n_layers:
             raise IndexError(k)
         indptr, indices = self.pattern(k)
-        data = self._npz.get(f"W{k}_data")
-        bias = self._npz.get(f"b{k}")
+        data = self._values(self._npz.get(f"W{k}_data"))
+        bias = self.bias(k)
         layer = Layer.from_arrays(indptr, indices, data, self.shapes[k - 1], bias, self.path,
                                   f"layer {k}", dtype)
         if f"W{k}_pruned" not in self._npz.keys:
             return layer
         n_out, n_in = self.shapes[k - 1]
         shape, kind = self._npz.header(f"W{k}_pruned")  # checked before it is read
-        if shape != (n_out * n_in - layer.nnz,) or kind.kind != "f":
+        stored = bfloat16.BITS if self.bfloat16 else None
+        if shape != (n_out * n_in - layer.nnz,) or \
+                (kind != stored if stored is not None else kind.kind != "f"):
             raise InputError(self.path, f"layer {k}: W{k}_pruned must be "
                              f"{n_out * n_in - layer.nnz} floats (one per position outside "
                              "the pattern)")
-        pruned = self._npz.get(f"W{k}_pruned").astype(layer.weight.dtype)
+        pruned = self._values(self._npz.get(f"W{k}_pruned")).astype(layer.weight.dtype)
         layer = Layer(layer.weight, layer.bias, pruned)
         layer.check_pruned(self.path, f"layer {k}")
         return layer
@@ -306,6 +354,7 @@ class NetworkWriter:
         if "activations" not in meta:
             raise ValueError("a bundle's meta names its activations (Network.meta)")
         validate_meta(meta, self.path, len(sizes) - 1)
+        self.bfloat16 = stores_bfloat16(meta)  # the values rounded as they are written
         self.sizes = tuple(int(n) for n in sizes)
         self._fp = Fingerprint(self.sizes)
         self._k = 0
@@ -334,14 +383,28 @@ class NetworkWriter:
         Layer.from_arrays(w.indptr, w.indices, w.data, w.shape, layer.bias, self.path,
                           f"layer {k}")
         self._fp.add(w.indptr, w.indices)
-        for name, value in (("indptr", w.indptr), ("indices", w.indices), ("data", w.data),
+        stored = self._stored
+        for name, value in (("indptr", w.indptr), ("indices", w.indices),
+                            ("data", stored(w.data)),
                             ("shape", np.array(w.shape, dtype=np.int64))):
             self._put(f"W{k}_{name}", value)
-        self._put(f"b{k}", layer.bias)
+        self._put(f"b{k}", stored(layer.bias))
         if layer.pruned is not None:
             layer.check_pruned(self.path, f"layer {k}")
-            self._put(f"W{k}_pruned", layer.pruned)
+            self._put(f"W{k}_pruned", stored(layer.pruned))
         self._k = k
+
+    def _stored(self, values: np.ndarray) -> np.ndarray:
+        """Values as the bundle stores them: as they are, or rounded to bfloat16 (a value past
+        bfloat16's range is refused: it would be stored as infinite)."""
+        if not self.bfloat16:
+            return values
+        bits = bfloat16.narrow(values)
+        if not np.all(np.isfinite(bfloat16.widen(bits))):
+            self.abort()
+            raise InputError(self.path, "a value beyond bfloat16's range (about 3.39e38) "
+                                        "cannot be stored as bfloat16")
+        return bits
 
     def close(self) -> str:
         """Rename the complete bundle into place; its fingerprint."""

@@ -26,8 +26,10 @@ import scipy.sparse as sp
 
 from spdnn.errors import InputError
 from spdnn.io.atomic import atomic_path
+from spdnn.io.bundle import BFLOAT16, VALUES_KEY, as_bfloat16, stores_bfloat16
 from spdnn.io.jsonread import decode
 from spdnn.io.paths import check_input_file
+from spdnn.kernels import bfloat16
 from spdnn.model.activations import ACTIVATIONS, parse_list
 from spdnn.model.network import OUTPUT_ACTIVATIONS, Layer, Network
 
@@ -192,12 +194,16 @@ def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None
     ``activations``: what the hidden layers compute (one name for all, or one per hidden
     layer; default: the file's metadata, as spdnn writes it, else refused); ``cap`` and
     ``output_activation`` likewise, else uncapped and linear (``FROM_FILE``). ``dtype`` None:
-    the type the file declares (float64 when a layer's values or bias are F64, else float32,
-    which holds F32, F16 and BF16 exactly)."""
+    the type the file declares (float64 when a layer's values or bias are F64; bfloat16 when
+    every one is BF16: held in float32, exactly, with meta ``values`` "bfloat16", so that a
+    bundle or safetensors file written from it stores BF16 again; else float32, which holds
+    F32, F16 and BF16 exactly). ``dtype`` "bfloat16": the values rounded to it, so marked."""
     st = SafetensorsFile(path)
     names = _layer_names(st, names)
+    keys = [f"{n}.{t}" for n in names for t in ("weight", "weight_orig", "bias")]
+    half = dtype == "bfloat16" or dtype is None and all(
+        st.tensors[k][0] == np.dtype("V2") for k in keys if k in st.tensors)
     if dtype is None:
-        keys = [f"{n}.{t}" for n in names for t in ("weight", "weight_orig", "bias")]
         wide = any(st.tensors[k][0] == np.float64 for k in keys if k in st.tensors)
         dtype = np.float64 if wide else np.float32
     layers, pruned = [], False
@@ -252,11 +258,13 @@ def read_safetensors(path: str | os.PathLike, names: Sequence[str] | None = None
     acts = hidden_activations(os.fspath(path), activations, st.metadata, len(names) - 1)
     cap, output_activation = _from_metadata(os.fspath(path), st.metadata, cap,
                                             output_activation)
+    extra: dict[str, Any] = {"safetensors": {"names": names, "pruned": pruned}}
+    if half:
+        extra[VALUES_KEY] = BFLOAT16
     net = Network(layers=tuple(layers), activations=acts, cap=cap,
-                  output_activation=output_activation,
-                  extra={"safetensors": {"names": names, "pruned": pruned}})
+                  output_activation=output_activation, extra=extra)
     net.validate(str(path))
-    return net
+    return as_bfloat16(net) if half else net
 
 
 def write_safetensors(net: Network, path: str | os.PathLike,
@@ -276,6 +284,8 @@ def write_safetensors(net: Network, path: str | os.PathLike,
     pruned = bool(known.get("pruned", False)) if pruned is None else pruned
     tensors: list[tuple[str, np.ndarray]] = []
     dt, code = (np.float64, "F64") if net.dtype == np.float64 else (np.float32, "F32")
+    if stores_bfloat16(net.meta()):  # values read from BF16, or rounded to it on request
+        code = "BF16"
     for name, layer in zip(names, net.layers):
         dense = layer.weight.astype(dt).toarray()
         if pruned:
@@ -293,14 +303,18 @@ def write_safetensors(net: Network, path: str | os.PathLike,
             "spdnn_cap": "none" if net.cap is None else repr(float(net.cap))}
     header: dict[str, Any] = {"__metadata__": meta}
     offset = 0
+    item = 2 if code == "BF16" else np.dtype(dt).itemsize
     for name, a in tensors:
         header[name] = {"dtype": code, "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
+                        "data_offsets": [offset, offset + a.size * item]}
+        offset += a.size * item
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for _, a in tensors:
-            f.write(np.ascontiguousarray(a, "<f8" if code == "F64" else "<f4").tobytes())
+            if code == "BF16":
+                f.write(bfloat16.narrow(a).astype("<u2").tobytes())
+            else:
+                f.write(np.ascontiguousarray(a, "<f8" if code == "F64" else "<f4").tobytes())

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from spdnn.comm.mpi import AgreedError, Communicator
 from spdnn.errors import InputError, SpdnnError
 from spdnn.io.atomic import write_text
-from spdnn.io.bundle import ACTIVATION_KEYS, NetworkBundle, NetworkWriter
+from spdnn.io.bundle import ACTIVATION_KEYS, VALUES_KEY, NetworkBundle, NetworkWriter
 from spdnn.io.planfile import load_plan
 from spdnn.kernels import products as kernels
 from spdnn.kernels.loading import load_kernels
@@ -243,7 +243,9 @@ def save_trained(comm: Communicator, dnet: DistributedNetwork, path: str,
     """Write the network as it is now: rank 0 of replica 0 gathers one layer at a time and
     writes it before the next (it never holds more than one whole layer). Collective."""
     writes = dnet.grid.replica == 0 and dnet.comm.rank == 0
-    kept = {k: v for k, v in dnet.meta.items() if k not in ACTIVATION_KEYS}
+    # the trained weights in the run's arithmetic type: a network read from bfloat16 values is
+    # not rounded back to them (a bfloat16 run's master weights are float32)
+    kept = {k: v for k, v in dnet.meta.items() if k not in (*ACTIVATION_KEYS, VALUES_KEY)}
     if dnet.bfloat16:  # the float32 master weights of a run at bfloat16's rounding points
         extra = {**extra, "trained_dtype": "bfloat16"}
     meta = Network(layers=(), activations=tuple(dnet.meta["activations"]), cap=dnet.cap,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from spdnn.cli.options import cap, layers
-from spdnn.cli.parsers.common import DTYPES, command
+from spdnn.cli.parsers.common import command
+from spdnn.model.choices import VALUE_TYPES
 
 
 def add_convert(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
@@ -49,7 +50,9 @@ def add_convert(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
                            "order (fc1,fc2,fc3; default: every NAME.weight in natural order, "
                            "and on output the names the network was read with, else fc1, "
                            "fc2, ...)")
-    conv.add_argument("--dtype", choices=DTYPES, default=None,
+    conv.add_argument("--dtype", choices=VALUE_TYPES, default=None,
                       help="value type (default: the one the input declares: a bundle's, "
-                           "safetensors' F64 as float64, F32, F16 and BF16 as float32; "
-                           "required for graphchallenge and mtx, whose text declares none)")
+                           "safetensors' F64 as float64, BF16 (every tensor) as bfloat16, "
+                           "F32, F16 and a mix as float32; required for graphchallenge and "
+                           "mtx, whose text declares none). bfloat16 rounds the values and "
+                           "stores 16 bits (a bundle, or safetensors' BF16)")
