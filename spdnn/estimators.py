@@ -142,7 +142,9 @@ class _SparseMLP(BaseEstimator):
         """Train a new network (``fresh``) or the fitted one on the ranks."""
         with self._communicator() as comm:
             seed = self._seed(comm)
-            network = self._network(x.shape[1], n_out, seed, self._dtype(x)) if fresh \
+            if fresh:  # the value type of the run (bfloat16: a float32 network, rounded)
+                self.dtype_ = self._dtype(x)
+            network = self._network(x.shape[1], n_out, seed, self.dtype_) if fresh \
                 else self.network_
             self._train(x, targets, network, epochs=epochs, early=early, seed=seed, comm=comm)
 
@@ -257,7 +259,7 @@ class _SparseMLP(BaseEstimator):
         plan = self._plan(comm, network, seed)
         try:
             result = spdnn.train(network, data=(x, y), run=RunOptions(
-                plan=plan, dtype=network.dtype.name),
+                plan=plan, dtype=self.dtype_),
                                  options=opt, comm=comm, verbose=bool(self.verbose),
                                  return_network=True)
         except OptionError as e:
@@ -292,7 +294,7 @@ class _SparseMLP(BaseEstimator):
         with self._communicator() as comm:
             # every rank holds the whole network: the ranks share the samples (replicas)
             return spdnn.predict(self.network_, x, run=RunOptions(
-                dtype=self.network_.dtype.name, replicas=comm.size), scores=True, comm=comm)
+                dtype=self.dtype_, replicas=comm.size), scores=True, comm=comm)
 
 
 def _replace(opt: TrainOptions, **changes: Any) -> TrainOptions:  # noqa: ANN401

@@ -122,3 +122,24 @@ def test_bfloat16_rows_travel_in_every_exchange_mode_to_the_same_result(comm, mp
             if mode == "auto":  # than dense but for a 16-byte header a message
                 assert sent[0] <= dense[0] + HEADER * t.forward_messages.sum(), (sent, dense)
     run.dnet.grid.free()
+
+
+@pytest.mark.parametrize("name", ["adamw", "adagrad", "nesterov", "rmsprop"])
+def test_every_optimizer_keeps_float32_state_under_bfloat16(comm, mpi_tmp_path, name):
+    """The other optimizers update the float32 master weights as the reference's do."""
+    from tests.test_optim_mpi import OPTIMIZERS
+
+    net = small_network((20, 24, 18, 6), fan_in=5, seed=4, bias_scale=0.3, dtype="float32")
+    data = _data(net)
+    opt = OPTIMIZERS[name]
+    expected, ref = reference_train(net, data, 1, 16, opt, seed=2, bfloat16=True)
+    parts, replicas = grids(comm.size)[-1]
+    run = _open(comm, mpi_tmp_path, net, parts, replicas, dtype="bfloat16")
+    reports = train(comm, run.dnet, data, TrainConfig(epochs=1, batch_size=16, optimizer=opt,
+                                                      seed=2))
+    np.testing.assert_allclose([r.loss for r in reports], [r.loss for r in ref], rtol=TOL)
+    got = gather_network(run.dnet)
+    if got is not None:
+        for la, lb in zip(got.layers, expected.layers):
+            np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=TOL)
+    run.dnet.grid.free()

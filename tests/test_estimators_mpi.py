@@ -88,3 +88,24 @@ def test_a_grid_search_on_the_ranks_gives_every_rank_the_same_choice(comm):
     assert search.best_params_ == {"fan_in": 16}
     mine = search.best_estimator_.coefs_[0].toarray()
     assert all(np.array_equal(mine, other) for other in comm.allgather(mine))
+
+
+def test_a_bfloat16_fit_on_the_ranks_equals_the_serial_reference_at_its_rounding_points(comm):
+    """dtype="bfloat16": the fit runs in bfloat16 (dtype_ says so) and ends as the serial
+    reference's bfloat16 passes do, within float32 rounding; its predictions use them too."""
+    digits = load_dataset("digits", "float32")
+    x, y = digits.x_train[:300], digits.y_train[:300]
+    clf = SparseMLPClassifier((24, 16), fan_in=7, max_iter=3, random_state=5, dtype="bfloat16",
+                              learning_rate_init=0.01, comm=comm).fit(x, y)
+    assert clf.dtype_ == "bfloat16" and clf.network_.dtype == np.float32
+    net = initial_network([64, 24, 16, 10], [7, 7, 7], seed=5, dtype="float32",
+                          activations="relu")
+    expected, reports = reference_train(net, Dataset(name="d", x_train=x, y_train=y), 3, 200,
+                                        AdamConfig(lr=0.01, weight_decay=1e-4), seed=5,
+                                        bfloat16=True)
+    for coef, layer in zip(clf.coefs_, expected.layers):
+        np.testing.assert_allclose(coef.toarray(), layer.weight.T.toarray(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(clf.loss_curve_, [r.loss for r in reports], rtol=1e-5)
+    xt = digits.x_test[:41]
+    z = reference_predict(expected, xt, bfloat16=True)
+    np.testing.assert_array_equal(clf.predict(xt), np.argmax(z, axis=1))

@@ -241,11 +241,12 @@ def bench(structure: str, net, args) -> tuple[list[list[str]], list[list[str]], 
 
 
 def side_by_side(nets: dict, args, optimizers: dict | None = None,  # noqa: ANN001
-                 dtypes: dict | None = None) -> list[list[str]]:
+                 dtypes: dict | None = None, splits: dict | None = None) -> list[list[str]]:
     """The step of each variant (its network, its optimizer from ``optimizers`` and its value
     type from ``dtypes``) at P = 1, one thread, one process per variant and round, rounds
     interleaved: rows of the variant, ms best / median, and the ratio of medians to the first
-    variant's."""
+    variant's. ``splits``: filled with each variant's per-layer forward and backward times
+    and its phases (forward, backward, update), lists over the rounds."""
     from spdnn.io.bundle import save_network
 
     times: dict[str, list[float]] = {name: [] for name in nets}
@@ -259,6 +260,8 @@ def side_by_side(nets: dict, args, optimizers: dict | None = None,  # noqa: ANN0
                           (optimizers or {}).get(name, "sgd"), net=f"{name}.npz",
                           dtype=(dtypes or {}).get(name, "float32"))
                 times[name] += out["times"]
+                if splits is not None:
+                    splits.setdefault(name, []).append(out)
                 print(f"round {r + 1}, {name}: median "
                       f"{1e3 * statistics.median(out['times']):.0f} ms", flush=True)
     base = statistics.median(next(iter(times.values())))
@@ -297,13 +300,16 @@ def activations(net, args) -> str:  # noqa: ANN001
 
 def value_types(args) -> str:  # noqa: ANN001
     """The step in bfloat16 against float32, on each network (SGD with momentum 0.9)."""
-    parts, rows = [], []
+    parts, rows, phases = [], [], []
     for structure in args.structure:
         net = build(structure, args.hidden)
         variants = {f"{structure}, {dt}": net for dt in ("float32", "bfloat16")}
+        splits: dict = {}
         got = side_by_side(variants, args, dtypes={f"{structure}, {dt}": dt
-                                                   for dt in ("float32", "bfloat16")})
+                                                   for dt in ("float32", "bfloat16")},
+                           splits=splits)
         rows += got
+        phases += _phases(structure, net, splits)
         parts.append(f"`{structure}`: {' -> '.join(str(n) for n in net.sizes)}, "
                      f"{net.nnz:,} weights.")
     return (f"Command: `python scripts/bench/bench_train.py --dtypes --hidden {args.hidden} "
@@ -314,7 +320,30 @@ def value_types(args) -> str:  # noqa: ANN001
             f"{args.steps} timed steps after 2 warm-up steps, {args.rounds} interleaved "
             "rounds.\n\n"
             + table(["network, value type", "ms / step, best / median", "vs float32"],
-                    _against_float32(rows)))
+                    _against_float32(rows))
+            + "\n\nWhere the step goes (ms per step, median over the rounds; a layer's "
+            "forward is its product with the activation, its backward W^T G with the slope "
+            "and the weight and bias gradients, and in bfloat16 the rounding of its error "
+            "block; the update includes the rounding of the weights' copy):\n\n"
+            + table(["network", "part", "float32", "bfloat16", "bfloat16 / float32"], phases))
+
+
+def _phases(structure: str, net, splits: dict) -> list[list[str]]:  # noqa: ANN001
+    """Per layer and phase: the median over the rounds of each type's time."""
+    def med(dtype: str, pick) -> float:  # noqa: ANN001
+        return 1e3 * statistics.median(pick(out) for out in splits[f"{structure}, {dtype}"])
+
+    rows = []
+    picks = [(f"layer {k + 1} ({net.layers[k].weight.shape[0]} x "
+              f"{net.layers[k].weight.shape[1]}), {what}",
+              lambda out, k=k, what=what: out[what][k])
+             for k in range(net.n_layers) for what in ("forward", "backward")]
+    picks += [(f"whole step: {name}", lambda out, i=i: out["parts"][i])
+              for i, name in enumerate(("forward", "backward", "update"))]
+    for label, pick in picks:
+        a, b = med("float32", pick), med("bfloat16", pick)
+        rows.append([structure, label, f"{a:.1f}", f"{b:.1f}", f"{b / a:.2f}"])
+    return rows
 
 
 def _against_float32(rows: list[list[str]]) -> list[list[str]]:
