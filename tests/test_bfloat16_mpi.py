@@ -143,3 +143,22 @@ def test_every_optimizer_keeps_float32_state_under_bfloat16(comm, mpi_tmp_path, 
         for la, lb in zip(got.layers, expected.layers):
             np.testing.assert_allclose(la.weight.data, lb.weight.data, rtol=0, atol=TOL)
     run.dnet.grid.free()
+
+
+@pytest.mark.parametrize("exchange", ["dense", "auto"])
+def test_bfloat16_graph_challenge_subset_gives_the_official_categories(
+        comm, mpi_tmp_path, graphchallenge_dir, neuron1024, exchange):
+    """The official 1024 x 120 network on its 1,200-image subset, in bfloat16 at every P
+    (the outputs rounded at every layer, the dead inputs dropped): the official categories."""
+    from spdnn.io.formats import read_categories, read_inputs
+    from spdnn.runtime.inference import challenge_infer
+
+    net = neuron1024()
+    run = _open(comm, mpi_tmp_path, net, comm.size, 1, method="cyclic", name="gc",
+                dtype="bfloat16")
+    run.dnet.set_exchange(exchange)
+    images = read_inputs(graphchallenge_dir / "sparse-images-1024_subset.mtx", 1024)
+    truth = read_categories(graphchallenge_dir / "neuron1024-l120-categories_subset.mtx")
+    result = challenge_infer(comm, run.dnet, images, run.nnz)
+    np.testing.assert_array_equal(result.categories, truth)
+    run.dnet.grid.free()
