@@ -135,6 +135,9 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
             + sum(max([r for i, r in enumerate(owned) if i % 2 == b], default=0)
                   for b in (0, 1))) + (4 if copy else 3) * itemsize  # a spare value a block
         step += batch * stored * sum(s.buffer_rows for s in layers)
+        # the step's block of input samples, in the data's type (the rank's features x batch),
+        # held through the step beside the X buffer it is copied into
+        step += batch * itemsize * layers[0].prev_rows
         if copy:  # two error blocks rounded for the products, taken in turn
             step += 2 * batch * copy * max(s.rows for s in layers)
         if dropout:
@@ -145,9 +148,10 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
                                         - (sampled.rows if sampled is layers[-1] else 0))
     passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
     width = max(batch, passes) if training else passes
-    messages = 2 * width * itemsize * max((s.sent + s.ghosts for s in layers), default=0)
-    if copy:  # bfloat16 rows travel dense: a send block of them, and the folds' float32 one
-        messages = width * (stored + itemsize) * max((s.sent for s in layers), default=0)
+    # the encoded messages of both directions: bfloat16's rows forward in 16 bits, the folds'
+    # partial sums in float32
+    messages = width * (stored + itemsize) * max((s.sent + s.ghosts for s in layers),
+                                                 default=0)
     evaluation = passes * (
         2 * stored * max(s.buffer_rows for s in layers) + itemsize * max(s.rows for s in layers)
         + itemsize * (layers[0].prev_rows + layers[-1].rows if challenge else 0))
