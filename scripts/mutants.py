@@ -276,8 +276,12 @@ def apply(tree: Path, m: Mutant) -> str:
 
 
 def run(tree: Path, m: Mutant) -> bool:
-    """Whether the mutant's tests fail (it is caught)."""
+    """Whether the mutant's tests fail (it is caught). A mutant of a kernel module compiles
+    into a numba cache of its own: numba's cache does not follow imports, so kernels cached
+    by an earlier mutant would keep the unmutated code of the helpers they inline."""
     env = {**os.environ, "PYTHONPATH": str(tree), "SPDNN_TEST_ORACLES": "required"}
+    if m.file.startswith("spdnn/kernels/"):
+        env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="mutant-numba-", dir=tree.parent)
     pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
               "--timeout=600", *m.tests]
     cmd = (["mpirun", "-n", str(m.mpi), *pytest, "--with-mpi"] if m.mpi else pytest)
