@@ -45,7 +45,7 @@ RUNTIME = {"layer_forward_s": 3e-5, "layer_backward_s": 5e-5, "step_s": 2e-5, "m
            "elementwise_ns_per_value": 0.2, "collective_s": 2e-6, "compute_scale_alone": 1.0,
            "compute_scale_all": 1.0, "compute_scale_cold_alone": 1.0,
            "compute_scale_cold_all": 1.0, "cache_bytes": 0.0, "compute_scale_spread": 0.1,
-           "gather_ns_per_value": 0.3}
+           "gather_ns_per_value": 0.3, "round_ns_per_value": 0.0}
 
 
 def calibration(ns: float = 0.5, network: bool = True, structure: Structure | None = None
@@ -94,8 +94,40 @@ def test_one_rank_prediction_is_the_sum_of_its_terms():
     assert p.exchange == pytest.approx(LOSS_COLLECTIVES * RUNTIME["collective_s"])
     inference = predict(w, Machine(cal), b, 1, training=False)
     assert inference.seconds == pytest.approx(forward + loss, rel=1e-12)
-    # bfloat16 has no kernel tables yet: its step is replayed as float32's
-    assert predict(w, Machine(cal), b, 1, dtype="bfloat16").seconds == p.seconds
+
+
+def test_a_bfloat16_step_reads_its_own_tables_and_rounds_the_weights_copy(tmp_path):
+    """Under bfloat16 the kernels are timed from the bfloat16 tables and the update adds the
+    rounded copy of the weights at its calibrated ns per weight; a file without them times
+    the kernels as float32's and the copy as an element-wise pass. The file keeps both."""
+    net = small_network((20, 30, 10), fan_in=5, seed=1)
+    w = workload(network_patterns(net), single_part(net.sizes))
+    b, nnz = 16, sum(lay.nnz for lay in net.layers)
+    old = calibration()
+    float32 = predict(w, Machine(old), b, 1).seconds
+    # the flat tables' kernel seconds: forward, the first layer's gradient, the backward pass
+    kernel_s = 0.5e-9 * nnz * b + 0.5e-9 * net.layers[0].nnz * b + 1e-9 * net.layers[1].nnz * b
+    ew = RUNTIME["elementwise_ns_per_value"] * 1e-9
+    assert predict(w, Machine(old), b, 1, dtype="bfloat16").seconds == \
+        pytest.approx(float32 + nnz * ew, rel=1e-12)
+    half = calibration(ns=0.3)
+    new = replace(old, kernels={**old.kernels, "bfloat16": half.kernels["float32"]},
+                  runtime={**old.runtime, "round_ns_per_value": 0.7})
+    assert predict(w, Machine(new), b, 1).seconds == float32
+    assert predict(w, Machine(new), b, 1, dtype="bfloat16").seconds == \
+        pytest.approx(float32 - kernel_s * (1 - 0.3 / 0.5) + nnz * 0.7e-9, rel=1e-12)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(new.to_json()))
+    loaded = load_calibration(path)
+    assert set(loaded.kernels) == {"float32", "float64", "bfloat16"}
+    assert loaded.round_ns() == 0.7 and load_calibration_of(old, tmp_path).round_ns() == \
+        RUNTIME["elementwise_ns_per_value"]
+
+
+def load_calibration_of(cal: Calibration, tmp_path) -> Calibration:
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(cal.to_json()))
+    return load_calibration(path)
 
 
 def test_each_optimizers_update_is_timed_at_its_own_calibrated_cost(tmp_path):
@@ -132,6 +164,11 @@ def test_the_working_set_counts_the_optimizers_state():
     nnz = sum(lay.nnz for lay in net.layers)
     assert working_set(w, 8, 4, 2)[0] - working_set(w, 8, 4, 1)[0] == nnz * 4
     assert working_set(w, 8, 8, 0)[0] - working_set(w, 8, 8, 1)[0] == -nnz * 8
+    # bfloat16: a 16-bit copy of each weight beside the master, 16-bit X buffers and outputs
+    rows = sum(lay.n_out for lay in net.layers)
+    buffers = sum(lay.n_in for lay in net.layers)  # one part: every input row is read
+    assert working_set(w, 8, 4, 1)[0] - working_set(w, 8, 4, 1, 2)[0] == \
+        -nnz * 2 + 8 * (buffers + rows) * 2
 
 
 def test_kernel_table_interpolates_in_log2_of_reuse_and_clamps():
@@ -832,8 +869,8 @@ def test_a_senders_messages_leave_one_after_another_in_posting_order(backend):
     net = machine.calibration.network
     post = np.array([1.0, 2.0, 4.0, 8.0]) * 1e-5  # about one message's transfer
 
-    def by_hand(messages):
-        t = {c: float(net.transfer(c * 8 * 4)) for c in count}
+    def by_hand(messages, item=4):
+        t = {c: float(net.transfer(c * 8 * item)) for c in count}
         ready, start, into, busy = np.full(4, -np.inf), np.full(4, np.inf), np.zeros(4), {}
         for s, d, c in messages:  # in posting order
             busy[s] = busy.get(s, 0.0) + t[c]
@@ -847,3 +884,8 @@ def test_a_senders_messages_leave_one_after_another_in_posting_order(backend):
     assert step.arrivals(lw, True, post) == pytest.approx(forward, rel=1e-12)
     assert step.arrivals(lw, False, post) == pytest.approx(backward, rel=1e-12)
     assert not np.allclose(forward[np.isfinite(forward)], backward[np.isfinite(forward)])
+    # bfloat16: 16-bit rows forward, float32 partial sums folded back
+    half = StepReplay(work, machine, 8, 1, "bfloat16")
+    assert half.arrivals(lw, True, post) == pytest.approx(by_hand(zip(src, dst, count), 2),
+                                                          rel=1e-12)
+    assert half.arrivals(lw, False, post) == pytest.approx(backward, rel=1e-12)

@@ -2,7 +2,8 @@
 
     python scripts/bench/validate_model.py [--rounds 3] [--steps 20] [--calibration FILE]
                                      [--batch 32 256] [--networks mlp random radixnet]
-                                     [--optimizer sgd|adam|...] [--no-write]
+                                     [--optimizer sgd|adam|...] [--dtype bfloat16]
+                                     [--no-write]
                                      [--save-measurements FILE]
     python scripts/bench/validate_model.py --measurements FILE [--calibration FILE] --no-write
 
@@ -12,11 +13,12 @@ Networks (float32, a dense 10-way head, synthetic inputs and labels): `mlp`, the
 hypergraph and the block plan; and 1 part x 2 replicas. Each configuration runs in a fresh
 process (mpiexec for P = 2) that times `steps` steps of the optimizer (SGD with momentum 0.9
 by default; `--optimizer` another at its defaults, a section of its own) with `--exchange
-dense`, which the model assumes, after 2 warm-up steps and reports the median of the slowest rank's
-step; rounds are interleaved (each runs a network's configurations in a rotated order), each
-predicted from a calibration taken just before it (this host's speed drifts), and the median
-kept. When the hypergraph search keeps the block plan, the two rows are one configuration
-measured twice: the order is judged on distinct configurations, and their difference is
+dense`, which the model assumes, after 2 warm-up steps and reports the median of the slowest
+rank's step (`--dtype bfloat16`: steps in bfloat16, a section of its own); rounds are
+interleaved (each runs a network's configurations in a rotated order), each predicted from a
+calibration taken just before it (this host's speed drifts), and the median kept. When the
+hypergraph search keeps the block plan, the two rows are one configuration measured twice: the
+order is judged on distinct configurations, and their difference is
 reported as the resolution of the measurements. Writes the table to docs/SCALING.md.
 """
 
@@ -58,7 +60,7 @@ def worker(args: argparse.Namespace) -> None:
 
     comm = Communicator()
     batch = args.batch[0]
-    dnet = open_network(comm, args.net, args.plan, "float32", args.replicas, "dense").dnet
+    dnet = open_network(comm, args.net, args.plan, args.dtype, args.replicas, "dense").dnet
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, dnet.sizes[0])).astype(np.float32)
     y = rng.integers(0, 10, batch)
@@ -72,6 +74,7 @@ def worker(args: argparse.Namespace) -> None:
         fwd = dnet.forward(xs)
         _, _, gw, gb = dnet.backward(fwd, y[mine], "cross_entropy", batch)
         opt.step(interleave(gw, gb))
+        dnet.weights_updated()  # bfloat16: the products' rounded copy, as training does
         return float(comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0])
 
     for _ in range(2):
@@ -90,11 +93,11 @@ def optimizer_of(name: str):  # noqa: ANN201
 
 
 def measure(runner: Ranks, work: Path, net: str, plan: str | None, replicas: int, batch: int,
-            steps: int, optimizer: str) -> float:
+            steps: int, optimizer: str, dtype: str) -> float:
     """One configuration in a fresh job (2 ranks: on this node, or on 2 emulated nodes)."""
     cmd = [sys.executable, str(HERE), "--worker", "--net", str(work / net), "--batch",
            str(batch), "--steps", str(steps), "--replicas", str(replicas), "--optimizer",
-           optimizer]
+           optimizer, "--dtype", dtype]
     if plan:
         cmd += ["--plan", str(work / plan)]
     out = runner.run(cmd, 2 if plan or replicas > 1 else 1, timeout=1200)
@@ -141,6 +144,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--optimizer", default="sgd", help="the optimizer the steps run (spdnn.optim; "
                                                        "sgd: momentum 0.9)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the value type the steps run in (bfloat16: a section of its own)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--save-measurements", metavar="FILE",
                     help="write the measured step times and each round's calibration (JSON), "
@@ -221,7 +226,7 @@ def main() -> int:
                     write_text(path, json.dumps(saved_cals[r]))
                 else:
                     runner.run([str(BIN / "spdnn"), "calibrate", "-o", path, "--dtype",
-                                "float32"], 2, timeout=600)
+                                args.dtype], 2, timeout=600)
             calibrations.append(json.loads(Path(path).read_text()))
             machine = Machine(load_calibration(path))
             if args.emulate:  # ranks on separate nodes: messages overlap with work
@@ -242,8 +247,10 @@ def main() -> int:
                     measured[case].append(saved[repr(case)][r])
                 else:
                     measured[case].append(measure(runner, work, f"{name}.npz", plan, replicas,
-                                                  batch, args.steps, args.optimizer))
+                                                  batch, args.steps, args.optimizer,
+                                                  args.dtype))
                 predicted[case].append(predict(works[name, method], machine, batch, replicas,
+                                               dtype=args.dtype,
                                                optimizer=optimizer_of(args.optimizer)))
             print(f"round {r + 1} of {args.rounds} done", flush=True)
     if args.save_measurements:
@@ -305,17 +312,18 @@ def main() -> int:
                     "(medians): the resolution of these measurements.")
     print(verdict)
     cal = "a calibration before each round (`mpiexec -n 2 spdnn calibrate --dtype " \
-          "float32`)" if args.calibration is None else f"`{args.calibration}`"
+          f"{args.dtype}`)" if args.calibration is None else f"`{args.calibration}`"
     cmd = (f"python scripts/bench/validate_model.py --rounds {args.rounds} "
            f"--steps {args.steps} "
            f"--networks {' '.join(args.networks)}"
            + (f" --emulate {args.emulate}" if args.emulate else "")
-           + (f" --optimizer {args.optimizer}" if args.optimizer != "sgd" else ""))
+           + (f" --optimizer {args.optimizer}" if args.optimizer != "sgd" else "")
+           + (f" --dtype {args.dtype}" if args.dtype != "float32" else ""))
     if args.save_measurements:
         cmd += f" --save-measurements {args.save_measurements}"
     if args.measurements:  # the steps are not in the file: --steps must be given as measured
         cmd += f" --measurements {args.measurements}"
-    body = (f"Command: `{cmd}`: {cal}; float32, {args.optimizer}, `--exchange dense`, "
+    body = (f"Command: `{cmd}`: {cal}; {args.dtype}, {args.optimizer}, `--exchange dense`, "
             f"{args.rounds} "
             f"interleaved rounds of {args.steps} steps (median step of the slowest rank), the "
             "configurations in a rotated order each round. "
@@ -335,6 +343,9 @@ def main() -> int:
         publish(args, f"validation-{args.emulate}-{nets}", "Validation over an emulated "
                 f"{args.emulate} link: {', '.join(args.networks)}", body, page="SCALING",
                 area="Cost model", rows=summary_rows, command=cmd)
+    elif args.dtype != "float32":  # a section of its own
+        publish(args, f"validation-{args.dtype}", f"Validation on this machine: {args.dtype}",
+                body, page="SCALING", area="Cost model", rows=summary_rows, command=cmd)
     elif args.optimizer != "sgd":  # a section of its own
         publish(args, f"validation-{args.optimizer}", f"Validation on this machine: "
                 f"{args.optimizer}", body, page="SCALING", area="Cost model", rows=summary_rows,

@@ -262,7 +262,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def cmd_calibrate(comm, args: argparse.Namespace) -> int:  # noqa: ANN001
     from spdnn.cost.calibrate import FULL, QUICK, run_calibrate
 
-    return run_calibrate(comm, args.output, args.dtype, grid=QUICK if args.quick else FULL)
+    return run_calibrate(comm, args.output, tuple(args.dtype), grid=QUICK if args.quick else FULL)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {

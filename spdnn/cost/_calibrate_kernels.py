@@ -13,8 +13,10 @@ import scipy.sparse as sp
 
 from spdnn.cost._calibrate_grid import CalibrationGrid
 from spdnn.cost.machine import KERNELS, TABLE_KEYS, DenseTable, KernelTable, Structure
+from spdnn.kernels import bfloat16
 from spdnn.kernels import products as kernels
 from spdnn.kernels.transposed import Transposed
+from spdnn.model.csr import as_dtype
 from spdnn.model.generate import fixed_fan_in
 
 FAN_IN = 32
@@ -57,14 +59,28 @@ def _evict_bytes() -> int:
     return int(min(max(1.5 * cache_bytes(), 64 * 2**20), 512 * 2**20))
 
 
+def _stored(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` as the products read it: its bfloat16 bits (uint16) under bfloat16."""
+    return bfloat16.narrow(a.astype(np.float32)) if dtype == "bfloat16" else a.astype(dtype)
+
+
+def _layer(w: sp.csr_matrix, dtype: str) -> sp.csr_matrix:
+    """``w`` with the values the products read (its bfloat16 copy under bfloat16)."""
+    if dtype != "bfloat16":
+        return w
+    return sp.csr_matrix((_stored(w.data, dtype), w.indices, w.indptr), shape=w.shape)
+
+
 def _kernel_ns(w, x: np.ndarray, d: np.ndarray, reps: int,  # noqa: ANN001
                evict: Callable[[], object], wt: Transposed | None = None) -> list[float]:
     """ns per nonzero x sample of the three products of one layer ``w`` (transpose ``wt``,
     made here when not given) on inputs ``x``, each call after ``evict`` (a no-op: warm
-    caches)."""
-    rows, b, dtype = w.shape[0], x.shape[1], x.dtype
+    caches). bfloat16 bits (uint16) in ``w``, ``x`` and ``d`` are summed in float32 and the
+    outputs h stored in bfloat16, as a bfloat16 step runs them."""
+    rows, b = w.shape[0], x.shape[1]
+    dtype = np.float32 if x.dtype == np.uint16 else x.dtype  # what the sums hold
     wt = kernels.transpose(w) if wt is None else wt
-    z, h = np.empty((rows, b), dtype), np.empty((rows, b), dtype)
+    z, h = np.empty((rows, b), dtype), np.empty((rows, b), x.dtype)
     g = np.empty((x.shape[0], b), dtype)
     gw, gb, bias = np.empty(w.nnz, dtype), np.empty(rows, dtype), np.zeros(rows, dtype)
     units = w.nnz * b * 1e-9
@@ -88,8 +104,8 @@ def kernel_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, re
     ns = {k: np.zeros((len(grid.reuses), len(grid.inputs), len(grid.batches)))
           for k in TABLE_KEYS}
     evict = _Evict(grid.evict_bytes)  # one buffer for the whole table
-    x_all = rng.random(max(grid.inputs) * max(grid.batches)).astype(dtype)
-    d_all = rng.random(MAX_UNITS // FAN_IN).astype(dtype)
+    x_all = _stored(rng.random(max(grid.inputs) * max(grid.batches)), dtype)
+    d_all = _stored(rng.random(MAX_UNITS // FAN_IN), dtype)
     for r, reuse in enumerate(grid.reuses):
         for j, n_in in enumerate(grid.inputs):
             rows = max(8, reuse * n_in // FAN_IN)
@@ -100,7 +116,7 @@ def kernel_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, re
                         ns[k][r, j, i] = ns[k][r - 1, j, i]
                     continue
                 if w is None:
-                    w = fixed_fan_in(rows, n_in, FAN_IN, rng, dtype)
+                    w = _layer(fixed_fan_in(rows, n_in, FAN_IN, rng, as_dtype(dtype)), dtype)
                     wt = kernels.transpose(w)
                 x = x_all[: n_in * b].reshape(n_in, b)
                 d = d_all[: rows * b].reshape(rows, b)
@@ -119,10 +135,11 @@ DENSE_UNITS = 2**27
 def dense_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, reps: int = 3
                 ) -> DenseTable:
     """ns per nonzero x sample of the three products of dense layers (warm caches: such
-    layers are small or compute-bound); cells past ``DENSE_UNITS`` copy the smaller batch."""
+    layers are small or compute-bound; float32 and float64 run BLAS, bfloat16 the gathers);
+    cells past ``DENSE_UNITS`` copy the smaller batch."""
     ns = {k: np.zeros((len(grid.dense_shapes), len(grid.batches))) for k in KERNELS}
     for n, (rows, cols) in enumerate(grid.dense_shapes):
-        w = sp.csr_matrix(rng.random((rows, cols)).astype(dtype))
+        w = _layer(sp.csr_matrix(rng.random((rows, cols)).astype(as_dtype(dtype))), dtype)
         w.sort_indices()
         wt = kernels.transpose(w)
         for i, b in enumerate(grid.batches):
@@ -130,8 +147,7 @@ def dense_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, rep
                 for k in KERNELS:
                     ns[k][n, i] = ns[k][n, i - 1]
                 continue
-            x = rng.random((cols, b)).astype(dtype)
-            d = rng.random((rows, b)).astype(dtype)
+            x, d = _stored(rng.random((cols, b)), dtype), _stored(rng.random((rows, b)), dtype)
             for k, v in zip(KERNELS, _kernel_ns(w, x, d, reps, lambda: None, wt)):
                 ns[k][n, i] = v
     return DenseTable(tuple(r * c for r, c in grid.dense_shapes), grid.batches, ns)

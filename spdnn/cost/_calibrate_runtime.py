@@ -216,6 +216,15 @@ def update_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[st
     return out
 
 
+def round_cost(rng: np.random.Generator, reps: int = 5) -> float:
+    """ns per weight of rounding the float32 master weights to the products' bfloat16 copy
+    (2**20 weights): what a bfloat16 step adds to every update."""
+    kernels.warm_up_bfloat16()
+    master = rng.standard_normal(2**20).astype(np.float32)
+    copy = np.empty(master.size, np.uint16)
+    return median_time(lambda: kernels.round_weights(master, copy), reps) / master.size * 1e9
+
+
 def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],
                      runtime: dict[str, float], grid: CalibrationGrid
                      ) -> tuple[dict[str, float], Scales]:

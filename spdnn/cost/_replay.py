@@ -11,6 +11,7 @@ import numpy as np
 from spdnn.backends import active
 from spdnn.cost.cluster import Machine, allreduce_latency, allreduce_seconds
 from spdnn.cost.workload import LayerWork, Workload
+from spdnn.model.csr import as_dtype, stored_itemsize
 
 LOSS_COLLECTIVES = 4  # two global maxima, the packed softmax sums, the argmin of predictions
 
@@ -30,10 +31,11 @@ class StepReplay:
         self.update_ns = cal.update_ns(name_of(optimizer))
         states = state_arrays(optimizer)
         self.work, self.machine, self.replicas = work, machine, replicas
-        # bfloat16 has no kernel tables yet: its step is replayed as float32's
-        dtype = "float32" if dtype == "bfloat16" else dtype
+        # bfloat16: its own kernel tables (float32's in a file without them), 16-bit rows
+        # forward, and float32 for the folds, the gradient sums and the element-wise work
         self.table, self.rt, self.structure = cal.table(dtype), cal.runtime, cal.structure
-        self.item = np.dtype(dtype).itemsize
+        self.item, self.sent_item = as_dtype(dtype).itemsize, stored_itemsize(dtype)
+        self.round_ns = cal.round_ns() if dtype == "bfloat16" else 0.0
         self.n = n = work.parts
         self.b = b = -(-batch // replicas)  # the largest replica slice
         rpn = machine.ranks_per_node
@@ -44,7 +46,7 @@ class StepReplay:
         # cache).
         self.warm = warm_share(work, b, self.item,
                                self.rt["cache_bytes"] / max(1, min(self.active, cal.ranks)),
-                               states)
+                               states, self.sent_item)
         self.scale = machine.compute_scale(self.active, self.warm, b)  # per rank
         self.ew = self.scale * self.rt["elementwise_ns_per_value"] * 1e-9
         self.measured = cal.ranks if machine.cluster is None else 0  # all-reduce curve's ranks
@@ -84,7 +86,7 @@ class StepReplay:
         src, dst = (lw.src, lw.dst) if forward else (lw.dst, lw.src)
         if len(src) == 0:
             return np.full(n, -np.inf)
-        nbytes = lw.count * self.b * self.item
+        nbytes = lw.count * self.b * self.itemsize(forward)
         lat, tt = self.machine.link(nbytes, node[src] == node[dst], self.active)
         passes = active().passes("spdnn.cost._workload_kernels", "spdnn.cost._arrivals_numpy")
         return passes.arrivals(src, dst, np.asarray(lat, float), np.asarray(tt, float),
@@ -101,12 +103,16 @@ class StepReplay:
         cpu = total * rt["message_s"] + (total > 0) * rt["exchange_layer_s"]
         local = self.node[src] == self.node[dst]
         if local.any():
-            _, copy = self.machine.link(lw.count[local] * self.b * self.item,
+            _, copy = self.machine.link(lw.count[local] * self.b * self.itemsize(forward),
                                         np.ones(int(local.sum()), bool), self.active)
             cpu += np.bincount(dst[local], weights=copy, minlength=n)
         return cpu
 
-    def stack(self, lw: LayerWork) -> np.ndarray:
+    def itemsize(self, forward: bool) -> int:
+        """Bytes of a value in a message: bfloat16's rows forward are 16-bit, folds float32."""
+        return self.sent_item if forward else self.item
+
+    def stack(self, lw: LayerWork, forward: bool) -> np.ndarray:
         """Each rank's CPU time in the network stack for one exchange: per byte that crosses
         nodes, at both ends (TCP's; 0 over RDMA). It runs inside the MPI calls between the
         chunks of work and on the same core, so it lengthens the work instead of overlapping
@@ -115,7 +121,7 @@ class StepReplay:
         if c == 0.0 or len(lw.src) == 0:
             return np.zeros(self.n)
         cross = self.node[lw.src] != self.node[lw.dst]
-        nbytes = lw.count[cross] * self.b * self.item * c
+        nbytes = lw.count[cross] * self.b * self.itemsize(forward) * c
         return (np.bincount(lw.src[cross], weights=nbytes, minlength=self.n)
                 + np.bincount(lw.dst[cross], weights=nbytes, minlength=self.n))
 
@@ -126,7 +132,7 @@ class StepReplay:
             self.forward_layer(i, self.work.layer(i))
 
     def forward_layer(self, i: int, lw: LayerWork) -> None:
-        b, item, rt = self.b, self.item, self.rt
+        b, item, rt = self.b, self.sent_item, self.rt
         t0 = self.clock.copy()
         buf = lw.buffer_rows
         post = self.messages(lw, True) + lw.sent * b * item * rt["pack_ns_per_byte"] * 1e-9
@@ -136,7 +142,7 @@ class StepReplay:
         ghost = self.kern("forward", i, lw.nnz_ghost, buf, lw.ghosts,
                           dense=lw.nnz_ghost == lw.rows * lw.ghosts)
         ready = self.arrivals(lw, True, self.clock + post)
-        stack = self.stack(lw)
+        stack = self.stack(lw, True)
         done_own = self.clock + post + own + stack
         start = np.maximum(done_own, ready)
         self.clock = start + ghost
@@ -181,7 +187,7 @@ class StepReplay:
             own = self.kern("backward", i, lw.nnz_owned, buf, lw.prev_rows,
                             lw.prev_rows * b * ew, dense)
             ready = self.arrivals(lw, False, clock + ghost + post)
-            stack = self.stack(lw)
+            stack = self.stack(lw, False)
             done_own = clock + ghost + post + own + stack
             start = np.maximum(done_own, ready)
             # MPI is called between the owned rows' chunks and in the wait: the sums move.
@@ -223,37 +229,41 @@ class StepReplay:
         self.clock = self.clock + left + self.rt["collective_s"] + stack
 
     def update(self) -> None:
-        """The optimizer's update of every stored value, at its calibrated ns per value (the
-        products read W's values in place: no derived copy to refresh), and the step's fixed
-        cost."""
+        """The optimizer's update of every stored value, at its calibrated ns per value (float32
+        and float64 products read W's values in place; bfloat16's copy is rounded again, at
+        its own ns per weight), and the step's fixed cost."""
         rt = self.rt
-        update = sum((lw.nnz + lw.rows) * self.update_ns
+        update = sum((lw.nnz + lw.rows) * self.update_ns + lw.nnz * self.round_ns
                      for lw in self.work.layers) * self.scale * 1e-9
         self.clock = self.clock + update + rt["step_s"]
         self.compute += update + rt["step_s"]
         self.kernel_time += update
 
 
-def working_set(work: Workload, batch: int, itemsize: int, states: int = 1) -> np.ndarray:
+def working_set(work: Workload, batch: int, itemsize: int, states: int = 1,
+                stored: int | None = None) -> np.ndarray:
     """Bytes one training step touches on each rank: per nonzero its value, gradient and the
     optimizer's ``states`` arrays (SGD's momentum: one), its index and its transpose's index
     and order (int32); per sample the X buffer and the stored pre-activations and
-    activations."""
+    activations. ``stored``: the bytes of what the products gather, when not ``itemsize``
+    (bfloat16: the weights' 16-bit copy beside the master, 16-bit X and outputs)."""
+    stored = itemsize if stored is None else stored
+    copy = stored if stored != itemsize else 0
     ws = np.zeros(work.parts)
     for lw in work.layers:
-        ws += lw.nnz * ((2 + states) * itemsize + 12) + \
-            (lw.buffer_rows + 2 * lw.rows) * batch * itemsize
+        ws += lw.nnz * ((2 + states) * itemsize + copy + 12) + \
+            (lw.buffer_rows * stored + lw.rows * (itemsize + stored)) * batch
     return ws
 
 
 def warm_share(work: Workload, batch: int, itemsize: int, cache: float,
-               states: int = 1) -> np.ndarray:
+               states: int = 1, stored: int | None = None) -> np.ndarray:
     """Per rank, the weight of the warm-cache kernel table against the cold one: 1 when the
     step's working set fits in the rank's share of the last-level cache, 0 from 4x that on,
     linear in log2 between (0 everywhere when the cache size is unknown)."""
     if cache <= 0:
         return np.zeros(work.parts)
-    ws = np.maximum(working_set(work, batch, itemsize, states), 1.0)
+    ws = np.maximum(working_set(work, batch, itemsize, states, stored), 1.0)
     return np.clip(np.log2(4 * cache / ws) / 2, 0.0, 1.0)
 
 

@@ -51,16 +51,14 @@ def _peak(work: object, replicas: int, batch: int, dtype: str,
           baseline: int | None = None, optimizer_arrays: int = 1) -> int:
     """The largest rank's predicted training peak under a grid (spdnn.model.memory), above
     ``baseline`` (default: this process's, measured)."""
-    import numpy as np
-
+    from spdnn.model.csr import as_dtype, stored_itemsize
     from spdnn.model.memory import predict, replica_batch, shapes_of
     from spdnn.runtime import memory_report
 
-    half = dtype == "bfloat16"  # float32 sums and state beside 16-bit blocks
-    size = 4 if half else np.dtype(dtype).itemsize
-    return max(predict(shapes_of(work, p), batch=replica_batch(batch, replicas), itemsize=size,
-                       training=True, optimizer_arrays=optimizer_arrays,
-                       stored=2 if half else None,
+    # bfloat16: float32 sums and state beside 16-bit blocks
+    return max(predict(shapes_of(work, p), batch=replica_batch(batch, replicas),
+                       itemsize=as_dtype(dtype).itemsize, training=True,
+                       optimizer_arrays=optimizer_arrays, stored=stored_itemsize(dtype),
                        baseline=memory_report.baseline() if baseline is None else baseline).total
                for p in range(work.parts))  # type: ignore[attr-defined]
 

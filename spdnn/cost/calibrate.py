@@ -22,20 +22,28 @@ from spdnn.comm.mpi import Communicator
 from spdnn.cost._calibrate_grid import FULL, QUICK, CalibrationGrid
 from spdnn.cost._calibrate_kernels import dense_table, kernel_table, structure_ratios
 from spdnn.cost._calibrate_link import network_costs, network_sweep, with_stack_cpu
-from spdnn.cost._calibrate_runtime import reference_scales, runtime_costs, update_costs
+from spdnn.cost._calibrate_runtime import reference_scales, round_cost, runtime_costs, update_costs
 from spdnn.cost.machine import KERNELS, Calibration, KernelTable, Structure
 from spdnn.kernels import products as kernels
-from spdnn.model.choices import DTYPE_NAMES
+from spdnn.model.choices import VALUE_TYPES
+from spdnn.model.csr import as_dtype
 
 __all__ = ["FULL", "QUICK", "CalibrationGrid", "calibrate", "run_calibrate"]
 
 
-def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
+def calibrate(comm: Communicator, dtypes: tuple[str, ...] = VALUE_TYPES,
               log: Callable[[str], None] | None = None, *, grid: CalibrationGrid = FULL
               ) -> Calibration:
-    """Measure the cells of ``grid`` on every rank of ``comm``; every rank returns the same
-    calibration."""
+    """Measure the cells of ``grid`` on every rank of ``comm``, kernel tables for each of
+    ``dtypes``; every rank returns the same calibration. What does not depend on the value
+    type (the structure, the runtime's costs, the reference steps) is measured in the first
+    of them, float32 for bfloat16 (whose sums and optimizer state are float32): its tables
+    are then measured too, as the reference steps are scaled against them."""
     kernels.warm_up()
+    if "bfloat16" in dtypes:
+        kernels.warm_up_bfloat16()
+    base = as_dtype(dtypes[0]).name
+    dtypes = tuple(dict.fromkeys((*dtypes, base)))
     rng = np.random.default_rng(comm.rank)
     say = log or (lambda _msg: None)
     sweeps = []  # the network, at moments spread over the calibration (its speed flips)
@@ -52,14 +60,16 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
         comm.barrier()
         tables[dt] = replace(kernel_table(dt, rng, grid), dense=dense_table(dt, rng, grid))
     sweep()
-    say(f"a RadiX-Net layer against a random one, {dtypes[0]}: structured columns")
+    say(f"a RadiX-Net layer against a random one, {base}: structured columns")
     comm.barrier()
-    mine = structure_ratios(dtypes[0], rng, grid)
+    mine = structure_ratios(base, rng, grid)
     structure = Structure(mine.batches, {k: tuple(float(x) for x in comm.allreduce(
         np.array(v)) / comm.size) for k, v in mine.ratio.items()}, mine.gap)
     say("fixed costs of the runtime (per layer, step, message) and element-wise work")
     comm.barrier()
-    runtime = runtime_costs(dtypes[0], rng)
+    runtime = runtime_costs(base, rng)
+    if "bfloat16" in dtypes:
+        runtime["round_ns_per_value"] = round_cost(rng)
     sweep()
     # The mean over ranks: all measured at once, as in a job.
     for dt, t in tables.items():
@@ -72,7 +82,7 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
     mean = comm.allreduce(np.array([runtime[k] for k in keys])) / comm.size
     runtime = dict(zip(keys, (float(v) for v in mean)))
     say("each optimizer's update")
-    mine = update_costs(dtypes[0], rng)
+    mine = update_costs(base, rng)
     names = sorted(mine)
     updates = dict(zip(names, (float(v) for v in comm.allreduce(
         np.array([mine[k] for k in names])) / comm.size)))
@@ -80,7 +90,7 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
     say(f"real steps of reference networks in and beyond the cache at batch "
         f"{' and '.join(map(str, grid.reference_batches))}, {rounds} round"
         f"{'s' * (rounds > 1)}: rank 0 alone and every rank at once, in turns")
-    scalars, scales = reference_scales(comm, dtypes[0], tables, runtime, grid)
+    scalars, scales = reference_scales(comm, base, tables, runtime, grid)
     runtime.update(scalars)
     if comm.size > 1:
         say(f"network: ping-pong between ranks 0 and 1, all-reduce over {comm.size} ranks "
@@ -104,10 +114,10 @@ def calibrate(comm: Communicator, dtypes: tuple[str, ...] = DTYPE_NAMES,
                        scales=scales, updates=updates)
 
 
-def run_calibrate(comm: Communicator, output: str, dtype: str, *,
+def run_calibrate(comm: Communicator, output: str, dtypes: tuple[str, ...] = VALUE_TYPES, *,
                   grid: CalibrationGrid = FULL) -> int:
-    """``spdnn calibrate``: measure ``grid``, then rank 0 writes the file (the output is
-    checked before measuring)."""
+    """``spdnn calibrate``: measure ``grid`` with kernel tables for ``dtypes``, then rank 0
+    writes the file (the output is checked before measuring)."""
     import json
 
     from spdnn.io.atomic import write_text
@@ -120,8 +130,7 @@ def run_calibrate(comm: Communicator, output: str, dtype: str, *,
         if comm.rank == 0:
             print(f"[{time.perf_counter() - start:6.1f} s] {msg}", flush=True)
 
-    dtypes = DTYPE_NAMES if dtype == "both" else (dtype,)
-    cal = calibrate(comm, dtypes, log, grid=grid)
+    cal = calibrate(comm, tuple(dict.fromkeys(dtypes)), log, grid=grid)
     comm.check(lambda: write_text(output, json.dumps(cal.to_json(), indent=1) + "\n")
                if comm.rank == 0 else None)
     if comm.rank == 0:

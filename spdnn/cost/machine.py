@@ -25,7 +25,8 @@ RUNTIME = ("layer_forward_s", "layer_backward_s", "step_s", "message_s", "exchan
            "collective_s", "compute_scale_alone", "compute_scale_all",
            "compute_scale_cold_alone", "compute_scale_cold_all", "cache_bytes")
 # Optional runtime fields (absent from calibrations of 2026-11-23/24): their default.
-RUNTIME_OPTIONAL = {"compute_scale_spread": 0.0, "gather_ns_per_value": 0.0}
+RUNTIME_OPTIONAL = {"compute_scale_spread": 0.0, "gather_ns_per_value": 0.0,
+                    "round_ns_per_value": 0.0}
 NETWORK = ("latency_s", "bandwidth_Bps", "allreduce_latency_s", "allreduce_bandwidth_Bps",
            "cpu_ns_per_byte")
 
@@ -207,7 +208,14 @@ class Calibration:
     updates: dict[str, float] = field(default_factory=dict)
 
     def table(self, dtype: str) -> KernelTable:
-        return self.kernels.get(dtype) or next(iter(self.kernels.values()))
+        """``dtype``'s kernel tables; a file without them gives float32's (else its first)."""
+        return self.kernels.get(dtype) or self.kernels.get("float32") \
+            or next(iter(self.kernels.values()))
+
+    def round_ns(self) -> float:
+        """ns per weight of a bfloat16 step's rounded copy of the master weights: measured,
+        or (a file that did not measure it) an element-wise pass's."""
+        return self.runtime.get("round_ns_per_value") or self.runtime["elementwise_ns_per_value"]
 
     def update_ns(self, optimizer: str) -> float:
         """ns per stored value of ``optimizer``'s update: measured, or SGD's in a file that

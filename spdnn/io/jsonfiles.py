@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, field
 
-from spdnn.model.choices import Dtype
+from spdnn.model.choices import ValueType
 
 # Numbers bounded so that every value is finite (JSON has no NaN or infinity; 1e400 would be).
 Positive = Annotated[float, Meta(gt=0, lt=1e300)]
@@ -104,6 +104,9 @@ class RuntimeFile(Struct, kw_only=True):
     # Absent from calibrations of 2026-11-23/24: these defaults then.
     compute_scale_spread: NonNegative = 0.0
     gather_ns_per_value: NonNegative = 0.0
+    # ns per weight of a bfloat16 step's rounded copy after the update (0: not measured, in
+    # files before 2026-12-06 and those without a bfloat16 table)
+    round_ns_per_value: NonNegative = 0.0
     # ns per stored value of each optimizer's update (absent before 2026-12-05: SGD's
     # update_ns_per_value stands for every optimizer)
     updates_ns_per_value: dict[str, NonNegative] = {}
@@ -155,7 +158,7 @@ class ScalesFile(Struct, kw_only=True):
 class CalibrationFile(Struct, kw_only=True):
     format: Literal["spdnn-calibration/2"]
     ranks: Annotated[int, Meta(ge=1, lt=2**31)]
-    kernels: Annotated[dict[Dtype, KernelTableFile], Meta(min_length=1)]
+    kernels: Annotated[dict[ValueType, KernelTableFile], Meta(min_length=1)]
     runtime: RuntimeFile
     network: NetworkFile | None
     host: str = "?"

@@ -26,6 +26,12 @@ def as_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+def stored_itemsize(dtype: Any) -> int:
+    """Bytes of a value the products gather and the forward exchange sends: 2 under bfloat16,
+    else the type's own (sums, master weights and state keep ``as_dtype``'s)."""
+    return 2 if isinstance(dtype, str) and dtype == "bfloat16" else as_dtype(dtype).itemsize
+
+
 def cast_values(values: np.ndarray, dtype: Any, source: str, what: str) -> np.ndarray:
     """Values as ``dtype`` (float32 or float64), refused in one line naming ``source`` and
     ``what`` when they are not finite real numbers or pass the type's range (1e39 in float32

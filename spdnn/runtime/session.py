@@ -19,6 +19,7 @@ from spdnn.io.bundle import ACTIVATION_KEYS, VALUES_KEY, NetworkBundle, NetworkW
 from spdnn.io.planfile import load_plan
 from spdnn.kernels import products as kernels
 from spdnn.kernels.loading import load_kernels
+from spdnn.model.csr import as_dtype, stored_itemsize
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import Plan
 from spdnn.runtime.distributed import DistributedNetwork
@@ -125,9 +126,11 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
                          plan if isinstance(plan_path, Plan) else None)
     grid = Grid.make(comm, plan.parts)
     if budget is not None:
-        half = isinstance(dtype, str) and dtype == "bfloat16"
-        itemsize = 4 if half else np.dtype(dtype if dtype is not None else "float32").itemsize
-        verdict = check(grid, bundle, plan, itemsize, budget, stored=2 if half else None)
+        value_type = "float32" if dtype is None else dtype
+        half = isinstance(value_type, str) and value_type == "bfloat16"
+        itemsize = as_dtype(value_type).itemsize
+        verdict = check(grid, bundle, plan, itemsize, budget,
+                        stored=stored_itemsize(value_type))
         blocks = None
         if budget.can_stream and not half and (verdict.over or budget.stream_layers):
             reason = f"--stream-layers {budget.stream_layers}" if not verdict.over else \

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from spdnn.cli.parsers.common import DTYPES, command
+from spdnn.cli.parsers.common import command
+from spdnn.model.choices import VALUE_TYPES
 
 
 def add_calibrate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
@@ -16,8 +17,11 @@ def add_calibrate(sub) -> None:  # noqa: ANN001 (argparse's subparsers action)
                    "two minutes (--quick: about a third of that). The file feeds "
                    "spdnn-partition model and spdnn train --replicas auto.")
     cal.add_argument("-o", "--output", required=True, help="calibration to write (.json)")
-    cal.add_argument("--dtype", choices=DTYPES + ["both"], default="both",
-                     help="kernel tables to measure")
+    cal.add_argument("--dtype", choices=VALUE_TYPES, nargs="+", default=list(VALUE_TYPES),
+                     help="the value types to measure kernel tables for (default: all; "
+                          "bfloat16 adds float32's, against which the reference steps are "
+                          "scaled; a prediction for a type the file lacks uses float32's "
+                          "tables)")
     cal.add_argument("--quick", action="store_true",
                      help="a coarse grid, one call a cold cell and one round of reference "
                           "steps: to try the cost model out; predictions from it carry more "
