@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from spdnn.cli.options import OneLineParser, positive_int
 from spdnn.errors import SpdnnError
 from spdnn.io.paths import check_outputs
-from spdnn.model.choices import DTYPE_NAMES
+from spdnn.model.choices import VALUE_TYPES
 
 EXAMPLES = """\
 examples:
@@ -55,8 +55,9 @@ def parser() -> argparse.ArgumentParser:
                                      "calibration's (docs/cost-model.md)")
     p.add_argument("--replicas", type=_replicas, default=[1], metavar="R,R,...",
                    help="replica counts to try with every plan (default: 1)")
-    p.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
-                   help="arithmetic type (default float32)")
+    p.add_argument("--dtype", choices=VALUE_TYPES, default="float32",
+                   help="the run's value type (default float32; bfloat16 is timed from the "
+                        "calibration's bfloat16 tables, float32's when it has none)")
     p.add_argument("--infer", action="store_true",
                    help="predict an inference batch instead of a training step")
     p.add_argument("--plot", metavar="FILE", help="draw predicted speed-up against P per plan "

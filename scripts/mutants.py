@@ -251,6 +251,12 @@ MUTANTS = [
       "        return bfloat16.widen(stored) if self.bfloat16 else stored",
       "        return stored",
       ("tests/test_bfloat16.py", "-k", "stays_bfloat16")),
+    M("bfloat16-replay-sends-float32", "spdnn/cost/_replay.py",
+      "        return self.sent_item if forward else self.item\n",
+      "        return self.item\n", ("tests/test_costmodel.py", "-k", "posting_order")),
+    M("bfloat16-replay-skips-the-copy", "spdnn/cost/_replay.py",
+      "        self.round_ns = cal.round_ns() if dtype == \"bfloat16\" else 0.0",
+      "        self.round_ns = 0.0", ("tests/test_costmodel.py", "-k", "bfloat16")),
 ]
 
 

@@ -540,9 +540,11 @@ def test_model_command_prints_the_table_in_seconds(model_files):
     # With a cluster and a calibration of one rank (no network part), and for inference.
     proc = run_spdnn("model", t / "net.npz", "--plans", t / "cyclic4.npz", "--batch-size", "64",
                      "--calibration", t / "one-rank.json", "--cluster", t / "cluster.json",
-                     "--replicas", "2", "--infer", module="partition", cwd=t)
+                     "--replicas", "2", "--infer", "--dtype", "bfloat16", module="partition",
+                     cwd=t)
     assert proc.returncode == 0, proc.stderr
     assert "inference batch" in proc.stdout and "cluster test" in proc.stdout
+    assert "bfloat16" in proc.stdout
 
 
 def test_model_command_bad_inputs(model_files, tmp_path_factory):

@@ -20,7 +20,8 @@ one-pass backward), and the roof that applies is the bandwidth at which the bloc
 at all: a sequential read of a working set of the block's size, measured (no gather can read
 its rows faster). ``of bound``: achieved GFLOP/s over that roof. The gather lines of the plot
 (random 1 KB rows summed by a plain loop) show what a simple gather reaches at each level.
-Writes the table and docs/roofline.png.
+The whole training step is timed too, against the bound of its gathered bytes, and split by
+phase (where the distance is). Writes the tables, docs/roofline.png and docs/roofline-step.png.
 """
 
 from __future__ import annotations  # noqa: I001 (spdnn before numpy: one BLAS thread)
@@ -47,6 +48,7 @@ from spdnn.kernels import products as kernels  # noqa: E402
 
 LEVELS = {"L1": 16 << 10, "L2": 256 << 10, "L3": 8 << 20, "memory": 512 << 20}
 FIGURE = ROOT / "docs" / "roofline.png"
+PHASES_FIGURE = ROOT / "docs" / "roofline-step.png"
 
 
 @nb.njit(cache=True, fastmath=True, nogil=True)
@@ -172,12 +174,14 @@ def plot(ceilings: dict[str, float], peak: float, points: list[tuple[str, str, f
     plt.close(fig)
 
 
-def whole_step(batch: int, steps: int, block_bw: float) -> list[list[str]]:
+def whole_step(batch: int, steps: int, block_bw: float
+               ) -> tuple[list[list[str]], list[tuple[str, float, float]], float | None]:
     """The SGD step of the random network 4096 -> 16384 x 3 -> 10 (fan-in 32, a dense head;
     scripts/bench/bench_train.py's worker, fresh process, 1 thread): spdnn, and PyTorch's
     fastest formulation when this Python has torch. Its bound: every sparse layer gathers its
     nnz x batch values twice (forward; the backward pass, or the first layer's weight
-    gradient), at the read bandwidth of a working set of one block (``block_bw``)."""
+    gradient), at the read bandwidth of a working set of one block (``block_bw``). Returns
+    the rows, spdnn's step by phase (``phases``) and PyTorch's step in seconds (or None)."""
     import tempfile
 
     from spdnn.io.bundle import save_network
@@ -188,19 +192,73 @@ def whole_step(batch: int, steps: int, block_bw: float) -> list[list[str]]:
     level = level_of(16384 * batch * 4)
     bound = gathered / block_bw
     have_torch = _has("torch")
-    rows = []
+    rows, split, peer = [], [], None
     with tempfile.TemporaryDirectory() as tmp:
         save_network(net, Path(tmp) / "net.npz")
         kinds = ["spdnn"] + (["embedding_bag"] if have_torch else [])
         for kind in kinds:
-            times = train_step(kind, 1, 1, Path(tmp), None, steps, batch)["times"]
-            median = float(np.median(times))
+            out = train_step(kind, 1, 1, Path(tmp), None, steps, batch)
+            median = float(np.median(out["times"]))
+            if kind == "spdnn":
+                split = phases(net, batch, out, median, block_bw)
+            else:
+                peer = median
             rows.append(["whole step", "spdnn" if kind == "spdnn" else
                          "torch embedding_bag + sampled_addmm", f"{median * 1e3:.1f}",
                          f"{gathered / 1e6:.0f}", level, f"{bound * 1e3:.1f}",
                          f"{bound / median:.2f}"])
             print(" | ".join(rows[-1]), flush=True)
-    return rows
+    return rows, split, peer
+
+
+def phases(net, batch: int, out: dict, step: float,  # noqa: ANN001
+           block_bw: float) -> list[tuple[str, float, float]]:
+    """(phase, measured seconds, bound seconds) of spdnn's step: each layer's forward and
+    backward products (the worker's per-layer compute timers), the update, and the rest of
+    the step (the loss, the calls between the products). A sparse layer's bound is its
+    gathered bytes (nnz x batch float32) at ``block_bw``; the dense head, the update and the
+    rest are outside the step's bound (0), so all of their time is distance."""
+    split = []
+    for direction in ("forward", "backward"):
+        for k, layer in enumerate(net.layers):
+            w = layer.weight
+            dense = w.nnz == np.prod(w.shape)
+            name = f"layer {k + 1} " + ("weight gradient" if direction == "backward" and k == 0
+                                        else direction) + (" (dense head)" if dense else "")
+            split.append((name, float(out[direction][k]),
+                          0.0 if dense else w.nnz * batch * 4 / block_bw))
+    split.append(("update", float(out["parts"][2]), 0.0))
+    split.append(("the rest (loss, calls)", max(step - sum(t for _, t, _ in split), 0.0), 0.0))
+    return split
+
+
+def plot_phases(split: list[tuple[str, float, float]], peer: float | None,
+                output: Path) -> None:
+    """Stacked bars of the step by phase: its bound, spdnn's measured time, and PyTorch's
+    whole step (not split): the distance is where a phase's segment outgrows its bound's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    colours = plt.get_cmap("tab20").colors
+    bars = ["bound", "spdnn"]
+    for i, (name, measured, bound) in enumerate(split):
+        left = [sum(b for _, _, b in split[:i]), sum(m for _, m, _ in split[:i])]
+        ax.barh(bars, [1e3 * bound, 1e3 * measured], left=[1e3 * v for v in left],
+                color=colours[i % len(colours)], label=name, edgecolor="white", lw=0.5)
+    if peer is not None:
+        ax.barh(["PyTorch (whole step)"], [1e3 * peer], color="lightgrey", edgecolor="grey")
+    ax.set_xlabel("ms per step (one thread)")
+    ax.set_title("The SGD step of 4096 -> 16384 x 3 -> 10 by phase, against its memory bound",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.invert_yaxis()
+    fig.tight_layout()
+    with atomic_path(output, "the figure") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    plt.close(fig)
 
 
 def _has(module: str) -> bool:
@@ -247,6 +305,10 @@ def summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
                             f"{ours['ms']} ({ours['of bound']} of bound)",
                             f"{peer['ms']} ({peer['implementation']}, {peer['of bound']})",
                             f"{number(peer['ms']) / number(ours['ms']):.2f}x faster"))
+    if len(tables) > 2:  # where the distance is
+        top = sorted(tables[2], key=lambda r: number(r["distance"]), reverse=True)[:3]
+        rows.append(summary_row("the step's distance to its bound by phase (largest shares)",
+                                ", ".join(f"{r['phase']}: {r['distance']}" for r in top)))
     return rows
 
 
@@ -292,10 +354,16 @@ def main() -> int:
             owner = impl.split()[0].rstrip(",")
             points.append((owner, f"n={n} {kernel} {impl}", flops / gathered, gflops))
             print(" | ".join(rows[-1]), flush=True)
-    step_rows = whole_step(args.batch, args.steps, block_bw.get(16384) or read_bandwidth(
-        16384 * args.batch * 4, args.repeats))
+    step_bw = block_bw.get(16384) or read_bandwidth(16384 * args.batch * 4, args.repeats)
+    step_rows, split, peer = whole_step(args.batch, args.steps, step_bw)
     if not args.no_write:
         plot(ceilings, peak, points, Path(args.figure))
+        plot_phases(split, peer, Path(args.figure).with_name(PHASES_FIGURE.name))
+    distance = sum(max(m - b, 0.0) for _, m, b in split)
+    phase_rows = [[name, f"{m * 1e3:.1f}", f"{b * 1e3:.1f}", f"{b / m:.2f}" if b else "-",
+                   f"{100 * max(m - b, 0.0) / distance:.0f}%"] for name, m, b in split]
+    for row in phase_rows:
+        print(" | ".join(row), flush=True)
     body = (f"Command: `{' '.join(['python scripts/bench/bench_roofline.py', *sys.argv[1:]])}`"
             f" (float32, one thread, median of {args.repeats} interleaved repeats; batch "
             f"{args.batch}; "
@@ -313,7 +381,14 @@ def main() -> int:
             "1 thread): its bound is the gathered bytes at the read bandwidth of a 16 MB "
             "block.\n\n"
             + table(["", "implementation", "ms", "MB gathered", "blocks in", "bound ms",
-                     "of bound"], step_rows))
+                     "of bound"], step_rows)
+            + "\n\nWhere the distance is: spdnn's step by phase (the worker's per-layer compute "
+            "timers; the rest is the step's time outside them), each sparse layer's products "
+            "against the bound of their gathered bytes; the dense head, the update and the "
+            "rest are outside the bound (all of their time is distance). `distance`: the "
+            "phase's share of the sum of (measured - bound). Figure: "
+            "`docs/roofline-step.png`.\n\n"
+            + table(["phase", "ms", "bound ms", "of bound", "distance"], phase_rows))
     publish(args, "BENCH_ROOFLINE", "Roofline", body, area="Kernels", rows=summary)
     return 0
 
