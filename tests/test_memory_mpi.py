@@ -18,7 +18,7 @@ from tests.helpers import small_network
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_a_job_reports_each_ranks_peak_and_the_prediction_counts_what_it_held(comm, dtype):
     net = small_network((64, 40, 30, 10), fan_in=7, seed=4)
     plan = partition(net, parts=comm.size, method="cyclic")

@@ -26,6 +26,9 @@ EVAL_BATCH = 1024
 # the minimum: the live columns must stay wide enough to vectorise).
 CHALLENGE_BLOCK_BYTES = 16 << 20
 CHALLENGE_MIN_CHUNK = 1024
+# Bytes a message's buffer may take beyond its values and bitmaps: the encoded form's 16-byte
+# header (spdnn.kernels.encoding), the bitmaps' last partial bytes and the 8-byte alignment.
+MESSAGE_SLACK = 32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,13 +130,16 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         zs = sum(s.rows for s in layers) if not copy else \
             layers[-1].rows + max((s.rows for s in layers[:-1]), default=0)
         # owned partial sums: under bfloat16 only where partials are folded in (else the
-        # products write the next error block rounded, and the blocks stay untouched)
+        # products write the next error block rounded, and the blocks stay untouched), in
+        # one block (the error each layer gathers is rounded into a block of its own); else
+        # two, taken in turn
         owned = [0 if copy and (i == 0 or s.sent == 0) else s.prev_rows
                  for i, s in enumerate(layers)]
+        blocks = 1 if copy else 2
         step = batch * itemsize * (
             zs + max(s.ghosts for s in layers)
-            + sum(max([r for i, r in enumerate(owned) if i % 2 == b], default=0)
-                  for b in (0, 1))) + (4 if copy else 3) * itemsize  # a spare value a block
+            + sum(max([r for i, r in enumerate(owned) if i % blocks == b], default=0)
+                  for b in range(blocks))) + (4 if copy else 3) * itemsize  # a spare value
         step += batch * stored * sum(s.buffer_rows for s in layers)
         # the step's block of input samples, in the data's type (the rank's features x batch),
         # held through the step beside the X buffer it is copied into
@@ -148,10 +154,13 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
                                         - (sampled.rows if sampled is layers[-1] else 0))
     passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
     width = max(batch, passes) if training else passes
-    # the encoded messages of both directions: bfloat16's rows forward in 16 bits, the folds'
-    # partial sums in float32
-    messages = width * (stored + itemsize) * max((s.sent + s.ghosts for s in layers),
-                                                 default=0)
+    # the message buffers (spdnn.runtime.halo): one for the rows sent, one for the ghost
+    # rows, each the largest layer's, shared by both directions: forward the rows in
+    # ``stored`` bytes and two bitmaps (the encoded form), backward the partial sums in
+    # ``itemsize``; a message's slack beyond them (at most a message per row)
+    rows = max((s.sent for s in layers), default=0) + max((s.ghosts for s in layers),
+                                                          default=0)
+    messages = int(width * rows * max(itemsize, stored + 0.25)) + rows * MESSAGE_SLACK
     evaluation = passes * (
         2 * stored * max(s.buffer_rows for s in layers) + itemsize * max(s.rows for s in layers)
         + itemsize * (layers[0].prev_rows + layers[-1].rows if challenge else 0))

@@ -92,6 +92,14 @@ class Traffic:
         return t
 
 
+# The message buffers: one of bytes for the rows a rank sends forward (the dense or encoded
+# sends; backward, the partial sums it receives for them) and one for its ghost rows (the
+# encoded receives forward; backward, the packed partial sums it sends for them). A pass's
+# exchanges finish before the next pass starts, so both directions share them: the peak is
+# the larger direction's, not their sum.
+SENT_SIDE, GHOST_SIDE = 0, 1
+
+
 @dataclass(kw_only=True)
 class Exchange:
     """Point-to-point schedule of one layer k: rows of X_{k-1} between owners and users.
@@ -115,7 +123,7 @@ class Exchange:
     mode: ExchangeMode = "dense"
     cap: float | None = None
     masked: bool = True
-    _buffers: dict = field(default_factory=dict)  # slot or (slot, dtype) -> buffer
+    _buffers: dict = field(default_factory=dict)  # slot (SENT_SIDE, GHOST_SIDE) -> bytes
     _unpack: list = field(default_factory=list)  # (rows, received block or packed values)
     _ghosts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _layout_key: tuple[int, int] = (0, 0)
@@ -182,16 +190,15 @@ class Exchange:
         return int(sum(b.nbytes for b in self._buffers.values()))
 
     def _buffer(self, rows: int, batch: int, dtype: np.dtype, slot: int) -> np.ndarray:
-        """A preallocated contiguous buffer, grown only when a larger batch appears."""
-        key = (slot, np.dtype(dtype))
-        buf = self._buffers.get(key)
-        if buf is None or buf.size < rows * batch:
-            buf = np.empty(max(rows * batch, 1), dtype=dtype)
-            self._buffers[key] = buf
-        return buf[: rows * batch].reshape(rows, batch)
+        """A rows x batch block of ``dtype`` over the bytes of ``slot``."""
+        dtype = np.dtype(dtype)
+        n = rows * batch
+        return self._bytes(n * dtype.itemsize, slot).view(dtype).reshape(rows, batch)
 
     def _bytes(self, n: int, slot: int) -> np.ndarray:
-        buf = self._buffers.get(slot)  # byte buffers: int keys, the typed ones (slot, dtype)
+        """The first ``n`` bytes of ``slot``'s buffer, grown only when a larger batch needs
+        more (its start stays 8-byte aligned for any value type's view)."""
+        buf = self._buffers.get(slot)
         if buf is None or len(buf) < n:
             buf = self._buffers[slot] = np.empty(max(n, 1), np.uint8)
         return buf[:n]
@@ -223,7 +230,7 @@ class Exchange:
             for q, count in zip(self.recv_peers, self.recv_counts):
                 reqs.append(self.comm.irecv(x[start:start + count], q, tag))
                 start += count
-            send = self._buffer(self.rows_sent, batch, x.dtype, 0)
+            send = self._buffer(self.rows_sent, batch, x.dtype, SENT_SIDE)
             start = 0
             for q, rows in zip(self.send_peers, self.send_rows):
                 block = send[start:start + len(rows)]
@@ -233,11 +240,11 @@ class Exchange:
             return reqs, send.nbytes
         self._layout(batch, x.itemsize)
         starts = self._in_list
-        stage = self._stage = self._bytes(starts[-1], 2)
+        stage = self._stage = self._bytes(starts[-1], GHOST_SIDE)
         for i, q in enumerate(self.recv_peers):
             reqs.append(self.comm.irecv(stage[starts[i]:starts[i + 1]], q, tag))
         starts = self._out_list
-        out = self._bytes(starts[-1], 3)
+        out = self._bytes(starts[-1], SENT_SIDE)
         # Every message gathered straight into its encoded form, in one call.
         used = encode_blocks(x, self._send_all, self._send_starts, self.mode, self.cap, out,
                              self._out_starts).tolist()
@@ -270,7 +277,7 @@ class Exchange:
         (its activations give both ends the same mask in the encoded modes). Returns
         (requests, receive buffer, bytes sent)."""
         batch, dtype = ghost_partials.shape[1], ghost_partials.dtype
-        recv = self._buffer(self.rows_sent, batch, dtype, 1)
+        recv = self._buffer(self.rows_sent, batch, dtype, SENT_SIDE)
         reqs: list[Request] = []
         self._unpack = []
         tag = 2 * self.layer + 1
@@ -288,7 +295,7 @@ class Exchange:
                 reqs.append(self.comm.irecv(block, q, tag))
                 self._unpack.append((rows, block))
             start += len(rows)
-        out = None if dense else self._buffer(1, self.n_ghost * batch, dtype, 5)[0]
+        out = None if dense else self._buffer(1, self.n_ghost * batch, dtype, GHOST_SIDE)[0]
         ghosts = self._ghost_index()
         start = offset = sent = 0
         for q, count in zip(self.recv_peers, self.recv_counts):

@@ -31,7 +31,8 @@ class Workspace:
 
     The backward pass runs one layer at a time, and a layer's fold completes before the next
     layer down starts: the ghost partial sums of every layer share one block, and the owned
-    partial sums two (layer i writes its own while it reads layer i+1's).
+    partial sums two (layer i writes its own while it reads layer i+1's; one under bfloat16,
+    whose layers read the error rounded into a block of its own).
 
     ``sampled``: the layer (from 0) that runs on LSH-selected pairs (spdnn.runtime.lsh_layer),
     which keeps its own compact gradient (its weight gradient here is empty) and, as the
@@ -57,7 +58,11 @@ class Workspace:
                        for i, lay in enumerate(layers)]
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in layers]
         self.ghost = _views([lay.exchange.n_ghost for lay in layers], batch, dt, 1)
-        self.partial = _views([lay.n_owned_prev for lay in layers], batch, dt, 2)
+        # float32/64: layer i writes its partial sums while it reads layer i+1's (the error
+        # it gathers): two blocks; bfloat16 gathers the error rounded into ``errors``, so
+        # one block serves every layer
+        self.partial = _views([lay.n_owned_prev for lay in layers], batch, dt,
+                              2 if st == dt else 1)
         # The rows of X_0 that hold a nonzero, when the forward pass skipped the others
         # (spdnn.kernels.sparse_inputs): the weight gradient skips them too.
         self.live_inputs: np.ndarray | None = None
