@@ -98,6 +98,7 @@ class Traffic:
 # exchanges finish before the next pass starts, so both directions share them: the peak is
 # the larger direction's, not their sum.
 SENT_SIDE, GHOST_SIDE = 0, 1
+_NO_BYTES = np.zeros(0, np.uint8)
 
 
 @dataclass(kw_only=True)
@@ -131,7 +132,7 @@ class Exchange:
     _in_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     _out_list: list[int] = field(default_factory=lambda: [0])
     _in_list: list[int] = field(default_factory=lambda: [0])
-    _stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))  # expand's receives
+    _stage: np.ndarray = field(default_factory=lambda: _NO_BYTES)  # expand's receives
 
     def __post_init__(self) -> None:
         # The send rows of all peers in one array, for the one-call encoders.
@@ -261,6 +262,9 @@ class Exchange:
             return
         decode_blocks(self._stage, self._in_starts, x, self.n_owned, self._recv_counts, self.cap,
                       lambda p: f"layer {self.layer}, rows from rank {self.recv_peers[p]}")
+        # let go of the buffer: once a larger layer has grown the pool's, this view would
+        # keep the smaller one alive beside it
+        self._stage = _NO_BYTES
 
     def _peers(self) -> list[int]:
         return sorted(set(self.recv_peers) | set(self.send_peers))
