@@ -303,14 +303,16 @@ def test_chunks_whose_samples_all_die_end_early_and_agree_with_the_reference(com
     # kernel call a chunk: spdnn.runtime.narrow_tail)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_the_narrow_end_in_one_call_equals_the_layer_by_layer_pass(comm, mpi_tmp_path, dtype):
     """Where a rank holds every row (P = 1 here), the layers after the batch turns narrow run
     in one kernel call (spdnn.runtime.narrow_tail): Z of the last layer and the surviving samples
-    are those of the pass that runs them one at a time, bit for bit, at every width."""
-    net = radixnet(1024, 12, seed=0, dtype=dtype)
+    are those of the pass that runs them one at a time, bit for bit, at every width (bfloat16:
+    16-bit weights and outputs, float32 biases and Z)."""
+    values = "float32" if dtype == "bfloat16" else dtype
+    net = radixnet(1024, 12, seed=0, dtype=values)
     run = _setup(mpi_tmp_path, net, "cyclic", comm, "rx", dtype=dtype)
-    x = _images(40).T.toarray().astype(dtype)
+    x = _images(40).T.toarray().astype(values)
     mine = np.ascontiguousarray(x[run.dnet.input_rows])
     results = []
     for fused in (True, False):

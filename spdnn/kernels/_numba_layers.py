@@ -38,9 +38,10 @@ def _array(where, k, which, like):  # noqa: ANN001, ANN202
 
 @nb.njit(cache=True, nogil=True)
 def narrow_layers(where, in_rows, first, cap, compact_below, xa, xb, cur, zbuf, width, ids,
-                  work, index_like, value_like):
+                  work, index_like, value_like, bias_like):
     """Layers first.. (where[0, a, k] the address of array a of layer k, where[1, a, k] its
-    length: indptr and indices of ``index_like``'s type, data and bias of ``value_like``'s;
+    length: indptr and indices of ``index_like``'s type, data of ``value_like``'s, bias of
+    ``bias_like``'s: bfloat16's bits beside float32 biases and Z);
     in_rows[k] = rows of X_k) on X_first
     held (in_rows[first] x width, C order) at the start of ``(xa, xb)[cur]``. Hidden layers
     write h(Z) to the other buffer and drop the columns that died when at most
@@ -53,7 +54,7 @@ def narrow_layers(where, in_rows, first, cap, compact_below, xa, xb, cur, zbuf, 
     last = where.shape[2] - 1
     for k in range(first, last + 1):
         indptr, indices = _array(where, k, 0, index_like), _array(where, k, 1, index_like)
-        data, bias = _array(where, k, 2, value_like), _array(where, k, 3, value_like)
+        data, bias = _array(where, k, 2, value_like), _array(where, k, 3, bias_like)
         n, w = len(indptr) - 1, width
         x = bufs[cur][: in_rows[k] * w].reshape(in_rows[k], w)
         z = zbuf[: n * w]

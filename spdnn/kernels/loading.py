@@ -24,4 +24,4 @@ def load_kernels(dtype: Any = None, *, narrow: bool = False,  # noqa: ANN401
         kernels.warm_up_bfloat16()
     encoding.warm_up(dtypes)
     if narrow:
-        layers.warm_up(dtypes)
+        layers.warm_up(dtypes + ((np.uint16,) if bfloat16 else ()))

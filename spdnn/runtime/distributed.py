@@ -222,8 +222,7 @@ class DistributedNetwork:
         if ws is not None:
             ws.masks = []
         known = fill_inputs(x[: self.layers[0].n_owned_prev], x0, ws)  # a sparse block's rows
-        run = layer_run(self) if drop_dead and not sampled and self.comm.size == 1 \
-            and not self.bfloat16 else None
+        run = layer_run(self) if drop_dead and not sampled and self.comm.size == 1 else None
         for i, layer in enumerate(self.layers):
             if run is not None and run.fits(i, width, x.itemsize):  # the rest in one call
                 return Forward(*narrow_tail(run, self, i, pp, cur, width, ids, COMPACT_BELOW),

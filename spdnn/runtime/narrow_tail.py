@@ -25,7 +25,7 @@ class _Network(Protocol):  # spdnn.runtime.distributed.DistributedNetwork, which
 def layer_run(dnet: _Network) -> LayerRun | None:
     """The layers' typed lists, built on first use (None: the pass stays in Python)."""
     if dnet.layer_run is False:
-        dnet.layer_run = LayerRun.of([lay.weight for lay in dnet.layers],
+        dnet.layer_run = LayerRun.of([lay.product_weight for lay in dnet.layers],
                                      [lay.bias for lay in dnet.layers],
                                      [lay.n_buffer_rows for lay in dnet.layers])
     return dnet.layer_run
