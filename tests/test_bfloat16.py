@@ -71,6 +71,31 @@ def test_the_numba_conversions_equal_numpys():
     np.testing.assert_array_equal(flat, bf.narrow(x).reshape(-1))
 
 
+@pytest.mark.parametrize("backend", ["numba", "scipy"])
+def test_every_backend_rounds_blocks_and_weights_alike(backend):
+    """The rounded copies the products gather (spdnn.kernels.rounding) under each backend: the
+    block's bits as numpy rounds them, its rows' sums of what was stored, the weights' bits."""
+    from spdnn.kernels import rounding
+
+    if backend not in kernels.available_backends():
+        pytest.skip(f"the {backend} backend is not installed")
+    before = kernels.backend()
+    block = np.random.default_rng(5).standard_normal((40, 70)).astype(np.float32)
+    out, sums = np.empty(block.shape, np.uint16), np.full(40, np.nan, np.float32)
+    weights = _values()[:10_001]
+    copy = np.empty(weights.size, np.uint16)
+    try:
+        kernels.set_backend(backend)
+        rounding.round_rows(block, out, sums)
+        rounding.round_weights(weights, copy)
+    finally:
+        kernels.set_backend(before)
+    np.testing.assert_array_equal(out, bf.narrow(block))
+    np.testing.assert_allclose(sums, bf.widen(out).astype(np.float64).sum(axis=1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(copy, bf.narrow(weights))
+
+
 def _case(batch: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     w = sp.random(37, 29, density=0.3, format="csr", random_state=seed, dtype=np.float32)

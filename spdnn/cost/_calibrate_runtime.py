@@ -17,6 +17,7 @@ from spdnn.cost._calibrate_kernels import FAN_IN, cache_bytes, median_time
 from spdnn.cost.machine import SCALE_KEYS, Calibration, KernelTable, Scales
 from spdnn.io.bundle import save_network
 from spdnn.kernels import products as kernels
+from spdnn.kernels import rounding
 from spdnn.model.generate import fixed_fan_in
 from spdnn.optim import SGD, SGDConfig, interleave
 
@@ -222,7 +223,7 @@ def round_cost(rng: np.random.Generator, reps: int = 5) -> float:
     kernels.warm_up_bfloat16()
     master = rng.standard_normal(2**20).astype(np.float32)
     copy = np.empty(master.size, np.uint16)
-    return median_time(lambda: kernels.round_weights(master, copy), reps) / master.size * 1e9
+    return median_time(lambda: rounding.round_weights(master, copy), reps) / master.size * 1e9
 
 
 def reference_scales(comm: Communicator, dtype: str, tables: dict[str, KernelTable],

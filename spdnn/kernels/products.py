@@ -38,7 +38,6 @@ from spdnn.backends import (  # noqa: F401 (the choice, re-exported: spdnn.kerne
 )
 from spdnn.backends import forget as forget_backend  # noqa: F401
 from spdnn.comm.threads import default_threads
-from spdnn.kernels import bfloat16
 from spdnn.kernels.dense import ONE_PASS_DENSE_ROWS, blas_ready, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
@@ -369,43 +368,6 @@ def _backward(wt: Transposed, data: np.ndarray, d: np.ndarray, x: np.ndarray,
         grad_w[order] = part
     if z is not None:
         apply_slope(sub, z[r0:r1], cap)
-
-
-def round_rows(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None = None) -> None:
-    """out = g rounded to bfloat16 (an input or error block before the products gather it)
-    and, when given, sums = out's row sums in float32 (the bias gradient of what was
-    rounded)."""
-    active().round_rows(g, out, sums)
-
-
-@form("numba", "round_rows")
-def _round_rows_numba(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
-    _nb()
-    g = np.ascontiguousarray(g, np.float32)  # (a no-op for the passes' blocks)
-    active().compiled("bfloat16").narrow_rows(g, out, _NO_SUMS if sums is None else sums)
-
-
-@form("scipy", "round_rows")
-def _round_rows(g: np.ndarray, out: np.ndarray, sums: np.ndarray | None) -> None:
-    bfloat16.narrow(g, out=out)
-    if sums is not None:
-        np.sum(bfloat16.widen(out), axis=1, out=sums)
-
-
-def round_weights(master: np.ndarray, out: np.ndarray) -> None:
-    """out = the master weights rounded to bfloat16 (the products' copy after an update)."""
-    active().round_weights(master, out)
-
-
-@form("numba", "round_weights")
-def _round_weights_numba(master: np.ndarray, out: np.ndarray) -> None:
-    _nb()
-    active().compiled("bfloat16").narrow_flat(master, out)
-
-
-@form("scipy", "round_weights")
-def _round_weights(master: np.ndarray, out: np.ndarray) -> None:
-    bfloat16.narrow(master, out=out)
 
 
 def apply_slope(g: np.ndarray, z: np.ndarray, cap: float | None) -> None:

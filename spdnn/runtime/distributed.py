@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from spdnn.io.bundle import NetworkBundle
-from spdnn.kernels import bfloat16, sparse_inputs
+from spdnn.kernels import bfloat16, rounding, sparse_inputs
 from spdnn.kernels import products as kernels
 from spdnn.kernels.encoding import MODES
 from spdnn.kernels.ranges import row_chunks
@@ -322,7 +322,7 @@ class DistributedNetwork:
                 d, ready = ready, None
             elif self.bfloat16:
                 d = ws.errors[turn][: delta.size].reshape(delta.shape)
-                kernels.round_rows(delta, d, ws.grad_b[i] if i > 0 else None)
+                rounding.round_rows(delta, d, ws.grad_b[i] if i > 0 else None)
             turn = 1 - turn
             if i == 0:  # no W^T G below the first layer: the weight gradient alone
                 sparse_inputs.sddmm(layer.product_weight, d, ws.xbufs[i], ws.live_inputs,

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spdnn.comm.mpi import Communicator
-from spdnn.kernels import bfloat16
+from spdnn.kernels import bfloat16, rounding
 from spdnn.kernels import products as kernels
 from spdnn.model.network import Layer
 from spdnn.model.plan import Plan
@@ -79,7 +79,7 @@ class LocalLayer:
     def round_values(self) -> None:
         """The bfloat16 copy from the master weights (after an update)."""
         if self._rounded is not None:
-            kernels.round_weights(self.weight.data, self._rounded.data)
+            rounding.round_weights(self.weight.data, self._rounded.data)
 
     @property
     def transposed(self) -> kernels.Transposed:

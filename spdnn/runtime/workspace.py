@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spdnn.kernels import bfloat16
-from spdnn.kernels import products as kernels
+from spdnn.kernels import bfloat16, rounding
 from spdnn.model.batching import SparseColumns
 from spdnn.runtime.local_layer import LocalLayer
 
@@ -89,7 +88,7 @@ def fill_inputs(x: np.ndarray, x0: np.ndarray | SparseColumns, ws: Workspace | N
     and scanned each step)."""
     if not isinstance(x0, SparseColumns):
         if bfloat16.is_bfloat16(x):  # the inputs' rounding to bfloat16
-            kernels.round_rows(x0, x)
+            rounding.round_rows(x0, x)
         else:
             x[:] = x0
         if ws is not None:
