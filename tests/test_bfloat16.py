@@ -290,18 +290,25 @@ TORCH_CASES = {
 }
 
 
+def _two_epochs(case: str):  # noqa: ANN202
+    """The torch tests' case: its config, the masked network, the data and spdnn's runtime
+    trained on it in bfloat16 for two epochs of batch 8."""
+    pytest.importorskip("numba")
+    config = TORCH_CASES[case][0]
+    net = small_network((12, 16, 10, 5), fan_in=4, seed=3, bias_scale=0.3, dtype="float32")
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((30, 12)).astype(np.float32), rng.integers(0, 5, 30)
+    return config, net, x, y, _runtime_train(net, x, y, config, 2, 8)
+
+
 @pytest.mark.parametrize("case", sorted(TORCH_CASES))
 def test_bfloat16_training_equals_torch_at_the_same_rounding_points(case):
     """Two epochs on the same masked network: spdnn's runtime in bfloat16 and torch with
     the same rounding points (float32 sums, master weights and optimizer), within float32
     rounding (1e-5); the float32 run is 100 x further away."""
-    pytest.importorskip("numba")
-    config, name, kwargs = TORCH_CASES[case]
-    net = small_network((12, 16, 10, 5), fan_in=4, seed=3, bias_scale=0.3, dtype="float32")
-    rng = np.random.default_rng(5)
-    x, y = rng.standard_normal((30, 12)).astype(np.float32), rng.integers(0, 5, 30)
-    ours = _runtime_train(net, x, y, config, 2, 8)
-    weights, biases = _torch_bfloat16_train(net, x, y, name, kwargs, 2, 8, autocast=False)
+    config, net, x, y, ours = _two_epochs(case)
+    weights, biases = _torch_bfloat16_train(net, x, y, *TORCH_CASES[case][1:], 2, 8,
+                                            autocast=False)
     for lay, w, b in zip(ours.layers, weights, biases):
         np.testing.assert_allclose(lay.weight.toarray(), w, rtol=0, atol=1e-5)
         np.testing.assert_allclose(lay.bias, b, rtol=0, atol=1e-5)
@@ -316,13 +323,8 @@ def test_bfloat16_training_stays_near_torchs_autocast(case):
     """torch.autocast rounds Z and the weight gradients to bfloat16 too (spdnn keeps both in
     float32): after two epochs no weight differs by a bfloat16 step of the largest weight
     (2^-8 of it; measured: a seventh of that under SGD, a thirtieth under Adam)."""
-    pytest.importorskip("numba")
-    config, name, kwargs = TORCH_CASES[case]
-    net = small_network((12, 16, 10, 5), fan_in=4, seed=3, bias_scale=0.3, dtype="float32")
-    rng = np.random.default_rng(5)
-    x, y = rng.standard_normal((30, 12)).astype(np.float32), rng.integers(0, 5, 30)
-    ours = _runtime_train(net, x, y, config, 2, 8)
-    weights, biases = _torch_bfloat16_train(net, x, y, name, kwargs, 2, 8, autocast=True)
+    _, net, x, y, ours = _two_epochs(case)
+    weights, _ = _torch_bfloat16_train(net, x, y, *TORCH_CASES[case][1:], 2, 8, autocast=True)
     scale = max(np.abs(w).max() for w in weights)
     worst = max(np.abs(lay.weight.toarray() - w).max() for lay, w in zip(ours.layers, weights))
     assert worst < 2.0 ** -8 * scale, (worst, scale)
