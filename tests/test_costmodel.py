@@ -624,8 +624,11 @@ def test_replicas_auto_bad_inputs(model_files):
         assert_one_line_error(run_spdnn(*common, *extra, cwd=t), *fragments)
 
 
-@pytest.mark.parametrize("slow", ["messages", "gradient sums"])
-def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slow):
+@pytest.mark.parametrize("slow, dtype", [("messages", "float32"), ("gradient sums", "float32"),
+                                         ("messages", "bfloat16")])
+def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slow, dtype):
+    """The grid the model predicts fastest runs, in float32 and in bfloat16 (whose step and
+    memory the model predicts from its own tables and 16-bit blocks)."""
     if MPIEXEC is None:
         pytest.skip(NO_MPIEXEC)
     t = model_files
@@ -640,8 +643,8 @@ def test_replicas_auto_runs_the_grid_the_model_predicts_fastest(model_files, slo
     (t / "slow.json").write_text(json.dumps(cal))
     proc = launch(2, "train", "--network", t / "net.npz", "--plan", t / "block2.npz", "--plan",
                   t / "cyclic4.npz", "--replicas", "auto", "--calibration", t / "slow.json",
-                  "--data", "digits", "--max-steps", "2", "--batch-size", "32", cwd=t,
-                  timeout=300)
+                  "--data", "digits", "--max-steps", "2", "--batch-size", "32", "--dtype", dtype,
+                  cwd=t, timeout=300)
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
     assert first.startswith(f"--replicas auto: {want}"), proc.stdout
