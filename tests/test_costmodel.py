@@ -444,6 +444,8 @@ def test_calibration_and_cluster_files_round_trip_and_refuse_bad_fields(tmp_path
         "negative all-reduce time": lambda d: d["network"]["allreduce"].update(
             seconds=[-1e-6, 1e-6]),
         "negative gather cost": lambda d: d["runtime"].update(gather_ns_per_value=-0.1),
+        "negative rounding cost": lambda d: d["runtime"].update(round_ns_per_value=-0.1),
+        "unknown value type": lambda d: d["kernels"].update(float16=d["kernels"]["float32"]),
         "ragged dense table": lambda d: d["kernels"]["float32"]["dense"]["forward"].pop(),
         "zero dense time": lambda d: d["kernels"]["float32"]["dense"]["gradient"][0].__setitem__(
             0, 0.0),
