@@ -59,6 +59,9 @@ def test_bfloat16_training_on_every_grid_equals_the_serial_reference(comm, mpi_t
                 np.testing.assert_allclose(la.bias, lb.bias, rtol=0, atol=TOL)
         digests = run.dnet.grid.data.allgather(_digest(run.dnet))
         assert len(set(digests)) == 1, (parts, replicas)
+        for ws in run.dnet.workspaces():  # a Z is spent once its outputs are rounded:
+            blocks = {id(z if z.base is None else z.base) for z in ws.zs}
+            assert len(blocks) == 1  # every layer's Z shares one block
         run.dnet.grid.free()
 
 

@@ -157,6 +157,9 @@ def test_fold_packing_round_trip(backend, dtype, batch, cap):
     out = np.full(4 * batch, np.nan, dtype)
     assert fold_pack(partials, x, rows, cap, out) == count
     np.testing.assert_array_equal(out[:count], partials[mask])
+    spent = partials.copy()  # packed in place, over its own storage (the fold's ghost block)
+    assert fold_pack(spent, x, rows, cap, spent.reshape(-1)) == count
+    np.testing.assert_array_equal(spent.reshape(-1)[:count], partials[mask])
     g = rng.standard_normal((9, batch)).astype(dtype)
     expected = g.copy()
     expected[rows] += np.where(mask, partials, 0)

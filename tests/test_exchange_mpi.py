@@ -115,16 +115,20 @@ def test_graph_challenge_mode_in_every_exchange_mode(comm, mpi_tmp_path, exchang
     np.testing.assert_array_equal(got.categories, expected.categories)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
 @pytest.mark.parametrize("exchange", ["auto", "sparse"])
-def test_no_exchange_keeps_a_message_buffer_the_pool_let_go(comm, mpi_tmp_path, exchange):
+def test_no_exchange_keeps_a_message_buffer_the_pool_let_go(comm, mpi_tmp_path, exchange,
+                                                             dtype):
     """Both directions share the pool's two message buffers, which grow with the largest
     layer's messages. A layer's exchange keeps no view of a buffer the pool has replaced:
     such a view kept every smaller buffer alive beside the grown one (about 30 MB of a 600 MB
-    rank at P = 4, unseen by the prediction)."""
+    rank at P = 4, unseen by the prediction). The fold packs its partial sums in place, so
+    the ghost side holds the forward's encoded rows alone; under bfloat16 a training step
+    stages them in its workspace, beside the Z they are summed into."""
     from spdnn.runtime.halo import GHOST_SIDE, SENT_SIDE
 
     net = small_network((20, 8, 40, 40, 6), fan_in=5, seed=2)  # later layers' messages grow
-    run = _setup(mpi_tmp_path, net, "cyclic", comm, exchange=exchange)
+    run = _setup(mpi_tmp_path, net, "cyclic", comm, exchange=exchange, dtype=dtype)
     dnet = run.dnet
     rng = np.random.default_rng(4)
     x0 = rng.random((net.sizes[0], 9))
@@ -136,3 +140,12 @@ def test_no_exchange_keeps_a_message_buffer_the_pool_let_go(comm, mpi_tmp_path, 
         assert layer.exchange._buffers is pool
         stage = layer.exchange._stage
         assert stage.size == 0 or stage.base is pool[GHOST_SIDE]
+    if comm.size == 1:
+        return
+    expand = max(layer.exchange._in_list[-1] for layer in dnet.layers)
+    if dtype == "float64":
+        assert pool[GHOST_SIDE].nbytes == expand > 0
+    else:  # the arrivals are staged in the workspace's block, after Z (forward pass alone)
+        assert GHOST_SIDE not in pool
+        (ws,) = dnet.workspaces()
+        assert {id(s.base) for s in ws.stages if s is not None} == {id(ws.zs[0].base)}

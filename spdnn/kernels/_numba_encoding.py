@@ -243,7 +243,8 @@ def slope_count(x, rows, cap):
 def fold_pack(partials, x, rows, cap, out):
     """out = the entries of ``partials`` (one row per entry of ``rows``) where h'(x[rows]) is
     1, in row-major order; returns their number. Vector stores: ``out`` needs as many entries
-    as ``partials`` (the packed ones and room for a vector's spare lanes)."""
+    as ``partials`` (the packed ones and room for a vector's spare lanes). In place too: each
+    store lands no later than the vector just loaded."""
     batch = x.shape[1]
     lanes = _fold_lanes(x)
     n = 0

@@ -224,14 +224,14 @@ def fold_pack(partials: np.ndarray, x: np.ndarray, rows: np.ndarray, cap: float 
               out: np.ndarray) -> int:
     """out[:n] = the partial sums (one row per entry of ``rows``) where the slope of x[rows]
     is 1, row-major; returns n. ``out`` has room for every partial sum (the kernel stores
-    whole vectors)."""
+    whole vectors); it may be ``partials``' own storage (packed in place)."""
     if len(out) < partials.size:
         raise ValueError(f"fold_pack needs {partials.size} entries of output, got {len(out)}")
     if (nbe := _nbe()) is not None:
         return int(nbe.fold_pack(partials, x, rows, _cap_arg(cap), out))
     mask = slope_mask(x[rows], cap).reshape(-1)
     n = int(np.count_nonzero(mask))
-    np.compress(mask, partials.reshape(-1), out=out[:n])
+    out[:n] = partials.reshape(-1)[mask]  # a copy first: ``out`` may be ``partials``
     return n
 
 

@@ -124,11 +124,13 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         # gradient back: not the first (no gradient with respect to the inputs)
         state += sum(s.nnz * 8 + (s.buffer_rows + 1) * 4 for s in layers[1:] if s is not sampled)
         state += sum(s.ghosts * 8 for s in layers[1:])  # the fold's index of ghost rows
-        # per layer its X buffer and Z; one block of ghost partial sums for all layers, and
-        # two of owned partial sums (spdnn.runtime.workspace)
-        # Z of every layer; under bfloat16 the hidden layers' share one block
-        zs = sum(s.rows for s in layers) if not copy else \
-            layers[-1].rows + max((s.rows for s in layers[:-1]), default=0)
+        # Z of every layer and the ghost partial sums; under bfloat16 (no Z read backward)
+        # one block: a layer's Z with its ghost rows' encoded arrivals after it (forward),
+        # or the ghost partial sums (backward)
+        ghosts = max(s.ghosts for s in layers)
+        zs_ghosts = sum(s.rows for s in layers) + ghosts if not copy else \
+            max(ghosts, max(s.rows + s.ghosts * (stored + 0.25 + MESSAGE_SLACK / batch)
+                            / itemsize for s in layers))
         # owned partial sums: under bfloat16 only where partials are folded in (else the
         # products write the next error block rounded, and the blocks stay untouched), in
         # one block (the error each layer gathers is rounded into a block of its own); else
@@ -137,9 +139,9 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
                  for i, s in enumerate(layers)]
         blocks = 1 if copy else 2
         step = batch * itemsize * (
-            zs + max(s.ghosts for s in layers)
-            + sum(max([r for i, r in enumerate(owned) if i % blocks == b], default=0)
-                  for b in range(blocks))) + (4 if copy else 3) * itemsize  # a spare value
+            zs_ghosts + sum(max([r for i, r in enumerate(owned) if i % blocks == b], default=0)
+                            for b in range(blocks))) \
+            + (1 + blocks) * itemsize  # each block's spare value
         step += batch * stored * sum(s.buffer_rows for s in layers)
         # the step's block of input samples, in the data's type (the rank's features x batch),
         # held through the step beside the X buffer it is copied into
@@ -155,12 +157,16 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     passes = challenge_chunk(layers, itemsize) if challenge else eval_batch(layers, itemsize)
     width = max(batch, passes) if training else passes
     # the message buffers (spdnn.runtime.halo): one for the rows sent, one for the ghost
-    # rows, each the largest layer's, shared by both directions: forward the rows in
-    # ``stored`` bytes and two bitmaps (the encoded form), backward the partial sums in
-    # ``itemsize``; a message's slack beyond them (at most a message per row)
-    rows = max((s.sent for s in layers), default=0) + max((s.ghosts for s in layers),
-                                                          default=0)
-    messages = int(width * rows * max(itemsize, stored + 0.25)) + rows * MESSAGE_SLACK
+    # rows, each the largest layer's. The rows sent: forward in ``stored`` bytes and two
+    # bitmaps (the encoded form), backward the partial sums received in ``itemsize``. The
+    # ghost rows: forward only (the partial sums go packed in place), and under bfloat16
+    # a training step's arrivals are in its block (above): evaluation's alone. A message's
+    # slack beyond them (at most a message per row).
+    sent = max((s.sent for s in layers), default=0)
+    ghosts = max((s.ghosts for s in layers), default=0)
+    arrivals = passes if training and copy else width
+    messages = int(width * sent * max(itemsize, stored + 0.25)
+                   + arrivals * ghosts * (stored + 0.25)) + (sent + ghosts) * MESSAGE_SLACK
     evaluation = passes * (
         2 * stored * max(s.buffer_rows for s in layers) + itemsize * max(s.rows for s in layers)
         + itemsize * (layers[0].prev_rows + layers[-1].rows if challenge else 0))

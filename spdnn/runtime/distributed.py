@@ -139,22 +139,24 @@ class DistributedNetwork:
 
     def forward_layer(self, i: int, xbuf: np.ndarray, z: np.ndarray,
                       next_top: np.ndarray | None, alive: np.ndarray | None = None,
-                      known: np.ndarray | None = None) -> np.ndarray | None:
+                      known: np.ndarray | None = None, stage: np.ndarray | None = None
+                      ) -> np.ndarray | None:
         """Layer i+1. ``xbuf`` is the X_i buffer with its owned rows filled. While its ghost
         rows arrive, Z = W[:, owned] X_owned + b is computed in row chunks (progressing the
         messages between chunks); then Z += W[:, ghost] X_ghost, fused with h(Z) into
-        ``next_top`` when given (and a 1 in ``alive`` for every nonzero column). Returns the
+        ``next_top`` when given (and a 1 in ``alive`` for every nonzero column). ``stage``:
+        bytes lent for the ghost rows' encoded arrivals (``Workspace.stages``). Returns the
         live rows of a sparse first input block whose zero rows it skipped (``known``)."""
         layer, t, comm = self.layers[i], self.timers, self.comm
         act = self.activation(i)
         if act is not None and not act.zeros and next_top is not None:  # h after the product
-            live = self.forward_layer(i, xbuf, z, None, alive, known)
+            live = self.forward_layer(i, xbuf, z, None, alive, known, stage)
             t0 = time.perf_counter()
             kernels.activate(act, z, next_top)
             t.add("forward", i, compute=time.perf_counter() - t0)
             return live
         t0 = time.perf_counter()
-        reqs, sent = layer.exchange.start_expand(xbuf)
+        reqs, sent = layer.exchange.start_expand(xbuf, stage)
         self.traffic.count("forward", i, layer.exchange.rows_sent, xbuf.shape[1], xbuf.itemsize,
                            sent, len(layer.exchange.send_peers))
         t1 = time.perf_counter()
@@ -238,7 +240,8 @@ class DistributedNetwork:
                     break
                 self.sampled.hidden_outputs(z, nxt[:n])
             else:
-                live = self.forward_layer(i, x, z, nxt if nxt is None else nxt[:n], flags, known)
+                live = self.forward_layer(i, x, z, nxt if nxt is None else nxt[:n], flags, known,
+                                          None if ws is None else ws.stages[i])
                 if ws is not None and i == 0:
                     ws.live_inputs = live
             if dropout is not None and not last:

@@ -218,10 +218,19 @@ class Exchange:
             setattr(self, name + "_list", starts)
             setattr(self, name + "_starts", np.array(starts, np.int64))
 
-    def start_expand(self, x: np.ndarray) -> tuple[list[Request], int]:
+    def stage_nbytes(self, batch: int, itemsize: int) -> int:
+        """Bytes the encoded messages of the ghost rows take on arrival (0: none staged)."""
+        if self.mode == "dense" or not self.recv_peers:
+            return 0
+        self._layout(batch, itemsize)
+        return self._in_list[-1]
+
+    def start_expand(self, x: np.ndarray, stage: np.ndarray | None = None
+                     ) -> tuple[list[Request], int]:
         """Forward: post receives of the ghost rows and sends of the owned rows others need.
-        ``x`` is (n_owned + n_ghost) x B, C-contiguous. Returns the requests and the bytes
-        sent; ``finish_expand`` completes the ghost rows."""
+        ``x`` is (n_owned + n_ghost) x B, C-contiguous; ``stage``: bytes (``stage_nbytes``)
+        the caller lends for the encoded arrivals, instead of the pool's. Returns the requests
+        and the bytes sent; ``finish_expand`` completes the ghost rows."""
         if not self.recv_peers and not self.send_peers:  # this layer's rows stay here
             return [], 0
         reqs = []
@@ -241,7 +250,9 @@ class Exchange:
             return reqs, send.nbytes
         self._layout(batch, x.itemsize)
         starts = self._in_list
-        stage = self._stage = self._bytes(starts[-1], GHOST_SIDE)
+        stage = self._stage = stage[:starts[-1]] \
+            if stage is not None and len(stage) >= starts[-1] else \
+            self._bytes(starts[-1], GHOST_SIDE)
         for i, q in enumerate(self.recv_peers):
             reqs.append(self.comm.irecv(stage[starts[i]:starts[i + 1]], q, tag))
         starts = self._out_list
@@ -278,8 +289,9 @@ class Exchange:
                    ) -> tuple[list[Request], np.ndarray, int]:
         """Backward: send ghost partials (n_ghost x B, grouped by owner) back; post receives
         of the partials other ranks computed for my rows. ``x`` is the layer's input buffer
-        (its activations give both ends the same mask in the encoded modes). Returns
-        (requests, receive buffer, bytes sent)."""
+        (its activations give both ends the same mask in the encoded modes). A packed
+        message is packed in place: ``ghost_partials`` is spent. Returns (requests, receive
+        buffer, bytes sent)."""
         batch, dtype = ghost_partials.shape[1], ghost_partials.dtype
         recv = self._buffer(self.rows_sent, batch, dtype, SENT_SIDE)
         reqs: list[Request] = []
@@ -299,19 +311,21 @@ class Exchange:
                 reqs.append(self.comm.irecv(block, q, tag))
                 self._unpack.append((rows, block))
             start += len(rows)
-        out = None if dense else self._buffer(1, self.n_ghost * batch, dtype, GHOST_SIDE)[0]
         ghosts = self._ghost_index()
-        start = offset = sent = 0
+        start = sent = 0
         for q, count in zip(self.recv_peers, self.recv_counts):
             block = ghost_partials[start:start + count]
             rows = ghosts[start:start + count]
             n = count * batch
             kept = n if dense else slope_count(x, rows, self.cap)
             if not dense and fold_packed(kept, n, self.mode):
-                fold_pack(block, x, rows, self.cap, out[offset:])
-                reqs.append(self.comm.isend(out[offset:offset + kept], q, tag))
+                # packed in place, over the peer's own block (read no later than written):
+                # the ghost side's buffer then holds only the forward's rows, which are
+                # narrower than the partial sums under bfloat16
+                packed = block.reshape(-1)
+                fold_pack(block, x, rows, self.cap, packed)
+                reqs.append(self.comm.isend(packed[:kept], q, tag))
                 sent += kept * block.itemsize
-                offset += kept
             else:
                 reqs.append(self.comm.isend(block, q, tag))
                 sent += block.nbytes

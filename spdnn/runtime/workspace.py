@@ -31,7 +31,9 @@ class Workspace:
     The backward pass runs one layer at a time, and a layer's fold completes before the next
     layer down starts: the ghost partial sums of every layer share one block, and the owned
     partial sums two (layer i writes its own while it reads layer i+1's; one under bfloat16,
-    whose layers read the error rounded into a block of its own).
+    whose layers read the error rounded into a block of its own). Under bfloat16, Z and the
+    ghost rows' encoded arrivals (``stages``, lent to the exchange) share that block with the
+    ghost partial sums.
 
     ``sampled``: the layer (from 0) that runs on LSH-selected pairs (spdnn.runtime.lsh_layer),
     which keeps its own compact gradient (its weight gradient here is empty) and, as the
@@ -46,17 +48,30 @@ class Workspace:
         # products read one while they write the next layer's into the other)
         size = max(len(lay.rows) for lay in layers) * batch if st != dt else 0
         self.errors = [np.zeros(size, st) for _ in range(2)]
+        ghosts = [lay.exchange.n_ghost for lay in layers]
         if st == dt:
             self.zs = [np.zeros((0 if i == sampled == last else len(lay.rows), batch), dt)
                        for i, lay in enumerate(layers)]
+            self.ghost = _views(ghosts, batch, dt, 1)
+            self.stages: list[np.ndarray | None] = [None] * len(layers)
         else:  # bfloat16: the backward pass reads no hidden Z (ReLU's slope comes from the
-            # rounded outputs): the hidden layers' Z share one block, the last keeps its own
-            self.zs = _views([len(lay.rows) for lay in layers[:-1]], batch, dt, 1) + \
-                [np.zeros((len(layers[-1].rows), batch), dt)]
+            # rounded outputs), so a Z is spent once its outputs are rounded, and the last's
+            # once the loss's error is: every layer's Z, and after it the encoded ghost rows
+            # arriving while it is computed, live in the forward pass alone, the ghost
+            # partial sums in the backward pass alone; all of them on one block
+            item = dt.itemsize
+            starts = [-(-len(lay.rows) * batch * item // 8) * 8 for lay in layers]
+            staged = [lay.exchange.stage_nbytes(batch, st.itemsize) for lay in layers]
+            size = max(max(ghosts) * batch * item, *(a + b for a, b in zip(starts, staged)))
+            block = np.zeros(size // item + 1, dt)
+            self.zs = [block[: len(lay.rows) * batch].reshape(len(lay.rows), batch)
+                       for lay in layers]
+            self.ghost = [block[: g * batch].reshape(g, batch) for g in ghosts]
+            raw = block.view(np.uint8)
+            self.stages = [raw[a: a + b] if b else None for a, b in zip(starts, staged)]
         self.grad_w = [np.zeros(0 if i == sampled else lay.weight.nnz, dt)
                        for i, lay in enumerate(layers)]
         self.grad_b = [np.zeros(len(lay.rows), dt) for lay in layers]
-        self.ghost = _views([lay.exchange.n_ghost for lay in layers], batch, dt, 1)
         # float32/64: layer i writes its partial sums while it reads layer i+1's (the error
         # it gathers): two blocks; bfloat16 gathers the error rounded into ``errors``, so
         # one block serves every layer
