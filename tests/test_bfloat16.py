@@ -142,20 +142,46 @@ def test_the_products_read_bfloat16_blocks(batch, cap):
     np.testing.assert_allclose(bias_grad, d.sum(axis=1), rtol=1e-5, atol=1e-5)
 
 
-def test_a_dense_bfloat16_layer_is_gathered_not_sent_to_blas():
-    """BLAS has no bfloat16: a layer storing every entry runs the gathers on its bits."""
+def test_a_dense_bfloat16_layer_reads_each_input_row_once_to_the_gathers_bits(monkeypatch):
+    """BLAS has no bfloat16: a layer storing every entry (a dense head) runs a kernel of its
+    own, which reads each row of X once for all rows of W. Each sum runs in column order from
+    its start, with fused multiply-adds, as the gathers' sums do: the same bits, over a span
+    of columns, accumulated, over a range of rows and with the rows shared by two threads
+    (29 columns: blocks of 8 and a tail)."""
     pytest.importorskip("numba")
     if kernels.backend() != "numba":
         pytest.skip("bfloat16 products are the numba backend's")
+    from spdnn.kernels import _numba_products as nbp
+
     rng = np.random.default_rng(2)
-    w = rng.standard_normal((6, 40)).astype(np.float32)
-    w16 = sp.csr_matrix((bf.narrow(w.ravel()), np.tile(np.arange(40), 6),
-                         np.arange(0, 241, 40)), shape=(6, 40))
-    x16 = bf.narrow(rng.standard_normal((40, 9)).astype(np.float32))
-    z = np.empty((6, 9), np.float32)
-    kernels.spmm_act(w16, x16, None, None, z, None)
-    np.testing.assert_allclose(z, bf.widen(w16.data).reshape(6, 40) @ bf.widen(x16),
-                               rtol=1e-5, atol=1e-5)
+    rows, cols, batch = 6, 29, 37
+    w16 = sp.csr_matrix((bf.narrow(rng.standard_normal(rows * cols).astype(np.float32)),
+                         np.tile(np.arange(cols), rows), np.arange(0, rows * cols + 1, cols)),
+                        shape=(rows, cols))
+    x16 = bf.narrow(rng.standard_normal((cols, batch)).astype(np.float32))
+    bias = rng.standard_normal(rows).astype(np.float32)
+    gathers, calls = nbp.spmm_rows, []
+    monkeypatch.setattr(nbp, "spmm_rows", lambda *a: calls.append(1) or gathers(*a))
+    owned = (w16.indptr[:-1] + 3, w16.indptr[:-1] + 20)  # columns 3 to 19
+    for span, r, acc in ((None, None, False), (owned, (1, 5), True)):
+        z = rng.standard_normal((rows, batch)).astype(np.float32)
+        start, expected, threads = z.copy(), z.copy(), z.copy()
+        kernels.spmm_act(w16, x16, None if acc else bias, None, z, None, r, acc, span=span)
+        assert not calls  # not the gathers
+        r0, r1 = (0, rows) if r is None else r
+        starts, ends = span if span is not None else (w16.indptr[:-1], w16.indptr[1:])
+        init = 0 if acc else 1
+        gathers(starts, ends, w16.indices, w16.data, x16, bias, expected, r0, r1, init, -1.0,
+                False, expected, np.zeros(0, np.int32), 1)
+        np.testing.assert_array_equal(z, expected)
+        lo, hi = int(starts[r0] - w16.indptr[r0]), int(ends[r0] - w16.indptr[r0])
+        nbp.dense_rows(w16.data.reshape(rows, cols), x16, lo, hi, bias, threads, r0, r1,
+                       init, 2)
+        np.testing.assert_array_equal(threads, expected)
+        wide = bf.widen(w16.data).reshape(rows, cols)[r0:r1, lo:hi].astype(np.float64)
+        np.testing.assert_allclose(
+            z[r0:r1], wide @ bf.widen(x16[lo:hi]) + (start[r0:r1] if acc else bias[r0:r1, None]),
+            rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("field", "value"), [("dropout", 0.1), ("lsh", 1),

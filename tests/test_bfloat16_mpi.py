@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from spdnn.kernels.encoding import HEADER
+from spdnn.model.generate import random_network
 from spdnn.optim import AdamConfig, SGDConfig
 from spdnn.reference import train as reference_train
 from spdnn.runtime.checkpoint import load_checkpoint
@@ -34,13 +35,17 @@ TOL = 1e-5
 @pytest.mark.parametrize("method", ["block", "hypergraph"])
 @pytest.mark.parametrize("opt", [SGDConfig(0.05, 0.9, 0.01), AdamConfig(lr=0.01)],
                          ids=["sgd", "adam"])
-@pytest.mark.parametrize("cap", [None, 0.7])
+@pytest.mark.parametrize("cap", [None, 0.7, "head"])
 def test_bfloat16_training_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path,
                                                                       method, opt, cap):
     """ReLU, and ReLU capped at 0.7 (not a bfloat16: the slope compares the rounded outputs
-    with the cap rounded, 0.69921875), under block and hypergraph plans."""
-    net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3, dtype="float32",
-                        cap=cap)
+    with the cap rounded, 0.69921875), under block and hypergraph plans; and a dense head of
+    6 rows (its own forward kernel), whose columns are owned and ghost at P > 1."""
+    if cap == "head":
+        net = random_network([20, 24, 18], 5, seed=1, head=6, dtype="float32")
+    else:
+        net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3,
+                            dtype="float32", cap=cap)
     data = _data(net)
     cfg = TrainConfig(epochs=2, batch_size=16, optimizer=opt, seed=7)
     expected, ref = reference_train(net, data, 2, 16, opt, seed=7, bfloat16=True)

@@ -193,6 +193,58 @@ def spmm_rows(starts, ends, indices, data, x, bias, out, r0, r1, init, cap, acti
             alive[c] |= flags[t, c]
 
 
+# Rows of X a dense kernel widens at once: each Z vector is loaded and stored once for them.
+DENSE_ROWS_AHEAD = 8
+
+
+@nb.njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
+def dense_rows(wd, x, lo, hi, bias, out, r0, r1, init, threads):
+    """out[i] = wd[i, lo:hi] x[lo:hi] + (bias[i] if ``init`` == 1, 0 if 2, out[i] if 0) for
+    rows i in [r0, r1) of a dense W (rows x columns, every entry stored), reading each row of
+    x once for all rows of W (the gathers read it once a row of W). Each sum runs in column
+    order with fused multiply-adds from its start, as the gathers' do (the same bits): only
+    the loop order differs. ``threads`` take a share of the rows each."""
+    batch = x.shape[1]
+    rows = r1 - r0
+    for t in nb.prange(threads):
+        a, b = r0 + rows * t // threads, r0 + rows * (t + 1) // threads
+        if init != 0:
+            for i in range(a, b):
+                start = bias[i] if init == 1 else zero_of(out)
+                for c in range(batch):
+                    out[i, c] = start
+        ahead = np.empty((DENSE_ROWS_AHEAD, batch), out.dtype)  # the rows of x, widened
+        k = lo
+        while k < hi:
+            n = min(DENSE_ROWS_AHEAD, hi - k)
+            for j in range(n):
+                xr, wide = x[k + j], ahead[j]
+                for c in range(batch):
+                    wide[c] = value(xr[c])
+            for i in range(a, b):
+                zi, wi = out[i], wd[i]
+                if n == DENSE_ROWS_AHEAD:  # written out: one load and store of zi a block
+                    w0, w1, w2, w3 = value(wi[k]), value(wi[k + 1]), value(wi[k + 2]), \
+                        value(wi[k + 3])
+                    w4, w5, w6, w7 = value(wi[k + 4]), value(wi[k + 5]), value(wi[k + 6]), \
+                        value(wi[k + 7])
+                    for c in range(batch):
+                        s = zi[c] + w0 * ahead[0, c]
+                        s = s + w1 * ahead[1, c]
+                        s = s + w2 * ahead[2, c]
+                        s = s + w3 * ahead[3, c]
+                        s = s + w4 * ahead[4, c]
+                        s = s + w5 * ahead[5, c]
+                        s = s + w6 * ahead[6, c]
+                        zi[c] = s + w7 * ahead[7, c]
+                else:
+                    for j in range(n):
+                        wj, xj = value(wi[k + j]), ahead[j]
+                        for c in range(batch):
+                            zi[c] = zi[c] + wj * xj[c]
+            k += n
+
+
 @nb.njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def sddmm(indptr, indices, d, x, out, bias_grad, with_bias):
     """out[e] = d[i_e] . x[j_e] for every stored entry e = (i_e, j_e); with ``with_bias``

@@ -15,14 +15,21 @@ _ready: set[str] = set()
 ONE_PASS_DENSE_ROWS = 16
 
 
-def dense_view(w: sp.csr_matrix) -> np.ndarray | None:
+def dense_values(w: sp.csr_matrix) -> np.ndarray | None:
     """W's values as a dense (rows x cols) view when every entry is stored in order (a dense
-    layer), else None; never for bfloat16 values (BLAS has no bfloat16: the gathers run)."""
+    layer), else None."""
     rows, cols = w.shape
-    if w.nnz != rows * cols or w.nnz == 0 or not w.has_sorted_indices or w.dtype == np.uint16:
+    if w.nnz != rows * cols or w.nnz == 0 or not w.has_sorted_indices:
+        return None
+    return w.data.reshape(rows, cols)
+
+
+def dense_view(w: sp.csr_matrix) -> np.ndarray | None:
+    """``dense_values`` for BLAS: never for bfloat16 values (BLAS has no bfloat16)."""
+    if w.dtype == np.uint16 or (view := dense_values(w)) is None:
         return None
     blas_ready(w.dtype)
-    return w.data.reshape(rows, cols)
+    return view
 
 
 def blas_ready(dtype: np.dtype) -> None:
