@@ -147,14 +147,16 @@ def test_a_dense_bfloat16_layer_reads_each_input_row_once_to_the_gathers_bits(mo
     own, which reads each row of X once for all rows of W. Each sum runs in column order from
     its start, with fused multiply-adds, as the gathers' sums do: the same bits, over a span
     of columns, accumulated, over a range of rows and with the rows shared by two threads
-    (29 columns: blocks of 8 and a tail)."""
+    (29 columns: blocks of 8 and a tail). Narrower batches run the gathers."""
     pytest.importorskip("numba")
     if kernels.backend() != "numba":
         pytest.skip("bfloat16 products are the numba backend's")
     from spdnn.kernels import _numba_products as nbp
 
     rng = np.random.default_rng(2)
-    rows, cols, batch = 6, 29, 37
+    from spdnn.kernels.dense import DENSE_ROWS_MIN_BATCH
+
+    rows, cols, batch = 6, 29, DENSE_ROWS_MIN_BATCH + 3
     w16 = sp.csr_matrix((bf.narrow(rng.standard_normal(rows * cols).astype(np.float32)),
                          np.tile(np.arange(cols), rows), np.arange(0, rows * cols + 1, cols)),
                         shape=(rows, cols))
@@ -182,6 +184,10 @@ def test_a_dense_bfloat16_layer_reads_each_input_row_once_to_the_gathers_bits(mo
         np.testing.assert_allclose(
             z[r0:r1], wide @ bf.widen(x16[lo:hi]) + (start[r0:r1] if acc else bias[r0:r1, None]),
             rtol=1e-5, atol=1e-5)
+    narrow = np.zeros((rows, DENSE_ROWS_MIN_BATCH - 1), np.float32)
+    kernels.spmm_act(w16, np.ascontiguousarray(x16[:, 1:DENSE_ROWS_MIN_BATCH]), bias, None,
+                     narrow, None)
+    assert calls
 
 
 @pytest.mark.parametrize(("field", "value"), [("dropout", 0.1), ("lsh", 1),

@@ -135,7 +135,8 @@ DENSE_UNITS = 2**27
 def dense_table(dtype: str, rng: np.random.Generator, grid: CalibrationGrid, reps: int = 3
                 ) -> DenseTable:
     """ns per nonzero x sample of the three products of dense layers (warm caches: such
-    layers are small or compute-bound; float32 and float64 run BLAS, bfloat16 the gathers);
+    layers are small or compute-bound; float32 and float64 run BLAS, bfloat16 its dense
+    forward kernel from DENSE_ROWS_MIN_BATCH columns and else the gathers);
     cells past ``DENSE_UNITS`` copy the smaller batch."""
     ns = {k: np.zeros((len(grid.dense_shapes), len(grid.batches))) for k in KERNELS}
     for n, (rows, cols) in enumerate(grid.dense_shapes):

@@ -1,6 +1,7 @@
 """Layers with every entry stored (a dense head): their CSR values are the row-major dense
 matrix, and BLAS does their products in either backend (but the backward of a head of few rows
-in the numba backend)."""
+in the numba backend, and bfloat16's products, which BLAS does not have: the forward on a
+kernel of its own, the backward on the gathers)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ _ready: set[str] = set()
 # the pass won on ten rows (and splits over threads), lost on a few tens, and lost many-fold on
 # the tens of thousands of rows of an extreme classifier's head.
 ONE_PASS_DENSE_ROWS = 16
+# A bfloat16 dense W's forward product runs the kernel that reads each row of X once for all
+# rows of W (products.spmm_act) from this batch width up: against the gathers (one thread,
+# 10 x 16384 and 4,096 x 1,024 heads) it took 0.6x their time at 256 columns, 0.9x at 128, as
+# long at 64, and up to 1.5x below 32, where the gathers' narrow kernels run.
+DENSE_ROWS_MIN_BATCH = 128
 
 
 def dense_values(w: sp.csr_matrix) -> np.ndarray | None:

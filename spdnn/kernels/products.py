@@ -38,6 +38,7 @@ from spdnn.backends import (  # noqa: F401 (the choice, re-exported: spdnn.kerne
 )
 from spdnn.backends import forget as forget_backend  # noqa: F401
 from spdnn.comm.threads import default_threads
+from spdnn.kernels import dense as _dense
 from spdnn.kernels.dense import ONE_PASS_DENSE_ROWS, blas_ready, dense_values, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
@@ -218,11 +219,12 @@ def _spmm_act_numba(w: sp.csr_matrix, x: np.ndarray, bias: np.ndarray | None,
     r0, r1 = _range(w, rows)
     starts, ends = span if span is not None else (w.indptr[:-1], w.indptr[1:])
     init, nb = 0 if accumulate else (1 if bias is not None else 2), _nb()
-    dense = dense_values(w) if out_x is None and alive is None and r1 > r0 else None
-    if dense is not None:  # bfloat16's dense head: each row of x read once, not once a row
+    values = dense_values(w) if out_x is None and alive is None and r1 > r0 and \
+        x.shape[1] >= _dense.DENSE_ROWS_MIN_BATCH else None
+    if values is not None:  # bfloat16's dense head: each row of x read once, not once a row
         lo, hi = int(starts[r0] - w.indptr[r0]), int(ends[r0] - w.indptr[r0])
         with _threads_for((r1 - r0) * x.shape[1]):
-            nb.dense_rows(dense, x, lo, hi, _NO_BIAS[out_z.dtype.char] if bias is None
+            nb.dense_rows(values, x, lo, hi, _NO_BIAS[out_z.dtype.char] if bias is None
                           else bias, out_z, r0, r1, init, min(nb.threads(), r1 - r0))
         return
     with _threads_for((r1 - r0) * x.shape[1]):
