@@ -73,6 +73,19 @@ def test_batch_order():
     np.testing.assert_array_equal(a, batch_order(100, 0, 1, True))
 
 
+@pytest.mark.parametrize("n", [1, 16, 37])
+def test_a_block_of_samples_is_their_features_by_columns(n):
+    """Gathered a group of samples at a time (COLUMN_GROUP = 16): a batch of one group, of
+    whole groups and with a last partial one, in the epoch's order, equals x[idx].T."""
+    rng = np.random.default_rng(n)
+    x = rng.random((50, 7), dtype=np.float32)
+    idx = rng.permutation(50)[:n]
+    block = columns(x, idx)
+    assert block.flags.c_contiguous and block.dtype == np.float32
+    np.testing.assert_array_equal(block, x[idx].T)
+    np.testing.assert_array_equal(columns(x, slice(3, 3 + n)), x[3:3 + n].T)
+
+
 def test_last_batch_is_smaller_and_counted():
     """With lr = 0 the weights stay put, so the epoch's loss and accuracy (weighted over the
     batches 4, 4, 2) must equal the loss and accuracy of all 10 samples at once."""
