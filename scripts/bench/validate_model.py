@@ -55,7 +55,8 @@ def worker(args: argparse.Namespace) -> None:
     """One configuration's median step (the parent imported spdnn first, so BLAS and numba
     run one thread per rank here too: the pinned variables are inherited)."""
     from spdnn.comm.mpi import Communicator
-    from spdnn.optim import interleave, make
+    from spdnn.kernels.update import PARALLEL
+    from spdnn.optim import interleave, load_kernels, make
     from spdnn.runtime.session import open_network
 
     comm = Communicator()
@@ -66,7 +67,9 @@ def worker(args: argparse.Namespace) -> None:
     y = rng.integers(0, 10, batch)
     mine = np.arange(batch)[dnet.grid.share(batch)]
     xs = np.ascontiguousarray(x[mine][:, dnet.input_rows].T)
-    opt = make(optimizer_of(args.optimizer), dnet.parameters())
+    load_kernels((args.optimizer,), (dnet.dtype.type,), parallel=PARALLEL)
+    # the fused updates, as `spdnn train` runs them (the model's calibration times those)
+    opt = make(optimizer_of(args.optimizer), dnet.parameters(), parallel=PARALLEL)
 
     def timed() -> float:
         comm.barrier()

@@ -18,8 +18,9 @@ from spdnn.cost.machine import SCALE_KEYS, Calibration, KernelTable, Scales
 from spdnn.io.bundle import save_network
 from spdnn.kernels import products as kernels
 from spdnn.kernels import rounding
+from spdnn.kernels.update import PARALLEL
 from spdnn.model.generate import fixed_fan_in
-from spdnn.optim import SGD, SGDConfig, interleave
+from spdnn.optim import Optimizer, SGDConfig, interleave, load_kernels, make
 
 
 def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
@@ -37,7 +38,7 @@ def _tiny_step_times(layers: int, dtype: str, reps: int) -> tuple[float, float]:
         run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
     dnet = run.dnet
     x = np.ones((8, 1), dtype)
-    step = _training_step(dnet, SGD(SGDConfig(0.001, 0.9), dnet.parameters()), 1)
+    step = _training_step(dnet, _sgd(dnet.parameters()), 1)
     forward = median_time(lambda: [dnet.forward(x) for _ in range(20)], reps) / 20
     whole = median_time(lambda: [step() for _ in range(20)], reps) / 20
     dnet.grid.free()
@@ -62,7 +63,7 @@ class _References:
                 path = os.path.join(tmp, "reference.npz")
                 save_network(net, path)
                 run = open_network(Communicator.self_only(), path, None, dtype, exchange="dense")
-            opt = SGD(SGDConfig(0.001, 0.9), run.dnet.parameters())
+            opt = _sgd(run.dnet.parameters())
             self.cases.append((run.dnet, opt, workload(network_patterns(net), run.plan),
                                batches))
 
@@ -108,7 +109,13 @@ class _References:
             dnet.grid.free()
 
 
-def _training_step(dnet, opt: SGD, batch: int) -> Callable[[], None]:  # noqa: ANN001
+def _sgd(params: list[np.ndarray]) -> Optimizer:
+    """SGD with momentum 0.9 over ``params``, on the fused kernels where training runs them."""
+    load_kernels(("sgd",), (params[0].dtype.type,), parallel=PARALLEL)
+    return make(SGDConfig(0.001, 0.9), params, parallel=PARALLEL)
+
+
+def _training_step(dnet, opt: Optimizer, batch: int) -> Callable[[], None]:  # noqa: ANN001
     """One SGD step of ``dnet`` on a constant batch, as the training loop runs it."""
     x = np.ones((dnet.sizes[0], batch), dnet.dtype)
     y = np.zeros(batch, np.int64)
@@ -187,7 +194,7 @@ def runtime_costs(dtype: str, rng: np.random.Generator, reps: int = 5) -> dict[s
     elementwise = median_time(lambda: kernels.apply_slope(big, zz, None), reps) / big.size * 1e9
     params = [rng.random(2**20).astype(dtype), rng.random(1024).astype(dtype)]
     grads = [p.copy() for p in params]
-    opt = SGD(SGDConfig(0.001, 0.9), params)
+    opt = _sgd(params)
     opt.step(grads)
     update = median_time(lambda: opt.step(grads), reps) / (2**20 + 1024) * 1e9
     vec = np.zeros(64, dtype)
