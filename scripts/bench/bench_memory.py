@@ -46,7 +46,8 @@ def prepare(name: str, ranks: list[int], work: Path) -> dict:
 
     net = random_network([1024, 65536, 65536, 65536], 512, seed=0, head=10) \
         if name == "big" else network("mlp" if name == "shares" else name)
-    files: dict = {"net": work / f"{name}.npz", "data": work / f"{name}-data.npz"}
+    files: dict = {"net": work / f"{name}.npz", "data": work / f"{name}-data.npz",
+                   "weights": sum(layer.weight.nnz for layer in net.layers)}
     save_network(net, files["net"])
     rng = np.random.default_rng(0)
     n0 = net.sizes[0]
@@ -131,29 +132,36 @@ def value_types(args) -> str:  # noqa: ANN001
                                  f"{m['baseline'] / 1e6:,.0f}", f"{above[dtype] / 1e6:,.1f}",
                                  f"{predicted / 1e6:,.1f}",
                                  f"{100 * (predicted - above[dtype]) / above[dtype]:+.1f}%",
-                                 f"{above[dtype] / above['float32']:.3f}x"])
+                                 f"{above[dtype] / above['float32']:.3f}x",
+                                 f"{above[dtype] * p / files['weights']:.1f}"])
                     print(" | ".join(rows[-1]), flush=True)
     return ("Command: `python scripts/bench/bench_memory.py --dtypes --networks "
             + " ".join(args.networks) + " --ranks " + " ".join(map(str, args.ranks))
             + f" --batch-size {args.batch_size}`. Training, 2 steps of {args.batch_size} on "
-            "2,048 synthetic samples (evaluation on 512), block plans, one thread per rank. "
+            "2,048 synthetic samples (evaluation on 512), block plans, one thread per rank, "
+            "SGD with momentum. "
             "Peak: the largest rank's as the job reports it (private + its share of shared "
             "pages); above baseline: that peak less the baseline the job measured (the "
             "interpreter, numpy, MPI and the loaded kernels, bfloat16's included); predicted: "
             "the job's prediction above the same baseline (what `--dry-run` prints); the last "
-            "column: memory above the baseline over float32's at the same P.\n\n"
+            "columns: memory above the baseline over float32's at the same P, and over the "
+            "weights a rank holds (1/P of them: what a weight costs where the per-weight state "
+            "dominates).\n\n"
             + table(["network", "P", "value type", "peak (MB)", "baseline (MB)",
                      "above baseline (MB)", "predicted above (MB)", "error",
-                     "vs float32"], rows))
+                     "vs float32", "bytes a weight"], rows))
 
 
 def dtype_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
     """bfloat16's memory above the baseline against float32's, per network and P."""
     rows = tables[0]
-    return [summary_row(f"training memory above the baseline, {b['network']}, P = {b['P']}, "
+    return [summary_row(f"training memory above the baseline, "
+                        f"{DESCRIBED.get(b['network'], b['network'])}, P = {b['P']}, "
                         "bfloat16 (MB)", f"{b['above baseline (MB)']} (predicted "
                         f"{b['predicted above (MB)']}, {b['error']})",
-                        f"{f['above baseline (MB)']} (float32)", f"{b['vs float32']} float32's")
+                        f"{f['above baseline (MB)']} (float32)", f"{b['vs float32']} float32's"
+                        + (f"; {b['bytes a weight']} against {f['bytes a weight']} bytes a "
+                           "weight" if "bytes a weight" in b else ""))
             for f, b in zip(rows[::2], rows[1::2])]
 
 
@@ -168,9 +176,10 @@ def main() -> int:
                     help="training in bfloat16 beside float32 (its own record)")
     ap.add_argument("--batch-size", type=int, default=1024, help="with --dtypes")
     args = ap.parse_args()
-    if args.dtypes:
-        publish(args, "memory-bfloat16", "Memory: bfloat16", value_types(args), area="Memory",
-                rows=dtype_summary)
+    if args.dtypes:  # the random network's record, or one per other set of networks
+        which = "" if args.networks == ["random"] else "-" + "-".join(args.networks)
+        publish(args, "memory-bfloat16" + which, "Memory: bfloat16" + which.replace("-", ", "),
+                value_types(args), area="Memory", rows=dtype_summary)
         return 0
     shares = args.networks == ["shares"]
     if "shares" in args.networks and not shares:
