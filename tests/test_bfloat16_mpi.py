@@ -36,16 +36,21 @@ TOL = 1e-5
 @pytest.mark.parametrize("method", ["block", "hypergraph"])
 @pytest.mark.parametrize("opt", [SGDConfig(0.05, 0.9, 0.01), AdamConfig(lr=0.01)],
                          ids=["sgd", "adam"])
-@pytest.mark.parametrize("cap", [None, 0.7, "head"])
+@pytest.mark.parametrize("cap", [None, 0.7, "head", "tanh, sigmoid"])
 def test_bfloat16_training_on_every_grid_equals_the_serial_reference(comm, mpi_tmp_path,
                                                                       method, opt, cap,
                                                                       monkeypatch):
     """ReLU, and ReLU capped at 0.7 (not a bfloat16: the slope compares the rounded outputs
-    with the cap rounded, 0.69921875), under block and hypergraph plans; and a dense head of
-    6 rows (its own forward kernel), whose columns are owned and ghost at P > 1."""
+    with the cap rounded, 0.69921875), under block and hypergraph plans; a dense head of
+    6 rows (its own forward kernel), whose columns are owned and ghost at P > 1; and tanh and
+    sigmoid hidden layers (their slopes read the rounded outputs, their partial sums fold
+    unmasked)."""
     if cap == "head":  # its kernel at this test's batch width too
         monkeypatch.setattr(dense, "DENSE_ROWS_MIN_BATCH", 1)
         net = random_network([20, 24, 18], 5, seed=1, head=6, dtype="float32")
+    elif cap == "tanh, sigmoid":
+        net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3,
+                            dtype="float32", activations=("tanh", "sigmoid"))
     else:
         net = small_network((20, 24, 18, 6), fan_in=5, seed=1, bias_scale=0.3,
                             dtype="float32", cap=cap)

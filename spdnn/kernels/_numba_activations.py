@@ -20,6 +20,8 @@ import math
 import numba as nb
 import numpy as np
 
+from spdnn.kernels._numba_bfloat16 import value
+
 _SQRT1_2 = math.sqrt(0.5)
 _PDF = 0.5 * (2 / math.sqrt(math.pi)) * _SQRT1_2  # 1 / sqrt(2 pi)
 _BETA = math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5  # sqrt(2 / pi)
@@ -109,7 +111,7 @@ def _slope_tanh(g, h):
     for i in nb.prange(g.shape[0]):
         gi, hi = g[i], h[i]
         for b in range(g.shape[1]):
-            v = hi[b]
+            v = value(hi[b])  # bfloat16 outputs widened
             gi[b] = gi[b] * (1 - v * v)
 
 
@@ -118,7 +120,7 @@ def _slope_sigmoid(g, h):
     for i in nb.prange(g.shape[0]):
         gi, hi = g[i], h[i]
         for b in range(g.shape[1]):
-            v = hi[b]
+            v = value(hi[b])
             gi[b] = gi[b] * ((1 - v) * v)
 
 

@@ -431,20 +431,27 @@ def activation_backward(act: Activation, g: np.ndarray, z: np.ndarray,
                         h: np.ndarray | None = None) -> None:
     """``g *= h'(z)`` in place for an activation other than ReLU (``apply_slope``); ``h``, the
     outputs h(z) when at hand (the slopes are read from them where a formula allows; computed
-    here when not given)."""
+    here when not given). Bfloat16 outputs ``h`` (numba; ``Activation.BFLOAT16``) are read
+    widened, and ``z`` is not read."""
     active().activation_backward(act, g, z, h)
+
+
+def _half(h: np.ndarray | None) -> bool:
+    return h is not None and h.dtype == np.uint16
 
 
 @form("scipy", "activation_backward")
 def _activation_backward(act: Activation, g: np.ndarray, z: np.ndarray,
                          h: np.ndarray | None) -> None:
+    if _half(h):
+        raise ValueError("the scipy backend's slopes read no bfloat16 outputs")
     act.backward(g, z, h)
 
 
 @form("numba", "activation_backward")
 def _activation_backward_numba(act: Activation, g: np.ndarray, z: np.ndarray,
                                h: np.ndarray | None) -> None:
-    if not _contiguous(g, z, h):
+    if not _contiguous(g, z, h) and not _half(h):
         act.backward(g, z, h)
         return
     from spdnn.kernels import _numba_activations as nba
@@ -456,4 +463,6 @@ def _activation_backward_numba(act: Activation, g: np.ndarray, z: np.ndarray,
     with _threads_for(g.size):
         if act.compiled_slope(nba, g, z, h):
             return
+    if _half(h):
+        raise ValueError(f"{act.spec}'s slope has no form that reads bfloat16 outputs")
     act.backward(g, z, h)

@@ -13,6 +13,9 @@ here and in torch computes the same to rounding:
 - ``gelu``: z Phi(z) with the exact normal CDF; ``gelu_tanh``: torch's tanh approximation.
 - ``identity``: z.
 
+A bfloat16 run keeps no Z once a layer's outputs are rounded, so it trains the activations
+whose slope reads only the outputs (``BFLOAT16``: relu, tanh, sigmoid, identity).
+
 Only ReLU yields exact zeros whose slope is zero too; the parts that rely on them (the fold's
 masks, dead-sample pruning, the fused narrow kernels, LSH's hidden layers) apply to it alone.
 """
@@ -48,6 +51,9 @@ class Activation:
     ZEROS: ClassVar[bool] = False  # h(z) = 0 exactly where h'(z) = 0: what the masks read
     LINEAR: ClassVar[bool] = False  # h(z) = z: a softmax over the outputs reads z itself
     FROM_OUTPUT: ClassVar[bool] = False  # its compiled slope reads the outputs h(z)
+    # its slope needs no Z (it reads the outputs, or is 1): a bfloat16 pass, whose Z is spent
+    # once the outputs are rounded, trains it with the slope read from the rounded outputs
+    BFLOAT16: ClassVar[bool] = False
 
     @property
     def spec(self) -> str:
@@ -102,6 +108,7 @@ class ReLU(Activation):
 
     name: ClassVar[str] = "relu"
     ZEROS: ClassVar[bool] = True
+    BFLOAT16: ClassVar[bool] = True
 
     def value(self, z: np.ndarray, out: np.ndarray) -> None:
         np.maximum(z, 0, out=out)
@@ -166,6 +173,7 @@ class _SlopeFromOutput(Activation):
 
     TORCH: ClassVar[str] = ""
     FROM_OUTPUT: ClassVar[bool] = True
+    BFLOAT16: ClassVar[bool] = True
 
     def compiled_slope(self, nb: Any, g: np.ndarray, z: np.ndarray,  # noqa: ANN401
                        h: np.ndarray | None) -> bool:
@@ -282,6 +290,7 @@ class Identity(Activation):
 
     name: ClassVar[str] = "identity"
     LINEAR: ClassVar[bool] = True
+    BFLOAT16: ClassVar[bool] = True
 
     def backward(self, g: np.ndarray, z: np.ndarray, h: np.ndarray | None = None) -> None:
         return

@@ -86,7 +86,7 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
             baseline: int, data_bytes: int = 0,
             challenge: bool = False, lsh_tables: int = 0, lsh_layer: int = -1,
             optimizer_arrays: int = 1, dropout: bool = False,
-            stored: int | None = None) -> MemoryPrediction:
+            stored: int | None = None, relu: bool = True) -> MemoryPrediction:
     """The peak of one rank running ``layers`` at ``batch`` in ``itemsize``-byte values:
     everything it holds at once (the training state, the step's blocks and an evaluation's
     blocks coexist at the end of an epoch). ``challenge``: inference in the Graph Challenge's
@@ -99,7 +99,8 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
     64-bit counters (two blocks of the widest layer). ``stored``: the bytes of a value the
     products gather and the exchanges send, when not ``itemsize`` (bfloat16's 2 beside its
     float32 sums and master weights: the weights' 16-bit copy, the X blocks and one error
-    block)."""
+    block). ``relu``: every hidden layer is ReLU, whose slope the backward products apply
+    as they write the next error block (another's applies to the owned partial sums)."""
     stored = itemsize if stored is None else stored
     copy = stored if stored != itemsize else 0  # the products' copy of the values
     weights = sum(s.nnz * (itemsize + copy + 4)  # values, int32 indices
@@ -131,11 +132,11 @@ def predict(layers: Sequence[LayerShape], *, batch: int, itemsize: int, training
         zs_ghosts = sum(s.rows for s in layers) + ghosts if not copy else \
             max(ghosts, max(s.rows + s.ghosts * (stored + 0.25 + MESSAGE_SLACK / batch)
                             / itemsize for s in layers))
-        # owned partial sums: under bfloat16 only where partials are folded in (else the
-        # products write the next error block rounded, and the blocks stay untouched), in
-        # one block (the error each layer gathers is rounded into a block of its own); else
-        # two, taken in turn
-        owned = [0 if copy and (i == 0 or s.sent == 0) else s.prev_rows
+        # owned partial sums: under bfloat16 only where partials are folded in or a slope
+        # other than ReLU's applies to them (else the products write the next error block
+        # rounded, and the blocks stay untouched), in one block (the error each layer
+        # gathers is rounded into a block of its own); else two, taken in turn
+        owned = [0 if copy and (i == 0 or (relu and s.sent == 0)) else s.prev_rows
                  for i, s in enumerate(layers)]
         blocks = 1 if copy else 2
         step = batch * itemsize * (

@@ -150,8 +150,9 @@ def _bfloat16_backward(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
                        delta: np.ndarray, gw: list, gb: list) -> None:
     """``_backward_from`` at bfloat16's rounding points: the rounded weights, each layer's
     error rounded before it is multiplied, W^T delta summed exactly and rounded to float32,
-    ReLU's slope read from the rounded outputs (0 < h < the cap rounded: the slope of Z
-    rounded, as the cap and 0 bound the rounding)."""
+    the slopes read from the rounded outputs h: ReLU's 0 < h < the cap rounded (the slope of
+    Z rounded, as the cap and 0 bound the rounding), the others' their formula of h in
+    float32 (tanh's 1 - h^2, sigmoid's (1 - h) h; ``Activation.BFLOAT16``)."""
     cap = None if net.cap is None else float(rounded(np.array([net.cap]))[0])
     for k in range(net.n_layers - 1, -1, -1):
         w = rounded_weight(net.layers[k].weight)
@@ -161,8 +162,11 @@ def _bfloat16_backward(net: Network, zs: list[np.ndarray], xs: list[np.ndarray],
         gb[k] = wide.sum(axis=1).astype(np.float32)
         if k > 0:
             g = (w.astype(np.float64).T @ wide).astype(np.float32)
-            h = xs[k]
-            g *= (h > 0) & ((h < cap) if cap is not None else True)
+            h, act = xs[k], net.hidden(k)
+            if act.zeros:
+                g *= (h > 0) & ((h < cap) if cap is not None else True)
+            else:
+                g *= act.slope_of(zs[k - 1], h)
             delta = rounded(g)
 
 

@@ -152,7 +152,11 @@ class DistributedNetwork:
         if act is not None and not act.zeros and next_top is not None:  # h after the product
             live = self.forward_layer(i, xbuf, z, None, alive, known, stage)
             t0 = time.perf_counter()
-            kernels.activate(act, z, next_top)
+            if self.bfloat16:  # h over Z in place, then rounded: the backward reads no Z
+                kernels.activate(act, z, z)  # (Activation.BFLOAT16: slopes from the outputs)
+                rounding.round_rows(z, next_top)
+            else:
+                kernels.activate(act, z, next_top)
             t.add("forward", i, compute=time.perf_counter() - t0)
             return live
         t0 = time.perf_counter()

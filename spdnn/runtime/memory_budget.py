@@ -130,7 +130,8 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget,
                    training=budget.training, challenge=budget.challenge, data_bytes=data,
                    lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer, baseline=floor,
                    optimizer_arrays=budget.optimizer_arrays,
-                   dropout=budget.dropout, stored=stored)
+                   dropout=budget.dropout, stored=stored,
+                   relu=all(a == "relu" for a in bundle.meta.get("activations", ())))  # type: ignore[attr-defined]
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None

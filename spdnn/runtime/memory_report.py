@@ -158,7 +158,8 @@ def report(comm: Communicator, dnet: DistributedNetwork, *, batch: int, training
                         lsh_tables=dnet.sampled.spec.tables if dnet.sampled else 0,
                         lsh_layer=dnet.sampled.index if dnet.sampled else -1,
                         baseline=baseline(),
-                        optimizer_arrays=optimizer_arrays, dropout=dropout).as_dict()
+                        optimizer_arrays=optimizer_arrays, dropout=dropout,
+                        relu=dnet.relu_only).as_dict()
     every = comm.allgather((peak_bytes(comm.node_size()), mine_pred, mine_held))
     return {"peak_bytes": [e[0] for e in every], "predicted_bytes": [e[1] for e in every],
             "held_bytes": [e[2] for e in every]}

@@ -19,6 +19,7 @@ from spdnn.io.bundle import ACTIVATION_KEYS, VALUES_KEY, NetworkBundle, NetworkW
 from spdnn.io.planfile import load_plan
 from spdnn.kernels import products as kernels
 from spdnn.kernels.loading import load_kernels
+from spdnn.model.activations import BY_NAME
 from spdnn.model.csr import as_dtype, stored_itemsize
 from spdnn.model.network import Layer, Network
 from spdnn.model.plan import Plan
@@ -160,13 +161,15 @@ def open_network(comm: Communicator, network: str | Network, plan_path: str | Pl
 
 
 def check_bfloat16_network(bundle: Any) -> None:  # noqa: ANN401
-    """What a bfloat16 run needs of its network and kernels, refused in one line: ReLU
-    hidden layers (the others' kernels read float32 or float64 blocks) and the numba
-    kernels (BLAS and scipy have no bfloat16)."""
-    others = sorted({a for a in bundle.meta.get("activations", ()) if a != "relu"})
+    """What a bfloat16 run needs of its network and kernels, refused in one line: hidden
+    activations whose slope needs no Z (``Activation.BFLOAT16``: a bfloat16 pass keeps no Z
+    once the outputs are rounded) and the numba kernels (BLAS and scipy have no bfloat16)."""
+    others = sorted({a for a in bundle.meta.get("activations", ())
+                     if not BY_NAME[a.partition(":")[0]].BFLOAT16})
     if others:
-        raise InputError(bundle.path, f"--dtype bfloat16 runs ReLU hidden layers only yet, "
-                                      f"not {', '.join(others)}")
+        able = ", ".join(name for name, cls in BY_NAME.items() if cls.BFLOAT16)
+        raise InputError(bundle.path, f"--dtype bfloat16 trains hidden layers of {able} only "
+                                      f"yet (their slopes need no Z), not {', '.join(others)}")
     if kernels.active().compiled("bfloat16") is None:  # a backend without compiled kernels
         raise SpdnnError("--dtype bfloat16 needs the numba kernels (SPDNN_KERNELS=scipy "
                          "has no bfloat16 products)")

@@ -54,8 +54,9 @@ class Workspace:
                        for i, lay in enumerate(layers)]
             self.ghost = _views(ghosts, batch, dt, 1)
             self.stages: list[np.ndarray | None] = [None] * len(layers)
-        else:  # bfloat16: the backward pass reads no hidden Z (ReLU's slope comes from the
-            # rounded outputs), so a Z is spent once its outputs are rounded, and the last's
+        else:  # bfloat16: the backward pass reads no hidden Z (the slopes come from the
+            # rounded outputs: Activation.BFLOAT16), so a Z is spent once its outputs are
+            # rounded, and the last's
             # once the loss's error is: every layer's Z, and after it the encoded ghost rows
             # arriving while it is computed, live in the forward pass alone, the ghost
             # partial sums in the backward pass alone; all of them on one block
