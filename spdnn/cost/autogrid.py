@@ -48,9 +48,9 @@ def choose_grid(comm: Communicator, *, network: str, plans: list[str],
 
 
 def _peak(work: object, replicas: int, batch: int, dtype: str,
-          baseline: int | None = None, optimizer_arrays: int = 1) -> int:
+          baseline: int | None = None, optimizer_arrays: int = 1, relu: bool = True) -> int:
     """The largest rank's predicted training peak under a grid (spdnn.model.memory), above
-    ``baseline`` (default: this process's, measured)."""
+    ``baseline`` (default: this process's, measured); ``relu``: predict's."""
     from spdnn.model.csr import as_dtype, stored_itemsize
     from spdnn.model.memory import predict, replica_batch, shapes_of
     from spdnn.runtime import memory_report
@@ -59,7 +59,8 @@ def _peak(work: object, replicas: int, batch: int, dtype: str,
     return max(predict(shapes_of(work, p), batch=replica_batch(batch, replicas),
                        itemsize=as_dtype(dtype).itemsize, training=True,
                        optimizer_arrays=optimizer_arrays, stored=stored_itemsize(dtype),
-                       baseline=memory_report.baseline() if baseline is None else baseline).total
+                       baseline=memory_report.baseline() if baseline is None else baseline,
+                       relu=relu).total
                for p in range(work.parts))  # type: ignore[attr-defined]
 
 
@@ -71,6 +72,7 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
     from spdnn.cost.workload import workload
     from spdnn.io.bundle import NetworkBundle
     from spdnn.io.planfile import load_plan
+    from spdnn.model.activations import relu_only
     from spdnn.model.plan import network_patterns
     machine = load_machine(calibration, cluster)
     bundle = NetworkBundle(network)
@@ -101,7 +103,8 @@ def _decide(ranks: int, plans: list[str], network: str, calibration: str, cluste
     from spdnn.optim import SGDConfig, state_arrays
 
     states = state_arrays(SGDConfig() if optimizer is None else optimizer)
-    peaks = {id(w): _peak(w, r, batch, dtype, base, states) for _, w, r in candidates}
+    relu = relu_only(bundle.meta.get("activations", ()))
+    peaks = {id(w): _peak(w, r, batch, dtype, base, states, relu) for _, w, r in candidates}
     too_big = [(path, r, peaks[id(w)]) for path, w, r in candidates
                if allowed and peaks[id(w)] > allowed]
     candidates = [c for c in candidates if not allowed or peaks[id(c[1])] <= allowed]

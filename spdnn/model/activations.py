@@ -315,6 +315,12 @@ ACTIVATIONS = tuple(BY_NAME)
 OUTPUTS: dict[str, type[Activation]] = {"linear": Identity, "relu": ReLU}
 
 
+def relu_only(specs: Sequence[str]) -> bool:
+    """Whether the hidden layers written as ``specs`` are all ReLU, whose slope the backward
+    products apply as they write (spdnn.model.memory counts no block for it)."""
+    return all(spec.partition(":")[0] == ReLU.name for spec in specs)
+
+
 def output_of(name: str, cap: float | None = None) -> Activation:
     """The output layer's activation a network records as ``name`` (a key of OUTPUTS)."""
     cls = OUTPUTS[name]

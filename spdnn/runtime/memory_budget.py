@@ -14,6 +14,7 @@ import numpy as np
 
 from spdnn.comm.memlimit import cgroup_memory, node_memory
 from spdnn.comm.mpi import AgreedError, Communicator
+from spdnn.model.activations import relu_only
 from spdnn.model.memory import (
     LayerShape,
     MemoryPrediction,
@@ -131,7 +132,7 @@ def check(grid: Grid, bundle: object, plan: Plan, itemsize: int, budget: Budget,
                    lsh_tables=budget.lsh_tables, lsh_layer=budget.lsh_layer, baseline=floor,
                    optimizer_arrays=budget.optimizer_arrays,
                    dropout=budget.dropout, stored=stored,
-                   relu=all(a == "relu" for a in bundle.meta.get("activations", ())))  # type: ignore[attr-defined]
+                   relu=relu_only(bundle.meta.get("activations", ())))  # type: ignore[attr-defined]
     everyone = world.allgather((pred.total, limit, pred.baseline))
     over = [r for r, (total, lim, _) in enumerate(everyone) if lim and total > lim]
     line = None
