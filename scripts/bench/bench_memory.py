@@ -2,10 +2,12 @@
 
     python scripts/bench/bench_memory.py [--networks mlp random radixnet big | shares]
                                    [--ranks 1 2 4] [--work DIR] [--no-write]
-    python scripts/bench/bench_memory.py --dtypes [--networks random] [--batch-size 1024]
+    python scripts/bench/bench_memory.py --dtypes [--networks random | random-tanh | big]
+                                   [--batch-size 1024]
 
 Networks (float32, a dense 10-way head): `mlp`, 784 -> 1024 -> 1024 (fan-in 32); `random`,
-4096 -> 16384 x 3 (fan-in 32); `radixnet`, the first 3 RadiX-Net layers of 16384 neurons (as
+4096 -> 16384 x 3 (fan-in 32); `random-tanh`, the same with tanh, sigmoid and tanh hidden
+layers; `radixnet`, the first 3 RadiX-Net layers of 16384 neurons (as
 scripts/bench/validate_model.py); `big`, 1024 -> 65536 x 3 (fan-in 512: 101,318,656 weights,
 an 812 MB file). Block plans for P = 2 and 4. Each network trains 4 steps of 64 on 2,048
 synthetic samples and evaluates 512 (`spdnn train`), and infers the 512 (`spdnn infer`), at
@@ -42,10 +44,15 @@ def prepare(name: str, ranks: list[int], work: Path) -> dict:
     from spdnn.io.bundle import save_network
     from spdnn.io.planfile import save_plan
     from spdnn.model.generate import random_network
+    from spdnn.model.network import Network
     from spdnn.model.plan import Plan
 
-    net = random_network([1024, 65536, 65536, 65536], 512, seed=0, head=10) \
-        if name == "big" else network("mlp" if name == "shares" else name)
+    if name == "big":
+        net = random_network([1024, 65536, 65536, 65536], 512, seed=0, head=10)
+    elif name == "random-tanh":  # slopes read from the outputs, applied to a float32 block
+        net = Network(layers=network("random").layers, activations=("tanh", "sigmoid", "tanh"))
+    else:
+        net = network("mlp" if name == "shares" else name)
     files: dict = {"net": work / f"{name}.npz", "data": work / f"{name}-data.npz",
                    "weights": sum(layer.weight.nnz for layer in net.layers)}
     save_network(net, files["net"])
@@ -82,6 +89,7 @@ def run(ranks: int, args: list[str], metrics: Path) -> dict[str, float]:
 # How a summary row names each network.
 DESCRIBED = {"big": "101,318,656 weights (1024 -> 65536 x 3, fan-in 512)",
              "mlp": "784 -> 1024 -> 1024 (fan-in 32)", "random": "4096 -> 16384 x 3 (fan-in 32)",
+             "random-tanh": "4096 -> 16384 x 3 (fan-in 32), tanh, sigmoid, tanh",
              "radixnet": "RadiX-Net 16384 x 3"}
 
 
@@ -161,14 +169,14 @@ def dtype_summary(tables: list[list[dict[str, str]]]) -> list[dict[str, str]]:
                         f"{b['predicted above (MB)']}, {b['error']})",
                         f"{f['above baseline (MB)']} (float32)", f"{b['vs float32']} float32's"
                         + (f"; {b['bytes a weight']} against {f['bytes a weight']} bytes a "
-                           "weight" if "bytes a weight" in b else ""))
+                           "weight" if b["network"] == "big" else ""))
             for f, b in zip(rows[::2], rows[1::2])]
 
 
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--networks", nargs="+",
-                    choices=["mlp", "random", "radixnet", "big", "shares"],
+                    choices=["mlp", "random", "random-tanh", "radixnet", "big", "shares"],
                     default=["mlp", "random", "radixnet"])
     ap.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
     ap.add_argument("--work", type=Path)
@@ -178,7 +186,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.dtypes:  # the random network's record, or one per other set of networks
         which = "" if args.networks == ["random"] else "-" + "-".join(args.networks)
-        publish(args, "memory-bfloat16" + which, "Memory: bfloat16" + which.replace("-", ", "),
+        publish(args, "memory-bfloat16" + which,
+                "Memory: bfloat16" + (", " + " ".join(args.networks) if which else ""),
                 value_types(args), area="Memory", rows=dtype_summary)
         return 0
     shares = args.networks == ["shares"]
