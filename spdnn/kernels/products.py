@@ -39,6 +39,7 @@ from spdnn.backends import (  # noqa: F401 (the choice, re-exported: spdnn.kerne
 from spdnn.backends import forget as forget_backend  # noqa: F401
 from spdnn.comm.threads import default_threads
 from spdnn.kernels import dense as _dense
+from spdnn.kernels.bfloat16 import is_bfloat16
 from spdnn.kernels.dense import ONE_PASS_DENSE_ROWS, blas_ready, dense_values, dense_view
 from spdnn.kernels.ranges import concat_ranges
 from spdnn.kernels.transposed import Transposed, transpose  # noqa: F401 (kernels.transpose)
@@ -437,7 +438,7 @@ def activation_backward(act: Activation, g: np.ndarray, z: np.ndarray,
 
 
 def _half(h: np.ndarray | None) -> bool:
-    return h is not None and h.dtype == np.uint16
+    return h is not None and is_bfloat16(h)
 
 
 @form("scipy", "activation_backward")
